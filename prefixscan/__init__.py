@@ -1,0 +1,27 @@
+"""prefixscan: measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.
+
+Public API (each mirrors a CLI command): `analyze()`, `load_run()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+
+def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: ANN201 - lazy import
+    """Analyse logs; see `prefixscan.analyze.analyze`."""
+    from prefixscan.analyze import analyze as _analyze
+
+    return _analyze(*inputs, output=output, **options)
+
+
+def load_run(path: str):  # noqa: ANN201
+    """Open a run directory; see `prefixscan.io.rundir.load_run`."""
+    from prefixscan.io.rundir import load_run as _load
+
+    return _load(path)
+
+
+__all__ = ["__version__", "analyze", "load_run"]

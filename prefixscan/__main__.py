@@ -1,0 +1,5 @@
+"""`python -m prefixscan` runs the CLI."""
+
+from prefixscan.cli.app import main
+
+main()

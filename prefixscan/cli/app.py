@@ -1,0 +1,48 @@
+"""The `prefixscan` typer application.
+
+Command modules are imported here and each registers itself with `register(app)`. They must not import
+polars, duckdb, transformers or numba at module top, so `prefixscan --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="prefixscan",
+    help="Measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+# One module per command, in the order `--help` lists them.
+COMMAND_MODULES = [
+    "analyze",
+    "estimate",
+    "query",
+    "synth",
+]
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"prefixscan.cli.{_name}").register(app)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
+) -> None:
+    """prefixscan: how much prefill repeats in your logs, what breaks it, and what routing would capture."""
+    if version:
+        from prefixscan import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,96 @@
+"""`prefixscan estimate`: prefill GPUs and dollars saved by prefix-aware routing, from a run or from flags."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from prefixscan.cli.common import handle_errors, stdout_console
+from prefixscan.errors import UsageError
+
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def parse_count(text: str | None, flag: str) -> float | None:
+    """Parse 70e9, 70B, 70.6b, 989T: plain floats or a K/M/B/T/P suffix."""
+    if text is None:
+        return None
+    s = text.strip().lower().replace("_", "").replace(",", "")
+    mult = 1.0
+    if s and s[-1] in _SUFFIX:
+        s, mult = s[:-1], _SUFFIX[s[-1]]
+    try:
+        value = float(s) * mult
+    except ValueError:
+        raise UsageError(f"{flag}: cannot read {text!r} as a number (examples: 70e9, 70B, 989T)") from None
+    if value <= 0:
+        raise UsageError(f"{flag} must be > 0, got {text}")
+    return value
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `estimate` command to the application."""
+
+    @app.command("estimate")
+    @handle_errors
+    def estimate(
+        run_dir: str | None = typer.Argument(None, help="Run directory from `prefixscan analyze` (optional)."),
+        model: str = typer.Option("llama-3.1-70b", "--model", "-m", help="Catalogue model name or alias."),
+        model_config: str | None = typer.Option(None, "--model-config", help="Local Hugging Face config.json."),
+        params: str | None = typer.Option(None, "--params", help="Total parameters, e.g. 70e9 or 70B."),
+        active_params: str | None = typer.Option(None, "--active-params", help="Active parameters (MoE)."),
+        gpu: str = typer.Option("h100", "--gpu", help="Catalogue GPU (h100, h200, b200, a100, l40s, mi300x)."),
+        gpu_flops: str | None = typer.Option(None, "--gpu-flops", help="Peak dense FLOP/s for --dtype."),
+        gpu_memory_gb: float | None = typer.Option(None, "--gpu-memory-gb", help="HBM per GPU in GB."),
+        usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
+        dtype: str = typer.Option("bf16", "--dtype", help="Weights/compute dtype: bf16 or fp8."),
+        kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: --dtype)."),
+        mfu: float = typer.Option(0.5, "--mfu", help="Model FLOPs utilisation during prefill."),
+        linear: bool = typer.Option(False, "--linear", help="Drop the attention term (2 x params/token)."),
+        replicas: int | None = typer.Option(None, "--replicas", help="Engine replicas serving the traffic."),
+        tensor_parallel: int | None = typer.Option(None, "--tensor-parallel", "--tp",
+                                                   help="GPUs per replica (default: fit weights in 3/4 memory)."),
+        gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization",
+                                                     help="Share of HBM the engine may use (vLLM default)."),
+        rps: float | None = typer.Option(None, "--rps", help="Requests (turns) per second."),
+        scale_to_rps: float | None = typer.Option(None, "--scale-to-rps",
+                                                  help="Project the measured traffic to this rate."),
+        context_tokens: float | None = typer.Option(None, "--context-tokens", help="Mean prompt tokens."),
+        new_tokens: float | None = typer.Option(None, "--new-tokens", help="Mean uncachable tokens per turn."),
+        output_tokens: float | None = typer.Option(None, "--output-tokens", help="Mean output tokens."),
+        hit_rate: float | None = typer.Option(None, "--hit-rate",
+                                              help="Share of requests whose prefix is cached (prefix-aware)."),
+        token_hit_rate: float | None = typer.Option(None, "--token-hit-rate",
+                                                    help="Token-weighted hit rate (prefix-aware)."),
+        ttft_gpus: float = typer.Option(1.0, "--ttft-gpus",
+                                        help="GPUs' worth of prefill one request gets under load."),
+        ttft_overhead_s: float = typer.Option(0.03, "--ttft-overhead-s", help="Fixed TTFT overhead (s)."),
+        decode_batch: int = typer.Option(64, "--decode-batch", help="Decode batch for the prefill share."),
+        hours_per_month: float = typer.Option(730.0, "--hours-per-month", help="Hours in a month."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    ) -> None:
+        """Prefill GPUs and $ under no reuse, round robin, prefix-aware routing and an ideal cache.
+
+        Give a run directory to measure traffic and hit rates, or flags alone for a what-if.
+        """
+        from prefixscan.cost.estimator import EstimateOptions
+        from prefixscan.cost.estimator import estimate as run_estimate
+
+        options = EstimateOptions(
+            model=model, model_config=model_config, params=parse_count(params, "--params"),
+            active_params=parse_count(active_params, "--active-params"), gpu=gpu,
+            gpu_flops=parse_count(gpu_flops, "--gpu-flops"), gpu_memory_gb=gpu_memory_gb,
+            usd_per_gpu_hour=usd_per_gpu_hour, dtype=dtype, kv_dtype=kv_dtype, mfu=mfu, linear=linear,
+            replicas=replicas, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
+            rps=rps, scale_to_rps=scale_to_rps, context_tokens=context_tokens, new_tokens=new_tokens,
+            output_tokens=output_tokens, hit_rate=hit_rate, token_hit_rate=token_hit_rate, ttft_gpus=ttft_gpus,
+            ttft_overhead_s=ttft_overhead_s, decode_batch=decode_batch, hours_per_month=hours_per_month,
+        )
+        result = run_estimate(options, run_dir)
+        if as_json:
+            typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+            return
+        from prefixscan.report.estimate_terminal import render
+
+        render(result, stdout_console())

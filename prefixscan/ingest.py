@@ -1,0 +1,192 @@
+"""Ingest: logs -> records -> tokens -> chained block hashes, collected as the requests input columns.
+
+Records stream through in batches (memory bounded by a batch plus the per-request block hashes). Every
+record read ends up either accepted or in the rejects list with its file, line and reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from prefixscan.config import AnalyzeConfig
+from prefixscan.errors import InputError, RejectError, UsageError
+from prefixscan.hashing import block_hashes, chain_ids, namespace_hash
+from prefixscan.io.readers import RawError, read_source
+from prefixscan.io.shapes import FIELDS, FORMATS, Record, RecordError, detect, normalise
+from prefixscan.io.sources import Source, expand
+from prefixscan.redact import redact_snippet
+from prefixscan.render import content_text
+from prefixscan.tokenize import load_tokenizer
+
+BATCH = 512
+TRACE_BLOCK = {"mooncake": 512, "bailian": 16}
+
+
+@dataclass
+class Ingested:
+    """Accepted requests in input order, rejects, and what the summary says about the input."""
+
+    cols: dict[str, list[Any]]
+    hashes: list[np.ndarray]
+    tokens: list[np.ndarray] | None
+    snippets: list[str]
+    rejects: list[dict[str, Any]]
+    read: int
+    sources: list[Source]
+    shapes: dict[str, str]
+    block_size: int
+    hit_rule: str
+    tokenizer_id: str
+    template_version: str
+    approximate_template: bool
+    tokenizer_stats: dict[str, Any] = field(default_factory=dict)
+
+
+COLS = ("request_id", "source_file", "source_line", "timestamp_s", "tenant", "conversation_id", "user",
+        "model", "adapter", "cache_salt", "category", "turn_index", "prompt_tokens", "head_tokens",
+        "output_tokens", "actual_cached_tokens", "namespace")
+
+
+def _user_turns(messages: list[dict[str, Any]]) -> int:
+    return sum(1 for m in messages if m.get("role") == "user")
+
+
+def _snippet(r: Record) -> str:
+    """A short redacted view of where the prompt starts, for the prefixes table."""
+    if r.messages:
+        text = " | ".join(content_text(m.get("content"))[:80] for m in r.messages[:2])
+    else:
+        text = r.prompt or ""
+    return redact_snippet(text, 96)
+
+
+def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) -> Ingested:
+    """Read every input, reject what is malformed, tokenise and hash what is not."""
+    if cfg.format not in FORMATS:
+        raise UsageError(f"unknown --format {cfg.format!r}; choose one of {', '.join(FORMATS)}")
+    bad = [k for k, _ in cfg.fields if k not in FIELDS]
+    if bad:
+        raise UsageError(f"unknown --field name(s) {', '.join(bad)}; known: {', '.join(FIELDS)}")
+    overrides = dict(cfg.fields)
+    sources = expand(list(cfg.inputs))
+    tokenizer = None
+    cols: dict[str, list[Any]] = {c: [] for c in COLS}
+    hashes: list[np.ndarray] = []
+    keep_tokens = cfg.granularity == "token"
+    tokens_out: list[np.ndarray] | None = [] if keep_tokens else None
+    snippets: list[str] = []
+    rejects: list[dict[str, Any]] = []
+    seen_ids: set[str] = set()
+    shapes: dict[str, str] = {}
+    read = 0
+    mode: str | None = None  # "tokens" or a trace name; runs cannot mix block sizes
+    bailian_roots: dict[Any, Any] = {}
+
+    def reject(src: str, line: int, reason: str, detail: str) -> None:
+        if cfg.strict:
+            raise RejectError(f"{src}:{line}: {reason}: {detail} (run without --strict to collect rejects)")
+        rejects.append({"source_file": src, "source_line": line, "reason": reason, "detail": detail})
+
+    def flush(batch: list[Record]) -> None:
+        nonlocal tokenizer
+        if not batch:
+            return
+        hashed = [r for r in batch if r.kind == "hashed"]
+        texty = [r for r in batch if r.kind != "hashed"]
+        encoded: dict[int, Any] = {}
+        if texty:
+            if tokenizer is None:
+                tokenizer = load_tokenizer(cfg.tokenizer, threads=cfg.threads)
+            for r, e in zip(texty, tokenizer.encode_batch(texty), strict=True):
+                encoded[id(r)] = e
+        for r in batch:
+            if r.kind == "hashed":
+                root = _root(cfg, r, "trace", "trace")
+                h = chain_ids(r.hash_ids or [], root)
+                n_tok = int(r.input_length or 0)
+                head = None
+                toks = None
+            else:
+                e = encoded[id(r)]
+                if isinstance(e, RecordError):
+                    reject(r.source_file, r.source_line, e.reason, e.detail)
+                    continue
+                root = _root(cfg, r, tokenizer.id, tokenizer.template_version)
+                toks = e.tokens
+                n_tok = len(toks)
+                if n_tok == 0:
+                    reject(r.source_file, r.source_line, "empty_prompt", "prompt has no tokens")
+                    continue
+                h = block_hashes(toks, cfg.block_size, root)
+                head = e.head_tokens
+            if r.request_id in seen_ids:
+                reject(r.source_file, r.source_line, "duplicate_id",
+                       f"request id {r.request_id!r} already seen; the first occurrence is kept")
+                continue
+            seen_ids.add(r.request_id)
+            if r.turn_index is None and r.messages:
+                r.turn_index = _user_turns(r.messages) - 1 if _user_turns(r.messages) else None
+            for c in COLS:
+                if c in ("prompt_tokens", "head_tokens", "namespace"):
+                    continue
+                cols[c].append(getattr(r, c))
+            cols["prompt_tokens"].append(n_tok)
+            cols["head_tokens"].append(head)
+            cols["namespace"].append(root)
+            hashes.append(h)
+            snippets.append(_snippet(r) if r.kind != "hashed" else "")
+            if tokens_out is not None:
+                tokens_out.append(toks if toks is not None else np.zeros(0, np.uint32))
+        batch.clear()
+
+    batch: list[Record] = []
+    for src in sources:
+        shape = None if cfg.format == "auto" else cfg.format
+        for line, obj in read_source(src):
+            read += 1
+            if progress is not None and read % 1000 == 0:
+                progress(read)
+            if isinstance(obj, RawError):
+                reject(src.path, line, obj.reason, obj.detail)
+                continue
+            try:
+                if shape is None:
+                    shape = detect(obj)
+                    shapes[src.path] = shape
+                rec = normalise(obj, shape, src.path, line, overrides, bailian_roots)
+            except RecordError as exc:
+                reject(src.path, line, exc.reason, exc.detail)
+                continue
+            this_mode = shape if rec.kind == "hashed" else "tokens"
+            if mode is None:
+                mode = this_mode
+            elif mode != this_mode:
+                raise InputError(f"{src.path}:{line}: cannot mix {this_mode} records with {mode} records in "
+                                 "one run (their block sizes differ); analyze them separately")
+            batch.append(rec)
+            if len(batch) >= BATCH:
+                flush(batch)
+        if shape is not None:
+            shapes.setdefault(src.path, shape)
+    flush(batch)
+    if progress is not None:
+        progress(read)
+    trace = mode in TRACE_BLOCK
+    bs = (cfg.hash_block_size or TRACE_BLOCK[mode]) if trace else cfg.block_size
+    return Ingested(
+        cols=cols, hashes=hashes, tokens=tokens_out, snippets=snippets, rejects=rejects, read=read,
+        sources=sources, shapes=shapes, block_size=bs, hit_rule="trace" if trace else "vllm",
+        tokenizer_id=tokenizer.id if tokenizer else "none",
+        template_version=tokenizer.template_version if tokenizer else "none",
+        approximate_template=bool(tokenizer and tokenizer.approximate_template),
+        tokenizer_stats=dict(vars(tokenizer.stats)) if tokenizer else {},
+    )
+
+
+def _root(cfg: AnalyzeConfig, r: Record, tokenizer_id: str, template: str) -> int:
+    tenant_salt = (r.tenant or "") if cfg.isolate_tenants else None
+    return namespace_hash(r.model, tokenizer_id, r.adapter, template, r.cache_salt, tenant_salt)

@@ -1,0 +1,1 @@
+"""Reading logs and writing run directories."""

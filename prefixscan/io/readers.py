@@ -1,0 +1,74 @@
+"""Streaming readers: yield (line or row number, raw record or error) without holding the file.
+
+JSONL is read line by line (plain or gzip); Parquet in record batches. Memory stays bounded by one batch
+whatever the file size.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from prefixscan.io.sources import Source
+
+BATCH_ROWS = 8192
+
+
+class RawError:
+    """A record that could not even be parsed; becomes a reject."""
+
+    __slots__ = ("reason", "detail")
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+
+
+def _open(path: str):  # noqa: ANN202
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
+    """Yield (1-based line number, parsed object or RawError); blank lines are skipped, not records."""
+    with _open(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield lineno, RawError("invalid_utf8", f"byte offset {exc.start} in the line")
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                yield lineno, RawError("invalid_json", str(exc)[:200])
+                continue
+            if not isinstance(obj, dict):
+                yield lineno, RawError("not_an_object", f"line holds a JSON {type(obj).__name__}")
+                continue
+            yield lineno, obj
+
+
+def read_parquet(path: str) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
+    """Yield (1-based row number, row as a dict) batch by batch."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    row = 0
+    for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+        for rec in batch.to_pylist():
+            row += 1
+            yield row, rec
+
+
+def read_source(src: Source) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
+    """Dispatch on the source kind."""
+    if src.kind == "parquet":
+        return read_parquet(src.path)
+    return read_jsonl(src.path)

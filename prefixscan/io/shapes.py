@@ -1,0 +1,275 @@
+"""Record shapes users bring, detected per file, and the mapping of their fields to one Record.
+
+Shapes: bare OpenAI chat bodies (also LiteLLM's StandardLoggingPayload), OpenAI batch input lines,
+gateway logs with `request`/`response` objects, completions (`prompt`), pre-tokenised ids, and hashed
+traces (Mooncake, Alibaba bailian). Field names were checked against each format's documentation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from prefixscan.io.timestamps import parse_timestamp
+
+FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian")
+
+# Candidate paths per field, tried in order on the unwrapped record and then on the outer record.
+FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "request_id": ("request_id", "requestId", "id", "custom_id", "litellm_call_id", "chat_id"),
+    "timestamp": ("timestamp", "startTime", "start_time", "created_at", "createdAt", "request_time",
+                  "time", "ts", "created"),
+    "tenant": ("tenant", "tenant_id", "team_id", "org_id", "organization", "metadata.tenant",
+               "metadata.user_api_key_team_id", "metadata.team_id", "metadata.user_api_key_org_id"),
+    "conversation_id": ("conversation_id", "conversationId", "session_id", "sessionId", "thread_id",
+                        "metadata.session_id", "metadata.conversation_id"),
+    "user": ("user", "user_id", "end_user", "metadata.user_api_key_user_id", "metadata.user_id"),
+    "model": ("model", "model_group", "body.model"),
+    "adapter": ("adapter", "lora", "lora_name", "lora_request"),
+    "cache_salt": ("cache_salt",),
+    "category": ("category", "type", "task_type"),
+    "turn_index": ("turn_index", "turn"),
+    "output_tokens": ("output_tokens", "completion_tokens", "output_length", "usage.completion_tokens",
+                      "response.usage.completion_tokens"),
+    "actual_cached_tokens": ("actual_cached_tokens", "num_cached_tokens", "cached_tokens",
+                             "usage.prompt_tokens_details.cached_tokens",
+                             "response.usage.prompt_tokens_details.cached_tokens"),
+}
+FIELDS = tuple(FIELD_CANDIDATES)
+
+
+class RecordError(ValueError):
+    """A record that parsed as JSON but is not a usable request."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class Record:
+    """One request, normalised; the content is one of messages / prompt / token_ids / hash_ids."""
+
+    source_file: str
+    source_line: int
+    request_id: str
+    timestamp_s: float
+    kind: str  # chat | completion | tokens | hashed
+    tenant: str | None = None
+    conversation_id: str | None = None
+    user: str | None = None
+    model: str | None = None
+    adapter: str | None = None
+    cache_salt: str | None = None
+    category: str | None = None
+    turn_index: int | None = None
+    output_tokens: int | None = None
+    actual_cached_tokens: int | None = None
+    messages: list[dict[str, Any]] | None = None
+    tools: list[Any] | None = None
+    prompt: str | None = None
+    token_ids: list[int] | None = None
+    hash_ids: list[int] | None = None
+    input_length: int | None = None
+
+
+def get_path(obj: Any, path: str) -> Any:
+    """Follow a dotted path through dicts (and JSON strings met on the way); None when absent."""
+    cur = obj
+    for part in path.split("."):
+        if isinstance(cur, str) and cur[:1] in "{[":
+            try:
+                cur = orjson.loads(cur)
+            except orjson.JSONDecodeError:
+                return None
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+        if cur is None:
+            return None
+    return cur
+
+
+def detect(obj: dict[str, Any]) -> str:
+    """Name the shape of one parsed record (the first good record of a file decides for the file)."""
+    if "hash_ids" in obj:
+        return "bailian" if "chat_id" in obj or "parent_chat_id" in obj else "mooncake"
+    if "custom_id" in obj and isinstance(obj.get("body"), (dict, str)):
+        return "openai-batch"
+    if isinstance(obj.get("request"), (dict, str)) and ("response" in obj or "messages" not in obj):
+        return "gateway"
+    if "messages" in obj:
+        return "chat"
+    if "prompt_token_ids" in obj or "token_ids" in obj:
+        return "tokens"
+    if "prompt" in obj:
+        return "completion"
+    raise RecordError("unknown_shape", "record has none of messages, prompt, prompt_token_ids, "
+                      "token_ids, hash_ids, request or body; pass --format")
+
+
+def _as_obj(value: Any, name: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise RecordError("wrong_type", f"`{name}` is a string that is not JSON") from None
+    if not isinstance(value, dict):
+        raise RecordError("wrong_type", f"`{name}` should be an object, got {type(value).__name__}")
+    return value
+
+
+def _int_or_none(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise RecordError("wrong_type", f"`{field}` should be an integer, got a boolean")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise RecordError("wrong_type", f"`{field}` is negative ({value})")
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise RecordError("wrong_type", f"`{field}` should be an integer, got {type(value).__name__}")
+
+
+def _str_or_none(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, (dict, list)):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return str(value)
+
+
+def _unwrap(obj: dict[str, Any], shape: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(body carrying the prompt, response usage holder or {}) for each wrapper shape."""
+    if shape == "openai-batch":
+        return _as_obj(obj.get("body"), "body"), {}
+    if shape == "gateway":
+        resp = obj.get("response")
+        return _as_obj(obj.get("request"), "request"), _as_obj(resp, "response") if resp else {}
+    return obj, {}
+
+
+def _check_messages(messages: Any) -> list[dict[str, Any]]:
+    if isinstance(messages, str):
+        try:
+            messages = orjson.loads(messages)
+        except orjson.JSONDecodeError:
+            raise RecordError("wrong_type", "`messages` is a string that is not JSON") from None
+    if not isinstance(messages, list):
+        raise RecordError("wrong_type", f"`messages` should be a list, got {type(messages).__name__}")
+    if not messages:
+        raise RecordError("empty_messages", "`messages` is empty")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RecordError("bad_message", f"message {i} has no string `role`")
+        c = m.get("content")
+        if c is not None and not isinstance(c, (str, list)):
+            raise RecordError("bad_message", f"message {i} content should be a string or a list of parts")
+    return messages
+
+
+def _int_list(value: Any, field: str) -> list[int]:
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise RecordError("wrong_type", f"`{field}` is a string that is not a JSON list") from None
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise RecordError("wrong_type", f"`{field}` should be a list of integers")
+    return value
+
+
+def _lookup(field: str, body: dict[str, Any], outer: dict[str, Any], extra: dict[str, Any],
+            overrides: dict[str, str]) -> Any:
+    if field in overrides:
+        return get_path(outer, overrides[field])
+    for path in FIELD_CANDIDATES[field]:
+        for holder in (body, outer, extra):
+            v = get_path(holder, path)
+            if v is not None:
+                return v
+    return None
+
+
+def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
+              overrides: dict[str, str], bailian_roots: dict[Any, Any] | None = None) -> Record:
+    """Map one parsed record of a known shape to a Record, or raise RecordError saying why not."""
+    body, resp = _unwrap(obj, shape)
+    extra = {"usage": resp.get("usage")} if resp else {}
+    if shape in ("mooncake", "bailian"):
+        hash_ids = _int_list(obj.get("hash_ids"), "hash_ids")
+        n = _int_or_none(obj.get("input_length"), "input_length")
+        if n is None:
+            raise RecordError("missing_field", "hashed trace record has no `input_length`")
+        kind, content = "hashed", {"hash_ids": hash_ids, "input_length": n}
+    elif shape in ("chat", "openai-batch", "gateway") and "messages" in body:
+        tools = body.get("tools")
+        if isinstance(tools, str):
+            tools = orjson.loads(tools) if tools.strip() else None
+        if tools is not None and not isinstance(tools, list):
+            raise RecordError("wrong_type", "`tools` should be a list")
+        kind, content = "chat", {"messages": _check_messages(body.get("messages")), "tools": tools or None}
+    elif "prompt" in body and shape in ("completion", "openai-batch", "gateway", "chat"):
+        p = body.get("prompt")
+        if isinstance(p, list) and p and all(isinstance(t, int) for t in p):
+            kind, content = "tokens", {"token_ids": p}
+        elif isinstance(p, str):
+            if not p:
+                raise RecordError("empty_prompt", "`prompt` is empty")
+            kind, content = "completion", {"prompt": p}
+        else:
+            raise RecordError("wrong_type", "`prompt` should be a string or a list of token ids")
+    elif shape == "tokens" or "prompt_token_ids" in body or "token_ids" in body:
+        key = "prompt_token_ids" if "prompt_token_ids" in body else "token_ids"
+        ids = _int_list(body.get(key), key)
+        if not ids:
+            raise RecordError("empty_prompt", f"`{key}` is empty")
+        kind, content = "tokens", {"token_ids": ids}
+    else:
+        raise RecordError("missing_field", f"a {shape} record needs `messages` (or `prompt`); found keys "
+                          f"{', '.join(sorted(body)[:8])}")
+
+    ts_raw = _lookup("timestamp", body, obj, extra, overrides)
+    if ts_raw is None:
+        raise RecordError("missing_timestamp", "no timestamp field (tried "
+                          f"{', '.join(FIELD_CANDIDATES['timestamp'][:5])}...); map one with --field timestamp=PATH")
+    try:
+        ts = parse_timestamp(ts_raw)
+        if shape == "mooncake" and "timestamp" not in overrides:
+            ts = float(ts_raw) / 1000.0  # Mooncake timestamps are relative milliseconds
+        elif shape == "bailian" and "timestamp" not in overrides:
+            ts = float(ts_raw)  # bailian timestamps are relative seconds
+    except (ValueError, TypeError) as exc:
+        raise RecordError("bad_timestamp", str(exc)) from None
+
+    rid = _lookup("request_id", body, obj, extra, overrides)
+    rec = Record(source_file=source_file, source_line=line,
+                 request_id=str(rid) if rid is not None else f"{source_file}:{line}",
+                 timestamp_s=ts, kind=kind, **content)
+    for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "category"):
+        setattr(rec, name, _str_or_none(_lookup(name, body, obj, extra, overrides)))
+    if shape == "bailian":
+        rec.category = _str_or_none(obj.get("type"))
+        rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
+    rec.turn_index = _int_or_none(_lookup("turn_index", body, obj, extra, overrides), "turn_index")
+    rec.output_tokens = _int_or_none(_lookup("output_tokens", body, obj, extra, overrides), "output_tokens")
+    rec.actual_cached_tokens = _int_or_none(
+        _lookup("actual_cached_tokens", body, obj, extra, overrides), "actual_cached_tokens")
+    return rec
+
+
+def _bailian_root(obj: dict[str, Any], roots: dict[Any, Any]) -> str | None:
+    """A bailian conversation is the chain of parent_chat_id links back to its first turn."""
+    chat, parent = obj.get("chat_id"), obj.get("parent_chat_id")
+    if chat is None:
+        return None
+    root = roots.get(parent, parent) if parent not in (None, -1, "-1", "") else chat
+    roots[chat] = root
+    return str(root)

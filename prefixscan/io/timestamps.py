@@ -1,0 +1,50 @@
+"""Timestamp parsing: ISO-8601 strings or epoch numbers in s, ms, us or ns (detected by magnitude)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+_UNITS = ((1e11, 1.0), (1e14, 1e-3), (1e17, 1e-6), (float("inf"), 1e-9))
+
+
+def epoch_number_to_seconds(value: float) -> float:
+    """Epoch seconds from a number whose unit is guessed from its size.
+
+    Values below 1e11 are seconds (up to year 5138), below 1e14 milliseconds, below 1e17 microseconds,
+    otherwise nanoseconds. Small relative values (traces that start at 0) are therefore read as seconds.
+    """
+    mag = abs(value)
+    for limit, scale in _UNITS:
+        if mag < limit:
+            return value * scale
+    return value * 1e-9  # pragma: no cover - unreachable
+
+
+def parse_timestamp(value: Any) -> float:
+    """Seconds (epoch or relative) from a log's timestamp field; raises ValueError when unparseable."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"timestamp {value!r} is not a time")
+    if isinstance(value, (int, float)):
+        if value != value:  # NaN
+            raise ValueError("timestamp is NaN")
+        return epoch_number_to_seconds(float(value))
+    if isinstance(value, datetime):
+        dt = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return dt.timestamp()
+    if isinstance(value, str):
+        s = value.strip()
+        if not s:
+            raise ValueError("timestamp is empty")
+        try:
+            return epoch_number_to_seconds(float(s))
+        except ValueError:
+            pass
+        try:
+            dt = datetime.fromisoformat(s.replace(" UTC", "+00:00"))
+        except ValueError:
+            raise ValueError(f"timestamp {s[:40]!r} is neither ISO-8601 nor an epoch number") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        return dt.timestamp()
+    raise ValueError(f"timestamp of type {type(value).__name__} is not a time")

@@ -1,0 +1,1 @@
+"""Reporters: render results objects (terminal, Markdown, HTML); they never recompute."""

@@ -1,0 +1,115 @@
+"""Terminal rendering of an AnalysisResult: answers "does this traffic repeat enough to matter?" first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _tok(n: float | None) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def headline(s: dict[str, Any]) -> str:
+    """One sentence that answers the seed's first question."""
+    tw = s["hit_rate"]["token_weighted"]
+    if s["requests"]["accepted"] == 0:
+        return "No request was accepted: nothing to measure (see the rejects table)."
+    if tw >= 0.5:
+        verdict = "repeats a lot: prefix-aware routing can matter"
+    elif tw >= 0.2:
+        verdict = "repeats moderately: worth a closer look at where reuse lives"
+    else:
+        verdict = "repeats little: a prefix-aware router would have little to capture"
+    return (f"With an ideal (unbounded) cache, {_pct(tw)} of prompt tokens are reusable "
+            f"({_tok(s['tokens']['cached'])} of {_tok(s['tokens']['prompt'])} tokens): this traffic {verdict}.")
+
+
+def _group_table(title: str, rows: dict[str, Any], limit: int = 8) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False)
+    for c in ("key", "requests", "prompt tok", "cached tok", "token-wt", "block-wt", "req mean"):
+        t.add_column(c, justify="left" if c == "key" else "right")
+    for key, r in list(rows.items())[:limit]:
+        t.add_row(str(key), f"{r['requests']:,}", _tok(r["prompt_tokens"]), _tok(r["cached_tokens"]),
+                  _pct(r["token_weighted"]), _pct(r["block_weighted"]), _pct(r["request_mean"]))
+    if len(rows) > limit:
+        t.caption = f"{len(rows) - limit} more in the summaries table"
+    return t
+
+
+def render_summary(result: Any, console: Console) -> None:
+    """Print the analysis summary."""
+    s = result.summary
+    rq = s["requests"]
+    console.print(f"[bold]prefixscan analyze[/bold]  {s['input']['files']} file(s), "
+                  f"shape {', '.join(sorted(set(s['input']['shapes'].values()))) or '-'}, "
+                  f"tokenizer {s['input']['tokenizer']}, block {s['input']['block_size']}, "
+                  f"hit rule {s['input']['hit_rule']}, granularity {s['input']['granularity']}")
+    console.print(f"records read {rq['read']:,} = accepted {rq['accepted']:,} + rejected {rq['rejected']:,}"
+                  + (f"  (rejects: {', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items()))})"
+                     if rq["rejected"] else ""))
+    console.print(f"[bold]{headline(s)}[/bold]")
+    hr = s["hit_rate"]
+    t = Table(title="Ideal-cache hit rate (three definitions)", title_justify="left", show_edge=False)
+    t.add_column("definition")
+    t.add_column("whole log", justify="right")
+    t.add_column("steady state (2nd half)", justify="right")
+    t.add_row("token-weighted (cached / prompt tokens; what vLLM counters show)", _pct(hr["token_weighted"]),
+              _pct(hr["steady_state_token_weighted"]))
+    t.add_row("block-weighted (hit blocks / all blocks)", _pct(hr["block_weighted"]),
+              _pct(hr["steady_state_block_weighted"]))
+    t.add_row("mean of per-request hit fractions (AIPerf)", _pct(hr["request_mean"]),
+              _pct(hr["steady_state_request_mean"]))
+    t.add_row("token-weighted with tenants isolated", _pct(hr["tenant_isolated_token_weighted"]), "")
+    console.print(t)
+    tk = s["tokens"]
+    console.print(f"avoidable prefill: {_tok(tk['cached'])} tokens; still computed: {_tok(tk['uncached'])}. "
+                  f"prompt length p50/p90/p99 {_tok(tk['prompt_percentiles']['p50'])}/"
+                  f"{_tok(tk['prompt_percentiles']['p90'])}/{_tok(tk['prompt_percentiles']['p99'])}, "
+                  f"cached p50/p90 {_tok(tk['cached_percentiles']['p50'])}/{_tok(tk['cached_percentiles']['p90'])}")
+    console.print(_group_table("Where reuse lives: prefix class", s["by_prefix_class"]))
+    console.print(_group_table("Hit source", s["by_hit_source"]))
+    console.print(_group_table("By tenant", s["by_tenant"]))
+    if s["by_turn"] and len(s["by_turn"]) > 1:
+        console.print(_group_table("By turn index", s["by_turn"], limit=11))
+    cap = s.get("capacity") or {}
+    if cap.get("points"):
+        need90 = cap.get("lru_tokens_for_90pct_of_ideal")
+        need50 = cap.get("lru_tokens_for_50pct_of_ideal")
+        console.print(f"capacity (one LRU cache, vLLM order): {_tok(need50)} tokens reach 50% of the ideal hit "
+                      f"rate, {_tok(need90)} reach 90%" + ("" if need90 else " (not reached on the grid)"))
+    ct = s["cross_tenant"]
+    if ct["tokens_lost_if_isolated"]:
+        console.print(f"cross-tenant: {ct['prefixes_shared']} shared prefixes; isolating tenants loses "
+                      f"{_tok(ct['tokens_lost_if_isolated'])} cached tokens "
+                      f"({_pct(hr['token_weighted'])} -> {_pct(ct['token_weighted_isolated'])})")
+    if s["top_prefixes"]:
+        tp = Table(title="Top shared prefixes (redacted)", title_justify="left", show_edge=False)
+        for c in ("#", "length", "hits", "saved", "tenants", "starts with"):
+            tp.add_column(c, justify="left" if c == "starts with" else "right")
+        for r in s["top_prefixes"]:
+            tp.add_row(str(r["rank"]), _tok(r["prefix_tokens"]), f"{r['hits']:,}", _tok(r["tokens_saved"]),
+                       str(r["tenants"]), r["snippet"] or "(hashed trace: no text)")
+        console.print(tp)
+    av = s["actual_vs_predicted"]
+    if av["requests_with_actual"]:
+        console.print(f"engine-reported cached tokens on {av['requests_with_actual']:,} requests: "
+                      f"{_tok(av['actual_cached'])} actual vs {_tok(av['predicted_cached'])} predicted; "
+                      f"{av['requests_short']:,} requests fell short of the prediction")
+    for note in s["notes"]:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    if result.run_dir:
+        console.print(f"run directory: [bold]{result.run_dir}[/bold]  (query it: prefixscan query "
+                      f"{result.run_dir} \"select * from summaries\")")

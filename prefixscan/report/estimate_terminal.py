@@ -1,0 +1,93 @@
+"""Render an EstimateResult for a terminal with rich. Rendering only: every number comes from the result."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from prefixscan.cost.estimator import EstimateResult, Scenario
+
+_LABELS = {"no_reuse": "no reuse", "round_robin": "round robin", "prefix_aware": "prefix-aware",
+           "ideal": "ideal cache"}
+
+
+def _usd(x: float) -> str:
+    if abs(x) >= 1e6:
+        return f"${x / 1e6:,.2f}M"
+    if abs(x) >= 1e3:
+        return f"${x / 1e3:,.0f}k"
+    return f"${x:,.0f}"
+
+
+def _row(s: Scenario) -> list[str]:
+    return [_LABELS.get(s.name, s.name), f"{s.hit_rate:.1%}", f"{s.hit_rate_token_weighted:.1%}",
+            f"{s.prefill_tokens_s:,.0f}", f"{s.gpus:,.1f}", _usd(s.usd_per_month)]
+
+
+def render(result: EstimateResult, console: Console) -> None:
+    """Print the summary, scenario table, TTFT, simulated policies, sensitivity and verdict."""
+    from rich.panel import Panel
+    from rich.table import Table
+
+    r, wl, m, g = result, result.workload, result.model, result.gpu
+    out = wl.output_tokens
+    console.print(
+        f"[bold]{m.name}[/] ({m.active_params / 1e9:.1f}B active) in {r.dtype} on {g.name}, MFU {r.mfu:.0%}"
+        f"{', linear FLOPs (no attention term)' if r.linear else ''}: "
+        f"{r.per_gpu_prefill_tokens_s:,.0f} prefill tok/s per GPU, ${r.usd_per_gpu_hour:.2f}/GPU-hour")
+    console.print(
+        f"Traffic ({'measured from ' + wl.source if wl.source != 'flags' else 'from flags'}): "
+        f"{wl.rps:,.4g} req/s, context {wl.context_tokens:,.0f} tokens, new {wl.new_tokens:,.0f} tokens/request"
+        + (f", output {out:,.0f} tokens" if out is not None else "")
+        + f"; {r.replicas} replicas x TP{r.tensor_parallel}")
+    if wl.ideal_hit_rate_token_weighted is not None:
+        console.print(f"Ideal-cache hit rate (token-weighted, whole log): {wl.ideal_hit_rate_token_weighted:.1%}")
+    console.print(f"KV cache: {r.kv_bytes_per_token / 1024:,.1f} KiB/token in {r.kv_dtype}, "
+                  f"{r.kv_capacity_tokens_per_replica:,} tokens per replica")
+
+    t = Table(title="Prefill GPUs by routing", title_justify="left")
+    for col in ("routing", "hit (requests)", "hit (tokens)", "prefill tok/s", "GPUs", "$/month"):
+        t.add_column(col, justify="left" if col == "routing" else "right")
+    for s in r.scenarios:
+        t.add_row(*_row(s))
+    console.print(t)
+    pa = r.scenario("prefix_aware")
+    console.print(f"Prefix-aware hit rate from: {pa.source}")
+    console.print(
+        f"[bold]Saving vs round robin: {r.scenario('round_robin').gpus - pa.gpus:,.1f} GPUs = "
+        f"{r.monthly_gpu_hours_saved:,.0f} GPU-hours = {_usd(r.monthly_savings_usd)} per month[/] "
+        f"({r.hours_per_month:g} h/month; vs no reuse {_usd(r.monthly_savings_vs_no_reuse_usd)})")
+    console.print(
+        f"TTFT under load: hit {r.ttft_hit_s:.2f} s, miss {r.ttft_miss_s:.2f} s; "
+        f"idle replica (TP{r.tensor_parallel}): hit {r.ttft_idle_hit_s:.2f} s, miss {r.ttft_idle_miss_s:.2f} s")
+    if r.prefill_share is not None:
+        console.print(f"Prefill share of GPU time under round robin: {r.prefill_share:.0%}")
+
+    if r.policies:
+        pt = Table(title="Simulated policies", title_justify="left")
+        for col in ("policy", "hit (tokens)", "GPUs", "$/month", "TTFT p50", "TTFT p95"):
+            pt.add_column(col, justify="left" if col == "policy" else "right")
+        for s in r.policies:
+            pt.add_row(s.name, f"{s.hit_rate_token_weighted:.1%}", f"{s.gpus:,.1f}", _usd(s.usd_per_month),
+                       "-" if s.ttft_p50_s is None else f"{s.ttft_p50_s:.2f} s",
+                       "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f} s")
+        console.print(pt)
+
+    st = Table(title="Sensitivity (one assumption moved at a time)", title_justify="left")
+    for col in ("assumption", "value", "prefix-aware GPUs", "saving/month"):
+        st.add_column(col, justify="left" if col == "assumption" else "right")
+    fmt = {"hit_rate": lambda v: f"{v:.0%}", "mfu": lambda v: f"{v:.0%}", "usd_per_gpu_hour": lambda v: f"${v:.2f}"}
+    names = {"hit_rate": "hit rate (requests)", "mfu": "MFU", "usd_per_gpu_hour": "$/GPU-hour"}
+    for row in r.sensitivity:
+        st.add_row(names[row.parameter], fmt[row.parameter](row.value), f"{row.gpus_prefix_aware:,.1f}",
+                   _usd(row.monthly_savings_usd))
+    console.print(st)
+
+    v = r.verdict
+    style = {True: "green", False: "red", None: "yellow"}[v.worth_it]
+    body = v.headline + "\n" + "\n".join(f"- {reason}" for reason in v.reasons)
+    console.print(Panel(body, title="Verdict", border_style=style))
+    for note in r.notes:
+        console.print(f"[dim]note: {note}[/]")

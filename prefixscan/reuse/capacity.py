@@ -1,0 +1,374 @@
+"""Hit rate of one KV cache as a function of its capacity: LRU for every capacity in one pass, plus OPT.
+
+An operator sizing KV memory wants the whole curve, not one simulation per guess. LRU has the inclusion
+property (a bigger cache always holds what a smaller one holds), so one pass computing each block's
+*stack distance* gives the hit for every capacity at once (Mattson, Gecsei, Slutz and Traiger, "Evaluation
+techniques for storage hierarchies", IBM Systems Journal 9(2), 1970). Distances are counted with a Fenwick
+tree over virtual access times. Belady's farthest-next-use rule (Belady, "A study of replacement
+algorithms for a virtual-storage computer", IBM Systems Journal 5(2), 1966) gives the optimal reference,
+computed per capacity point. Semantics, proofs and measured numbers are in `docs/capacity.md`; the slow
+reference these are tested against is `capacity_ref.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numba import njit, prange
+
+from prefixscan.hashing import HIT_RULES
+
+SCHEMA = pa.schema([
+    ("capacity_tokens", pa.int64()),
+    ("capacity_blocks", pa.int64()),
+    ("lru_hit_rate", pa.float64()),
+    ("opt_hit_rate", pa.float64()),
+    ("ideal_hit_rate", pa.float64()),
+    ("lru_hit_tokens", pa.int64()),
+    ("opt_hit_tokens", pa.int64()),
+    ("ideal_hit_tokens", pa.int64()),
+    ("total_prompt_tokens", pa.int64()),
+])
+
+
+class Prepared(NamedTuple):
+    """A request sequence reduced to what the kernels need (built once, shared by LRU and OPT)."""
+
+    offsets: np.ndarray  # int64, n_requests + 1
+    ids: np.ndarray  # int32 dense block ids (first-seen order), one per listed block
+    weights: np.ndarray  # int64 tokens each block adds to its request's hit when it matches
+    n_distinct: int
+    total_prompt_tokens: int
+
+
+@njit(cache=True)
+def _block_weights(offsets, prompt_tokens, block_size, vllm):  # pragma: no cover - compiled
+    out = np.zeros(offsets[len(offsets) - 1], np.int64)
+    for r in range(len(offsets) - 1):
+        n = prompt_tokens[r]
+        cap = (n - 1) // block_size if n > 0 else 0
+        for j in range(offsets[r + 1] - offsets[r]):
+            if vllm:
+                w = block_size if j < cap else 0
+            else:
+                w = min(max(n - j * block_size, 0), block_size)
+            out[offsets[r] + j] = w
+    return out
+
+
+def block_weights(offsets: np.ndarray, prompt_tokens: np.ndarray, block_size: int, rule: str) -> np.ndarray:
+    """Per listed block, hit_tokens(j+1) - hit_tokens(j) for its position j, so that a request's hit for
+    k matched blocks is the sum of its first k weights (and a histogram of weights gives every capacity).
+
+    "vllm": B for j < floor((n-1)/B), else 0 (the last token is always recomputed); "trace": the block's
+    true size min(B, n - jB), clipped at 0 (the partial last block counts at its size).
+    """
+    if rule not in HIT_RULES:
+        raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
+    return _block_weights(np.ascontiguousarray(offsets, dtype=np.int64),
+                          np.ascontiguousarray(prompt_tokens, dtype=np.int64), int(block_size), rule == "vllm")
+
+
+def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
+            rule: str) -> Prepared:
+    """Validate the CSR input and remap uint64 hashes to dense ids so kernels index plain arrays."""
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must be non-decreasing CSR offsets starting at 0")
+    if len(prompt_tokens) != len(offsets) - 1:
+        raise ValueError(f"{len(prompt_tokens)} prompt lengths for {len(offsets) - 1} requests")
+    if len(hashes) != offsets[-1]:
+        raise ValueError(f"offsets end at {offsets[-1]} but there are {len(hashes)} hashes")
+    # A hash table (Arrow's dictionary encoding) numbers blocks in first-seen order: ~8x faster than the
+    # sort inside np.unique on tens of millions of hashes, and deterministic.
+    encoded = pc.dictionary_encode(pa.array(np.asarray(hashes, dtype=np.uint64), type=pa.uint64()))
+    ids = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    weights = block_weights(offsets, prompt_tokens, block_size, rule)
+    return Prepared(offsets, ids, weights, len(encoded.dictionary), int(prompt_tokens.sum()))
+
+
+# ---------------------------------------------------------------- LRU: one pass, every capacity
+
+
+@njit(cache=True)
+def _lru_histograms(offsets, ids, weights, n_distinct):  # pragma: no cover - compiled
+    """Histograms over prefix-max stack distance of (hit tokens, hit blocks).
+
+    Times 1..T are virtual access times; within a request the tail gets the earliest time and the head
+    the latest (vLLM frees blocks in reverse order). The Fenwick tree marks each block's latest time, so
+    the number of distinct blocks used more recently than block b is marked - prefix(last[b]).
+    """
+    n_req = len(offsets) - 1
+    total = offsets[n_req]
+    tree = np.zeros(total + 1, np.int32)
+    last = np.zeros(n_distinct, np.int64)  # 0 = never seen
+    tok_hist = np.zeros(n_distinct + 1, np.int64)
+    blk_hist = np.zeros(n_distinct + 1, np.int64)
+    marked = 0
+    clock = 0
+    for r in range(n_req):
+        a = offsets[r]
+        b = offsets[r + 1]
+        dmax = 0
+        for p in range(a, b):  # distances before this request's own accesses are applied
+            t = last[ids[p]]
+            if t == 0:
+                break  # a new block: this and every later block of the request miss at every capacity
+            s = 0
+            i = t
+            while i > 0:
+                s += tree[i]
+                i -= i & -i
+            d = marked - s
+            if d > dmax:
+                dmax = d
+            tok_hist[dmax] += weights[p]
+            blk_hist[dmax] += 1
+        for p in range(b - 1, a - 1, -1):  # tail first, so the head ends up most recent
+            clock += 1
+            blk = ids[p]
+            t = last[blk]
+            if t == 0:
+                marked += 1
+            else:
+                i = t
+                while i <= total:
+                    tree[i] -= 1
+                    i += i & -i
+            i = clock
+            while i <= total:
+                tree[i] += 1
+                i += i & -i
+            last[blk] = clock
+    return tok_hist, blk_hist
+
+
+def lru_curves(prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
+    """(hit tokens, hit blocks) for every capacity c = 0 .. n_distinct blocks, as cumulative arrays.
+
+    A block hits at capacity c iff the largest stack distance among it and the blocks before it in its
+    request is < c, so hits(c) is the cumulative sum of the distance histogram below c. Capacities
+    beyond n_distinct hold everything: use the last element.
+    """
+    tok_hist, blk_hist = _lru_histograms(prep.offsets, prep.ids, prep.weights, prep.n_distinct)
+    zero = np.zeros(1, np.int64)
+    tok = np.concatenate([zero, np.cumsum(tok_hist[: prep.n_distinct])])
+    blk = np.concatenate([zero, np.cumsum(blk_hist[: prep.n_distinct])])
+    return tok, blk
+
+
+def lru_hit_tokens_all_capacities(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray,
+                                  block_size: int, rule: str) -> np.ndarray:
+    """Hit tokens of one LRU cache for every capacity in blocks: element c is the hit at c blocks.
+
+    Length n_distinct + 1; the last element is the infinite-cache (ideal) hit. Ask any capacity with
+    `curve[min(c, len(curve) - 1)]`, or the capacity for a target with `capacity_for_fraction`.
+    """
+    return lru_curves(prepare(offsets, hashes, prompt_tokens, block_size, rule))[0]
+
+
+def capacity_for_fraction(curve: np.ndarray, fraction: float) -> int:
+    """Smallest capacity in blocks whose LRU hit reaches `fraction` of the ideal (infinite-cache) hit."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    target = fraction * float(curve[-1])
+    return int(np.searchsorted(curve, target - 1e-9 * max(1.0, target), side="left"))
+
+
+# ---------------------------------------------------------------- OPT (Belady), per capacity
+
+
+@njit(cache=True)
+def _next_uses(offsets, ids, n_distinct):  # pragma: no cover - compiled
+    n_req = len(offsets) - 1
+    out = np.empty(len(ids), np.int64)
+    upcoming = np.full(n_distinct, n_req, np.int64)  # scanning backwards: the next request seen so far
+    for r in range(n_req - 1, -1, -1):
+        for p in range(offsets[r], offsets[r + 1]):
+            out[p] = upcoming[ids[p]]
+        for p in range(offsets[r], offsets[r + 1]):
+            upcoming[ids[p]] = r
+    return out
+
+
+def next_uses(prep: Prepared) -> np.ndarray:
+    """For each listed block, the index of the next request that lists it again (n_requests = never)."""
+    return _next_uses(prep.offsets, prep.ids, prep.n_distinct)
+
+
+@njit(cache=True)
+def _sift_down(hk, hb, n, i):  # pragma: no cover - compiled
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            return
+        if c + 1 < n and hk[c + 1] > hk[c]:
+            c += 1
+        if hk[c] <= hk[i]:
+            return
+        hk[i], hk[c] = hk[c], hk[i]
+        hb[i], hb[c] = hb[c], hb[i]
+        i = c
+
+
+@njit(cache=True)
+def _opt_one(offsets, ids, weights, nxt, n_distinct, cap, depth_mult):  # pragma: no cover - compiled
+    """(hit tokens, hit blocks) of Belady's cache with `cap` blocks; see docs/capacity.md for the rules.
+
+    key[b] = next_use * depth_mult + depth for a cached block (-1 = absent); a lazy max-heap holds
+    (key, block) entries and stale ones are skipped when popped. Blocks never used again are dropped
+    right after their request instead of being kept until evicted: they would be the first victims
+    anyway and can never hit, so hits are unchanged and the heap stays small.
+    """
+    n_req = len(offsets) - 1
+    total = offsets[n_req]
+    key = np.full(n_distinct, -1, np.int64)
+    hcap = min(2 * cap + 64, total + 1)
+    hk = np.empty(hcap, np.int64)
+    hb = np.empty(hcap, np.int64)
+    hn = 0
+    size = 0
+    tok = 0
+    blk = 0
+    for r in range(n_req):
+        a = offsets[r]
+        b = offsets[r + 1]
+        for p in range(a, b):
+            if key[ids[p]] < 0:
+                break
+            tok += weights[p]
+            blk += 1
+        h = min(b - a, cap)
+        need = 0
+        for p in range(a, a + h):
+            if key[ids[p]] < 0:
+                need += 1
+        while size + need > cap:  # the current request's blocks have the smallest keys: evicted last
+            k0 = hk[0]
+            b0 = hb[0]
+            hn -= 1
+            hk[0] = hk[hn]
+            hb[0] = hb[hn]
+            _sift_down(hk, hb, hn, 0)
+            if key[b0] == k0:
+                key[b0] = -1
+                size -= 1
+        for p in range(a, a + h):
+            bid = ids[p]
+            if nxt[p] >= n_req:
+                if key[bid] >= 0:
+                    key[bid] = -1
+                    size -= 1
+                continue
+            if key[bid] < 0:
+                size += 1
+            k = nxt[p] * depth_mult + (p - a)
+            key[bid] = k
+            if hn == hcap:  # compact: keep only live entries (at most `cap` of them), then heapify
+                m = 0
+                for q in range(hn):
+                    if key[hb[q]] == hk[q]:
+                        hk[m] = hk[q]
+                        hb[m] = hb[q]
+                        m += 1
+                hn = m
+                for q in range(hn // 2 - 1, -1, -1):
+                    _sift_down(hk, hb, hn, q)
+            i = hn
+            hk[i] = k
+            hb[i] = bid
+            hn += 1
+            while i > 0:
+                par = (i - 1) // 2
+                if hk[par] >= hk[i]:
+                    break
+                hk[i], hk[par] = hk[par], hk[i]
+                hb[i], hb[par] = hb[par], hb[i]
+                i = par
+    return tok, blk
+
+
+@njit(cache=True, parallel=True)
+def _opt_many(offsets, ids, weights, nxt, n_distinct, caps, depth_mult):  # pragma: no cover - compiled
+    tok = np.zeros(len(caps), np.int64)
+    blk = np.zeros(len(caps), np.int64)
+    for c in prange(len(caps)):
+        tok[c], blk[c] = _opt_one(offsets, ids, weights, nxt, n_distinct, caps[c], depth_mult)
+    return tok, blk
+
+
+def opt_hits(prep: Prepared, capacities_blocks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(hit tokens, hit blocks) of Belady's optimal cache at each capacity in blocks (capacities in
+    parallel threads)."""
+    caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
+    if len(caps) == 0 or len(prep.ids) == 0:
+        return np.zeros(len(caps), np.int64), np.zeros(len(caps), np.int64)
+    depth_mult = int(np.diff(prep.offsets).max()) + 1
+    nxt = next_uses(prep)
+    return _opt_many(prep.offsets, prep.ids, prep.weights, nxt, prep.n_distinct, caps, depth_mult)
+
+
+# ---------------------------------------------------------------- the table
+
+
+def default_capacities(working_set_blocks: int, block_size: int, points: int = 24) -> list[int]:
+    """A log-spaced grid of capacities in tokens, from ~1/1000 of the working set up to all of it.
+
+    The working set (distinct blocks x block size) is where LRU reaches the ideal hit, so the curve's
+    interesting part lies below it. Points are whole blocks, increasing and distinct.
+    """
+    if working_set_blocks <= 0:
+        return []
+    lo = max(1.0, working_set_blocks / 1000.0)
+    grid = np.unique(np.round(np.geomspace(lo, working_set_blocks, points)).astype(np.int64))
+    return [int(c) * block_size for c in grid]
+
+
+def _rate(hit: np.ndarray, total: int) -> np.ndarray:
+    return hit / total if total > 0 else np.zeros(len(hit), np.float64)
+
+
+def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
+                   rule: str, capacities_tokens: Sequence[int] | None = None, opt: bool = True) -> pa.Table:
+    """Token-weighted hit rate of one cache (LRU with vLLM's order, Belady's OPT, infinite) per capacity.
+
+    Requests are taken in the given (analysis) order, one at a time. A capacity in tokens holds
+    floor(tokens / block_size) blocks. Without `capacities_tokens`, a log-spaced grid up to the working
+    set is used. With `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
+    """
+    prep = prepare(offsets, hashes, prompt_tokens, block_size, rule)
+    if capacities_tokens is None:
+        capacities_tokens = default_capacities(prep.n_distinct, block_size)
+    cap_tok = np.asarray(list(capacities_tokens), dtype=np.int64)
+    if np.any(cap_tok < 0):
+        raise ValueError("capacities must be non-negative token counts")
+    cap_blk = cap_tok // block_size
+    lru_tok, _ = lru_curves(prep)
+    lru = lru_tok[np.minimum(cap_blk, prep.n_distinct)]
+    ideal_tok = int(lru_tok[-1])
+    total = prep.total_prompt_tokens
+    n = len(cap_tok)
+    if opt:
+        opt_tok = opt_hits(prep, cap_blk)[0]
+        opt_cols = [pa.array(_rate(opt_tok, total), pa.float64()), pa.array(opt_tok, pa.int64())]
+    else:
+        opt_cols = [pa.nulls(n, pa.float64()), pa.nulls(n, pa.int64())]
+    cols = [
+        pa.array(cap_tok, pa.int64()),
+        pa.array(cap_blk, pa.int64()),
+        pa.array(_rate(lru, total), pa.float64()),
+        opt_cols[0],
+        pa.array(np.full(n, ideal_tok / total if total > 0 else 0.0), pa.float64()),
+        pa.array(lru, pa.int64()),
+        opt_cols[1],
+        pa.array(np.full(n, ideal_tok, np.int64), pa.int64()),
+        pa.array(np.full(n, total, np.int64), pa.int64()),
+    ]
+    return pa.Table.from_arrays(cols, schema=SCHEMA)

@@ -1,0 +1,110 @@
+"""Options of `prefixscan simulate` as one frozen dataclass, so a replay is fully described by its config.
+
+The config is written into the run manifest (`simulate` section); together with the requests table and
+the seed it determines every simulated table byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from prefixscan.errors import UsageError
+
+KNOWLEDGE_MODES = ("exact", "delayed", "approximate")
+PREFILL_MODELS = ("cost", "preble", "coeffs")
+EVICTION_MODES = ("vllm", "radix")
+
+
+@dataclass(frozen=True)
+class ReplicaEvent:
+    """A scenario event: at `time_s`, `action` ("restart" | "add" | "remove") hits `replica`.
+
+    "add" brings up a new, cold replica (its id is the next free one and `replica` is ignored);
+    "remove" stops routing to a replica and lets it drain; "restart" wipes its unpinned cache.
+    """
+
+    time_s: float
+    action: str
+    replica: int = -1
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything the cluster replay depends on. Times are seconds of (scaled) trace time."""
+
+    replicas: int = 8
+    policies: tuple[str, ...] = ("all",)
+    # replica memory: kv_blocks wins; otherwise derived from model/gpu/dtype via prefixscan.cost
+    kv_blocks: int | None = None
+    unbounded_kv: bool = False
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100"
+    dtype: str = "bf16"
+    tensor_parallel: int = 1
+    gpu_memory_utilization: float = 0.9
+    eviction: str = "vllm"
+    # serving time
+    prefill_model: str = "cost"
+    prefill_coeffs: tuple[float, ...] = ()
+    mfu: float = 0.5
+    tpot_s: float = 0.02
+    decode_slowdown: float = 0.004
+    token_budget: int = 8192
+    max_num_seqs: int = 256
+    reserve_decode_blocks: bool = True
+    default_output_tokens: int = 128
+    # router knowledge
+    knowledge: str = "exact"
+    event_delay_s: float = 0.0
+    approx_ttl_s: float = 120.0
+    # scenarios
+    events: tuple[ReplicaEvent, ...] = ()
+    isolate_tenants: bool = False
+    rate_scale: float = 1.0
+    target_rps: float | None = None
+    warmup_s: float = 0.0
+    seed: int = 0
+    # per-policy parameter overrides: (("chwbl", "c", 1.5), ...)
+    policy_params: tuple[tuple[str, str, Any], ...] = field(default_factory=tuple)
+    decision_log: bool = True
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise UsageError(f"--replicas must be >= 1, got {self.replicas}")
+        if self.kv_blocks is not None and self.kv_blocks < 1:
+            raise UsageError(f"--kv-blocks must be >= 1, got {self.kv_blocks}")
+        if self.knowledge not in KNOWLEDGE_MODES:
+            raise UsageError(f"--knowledge must be one of {', '.join(KNOWLEDGE_MODES)}, got {self.knowledge!r}")
+        if self.prefill_model not in PREFILL_MODELS:
+            raise UsageError(
+                f"--prefill-model must be one of {', '.join(PREFILL_MODELS)}, got {self.prefill_model!r}")
+        if self.prefill_model == "coeffs" and not 1 <= len(self.prefill_coeffs) <= 5:
+            raise UsageError("--prefill-coeffs needs 1 to 5 numbers: ms = a + b*new + c*cached + d*new*cached "
+                             "+ e*new^2")
+        if self.eviction not in EVICTION_MODES:
+            raise UsageError(f"--eviction must be one of {', '.join(EVICTION_MODES)}, got {self.eviction!r}")
+        if self.event_delay_s < 0 or self.approx_ttl_s <= 0:
+            raise UsageError("--event-delay must be >= 0 and --approx-ttl > 0")
+        if self.rate_scale <= 0 or (self.target_rps is not None and self.target_rps <= 0):
+            raise UsageError("--rate-scale and --target-rps must be > 0")
+        if self.token_budget < 2 or self.max_num_seqs < 1 or self.max_num_seqs >= self.token_budget:
+            raise UsageError("need --token-budget > --max-num-seqs >= 1 (each decode uses one budget token)")
+        if self.tpot_s <= 0 or self.decode_slowdown < 0 or self.default_output_tokens < 1:
+            raise UsageError("--tpot must be > 0, --decode-slowdown >= 0, default output tokens >= 1")
+        for ev in self.events:
+            if ev.action not in ("restart", "add", "remove"):
+                raise UsageError(f"unknown replica event {ev.action!r}; use restart, add or remove")
+            if ev.action != "add" and not 0 <= ev.replica < self.replicas + len(self.events):
+                raise UsageError(f"replica event {ev.action} names replica {ev.replica}, which never exists")
+
+    def params_for(self, policy: str) -> dict[str, Any]:
+        """The overrides given for one policy (`--param chwbl.c=1.5`)."""
+        return {k: v for p, k, v in self.policy_params if p == policy}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for the manifest."""
+        d = asdict(self)
+        d["events"] = [asdict(e) for e in self.events]
+        d["policy_params"] = [list(p) for p in self.policy_params]
+        return d

@@ -1,0 +1,253 @@
+"""Event-driven replay of one routing policy over a cluster of replicas.
+
+Events: arrivals (routed on arrival by the policy), prefill completions (first token), decode
+completions (blocks released), and scenario events (restart, add, remove). Each replica runs:
+- an FCFS waiting queue; the head is admitted when the prefill lane is free, fewer than `max_num_seqs`
+  requests run, and its blocks fit (matched blocks are pinned, new ones allocated, evicting LRU free
+  blocks lazily; decode blocks are reserved up front). A head that does not fit blocks the queue until a
+  request finishes, like vLLM's FCFS scheduler;
+- one prefill at a time whose duration comes from `timing.ServingModel` at the current decode load
+  (chunked prefill shares the step token budget with running decodes);
+- decodes that run concurrently, each at the per-token time of the batch it joined.
+The cache lookup happens at admission (engine-actual cached tokens); the router's prediction happens at
+arrival from its knowledge view, so the two can differ. See docs/simulator.md for the limits.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixscan.sim.config import SimConfig
+from prefixscan.sim.knowledge import make_view
+from prefixscan.sim.kvcache import KVState
+from prefixscan.sim.policies.base import ClusterView, Policy, Req
+from prefixscan.sim.timing import ServingModel
+from prefixscan.sim.workload import Workload
+
+DECODE_DONE, PREFILL_DONE = 0, 1  # at equal times, completions free resources before later work
+
+
+@dataclass
+class Outcome:
+    """Per-request arrays (workload order) and per-replica counters of one policy's replay."""
+
+    policy: str
+    n_slots: int
+    replica: np.ndarray
+    start_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    cached_tokens: np.ndarray
+    predicted_cached: np.ndarray
+    best_cached: np.ndarray  # most cached tokens any active replica held at routing (exact)
+    routed_cached: np.ndarray  # cached tokens the chosen replica held at routing (exact)
+    prefill_s: np.ndarray
+    reason: np.ndarray  # int16 code into `reasons`
+    reasons: list[str]
+    candidates: list[tuple[int, ...]]
+    evictions: np.ndarray
+    evict_age_sum: np.ndarray
+    evict_hist: np.ndarray
+    area_outstanding: np.ndarray  # integral of in-flight requests over time, per replica
+    area_waiting: np.ndarray
+    horizon_s: float
+    oversized: int
+    knowledge: str
+    extra: dict = field(default_factory=dict)
+
+
+def _capacity(cfg: SimConfig, w: Workload) -> int:
+    if cfg.unbounded_kv:
+        return int(w.offsets[-1]) + int(w.output_tokens.sum() // max(w.block_size, 1)) + w.n + 1
+    if cfg.kv_blocks is not None:
+        return int(cfg.kv_blocks)
+    from prefixscan.sim.timing import kv_capacity_blocks
+
+    return kv_capacity_blocks(cfg.model, cfg.gpu, cfg.dtype, w.block_size, cfg.tensor_parallel,
+                              cfg.gpu_memory_utilization)
+
+
+def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, capacity: int) -> Outcome:
+    """Route every request once and serve it; returns the outcome arrays."""
+    n_add = sum(1 for e in cfg.events if e.action == "add")
+    slots = cfg.replicas + n_add
+    kv = KVState(slots, w.n_unique, capacity)
+    kmode = policy.knowledge_mode(cfg.knowledge)
+    vopts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
+    vopts.update(policy.view_options())
+    know = make_view(kmode, kv, **vopts)
+    rng = np.random.default_rng([cfg.seed, sum(map(ord, policy.name))])
+    cv = ClusterView(slots, serving, know, w, capacity, rng)
+    cv.set_active(np.arange(cfg.replicas))
+    n = w.n
+    B = w.block_size
+    replica = np.full(n, -1, dtype=np.int32)
+    start = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    cached = np.zeros(n, dtype=np.int64)
+    predicted = np.zeros(n, dtype=np.int64)
+    best = np.zeros(n, dtype=np.int64)
+    routed = np.zeros(n, dtype=np.int64)
+    pre_s = np.zeros(n, dtype=np.float64)
+    pred_s = np.zeros(n, dtype=np.float64)
+    reason = np.zeros(n, dtype=np.int16)
+    reasons: list[str] = []
+    reason_code: dict[str, int] = {}
+    cands: list[tuple[int, ...]] = [()] * n
+    # blocks each request pins: prompt blocks (truncated if a request exceeds a whole replica) + decode
+    nb = np.diff(w.offsets)
+    total = -(-(w.prompt_tokens + w.output_tokens) // B)
+    extra = np.maximum(total - nb, 0) if cfg.reserve_decode_blocks else np.zeros(n, dtype=np.int64)
+    pin_n = np.minimum(nb, capacity)
+    extra = np.minimum(extra, capacity - pin_n)
+    oversized = int((nb > capacity).sum())
+    waiting: list[deque[int]] = [deque() for _ in range(slots)]
+    lane_busy = [False] * slots
+    running = np.zeros(slots, dtype=np.int64)
+    last_t = np.zeros(slots)
+    area_out = np.zeros(slots)
+    area_wait = np.zeros(slots)
+    exact_buf = np.zeros(slots, dtype=np.int64)
+    exact_view = kmode == "exact" or (kmode == "delayed" and cfg.event_delay_s == 0)
+    heap: list[tuple[float, int, int, int, int]] = []
+    counter = 0
+    events = sorted(cfg.events, key=lambda e: e.time_s)
+    ev_i = 0
+    next_add = cfg.replicas
+
+    def account(r: int, now: float) -> None:
+        dt = now - last_t[r]
+        if dt > 0:
+            area_out[r] += dt * cv.inflight[r]
+            area_wait[r] += dt * cv.waiting[r]
+            last_t[r] = now
+
+    def try_start(r: int, now: float) -> None:
+        nonlocal counter
+        q = waiting[r]
+        if lane_busy[r] or not q or running[r] >= cfg.max_num_seqs:
+            return
+        i = q[0]
+        s = w.offsets[i]
+        blocks = w.blocks[s : s + pin_n[i]]
+        k, ne = kv.admit(r, blocks, int(extra[i]), now)
+        cv.kv_available[r] = kv.available(r)
+        if k < 0:
+            return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
+        q.popleft()
+        account(r, now)
+        cv.waiting[r] -= 1
+        cv.queued_prefill_s[r] = max(cv.queued_prefill_s[r] - pred_s[i], 0.0) if q else 0.0
+        cv.queued_blocks[r] -= int(pin_n[i] + extra[i])
+        know.on_store(r, blocks[k:], now)
+        if ne:
+            know.on_evict(r, kv.scratch[:ne], now)
+        c = w.hit_tokens(i, k)
+        cached[i] = c
+        dur = serving.prefill_s(int(w.prompt_tokens[i]) - c, c, int(cv.decoding[r]))
+        pre_s[i] = dur
+        start[i] = now
+        running[r] += 1
+        lane_busy[r] = True
+        cv.lane_until[r] = now + dur
+        counter += 1
+        heapq.heappush(heap, (now + dur, PREFILL_DONE, counter, r, i))
+
+    def route(i: int, now: float) -> None:
+        s, e = w.offsets[i], w.offsets[i + 1]
+        blocks = w.blocks[s:e]
+        req = Req(i, blocks, int(w.prompt_tokens[i]), int(w.output_tokens[i]), int(w.tenant[i]),
+                  int(w.conv_key[i]), now)
+        cv.now = now
+        kv.match_all(blocks, exact_buf)
+        if exact_view:
+            cv._match_buf[:] = exact_buf
+            cv._match_for = i
+        exact_hit = w.hit_tokens_vec(i, exact_buf)
+        d = policy.choose(req, cv)
+        r = d.replica
+        if not cv.active[r]:
+            raise RuntimeError(f"policy {policy.name} chose inactive replica {r}")
+        code = reason_code.get(d.reason)
+        if code is None:
+            code = reason_code[d.reason] = len(reasons)
+            reasons.append(d.reason)
+        replica[i], reason[i], cands[i], predicted[i] = r, code, d.candidates, d.predicted_cached_tokens
+        best[i] = int(exact_hit[cv.active_idx].max()) if len(cv.active_idx) else 0
+        routed[i] = int(exact_hit[r])
+        pred_s[i] = serving.prefill_s(req.prompt_tokens - routed[i], routed[i], int(cv.decoding[r]))
+        know.on_route(r, blocks, now)
+        account(r, now)
+        waiting[r].append(i)
+        cv.inflight[r] += 1
+        cv.waiting[r] += 1
+        cv.load_blocks[r] += int(nb[i])
+        cv.queued_prefill_s[r] += pred_s[i]
+        cv.queued_blocks[r] += int(pin_n[i] + extra[i])
+        try_start(r, now)
+
+    def scenario(ev, now: float) -> None:  # noqa: ANN001
+        nonlocal next_add
+        if ev.action == "restart":
+            r = ev.replica
+            ids = np.flatnonzero((kv.res[r] == 1) & (kv.ref[r] == 0)).astype(np.int32)
+            kv.clear_free(r)
+            cv.kv_available[r] = kv.available(r)
+            know.on_clear(r, ids, now)
+        elif ev.action == "add":
+            cv.set_active(np.append(cv.active_idx, next_add))
+            last_t[next_add] = now
+            next_add += 1
+        elif ev.action == "remove" and cv.active[ev.replica]:
+            if len(cv.active_idx) == 1:
+                return  # never remove the last replica: requests would have nowhere to go
+            cv.set_active(cv.active_idx[cv.active_idx != ev.replica])
+
+    ai = 0
+    now = 0.0
+    arrivals = w.arrival_s
+    while ai < n or heap:
+        t_arr = arrivals[ai] if ai < n else np.inf
+        t_ev = events[ev_i].time_s if ev_i < len(events) else np.inf
+        if heap and heap[0][0] <= min(t_arr, t_ev):
+            now, kind, _, r, i = heapq.heappop(heap)
+            if kind == PREFILL_DONE:
+                first[i] = now
+                lane_busy[r] = False
+                cv.decoding[r] += 1
+                counter += 1
+                heapq.heappush(heap, (now + serving.decode_s(int(w.output_tokens[i]), int(cv.decoding[r])),
+                                      DECODE_DONE, counter, r, i))
+            else:
+                finish[i] = now
+                s = w.offsets[i]
+                kv.release(r, w.blocks[s : s + pin_n[i]], int(extra[i]), now)
+                cv.kv_available[r] = kv.available(r)
+                account(r, now)
+                cv.decoding[r] -= 1
+                running[r] -= 1
+                cv.inflight[r] -= 1
+                cv.load_blocks[r] -= int(nb[i])
+            try_start(r, now)
+        elif t_ev <= t_arr:
+            now = t_ev
+            scenario(events[ev_i], now)
+            ev_i += 1
+        else:
+            now = t_arr
+            route(ai, now)
+            ai += 1
+    for r in range(slots):
+        account(r, now)
+    return Outcome(
+        policy=policy.name, n_slots=slots, replica=replica, start_s=start, first_token_s=first, finish_s=finish,
+        cached_tokens=cached, predicted_cached=predicted, best_cached=best, routed_cached=routed, prefill_s=pre_s,
+        reason=reason, reasons=reasons, candidates=cands, evictions=kv.evictions.copy(),
+        evict_age_sum=kv.evict_age_sum.copy(), evict_hist=kv.evict_hist.copy(), area_outstanding=area_out,
+        area_waiting=area_wait, horizon_s=float(now), oversized=oversized, knowledge=kmode,
+    )

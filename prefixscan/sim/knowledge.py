@@ -1,0 +1,158 @@
+"""What a router knows about each replica's cache: exact, delayed events, or its own decisions + TTL.
+
+- exact: the engine's KV events with no delay (Dynamo / llm-d precise mode): the router sees the real
+  resident set.
+- delayed: the same events delivered `delay` seconds late (BlockStored / BlockRemoved /
+  AllBlocksCleared, REFERENCE.md 1), so the view is the cache as it was `delay` seconds ago.
+- approximate: no events; the router assumes a replica holds every block it routed there in the last
+  `ttl` seconds (Dynamo `--no-kv-events`, TTL 120 s; llm-d's approximate scorer with an LRU cap; the
+  SGLang router's tree pruned to `max_blocks` every `sweep_s`). Restarts are invisible to it.
+Every view stays prefix-closed (events arrive in order; a routed request refreshes its whole chain), so
+all three match by binary search.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+from numba import njit
+
+from prefixscan.sim.kvcache import KVState, match_all
+
+
+class ExactView:
+    """The engine's own resident set."""
+
+    name = "exact"
+
+    def __init__(self, kv: KVState) -> None:
+        self.kv = kv
+
+    def match(self, blocks: np.ndarray, now: float, out: np.ndarray) -> np.ndarray:
+        match_all(self.kv.res, blocks, out)
+        return out
+
+    def advance(self, now: float) -> None:
+        """Nothing to deliver: the view is always current."""
+
+    def on_store(self, r: int, blocks: np.ndarray, now: float) -> None:
+        """Exact views read the engine state directly."""
+
+    def on_evict(self, r: int, ids: np.ndarray, now: float) -> None:
+        """Exact views read the engine state directly."""
+
+    def on_clear(self, r: int, ids: np.ndarray, now: float) -> None:
+        """Exact views read the engine state directly."""
+
+    def on_route(self, r: int, blocks: np.ndarray, now: float) -> None:
+        """Routing decisions teach an exact view nothing."""
+
+
+class DelayedView(ExactView):
+    """A copy of the resident set fed by engine events after a fixed delay."""
+
+    name = "delayed"
+
+    def __init__(self, kv: KVState, delay_s: float) -> None:
+        super().__init__(kv)
+        self.delay = delay_s
+        self.res = np.zeros_like(kv.res)
+        self.pending: deque[tuple[float, int, int, np.ndarray]] = deque()
+
+    def match(self, blocks: np.ndarray, now: float, out: np.ndarray) -> np.ndarray:
+        self.advance(now)
+        match_all(self.res, blocks, out)
+        return out
+
+    def advance(self, now: float) -> None:
+        q = self.pending
+        while q and q[0][0] <= now:
+            _, r, value, ids = q.popleft()
+            self.res[r, ids] = value
+
+    def on_store(self, r: int, blocks: np.ndarray, now: float) -> None:
+        if len(blocks):
+            self.pending.append((now + self.delay, r, 1, blocks.copy()))
+
+    def on_evict(self, r: int, ids: np.ndarray, now: float) -> None:
+        if len(ids):
+            self.pending.append((now + self.delay, r, 0, ids.copy()))
+
+    def on_clear(self, r: int, ids: np.ndarray, now: float) -> None:
+        self.on_evict(r, ids, now)
+
+
+@njit(cache=True)
+def _match_ttl(last, blocks, thresh, out):  # noqa: ANN001, ANN202
+    for r in range(last.shape[0]):
+        lo, hi = 0, len(blocks)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if last[r, blocks[mid]] > thresh:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[r] = lo
+
+
+class ApproxView(ExactView):
+    """Blocks the router itself sent to each replica, forgotten after `ttl_s` or pruned LRU-first."""
+
+    name = "approximate"
+
+    def __init__(self, kv: KVState, ttl_s: float, max_blocks: int | None = None, sweep_s: float | None = None
+                 ) -> None:
+        super().__init__(kv)
+        self.ttl = ttl_s
+        self.max_blocks = max_blocks
+        self.sweep_s = sweep_s
+        self.last = np.full(kv.res.shape, -np.inf, dtype=np.float64)
+        self.count = np.zeros(kv.res.shape[0], dtype=np.int64)  # live entries (recounted at sweeps)
+        self.next_sweep = sweep_s if sweep_s else np.inf
+
+    def match(self, blocks: np.ndarray, now: float, out: np.ndarray) -> np.ndarray:
+        self.advance(now)
+        _match_ttl(self.last, blocks, now - self.ttl, out)
+        return out
+
+    def advance(self, now: float) -> None:
+        if now < self.next_sweep:
+            return
+        while self.next_sweep <= now:
+            self.next_sweep += self.sweep_s  # type: ignore[operator]
+        for r in range(self.last.shape[0]):
+            self._sweep(r, now, self.max_blocks)
+
+    def _sweep(self, r: int, now: float, limit: int | None) -> None:
+        row = self.last[r]
+        live = row > now - self.ttl
+        n = int(live.sum())
+        if limit is not None and n > limit:
+            times = np.sort(row[live])
+            cut = times[n - limit - 1]  # drop everything at or before the cut: ties go together,
+            row[row <= cut] = -np.inf  # which keeps the view prefix-closed (parents are never older)
+            n = int((row > now - self.ttl).sum())
+        self.count[r] = n
+
+    def on_route(self, r: int, blocks: np.ndarray, now: float) -> None:
+        row = self.last[r]
+        self.count[r] += int((row[blocks] <= now - self.ttl).sum())
+        row[blocks] = now
+        if self.sweep_s is None and self.max_blocks is not None and self.count[r] > self.max_blocks:
+            self._sweep(r, now, int(self.max_blocks * 0.9))  # continuous LRU cap, amortised
+
+    def size(self, r: int) -> int:
+        return int(self.count[r])
+
+
+def make_view(kind: str, kv: KVState, delay_s: float = 0.0, ttl_s: float = 120.0, max_blocks: int | None = None,
+              sweep_s: float | None = None) -> ExactView:
+    """Build the view a policy asked for."""
+    if kind == "exact" or (kind == "delayed" and delay_s == 0):
+        return ExactView(kv)
+    if kind == "delayed":
+        return DelayedView(kv, delay_s)
+    if kind == "approximate":
+        return ApproxView(kv, ttl_s, max_blocks, sweep_s)
+    raise ValueError(f"unknown knowledge mode {kind!r}")

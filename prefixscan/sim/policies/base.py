@@ -1,0 +1,150 @@
+"""The one interface every routing policy implements, and the cluster state a router may look at.
+
+A policy sees only what a real router could: its own knowledge view of each replica's cache (exact,
+delayed or approximate, see `knowledge.py`), queue and load counters the replicas export, and the
+serving-time model for its predictions. It returns a `Decision` naming the replica plus the fields of
+the seed's routing log (candidates, predicted cached tokens, reason).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from prefixscan.errors import UsageError
+from prefixscan.sim.timing import ServingModel
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a request goes and why; `candidates` are the replicas the policy ranked, best first."""
+
+    replica: int
+    candidates: tuple[int, ...]
+    predicted_cached_tokens: int
+    reason: str
+
+
+class Req:
+    """The request as the router sees it (block ids, lengths, tenant, conversation key)."""
+
+    __slots__ = ("i", "blocks", "prompt_tokens", "output_tokens", "tenant", "conv_key", "arrival")
+
+    def __init__(self, i: int, blocks: np.ndarray, prompt_tokens: int, output_tokens: int, tenant: int,
+                 conv_key: int, arrival: float) -> None:
+        self.i, self.blocks, self.prompt_tokens, self.output_tokens = i, blocks, prompt_tokens, output_tokens
+        self.tenant, self.conv_key, self.arrival = tenant, conv_key, arrival
+
+
+class ClusterView:
+    """Live per-replica counters (numpy arrays the engine updates in place) plus cache knowledge."""
+
+    def __init__(self, n_slots: int, serving: ServingModel, knowledge: Any, workload: Any, capacity: int,
+                 rng: np.random.Generator) -> None:
+        self.n = n_slots
+        self.serving = serving
+        self.knowledge = knowledge
+        self.workload = workload
+        self.capacity = capacity
+        self.rng = rng
+        self.now = 0.0
+        self.active = np.zeros(n_slots, dtype=bool)
+        self.active_idx = np.zeros(0, dtype=np.int64)
+        self.version = 0  # bumps whenever the active set changes (rings rebuild on it)
+        self.inflight = np.zeros(n_slots, dtype=np.int64)  # routed, not finished
+        self.waiting = np.zeros(n_slots, dtype=np.int64)  # routed, prefill not started
+        self.decoding = np.zeros(n_slots, dtype=np.int64)
+        self.load_blocks = np.zeros(n_slots, dtype=np.int64)  # blocks of in-flight requests
+        self.queued_prefill_s = np.zeros(n_slots, dtype=np.float64)
+        self.lane_until = np.zeros(n_slots, dtype=np.float64)
+        self.kv_available = np.full(n_slots, capacity, dtype=np.int64)
+        self.queued_blocks = np.zeros(n_slots, dtype=np.int64)
+        self._match_buf = np.zeros(n_slots, dtype=np.int64)
+        self._match_for = -1
+
+    def set_active(self, idx: np.ndarray) -> None:
+        self.active[:] = False
+        self.active[idx] = True
+        self.active_idx = np.flatnonzero(self.active)
+        self.version += 1
+
+    def matched_blocks(self, req: Req) -> np.ndarray:
+        """Leading blocks of `req` each replica holds, as far as this router knows (cached per request)."""
+        if self._match_for != req.i:
+            self.knowledge.match(req.blocks, self.now, self._match_buf)
+            self._match_for = req.i
+        return self._match_buf
+
+    def cached_tokens(self, req: Req) -> np.ndarray:
+        """Predicted cached tokens per replica under the engine's hit rule."""
+        return self.workload.hit_tokens_vec(req.i, self.matched_blocks(req))
+
+    def backlog_s(self) -> np.ndarray:
+        """Predicted seconds until a newly queued prefill could start, per replica."""
+        return np.maximum(self.lane_until - self.now, 0.0) + self.queued_prefill_s
+
+    def predicted_ttft(self, req: Req, cached: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(queue wait, TTFT) per replica from backlog + uncached prefill at the current decode load."""
+        wait = self.backlog_s()
+        new = req.prompt_tokens - cached
+        return wait, wait + self.serving.prefill_s_vec(new, cached, self.decoding)
+
+    def argmin_active(self, values: np.ndarray) -> int:
+        """Lowest value among active replicas; ties go to the lowest id (deterministic)."""
+        idx = self.active_idx
+        return int(idx[np.argmin(values[idx])])
+
+    def ranked(self, values: np.ndarray, k: int = 3) -> tuple[int, ...]:
+        """Active replicas by ascending value (stable), first k: the decision log's candidates."""
+        idx = self.active_idx
+        order = np.argsort(values[idx], kind="stable")[:k]
+        return tuple(int(x) for x in idx[order])
+
+
+class Policy:
+    """Base class: subclasses set `name`, a frozen `Params` dataclass and implement `choose`."""
+
+    name: ClassVar[str] = "base"
+    Params: ClassVar[type] = type(None)
+    knowledge: ClassVar[str | None] = None  # None: the run's --knowledge
+
+    def __init__(self, params: Any, seed: int) -> None:
+        self.params = params
+        self.seed = seed
+
+    def knowledge_mode(self, default: str) -> str:
+        return getattr(self.params, "knowledge", None) or self.knowledge or default
+
+    def view_options(self) -> dict[str, Any]:
+        """Extra arguments for the knowledge view (TTL, size cap), from the policy's parameters."""
+        return {}
+
+    def choose(self, req: Req, view: ClusterView) -> Decision:
+        raise NotImplementedError
+
+
+def coerce_params(cls: type, overrides: dict[str, Any], policy: str) -> Any:
+    """Build a frozen Params dataclass from string/number overrides, with clear errors for typos."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, raw in overrides.items():
+        if key not in fields:
+            raise UsageError(f"policy {policy} has no parameter {key!r}; it has: {', '.join(fields) or 'none'}")
+        default = fields[key].default
+        try:
+            if isinstance(default, bool):
+                kwargs[key] = raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+            elif isinstance(default, int):
+                kwargs[key] = int(raw)
+            elif isinstance(default, float):
+                kwargs[key] = float(raw)
+            elif default is None:
+                kwargs[key] = None if str(raw).lower() in ("none", "") else float(raw)
+            else:
+                kwargs[key] = str(raw)
+        except ValueError:
+            raise UsageError(f"parameter {policy}.{key}: cannot read {raw!r} as {type(default).__name__}") from None
+    return cls(**kwargs)

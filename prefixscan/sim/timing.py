@@ -1,0 +1,117 @@
+"""Serving-time model of one replica: prefill time from new and cached tokens, decode time per token.
+
+Prefill milliseconds = a + b*new + c*cached + d*new*cached + e*new^2, a form that covers both sources:
+- "cost": FLOPs from prefixscan.cost (2*N*L + 4*layers*d_model*(L*c + L^2/2), REFERENCE.md 7) at a
+  model-FLOPs utilisation on the chosen GPU, so b = 2N/F, d = 4*layers*d_model/F, e = d/2, a = c = 0;
+- "preble": the fit measured by Preble (ICLR 2025) for Llama-3-70B on H100 (REFERENCE.md 6),
+  ms = 28.93 + 0.182*new + 0.004*context + 2.55e-6*new*context with context = cached + new;
+- "coeffs": the user's own (a, b, c, d, e) from profiling their engine.
+Decode: each output token after the first costs tpot * (1 + slowdown * (running decodes - 1)), a linear
+batching slowdown. Chunked prefill shares a per-step token budget with decodes (one token each), so a
+prefill on a replica with D running decodes proceeds at (budget - D) / budget of its solo speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from prefixscan.errors import UsageError
+
+
+@dataclass(frozen=True)
+class PrefillModel:
+    """Coefficients in milliseconds; `source` says where they came from (kept in the manifest)."""
+
+    a: float = 0.0
+    b_new: float = 0.0
+    c_cached: float = 0.0
+    d_new_cached: float = 0.0
+    e_new2: float = 0.0
+    source: str = "coeffs"
+
+    def seconds(self, new: float, cached: float) -> float:
+        if new <= 0:
+            return 0.0
+        ms = self.a + self.b_new * new + self.c_cached * cached + self.d_new_cached * new * cached \
+            + self.e_new2 * new * new
+        return max(ms, 0.0) / 1000.0
+
+    def seconds_vec(self, new: np.ndarray, cached: np.ndarray) -> np.ndarray:
+        new = np.asarray(new, dtype=np.float64)
+        cached = np.asarray(cached, dtype=np.float64)
+        ms = self.a + self.b_new * new + self.c_cached * cached + self.d_new_cached * new * cached \
+            + self.e_new2 * new * new
+        return np.where(new > 0, np.maximum(ms, 0.0) / 1000.0, 0.0)
+
+
+def preble_fit() -> PrefillModel:
+    """Preble's measured Llama-3-70B / H100 prefill time, expanded to (new, cached) terms."""
+    a, b, c, d = 28.93, 0.182, 0.004, 2.55e-6
+    # c*(cached+new) + d*new*(cached+new) = c*cached + c*new + d*new*cached + d*new^2
+    return PrefillModel(a=a, b_new=b + c, c_cached=c, d_new_cached=d, e_new2=d, source="preble-llama3-70b-h100")
+
+
+def from_coeffs(coeffs: tuple[float, ...]) -> PrefillModel:
+    """User coefficients (a, b, c, d, e) in ms; missing trailing terms are 0."""
+    vals = list(coeffs) + [0.0] * (5 - len(coeffs))
+    return PrefillModel(*[float(v) for v in vals[:5]], source="user-coeffs")
+
+
+def _cost_api():  # noqa: ANN202 - lazy import so the simulator works while prefixscan.cost evolves
+    try:
+        from prefixscan.cost import flops, gpus, models
+    except ImportError as exc:  # pragma: no cover - depends on the tree
+        raise UsageError(
+            f"the cost catalogue (prefixscan.cost) is not available ({exc}); pass --prefill-model preble "
+            "or --prefill-coeffs, and --kv-blocks"
+        ) from None
+    return flops, gpus, models
+
+
+def from_cost_model(model: str, gpu: str, dtype: str, mfu: float = 0.5, tensor_parallel: int = 1) -> PrefillModel:
+    """Compute-bound prefill coefficients for `model` on `tensor_parallel` x `gpu` at `mfu`."""
+    flops, gpus, models = _cost_api()
+    spec, g = models.get_model(model), gpus.get_gpu(gpu)
+    f = flops.effective_flops(g, dtype, mfu) * tensor_parallel
+    attn = 4.0 * spec.layers * spec.hidden_size / f * 1000.0
+    return PrefillModel(a=0.0, b_new=2.0 * spec.active_params / f * 1000.0, c_cached=0.0, d_new_cached=attn,
+                        e_new2=attn / 2.0, source=f"cost:{spec.name}/{g.name}/{dtype}/tp{tensor_parallel}/mfu{mfu}")
+
+
+def kv_capacity_blocks(model: str, gpu: str, dtype: str, block_size: int, tensor_parallel: int = 1,
+                       gpu_memory_utilization: float = 0.9) -> int:
+    """KV blocks one replica holds after weights (prefixscan.cost.flops.kv_capacity_tokens / block)."""
+    flops, gpus, models = _cost_api()
+    spec, g = models.get_model(model), gpus.get_gpu(gpu)
+    tokens = flops.kv_capacity_tokens(spec, g, flops.dtype_bytes(dtype), tensor_parallel, gpu_memory_utilization)
+    if tokens <= 0:
+        raise UsageError(f"{spec.name} weights do not fit on {tensor_parallel} x {g.name} in {dtype}; raise "
+                         "--tensor-parallel or pass --kv-blocks")
+    return max(1, tokens // block_size)
+
+
+@dataclass(frozen=True)
+class ServingModel:
+    """Prefill and decode durations on one replica given its current batch."""
+
+    prefill: PrefillModel
+    tpot_s: float = 0.02
+    decode_slowdown: float = 0.004
+    token_budget: int = 8192
+
+    def prefill_s(self, new: float, cached: float, decoding: int) -> float:
+        share = max(self.token_budget - decoding, 1) / self.token_budget
+        return self.prefill.seconds(new, cached) / share
+
+    def prefill_s_vec(self, new: np.ndarray, cached: np.ndarray, decoding: np.ndarray) -> np.ndarray:
+        share = np.maximum(self.token_budget - decoding, 1) / self.token_budget
+        return self.prefill.seconds_vec(new, cached) / share
+
+    def tpot(self, decoding: int) -> float:
+        return self.tpot_s * (1.0 + self.decode_slowdown * max(decoding - 1, 0))
+
+    def decode_s(self, output_tokens: int, decoding: int) -> float:
+        """Time from first token to last for a request joining a batch of `decoding` sequences."""
+        return max(output_tokens - 1, 0) * self.tpot(decoding)

@@ -1,0 +1,155 @@
+"""The requests table turned into flat numpy arrays the replay can index without Python objects.
+
+Block hashes become dense int32 ids (np.unique), so every replica's cache is a set of array slots and
+no per-request hashing happens during the replay. Tenant isolation salts every block with the tenant
+before the remap, so two tenants' identical prompts never share a block (like vLLM's `cache_salt`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from prefixscan.errors import UsageError
+from prefixscan.hashing import HIT_RULES
+
+REQUIRED = ("seq", "request_id", "arrival_s", "prompt_tokens", "block_hashes")
+
+
+@dataclass
+class Workload:
+    """One row per request in replay order (arrival, then seq)."""
+
+    n: int
+    request_id: np.ndarray  # object (str)
+    seq: np.ndarray  # int64
+    arrival_s: np.ndarray  # float64, after time compression
+    prompt_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    tenant: np.ndarray  # int32 code (-1 = none)
+    tenant_names: list[str]
+    conv_key: np.ndarray  # uint64: hash of the conversation id (0 = none)
+    offsets: np.ndarray  # int64, len n+1
+    blocks: np.ndarray  # int32 dense block ids, flattened
+    n_unique: int
+    block_size: int
+    hit_rule: str
+    ideal_cached: np.ndarray  # int64: unbounded single-cache hit in the same order (and salting)
+    measured: np.ndarray  # bool: outside the warm-up window
+
+    def req_blocks(self, i: int) -> np.ndarray:
+        return self.blocks[self.offsets[i] : self.offsets[i + 1]]
+
+    def hit_tokens_vec(self, i: int, k: np.ndarray) -> np.ndarray:
+        """Cached tokens of request i for matched block counts k (vectorised `hashing.hit_tokens`)."""
+        n, b = int(self.prompt_tokens[i]), self.block_size
+        k = np.asarray(k, dtype=np.int64)
+        if self.hit_rule == "vllm":
+            return np.minimum(k, max(n - 1, 0) // b) * b
+        return np.minimum(k * b, n)
+
+    def hit_tokens(self, i: int, k: int) -> int:
+        n, b = int(self.prompt_tokens[i]), self.block_size
+        if k <= 0 or n <= 0:
+            return 0
+        if self.hit_rule == "vllm":
+            return min(k, (n - 1) // b) * b
+        return min(k * b, n)
+
+
+def _mix(h: np.ndarray, salt: np.ndarray) -> np.ndarray:
+    """splitmix64-style mix of a block hash with a per-block salt (tenant)."""
+    with np.errstate(over="ignore"):
+        z = h ^ (salt * np.uint64(0x9E3779B97F4A7C15))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _string_keys(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    enc = pc.dictionary_encode(col).combine_chunks()
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    codes = np.where(enc.is_null().to_numpy(zero_copy_only=False), -1, codes).astype(np.int32)
+    return codes, [str(x) for x in enc.dictionary.to_pylist()]
+
+
+def ideal_cached_blocks(offsets: np.ndarray, blocks: np.ndarray, n_unique: int) -> np.ndarray:
+    """Leading blocks of each request already seen by an earlier one (unbounded cache, prefix-closed)."""
+    from prefixscan.sim.kvcache import ideal_match
+
+    return ideal_match(offsets, blocks, n_unique)
+
+
+def build_workload(table: pa.Table, block_size: int, hit_rule: str = "vllm", *, default_output_tokens: int = 128,
+                   isolate_tenants: bool = False, rate_scale: float = 1.0, target_rps: float | None = None,
+                   warmup_s: float = 0.0) -> Workload:
+    """Validate and flatten a requests table; apply salting, time compression and the warm-up window."""
+    missing = [c for c in REQUIRED if c not in table.column_names]
+    if missing:
+        raise UsageError(f"requests table lacks column(s) {', '.join(missing)}; re-run `prefixscan analyze`")
+    if hit_rule not in HIT_RULES:
+        raise UsageError(f"unknown hit rule {hit_rule!r} in the run manifest")
+    if block_size < 1:
+        raise UsageError(f"block size must be >= 1, got {block_size}")
+    n = table.num_rows
+    arrival = table["arrival_s"].to_numpy().astype(np.float64)
+    seq = table["seq"].to_numpy().astype(np.int64)
+    order = np.lexsort((seq, arrival))
+    table = table.take(pa.array(order))
+    arrival = arrival[order]
+    seq = seq[order]
+    if n:
+        arrival = arrival - arrival[0]
+    if target_rps is not None and n > 1 and arrival[-1] > 0:
+        rate_scale = target_rps / ((n - 1) / arrival[-1])  # compress (or stretch) to the target rate
+    arrival = arrival / rate_scale
+    prompt = table["prompt_tokens"].to_numpy().astype(np.int64)
+    if "output_tokens" in table.column_names:
+        out = table["output_tokens"].fill_null(default_output_tokens).to_numpy().astype(np.int64)
+        out = np.maximum(out, 1)
+    else:
+        out = np.full(n, default_output_tokens, dtype=np.int64)
+    if "tenant" in table.column_names:
+        tenant, tenant_names = _string_keys(table["tenant"])
+    else:
+        tenant, tenant_names = np.full(n, -1, dtype=np.int32), []
+    conv = np.zeros(n, dtype=np.uint64)
+    if "conversation_id" in table.column_names:
+        codes, names = _string_keys(table["conversation_id"])
+        keys = np.array([xxhash.xxh3_64_intdigest(s.encode()) | 1 for s in names] or [0], dtype=np.uint64)
+        conv = np.where(codes >= 0, keys[np.maximum(codes, 0)], np.uint64(0)).astype(np.uint64)
+    bh = table["block_hashes"].combine_chunks()
+    offsets = bh.offsets.to_numpy().astype(np.int64)
+    offsets = offsets - offsets[0]
+    flat = bh.values.to_numpy(zero_copy_only=False).astype(np.uint64)[: offsets[-1]] if n else np.zeros(
+        0, np.uint64)
+    if isolate_tenants and len(flat):
+        per_block = np.repeat(tenant.astype(np.int64) + 2, np.diff(offsets)).astype(np.uint64)
+        flat = _mix(flat, per_block)
+    uniq, inv = np.unique(flat, return_inverse=True)
+    blocks = inv.astype(np.int32).reshape(-1)
+    n_unique = len(uniq)
+    use_col = ("cached_tokens" in table.column_names and not isolate_tenants
+               and table["cached_tokens"].null_count == 0)
+    if use_col:
+        ideal = table["cached_tokens"].to_numpy().astype(np.int64)
+    else:
+        k = ideal_cached_blocks(offsets, blocks, n_unique)
+        ideal = _hit_vec(k, prompt, block_size, hit_rule)
+    return Workload(
+        n=n, request_id=np.asarray(table["request_id"].to_pylist(), dtype=object), seq=seq, arrival_s=arrival,
+        prompt_tokens=prompt, output_tokens=out, tenant=tenant, tenant_names=tenant_names, conv_key=conv,
+        offsets=offsets, blocks=blocks, n_unique=n_unique, block_size=block_size, hit_rule=hit_rule,
+        ideal_cached=ideal, measured=arrival >= warmup_s,
+    )
+
+
+def _hit_vec(k: np.ndarray, n: np.ndarray, b: int, rule: str) -> np.ndarray:
+    k = k.astype(np.int64)
+    if rule == "vllm":
+        return np.where((k > 0) & (n > 0), np.minimum(k, np.maximum(n - 1, 0) // b) * b, 0)
+    return np.where(k > 0, np.minimum(k * b, n), 0)

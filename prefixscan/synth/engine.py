@@ -1,0 +1,132 @@
+"""The event loop: merge new-session arrivals with pending follow-up turns, in time order, and inject
+dynamic fields.
+
+Only sessions in flight are held (a heap keyed by their next request time), so memory does not grow
+with the number of requests. All randomness comes from generators seeded from the config's seed and
+is consumed in a fixed order, so the same config yields the same plans.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Iterator
+
+from prefixscan.synth.arrivals import arrivals, calm_rate
+from prefixscan.synth.breakers import REGISTRY, BreakerSpec, Context, choose_spec, render
+from prefixscan.synth.config import SynthConfig
+from prefixscan.synth.content import Content, zipf_cum_weights
+from prefixscan.synth.plan import CONV, SHARED, UNIQUE, Field, Part, Plan
+from prefixscan.synth.scenarios import MEAN_REQUESTS, SCENARIOS, Env, pick
+from prefixscan.synth.text import tenant_name
+
+
+class Engine:
+    """Produces the Plans of one synthetic run, in arrival order."""
+
+    def __init__(self, config: SynthConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.content = Content(config.seed, config.prompt_tokens)
+        self.tenants = [tenant_name(i) for i in range(config.tenants)]
+        self.env = Env(self.content, config.model, config.prompt_tokens, config.users_per_tenant,
+                       {t: i for i, t in enumerate(self.tenants)})
+        self.names = [n for n, _ in config.scenarios]
+        self.scenario_cw = list(itertools.accumulate(w for _, w in config.scenarios))
+        self.tenant_cw = zipf_cum_weights(config.tenants, 0.7)
+        self.user_cw = zipf_cum_weights(config.users_per_tenant, 0.8)
+        self._specs: dict[str, tuple[BreakerSpec, ...]] = {}
+        self._counters: dict[str, int] = {}
+        self.epoch = config.start_epoch()
+
+    def mean_requests_per_session(self) -> float:
+        total = self.scenario_cw[-1]
+        return sum(MEAN_REQUESTS[n] * w for n, w in self.config.scenarios) / total
+
+    def plans(self) -> Iterator[Plan]:
+        """Yield `config.requests` plans in nondecreasing time order."""
+        c = self.config
+        rate = calm_rate(c.rps, self.mean_requests_per_session(), c.burst_every, c.burst_seconds,
+                         c.burst_factor)
+        stream = arrivals(random.Random(f"{c.seed}-arrivals"), rate, c.burst_every, c.burst_seconds,
+                          c.burst_factor)
+        viral_in_mix = "viral" in self.names
+        pending: list[tuple[float, int, object]] = []
+        order = itertools.count()
+        next_time, in_burst = next(stream)
+        for seq in range(c.requests):
+            if pending and pending[0][0] <= next_time:
+                t, _, session = heapq.heappop(pending)
+            else:
+                t = next_time
+                session = self._new_session(in_burst and viral_in_mix)
+                next(session)  # type: ignore[call-overload]
+                next_time, in_burst = next(stream)
+            plan: Plan = session.send(t)  # type: ignore[attr-defined]
+            if plan.next_gap is not None:
+                heapq.heappush(pending, (t + plan.next_gap, next(order), session))
+            self._inject(plan, seq)
+            yield plan
+
+    def _new_session(self, burst: bool) -> object:
+        rng = self.rng
+        f = self.config.burst_factor
+        if burst and rng.random() < (f - 1) / f:
+            name = "viral"  # the extra traffic of a burst is the viral prefix
+        else:
+            name = self.names[pick(rng, self.scenario_cw)]
+        tenant = self.tenants[pick(rng, self.tenant_cw)]
+        user = pick(rng, self.user_cw)
+        return SCENARIOS[name](self.env, rng, tenant, user)
+
+    def specs_for(self, source: str) -> tuple[BreakerSpec, ...]:
+        """The breakers a prompt source injects, fixed per source as an application would."""
+        specs = self._specs.get(source)
+        if specs is None:
+            specs = ()
+            kinds = self.config.breakers
+            r = random.Random(f"{self.config.seed}-breakers-{source}")
+            if kinds and r.random() < self.config.breaker_rate:
+                n = 2 if len(kinds) > 1 and r.random() < 0.3 else 1
+                chosen: list[BreakerSpec] = []
+                while len(chosen) < n:
+                    spec = choose_spec(r, kinds)
+                    if all(s.kind != spec.kind for s in chosen):
+                        chosen.append(spec)
+                specs = tuple(chosen)
+            self._specs[source] = specs
+        return specs
+
+    def _inject(self, plan: Plan, seq: int) -> None:
+        specs = self.specs_for(plan.source)
+        if not specs:
+            return
+        count = self._counters.get(plan.source, 0) + 1
+        self._counters[plan.source] = count
+        ctx = Context(self.epoch + plan.time, seq, self.env.tenant_indices[plan.tenant] * 100_000
+                      + plan.user_index, plan.tenant, plan.conversation_id, count, self.rng)
+        for spec in specs:
+            line, value, offset = render(spec, ctx)
+            stability = REGISTRY[spec.kind].stability
+            if spec.position == "user_tail":
+                if plan.messages[-1][0] != "user":
+                    continue  # an agent step ending in a tool result has no user tail this time
+                line, offset = "\n" + line, offset + 1
+            f = Field(spec.kind, "breaker", spec.label, value, offset, spec.form, spec.position)
+            if stability in ("user", "day"):
+                part = Part(line, ("line", line), SHARED, f)
+            elif spec.position == "user_tail" and plan.conversation_id:
+                part = Part(line, ("c", plan.conversation_id, "tail", seq), CONV, f)  # resent with history
+            elif stability == "conversation" and plan.conversation_id:
+                part = Part(line, ("c", plan.conversation_id, "line", line), CONV, f)
+            else:
+                part = Part(line, None, UNIQUE, f)
+            _, parts = plan.messages[0] if spec.position != "user_tail" else plan.messages[-1]
+            if spec.position == "top":
+                parts.insert(0, part)
+            elif spec.position == "after_intro":
+                intro = next((i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "sys"), -1)
+                parts.insert(intro + 1, part)
+            else:
+                parts.append(part)

