@@ -1,6 +1,6 @@
 """prefixscan: measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.
 
-Public API (each mirrors a CLI command): `analyze()`, `load_run()`.
+Public API (each mirrors a CLI command): `analyze()`, `estimate()`, `load_run()`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,18 @@ __version__ = "0.1.0"
 
 
 def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: ANN201 - lazy import
-    """Analyse logs; see `prefixscan.analyze.analyze`."""
-    from prefixscan.analyze import analyze as _analyze
+    """Analyse logs; see `prefixscan.analysis.analyze`."""
+    from prefixscan.analysis import analyze as _analyze
 
     return _analyze(*inputs, output=output, **options)
+
+
+def estimate(run_dir: str | None = None, **options: Any):  # noqa: ANN201
+    """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`."""
+    from prefixscan.cost.estimator import EstimateOptions
+    from prefixscan.cost.estimator import estimate as _estimate
+
+    return _estimate(EstimateOptions(**options), run_dir=run_dir)
 
 
 def load_run(path: str):  # noqa: ANN201
@@ -24,4 +32,4 @@ def load_run(path: str):  # noqa: ANN201
     return _load(path)
 
 
-__all__ = ["__version__", "analyze", "load_run"]
+__all__ = ["__version__", "analyze", "estimate", "load_run"]

@@ -95,7 +95,6 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) ->
         nonlocal tokenizer
         if not batch:
             return
-        hashed = [r for r in batch if r.kind == "hashed"]
         texty = [r for r in batch if r.kind != "hashed"]
         encoded: dict[int, Any] = {}
         if texty:

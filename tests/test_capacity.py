@@ -87,7 +87,7 @@ def test_lru_one_pass_equals_reference_at_every_capacity(trace: tuple) -> None:
     assert tok[-1] == ideal_hit_tokens_ref(offsets, hashes, prompts, bs, rule)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(traces())
 def test_opt_equals_reference_and_bounds_lru(trace: tuple) -> None:
     offsets, hashes, prompts, bs, rule = trace

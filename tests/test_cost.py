@@ -58,8 +58,9 @@ def test_sliding_window_layers_do_not_grow_kv():
 def test_catalogue_has_the_required_models():
     names = {m.name for m in list_models()}
     assert len(names) >= 10
-    for required in ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-32b",
-                     "qwen3-235b-a22b", "mistral-7b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-120b", "gpt-oss-20b"):
+    for required in ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-7b", "qwen2.5-72b",
+                     "qwen3-32b", "qwen3-235b-a22b", "mistral-7b", "mixtral-8x7b", "deepseek-v3",
+                     "gpt-oss-120b", "gpt-oss-20b"):
         assert required in names
     for m in list_models():
         assert 0 < m.active_params <= m.total_params
@@ -120,10 +121,11 @@ def test_load_hf_config_mixtral(tmp_path):
 
 
 def test_load_hf_config_deepseek_mla(tmp_path):
-    cfg = {"num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
-           "vocab_size": 129280, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-           "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-           "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3}
+    cfg = {"num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
+           "num_key_value_heads": 128, "vocab_size": 129280, "q_lora_rank": 1536, "kv_lora_rank": 512,
+           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432,
+           "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+           "num_experts_per_tok": 8, "first_k_dense_replace": 3}
     m = load_hf_config(_write_config(tmp_path, cfg))
     assert m.kv_layout == "mla"
     assert m.kv_bytes_per_token(2) == get_model("deepseek-v3").kv_bytes_per_token(2)
@@ -255,7 +257,8 @@ def test_overrides_apply():
 
 def test_sensitivity_is_monotone():
     r = estimate(WORKED)
-    rows = {p: [x for x in r.sensitivity if x.parameter == p] for p in ("hit_rate", "mfu", "usd_per_gpu_hour")}
+    params = ("hit_rate", "mfu", "usd_per_gpu_hour")
+    rows = {p: [x for x in r.sensitivity if x.parameter == p] for p in params}
     for p, rs in rows.items():
         assert len(rs) >= 3, p
     assert [x.gpus_prefix_aware for x in rows["hit_rate"]] == sorted(
@@ -299,9 +302,10 @@ def test_verdict_rules():
     assert decide(**{**ok, "prefill_share": None}).worth_it is None
 
 
-@pytest.mark.parametrize("policy,router", [("cache_aware", "SGLang"), ("dynamo_kv", "Dynamo"),
-                                           ("llm_d_precise", "llm-d"), ("bounded_consistent_hash", "bounded"),
-                                           (None, "SGLang")])
+@pytest.mark.parametrize("policy,router", [("sglang_cache_aware", "SGLang"), ("dynamo_kv", "Dynamo"),
+                                           ("cost_based", "Dynamo"), ("llmd_weighted", "llm-d"),
+                                           ("chwbl", "bounded"), ("prefix_hash", "bounded"),
+                                           ("preble_e2", "Preble"), (None, "SGLang")])
 def test_router_for_policy(policy, router):
     assert router in router_for_policy(policy)
 
@@ -314,7 +318,7 @@ def make_run(tmp_path, *, capacity=False, policies=False, n=101, span=100.0, rep
     run.mkdir()
     manifest = {"format_version": 1, "command": "test"}
     if replicas:
-        manifest["simulate"] = {"replicas": replicas}
+        manifest["simulate"] = {"config": {"replicas": replicas}}
     (run / "manifest.json").write_text(json.dumps(manifest))
     pq.write_table(pa.table({
         "arrival_s": [span * i / (n - 1) for i in range(n)],
@@ -323,8 +327,9 @@ def make_run(tmp_path, *, capacity=False, policies=False, n=101, span=100.0, rep
         "output_tokens": [200] * (n - 1) + [None],
     }), run / "requests.parquet")
     if capacity:
-        pq.write_table(pa.table({"capacity_tokens": [0, 1_000_000, 2_000_000], "lru_hit_rate": [0.0, 0.3, 0.6],
-                                 "opt_hit_rate": [0.0, 0.5, 0.7], "ideal_hit_rate": [0.75] * 3}),
+        pq.write_table(pa.table({"capacity_tokens": [0, 1_000_000, 2_000_000],
+                                 "lru_hit_rate": [0.0, 0.3, 0.6], "opt_hit_rate": [0.0, 0.5, 0.7],
+                                 "ideal_hit_rate": [0.75] * 3}),
                        run / "capacity_curve.parquet")
     if policies:
         pq.write_table(pa.table({"policy": ["round_robin", "cache_aware", "dynamo_kv"],
@@ -375,6 +380,25 @@ def test_run_estimates_every_simulated_policy(tmp_path):
     assert by["cache_aware"] < by["dynamo_kv"] < by["round_robin"]
 
 
+def test_oracle_and_baselines_are_priced_but_never_best(tmp_path):
+    run = make_run(tmp_path)
+    pq.write_table(pa.table({"policy": ["round_robin", "oracle", "least_loaded", "llmd_weighted"],
+                             "hit_rate_token_weighted": [0.05, 0.74, 0.1, 0.5],
+                             "ttft_p50_s": [None, None, None, None], "ttft_p95_s": [None, None, None, None]},
+                            schema=pa.schema([("policy", pa.string()),
+                                              ("hit_rate_token_weighted", pa.float64()),
+                                              ("ttft_p50_s", pa.float64()), ("ttft_p95_s", pa.float64())])),
+                   run / "sim_policies.parquet")
+    r = estimate(RUN_OPTS, run)
+    assert len(r.policies) == 4
+    nulls = pa.table({"policy": ["x"], "hit_rate_token_weighted": pa.array([None], pa.float64()),
+                      "ttft_p50_s": [0.1], "ttft_p95_s": [0.2]})
+    pq.write_table(nulls, run / "sim_policies.parquet")
+    assert estimate(RUN_OPTS, run).policies == ()
+    assert r.scenario("prefix_aware").source == "best simulated policy llmd_weighted"
+    assert "llm-d" in r.verdict.router
+
+
 def test_run_scale_to_rps_and_manifest_replicas(tmp_path):
     import dataclasses
 
@@ -394,6 +418,16 @@ def test_run_with_one_arrival_instant_needs_rps(tmp_path):
     with pytest.raises(UsageError, match="--rps"):
         estimate(RUN_OPTS, run)
     assert estimate(dataclasses.replace(RUN_OPTS, rps=5.0), run).workload.rps == 5.0
+
+
+def test_empty_prompts_are_a_clear_error(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text("{}")
+    pq.write_table(pa.table({"arrival_s": [0.0, 1.0], "prompt_tokens": [0, 0], "cached_tokens": [0, 0]}),
+                   run / "requests.parquet")
+    with pytest.raises(UsageError, match="nothing to prefill"):
+        estimate(RUN_OPTS, run)
 
 
 def test_no_prefix_aware_gain_when_nothing_repeats(tmp_path):

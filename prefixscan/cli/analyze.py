@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
 
         Example: prefixscan analyze sample_logs/chat.jsonl -o runs/demo
         """
-        from prefixscan.analyze import run_analysis
+        from prefixscan.analysis import run_analysis
         from prefixscan.config import AnalyzeConfig
 
         cfg = AnalyzeConfig(
@@ -88,8 +88,7 @@ def register(app: typer.Typer) -> None:
 
                 render_summary(result, stderr_console(False))
         else:
-            from prefixscan.report.analyze_terminal import render_summary
-
             from prefixscan.cli.common import stdout_console
+            from prefixscan.report.analyze_terminal import render_summary
 
             render_summary(result, stdout_console())

@@ -25,22 +25,27 @@ COMMAND_MODULES = [
     "estimate",
     "query",
     "synth",
+    "simulate",
 ]
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"prefixscan.cli.{_name}").register(app)
 
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-) -> None:
-    """prefixscan: how much prefill repeats in your logs, what breaks it, and what routing would capture."""
-    if version:
+def _version(value: bool) -> None:
+    if value:
         from prefixscan import __version__
 
         typer.echo(__version__)
         raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                 callback=_version),
+) -> None:
+    """prefixscan: how much prefill repeats in your logs, what breaks it, and what routing would capture."""
 
 
 def main() -> None:

@@ -17,11 +17,12 @@ from prefixscan.cost import flops as F
 from prefixscan.cost.gpus import GpuSpec, get_gpu
 from prefixscan.cost.measure import MeasuredWorkload, measure_run
 from prefixscan.cost.models import ModelSpec, get_model, load_hf_config, override
-from prefixscan.cost.verdict import Verdict, decide
+from prefixscan.cost.verdict import Verdict, adoptable, decide
 from prefixscan.errors import UsageError
 
 HOURS_PER_MONTH = 730.0  # 8,760 h / 12
-TTFT_OVERHEAD_S = 0.03  # Preble's fitted prefill-time intercept for Llama-3-70B on H100: 28.93 ms (REFERENCE 6)
+# Fixed TTFT overhead: Preble's fitted prefill-time intercept, Llama-3-70B on H100, is 28.93 ms (REFERENCE 6).
+TTFT_OVERHEAD_S = 0.03
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,8 @@ def _fraction(name: str, value: float | None) -> None:
 
 
 def _validate(o: EstimateOptions) -> None:
-    for name, v in [("--params", o.params), ("--active-params", o.active_params), ("--gpu-flops", o.gpu_flops),
+    for name, v in [("--params", o.params), ("--active-params", o.active_params),
+                    ("--gpu-flops", o.gpu_flops),
                     ("--gpu-memory-gb", o.gpu_memory_gb), ("--usd-per-gpu-hour", o.usd_per_gpu_hour),
                     ("--replicas", o.replicas), ("--tensor-parallel", o.tensor_parallel), ("--rps", o.rps),
                     ("--scale-to-rps", o.scale_to_rps), ("--context-tokens", o.context_tokens),
@@ -221,11 +223,14 @@ def _workload(o: EstimateOptions, m: MeasuredWorkload | None, source: str) -> Wo
     rps = o.scale_to_rps or o.rps or (m.rps if m else None)
     context = o.context_tokens or (m.context_tokens if m else None)
     new = o.new_tokens if o.new_tokens is not None else (m.new_tokens if m else None)
-    missing = [f for f, v in [("--rps", rps), ("--context-tokens", context), ("--new-tokens", new)] if v is None]
+    given = [("--rps", rps), ("--context-tokens", context), ("--new-tokens", new)]
+    missing = [f for f, v in given if v is None]
     if missing:
         raise UsageError(f"without a run directory pass {', '.join(missing)} (or give RUN_DIR)")
     if rps != rps:  # NaN: all arrivals at one instant
         raise UsageError("cannot measure a request rate: all requests share one arrival time; pass --rps")
+    if context <= 0:
+        raise UsageError(f"mean context is {context:g} tokens; nothing to prefill (check the requests table)")
     if new > context:
         raise UsageError(f"--new-tokens ({new:g}) cannot exceed --context-tokens ({context:g})")
     output = o.output_tokens if o.output_tokens is not None else (m.output_tokens if m else None)
@@ -279,11 +284,15 @@ def estimate(options: EstimateOptions, run_dir: str | os.PathLike[str] | None = 
     kv_cap = F.kv_capacity_tokens(model, gpu, kvbytes, tp, o.gpu_memory_utilization, wbytes)
     calc = _Calc(wl, model, gpu, o.dtype, o.mfu, o.linear, o.hours_per_month)
     notes: list[str] = []
+    if measured and measured.policies and measured.replicas and replicas != measured.replicas:
+        notes.append(f"policies were simulated on {measured.replicas} replicas but --replicas is {replicas}; "
+                     "their hit rates are used as simulated")
     if kv_cap == 0:
         notes.append(f"the weights do not fit on {tp} x {gpu.name} at this dtype; raise --tensor-parallel")
     if o.scale_to_rps and measured is not None:
-        notes.append(f"rate scaled from measured {measured.rps:.3g} req/s to {o.scale_to_rps:g} req/s; hit rates "
-                     "are assumed unchanged (more traffic usually means more reuse, so this is conservative)")
+        notes.append(f"rate scaled from measured {measured.rps:.3g} req/s to {o.scale_to_rps:g} req/s; "
+                     "hit rates are assumed unchanged (more traffic usually means more reuse, "
+                     "so this is conservative)")
 
     policies = _policy_scenarios(calc, measured)
     pa_h, pa_source, best_policy = _prefix_aware_hit(o, calc, measured, policies, kv_cap, notes)
@@ -307,8 +316,8 @@ def estimate(options: EstimateOptions, run_dir: str | os.PathLike[str] | None = 
     idle_hit_s, idle_miss_s = ttft(float(tp))
     share = None
     if wl.output_tokens is not None:
-        per_tok = F.decode_gpu_seconds_per_token(model, gpu, o.dtype, wl.context_tokens + wl.output_tokens / 2,
-                                                 kvbytes, o.decode_batch, o.mfu)
+        mean_kv = wl.context_tokens + wl.output_tokens / 2  # KV read per step, averaged over the output
+        per_tok = F.decode_gpu_seconds_per_token(model, gpu, o.dtype, mean_kv, kvbytes, o.decode_batch, o.mfu)
         decode_gpus = wl.rps * wl.output_tokens * per_tok
         share = rr.gpus / (rr.gpus + decode_gpus) if rr.gpus + decode_gpus > 0 else None
     repetition_measured = measured is not None
@@ -344,8 +353,11 @@ def _policy_scenarios(calc: _Calc, m: MeasuredWorkload | None) -> tuple[Scenario
 def _prefix_aware_hit(o: EstimateOptions, calc: _Calc, m: MeasuredWorkload | None,
                       policies: tuple[Scenario, ...], kv_cap: int, notes: list[str]
                       ) -> tuple[float, str, str | None]:
-    """Hit probability for the prefix-aware scenario: flag > best simulated policy > LRU curve > ideal."""
-    best = max(policies, key=lambda s: s.hit_rate, default=None)
+    """Hit probability for the prefix-aware scenario: flag > best simulated policy > LRU curve > ideal.
+
+    Only adoptable policies compete for "best": baselines and the oracle upper bound are priced but skipped.
+    """
+    best = max((p for p in policies if adoptable(p.name)), key=lambda s: s.hit_rate, default=None)
     best_name = best.name if best is not None else None
     if o.hit_rate is not None:
         return o.hit_rate, "--hit-rate", best_name

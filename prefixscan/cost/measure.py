@@ -92,10 +92,15 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
     if run.has("sim_policies"):
         sp = run.table("sim_policies").to_pylist()
         for row in sp:
+            if row.get("hit_rate_token_weighted") is None:  # a policy that served no prompt tokens
+                continue
             policies.append(PolicyHit(str(row["policy"]), float(row["hit_rate_token_weighted"]),
                                       _opt(row.get("ttft_p50_s")), _opt(row.get("ttft_p95_s"))))
     sim = run.manifest.get("simulate") or {}
-    replicas = sim.get("replicas") if isinstance(sim, dict) else None
+    # `prefixscan simulate` records its config under manifest["simulate"]["config"].
+    cfg = sim.get("config") if isinstance(sim, dict) else None
+    replicas = (sim.get("replicas") if isinstance(sim, dict) else None) or (
+        cfg.get("replicas") if isinstance(cfg, dict) else None)
     return MeasuredWorkload(
         requests=n, span_s=span, rps=rps, context_tokens=sum_prompt / n,
         new_tokens=(sum_prompt - sum_cached) / n,

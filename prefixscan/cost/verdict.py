@@ -40,18 +40,29 @@ class Verdict:
                 "router": self.router, "router_policy": self.router_policy}
 
 
+# Simulated policies that are baselines or bounds, not routers one could adopt (prefixscan.sim.policies).
+NOT_ADOPTABLE = ("round_robin", "random", "least_loaded", "oracle")
+
+
+def adoptable(policy: str) -> bool:
+    """False for baselines (round robin, random, least loaded) and the oracle upper bound."""
+    p = policy.lower().replace("-", "_")
+    return not any(p == k or p.startswith(k) for k in NOT_ADOPTABLE)
+
+
 def router_for_policy(policy: str | None) -> str:
     """The open-source router whose routing rule matches a simulated policy's name."""
     p = (policy or "").lower().replace("-", "_")
-    if any(k in p for k in ("dynamo", "kv_router", "kv_aware", "overlap")):
+    # cost_based is the seeds' overlap x w - load x v rule, which is Dynamo's cost shape.
+    if any(k in p for k in ("dynamo", "kv_router", "kv_aware", "overlap", "cost_based")):
         return ROUTERS["dynamo"]
     if any(k in p for k in ("llm_d", "llmd", "precise", "scorer", "gie", "epp")):
         return ROUTERS["llm-d"]
-    if any(k in p for k in ("bounded", "chwbl", "consistent")):
+    if any(k in p for k in ("bounded", "chwbl", "consistent", "prefix_hash", "session_affinity")):
         return ROUTERS["chwbl"]
-    if "preble" in p or "e2" == p:
+    if "preble" in p:
         return ROUTERS["preble"]
-    return ROUTERS["sglang"]  # cache_aware, radix, prefix_aware, longest_match, or no simulation
+    return ROUTERS["sglang"]  # sglang_cache_aware, radix-style policies, or no simulation
 
 
 def decide(*, repetition_measured: bool, ideal_hit_rate: float | None, replicas: int,
@@ -73,7 +84,8 @@ def decide(*, repetition_measured: bool, ideal_hit_rate: float | None, replicas:
         failed.append(f"only {replicas} replicas: round robin already lands on the warm replica about "
                       f"1 time in {replicas}, and routing by prefix risks hot spots for little gain")
     else:
-        passed.append(f"{replicas} replicas: round robin finds the warm replica only ~1/{replicas} of the time")
+        passed.append(f"{replicas} replicas: round robin finds the warm replica only ~1/{replicas} "
+                      "of the time")
     if prefill_share is None:
         unknown.append("prefill share of GPU time unknown (pass --output-tokens to estimate decode time)")
     elif prefill_share < MIN_PREFILL_SHARE:
@@ -93,6 +105,7 @@ def decide(*, repetition_measured: bool, ideal_hit_rate: float | None, replicas:
                        router, best_policy)
     adopt = f"Adopt {router} rather than building a router."
     if unknown:
-        return Verdict(None, f"Likely worth it if the {len(unknown)} unchecked condition(s) below hold. {adopt}",
+        headline = f"Likely worth it if the {len(unknown)} unchecked condition(s) below hold. {adopt}"
+        return Verdict(None, headline,
                        tuple(passed + unknown), router, best_policy)
     return Verdict(True, f"Worth it. {adopt}", tuple(passed), router, best_policy)

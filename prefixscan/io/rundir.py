@@ -66,7 +66,8 @@ def read_manifest(run: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(run) / MANIFEST
     if not path.exists():
         raise RunDirError(
-            f"{run} is not a prefixscan run directory (no {MANIFEST}); create one with `prefixscan analyze LOGS -o {run}`"
+            f"{run} is not a prefixscan run directory (no {MANIFEST}); "
+            f"create one with `prefixscan analyze LOGS -o {run}`"
         )
     return json.loads(path.read_text())
 

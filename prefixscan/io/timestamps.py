@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 _UNITS = ((1e11, 1.0), (1e14, 1e-3), (1e17, 1e-6), (float("inf"), 1e-9))
@@ -30,7 +30,7 @@ def parse_timestamp(value: Any) -> float:
             raise ValueError("timestamp is NaN")
         return epoch_number_to_seconds(float(value))
     if isinstance(value, datetime):
-        dt = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        dt = value if value.tzinfo else value.replace(tzinfo=UTC)
         return dt.timestamp()
     if isinstance(value, str):
         s = value.strip()
@@ -45,6 +45,6 @@ def parse_timestamp(value: Any) -> float:
         except ValueError:
             raise ValueError(f"timestamp {s[:40]!r} is neither ISO-8601 nor an epoch number") from None
         if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
+            dt = dt.replace(tzinfo=UTC)
         return dt.timestamp()
     raise ValueError(f"timestamp of type {type(value).__name__} is not a time")

@@ -39,11 +39,13 @@ def render(result: EstimateResult, console: Console) -> None:
         f"{r.per_gpu_prefill_tokens_s:,.0f} prefill tok/s per GPU, ${r.usd_per_gpu_hour:.2f}/GPU-hour")
     console.print(
         f"Traffic ({'measured from ' + wl.source if wl.source != 'flags' else 'from flags'}): "
-        f"{wl.rps:,.4g} req/s, context {wl.context_tokens:,.0f} tokens, new {wl.new_tokens:,.0f} tokens/request"
+        f"{wl.rps:,.4g} req/s, context {wl.context_tokens:,.0f} tokens, "
+        f"new {wl.new_tokens:,.0f} tokens/request"
         + (f", output {out:,.0f} tokens" if out is not None else "")
         + f"; {r.replicas} replicas x TP{r.tensor_parallel}")
     if wl.ideal_hit_rate_token_weighted is not None:
-        console.print(f"Ideal-cache hit rate (token-weighted, whole log): {wl.ideal_hit_rate_token_weighted:.1%}")
+        console.print("Ideal-cache hit rate (token-weighted, whole log): "
+                      f"{wl.ideal_hit_rate_token_weighted:.1%}")
     console.print(f"KV cache: {r.kv_bytes_per_token / 1024:,.1f} KiB/token in {r.kv_dtype}, "
                   f"{r.kv_capacity_tokens_per_replica:,} tokens per replica")
 
@@ -61,7 +63,8 @@ def render(result: EstimateResult, console: Console) -> None:
         f"({r.hours_per_month:g} h/month; vs no reuse {_usd(r.monthly_savings_vs_no_reuse_usd)})")
     console.print(
         f"TTFT under load: hit {r.ttft_hit_s:.2f} s, miss {r.ttft_miss_s:.2f} s; "
-        f"idle replica (TP{r.tensor_parallel}): hit {r.ttft_idle_hit_s:.2f} s, miss {r.ttft_idle_miss_s:.2f} s")
+        f"idle replica (TP{r.tensor_parallel}): hit {r.ttft_idle_hit_s:.2f} s, "
+        f"miss {r.ttft_idle_miss_s:.2f} s")
     if r.prefill_share is not None:
         console.print(f"Prefill share of GPU time under round robin: {r.prefill_share:.0%}")
 
@@ -78,7 +81,8 @@ def render(result: EstimateResult, console: Console) -> None:
     st = Table(title="Sensitivity (one assumption moved at a time)", title_justify="left")
     for col in ("assumption", "value", "prefix-aware GPUs", "saving/month"):
         st.add_column(col, justify="left" if col == "assumption" else "right")
-    fmt = {"hit_rate": lambda v: f"{v:.0%}", "mfu": lambda v: f"{v:.0%}", "usd_per_gpu_hour": lambda v: f"${v:.2f}"}
+    fmt = {"hit_rate": lambda v: f"{v:.0%}", "mfu": lambda v: f"{v:.0%}",
+           "usd_per_gpu_hour": lambda v: f"${v:.2f}"}
     names = {"hit_rate": "hit rate (requests)", "mfu": "MFU", "usd_per_gpu_hour": "$/GPU-hour"}
     for row in r.sensitivity:
         st.add_row(names[row.parameter], fmt[row.parameter](row.value), f"{row.gpus_prefix_aware:,.1f}",

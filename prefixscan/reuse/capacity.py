@@ -69,8 +69,9 @@ def block_weights(offsets: np.ndarray, prompt_tokens: np.ndarray, block_size: in
     """
     if rule not in HIT_RULES:
         raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
-    return _block_weights(np.ascontiguousarray(offsets, dtype=np.int64),
-                          np.ascontiguousarray(prompt_tokens, dtype=np.int64), int(block_size), rule == "vllm")
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    prompt_tokens = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
+    return _block_weights(offsets, prompt_tokens, int(block_size), rule == "vllm")
 
 
 def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,

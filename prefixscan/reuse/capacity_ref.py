@@ -79,10 +79,11 @@ def opt_hit_tokens_ref(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: n
     """
     reqs = _requests(offsets, hashes)
     n_req = len(reqs)
+    members = [set(blocks) for blocks in reqs]
 
     def next_use(b: int, start: int) -> int:
         for r in range(start, n_req):
-            if b in reqs[r]:
+            if b in members[r]:
                 return r
         return n_req  # never again
 

@@ -187,6 +187,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         cv.inflight[r] += 1
         cv.waiting[r] += 1
         cv.load_blocks[r] += int(nb[i])
+        cv.inflight_output[r] += int(w.output_tokens[i])
         cv.queued_prefill_s[r] += pred_s[i]
         cv.queued_blocks[r] += int(pin_n[i] + extra[i])
         try_start(r, now)
@@ -233,6 +234,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 running[r] -= 1
                 cv.inflight[r] -= 1
                 cv.load_blocks[r] -= int(nb[i])
+                cv.inflight_output[r] -= int(w.output_tokens[i])
             try_start(r, now)
         elif t_ev <= t_arr:
             now = t_ev
@@ -250,4 +252,5 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         reason=reason, reasons=reasons, candidates=cands, evictions=kv.evictions.copy(),
         evict_age_sum=kv.evict_age_sum.copy(), evict_hist=kv.evict_hist.copy(), area_outstanding=area_out,
         area_waiting=area_wait, horizon_s=float(now), oversized=oversized, knowledge=kmode,
+        extra=dict(getattr(policy, "stats", {})),
     )

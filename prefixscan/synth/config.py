@@ -33,9 +33,9 @@ class SynthConfig:
     start: str = "2026-11-29T10:00:00Z"
     model: str = "llama-3.1-8b-instruct"
     users_per_tenant: int = 200
-    burst_every: float = 120.0
+    burst_every: float = 300.0
     burst_seconds: float = 10.0
-    burst_factor: float = 6.0
+    burst_factor: float = 5.0
 
     def __post_init__(self) -> None:
         if self.requests < 0:

@@ -122,11 +122,14 @@ class Engine:
                 part = Part(line, ("c", plan.conversation_id, "line", line), CONV, f)
             else:
                 part = Part(line, None, UNIQUE, f)
-            _, parts = plan.messages[0] if spec.position != "user_tail" else plan.messages[-1]
+            if spec.position == "user_tail":
+                plan.messages[-1][1].append(part)  # in place: the history resends what was sent
+                continue
+            role, parts = plan.messages[0]
+            parts = list(parts)  # the system message object is shared by a session's turns
             if spec.position == "top":
                 parts.insert(0, part)
-            elif spec.position == "after_intro":
+            else:
                 intro = next((i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "sys"), -1)
                 parts.insert(intro + 1, part)
-            else:
-                parts.append(part)
+            plan.messages[0] = (role, parts)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefixscan.synth.plan import CONV, UNIQUE, Plan
-from prefixscan.synth.text import estimate_tokens
+from prefixscan.synth.plan import CONV, SHARED, UNIQUE, Plan
+from prefixscan.synth.text import CHARS_PER_TOKEN, estimate_tokens
 
 HEADER_TOKENS = 4  # role markers around each message, as chat templates add
+_HEADERS = {r: ("hdr", r) for r in ("system", "user", "assistant", "tool")}
 
 
 class _Node:
@@ -38,12 +39,10 @@ class BlockMapper:
         self.hit_blocks = 0
         self.total_blocks = 0
         self._conv_roots: dict[str, list[tuple[_Node, Any]]] = {}
+        self._conv_paths: dict[str, tuple[list[Any], list[_Node]]] = {}
 
-    def _child(self, parent: _Node, key: Any, scope: str, tokens: int, conv: str | None) -> _Node:
-        if scope != UNIQUE:
-            node = parent.children.get(key)
-            if node is not None:
-                return node
+    def _new(self, parent: _Node, key: Any, scope: str, tokens: int, conv: str | None) -> _Node:
+        """Create the child of `parent` for a part not seen under it, handing out ids for its blocks."""
         end = parent.end + tokens
         n = end // self.block - parent.end // self.block
         if n:
@@ -65,13 +64,39 @@ class BlockMapper:
         first_new = self.next_id
         conv = plan.conversation_id
         node = self.root
-        if plan.tools is not None:
-            node = self._child(node, ("tools", plan.tools.profile_id), "shared",
-                               estimate_tokens(plan.tools.json_text), conv)
-        for role, parts in plan.messages:
-            node = self._child(node, ("hdr", role), "shared", HEADER_TOKENS, conv)
+        messages = plan.messages
+        # A conversation resends the same message objects: resume after the longest identical run.
+        prev = self._conv_paths.get(conv) if conv is not None else None
+        start = 0
+        if prev is not None:
+            prev_msgs, prev_nodes = prev
+            limit = min(len(prev_msgs), len(messages))
+            while start < limit and messages[start] is prev_msgs[start]:
+                start += 1
+        if start:
+            nodes = prev_nodes[:start]
+            node = nodes[-1]
+        else:
+            nodes = []
+            if plan.tools is not None:
+                key = ("tools", plan.tools.profile_id)
+                child = node.children.get(key)
+                node = child if child is not None else self._new(node, key, SHARED,
+                                                                  estimate_tokens(plan.tools.json_text), conv)
+        for i in range(start, len(messages)):
+            role, parts = messages[i]
+            key = _HEADERS.get(role) or ("hdr", role)
+            child = node.children.get(key)
+            node = child if child is not None else self._new(node, key, SHARED, HEADER_TOKENS, conv)
             for p in parts:
-                node = self._child(node, p.key, p.scope, estimate_tokens(p.text), conv)
+                if p.scope != UNIQUE:
+                    child = node.children.get(p.key)
+                    if child is not None:
+                        node = child
+                        continue
+                node = self._new(node, p.key, p.scope, (len(p.text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN,
+                                 conv)
+            nodes.append(node)
         ids = node.ids
         if node.end % self.block:
             if node.partial < 0:
@@ -81,9 +106,13 @@ class BlockMapper:
         self.total_blocks += len(ids)
         # Every id handed out during this call lies on this request's path; all others were seen before.
         self.hit_blocks += len(ids) - (self.next_id - first_new)
-        if conv is not None and plan.next_gap is None:
-            for parent, key in self._conv_roots.pop(conv, ()):
-                parent.children.pop(key, None)
+        if conv is not None:
+            if plan.next_gap is None:
+                self._conv_paths.pop(conv, None)
+                for parent, key in self._conv_roots.pop(conv, ()):
+                    parent.children.pop(key, None)
+            else:
+                self._conv_paths[conv] = (messages, nodes)
         return node.end, ids
 
 

@@ -51,15 +51,17 @@ def system_parts(sp: SystemPrompt) -> list[Part]:
     return [Part(sp.intro, ("sys", sp.prompt_id, 0), SHARED), Part(sp.body, ("sys", sp.prompt_id, 1), SHARED)]
 
 
+_QUESTIONS = ("What does it say about the {0} {1}?", "Can you summarize the {0} and {1} for {2}?",
+              "Is there anything about {0} {1} {2}? Quote the relevant part.",
+              "How should I handle the {0} when the {1} is {2}?", "List every {0} related to {1}.")
+
+
 def question(rng: random.Random) -> str:
-    a, b, c = words(rng, 3).split()
-    forms = (f"What does it say about the {a} {b}?", f"Can you summarize the {a} and {b} for {c}?",
-             f"Is there anything about {a} {b} {c}? Quote the relevant part.",
-             f"How should I handle the {a} when the {b} is {c}?", f"List every {a} related to {b}.")
-    return forms[rng.randrange(len(forms))] + " " + words(rng, rng.randint(0, 25))
+    """A short user question in one of a few phrasings, with a variable-length unique tail."""
+    head = _QUESTIONS[int(rng.random() * len(_QUESTIONS))].format(*words(rng, 3).split())
+    return head + " " + words(rng, int(rng.random() * 26))
 
 
-_SYS = {"chat": 4, "shared_prompt": 2, "doc_qa": 1, "rag": 2, "agent": 2}
 _CW = {n: zipf_cum_weights(n, 1.0) for n in (2, 4, 6, 40, 400)}
 
 
@@ -75,11 +77,12 @@ def _multi_turn(env: Env, rng: random.Random, scenario: str, tenant: str, user: 
     """Chat that resends the whole history each turn, previous answers included."""
     conv = env.new_conversation()
     history: list[tuple[str, list[Part]]] = []
+    sys_msg = ("system", system_parts(sp))
     t = yield  # type: ignore[misc]
     for turn in range(turns):
         # The same message object goes into the history, so a field appended to it at send time is resent.
         user_msg = ("user", [Part(question(rng) + "\n", ("c", conv, turn, "user"), CONV)])
-        messages = [("system", system_parts(sp)), *history, user_msg]
+        messages = [sys_msg, *history, user_msg]
         plan = _plan(env, t, scenario, tenant, user, messages, 1024, 220, rng, sp.prompt_id,
                      conversation_id=conv, turn_index=turn, shared=shared)
         last = turn == turns - 1
@@ -175,9 +178,10 @@ def agent(env: Env, rng: random.Random, tenant: str, user: int) -> Session:
     history: list[tuple[str, list[Part]]] = [("user", [Part("Task: " + question(rng) + "\n",
                                                             ("c", conv, 0, "user"), CONV)])]
     shared = {"system_prompt": sp.prompt_id, "tool_profile": profile.profile_id}
+    sys_msg = ("system", system_parts(sp))
     t = yield  # type: ignore[misc]
     for step in range(steps):
-        plan = _plan(env, t, "agent", tenant, user, [("system", system_parts(sp)), *history], 256, 80, rng,
+        plan = _plan(env, t, "agent", tenant, user, [sys_msg, *history], 256, 80, rng,
                      sp.prompt_id, conversation_id=conv, turn_index=step, shared=shared, tools=profile)
         last = step == steps - 1
         plan.next_gap = None if last else rng.uniform(0.5, 4.0)

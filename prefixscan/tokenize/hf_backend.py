@@ -53,7 +53,7 @@ class HFTokenizer(Tokenizer):
         else:
             import xxhash
 
-            self.template_hash = xxhash.xxh3_64_hexdigest(str(self.tok.chat_template))
+            self.template_hash = xxhash.xxh3_64_hexdigest(str(self.tok.chat_template).encode())
         vocab = len(self.tok)
         super().__init__(id=f"hf:{os.path.basename(os.path.normpath(name))}:{vocab}",
                          template_version=f"hf-{self.template_hash}", approximate_template=False)

@@ -58,6 +58,7 @@ class ClusterView:
         self.waiting = np.zeros(n_slots, dtype=np.int64)  # routed, prefill not started
         self.decoding = np.zeros(n_slots, dtype=np.int64)
         self.load_blocks = np.zeros(n_slots, dtype=np.int64)  # blocks of in-flight requests
+        self.inflight_output = np.zeros(n_slots, dtype=np.int64)  # output tokens of in-flight requests
         self.queued_prefill_s = np.zeros(n_slots, dtype=np.float64)
         self.lane_until = np.zeros(n_slots, dtype=np.float64)
         self.kv_available = np.full(n_slots, capacity, dtype=np.int64)

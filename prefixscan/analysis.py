@@ -164,6 +164,7 @@ def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
         pl.when(pl.col("turn_index") >= 10).then(pl.lit("10+"))
         .otherwise(pl.col("turn_index").cast(pl.String)).alias("_turn_bucket"),
     )
+    block = ing.block_size
     df = df.with_columns(
         pl.when(pl.col("cached_tokens") == 0).then(pl.lit("none"))
         # The hit ends inside the system-and-tools head, or in the block that straddles its end.

@@ -1,0 +1,185 @@
+"""`prefixscan simulate RUN_DIR`: replay the run's requests over N replicas under each routing policy."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from prefixscan.cli.common import handle_errors, show_progress, stderr_console, stdout_console
+from prefixscan.errors import UsageError
+
+
+def _split_pair(text: str, flag: str) -> tuple[float, int]:
+    t, sep, r = text.partition(":")
+    try:
+        return float(t), int(r) if sep else -1
+    except ValueError:
+        raise UsageError(f"{flag} expects TIME_S:REPLICA (e.g. 600:2), got {text!r}") from None
+
+
+def parse_events(restart: list[str], add: list[str], remove: list[str]) -> tuple[Any, ...]:
+    """--restart T:R, --add-replica T, --remove-replica T:R -> ReplicaEvent tuple (sorted by time)."""
+    from prefixscan.sim.config import ReplicaEvent
+
+    evs = []
+    for text in restart:
+        t, r = _split_pair(text, "--restart")
+        if r < 0:
+            raise UsageError(f"--restart needs a replica: TIME_S:REPLICA, got {text!r}")
+        evs.append(ReplicaEvent(t, "restart", r))
+    for text in add:
+        evs.append(ReplicaEvent(_split_pair(text, "--add-replica")[0], "add"))
+    for text in remove:
+        t, r = _split_pair(text, "--remove-replica")
+        if r < 0:
+            raise UsageError(f"--remove-replica needs a replica: TIME_S:REPLICA, got {text!r}")
+        evs.append(ReplicaEvent(t, "remove", r))
+    return tuple(sorted(evs, key=lambda e: (e.time_s, e.action, e.replica)))
+
+
+def parse_params(values: list[str]) -> tuple[tuple[str, str, str], ...]:
+    """--param chwbl.c=1.5 -> (("chwbl", "c", "1.5"),)."""
+    out = []
+    for v in values:
+        key, sep, value = v.partition("=")
+        pol, dot, name = key.partition(".")
+        if not sep or not dot or not pol or not name:
+            raise UsageError(f"--param expects POLICY.NAME=VALUE (e.g. chwbl.c=1.5), got {v!r}")
+        out.append((pol.strip(), name.strip(), value.strip()))
+    return tuple(out)
+
+
+def parse_kv_blocks(text: str | None) -> tuple[int | None, bool]:
+    if text is None:
+        return None, False
+    if text.strip().lower() in ("unbounded", "inf", "infinite"):
+        return None, True
+    try:
+        return int(float(text)), False
+    except ValueError:
+        raise UsageError(f"--kv-blocks expects a block count or 'unbounded', got {text!r}") from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `simulate` command to the application."""
+
+    @app.command("simulate", no_args_is_help=True)
+    @handle_errors
+    def simulate(
+        inputs: list[str] = typer.Argument(..., help="A run directory, or log files to analyse first."),
+        replicas: int = typer.Option(8, "--replicas", "-n", help="Engine replicas."),
+        policies: str = typer.Option("all", "--policies", "-p", help="Comma-separated policies, or all."),
+        kv_blocks: str = typer.Option(None, "--kv-blocks",
+                                      help="KV blocks per replica, or 'unbounded' (default: from --model/--gpu)."),
+        model: str = typer.Option("llama-3.1-8b", "--model", "-m", help="Catalogue model (KV size, prefill)."),
+        gpu: str = typer.Option("h100", "--gpu", help="GPU: h100, h200, b200, a100, l40s, mi300x."),
+        dtype: str = typer.Option("bf16", "--dtype", help="Weights/KV dtype: bf16 or fp8."),
+        tensor_parallel: int = typer.Option(1, "--tensor-parallel", "--tp", help="GPUs per replica."),
+        gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM default 0.9."),
+        eviction: str = typer.Option("vllm", "--eviction", help="vllm (LRU free queue) or radix (SGLang)."),
+        prefill_model: str = typer.Option("cost", "--prefill-model", help="cost, preble or coeffs."),
+        prefill_coeffs: str = typer.Option(None, "--prefill-coeffs",
+                                           help="a,b,c,d,e: ms = a + b*new + c*cached + d*new*cached + e*new^2."),
+        mfu: float = typer.Option(0.5, "--mfu", help="Prefill model-FLOPs utilisation (cost model)."),
+        tpot: float = typer.Option(0.02, "--tpot", help="Seconds per output token at batch 1."),
+        decode_slowdown: float = typer.Option(0.004, "--decode-slowdown",
+                                              help="Per-token slowdown per extra running sequence."),
+        token_budget: int = typer.Option(8192, "--token-budget", help="Tokens per engine step (chunked prefill)."),
+        max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Running sequences per replica."),
+        default_output_tokens: int = typer.Option(128, "--default-output-tokens",
+                                                  help="Output length when the log has none."),
+        knowledge: str = typer.Option(None, "--knowledge", help="exact, delayed or approximate router view."),
+        event_delay: float = typer.Option(0.0, "--event-delay", help="KV-event delay in seconds (delayed view)."),
+        approx_ttl: float = typer.Option(120.0, "--approx-ttl", help="TTL of the approximate view (Dynamo 120)."),
+        restart: list[str] = typer.Option([], "--restart", help="Wipe a replica's cache: TIME_S:REPLICA."),
+        add_replica: list[str] = typer.Option([], "--add-replica", help="Add a cold replica at TIME_S."),
+        remove_replica: list[str] = typer.Option([], "--remove-replica", help="Stop routing to TIME_S:REPLICA."),
+        isolate_tenants: bool = typer.Option(False, "--isolate-tenants", help="No sharing across tenants."),
+        rate_scale: float = typer.Option(1.0, "--rate-scale", help="Compress time: 2 = twice the request rate."),
+        target_rps: float = typer.Option(None, "--target-rps", help="Compress time to this request rate."),
+        warmup_s: float = typer.Option(0.0, "--warmup-s", help="Exclude requests arriving before this time."),
+        seed: int = typer.Option(0, "--seed", help="Seed for random choices (same seed => same tables)."),
+        param: list[str] = typer.Option([], "--param", help="Policy parameter POLICY.NAME=VALUE (repeatable)."),
+        decision_log: bool = typer.Option(True, "--decision-log/--no-decision-log",
+                                          help="Write the per-request sim_decisions table."),
+        output: str = typer.Option(None, "-o", "--output", help="Run directory to write when given logs."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing -o run directory."),
+        save: bool = typer.Option(True, "--save/--no-save", help="Write the sim tables into the run directory."),
+        json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or table on stderr."),
+    ) -> None:
+        """Replay a run over N replicas with finite KV memory under each routing policy.
+
+        Example: prefixscan simulate runs/demo --replicas 8 --policies all --kv-blocks 20000
+        """
+        from prefixscan.sim import SimConfig
+        from prefixscan.sim import simulate as run_sim
+
+        kvb, unbounded = parse_kv_blocks(kv_blocks)
+        coeffs = ()
+        if prefill_coeffs:
+            try:
+                coeffs = tuple(float(x) for x in prefill_coeffs.split(",") if x.strip())
+            except ValueError:
+                raise UsageError(f"--prefill-coeffs expects numbers a,b,c,d,e, got {prefill_coeffs!r}") from None
+            if prefill_model == "cost":
+                prefill_model = "coeffs"
+        know = knowledge or ("delayed" if event_delay > 0 else "exact")
+        cfg = SimConfig(
+            replicas=replicas, policies=(policies,), kv_blocks=kvb, unbounded_kv=unbounded, model=model, gpu=gpu,
+            dtype=dtype, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
+            eviction=eviction, prefill_model=prefill_model, prefill_coeffs=coeffs, mfu=mfu, tpot_s=tpot,
+            decode_slowdown=decode_slowdown, token_budget=token_budget, max_num_seqs=max_num_seqs,
+            default_output_tokens=default_output_tokens, knowledge=know, event_delay_s=event_delay,
+            approx_ttl_s=approx_ttl, events=parse_events(restart, add_replica, remove_replica),
+            isolate_tenants=isolate_tenants, rate_scale=rate_scale, target_rps=target_rps, warmup_s=warmup_s,
+            seed=seed, policy_params=parse_params(param), decision_log=decision_log,
+        )
+        console = stderr_console(quiet)
+        tmp: str | None = None
+        run_path = inputs[0]
+        try:
+            if len(inputs) > 1 or not (Path(run_path) / "manifest.json").exists():
+                run_path, tmp = _analyze_first(inputs, output, force, quiet, console)
+            if show_progress(quiet):
+                with console.status("simulating...") as status:
+                    result = run_sim(run_path, cfg,
+                                     progress=lambda n, i, k: status.update(f"policy {i + 1}/{k}: {n}..."))
+            else:
+                result = run_sim(run_path, cfg)
+            if save and tmp is None:
+                result.save(run_path)
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+        if json_out:
+            typer.echo(result.to_json())
+        if not quiet:
+            from prefixscan.report.simulate_terminal import render
+
+            render(result, stdout_console() if not json_out else console)
+            if save and tmp is None:
+                console.print(f"wrote sim_policies, sim_replicas, sim_timeline"
+                              f"{', sim_decisions' if decision_log else ''} to {run_path}")
+
+
+def _analyze_first(inputs: list[str], output: str | None, force: bool, quiet: bool, console: Any
+                   ) -> tuple[str, str | None]:
+    """Logs given instead of a run: analyse them into -o (or a temporary run that is removed after)."""
+    import prefixscan
+
+    if not hasattr(prefixscan, "analyze"):  # pragma: no cover - depends on the tree
+        raise UsageError(f"{inputs[0]} is not a run directory; run `prefixscan analyze` on it first")
+    tmp = None
+    target = output
+    if target is None:
+        tmp = tempfile.mkdtemp(prefix="prefixscan-sim-")
+        target = str(Path(tmp) / "run")
+        if not quiet:
+            console.print("analysing the logs first (pass -o RUN_DIR to keep the run and the sim tables)")
+    prefixscan.analyze(*inputs, output=target, force=force, quiet=True)
+    return target, tmp

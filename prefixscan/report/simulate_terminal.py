@@ -1,0 +1,115 @@
+"""Render a SimResult for a terminal with rich: one comparison row per policy, best value highlighted.
+
+Rendering only: every number comes from `SimResult.policies`. The oracle is a reference with perfect
+knowledge, so it is shown but never highlighted as "best".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from prefixscan.sim import SimResult
+
+# (column title, metric key, "max"/"min" is better, formatter)
+COLUMNS: list[tuple[str, str, str, str]] = [
+    ("hit", "hit_rate_token_weighted", "max", "pct"),
+    ("of ideal", "capture_of_ideal", "max", "pct"),
+    ("TTFT p50", "ttft_p50_s", "min", "s"),
+    ("p95", "ttft_p95_s", "min", "s"),
+    ("p99", "ttft_p99_s", "min", "s"),
+    ("wait p95", "queue_wait_p95_s", "min", "s"),
+    ("load", "imbalance_max_mean", "min", "x"),
+    ("spill", "spill_rate", "min", "pct"),
+    ("prefill", "prefill_tokens", "min", "short"),
+    ("evicted", "evictions", "min", "short"),
+    ("pred ok", "predicted_exact_fraction", "max", "pct"),
+]
+
+SPLIT: list[tuple[str, str]] = [("warm", "warm"), ("partial", "partial"), ("cold", "cold")]
+
+
+def fmt(value: Any, kind: str) -> str:
+    """Format one metric value; missing values show as an en dash."""
+    if value is None:
+        return "–"
+    if kind == "pct":
+        return f"{value:.1%}"
+    if kind == "s":
+        return f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.2f} s"
+    if kind == "x":
+        return f"{value:.2f}x"
+    if kind == "int":
+        return f"{int(value):,}"
+    if kind == "short":
+        v = float(value)
+        for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if abs(v) >= div:
+                return f"{v / div:.3g}{unit}"
+        return f"{int(v)}"
+    if kind == "f1":
+        return f"{value:,.1f}"
+    return f"{value:.2f}"
+
+
+def best_values(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Best value per metric among the deployable policies (everything except the oracle)."""
+    out: dict[str, Any] = {}
+    for _, key, better, _ in COLUMNS:
+        vals = [s.get(key) for n, s in policies.items() if n != "oracle" and s.get(key) is not None]
+        if vals:
+            out[key] = max(vals) if better == "max" else min(vals)
+    return out
+
+
+def render(result: SimResult, console: Console) -> None:
+    """Print the workload line, the comparison table and the TTFT split by cache outcome."""
+    from rich import box
+    from rich.table import Table
+
+    info, cfg = result.info, result.config
+    kv = "unbounded" if info.get("unbounded_kv") else f"{info['kv_blocks_per_replica']:,} blocks"
+    ideal = info.get("ideal_hit_rate_token_weighted")
+    console.print(
+        f"Replayed {info['requests']:,} requests ({info['measured_requests']:,} measured) over {info['span_s']:,.0f} s "
+        f"on {cfg['replicas']} replicas, KV {kv} of {info['block_size']} tokens, prefill model "
+        f"{info['prefill_model']}, router knowledge {cfg['knowledge']}"
+        + (f" (delay {cfg['event_delay_s']} s)" if cfg["knowledge"] == "delayed" else "")
+        + (", tenants isolated" if cfg.get("isolate_tenants") else ""))
+    if ideal is not None:
+        console.print(f"Ideal-cache hit rate (token-weighted, one unbounded cache): {ideal:.1%}")
+    best = best_values(result.policies)
+    t = Table(title="Routing policies (best value in bold green; *oracle = perfect-knowledge reference)",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("policy", no_wrap=True)
+    for title, *_ in COLUMNS:
+        t.add_column(title, justify="right")
+    for name, s in result.policies.items():
+        cells = []
+        for _, key, _, kind in COLUMNS:
+            text = fmt(s.get(key), kind)
+            if name != "oracle" and key in best and s.get(key) == best[key]:
+                text = f"[bold green]{text}[/]"
+            cells.append(text)
+        t.add_row(name + ("*" if name == "oracle" else ""), *cells)
+    console.print(t)
+    split = Table(title="TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    split.add_column("policy", no_wrap=True)
+    for label, _ in SPLIT:
+        split.add_column(f"{label} n", justify="right")
+        split.add_column(f"{label} p50", justify="right")
+        split.add_column(f"{label} p95", justify="right")
+    for name, s in result.policies.items():
+        row = [name]
+        for _, key in SPLIT:
+            row += [fmt(s.get(f"{key}_requests"), "int"), fmt(s.get(f"ttft_{key}_p50_s"), "s"),
+                    fmt(s.get(f"ttft_{key}_p95_s"), "s")]
+        split.add_row(*row)
+    console.print(split)
+    console.print("hit = cached / prompt tokens over the whole cluster (token-weighted); of ideal = share of an unbounded "
+                  "single cache's hits;\nspill = requests sent away from the replica holding their longest prefix; "
+                  "load = max/mean of time-averaged requests in flight;\nprefill = tokens computed; pred ok = router-predicted cached tokens equal to "
+                  "what the engine found.")

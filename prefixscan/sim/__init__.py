@@ -1,0 +1,170 @@
+"""Cluster replay: what each routing policy would capture on N replicas with finite KV memory.
+
+`simulate(run_or_table, config)` replays the requests table of a run (or any table with its columns)
+once per policy and returns a `SimResult` holding headline metrics and the sim tables. Everything is
+deterministic for a given table, config and seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from prefixscan.errors import UsageError
+from prefixscan.sim.config import ReplicaEvent, SimConfig
+from prefixscan.sim.engine import _capacity, replay
+from prefixscan.sim.metrics import HEADLINE, decision_table, replica_table, summarize, timeline_table
+from prefixscan.sim.policies import POLICIES, make_policy, resolve_names
+from prefixscan.sim.timing import ServingModel, from_coeffs, from_cost_model, preble_fit
+from prefixscan.sim.workload import Workload, build_workload
+
+__all__ = ["HEADLINE", "POLICIES", "ReplicaEvent", "SimConfig", "SimResult", "serving_model", "simulate"]
+
+TABLES = ("sim_policies", "sim_replicas", "sim_decisions", "sim_timeline")
+
+
+@dataclass
+class SimResult:
+    """Headline metrics per policy plus the tables `simulate` writes into the run directory."""
+
+    config: dict[str, Any]
+    info: dict[str, Any]
+    policies: dict[str, dict[str, Any]]
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Stable machine-readable form: {"policies": {NAME: {metric: value}}, "workload": ..., "config": ...}."""
+        doc = {"policies": self.policies, "workload": self.info, "config": self.config}
+        return json.dumps(doc, sort_keys=True, default=_json_default, allow_nan=False)
+
+    def save(self, run_path: str | os.PathLike[str]) -> None:
+        """Write the sim tables into a run directory and record the config in its manifest."""
+        from prefixscan.io.rundir import add_tables
+
+        add_tables(run_path, self.tables, section="simulate",
+                   info={"config": self.config, "workload": self.info, "policies": self.policies})
+
+    @classmethod
+    def load(cls, run_path: str | os.PathLike[str]) -> SimResult:
+        """Re-open a saved simulation for re-rendering without re-running."""
+        from prefixscan.io.rundir import load_run
+
+        run = load_run(run_path)
+        sec = run.manifest.get("simulate")
+        if not sec:
+            raise UsageError(f"run {run_path} has no simulation; run `prefixscan simulate {run_path}` first")
+        tables = {t: run.table(t) for t in TABLES if run.has(t)}
+        return cls(sec["config"], sec["workload"], sec["policies"], tables)
+
+
+def _json_default(x: Any) -> Any:
+    if hasattr(x, "item"):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def _clean(d: dict[str, Any]) -> dict[str, Any]:
+    """NaN/inf -> None so JSON stays strict."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def serving_model(cfg: SimConfig) -> ServingModel:
+    """The serving-time model the config asks for."""
+    if cfg.prefill_model == "preble":
+        pm = preble_fit()
+    elif cfg.prefill_model == "coeffs":
+        pm = from_coeffs(cfg.prefill_coeffs)
+    else:
+        pm = from_cost_model(cfg.model, cfg.gpu, cfg.dtype, cfg.mfu, cfg.tensor_parallel)
+    return ServingModel(pm, cfg.tpot_s, cfg.decode_slowdown, cfg.token_budget)
+
+
+def _table_and_manifest(run_or_table: Any) -> tuple[pa.Table, dict[str, Any]]:
+    if isinstance(run_or_table, pa.Table):
+        return run_or_table, {}
+    from prefixscan.io.rundir import Run, load_run
+
+    run = run_or_table if isinstance(run_or_table, Run) else load_run(run_or_table)
+    return run.table("requests"), run.manifest
+
+
+def simulate(run_or_table: Any, config: SimConfig | None = None, *, block_size: int | None = None,
+             hit_rule: str | None = None, progress: Any = None) -> SimResult:
+    """Replay a run's requests (a run path, `Run`, or a requests table) once per policy.
+
+    `block_size` / `hit_rule` default to the run manifest's `config` (for a bare table: 16 / "vllm").
+    `progress(name, i, total)` is called before each policy when given.
+    """
+    cfg = config or SimConfig()
+    table, manifest = _table_and_manifest(run_or_table)
+    mcfg = manifest.get("config", {}) if manifest else {}
+    bs = int(block_size or mcfg.get("block_size") or 16)
+    rule = str(hit_rule or mcfg.get("hit_rule") or "vllm")
+    w = build_workload(table, bs, rule, default_output_tokens=cfg.default_output_tokens,
+                       isolate_tenants=cfg.isolate_tenants, rate_scale=cfg.rate_scale, target_rps=cfg.target_rps,
+                       warmup_s=cfg.warmup_s)
+    serving = serving_model(cfg)
+    capacity = _capacity(cfg, w)
+    names = resolve_names(list(cfg.policies))
+    unknown = {p for p, _, _ in cfg.policy_params} - set(POLICIES)
+    if unknown:
+        raise UsageError(f"--param names unknown policy {', '.join(sorted(unknown))}")
+    summaries: dict[str, dict[str, Any]] = {}
+    parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES[1:]}
+    timings: dict[str, float] = {}
+    span = float(w.arrival_s[-1]) if w.n else 0.0
+    bucket = _nice_bucket(span)
+    for j, name in enumerate(names):
+        if progress is not None:
+            progress(name, j, len(names))
+        pol = make_policy(name, cfg.params_for(name), cfg.seed, bs)
+        t0 = time.perf_counter()
+        out = replay(w, pol, cfg, serving, capacity)
+        timings[name] = time.perf_counter() - t0
+        s = _clean(summarize(w, out, serving, cfg.replicas))
+        s["params"] = {k: getattr(pol.params, k) for k in getattr(pol.params, "__dataclass_fields__", {})}
+        summaries[name] = s
+        parts["sim_replicas"].append(replica_table(w, out, serving))
+        parts["sim_timeline"].append(timeline_table(w, out, bucket))
+        if cfg.decision_log:
+            parts["sim_decisions"].append(decision_table(w, out))
+    rows = [{"policy": n, **{k: v for k, v in s.items() if k != "params"},
+             "params": json.dumps(s["params"], sort_keys=True)} for n, s in summaries.items()]
+    tables = {"sim_policies": pa.Table.from_pylist(rows)}
+    for t, lst in parts.items():
+        if lst:
+            tables[t] = pa.concat_tables(lst)
+    info = {
+        "requests": w.n, "distinct_blocks": w.n_unique, "block_size": bs, "hit_rule": rule,
+        "kv_blocks_per_replica": capacity, "unbounded_kv": cfg.unbounded_kv, "prefill_model": serving.prefill.source,
+        "span_s": span, "timeline_bucket_s": bucket, "measured_requests": int(w.measured.sum()),
+        "ideal_hit_rate_token_weighted": (float(w.ideal_cached.sum() / w.prompt_tokens.sum())
+                                          if w.prompt_tokens.sum() else None),
+    }
+    return SimResult(cfg.to_dict(), info, summaries, tables, timings)
+
+
+def _nice_bucket(span: float) -> float:
+    """About 50 timeline buckets, rounded to 1/2/5 x 10^k seconds."""
+    if span <= 0:
+        return 1.0
+    raw = span / 50
+    mag = 10 ** math.floor(math.log10(raw))
+    return float(next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw))
+
+
+def workload_from(run_or_table: Any, cfg: SimConfig, block_size: int = 16, hit_rule: str = "vllm") -> Workload:
+    """The flattened workload `simulate` would replay (for tests and benchmarks)."""
+    table, manifest = _table_and_manifest(run_or_table)
+    mcfg = manifest.get("config", {}) if manifest else {}
+    return build_workload(table, int(mcfg.get("block_size", block_size)), str(mcfg.get("hit_rule", hit_rule)),
+                          default_output_tokens=cfg.default_output_tokens, isolate_tenants=cfg.isolate_tenants,
+                          rate_scale=cfg.rate_scale, target_rps=cfg.target_rps, warmup_s=cfg.warmup_s)

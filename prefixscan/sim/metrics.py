@@ -1,0 +1,188 @@
+"""From per-request outcome arrays to the metric tables of one policy.
+
+The cluster hit rate is token-weighted over all replicas (sum cached / sum prompt tokens), never a mean
+of per-replica rates (REFERENCE.md 9). Requests inside the warm-up window are served but not counted.
+TTFT classes: warm = the replica held everything an unbounded cache would have (and that is > 0),
+partial = some but less, cold = nothing cached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from prefixscan.sim.engine import Outcome
+from prefixscan.sim.kvcache import N_AGE_BUCKETS
+from prefixscan.sim.timing import ServingModel
+from prefixscan.sim.workload import Workload
+
+HEADLINE = ("hit_rate_token_weighted", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "imbalance_max_mean",
+            "spill_rate", "prefill_tokens")
+
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) if len(x) else None
+
+
+def _balance(x: np.ndarray) -> tuple[float | None, float | None, float | None]:
+    """(max/mean, coefficient of variation, Jain's fairness index) of per-replica values."""
+    if len(x) == 0 or x.sum() <= 0:
+        return None, None, None
+    m = x.mean()
+    return float(x.max() / m), float(x.std() / m), float(x.sum() ** 2 / (len(x) * (x * x).sum()))
+
+
+def _hist_quantile(hist: np.ndarray, q: float) -> float | None:
+    """Approximate quantile (seconds) from log2 millisecond buckets: the bucket's upper edge."""
+    total = hist.sum()
+    if total == 0:
+        return None
+    k = int(np.searchsorted(np.cumsum(hist), q * total))
+    return float(2.0**k) / 1000.0 if k < N_AGE_BUCKETS - 1 else float("inf")
+
+
+def summarize(w: Workload, o: Outcome, serving: ServingModel, replicas: int) -> dict[str, Any]:
+    """One policy's headline and detail metrics (JSON-ready, None where undefined)."""
+    m = w.measured
+    prompt = w.prompt_tokens[m]
+    cached = o.cached_tokens[m]
+    ideal = w.ideal_cached[m]
+    ttft = (o.first_token_s - w.arrival_s)[m]
+    wait = (o.start_s - w.arrival_s)[m]
+    warm = (cached >= ideal) & (ideal > 0)
+    cold = cached == 0
+    partial = ~warm & ~cold
+    slots = np.arange(o.n_slots)
+    per_req = np.bincount(o.replica[m], minlength=o.n_slots)[slots]
+    new = prompt - cached
+    pre_tok = np.bincount(o.replica[m], weights=new, minlength=o.n_slots)[slots]
+    horizon = max(o.horizon_s, 1e-12)
+    outstanding = o.area_outstanding / horizon
+    queue = o.area_waiting / horizon
+    load_mm, load_cv, load_jain = _balance(outstanding)
+    q_mm, q_cv, q_jain = _balance(queue)
+    p_mm, p_cv, p_jain = _balance(pre_tok.astype(np.float64))
+    spilled = o.routed_cached[m] < o.best_cached[m]
+    warm_cand = o.best_cached[m] > 0
+    pred = o.predicted_cached[m]
+    tot_prompt = int(prompt.sum())
+    ev = int(o.evictions.sum())
+    out: dict[str, Any] = {
+        "requests": int(m.sum()),
+        "requests_total": int(w.n),
+        "knowledge": o.knowledge,
+        "prompt_tokens": tot_prompt,
+        "cached_tokens": int(cached.sum()),
+        "hit_rate_token_weighted": float(cached.sum() / tot_prompt) if tot_prompt else None,
+        "ideal_hit_rate_token_weighted": float(ideal.sum() / tot_prompt) if tot_prompt else None,
+        "capture_of_ideal": float(cached.sum() / ideal.sum()) if ideal.sum() else None,
+        "ttft_p50_s": _pct(ttft, 50), "ttft_p95_s": _pct(ttft, 95), "ttft_p99_s": _pct(ttft, 99),
+        "ttft_mean_s": float(ttft.mean()) if len(ttft) else None,
+        "queue_wait_mean_s": float(wait.mean()) if len(wait) else None,
+        "queue_wait_p50_s": _pct(wait, 50), "queue_wait_p95_s": _pct(wait, 95), "queue_wait_p99_s": _pct(wait, 99),
+        "imbalance_max_mean": load_mm, "load_cv": load_cv, "load_jain": load_jain,
+        "queue_max_mean": q_mm, "queue_cv": q_cv, "queue_jain": q_jain,
+        "prefill_tokens_max_mean": p_mm, "prefill_tokens_cv": p_cv, "prefill_tokens_jain": p_jain,
+        "spill_rate": float(spilled.mean()) if len(spilled) else None,
+        "spill_rate_of_warm": float(spilled[warm_cand].mean()) if warm_cand.any() else None,
+        "prefill_tokens": int(new.sum()),
+        "prefill_gpu_s": float(serving.prefill.seconds_vec(new, cached).sum()),
+        "evictions": ev,
+        "evicted_age_mean_s": float(o.evict_age_sum.sum() / ev) if ev else None,
+        "evicted_age_p50_s": _hist_quantile(o.evict_hist.sum(axis=0), 0.5),
+        "predicted_cached_tokens": int(pred.sum()),
+        "predicted_abs_error_tokens_mean": float(np.abs(pred - cached).mean()) if len(pred) else None,
+        "predicted_exact_fraction": float((pred == cached).mean()) if len(pred) else None,
+        "oversized_requests": o.oversized,
+        "horizon_s": float(o.horizon_s),
+        "requests_per_replica_max_mean": _balance(per_req.astype(np.float64))[0],
+    }
+    for name, mask in (("warm", warm), ("partial", partial), ("cold", cold)):
+        out[f"{name}_requests"] = int(mask.sum())
+        for q in (50, 95, 99):
+            out[f"ttft_{name}_p{q}_s"] = _pct(ttft[mask], q)
+    for k, v in sorted(o.extra.items()):
+        out[f"policy_{k}"] = v
+    return out
+
+
+def replica_table(w: Workload, o: Outcome, serving: ServingModel) -> pa.Table:
+    """One row per replica slot; hit rate here is that replica's own token-weighted rate."""
+    m = w.measured
+    r = o.replica[m]
+    n = o.n_slots
+    prompt = np.bincount(r, weights=w.prompt_tokens[m], minlength=n)
+    cached = np.bincount(r, weights=o.cached_tokens[m], minlength=n)
+    new = w.prompt_tokens[m] - o.cached_tokens[m]
+    gpu = np.bincount(r, weights=serving.prefill.seconds_vec(new, o.cached_tokens[m]), minlength=n)
+    wait = np.bincount(r, weights=(o.start_s - w.arrival_s)[m], minlength=n)
+    reqs = np.bincount(r, minlength=n)
+    horizon = max(o.horizon_s, 1e-12)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        hit = np.where(prompt > 0, cached / np.maximum(prompt, 1), np.nan)
+        wait_mean = np.where(reqs > 0, wait / np.maximum(reqs, 1), np.nan)
+        age = np.where(o.evictions > 0, o.evict_age_sum / np.maximum(o.evictions, 1), np.nan)
+    return pa.table({
+        "policy": pa.array([o.policy] * n, pa.string()),
+        "replica": pa.array(np.arange(n), pa.int32()),
+        "requests": pa.array(reqs, pa.int64()),
+        "prompt_tokens": pa.array(prompt.astype(np.int64), pa.int64()),
+        "cached_tokens": pa.array(cached.astype(np.int64), pa.int64()),
+        "hit_rate_token_weighted": pa.array(hit, pa.float64(), from_pandas=True),
+        "prefill_tokens": pa.array((prompt - cached).astype(np.int64), pa.int64()),
+        "prefill_gpu_s": pa.array(gpu, pa.float64()),
+        "queue_wait_mean_s": pa.array(wait_mean, pa.float64(), from_pandas=True),
+        "outstanding_mean": pa.array(o.area_outstanding / horizon, pa.float64()),
+        "waiting_mean": pa.array(o.area_waiting / horizon, pa.float64()),
+        "evictions": pa.array(o.evictions, pa.int64()),
+        "evicted_age_mean_s": pa.array(age, pa.float64(), from_pandas=True),
+    })
+
+
+def decision_table(w: Workload, o: Outcome) -> pa.Table:
+    """The per-request routing log, with the seed document's fields."""
+    cands = pa.array([list(c) for c in o.candidates], pa.list_(pa.int32()))
+    reasons = np.asarray(o.reasons + [""], dtype=object)[o.reason]
+    return pa.table({
+        "policy": pa.array([o.policy] * w.n, pa.string()),
+        "seq": pa.array(w.seq, pa.int64()),
+        "request_id": pa.array(w.request_id.tolist(), pa.string()),
+        "arrival_s": pa.array(w.arrival_s, pa.float64()),
+        "selected_replica": pa.array(o.replica, pa.int32()),
+        "candidate_replicas": cands,
+        "predicted_cached_tokens": pa.array(o.predicted_cached, pa.int64()),
+        "actual_cached_tokens": pa.array(o.cached_tokens, pa.int64()),
+        "best_cached_tokens": pa.array(o.best_cached, pa.int64()),
+        "queue_wait_s": pa.array(o.start_s - w.arrival_s, pa.float64()),
+        "ttft_s": pa.array(o.first_token_s - w.arrival_s, pa.float64()),
+        "prefill_tokens": pa.array(w.prompt_tokens - o.cached_tokens, pa.int64()),
+        "prefill_s": pa.array(o.prefill_s, pa.float64()),
+        "decision": pa.array(reasons.tolist(), pa.string()),
+        "spilled": pa.array(o.routed_cached < o.best_cached, pa.bool_()),
+        "measured": pa.array(w.measured, pa.bool_()),
+    })
+
+
+def timeline_table(w: Workload, o: Outcome, bucket_s: float) -> pa.Table:
+    """Per time bucket of arrivals: hit rate, mean TTFT and queue wait, spills (restart storms show here)."""
+    b = np.floor(w.arrival_s / bucket_s).astype(np.int64) if w.n else np.zeros(0, np.int64)
+    nb = int(b.max()) + 1 if w.n else 0
+    reqs = np.bincount(b, minlength=nb)
+    prompt = np.bincount(b, weights=w.prompt_tokens, minlength=nb)
+    cached = np.bincount(b, weights=o.cached_tokens, minlength=nb)
+    ttft = np.bincount(b, weights=o.first_token_s - w.arrival_s, minlength=nb)
+    wait = np.bincount(b, weights=o.start_s - w.arrival_s, minlength=nb)
+    spill = np.bincount(b, weights=(o.routed_cached < o.best_cached).astype(np.float64), minlength=nb)
+    keep = reqs > 0
+    d = np.maximum(reqs, 1)
+    return pa.table({
+        "policy": pa.array([o.policy] * int(keep.sum()), pa.string()),
+        "t_start_s": pa.array((np.arange(nb) * bucket_s)[keep], pa.float64()),
+        "requests": pa.array(reqs[keep], pa.int64()),
+        "hit_rate_token_weighted": pa.array((cached / np.maximum(prompt, 1))[keep], pa.float64()),
+        "ttft_mean_s": pa.array((ttft / d)[keep], pa.float64()),
+        "queue_wait_mean_s": pa.array((wait / d)[keep], pa.float64()),
+        "spill_rate": pa.array((spill / d)[keep], pa.float64()),
+    })

