@@ -78,7 +78,7 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = No
     timings["reuse_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     summaries = summaries_table(req, SUMMARY_DIMENSIONS)
-    prefixes = prefixes_table(req, deepest, snippets)
+    prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text)
     timings["aggregate_s"] = time.perf_counter() - t2
     t3 = time.perf_counter()
     curve = _capacity(cfg, ing, req, offsets, flat)

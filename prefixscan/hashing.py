@@ -89,3 +89,47 @@ def hit_tokens(k_blocks: int, prompt_tokens: int, block_size: int, rule: str = "
     if rule == "trace":
         return min(k_blocks * block_size, prompt_tokens)
     raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
+
+
+class ChainCache:
+    """Resume a request's hash chain where an earlier request with the same leading segments stopped.
+
+    Multi-turn chats resend the whole history, so turn t+1 starts with exactly the segments (messages,
+    tool blocks) of turn t. A rolling key over segment content identifies "the same tokens up to here";
+    at a few boundaries per request (end of the system-and-tools head, end of the history) the chain's
+    block hashes are remembered, and a later request that shares those segments hashes only what follows.
+    The result is identical to `block_hashes` on the whole prompt (tests check it); only the work shrinks.
+    """
+
+    def __init__(self, max_entries: int = 2_000_000) -> None:
+        self._d: dict[int, tuple[np.ndarray, int]] = {}
+        self.max_entries = max_entries
+        self.blocks_hashed = 0
+        self.blocks_reused = 0
+
+    def hashes(self, tokens: np.ndarray, block_size: int, root: int, piece_keys: list[bytes],
+               piece_lens: list[int], checkpoints: list[int]) -> np.ndarray:
+        """Block hashes of `tokens` (the concatenation of the pieces), reusing remembered chain prefixes."""
+        rolls = []
+        r = root
+        for k in piece_keys:
+            r = _h(k, r)
+            rolls.append(r)
+        ends = np.cumsum(piece_lens, dtype=np.int64) if piece_lens else np.zeros(0, np.int64)
+        start, prefix = 0, None
+        for j in range(len(rolls) - 1, -1, -1):
+            hit = self._d.get(rolls[j])
+            if hit is not None and hit[1] == ends[j] // block_size:
+                prefix, start = hit[0][: hit[1]], hit[1]
+                break
+        parent = int(prefix[-1]) if start else root
+        new = block_hashes(tokens[start * block_size:], block_size, parent)
+        out = np.concatenate([prefix, new]) if start else new
+        self.blocks_hashed += len(new)
+        self.blocks_reused += start
+        if len(self._d) + len(checkpoints) > self.max_entries:
+            self._d.clear()
+        for j in checkpoints:
+            if 0 <= j < len(rolls):
+                self._d[rolls[j]] = (out, int(ends[j] // block_size))
+        return out

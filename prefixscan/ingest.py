@@ -14,11 +14,10 @@ import numpy as np
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError, RejectError, UsageError
-from prefixscan.hashing import block_hashes, chain_ids, namespace_hash
+from prefixscan.hashing import ChainCache, block_hashes, chain_ids, namespace_hash
 from prefixscan.io.readers import RawError, read_source
 from prefixscan.io.shapes import FIELDS, FORMATS, Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source, expand
-from prefixscan.redact import redact_snippet
 from prefixscan.render import content_text
 from prefixscan.tokenize import load_tokenizer
 
@@ -56,12 +55,10 @@ def _user_turns(messages: list[dict[str, Any]]) -> int:
 
 
 def _snippet(r: Record) -> str:
-    """A short redacted view of where the prompt starts, for the prefixes table."""
+    """Where the prompt starts, kept in memory only; redacted when a prefixes row shows it."""
     if r.messages:
-        text = " | ".join(content_text(m.get("content"))[:80] for m in r.messages[:2])
-    else:
-        text = r.prompt or ""
-    return redact_snippet(text, 96)
+        return " | ".join(content_text(m.get("content"))[:80] for m in r.messages[:2])
+    return (r.prompt or "")[:160]
 
 
 def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) -> Ingested:
@@ -85,6 +82,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) ->
     read = 0
     mode: str | None = None  # "tokens" or a trace name; runs cannot mix block sizes
     bailian_roots: dict[Any, Any] = {}
+    chains = ChainCache()
 
     def reject(src: str, line: int, reason: str, detail: str) -> None:
         if cfg.strict:
@@ -120,13 +118,11 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) ->
                 if n_tok == 0:
                     reject(r.source_file, r.source_line, "empty_prompt", "prompt has no tokens")
                     continue
-                h = block_hashes(toks, cfg.block_size, root)
+                if e.piece_keys is not None:
+                    h = chains.hashes(toks, cfg.block_size, root, e.piece_keys, e.piece_lens, e.checkpoints)
+                else:
+                    h = block_hashes(toks, cfg.block_size, root)
                 head = e.head_tokens
-            if r.request_id in seen_ids:
-                reject(r.source_file, r.source_line, "duplicate_id",
-                       f"request id {r.request_id!r} already seen; the first occurrence is kept")
-                continue
-            seen_ids.add(r.request_id)
             if r.turn_index is None and r.messages:
                 r.turn_index = _user_turns(r.messages) - 1 if _user_turns(r.messages) else None
             for c in COLS:
@@ -160,6 +156,11 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) ->
             except RecordError as exc:
                 reject(src.path, line, exc.reason, exc.detail)
                 continue
+            if rec.request_id in seen_ids:
+                reject(src.path, line, "duplicate_id",
+                       f"request id {rec.request_id!r} already seen; the first occurrence is kept")
+                continue
+            seen_ids.add(rec.request_id)
             this_mode = shape if rec.kind == "hashed" else "tokens"
             if mode is None:
                 mode = this_mode
@@ -182,7 +183,8 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) ->
         tokenizer_id=tokenizer.id if tokenizer else "none",
         template_version=tokenizer.template_version if tokenizer else "none",
         approximate_template=bool(tokenizer and tokenizer.approximate_template),
-        tokenizer_stats=dict(vars(tokenizer.stats)) if tokenizer else {},
+        tokenizer_stats={**(vars(tokenizer.stats) if tokenizer else {}),
+                         "blocks_hashed": chains.blocks_hashed, "blocks_reused": chains.blocks_reused},
     )
 
 

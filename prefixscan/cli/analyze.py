@@ -56,6 +56,8 @@ def register(app: typer.Typer) -> None:
                                        help="Capacity-curve points in tokens, comma-separated (default: a "
                                             "log-spaced grid up to the working set)."),
         hash_tenants: bool = typer.Option(False, "--hash-tenants", help="Replace tenant names by hashes."),
+        include_text: bool = typer.Option(False, "--include-text",
+                                          help="Keep prompt snippets unredacted in outputs (off by default)."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
     ) -> None:
@@ -70,7 +72,8 @@ def register(app: typer.Typer) -> None:
             inputs=tuple(logs), output=output, force=force, format=fmt, fields=_parse_fields(field),
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict,
-            capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, quiet=quiet,
+            capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
+            quiet=quiet,
             command_line="prefixscan " + shlex.join(sys.argv[1:]),
         )
         console = stderr_console(quiet)

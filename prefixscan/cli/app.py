@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "analyze",
     "estimate",
     "query",
+    "report",
     "synth",
     "simulate",
 ]

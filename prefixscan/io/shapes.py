@@ -186,13 +186,17 @@ def _int_list(value: Any, field: str) -> list[int]:
     return value
 
 
-def _lookup(field: str, body: dict[str, Any], outer: dict[str, Any], extra: dict[str, Any],
+_PATHS = {f: tuple((p, "." in p) for p in c) for f, c in FIELD_CANDIDATES.items()}
+
+
+def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
             overrides: dict[str, str]) -> Any:
+    """First non-null candidate of `field`; plain names are a dict lookup, dotted ones a path walk."""
     if field in overrides:
         return get_path(outer, overrides[field])
-    for path in FIELD_CANDIDATES[field]:
-        for holder in (body, outer, extra):
-            v = get_path(holder, path)
+    for path, dotted in _PATHS[field]:
+        for holder in holders:
+            v = get_path(holder, path) if dotted else holder.get(path)
             if v is not None:
                 return v
     return None
@@ -202,7 +206,9 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
               overrides: dict[str, str], bailian_roots: dict[Any, Any] | None = None) -> Record:
     """Map one parsed record of a known shape to a Record, or raise RecordError saying why not."""
     body, resp = _unwrap(obj, shape)
-    extra = {"usage": resp.get("usage")} if resp else {}
+    holders = (body,) if body is obj else (body, obj)
+    if resp:
+        holders += ({"usage": resp.get("usage")},)
     if shape in ("mooncake", "bailian"):
         hash_ids = _int_list(obj.get("hash_ids"), "hash_ids")
         n = _int_or_none(obj.get("input_length"), "input_length")
@@ -236,7 +242,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         raise RecordError("missing_field", f"a {shape} record needs `messages` (or `prompt`); found keys "
                           f"{', '.join(sorted(body)[:8])}")
 
-    ts_raw = _lookup("timestamp", body, obj, extra, overrides)
+    ts_raw = _lookup("timestamp", holders, obj, overrides)
     if ts_raw is None:
         raise RecordError("missing_timestamp", "no timestamp field (tried "
                           f"{', '.join(FIELD_CANDIDATES['timestamp'][:5])}...); map one with --field timestamp=PATH")
@@ -249,19 +255,19 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     except (ValueError, TypeError) as exc:
         raise RecordError("bad_timestamp", str(exc)) from None
 
-    rid = _lookup("request_id", body, obj, extra, overrides)
+    rid = _lookup("request_id", holders, obj, overrides)
     rec = Record(source_file=source_file, source_line=line,
                  request_id=str(rid) if rid is not None else f"{source_file}:{line}",
                  timestamp_s=ts, kind=kind, **content)
     for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "category"):
-        setattr(rec, name, _str_or_none(_lookup(name, body, obj, extra, overrides)))
+        setattr(rec, name, _str_or_none(_lookup(name, holders, obj, overrides)))
     if shape == "bailian":
         rec.category = _str_or_none(obj.get("type"))
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
-    rec.turn_index = _int_or_none(_lookup("turn_index", body, obj, extra, overrides), "turn_index")
-    rec.output_tokens = _int_or_none(_lookup("output_tokens", body, obj, extra, overrides), "output_tokens")
+    rec.turn_index = _int_or_none(_lookup("turn_index", holders, obj, overrides), "turn_index")
+    rec.output_tokens = _int_or_none(_lookup("output_tokens", holders, obj, overrides), "output_tokens")
     rec.actual_cached_tokens = _int_or_none(
-        _lookup("actual_cached_tokens", body, obj, extra, overrides), "actual_cached_tokens")
+        _lookup("actual_cached_tokens", holders, obj, overrides), "actual_cached_tokens")
     return rec
 
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from prefixscan.redact import redact_snippet
+
 TOP = 1000
 
 
-def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], top: int = TOP) -> pl.DataFrame:
+def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], top: int = TOP,
+                   include_text: bool = False) -> pl.DataFrame:
     """One row per shared prefix (the deepest matched block hash) among requests that hit.
 
     `tokens_saved` is the prefill the ideal cache avoids through that prefix; `tenants` counts distinct
     tenants that hit it, and `cross_tenant_hits` the hits that only another tenant's request could serve.
+    Snippets are redacted and truncated unless the user asked for text (`--include-text`).
     """
     src_idx = req["_source"].to_numpy()
     df = req.select(
@@ -43,6 +47,8 @@ def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], 
         .head(top)
         .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("rank"))
     )
+    shown = [(s or "")[:96] if include_text else redact_snippet(s or "", 96) for s in g["snippet"].to_list()]
+    g = g.with_columns(pl.Series("snippet", shown, dtype=pl.String))
     return g.select("rank", "prefix_hash", "prefix_tokens", "hits", "tokens_saved", "tenants",
                     "cross_tenant_hits", "first_hit_s", "last_hit_s", "median_reuse_gap_s",
                     "first_hit_request_id", "snippet")

@@ -260,7 +260,7 @@ register(BreakerKind(
 
 register(BreakerKind(
     name="nonce",
-    labels=("Nonce", "Cache-buster", "Token", "Signature", "Firma", "Jeton"),
+    labels=("Nonce", "Cache-buster", "Token", "Signature", "Firma", "Jeton", "Одноразовый код", "ノンス"),
     forms={
         "base64": lambda c: base64.b64encode(c.rng.getrandbits(144).to_bytes(18, "big")).decode(),
         "base64url": lambda c: base64.urlsafe_b64encode(c.rng.getrandbits(144).to_bytes(18, "big"))

@@ -81,8 +81,8 @@ class Content:
     def _system_prompt(self, scope: str, scenario: str, index: int, share: float) -> SystemPrompt:
         """A system prompt of about `share` x prompt_tokens; `scope` is a tenant or 'global'."""
         rng = self._rng("sys", scope, scenario, index)
-        who = scope if scope != "global" else "our customers"
-        intro = (f"You are {_ROLES[scenario]} for {who}. Version {index}.{rng.randint(0, 9)} of these "
+        who = f" for {scope}" if scope != "global" else ""
+        intro = (f"You are {_ROLES[scenario]}{who}. Version {index}.{rng.randint(0, 9)} of these "
                  f"instructions. Follow them exactly.\n\n")
         body = self._prose(rng, int(self.tokens * share * rng.uniform(0.8, 1.2)))
         return SystemPrompt(f"sys-{scope}-{scenario}-{index}", intro, body + "\n")

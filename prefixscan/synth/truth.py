@@ -26,19 +26,9 @@ def request_id(seq: int) -> str:
 
 def render(plan: Plan, seq: int, epoch: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """The request record and its ground-truth record."""
-    messages = []
-    fields = []
-    for i, (role, parts) in enumerate(plan.messages):
-        pos = 0
-        for p in parts:
-            f = p.field
-            if f is not None:
-                fields.append({"kind": f.kind, "source": f.source, "message_index": i, "role": role,
-                               "char_offset": pos + f.offset, "value": f.value, "label": f.label,
-                               "form": f.form, "position": f.position})
-            pos += len(p.text)
-        content = parts[0].text if len(parts) == 1 else "".join(p.text for p in parts)
-        messages.append({"role": role, "content": content})
+    messages = [{"role": role, "content": parts[0].text if len(parts) == 1 else "".join(p.text for p in parts)}
+                for role, parts in plan.messages]
+    fields = fields_only(plan)
     rid = request_id(seq)
     record: dict[str, Any] = {"request_id": rid, "timestamp": iso_ms(epoch + plan.time), "tenant": plan.tenant}
     if plan.conversation_id is not None:

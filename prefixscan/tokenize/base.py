@@ -51,10 +51,17 @@ class SegmentMemo:
 
 @dataclass
 class Encoded:
-    """Token ids of one record, and the tokens of its system-and-tools head when it has one."""
+    """Token ids of one record, and the tokens of its system-and-tools head when it has one.
+
+    Chat records also carry their pieces (content key and token count per segment or special token) and
+    the piece indexes after which the hash chain is worth remembering (`hashing.ChainCache`).
+    """
 
     tokens: np.ndarray
     head_tokens: int | None
+    piece_keys: list[bytes] | None = None
+    piece_lens: list[int] | None = None
+    checkpoints: list[int] | None = None
 
 
 @dataclass

@@ -11,6 +11,8 @@ from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import IM_END, IM_START, TEMPLATE_VERSION, render_chatml, rendered_text
 from prefixscan.tokenize.base import Encoded, SegmentMemo, Tokenizer
 
+PARALLEL_MIN_CHARS = 200_000  # below this, thread hand-off costs more than it saves
+
 # ChatML control tokens take the ids OpenAI's chat format gives them next to cl100k_base.
 SPECIAL_IDS = {IM_START: 100264, IM_END: 100265}
 
@@ -45,12 +47,25 @@ class TiktokenTokenizer(Tokenizer):
         )
         super().__init__(id=f"tiktoken:{encoding}", template_version=TEMPLATE_VERSION, approximate_template=True)
         self.memo = SegmentMemo()
+        self._special = {t: np.array([i], dtype=np.uint32) for t, i in SPECIAL_IDS.items()}
         self.threads = threads or os.cpu_count() or 1
+        self._pool = None
 
     def _encode_texts(self, texts: list[str]) -> list[list[int]]:
-        if len(texts) > 1 and self.threads > 1:
-            return self.enc.encode_ordinary_batch(texts, num_threads=self.threads)
-        return [self.enc.encode_ordinary(t) for t in texts]
+        """Encode new segments; large batches are split into one chunk per thread (tiktoken drops the GIL)."""
+        enc = self.enc.encode_ordinary
+        if self.threads < 2 or sum(map(len, texts)) < PARALLEL_MIN_CHARS:
+            return [enc(t) for t in texts]
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.threads)
+        chunks = [texts[i::self.threads] for i in range(self.threads)]
+        done = list(self._pool.map(lambda ch: [enc(t) for t in ch], chunks))
+        out: list[list[int]] = [[] for _ in texts]
+        for i, res in enumerate(done):
+            out[i::self.threads] = res
+        return out
 
     def encode_batch(self, records: list[Record]) -> list[Encoded | RecordError]:
         """Render every chat record, tokenise only segments not seen before (one threaded call), assemble."""
@@ -59,8 +74,8 @@ class TiktokenTokenizer(Tokenizer):
         for r in records:
             if r.kind == "chat":
                 rr = render_chatml(r.messages or [], r.tools)
-                if any(not sp and ("<|" in t and any(c in t for c in self.enc.special_tokens_set))
-                       for sp, t in rr.pieces):
+                if any("<|" in t for sp, t in rr.pieces if not sp) and any(
+                        c in t for sp, t in rr.pieces if not sp for c in self.enc.special_tokens_set):
                     # Text that spells a control token would tokenise differently as a whole.
                     rendered.append("direct")
                     self.stats.fallback_reason = "control-token strings inside message text"
@@ -97,7 +112,7 @@ class TiktokenTokenizer(Tokenizer):
                 parts, head = [], 0
                 for i, ((special, text), k) in enumerate(zip(rr.pieces, keys, strict=True)):
                     if special:
-                        arr = np.array([SPECIAL_IDS[text]], dtype=np.uint32)
+                        arr = self._special[text]
                     else:
                         arr = self.memo.get(k)
                         if arr is None:  # evicted between collection and assembly
@@ -105,7 +120,13 @@ class TiktokenTokenizer(Tokenizer):
                     parts.append(arr)
                     if i < rr.head_pieces:
                         head += len(arr)
-                out.append(Encoded(np.concatenate(parts), head))
+                n = len(rr.pieces)
+                # Remember the chain after the head and after the history (before the generation prompt).
+                cps = sorted({rr.head_pieces - 1, n - 3} - {-1})
+                out.append(Encoded(np.concatenate(parts), head,
+                                   [k if k is not None else t.encode() for (_, t), k in zip(rr.pieces, keys,
+                                                                                           strict=True)],
+                                   [len(a) for a in parts], cps))
             except RecordError as exc:
                 out.append(exc)
         self.stats.memo_evictions = self.memo.evictions

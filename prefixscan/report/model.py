@@ -1,0 +1,424 @@
+"""ReportData: everything `prefixscan report` shows, assembled from a run directory without re-analysing.
+
+Numbers come from the run's tables (summaries, capacity_curve, prefixes, sim_*, findings) and manifest;
+the cost section comes from the estimator reading the same run (cheap: it reads tables) or from a stored
+`manifest["estimate"]`. The Markdown and HTML renderers only format what is here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from prefixscan.errors import PrefixscanError
+from prefixscan.io.rundir import Run, load_run
+from prefixscan.redact import redact_snippet
+
+DEFAULT_MODEL = "llama-3.1-70b"
+DEFAULT_GPU = "h100"
+DEFAULT_DTYPE = "bf16"
+GIB = 2**30
+TOP_PREFIXES = 10
+TOP_TENANTS = 15
+TOP_FINDINGS = 15
+BREAKDOWNS = ("tenant", "prefix_class", "turn_index", "hit_source", "model", "category")
+POLICY_COLUMNS = ("policy", "hit_rate_token_weighted", "capture_of_ideal", "ttft_p50_s", "ttft_p95_s",
+                  "ttft_p99_s", "queue_wait_p95_s", "imbalance_max_mean", "spill_rate", "spill_rate_of_warm",
+                  "prefill_tokens", "cached_tokens", "prompt_tokens", "predicted_cached_tokens", "evictions",
+                  "evicted_age_mean_s", "requests", "warm_requests", "partial_requests", "cold_requests",
+                  "ttft_warm_p50_s", "ttft_warm_p95_s", "ttft_partial_p50_s", "ttft_partial_p95_s",
+                  "ttft_cold_p50_s", "ttft_cold_p95_s")
+FINDING_COLUMNS = ("kind", "tenant", "message_index", "role", "char_offset", "token_offset",
+                   "requests_affected", "tokens_lost", "example", "fix")
+BASELINES = ("round_robin", "random", "least_loaded", "oracle")
+
+# Seed 002, "Roll it out in this order".
+ROLLOUT = (
+    "Collect several days of logs and calculate common token-prefix lengths, not just text matches.",
+    "Fix the template and move changing fields after the cacheable block.",
+    "Enable prefix caching in a limited pool and collect actual cached-token counts from the inference engine.",
+    "Add warm preference with a strict wait limit and a cold fallback route.",
+    "Compare warm, partial, and cold requests by time to first token, queue time, and evictions.",
+)
+
+DEFINITIONS = (
+    ("token-weighted hit rate", "sum(cached tokens) / sum(prompt tokens): what vLLM's "
+     "`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total` counters show. The report's "
+     "headline definition."),
+    ("block-weighted hit rate", "hit blocks / all blocks."),
+    ("mean of per-request hit fractions", "the average over requests of cached / prompt tokens (AIPerf's "
+     "headline); short prompts count as much as long ones."),
+    ("whole log vs steady state", "steady state is the second half of the log by arrival order, which "
+     "removes the cold start."),
+    ("ideal cache", "one unbounded cache shared by every request: the upper bound for any router."),
+    ("LRU / optimal curve", "hit rate (token-weighted) of one cache of the given capacity under LRU "
+     "eviction (vLLM order) and under Belady's optimal eviction."),
+    ("cluster hit rate", "token-weighted over all replicas (sum cached / sum prompt), never a mean of "
+     "per-replica rates."),
+    ("warm / partial / cold", "warm: the replica held everything an unbounded cache would have (and that "
+     "is > 0); partial: some but less; cold: nothing cached."),
+    ("imbalance", "max / mean of per-replica outstanding requests, averaged over the run."),
+    ("spill rate", "share of requests routed to a replica holding less of their prefix than the best "
+     "replica did."),
+    ("per-request hit rate (estimate)", "share of requests that hit, the seeds' convention; converts to "
+     "token-weighted as H = h x (context - new) / context."),
+)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    requests_read: int
+    requests_accepted: int
+    requests_rejected: int
+    rejects_by_reason: dict[str, int]
+    span_s: float
+    rps: float | None
+    prompt_tokens: int
+    cached_tokens: int
+    prompt_p50: float
+    prompt_p90: float
+    prompt_p99: float
+    output_tokens_mean: float | None
+    tenants: int
+    conversations: int
+    models: int
+    with_actual_cached: int
+    actual_cached_tokens: int
+    predicted_cached_tokens_for_actual: int
+
+
+@dataclass(frozen=True)
+class HitRate:
+    name: str
+    whole: float | None
+    steady: float | None
+
+
+@dataclass(frozen=True)
+class Capacity:
+    points: list[dict[str, float]]  # capacity_tokens, capacity_gib, lru/opt/ideal hit rates and tokens
+    lru_tokens_50: int | None
+    lru_tokens_90: int | None
+    replica_kv_tokens: int | None
+
+
+@dataclass(frozen=True)
+class KvBasis:
+    model: str
+    dtype: str
+    gpu: str
+    bytes_per_token: float
+    source: str
+
+
+@dataclass
+class ReportData:
+    """The report's results object: render it with `markdown.render` or `html.render`."""
+
+    run_path: str
+    version: str
+    commands: list[tuple[str, str]]
+    inputs: list[dict[str, Any]]
+    setup: dict[str, Any]
+    kv: KvBasis
+    traffic: Traffic | None = None
+    hit_rates: list[HitRate] = field(default_factory=list)
+    tenant_isolated: float | None = None
+    breakdowns: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    breakdown_omitted: dict[str, int] = field(default_factory=dict)
+    capacity: Capacity | None = None
+    prefixes: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] | None = None
+    findings_total: dict[str, int] = field(default_factory=dict)
+    policies: list[dict[str, Any]] | None = None
+    sim: dict[str, Any] = field(default_factory=dict)
+    best_policy: str | None = None
+    queue_by_decision: list[dict[str, Any]] = field(default_factory=list)
+    estimate: dict[str, Any] | None = None
+    estimate_source: str = ""
+    estimate_error: str | None = None
+    rollout: tuple[str, ...] = ROLLOUT
+    definitions: tuple[tuple[str, str], ...] = DEFINITIONS
+    missing: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def policy(self, name: str | None) -> dict[str, Any] | None:
+        return next((p for p in self.policies or [] if p["policy"] == name), None)
+
+
+def _rows(table: pa.Table, columns: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    names = [c for c in (columns or table.column_names) if c in table.column_names]
+    return table.select(names).to_pylist()
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def _traffic(run: Run) -> Traffic:
+    an = run.manifest.get("analyze", {}).get("requests", {})
+    want = ["arrival_s", "tenant", "conversation_id", "model", "prompt_tokens", "output_tokens",
+            "actual_cached_tokens", "cached_tokens"]
+    path = run.path / "requests.parquet"
+    have = set(pq.read_schema(path).names)
+    t = pq.read_table(path, columns=[c for c in want if c in have])
+    n = t.num_rows
+
+    def col(name: str) -> np.ndarray:
+        if name not in t.column_names:
+            return np.zeros(0)
+        return t.column(name).to_numpy(zero_copy_only=False)
+
+    def distinct(name: str) -> int:
+        if name not in t.column_names:
+            return 0
+        return len(t.column(name).drop_null().unique())
+
+    arrival, prompt, cached = col("arrival_s").astype(float), col("prompt_tokens"), col("cached_tokens")
+    span = float(arrival.max() - arrival.min()) if n else 0.0
+    out = t.column("output_tokens").drop_null().to_numpy() if "output_tokens" in t.column_names else []
+    actual_mask = np.zeros(n, bool)
+    actual = np.zeros(n)
+    if "actual_cached_tokens" in t.column_names:
+        a = t.column("actual_cached_tokens")
+        actual_mask = ~a.is_null().to_numpy(zero_copy_only=False)
+        actual = a.fill_null(0).to_numpy()
+    pct = (lambda q: float(np.percentile(prompt, q)) if n else 0.0)  # noqa: E731
+    return Traffic(
+        requests_read=int(an.get("read", n)), requests_accepted=int(an.get("accepted", n)),
+        requests_rejected=int(an.get("rejected", 0)), rejects_by_reason=dict(an.get("rejects_by_reason", {})),
+        span_s=span, rps=(n / span if span > 0 else None),
+        prompt_tokens=int(prompt.sum()) if n else 0, cached_tokens=int(cached.sum()) if n else 0,
+        prompt_p50=pct(50), prompt_p90=pct(90), prompt_p99=pct(99),
+        output_tokens_mean=float(np.mean(out)) if len(out) else None,
+        tenants=distinct("tenant"), conversations=distinct("conversation_id"), models=distinct("model"),
+        with_actual_cached=int(actual_mask.sum()), actual_cached_tokens=int(actual[actual_mask].sum()),
+        predicted_cached_tokens_for_actual=int(cached[actual_mask].sum()) if n else 0,
+    )
+
+
+def _summaries(data: ReportData, run: Run) -> None:
+    rows = run.table("summaries").to_pylist()
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["dimension"], []).append(r)
+    whole = (by.get("all") or [{}])[0]
+    steady = (by.get("steady_state") or [{}])[0]
+    labels = (("token-weighted (cached / prompt tokens)", "token_weighted"),
+              ("block-weighted (hit blocks / all blocks)", "block_weighted"),
+              ("mean of per-request hit fractions (AIPerf)", "request_mean"))
+    data.hit_rates = [HitRate(label, _num(whole.get(k)), _num(steady.get(k))) for label, k in labels]
+    data.tenant_isolated = _num(run.manifest.get("analyze", {}).get("hit_rate", {})
+                                .get("tenant_isolated_token_weighted"))
+    for dim in BREAKDOWNS:
+        rs = by.get(dim, [])
+        if dim == "turn_index":
+            rs = sorted(rs, key=lambda r: (not r["key"].isdigit(), int(r["key"]) if r["key"].isdigit() else 0,
+                                           r["key"]))
+        else:
+            rs = sorted(rs, key=lambda r: (-r["prompt_tokens"], r["key"]))
+        if dim == "tenant" and len(rs) > TOP_TENANTS:
+            data.breakdown_omitted[dim] = len(rs) - TOP_TENANTS
+            rs = rs[:TOP_TENANTS]
+        if rs and not (len(rs) == 1 and rs[0]["key"] == "(none)"):
+            data.breakdowns[dim] = rs
+
+
+def _capacity(run: Run, ideal: float | None, kv: KvBasis, replica_kv: int | None) -> Capacity | None:
+    t = run.table("capacity_curve")
+    if t.num_rows == 0:
+        return None
+    pts = []
+    for r in t.to_pylist():
+        pts.append({**r, "capacity_gib": r["capacity_tokens"] * kv.bytes_per_token / GIB})
+
+    def need(frac: float) -> int | None:
+        if not ideal:
+            return None
+        return next((int(p["capacity_tokens"]) for p in pts if p["lru_hit_rate"] >= frac * ideal), None)
+
+    return Capacity(pts, need(0.5), need(0.9), replica_kv)
+
+
+def _prefixes(run: Run) -> list[dict[str, Any]]:
+    t = run.table("prefixes")
+    cols = ("rank", "prefix_tokens", "hits", "tokens_saved", "tenants", "cross_tenant_hits",
+            "median_reuse_gap_s", "snippet")
+    rows = _rows(t.slice(0, TOP_PREFIXES), cols)
+    for r in rows:  # the table is already redacted; redacting again is idempotent and keeps the promise
+        r["snippet"] = redact_snippet(r.get("snippet") or "", 80) or "(no text: hashed trace)"
+    return rows
+
+
+def _findings(data: ReportData, run: Run) -> None:
+    t = run.table("findings")
+    rows = _rows(t, FINDING_COLUMNS)
+    rows.sort(key=lambda r: (-(r.get("tokens_lost") or 0), str(r.get("kind")), str(r.get("tenant"))))
+    for r in rows:
+        if r.get("example") is not None:
+            r["example"] = redact_snippet(str(r["example"]), 80)
+    data.findings_total = {"findings": len(rows), "tokens_lost": int(sum(r.get("tokens_lost") or 0 for r in rows))}
+    data.findings = rows[:TOP_FINDINGS]
+
+
+def _sim(data: ReportData, run: Run) -> None:
+    rows = _rows(run.table("sim_policies"), POLICY_COLUMNS)
+    data.policies = rows
+    sec = run.manifest.get("simulate", {})
+    cfg, wl = sec.get("config", {}), sec.get("workload", {})
+    data.sim = {"replicas": cfg.get("replicas"), "model": cfg.get("model"), "gpu": cfg.get("gpu"),
+                "kv_blocks_per_replica": wl.get("kv_blocks_per_replica"), "block_size": wl.get("block_size"),
+                "unbounded_kv": wl.get("unbounded_kv"), "prefill_model": wl.get("prefill_model"),
+                "knowledge": cfg.get("knowledge")}
+    adoptable = [r for r in rows if r["policy"] not in BASELINES and r.get("hit_rate_token_weighted") is not None]
+    best = max(adoptable, key=lambda r: (r["hit_rate_token_weighted"], r["policy"]), default=None)
+    est_best = ((data.estimate or {}).get("verdict") or {}).get("router_policy")
+    data.best_policy = est_best if data.policy(est_best) else (best["policy"] if best else None)
+    if data.best_policy and run.has("sim_decisions"):
+        path = run.path / "sim_decisions.parquet"
+        t = pq.read_table(path, columns=["policy", "decision", "queue_wait_s", "measured"],
+                          filters=[("policy", "=", data.best_policy)])
+        groups: dict[str, list[float]] = {}
+        for d, w, m in zip(t.column("decision").to_pylist(), t.column("queue_wait_s").to_pylist(),
+                           t.column("measured").to_pylist(), strict=True):
+            if m:
+                groups.setdefault(d or "(none)", []).append(w)
+        data.queue_by_decision = [
+            {"decision": d, "requests": len(ws), "queue_wait_mean_s": float(np.mean(ws)),
+             "queue_wait_p95_s": float(np.percentile(ws, 95))}
+            for d, ws in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
+def _kv(run: Run, model: str | None, gpu: str | None, dtype: str | None) -> KvBasis:
+    from prefixscan.cost.flops import dtype_bytes
+    from prefixscan.cost.models import get_model
+
+    cfg = run.manifest.get("simulate", {}).get("config", {})
+    src = "--model" if model else ("the simulation's model" if cfg.get("model") else "default")
+    model = model or cfg.get("model") or DEFAULT_MODEL
+    gpu = gpu or cfg.get("gpu") or DEFAULT_GPU
+    dtype = dtype or cfg.get("dtype") or DEFAULT_DTYPE
+    spec = get_model(model)
+    return KvBasis(spec.name, dtype, gpu, spec.kv_bytes_per_token(dtype_bytes(dtype)), src)
+
+
+def _estimate(data: ReportData, run: Run, overrides: bool, replicas: int | None) -> None:
+    stored = run.manifest.get("estimate")
+    if isinstance(stored, dict) and "gpus" in stored and not overrides:
+        data.estimate, data.estimate_source = stored, "stored by `prefixscan estimate` in the manifest"
+        return
+    from prefixscan.cost.estimator import EstimateOptions, estimate
+
+    opts = EstimateOptions(model=data.kv.model, gpu=data.kv.gpu, dtype=data.kv.dtype, replicas=replicas)
+    try:
+        data.estimate = estimate(opts, run.path).to_json()
+        data.estimate_source = (f"`prefixscan estimate` defaults on this run (model {data.kv.model}, "
+                                f"{data.kv.dtype}, GPU {data.kv.gpu})")
+    except PrefixscanError as exc:
+        data.estimate_error = str(exc)
+
+
+def build(run_dir: str | os.PathLike[str], model: str | None = None, gpu: str | None = None,
+          dtype: str | None = None, replicas: int | None = None) -> ReportData:
+    """Assemble the report for a run directory (reads tables and the manifest; never re-analyses)."""
+    run = load_run(run_dir)
+    m = run.manifest
+    cfg = m.get("config", {})
+    commands = [("analyze", m["command_line"])] if m.get("command_line") else []
+    for stage in ("findings", "simulate", "estimate"):
+        line = (m.get(stage) or {}).get("command_line") if isinstance(m.get(stage), dict) else None
+        if line:
+            commands.append((stage, line))
+    data = ReportData(
+        run_path=str(Path(run_dir)), version=str(m.get("version", "")), commands=commands,
+        inputs=list(m.get("inputs", [])),
+        setup={k: cfg.get(k) for k in ("tokenizer", "block_size", "hit_rule", "granularity", "isolate_tenants")},
+        kv=_kv(run, model, gpu, dtype),
+    )
+    rd = data.run_path
+    if run.has("requests"):
+        data.traffic = _traffic(run)
+    else:
+        data.missing["traffic"] = f"prefixscan analyze LOGS -o {rd}"
+    if run.has("summaries"):
+        _summaries(data, run)
+    else:
+        data.missing["reuse"] = f"prefixscan analyze LOGS -o {rd}"
+    _estimate(data, run, overrides=any(x is not None for x in (model, gpu, dtype, replicas)), replicas=replicas)
+    if data.estimate_error:
+        data.missing["estimate"] = (f"prefixscan simulate {rd}" if "--replicas" in data.estimate_error
+                                    else f"prefixscan estimate {rd}")
+    replica_kv = (data.estimate or {}).get("kv_capacity_tokens_per_replica")
+    ideal = data.hit_rates[0].whole if data.hit_rates else None
+    cap = _capacity(run, ideal, data.kv, replica_kv) if run.has("capacity_curve") else None
+    if cap is None:
+        data.missing["capacity"] = f"prefixscan analyze LOGS -o {rd} --force"
+    data.capacity = cap
+    data.prefixes = _prefixes(run) if run.has("prefixes") else []
+    if not data.prefixes:
+        data.missing["prefixes"] = f"prefixscan analyze LOGS -o {rd} --force"
+    if run.has("findings"):
+        _findings(data, run)
+    else:
+        data.missing["findings"] = f"prefixscan findings {rd}"
+    if run.has("sim_policies"):
+        _sim(data, run)
+    else:
+        data.missing["policies"] = f"prefixscan simulate {rd}"
+    notes = list(m.get("analyze", {}).get("notes", []))
+    if data.traffic and data.traffic.requests_accepted == 0:
+        notes.append("The run has no accepted requests: every section below is empty.")
+    data.notes = notes
+    return data
+
+
+def figure_dir(output: str | os.PathLike[str]) -> Path:
+    """Where report.md's figures live (report.html embeds them)."""
+    return Path(output) / "report_figures"
+
+
+def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,
+                 formats: tuple[str, ...] = ("md", "html"), model: str | None = None, gpu: str | None = None,
+                 dtype: str | None = None, replicas: int | None = None) -> dict[str, Path]:
+    """Build the report data once and write report.md (+ report_figures/*.svg) and/or report.html.
+
+    Returns the written paths by kind ("md", "html", "figures"). Same run directory and options give
+    byte-identical files.
+    """
+    from prefixscan.report import html, markdown
+    from prefixscan.report.figures import render_all
+
+    unknown = set(formats) - {"md", "html"}
+    if unknown:
+        from prefixscan.errors import UsageError
+
+        raise UsageError(f"--format must be md, html or both, got {', '.join(sorted(unknown))}")
+    data = build(run_dir, model=model, gpu=gpu, dtype=dtype, replicas=replicas)
+    figures = render_all(data)
+    out = Path(output) if output is not None else Path(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    if "md" in formats:
+        fdir = figure_dir(out)
+        fdir.mkdir(exist_ok=True)
+        for f in figures.values():
+            (fdir / f"{f.name}.svg").write_text(f.svg)
+        for stale in sorted(fdir.glob("*.svg")):
+            if stale.stem not in figures:
+                stale.unlink()
+        written["figures"] = fdir
+        written["md"] = out / "report.md"
+        written["md"].write_text(markdown.render(data, figures, fdir.name))
+    if "html" in formats:
+        written["html"] = out / "report.html"
+        written["html"].write_text(html.render(data, figures))
+    return written
