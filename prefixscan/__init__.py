@@ -1,6 +1,6 @@
 """prefixscan: measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.
 
-Public API (each mirrors a CLI command): `analyze()`, `estimate()`, `load_run()`.
+Public API (each mirrors a CLI command): `analyze()`, `estimate()`, `write_report()`, `load_run()`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,16 @@ def estimate(run_dir: str | None = None, **options: Any):  # noqa: ANN201
     return _estimate(EstimateOptions(**options), run_dir=run_dir)
 
 
+def write_report(run_dir: str, output: str | None = None, **options: Any):  # noqa: ANN201
+    """Write report.md and report.html for a run; see `prefixscan.report.model.write_report`.
+
+    (Not named `report`: that is the subpackage of reporters.)
+    """
+    from prefixscan.report.model import write_report as _write
+
+    return _write(run_dir, output, **options)
+
+
 def load_run(path: str):  # noqa: ANN201
     """Open a run directory; see `prefixscan.io.rundir.load_run`."""
     from prefixscan.io.rundir import load_run as _load
@@ -32,4 +42,4 @@ def load_run(path: str):  # noqa: ANN201
     return _load(path)
 
 
-__all__ = ["__version__", "analyze", "estimate", "load_run"]
+__all__ = ["__version__", "analyze", "estimate", "load_run", "write_report"]

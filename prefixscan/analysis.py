@@ -286,6 +286,7 @@ def _manifest(cfg: AnalyzeConfig, ing: Ingested, tables: dict[str, pa.Table], su
                    "token_block_size": cfg.block_size},
         "inputs": [s.to_json() for s in ing.sources],
         "tables": {name: {"rows": t.num_rows, "stage": "analyze"} for name, t in tables.items()},
+        # The whole summary, so reports and later commands re-render without re-analysing.
         "analyze": {"timings": summary.get("timings", {}), "hit_rate": summary["hit_rate"],
-                    "requests": summary["requests"]},
+                    "requests": summary["requests"], "summary": summary},
     }

@@ -65,8 +65,9 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     th = "".join(f"<th>{inline(h)}</th>" for h in head)
     body = []
     for r in rows:
-        tds = "".join(f'<td class="n">{inline(c)}</td>' if _NUMERIC.match(c) else f"<td>{inline(c)}</td>"
-                      for c in r)
+        tds = "".join(
+            f'<td class="n">{inline(c)}</td>' if _NUMERIC.match(c) else f"<td>{inline(c)}</td>" for c in r
+        )
         body.append(f"<tr>{tds}</tr>")
     return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
@@ -100,13 +101,17 @@ def render(data: ReportData, figures: dict[str, Figure]) -> str:
             parts.append(_table(b[1], b[2]))
         elif kind == "fig":
             f = figures[b[1]]
-            parts.append(f'<figure id="fig-{f.name}" class="figure">{embed_svg(f)}'
-                         f"<figcaption>{inline(f.alt)}</figcaption></figure>")
+            parts.append(
+                f'<figure id="fig-{f.name}" class="figure">{embed_svg(f)}'
+                f"<figcaption>{inline(f.alt)}</figcaption></figure>"
+            )
         elif kind == "code":
             parts.append(f"<pre><code>{html.escape(b[1], quote=False)}</code></pre>")
-    nav = f'<nav><ol>{"".join(toc)}</ol></nav>'
+    nav = f"<nav><ol>{''.join(toc)}</ol></nav>"
     body = "\n".join(parts).replace("<!--TOC-->", nav, 1)
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )

@@ -7,6 +7,7 @@ the cost section comes from the estimator reading the same run (cheap: it reads 
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,46 +29,100 @@ TOP_PREFIXES = 10
 TOP_TENANTS = 15
 TOP_FINDINGS = 15
 BREAKDOWNS = ("tenant", "prefix_class", "turn_index", "hit_source", "model", "category")
-POLICY_COLUMNS = ("policy", "hit_rate_token_weighted", "capture_of_ideal", "ttft_p50_s", "ttft_p95_s",
-                  "ttft_p99_s", "queue_wait_p95_s", "imbalance_max_mean", "spill_rate", "spill_rate_of_warm",
-                  "prefill_tokens", "cached_tokens", "prompt_tokens", "predicted_cached_tokens", "evictions",
-                  "evicted_age_mean_s", "requests", "warm_requests", "partial_requests", "cold_requests",
-                  "ttft_warm_p50_s", "ttft_warm_p95_s", "ttft_partial_p50_s", "ttft_partial_p95_s",
-                  "ttft_cold_p50_s", "ttft_cold_p95_s")
-FINDING_COLUMNS = ("kind", "tenant", "message_index", "role", "char_offset", "token_offset",
-                   "requests_affected", "tokens_lost", "example", "fix")
+POLICY_COLUMNS = (
+    "policy",
+    "hit_rate_token_weighted",
+    "capture_of_ideal",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "queue_wait_p95_s",
+    "imbalance_max_mean",
+    "spill_rate",
+    "spill_rate_of_warm",
+    "prefill_tokens",
+    "cached_tokens",
+    "prompt_tokens",
+    "predicted_cached_tokens",
+    "evictions",
+    "evicted_age_mean_s",
+    "requests",
+    "warm_requests",
+    "partial_requests",
+    "cold_requests",
+    "ttft_warm_p50_s",
+    "ttft_warm_p95_s",
+    "ttft_partial_p50_s",
+    "ttft_partial_p95_s",
+    "ttft_cold_p50_s",
+    "ttft_cold_p95_s",
+)
+FINDING_COLUMNS = (
+    "kind",
+    "tenant",
+    "message_index",
+    "role",
+    "char_offset",
+    "token_offset",
+    "requests_affected",
+    "tokens_lost",
+    "example",
+    "fix",
+)
 BASELINES = ("round_robin", "random", "least_loaded", "oracle")
 
 # Seed 002, "Roll it out in this order".
 ROLLOUT = (
     "Collect several days of logs and calculate common token-prefix lengths, not just text matches.",
     "Fix the template and move changing fields after the cacheable block.",
-    "Enable prefix caching in a limited pool and collect actual cached-token counts from the inference engine.",
+    "Enable prefix caching in a limited pool and collect actual cached-token counts from the inference "
+    "engine.",
     "Add warm preference with a strict wait limit and a cold fallback route.",
     "Compare warm, partial, and cold requests by time to first token, queue time, and evictions.",
 )
 
 DEFINITIONS = (
-    ("token-weighted hit rate", "sum(cached tokens) / sum(prompt tokens): what vLLM's "
-     "`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total` counters show. The report's "
-     "headline definition."),
+    (
+        "token-weighted hit rate",
+        "sum(cached tokens) / sum(prompt tokens): what vLLM's "
+        "`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total` counters show. The report's "
+        "headline definition.",
+    ),
     ("block-weighted hit rate", "hit blocks / all blocks."),
-    ("mean of per-request hit fractions", "the average over requests of cached / prompt tokens (AIPerf's "
-     "headline); short prompts count as much as long ones."),
-    ("whole log vs steady state", "steady state is the second half of the log by arrival order, which "
-     "removes the cold start."),
+    (
+        "mean of per-request hit fractions",
+        "the average over requests of each request's hit fraction (hit blocks / blocks; AIPerf's "
+        "headline): short prompts count as much as long ones.",
+    ),
+    (
+        "whole log vs steady state",
+        "steady state is the second half of the log (by request order), which removes the cold start.",
+    ),
     ("ideal cache", "one unbounded cache shared by every request: the upper bound for any router."),
-    ("LRU / optimal curve", "hit rate (token-weighted) of one cache of the given capacity under LRU "
-     "eviction (vLLM order) and under Belady's optimal eviction."),
-    ("cluster hit rate", "token-weighted over all replicas (sum cached / sum prompt), never a mean of "
-     "per-replica rates."),
-    ("warm / partial / cold", "warm: the replica held everything an unbounded cache would have (and that "
-     "is > 0); partial: some but less; cold: nothing cached."),
+    (
+        "LRU / optimal curve",
+        "hit rate (token-weighted) of one cache of the given capacity under LRU "
+        "eviction (vLLM order) and under Belady's optimal eviction.",
+    ),
+    (
+        "cluster hit rate",
+        "token-weighted over all replicas (sum cached / sum prompt), never a mean of per-replica rates.",
+    ),
+    (
+        "warm / partial / cold",
+        "warm: the replica held everything an unbounded cache would have (and that "
+        "is > 0); partial: some but less; cold: nothing cached.",
+    ),
     ("imbalance", "max / mean of per-replica outstanding requests, averaged over the run."),
-    ("spill rate", "share of requests routed to a replica holding less of their prefix than the best "
-     "replica did."),
-    ("per-request hit rate (estimate)", "share of requests that hit, the seeds' convention; converts to "
-     "token-weighted as H = h x (context - new) / context."),
+    (
+        "spill rate",
+        "share of requests routed to a replica holding less of their prefix than the best replica did.",
+    ),
+    (
+        "per-request hit rate (estimate)",
+        "share of requests that hit, the seeds' convention; converts to "
+        "token-weighted as H = h x (context - new) / context.",
+    ),
 )
 
 
@@ -166,8 +221,16 @@ def _num(x: Any) -> float | None:
 
 def _traffic(run: Run) -> Traffic:
     an = run.manifest.get("analyze", {}).get("requests", {})
-    want = ["arrival_s", "tenant", "conversation_id", "model", "prompt_tokens", "output_tokens",
-            "actual_cached_tokens", "cached_tokens"]
+    want = [
+        "arrival_s",
+        "tenant",
+        "conversation_id",
+        "model",
+        "prompt_tokens",
+        "output_tokens",
+        "actual_cached_tokens",
+        "cached_tokens",
+    ]
     path = run.path / "requests.parquet"
     have = set(pq.read_schema(path).names)
     t = pq.read_table(path, columns=[c for c in want if c in have])
@@ -192,16 +255,25 @@ def _traffic(run: Run) -> Traffic:
         a = t.column("actual_cached_tokens")
         actual_mask = ~a.is_null().to_numpy(zero_copy_only=False)
         actual = a.fill_null(0).to_numpy()
-    pct = (lambda q: float(np.percentile(prompt, q)) if n else 0.0)  # noqa: E731
+    pct = lambda q: float(np.percentile(prompt, q)) if n else 0.0  # noqa: E731
     return Traffic(
-        requests_read=int(an.get("read", n)), requests_accepted=int(an.get("accepted", n)),
-        requests_rejected=int(an.get("rejected", 0)), rejects_by_reason=dict(an.get("rejects_by_reason", {})),
-        span_s=span, rps=(n / span if span > 0 else None),
-        prompt_tokens=int(prompt.sum()) if n else 0, cached_tokens=int(cached.sum()) if n else 0,
-        prompt_p50=pct(50), prompt_p90=pct(90), prompt_p99=pct(99),
+        requests_read=int(an.get("read", n)),
+        requests_accepted=int(an.get("accepted", n)),
+        requests_rejected=int(an.get("rejected", 0)),
+        rejects_by_reason=dict(an.get("rejects_by_reason", {})),
+        span_s=span,
+        rps=(n / span if span > 0 else None),
+        prompt_tokens=int(prompt.sum()) if n else 0,
+        cached_tokens=int(cached.sum()) if n else 0,
+        prompt_p50=pct(50),
+        prompt_p90=pct(90),
+        prompt_p99=pct(99),
         output_tokens_mean=float(np.mean(out)) if len(out) else None,
-        tenants=distinct("tenant"), conversations=distinct("conversation_id"), models=distinct("model"),
-        with_actual_cached=int(actual_mask.sum()), actual_cached_tokens=int(actual[actual_mask].sum()),
+        tenants=distinct("tenant"),
+        conversations=distinct("conversation_id"),
+        models=distinct("model"),
+        with_actual_cached=int(actual_mask.sum()),
+        actual_cached_tokens=int(actual[actual_mask].sum()),
         predicted_cached_tokens_for_actual=int(cached[actual_mask].sum()) if n else 0,
     )
 
@@ -213,17 +285,22 @@ def _summaries(data: ReportData, run: Run) -> None:
         by.setdefault(r["dimension"], []).append(r)
     whole = (by.get("all") or [{}])[0]
     steady = (by.get("steady_state") or [{}])[0]
-    labels = (("token-weighted (cached / prompt tokens)", "token_weighted"),
-              ("block-weighted (hit blocks / all blocks)", "block_weighted"),
-              ("mean of per-request hit fractions (AIPerf)", "request_mean"))
+    labels = (
+        ("token-weighted (cached / prompt tokens)", "token_weighted"),
+        ("block-weighted (hit blocks / all blocks)", "block_weighted"),
+        ("mean of per-request hit fractions (AIPerf)", "request_mean"),
+    )
     data.hit_rates = [HitRate(label, _num(whole.get(k)), _num(steady.get(k))) for label, k in labels]
-    data.tenant_isolated = _num(run.manifest.get("analyze", {}).get("hit_rate", {})
-                                .get("tenant_isolated_token_weighted"))
+    data.tenant_isolated = _num(
+        run.manifest.get("analyze", {}).get("hit_rate", {}).get("tenant_isolated_token_weighted")
+    )
     for dim in BREAKDOWNS:
         rs = by.get(dim, [])
         if dim == "turn_index":
-            rs = sorted(rs, key=lambda r: (not r["key"].isdigit(), int(r["key"]) if r["key"].isdigit() else 0,
-                                           r["key"]))
+            rs = sorted(
+                rs,
+                key=lambda r: (not r["key"].isdigit(), int(r["key"]) if r["key"].isdigit() else 0, r["key"]),
+            )
         else:
             rs = sorted(rs, key=lambda r: (-r["prompt_tokens"], r["key"]))
         if dim == "tenant" and len(rs) > TOP_TENANTS:
@@ -251,8 +328,16 @@ def _capacity(run: Run, ideal: float | None, kv: KvBasis, replica_kv: int | None
 
 def _prefixes(run: Run) -> list[dict[str, Any]]:
     t = run.table("prefixes")
-    cols = ("rank", "prefix_tokens", "hits", "tokens_saved", "tenants", "cross_tenant_hits",
-            "median_reuse_gap_s", "snippet")
+    cols = (
+        "rank",
+        "prefix_tokens",
+        "hits",
+        "tokens_saved",
+        "tenants",
+        "cross_tenant_hits",
+        "median_reuse_gap_s",
+        "snippet",
+    )
     rows = _rows(t.slice(0, TOP_PREFIXES), cols)
     for r in rows:  # the table is already redacted; redacting again is idempotent and keeps the promise
         r["snippet"] = redact_snippet(r.get("snippet") or "", 80) or "(no text: hashed trace)"
@@ -266,7 +351,10 @@ def _findings(data: ReportData, run: Run) -> None:
     for r in rows:
         if r.get("example") is not None:
             r["example"] = redact_snippet(str(r["example"]), 80)
-    data.findings_total = {"findings": len(rows), "tokens_lost": int(sum(r.get("tokens_lost") or 0 for r in rows))}
+    data.findings_total = {
+        "findings": len(rows),
+        "tokens_lost": int(sum(r.get("tokens_lost") or 0 for r in rows)),
+    }
     data.findings = rows[:TOP_FINDINGS]
 
 
@@ -275,27 +363,47 @@ def _sim(data: ReportData, run: Run) -> None:
     data.policies = rows
     sec = run.manifest.get("simulate", {})
     cfg, wl = sec.get("config", {}), sec.get("workload", {})
-    data.sim = {"replicas": cfg.get("replicas"), "model": cfg.get("model"), "gpu": cfg.get("gpu"),
-                "kv_blocks_per_replica": wl.get("kv_blocks_per_replica"), "block_size": wl.get("block_size"),
-                "unbounded_kv": wl.get("unbounded_kv"), "prefill_model": wl.get("prefill_model"),
-                "knowledge": cfg.get("knowledge")}
-    adoptable = [r for r in rows if r["policy"] not in BASELINES and r.get("hit_rate_token_weighted") is not None]
+    data.sim = {
+        "replicas": cfg.get("replicas"),
+        "model": cfg.get("model"),
+        "gpu": cfg.get("gpu"),
+        "kv_blocks_per_replica": wl.get("kv_blocks_per_replica"),
+        "block_size": wl.get("block_size"),
+        "unbounded_kv": wl.get("unbounded_kv"),
+        "prefill_model": wl.get("prefill_model"),
+        "knowledge": cfg.get("knowledge"),
+    }
+    adoptable = [
+        r for r in rows if r["policy"] not in BASELINES and r.get("hit_rate_token_weighted") is not None
+    ]
     best = max(adoptable, key=lambda r: (r["hit_rate_token_weighted"], r["policy"]), default=None)
     est_best = ((data.estimate or {}).get("verdict") or {}).get("router_policy")
     data.best_policy = est_best if data.policy(est_best) else (best["policy"] if best else None)
     if data.best_policy and run.has("sim_decisions"):
         path = run.path / "sim_decisions.parquet"
-        t = pq.read_table(path, columns=["policy", "decision", "queue_wait_s", "measured"],
-                          filters=[("policy", "=", data.best_policy)])
+        t = pq.read_table(
+            path,
+            columns=["policy", "decision", "queue_wait_s", "measured"],
+            filters=[("policy", "=", data.best_policy)],
+        )
         groups: dict[str, list[float]] = {}
-        for d, w, m in zip(t.column("decision").to_pylist(), t.column("queue_wait_s").to_pylist(),
-                           t.column("measured").to_pylist(), strict=True):
+        for d, w, m in zip(
+            t.column("decision").to_pylist(),
+            t.column("queue_wait_s").to_pylist(),
+            t.column("measured").to_pylist(),
+            strict=True,
+        ):
             if m:
                 groups.setdefault(d or "(none)", []).append(w)
         data.queue_by_decision = [
-            {"decision": d, "requests": len(ws), "queue_wait_mean_s": float(np.mean(ws)),
-             "queue_wait_p95_s": float(np.percentile(ws, 95))}
-            for d, ws in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+            {
+                "decision": d,
+                "requests": len(ws),
+                "queue_wait_mean_s": float(np.mean(ws)),
+                "queue_wait_p95_s": float(np.percentile(ws, 95)),
+            }
+            for d, ws in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        ]
 
 
 def _kv(run: Run, model: str | None, gpu: str | None, dtype: str | None) -> KvBasis:
@@ -321,14 +429,34 @@ def _estimate(data: ReportData, run: Run, overrides: bool, replicas: int | None)
     opts = EstimateOptions(model=data.kv.model, gpu=data.kv.gpu, dtype=data.kv.dtype, replicas=replicas)
     try:
         data.estimate = estimate(opts, run.path).to_json()
-        data.estimate_source = (f"`prefixscan estimate` defaults on this run (model {data.kv.model}, "
-                                f"{data.kv.dtype}, GPU {data.kv.gpu})")
+        data.estimate_source = (
+            f"`prefixscan estimate` defaults on this run (model {data.kv.model}, "
+            f"{data.kv.dtype}, GPU {data.kv.gpu})"
+        )
     except PrefixscanError as exc:
         data.estimate_error = str(exc)
 
 
-def build(run_dir: str | os.PathLike[str], model: str | None = None, gpu: str | None = None,
-          dtype: str | None = None, replicas: int | None = None) -> ReportData:
+def _config_note(stage: str, manifest: dict[str, Any]) -> str:
+    """For a stage that did not record its command line: the settings that differ from the defaults."""
+    cfg = (manifest.get(stage) or {}).get("config") or {}
+    default: dict[str, Any] = {}
+    if stage == "simulate":
+        from prefixscan.sim.config import SimConfig
+
+        default = SimConfig().to_dict()
+    same = {k for k in cfg if k in default and json.dumps(default[k], default=str) == json.dumps(cfg[k])}
+    diffs = [f"{k}={json.dumps(cfg[k])}" for k in sorted(cfg) if k not in same]
+    return f"# {stage} settings that differ from the defaults: {', '.join(diffs) or 'none'}"
+
+
+def build(
+    run_dir: str | os.PathLike[str],
+    model: str | None = None,
+    gpu: str | None = None,
+    dtype: str | None = None,
+    replicas: int | None = None,
+) -> ReportData:
     """Assemble the report for a run directory (reads tables and the manifest; never re-analyses)."""
     run = load_run(run_dir)
     m = run.manifest
@@ -338,10 +466,16 @@ def build(run_dir: str | os.PathLike[str], model: str | None = None, gpu: str | 
         line = (m.get(stage) or {}).get("command_line") if isinstance(m.get(stage), dict) else None
         if line:
             commands.append((stage, line))
+        elif isinstance(m.get(stage), dict):
+            commands.append((f"{stage}: command line not recorded in the manifest", _config_note(stage, m)))
     data = ReportData(
-        run_path=str(Path(run_dir)), version=str(m.get("version", "")), commands=commands,
+        run_path=str(Path(run_dir)),
+        version=str(m.get("version", "")),
+        commands=commands,
         inputs=list(m.get("inputs", [])),
-        setup={k: cfg.get(k) for k in ("tokenizer", "block_size", "hit_rule", "granularity", "isolate_tenants")},
+        setup={
+            k: cfg.get(k) for k in ("tokenizer", "block_size", "hit_rule", "granularity", "isolate_tenants")
+        },
         kv=_kv(run, model, gpu, dtype),
     )
     rd = data.run_path
@@ -353,18 +487,18 @@ def build(run_dir: str | os.PathLike[str], model: str | None = None, gpu: str | 
         _summaries(data, run)
     else:
         data.missing["reuse"] = f"prefixscan analyze LOGS -o {rd}"
-    _estimate(data, run, overrides=any(x is not None for x in (model, gpu, dtype, replicas)), replicas=replicas)
+    _estimate(
+        data, run, overrides=any(x is not None for x in (model, gpu, dtype, replicas)), replicas=replicas
+    )
     if data.estimate_error:
-        data.missing["estimate"] = (f"prefixscan simulate {rd}" if "--replicas" in data.estimate_error
-                                    else f"prefixscan estimate {rd}")
+        data.missing["estimate"] = f"prefixscan simulate {rd}"
     replica_kv = (data.estimate or {}).get("kv_capacity_tokens_per_replica")
     ideal = data.hit_rates[0].whole if data.hit_rates else None
-    cap = _capacity(run, ideal, data.kv, replica_kv) if run.has("capacity_curve") else None
-    if cap is None:
+    data.capacity = _capacity(run, ideal, data.kv, replica_kv) if run.has("capacity_curve") else None
+    if not run.has("capacity_curve"):
         data.missing["capacity"] = f"prefixscan analyze LOGS -o {rd} --force"
-    data.capacity = cap
     data.prefixes = _prefixes(run) if run.has("prefixes") else []
-    if not data.prefixes:
+    if not run.has("prefixes"):
         data.missing["prefixes"] = f"prefixscan analyze LOGS -o {rd} --force"
     if run.has("findings"):
         _findings(data, run)
@@ -386,9 +520,15 @@ def figure_dir(output: str | os.PathLike[str]) -> Path:
     return Path(output) / "report_figures"
 
 
-def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,
-                 formats: tuple[str, ...] = ("md", "html"), model: str | None = None, gpu: str | None = None,
-                 dtype: str | None = None, replicas: int | None = None) -> dict[str, Path]:
+def write_report(
+    run_dir: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    formats: tuple[str, ...] = ("md", "html"),
+    model: str | None = None,
+    gpu: str | None = None,
+    dtype: str | None = None,
+    replicas: int | None = None,
+) -> dict[str, Path]:
     """Build the report data once and write report.md (+ report_figures/*.svg) and/or report.html.
 
     Returns the written paths by kind ("md", "html", "figures"). Same run directory and options give

@@ -106,12 +106,19 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     pin_n = np.minimum(nb, capacity)
     extra = np.minimum(extra, capacity - pin_n)
     oversized = int((nb > capacity).sum())
+    # plain Python lists for per-request constants: indexing numpy arrays in the hot loop costs ~10x more
+    off_l, pin_l, extra_l, nb_l = w.offsets.tolist(), pin_n.tolist(), extra.tolist(), nb.tolist()
+    prompt_l, out_l, cap_l = w.prompt_tokens.tolist(), w.output_tokens.tolist(), w.hit_cap.tolist()
+    tenant_l, conv_l = w.tenant.tolist(), w.conv_key.tolist()
+    wb = w.blocks
     waiting: list[deque[int]] = [deque() for _ in range(slots)]
     lane_busy = [False] * slots
-    running = np.zeros(slots, dtype=np.int64)
-    last_t = np.zeros(slots)
-    area_out = np.zeros(slots)
-    area_wait = np.zeros(slots)
+    running = [0] * slots
+    last_t = [0.0] * slots
+    area_out = [0.0] * slots
+    area_wait = [0.0] * slots
+    n_inflight = [0] * slots
+    n_waiting = [0] * slots
     exact_buf = np.zeros(slots, dtype=np.int64)
     exact_view = kmode == "exact" or (kmode == "delayed" and cfg.event_delay_s == 0)
     heap: list[tuple[float, int, int, int, int]] = []
@@ -119,56 +126,57 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     events = sorted(cfg.events, key=lambda e: e.time_s)
     ev_i = 0
     next_add = cfg.replicas
+    max_seqs = cfg.max_num_seqs
+    push = heapq.heappush
 
     def account(r: int, now: float) -> None:
         dt = now - last_t[r]
         if dt > 0:
-            area_out[r] += dt * cv.inflight[r]
-            area_wait[r] += dt * cv.waiting[r]
+            area_out[r] += dt * n_inflight[r]
+            area_wait[r] += dt * n_waiting[r]
             last_t[r] = now
 
     def try_start(r: int, now: float) -> None:
         nonlocal counter
         q = waiting[r]
-        if lane_busy[r] or not q or running[r] >= cfg.max_num_seqs:
+        if lane_busy[r] or not q or running[r] >= max_seqs:
             return
         i = q[0]
-        s = w.offsets[i]
-        blocks = w.blocks[s : s + pin_n[i]]
-        k, ne = kv.admit(r, blocks, int(extra[i]), now)
-        cv.kv_available[r] = kv.available(r)
+        s = off_l[i]
+        blocks = wb[s : s + pin_l[i]]
+        k, ne = kv.admit(r, blocks, extra_l[i], now)
         if k < 0:
             return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
+        cv.kv_available[r] = kv.available(r)
         q.popleft()
         account(r, now)
-        cv.waiting[r] -= 1
+        n_waiting[r] -= 1
+        cv.waiting[r] = n_waiting[r]
         cv.queued_prefill_s[r] = max(cv.queued_prefill_s[r] - pred_s[i], 0.0) if q else 0.0
-        cv.queued_blocks[r] -= int(pin_n[i] + extra[i])
+        cv.queued_blocks[r] -= pin_l[i] + extra_l[i]
         know.on_store(r, blocks[k:], now)
         if ne:
             know.on_evict(r, kv.scratch[:ne], now)
-        c = w.hit_tokens(i, k)
+        c = min(k * B, cap_l[i])
         cached[i] = c
-        dur = serving.prefill_s(int(w.prompt_tokens[i]) - c, c, int(cv.decoding[r]))
+        dur = serving.prefill_s(prompt_l[i] - c, c, int(cv.decoding[r]))
         pre_s[i] = dur
         start[i] = now
         running[r] += 1
         lane_busy[r] = True
         cv.lane_until[r] = now + dur
         counter += 1
-        heapq.heappush(heap, (now + dur, PREFILL_DONE, counter, r, i))
+        push(heap, (now + dur, PREFILL_DONE, counter, r, i))
 
     def route(i: int, now: float) -> None:
-        s, e = w.offsets[i], w.offsets[i + 1]
-        blocks = w.blocks[s:e]
-        req = Req(i, blocks, int(w.prompt_tokens[i]), int(w.output_tokens[i]), int(w.tenant[i]),
-                  int(w.conv_key[i]), now)
+        s, e = off_l[i], off_l[i + 1]
+        blocks = wb[s:e]
+        req = Req(i, blocks, prompt_l[i], out_l[i], tenant_l[i], conv_l[i], now)
         cv.now = now
         kv.match_all(blocks, exact_buf)
         if exact_view:
             cv._match_buf[:] = exact_buf
             cv._match_for = i
-        exact_hit = w.hit_tokens_vec(i, exact_buf)
         d = policy.choose(req, cv)
         r = d.replica
         if not cv.active[r]:
@@ -178,18 +186,22 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
             code = reason_code[d.reason] = len(reasons)
             reasons.append(d.reason)
         replica[i], reason[i], cands[i], predicted[i] = r, code, d.candidates, d.predicted_cached_tokens
-        best[i] = int(exact_hit[cv.active_idx].max()) if len(cv.active_idx) else 0
-        routed[i] = int(exact_hit[r])
-        pred_s[i] = serving.prefill_s(req.prompt_tokens - routed[i], routed[i], int(cv.decoding[r]))
+        kmax = int(exact_buf[cv.active_idx].max()) if len(cv.active_idx) > 1 else int(exact_buf[r])
+        best[i] = min(kmax * B, cap_l[i])
+        rc = min(int(exact_buf[r]) * B, cap_l[i])
+        routed[i] = rc
+        pred_s[i] = serving.prefill_s(prompt_l[i] - rc, rc, int(cv.decoding[r]))
         know.on_route(r, blocks, now)
         account(r, now)
         waiting[r].append(i)
-        cv.inflight[r] += 1
-        cv.waiting[r] += 1
-        cv.load_blocks[r] += int(nb[i])
-        cv.inflight_output[r] += int(w.output_tokens[i])
+        n_inflight[r] += 1
+        n_waiting[r] += 1
+        cv.inflight[r] = n_inflight[r]
+        cv.waiting[r] = n_waiting[r]
+        cv.load_blocks[r] += nb_l[i]
+        cv.inflight_output[r] += out_l[i]
         cv.queued_prefill_s[r] += pred_s[i]
-        cv.queued_blocks[r] += int(pin_n[i] + extra[i])
+        cv.queued_blocks[r] += pin_l[i] + extra_l[i]
         try_start(r, now)
 
     def scenario(ev, now: float) -> None:  # noqa: ANN001
@@ -211,7 +223,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
 
     ai = 0
     now = 0.0
-    arrivals = w.arrival_s
+    arrivals = w.arrival_s.tolist()
     while ai < n or heap:
         t_arr = arrivals[ai] if ai < n else np.inf
         t_ev = events[ev_i].time_s if ev_i < len(events) else np.inf
@@ -222,19 +234,19 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 lane_busy[r] = False
                 cv.decoding[r] += 1
                 counter += 1
-                heapq.heappush(heap, (now + serving.decode_s(int(w.output_tokens[i]), int(cv.decoding[r])),
-                                      DECODE_DONE, counter, r, i))
+                push(heap, (now + serving.decode_s(out_l[i], int(cv.decoding[r])), DECODE_DONE, counter, r, i))
             else:
                 finish[i] = now
-                s = w.offsets[i]
-                kv.release(r, w.blocks[s : s + pin_n[i]], int(extra[i]), now)
+                s = off_l[i]
+                kv.release(r, wb[s : s + pin_l[i]], extra_l[i], now)
                 cv.kv_available[r] = kv.available(r)
                 account(r, now)
                 cv.decoding[r] -= 1
                 running[r] -= 1
-                cv.inflight[r] -= 1
-                cv.load_blocks[r] -= int(nb[i])
-                cv.inflight_output[r] -= int(w.output_tokens[i])
+                n_inflight[r] -= 1
+                cv.inflight[r] = n_inflight[r]
+                cv.load_blocks[r] -= nb_l[i]
+                cv.inflight_output[r] -= out_l[i]
             try_start(r, now)
         elif t_ev <= t_arr:
             now = t_ev
@@ -250,7 +262,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         policy=policy.name, n_slots=slots, replica=replica, start_s=start, first_token_s=first, finish_s=finish,
         cached_tokens=cached, predicted_cached=predicted, best_cached=best, routed_cached=routed, prefill_s=pre_s,
         reason=reason, reasons=reasons, candidates=cands, evictions=kv.evictions.copy(),
-        evict_age_sum=kv.evict_age_sum.copy(), evict_hist=kv.evict_hist.copy(), area_outstanding=area_out,
-        area_waiting=area_wait, horizon_s=float(now), oversized=oversized, knowledge=kmode,
+        evict_age_sum=kv.evict_age_sum.copy(), evict_hist=kv.evict_hist.copy(), area_outstanding=np.array(area_out),
+        area_waiting=np.array(area_wait), horizon_s=float(now), oversized=oversized, knowledge=kmode,
         extra=dict(getattr(policy, "stats", {})),
     )

@@ -97,7 +97,13 @@ def _match_ttl(last, blocks, thresh, out):  # noqa: ANN001, ANN202
 
 
 class ApproxView(ExactView):
-    """Blocks the router itself sent to each replica, forgotten after `ttl_s` or pruned LRU-first."""
+    """Blocks the router itself sent to each replica, forgotten after `ttl_s` or pruned LRU-first.
+
+    Each routing decision is kept as a record (time, blocks); a block's entry holds the time of its
+    latest record. Expiring the oldest record drops exactly the blocks no later record refreshed, so the
+    live count is exact and pruning costs O(blocks routed), never a scan of the block space. Record
+    times are made strictly increasing per replica, which keeps the view prefix-closed.
+    """
 
     name = "approximate"
 
@@ -107,8 +113,11 @@ class ApproxView(ExactView):
         self.ttl = ttl_s
         self.max_blocks = max_blocks
         self.sweep_s = sweep_s
+        n = kv.res.shape[0]
         self.last = np.full(kv.res.shape, -np.inf, dtype=np.float64)
-        self.count = np.zeros(kv.res.shape[0], dtype=np.int64)  # live entries (recounted at sweeps)
+        self.count = [0] * n
+        self.records: list[deque[tuple[float, float, np.ndarray]]] = [deque() for _ in range(n)]
+        self.prev_t = [-np.inf] * n
         self.next_sweep = sweep_s if sweep_s else np.inf
 
     def match(self, blocks: np.ndarray, now: float, out: np.ndarray) -> np.ndarray:
@@ -116,34 +125,43 @@ class ApproxView(ExactView):
         _match_ttl(self.last, blocks, now - self.ttl, out)
         return out
 
-    def advance(self, now: float) -> None:
-        if now < self.next_sweep:
-            return
-        while self.next_sweep <= now:
-            self.next_sweep += self.sweep_s  # type: ignore[operator]
-        for r in range(self.last.shape[0]):
-            self._sweep(r, now, self.max_blocks)
-
-    def _sweep(self, r: int, now: float, limit: int | None) -> None:
+    def _expire_oldest(self, r: int) -> None:
+        _, t, blocks = self.records[r].popleft()
         row = self.last[r]
-        live = row > now - self.ttl
-        n = int(live.sum())
-        if limit is not None and n > limit:
-            times = np.sort(row[live])
-            cut = times[n - limit - 1]  # drop everything at or before the cut: ties go together,
-            row[row <= cut] = -np.inf  # which keeps the view prefix-closed (parents are never older)
-            n = int((row > now - self.ttl).sum())
-        self.count[r] = n
+        mine = blocks[row[blocks] == t]
+        row[mine] = -np.inf
+        self.count[r] -= len(mine)
+
+    def advance(self, now: float) -> None:
+        if self.ttl != np.inf:
+            limit = now - self.ttl
+            for r, q in enumerate(self.records):
+                while q and q[0][0] <= limit:  # by the true routing time
+                    self._expire_oldest(r)
+        if self.sweep_s is not None and now >= self.next_sweep:
+            while self.next_sweep <= now:
+                self.next_sweep += self.sweep_s
+            for r in range(len(self.records)):
+                self._prune(r)
+
+    def _prune(self, r: int) -> None:
+        if self.max_blocks is None:
+            return
+        while self.count[r] > self.max_blocks and self.records[r]:
+            self._expire_oldest(r)
 
     def on_route(self, r: int, blocks: np.ndarray, now: float) -> None:
+        t = now if now > self.prev_t[r] else float(np.nextafter(self.prev_t[r], np.inf))
+        self.prev_t[r] = t
         row = self.last[r]
-        self.count[r] += int((row[blocks] <= now - self.ttl).sum())
-        row[blocks] = now
-        if self.sweep_s is None and self.max_blocks is not None and self.count[r] > self.max_blocks:
-            self._sweep(r, now, int(self.max_blocks * 0.9))  # continuous LRU cap, amortised
+        self.count[r] += int(np.count_nonzero(row[blocks] == -np.inf))
+        row[blocks] = t
+        self.records[r].append((now, t, blocks))
+        if self.sweep_s is None:
+            self._prune(r)  # continuous LRU cap (llm-d); SGLang prunes only at its sweeps
 
     def size(self, r: int) -> int:
-        return int(self.count[r])
+        return self.count[r]
 
 
 def make_view(kind: str, kv: KVState, delay_s: float = 0.0, ttl_s: float = 120.0, max_blocks: int | None = None,

@@ -9,10 +9,12 @@ Together these keep every replica's cached set prefix-closed per chain (a block 
 its parent is), so the hit length is found by binary search over the request's blocks. `reference.py`
 is the brute-force model the property tests compare against.
 
-State for R replicas over U distinct blocks lives in [R, U] arrays; the free queue is a doubly linked
-list threaded through `prv`/`nxt`, exactly like vLLM's FreeKVCacheBlockQueue. Per-replica scalars live
-in `meta[r]` = (head, tail, used, capacity, n_free). `used` counts resident blocks plus reserved decode
-blocks; the replica is full when used == capacity.
+State for R replicas over U distinct blocks: `res[r, b]` (resident, read by matching) and one 16-byte
+record per block `node[r, b]` = (ref count, prev + 1, next + 1, release time as float32 bits), so a
+block's bookkeeping shares one cache line. The free queue is a doubly linked list threaded through the
+records, exactly like vLLM's FreeKVCacheBlockQueue. Per-replica scalars live in `meta[r]` = (head,
+tail, used, capacity, n_free). `used` counts resident blocks plus reserved decode blocks; the replica is
+full when used == capacity.
 """
 
 from __future__ import annotations
@@ -30,10 +32,8 @@ class KVState:
     def __init__(self, replicas: int, n_blocks: int, capacity: int) -> None:
         r, u = replicas, max(n_blocks, 1)
         self.res = np.zeros((r, u), dtype=np.int8)
-        self.ref = np.zeros((r, u), dtype=np.int32)
-        self.prv = np.full((r, u), -1, dtype=np.int32)
-        self.nxt = np.full((r, u), -1, dtype=np.int32)
-        self.rel = np.zeros((r, u), dtype=np.float32)
+        self.node = np.zeros((r, u, 4), dtype=np.int32)  # zeros = unreferenced, unlinked
+        self.nodef = self.node.view(np.float32)  # slot 3 read as float32: last release time
         self.meta = np.zeros((r, 5), dtype=np.int64)
         self.meta[:, HEAD] = -1
         self.meta[:, TAIL] = -1
@@ -42,6 +42,11 @@ class KVState:
         self.evict_age_sum = np.zeros(r, dtype=np.float64)
         self.evict_hist = np.zeros((r, N_AGE_BUCKETS), dtype=np.int64)
         self.scratch = np.zeros(u + 8, dtype=np.int32)  # evicted ids of the last admit
+
+    @property
+    def ref(self) -> np.ndarray:
+        """Pin counts [R, U] (a view)."""
+        return self.node[:, :, REF]
 
     def match(self, r: int, blocks: np.ndarray) -> int:
         return int(match_len(self.res, r, blocks))
@@ -52,16 +57,15 @@ class KVState:
 
     def admit(self, r: int, blocks: np.ndarray, extra: int, now: float) -> tuple[int, int]:
         """Pin a request's blocks; returns (matched blocks, evicted count) or (-1, 0) if memory is short."""
-        k, ne = admit(self.res, self.ref, self.prv, self.nxt, self.rel, self.meta, self.evictions,
-                      self.evict_age_sum, self.evict_hist, self.scratch, r, blocks, extra, now)
-        return int(k), int(ne)
+        return admit(self.res, self.node, self.nodef, self.meta, self.evictions, self.evict_age_sum,
+                     self.evict_hist, self.scratch, r, blocks, extra, now)
 
     def release(self, r: int, blocks: np.ndarray, extra: int, now: float) -> None:
-        release(self.ref, self.prv, self.nxt, self.rel, self.meta, r, blocks, extra, now)
+        release(self.node, self.nodef, self.meta, r, blocks, extra, now)
 
     def clear_free(self, r: int) -> int:
         """Drop every unpinned cached block of replica r (a restart); returns how many."""
-        return int(clear_free(self.res, self.prv, self.nxt, self.meta, r))
+        return int(clear_free(self.res, self.node, self.meta, r))
 
     def available(self, r: int) -> int:
         m = self.meta[r]
@@ -69,6 +73,9 @@ class KVState:
 
     def resident_count(self, r: int) -> int:
         return int(self.res[r].sum())
+
+
+REF, PRV, NXT, REL = 0, 1, 2, 3
 
 
 @njit(cache=True)
@@ -111,28 +118,28 @@ def ideal_match(offsets, blocks, n_unique):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def _unlink(prv, nxt, meta, r, b):  # noqa: ANN001, ANN202
-    p, q = prv[r, b], nxt[r, b]
+def _unlink(node, meta, r, b):  # noqa: ANN001, ANN202
+    p, q = node[r, b, PRV] - 1, node[r, b, NXT] - 1
     if p >= 0:
-        nxt[r, p] = q
+        node[r, p, NXT] = q + 1
     else:
         meta[r, HEAD] = q
     if q >= 0:
-        prv[r, q] = p
+        node[r, q, PRV] = p + 1
     else:
         meta[r, TAIL] = p
-    prv[r, b] = -1
-    nxt[r, b] = -1
+    node[r, b, PRV] = 0
+    node[r, b, NXT] = 0
     meta[r, NFREE] -= 1
 
 
 @njit(cache=True)
-def _append(prv, nxt, meta, r, b):  # noqa: ANN001, ANN202
+def _append(node, meta, r, b):  # noqa: ANN001, ANN202
     t = meta[r, TAIL]
-    prv[r, b] = t
-    nxt[r, b] = -1
+    node[r, b, PRV] = t + 1
+    node[r, b, NXT] = 0
     if t >= 0:
-        nxt[r, t] = b
+        node[r, t, NXT] = b + 1
     else:
         meta[r, HEAD] = b
     meta[r, TAIL] = b
@@ -140,15 +147,15 @@ def _append(prv, nxt, meta, r, b):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _take_slot(res, prv, nxt, rel, meta, evictions, age_sum, hist, scratch, r, now, ne):  # noqa: ANN001, ANN202
+def _take_slot(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, now, ne):  # noqa: ANN001, ANN202
     """One free slot for a new block: an empty one while any remain, else evict the LRU head."""
     if meta[r, USED] < meta[r, CAP]:
         meta[r, USED] += 1
         return ne
     b = meta[r, HEAD]
-    _unlink(prv, nxt, meta, r, b)
+    _unlink(node, meta, r, b)
     res[r, b] = 0
-    age = now - rel[r, b]
+    age = now - nodef[r, b, REL]
     evictions[r] += 1
     age_sum[r] += age
     ms = age * 1000.0
@@ -162,50 +169,50 @@ def _take_slot(res, prv, nxt, rel, meta, evictions, age_sum, hist, scratch, r, n
 
 
 @njit(cache=True)
-def admit(res, ref, prv, nxt, rel, meta, evictions, age_sum, hist, scratch, r, blocks, extra, now):  # noqa: ANN001, ANN201
+def admit(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, blocks, extra, now):  # noqa: ANN001, ANN201
     k = match_len(res, r, blocks)
     hit_free = 0
     for i in range(k):
-        if ref[r, blocks[i]] == 0:
+        if node[r, blocks[i], REF] == 0:
             hit_free += 1
     need = len(blocks) - k + extra
     if need > meta[r, CAP] - meta[r, USED] + meta[r, NFREE] - hit_free:
         return -1, 0
     for i in range(k):
         b = blocks[i]
-        if ref[r, b] == 0:
-            _unlink(prv, nxt, meta, r, b)
-        ref[r, b] += 1
+        if node[r, b, REF] == 0:
+            _unlink(node, meta, r, b)
+        node[r, b, REF] += 1
     ne = 0
     for i in range(k, len(blocks)):
-        ne = _take_slot(res, prv, nxt, rel, meta, evictions, age_sum, hist, scratch, r, now, ne)
+        ne = _take_slot(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, now, ne)
         b = blocks[i]
         res[r, b] = 1
-        ref[r, b] = 1
+        node[r, b, REF] = 1
     for _ in range(extra):
-        ne = _take_slot(res, prv, nxt, rel, meta, evictions, age_sum, hist, scratch, r, now, ne)
+        ne = _take_slot(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, now, ne)
     return k, ne
 
 
 @njit(cache=True)
-def release(ref, prv, nxt, rel, meta, r, blocks, extra, now):  # noqa: ANN001, ANN201
+def release(node, nodef, meta, r, blocks, extra, now):  # noqa: ANN001, ANN201
     for i in range(len(blocks) - 1, -1, -1):  # reverse order: tail blocks become the oldest
         b = blocks[i]
-        ref[r, b] -= 1
-        if ref[r, b] == 0:
-            rel[r, b] = now
-            _append(prv, nxt, meta, r, b)
+        node[r, b, REF] -= 1
+        if node[r, b, REF] == 0:
+            nodef[r, b, REL] = now
+            _append(node, meta, r, b)
     meta[r, USED] -= extra
 
 
 @njit(cache=True)
-def clear_free(res, prv, nxt, meta, r):  # noqa: ANN001, ANN201
+def clear_free(res, node, meta, r):  # noqa: ANN001, ANN201
     n = 0
     b = meta[r, HEAD]
     while b >= 0:
-        q = nxt[r, b]
-        prv[r, b] = -1
-        nxt[r, b] = -1
+        q = node[r, b, NXT] - 1
+        node[r, b, PRV] = 0
+        node[r, b, NXT] = 0
         res[r, b] = 0
         n += 1
         b = q

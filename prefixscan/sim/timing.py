@@ -34,6 +34,7 @@ class PrefillModel:
     def seconds(self, new: float, cached: float) -> float:
         if new <= 0:
             return 0.0
+        new, cached = float(new), float(cached)
         ms = self.a + self.b_new * new + self.c_cached * cached + self.d_new_cached * new * cached \
             + self.e_new2 * new * new
         return max(ms, 0.0) / 1000.0

@@ -40,25 +40,20 @@ class Workload:
     hit_rule: str
     ideal_cached: np.ndarray  # int64: unbounded single-cache hit in the same order (and salting)
     measured: np.ndarray  # bool: outside the warm-up window
+    hit_cap: np.ndarray  # int64: most tokens a hit can cover (hit = min(k * block_size, hit_cap))
 
     def req_blocks(self, i: int) -> np.ndarray:
         return self.blocks[self.offsets[i] : self.offsets[i + 1]]
 
     def hit_tokens_vec(self, i: int, k: np.ndarray) -> np.ndarray:
-        """Cached tokens of request i for matched block counts k (vectorised `hashing.hit_tokens`)."""
-        n, b = int(self.prompt_tokens[i]), self.block_size
-        k = np.asarray(k, dtype=np.int64)
-        if self.hit_rule == "vllm":
-            return np.minimum(k, max(n - 1, 0) // b) * b
-        return np.minimum(k * b, n)
+        """Cached tokens of request i for matched block counts k (vectorised `hashing.hit_tokens`).
+
+        vllm: min(k, (n-1)//B) * B == min(k*B, ((n-1)//B)*B); trace: min(k*B, n); both are min(k*B, cap).
+        """
+        return np.minimum(k * self.block_size, self.hit_cap[i])
 
     def hit_tokens(self, i: int, k: int) -> int:
-        n, b = int(self.prompt_tokens[i]), self.block_size
-        if k <= 0 or n <= 0:
-            return 0
-        if self.hit_rule == "vllm":
-            return min(k, (n - 1) // b) * b
-        return min(k * b, n)
+        return min(k * self.block_size, int(self.hit_cap[i]))
 
 
 def _mix(h: np.ndarray, salt: np.ndarray) -> np.ndarray:
@@ -144,7 +139,8 @@ def build_workload(table: pa.Table, block_size: int, hit_rule: str = "vllm", *, 
         n=n, request_id=np.asarray(table["request_id"].to_pylist(), dtype=object), seq=seq, arrival_s=arrival,
         prompt_tokens=prompt, output_tokens=out, tenant=tenant, tenant_names=tenant_names, conv_key=conv,
         offsets=offsets, blocks=blocks, n_unique=n_unique, block_size=block_size, hit_rule=hit_rule,
-        ideal_cached=ideal, measured=arrival >= warmup_s,
+        ideal_cached=ideal, measured=arrival >= warmup_s, hit_cap=_hit_vec(np.full(n, 1 << 40), prompt, block_size,
+                                                                          hit_rule),
     )
 
 

@@ -7,6 +7,7 @@ millions of requests reuse a few thousand items.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import random
 from dataclasses import dataclass
@@ -137,6 +138,21 @@ class Content:
         hot_id = f"hot-{index}"
         body = self._prose(rng, int(self.tokens * 0.7))
         return hot_id, f"Everyone is sharing this post today. Read it carefully:\n\n\"{body}\"\n\n"
+
+    def retrieval(self, tenant: str, query: int, cum_weights: list[float]) -> list[int]:
+        """The chunk indices (relevance order) a tenant's query retrieves: 4-6 distinct, Zipf-popular.
+
+        Derived from (tenant, query) alone, so a popular query always retrieves the same layer and the
+        number of distinct retrieved layers is bounded by the query pool, not by the request count.
+        """
+        rng = self._rng("retrieval", tenant, query)
+        k = rng.randint(4, 6)
+        chosen: list[int] = []
+        while len(chosen) < k:
+            i = bisect.bisect(cum_weights, rng.random() * cum_weights[-1])
+            if i not in chosen:
+                chosen.append(i)
+        return chosen
 
     def template_value(self, field: str, tenant: str, user_index: int, rng: random.Random) -> tuple[str, bool]:
         """A customer field's value and whether it is stable per user (order ids are per request)."""

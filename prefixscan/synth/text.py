@@ -136,6 +136,7 @@ def words(rng: random.Random, k: int) -> str:
     return " ".join(_STREAM[i : i + k])
 
 
+@lru_cache(maxsize=65536)
 def person_name(index: int) -> tuple[str, str]:
     """A stable (first, last) name for a user index: the same user always has the same name."""
     r = random.Random(f"name-{index}")

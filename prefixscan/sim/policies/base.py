@@ -65,6 +65,8 @@ class ClusterView:
         self.queued_blocks = np.zeros(n_slots, dtype=np.int64)
         self._match_buf = np.zeros(n_slots, dtype=np.int64)
         self._match_for = -1
+        self._rand = np.zeros(0)
+        self._rand_i = 0
 
     def set_active(self, idx: np.ndarray) -> None:
         self.active[:] = False
@@ -82,6 +84,21 @@ class ClusterView:
     def cached_tokens(self, req: Req) -> np.ndarray:
         """Predicted cached tokens per replica under the engine's hit rule."""
         return self.workload.hit_tokens_vec(req.i, self.matched_blocks(req))
+
+    def cached_at(self, req: Req, r: int) -> int:
+        """Predicted cached tokens on one replica (cheaper than the vector when a policy ignores caches)."""
+        return self.workload.hit_tokens(req.i, int(self.matched_blocks(req)[r]))
+
+    def pick(self, candidates: np.ndarray) -> int:
+        """A seeded uniform choice among candidates (ties), without rng.choice's per-call overhead."""
+        if len(candidates) == 1:
+            return int(candidates[0])
+        if self._rand_i >= len(self._rand):
+            self._rand = self.rng.random(4096)
+            self._rand_i = 0
+        u = self._rand[self._rand_i]
+        self._rand_i += 1
+        return int(candidates[int(u * len(candidates))])
 
     def backlog_s(self) -> np.ndarray:
         """Predicted seconds until a newly queued prefill could start, per replica."""

@@ -51,4 +51,4 @@ class Chwbl(Policy):
         if len(walked) > 1:
             self.stats["bound_spills"] += 1
         reason = "home" if len(walked) == 1 else f"bounded-load-skip-{len(walked) - 1}"
-        return Decision(r, tuple(walked[-3:]), int(view.cached_tokens(req)[r]), reason)
+        return Decision(r, tuple(walked[-3:]), view.cached_at(req, r), reason)

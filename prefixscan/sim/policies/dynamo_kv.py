@@ -43,4 +43,4 @@ class DynamoKv(Policy):
         else:
             r = view.argmin_active(cost)
             reason = "min-cost" if k[r] == k[idx].max() else "min-cost-load"
-        return Decision(r, view.ranked(cost), int(view.cached_tokens(req)[r]), reason)
+        return Decision(r, view.ranked(cost), view.cached_at(req, r), reason)

@@ -23,5 +23,5 @@ class LeastLoaded(Policy):
         idx = view.active_idx
         vals = load[idx]
         ties = idx[vals == vals.min()]
-        r = int(ties[0] if len(ties) == 1 else view.rng.choice(ties))
-        return Decision(r, view.ranked(load), int(view.cached_tokens(req)[r]), "least-loaded")
+        r = view.pick(ties)
+        return Decision(r, view.ranked(load), view.cached_at(req, r), "least-loaded")

@@ -49,5 +49,5 @@ class LlmdWeighted(Policy):
         score = p.queue_weight * queue + p.kv_weight * kv + p.prefix_weight * prefix
         s = score[idx]
         ties = idx[s >= s.max() - 1e-12]
-        r = int(ties[0] if len(ties) == 1 else view.rng.choice(ties))
-        return Decision(r, view.ranked(-score), int(view.cached_tokens(req)[r]), "max-weighted-score")
+        r = view.pick(ties)
+        return Decision(r, view.ranked(-score), view.cached_at(req, r), "max-weighted-score")

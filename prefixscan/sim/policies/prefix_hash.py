@@ -47,11 +47,11 @@ class PrefixHash(Policy):
         hot = max(self.cur[key], self.prev.get(key, 0)) >= p.hot_requests
         if not hot or p.replicas_k <= 1:
             r = self.ring.owner(key)
-            return Decision(r, (r,), int(view.cached_tokens(req)[r]), "prefix-home")
+            return Decision(r, (r,), view.cached_at(req, r), "prefix-home")
         group = []
         for r in self.ring.walk(key):
             group.append(r)
             if len(group) == p.replicas_k:
                 break
         r = min(group, key=lambda x: (int(view.inflight[x]), group.index(x)))
-        return Decision(r, tuple(group), int(view.cached_tokens(req)[r]), "hot-prefix-replica")
+        return Decision(r, tuple(group), view.cached_at(req, r), "hot-prefix-replica")

@@ -17,5 +17,5 @@ class RandomPolicy(Policy):
     Params = RandomParams
 
     def choose(self, req: Req, view: ClusterView) -> Decision:
-        r = int(view.rng.choice(view.active_idx))
-        return Decision(r, (r,), int(view.cached_tokens(req)[r]), "random")
+        r = view.pick(view.active_idx)
+        return Decision(r, (r,), view.cached_at(req, r), "random")

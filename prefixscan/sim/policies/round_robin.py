@@ -24,4 +24,4 @@ class RoundRobin(Policy):
         idx = view.active_idx
         r = int(idx[self.turn % len(idx)])
         self.turn += 1
-        return Decision(r, (r,), int(view.cached_tokens(req)[r]), "round-robin")
+        return Decision(r, (r,), view.cached_at(req, r), "round-robin")

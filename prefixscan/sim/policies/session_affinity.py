@@ -26,4 +26,4 @@ class SessionAffinity(Policy):
         self.ring.sync(view.active_idx, view.version)
         r = self.ring.owner(request_key(req, "conversation", self.params.prefix_blocks))
         reason = "session-hash" if req.conv_key else "prefix-hash-fallback"
-        return Decision(r, (r,), int(view.cached_tokens(req)[r]), reason)
+        return Decision(r, (r,), view.cached_at(req, r), reason)

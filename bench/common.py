@@ -1,0 +1,247 @@
+"""Shared helpers for the benchmark rows: timing with medians, peak RSS of subprocesses, machine info,
+version capture, cached input generation and the markdown writer.
+
+Every figure a row reports as a ratio is measured in the same run as its baseline, because these machines
+are shared and noisy: absolute seconds drift between runs, ratios much less.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+OUT = BENCH / "out"
+VENV_BIN = ROOT / ".venv" / "bin"
+PS = str(VENV_BIN / "prefixscan")
+PY = str(VENV_BIN / "python")
+PEERS = OUT / "peers-venv"
+PEERS_BIN = PEERS / "bin"
+
+
+@dataclass
+class Run:
+    """One subprocess run: wall seconds, peak RSS of that process (KiB), exit code, captured output."""
+
+    cmd: list[str]
+    seconds: float
+    maxrss_kib: int
+    rc: int
+    stdout: str
+    stderr: str
+
+
+def run(cmd: list[str], *, check: bool = True, env: dict[str, str] | None = None, cwd: Path | None = None,
+        timeout: float | None = None, log: Path | None = None) -> Run:
+    """Run `cmd`, timing it and reading its own peak RSS with wait4 (not the sum over all children)."""
+    full_env = {**os.environ, **(env or {})}
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, cwd=cwd or ROOT,
+                         text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        err += f"\n[bench] killed after {timeout} s timeout"
+    # communicate() already reaped the child; its rusage is in RUSAGE_CHILDREN only cumulatively, so
+    # commands whose RSS matters are run through `measure_rss` below.
+    dt = time.perf_counter() - t0
+    r = Run(cmd, dt, 0, p.returncode, out, err)
+    if log is not None:
+        with open(log, "a") as f:
+            f.write(f"$ {shlex.join(cmd)}\n[rc={p.returncode} {dt:.2f}s]\n{out[-4000:]}\n{err[-4000:]}\n")
+    if check and p.returncode != 0:
+        raise RuntimeError(f"command failed (rc={p.returncode}): {shlex.join(cmd)}\n{err[-3000:]}")
+    return r
+
+
+def measure_rss(cmd: list[str], *, check: bool = True, env: dict[str, str] | None = None,
+                log: Path | None = None) -> Run:
+    """Run `cmd` and return its wall time and its own peak RSS (ru_maxrss from wait4, KiB on Linux)."""
+    full_env = {**os.environ, **(env or {})}
+    with open(OUT / ".rss_stdout", "w+") as fo, open(OUT / ".rss_stderr", "w+") as fe:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=full_env, cwd=ROOT)
+        _, status, ru = os.wait4(p.pid, 0)
+        dt = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read(), fe.read()
+    r = Run(cmd, dt, int(ru.ru_maxrss), p.returncode, out, err)
+    if log is not None:
+        with open(log, "a") as f:
+            f.write(f"$ {shlex.join(cmd)}\n[rc={p.returncode} {dt:.2f}s maxrss={ru.ru_maxrss} KiB]\n"
+                    f"{out[-4000:]}\n{err[-4000:]}\n")
+    if check and r.rc != 0:
+        raise RuntimeError(f"command failed (rc={r.rc}): {shlex.join(cmd)}\n{err[-3000:]}")
+    return r
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def timed(fn: Any, repeats: int) -> tuple[float, list[float], Any]:
+    """Median seconds of `fn()` over `repeats` calls, all timings, and the last return value."""
+    times, last = [], None
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        last = fn()
+        times.append(time.perf_counter() - t0)
+    return median(times), times, last
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def fmt_s(x: float | None) -> str:
+    if x is None or x != x:
+        return "n/a"
+    return f"{x:,.2f} s" if x >= 1 else f"{x * 1000:,.1f} ms"
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+
+def cached(path: Path, params: dict[str, Any], make: Any) -> Path:
+    """Build `path` with `make(path)` unless it exists with the same parameters (stored beside it)."""
+    meta = path.with_name(path.name + ".params.json")
+    want = json.dumps(params, sort_keys=True)
+    if path.exists() and meta.exists() and meta.read_text() == want:
+        return path
+    if path.exists():
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make(path)
+    meta.write_text(want)
+    return path
+
+
+def synth(path: Path, *, requests: int, seed: int, fmt: str = "jsonl", scenario: str = "chat",
+          extra: list[str] | None = None, log: Path | None = None) -> Path:
+    """A `prefixscan synth` output, generated once per parameter set with a fixed seed."""
+    args = ["-n", str(requests), "--seed", str(seed), "-f", fmt, "-s", scenario, "--no-truth", "-q",
+            *(extra or [])]
+
+    def make(p: Path) -> None:
+        run([PS, "synth", "-o", str(p), *args], log=log)
+
+    return cached(path, {"synth": args}, make)
+
+
+def analyze_cmd(inputs: list[Path], out: Path, *extra: str) -> list[str]:
+    return [PS, "analyze", *map(str, inputs), "-o", str(out), "--force", "-q", *extra]
+
+
+# -- environment --------------------------------------------------------------------------------------
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+        info["memory"] = human_bytes(int(mem) * 1024)
+        info["loadavg_at_start"] = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        pass
+    try:
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                                            capture_output=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "prefixscan"], cwd=ROOT, text=True,
+                               capture_output=True).stdout.strip()
+        info["prefixscan_tree"] = "modified (uncommitted changes under prefixscan/)" if dirty else "clean"
+    except OSError:
+        pass
+    return info
+
+
+def versions(py: str, packages: list[str]) -> dict[str, str]:
+    """Installed versions of `packages` in the interpreter `py` ('not installed' when absent)."""
+    code = ("import importlib.metadata as m, json, sys\nout = {}\nfor p in sys.argv[1:]:\n"
+            "    try: out[p] = m.version(p)\n    except Exception: out[p] = 'not installed'\nprint(json.dumps(out))")
+    if not Path(py).exists():
+        return {p: "not installed" for p in packages}
+    r = subprocess.run([py, "-c", code, *packages], text=True, capture_output=True)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return {p: "unknown" for p in packages}
+
+
+# -- results -------------------------------------------------------------------------------------------
+
+@dataclass
+class RowResult:
+    """What one benchmark row reports: the table line plus details and command lines for results.md."""
+
+    row: int
+    workload: str
+    compared_with: str
+    target: str
+    measured: str = ""
+    ratio: str = ""
+    verdict: str = "not run"
+    details: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def cmd(self, cmd: list[str] | str) -> None:
+        self.commands.append(cmd if isinstance(cmd, str) else shlex.join(cmd))
+
+
+def rel(p: Path | str) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+def write_markdown(path: Path, meta: dict[str, Any], rows: list[RowResult], extra: list[str]) -> None:
+    lines = ["# prefixscan benchmark results", "",
+             f"Generated by `{meta['command']}` at {meta['machine'].get('date_utc')} UTC, scale `{meta['scale']}`, "
+             f"{meta['repeats']} repeat(s) per timing (medians reported). Every ratio compares two figures "
+             "measured in the same run on the same machine.", "", "## Machine and versions", ""]
+    for k, v in meta["machine"].items():
+        lines.append(f"- {k}: {v}")
+    for venv, vers in meta["versions"].items():
+        lines.append(f"- {venv}: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
+    lines += ["", "## Summary", "", "| # | workload | compared with | target | measured | ratio | verdict |",
+              "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [str(r.row), r.workload, r.compared_with, r.target, r.measured, r.ratio, r.verdict]
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
+    for r in rows:
+        lines += ["", f"## Row {r.row}: {r.workload}", ""]
+        lines += [f"- {d}" for d in r.details] or ["- (no details)"]
+        if r.commands:
+            lines += ["", "Command lines:", "", "```"] + r.commands + ["```"]
+    lines += extra
+    path.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,48 @@
+"""Rows 5/6 helper: replay throughput of `prefixscan.sim.simulate` per policy on a run directory.
+
+    .venv/bin/python bench/sim_throughput.py RUN_DIR [--replicas 16] [--policies all]
+
+Loads the run's requests table once, warms the compiled kernels on a small slice, then replays each policy
+and prints one JSON object: per-policy replay seconds (what `timings_s` measures), requests, hit rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from prefixscan.io.rundir import load_run
+from prefixscan.sim import SimConfig, simulate
+from prefixscan.sim.policies import POLICIES
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_dir")
+    ap.add_argument("--replicas", type=int, default=16)
+    ap.add_argument("--policies", default="all")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    run = load_run(args.run_dir)
+    table = run.table("requests")
+    mcfg = run.manifest.get("config", {})
+    bs, rule = int(mcfg.get("block_size") or 16), str(mcfg.get("hit_rule") or "vllm")
+    t_load = time.perf_counter() - t0
+    names = list(POLICIES) if args.policies == "all" else args.policies.split(",")
+    simulate(table.slice(0, 500), SimConfig(replicas=2, policies=tuple(names)), block_size=bs, hit_rule=rule)
+    out = {"requests": table.num_rows, "load_s": t_load, "block_size": bs, "policies": {}}
+    for name in names:
+        t = time.perf_counter()
+        res = simulate(table, SimConfig(replicas=args.replicas, policies=(name,), decision_log=False),
+                       block_size=bs, hit_rule=rule)
+        wall = time.perf_counter() - t
+        s = res.policies[name]
+        out["policies"][name] = {"replay_s": res.timings_s[name], "call_s": wall,
+                                 "hit_rate": s["hit_rate_token_weighted"], "requests": s.get("requests_total")}
+        out["kv_blocks_per_replica"] = res.workload.get("kv_blocks_per_replica") if hasattr(res, "workload") else None
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
