@@ -90,6 +90,17 @@ def measure_rss(cmd: list[str], *, check: bool = True, env: dict[str, str] | Non
     return r
 
 
+_MEASURED: dict[str, Run] = {}
+
+
+def measure_rss_cached(cmd: list[str], *, log: Path | None = None) -> Run:
+    """`measure_rss`, reusing a measurement of the identical command made earlier in this bench process."""
+    key = shlex.join(cmd)
+    if key not in _MEASURED:
+        _MEASURED[key] = measure_rss(cmd, log=log)
+    return _MEASURED[key]
+
+
 def median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
 

@@ -9,14 +9,14 @@ on the whole log (ratio against the naive loop's per-token rate, extrapolated an
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
+import inputs
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-import inputs
-from common import OUT, PY, ROOT, RowResult, analyze_cmd, fmt_s, median, rel, run
+from common import _MEASURED, OUT, PY, ROOT, RowResult, analyze_cmd, fmt_s, measure_rss, median, rel, run
 
 NAIVE_N = {"small": 1_000, "full": 3_000}
 
@@ -37,7 +37,9 @@ def head_lines(src: Path, n: int, dst: Path) -> Path:
 def ps_analyze(log: Path, run_dir: Path, tok: Path, repeats: int, res: RowResult, lg: Path) -> list[float]:
     cmd = analyze_cmd([log], run_dir, "--tokenizer", f"hf:{rel(tok)}")
     res.cmd(cmd)
-    return [run(cmd, log=lg).seconds for _ in range(repeats)]
+    runs = [measure_rss(cmd, log=lg) for _ in range(repeats)]
+    _MEASURED.setdefault(shlex.join(cmd), runs[0])
+    return [r.seconds for r in runs]
 
 
 def run_row(scale: str, repeats: int, lg: Path) -> RowResult:

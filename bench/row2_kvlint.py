@@ -13,11 +13,10 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+import inputs
 import orjson
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-import inputs
 from common import OUT, PEERS_BIN, RowResult, analyze_cmd, fmt_s, human_bytes, measure_rss, median, rel
 
 KVLINT_N = {"small": 1_000, "full": 3_000}

@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import inputs
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-import inputs
 from common import OUT, PEERS_BIN, RowResult, analyze_cmd, fmt_s, human_bytes, measure_rss, median, rel
 
 TRACE_N = {"small": 100_000, "full": 1_000_000}

@@ -40,7 +40,7 @@ def main() -> None:
         s = res.policies[name]
         out["policies"][name] = {"replay_s": res.timings_s[name], "call_s": wall,
                                  "hit_rate": s["hit_rate_token_weighted"], "requests": s.get("requests_total")}
-        out["kv_blocks_per_replica"] = res.workload.get("kv_blocks_per_replica") if hasattr(res, "workload") else None
+        out["kv_blocks_per_replica"] = res.info.get("kv_blocks_per_replica")
     print(json.dumps(out))
 
 

@@ -14,8 +14,15 @@ from prefixscan.sim import SimResult
 from prefixscan.sim.synthetic import conversations_table
 
 runner = CliRunner()
-HEADLINE = ("hit_rate_token_weighted", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "imbalance_max_mean",
-            "spill_rate", "prefill_tokens")
+HEADLINE = (
+    "hit_rate_token_weighted",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "imbalance_max_mean",
+    "spill_rate",
+    "prefill_tokens",
+)
 
 
 def make_run(path: Path, seed: int = 1) -> Path:
@@ -27,8 +34,21 @@ def make_run(path: Path, seed: int = 1) -> Path:
 
 def test_json_contract_and_tables(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run")
-    res = runner.invoke(app, ["simulate", str(run), "--replicas", "3", "--policies", "all", "--kv-blocks", "300",
-                              "--json", "--quiet"])
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(run),
+            "--replicas",
+            "3",
+            "--policies",
+            "all",
+            "--kv-blocks",
+            "300",
+            "--json",
+            "--quiet",
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert len(doc["policies"]) == 12
@@ -45,8 +65,22 @@ def test_json_contract_and_tables(tmp_path: Path) -> None:
 def test_seeded_cli_runs_are_byte_identical(tmp_path: Path) -> None:
     runs = [make_run(tmp_path / f"run{i}") for i in range(2)]
     for run in runs:
-        res = runner.invoke(app, ["simulate", str(run), "-n", "3", "-p", "random,cost_based,chwbl", "--kv-blocks",
-                                  "200", "--seed", "5", "--quiet"])
+        res = runner.invoke(
+            app,
+            [
+                "simulate",
+                str(run),
+                "-n",
+                "3",
+                "-p",
+                "random,cost_based,chwbl",
+                "--kv-blocks",
+                "200",
+                "--seed",
+                "5",
+                "--quiet",
+            ],
+        )
         assert res.exit_code == 0, res.output
     for t in ("sim_policies", "sim_replicas", "sim_decisions", "sim_timeline"):
         assert (runs[0] / f"{t}.parquet").read_bytes() == (runs[1] / f"{t}.parquet").read_bytes()
@@ -54,22 +88,46 @@ def test_seeded_cli_runs_are_byte_identical(tmp_path: Path) -> None:
 
 def test_table_output_and_scenarios(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run")
-    res = runner.invoke(app, ["simulate", str(run), "-n", "2", "-p", "round_robin,oracle", "--kv-blocks", "200",
-                              "--restart", "5:0", "--add-replica", "8", "--event-delay", "0.5",
-                              "--param", "oracle.kv_risk_s=2", "--prefill-model", "preble", "--no-save"])
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(run),
+            "-n",
+            "2",
+            "-p",
+            "round_robin,oracle",
+            "--kv-blocks",
+            "200",
+            "--restart",
+            "5:0",
+            "--add-replica",
+            "8",
+            "--event-delay",
+            "0.5",
+            "--param",
+            "oracle.kv_risk_s=2",
+            "--prefill-model",
+            "preble",
+            "--no-save",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "round_robin" in res.stdout and "oracle*" in res.stdout and "delayed" in res.stdout
     assert not (run / "sim_policies.parquet").exists()
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--policies", "nope"], "unknown policy"),
-    (["--param", "chwbl.zzz=1"], "no parameter"),
-    (["--param", "chwbl"], "POLICY.NAME=VALUE"),
-    (["--restart", "abc"], "TIME_S:REPLICA"),
-    (["--kv-blocks", "lots"], "--kv-blocks"),
-    (["--knowledge", "psychic"], "--knowledge"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--policies", "nope"], "unknown policy"),
+        (["--param", "chwbl.zzz=1"], "no parameter"),
+        (["--param", "chwbl"], "POLICY.NAME=VALUE"),
+        (["--restart", "abc"], "TIME_S:REPLICA"),
+        (["--kv-blocks", "lots"], "--kv-blocks"),
+        (["--knowledge", "psychic"], "--knowledge"),
+    ],
+)
 def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
     run = make_run(tmp_path / "run")
     res = runner.invoke(app, ["simulate", str(run), "--kv-blocks", "100", *args, "--quiet"])

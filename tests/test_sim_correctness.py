@@ -40,8 +40,9 @@ def test_one_unbounded_replica_equals_ideal_cache(table: pa.Table) -> None:
         dec = res.tables["sim_decisions"].sort_by("seq")
         assert dec["actual_cached_tokens"].to_numpy().tolist() == ideal.tolist()
         s = res.policies[pol]
-        assert s["hit_rate_token_weighted"] == pytest.approx(ideal.sum() / table["prompt_tokens"].to_numpy().sum(),
-                                                             abs=0)
+        assert s["hit_rate_token_weighted"] == pytest.approx(
+            ideal.sum() / table["prompt_tokens"].to_numpy().sum(), abs=0
+        )
         assert s["evictions"] == 0
 
 
@@ -57,8 +58,9 @@ def test_round_robin_captures_one_over_n_of_conversation_reuse() -> None:
     # 2-turn conversations with private prompts: turn 2 hits turn 1 only when both land on one replica
     t = conversations_table(1500, 2, system_prompts=0, rate_rps=200, think_s=1.0, seed=5)
     n = 4
-    res = simulate(t, SimConfig(replicas=n, unbounded_kv=True, policies=("round_robin", "session_affinity"),
-                                **FAST))
+    res = simulate(
+        t, SimConfig(replicas=n, unbounded_kv=True, policies=("round_robin", "session_affinity"), **FAST)
+    )
     rr = res.policies["round_robin"]["capture_of_ideal"]
     assert rr == pytest.approx(1 / n, abs=0.05)
     assert res.policies["session_affinity"]["capture_of_ideal"] == 1.0
@@ -77,7 +79,9 @@ def test_routed_once_and_tokens_conserved(table: pa.Table) -> None:
         assert ((rep >= 0) & (rep < 3)).all()
         cached = d["actual_cached_tokens"].to_numpy()
         prefill = d["prefill_tokens"].to_numpy()
-        assert (cached + prefill == table.sort_by("seq")["prompt_tokens"].to_numpy()[d["seq"].to_numpy()]).all()
+        assert (
+            cached + prefill == table.sort_by("seq")["prompt_tokens"].to_numpy()[d["seq"].to_numpy()]
+        ).all()
         assert (d["ttft_s"].to_numpy() >= d["queue_wait_s"].to_numpy()).all()
         r = reps.filter(pa.compute.equal(reps["policy"], name))
         assert int(pa.compute.sum(r["requests"]).as_py()) == table.num_rows
@@ -100,8 +104,10 @@ def test_seeded_runs_are_identical(table: pa.Table) -> None:
 @pytest.mark.parametrize("c", [1.0, 1.1, 1.25, 2.0])
 def test_chwbl_never_exceeds_its_bound(c: float) -> None:
     t = conversations_table(200, 4, rate_rps=80, think_s=0.5, seed=11)
-    res = simulate(t, SimConfig(replicas=5, kv_blocks=400, policies=("chwbl",),
-                                policy_params=(("chwbl", "c", c),), **FAST))
+    res = simulate(
+        t,
+        SimConfig(replicas=5, kv_blocks=400, policies=("chwbl",), policy_params=(("chwbl", "c", c),), **FAST),
+    )
     s = res.policies["chwbl"]
     assert 0 < s["policy_max_load_over_bound"] <= 1.0
 
@@ -119,21 +125,33 @@ def test_restart_wipes_cache_and_costs_hits() -> None:
     t = conversations_table(150, 6, rate_rps=10, think_s=3.0, seed=2)
     base = SimConfig(replicas=2, kv_blocks=2000, policies=("session_affinity",), **FAST)
     mid = float(t["arrival_s"].to_numpy().max()) / 2
-    storm = SimConfig(replicas=2, kv_blocks=2000, policies=("session_affinity",),
-                      events=(ReplicaEvent(mid, "restart", 0), ReplicaEvent(mid, "restart", 1)), **FAST)
+    storm = SimConfig(
+        replicas=2,
+        kv_blocks=2000,
+        policies=("session_affinity",),
+        events=(ReplicaEvent(mid, "restart", 0), ReplicaEvent(mid, "restart", 1)),
+        **FAST,
+    )
     a, b = simulate(t, base), simulate(t, storm)
     assert b.policies["session_affinity"]["cached_tokens"] < a.policies["session_affinity"]["cached_tokens"]
     tl = b.tables["sim_timeline"].to_pylist()
     after = [row for row in tl if row["t_start_s"] >= mid][:2]
     before = [row for row in tl if row["t_start_s"] < mid][-2:]
-    assert min(r["hit_rate_token_weighted"] for r in after) < max(r["hit_rate_token_weighted"] for r in before)
+    assert min(r["hit_rate_token_weighted"] for r in after) < max(
+        r["hit_rate_token_weighted"] for r in before
+    )
 
 
 def test_add_and_remove_replicas() -> None:
     t = conversations_table(200, 3, rate_rps=20, seed=4)
     mid = float(t["arrival_s"].to_numpy().max()) / 2
-    cfg = SimConfig(replicas=3, kv_blocks=500, policies=("round_robin", "chwbl", "cost_based"),
-                    events=(ReplicaEvent(mid, "remove", 1), ReplicaEvent(mid, "add")), **FAST)
+    cfg = SimConfig(
+        replicas=3,
+        kv_blocks=500,
+        policies=("round_robin", "chwbl", "cost_based"),
+        events=(ReplicaEvent(mid, "remove", 1), ReplicaEvent(mid, "add")),
+        **FAST,
+    )
     res = simulate(t, cfg)
     dec = res.tables["sim_decisions"]
     for name in ("round_robin", "chwbl", "cost_based"):
@@ -157,15 +175,32 @@ def test_tenant_isolation_never_shares_across_tenants() -> None:
     assert iso["cached_tokens"] == expect
 
 
+def test_compare_isolation_reports_the_cost() -> None:
+    t = conversations_table(100, 3, system_prompts=1, tenants=4, seed=8)
+    res = simulate(t, SimConfig(replicas=2, unbounded_kv=True, policies=("round_robin", "session_affinity"),
+                                compare_isolation=True, **FAST))
+    iso = simulate(t, SimConfig(replicas=2, unbounded_kv=True, policies=("round_robin", "session_affinity"),
+                                isolate_tenants=True, **FAST))
+    for name, s in res.policies.items():
+        expect = s["hit_rate_token_weighted"] - iso.policies[name]["hit_rate_token_weighted"]
+        assert s["isolation_cost_hit_rate"] == pytest.approx(expect) and expect > 0
+        assert s["isolation_cost_prefill_tokens"] == iso.policies[name]["prefill_tokens"] - s["prefill_tokens"]
+
+
 def test_time_compression_and_warmup(table: pa.Table) -> None:
     span = float(table["arrival_s"].to_numpy().max())
-    res = simulate(table, SimConfig(replicas=2, kv_blocks=400, policies=("round_robin",), rate_scale=2.0,
-                                    warmup_s=span / 4, **FAST))
+    res = simulate(
+        table,
+        SimConfig(
+            replicas=2, kv_blocks=400, policies=("round_robin",), rate_scale=2.0, warmup_s=span / 4, **FAST
+        ),
+    )
     arr = res.tables["sim_decisions"]["arrival_s"].to_numpy()
     assert arr.max() == pytest.approx(span / 2)
     assert res.policies["round_robin"]["requests"] == int((arr >= span / 4).sum()) < table.num_rows
-    rps = simulate(table, SimConfig(replicas=2, kv_blocks=400, policies=("round_robin",), target_rps=100.0,
-                                    **FAST))
+    rps = simulate(
+        table, SimConfig(replicas=2, kv_blocks=400, policies=("round_robin",), target_rps=100.0, **FAST)
+    )
     arr = rps.tables["sim_decisions"]["arrival_s"].to_numpy()
     assert (len(arr) - 1) / arr.max() == pytest.approx(100.0)
 
@@ -173,8 +208,18 @@ def test_time_compression_and_warmup(table: pa.Table) -> None:
 @pytest.mark.parametrize("knowledge,delay", [("delayed", 2.0), ("approximate", 0.0)])
 def test_inexact_knowledge_runs_and_mispredicts(knowledge: str, delay: float) -> None:
     t = conversations_table(150, 4, rate_rps=40, think_s=1.0, seed=9)
-    res = simulate(t, SimConfig(replicas=3, kv_blocks=150, knowledge=knowledge, event_delay_s=delay,
-                                approx_ttl_s=30.0, policies=("dynamo_kv", "cost_based"), **FAST))
+    res = simulate(
+        t,
+        SimConfig(
+            replicas=3,
+            kv_blocks=150,
+            knowledge=knowledge,
+            event_delay_s=delay,
+            approx_ttl_s=30.0,
+            policies=("dynamo_kv", "cost_based"),
+            **FAST,
+        ),
+    )
     for s in res.policies.values():
         assert s["knowledge"] == knowledge
         assert s["predicted_exact_fraction"] < 1.0
@@ -186,6 +231,13 @@ def test_json_headline_keys(table: pa.Table) -> None:
     res = simulate(table, SimConfig(replicas=2, kv_blocks=300, policies=("round_robin", "oracle"), **FAST))
     doc = json.loads(res.to_json())
     for name in ("round_robin", "oracle"):
-        for key in ("hit_rate_token_weighted", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "imbalance_max_mean",
-                    "spill_rate", "prefill_tokens"):
+        for key in (
+            "hit_rate_token_weighted",
+            "ttft_p50_s",
+            "ttft_p95_s",
+            "ttft_p99_s",
+            "imbalance_max_mean",
+            "spill_rate",
+            "prefill_tokens",
+        ):
             assert key in doc["policies"][name]

@@ -11,7 +11,9 @@ from prefixscan.sim.kvcache import KVState
 from prefixscan.sim.reference import ReferenceReplica
 
 
-def random_chains(rng: np.random.Generator, n_requests: int, branching: int = 3, depth: int = 12) -> list[list[int]]:
+def random_chains(
+    rng: np.random.Generator, n_requests: int, branching: int = 3, depth: int = 12
+) -> list[list[int]]:
     """Requests as paths in a random prefix tree; node ids are dense so they act as block ids."""
     children: dict[tuple[int, int], int] = {}
     reqs = []
@@ -27,8 +29,13 @@ def random_chains(rng: np.random.Generator, n_requests: int, branching: int = 3,
     return reqs
 
 
-def run_both(reqs: list[list[int]], capacity: int, rng: np.random.Generator, max_running: int = 4,
-             restart_p: float = 0.0) -> None:
+def run_both(
+    reqs: list[list[int]],
+    capacity: int,
+    rng: np.random.Generator,
+    max_running: int = 4,
+    restart_p: float = 0.0,
+) -> None:
     n_blocks = 1 + max(b for r in reqs for b in r)
     kv = KVState(1, n_blocks, capacity)
     ref = ReferenceReplica(capacity)
@@ -71,7 +78,9 @@ def test_matches_reference_random_traces(seed: int) -> None:
     rng = np.random.default_rng(seed)
     reqs = random_chains(rng, 60)
     capacity = int(rng.integers(14, 60))
-    run_both(reqs, capacity, rng, max_running=int(rng.integers(1, 5)), restart_p=0.03 if seed % 3 == 0 else 0.0)
+    run_both(
+        reqs, capacity, rng, max_running=int(rng.integers(1, 5)), restart_p=0.03 if seed % 3 == 0 else 0.0
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -95,3 +104,16 @@ def test_pinned_blocks_are_never_evicted() -> None:
     assert kv.admit(0, np.array([0, 1, 2], dtype=np.int32), 0, 0.0) == (0, 0)
     assert kv.admit(0, np.array([5, 6], dtype=np.int32), 0, 1.0)[0] == -1  # only one free slot
     assert kv.admit(0, np.array([0, 1, 7], dtype=np.int32), 0, 1.0) == (2, 0)  # shares the pinned head
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 40), min_size=0, max_size=3000))
+def test_dense_ids_is_an_exact_relabelling(values: list[int]) -> None:
+    from prefixscan.sim.kvcache import dense_ids
+
+    x = np.array(values, dtype=np.uint64)
+    ids, n = dense_ids(x)
+    assert n == len(set(values))
+    pairs = set(zip(values, ids.tolist(), strict=True))
+    assert len(pairs) == n  # equal hash <=> equal id
+    assert sorted({i for _, i in pairs}) == list(range(n))

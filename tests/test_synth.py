@@ -335,3 +335,41 @@ def test_cli_no_truth_and_custom_truth(tmp_path: Path) -> None:
     truth = tmp_path / "t.jsonl"
     assert runner.invoke(app, ["synth", "-o", str(out), "-n", "10", "--truth", str(truth), "-q"]).exit_code == 0
     assert len(read_jsonl(truth)) == 10
+
+
+# ------------------------------------------------------------------ arrivals and memory
+
+
+def test_arrivals_have_bursts_and_the_requested_mean_rate() -> None:
+    import random
+
+    from prefixscan.synth.arrivals import arrivals
+
+    stream = arrivals(random.Random(1), rate=2.0, burst_every=60.0, burst_seconds=10.0, burst_factor=5.0)
+    calm = burst = 0
+    t = 0.0
+    while t < 20_000:
+        t, in_burst = next(stream)
+        burst += in_burst
+        calm += not in_burst
+    burst_share = 10 / 70
+    expected_burst = 5 * burst_share / (5 * burst_share + (1 - burst_share))
+    assert abs(burst / (calm + burst) - expected_burst) < 0.05
+    cfg = SynthConfig(requests=3000, seed=1, rps=8.0, prompt_tokens=100, breakers=())
+    plans = list(generate_mooncake(cfg))
+    assert 6.0 < len(plans) / (plans[-1]["timestamp"] / 1000) < 10.5
+
+
+def test_block_mapper_forgets_finished_conversations() -> None:
+    from prefixscan.synth.engine import Engine
+    from prefixscan.synth.mooncake import BlockMapper
+
+    mapper = BlockMapper()
+    engine = Engine(SynthConfig(requests=3000, seed=2, prompt_tokens=200))
+    in_flight: set[str] = set()
+    for plan in engine.plans():
+        mapper.map(plan)
+        if plan.conversation_id:
+            (in_flight.discard if plan.next_gap is None else in_flight.add)(plan.conversation_id)
+    assert set(mapper._conv_paths) == in_flight
+    assert set(mapper._conv_roots) <= in_flight

@@ -73,42 +73,72 @@ def register(app: typer.Typer) -> None:
         inputs: list[str] = typer.Argument(..., help="A run directory, or log files to analyse first."),
         replicas: int = typer.Option(8, "--replicas", "-n", help="Engine replicas."),
         policies: str = typer.Option("all", "--policies", "-p", help="Comma-separated policies, or all."),
-        kv_blocks: str = typer.Option(None, "--kv-blocks",
-                                      help="KV blocks per replica, or 'unbounded' (default: from --model/--gpu)."),
-        model: str = typer.Option("llama-3.1-8b", "--model", "-m", help="Catalogue model (KV size, prefill)."),
+        kv_blocks: str = typer.Option(
+            None, "--kv-blocks", help="KV blocks per replica, or 'unbounded' (default: from --model/--gpu)."
+        ),
+        model: str = typer.Option(
+            "llama-3.1-8b", "--model", "-m", help="Catalogue model (KV size, prefill)."
+        ),
         gpu: str = typer.Option("h100", "--gpu", help="GPU: h100, h200, b200, a100, l40s, mi300x."),
         dtype: str = typer.Option("bf16", "--dtype", help="Weights/KV dtype: bf16 or fp8."),
         tensor_parallel: int = typer.Option(1, "--tensor-parallel", "--tp", help="GPUs per replica."),
-        gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM default 0.9."),
+        gpu_memory_utilization: float = typer.Option(
+            0.9, "--gpu-memory-utilization", help="vLLM default 0.9."
+        ),
         eviction: str = typer.Option("vllm", "--eviction", help="vllm (LRU free queue) or radix (SGLang)."),
         prefill_model: str = typer.Option("cost", "--prefill-model", help="cost, preble or coeffs."),
-        prefill_coeffs: str = typer.Option(None, "--prefill-coeffs",
-                                           help="a,b,c,d,e: ms = a + b*new + c*cached + d*new*cached + e*new^2."),
+        prefill_coeffs: str = typer.Option(
+            None, "--prefill-coeffs", help="a,b,c,d,e: ms = a + b*new + c*cached + d*new*cached + e*new^2."
+        ),
         mfu: float = typer.Option(0.5, "--mfu", help="Prefill model-FLOPs utilisation (cost model)."),
         tpot: float = typer.Option(0.02, "--tpot", help="Seconds per output token at batch 1."),
-        decode_slowdown: float = typer.Option(0.004, "--decode-slowdown",
-                                              help="Per-token slowdown per extra running sequence."),
-        token_budget: int = typer.Option(8192, "--token-budget", help="Tokens per engine step (chunked prefill)."),
+        decode_slowdown: float = typer.Option(
+            0.004, "--decode-slowdown", help="Per-token slowdown per extra running sequence."
+        ),
+        token_budget: int = typer.Option(
+            8192, "--token-budget", help="Tokens per engine step (chunked prefill)."
+        ),
         max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Running sequences per replica."),
-        default_output_tokens: int = typer.Option(128, "--default-output-tokens",
-                                                  help="Output length when the log has none."),
+        default_output_tokens: int = typer.Option(
+            128, "--default-output-tokens", help="Output length when the log has none."
+        ),
         knowledge: str = typer.Option(None, "--knowledge", help="exact, delayed or approximate router view."),
-        event_delay: float = typer.Option(0.0, "--event-delay", help="KV-event delay in seconds (delayed view)."),
-        approx_ttl: float = typer.Option(120.0, "--approx-ttl", help="TTL of the approximate view (Dynamo 120)."),
+        event_delay: float = typer.Option(
+            0.0, "--event-delay", help="KV-event delay in seconds (delayed view)."
+        ),
+        approx_ttl: float = typer.Option(
+            120.0, "--approx-ttl", help="TTL of the approximate view (Dynamo 120)."
+        ),
         restart: list[str] = typer.Option([], "--restart", help="Wipe a replica's cache: TIME_S:REPLICA."),
         add_replica: list[str] = typer.Option([], "--add-replica", help="Add a cold replica at TIME_S."),
-        remove_replica: list[str] = typer.Option([], "--remove-replica", help="Stop routing to TIME_S:REPLICA."),
+        remove_replica: list[str] = typer.Option(
+            [], "--remove-replica", help="Stop routing to TIME_S:REPLICA."
+        ),
         isolate_tenants: bool = typer.Option(False, "--isolate-tenants", help="No sharing across tenants."),
-        rate_scale: float = typer.Option(1.0, "--rate-scale", help="Compress time: 2 = twice the request rate."),
+        compare_isolation: bool = typer.Option(
+            False, "--compare-isolation", help="Also replay with isolation flipped; report what isolation costs."
+        ),
+        reserve_decode: bool = typer.Option(
+            True, "--reserve-decode-blocks/--no-reserve-decode-blocks",
+            help="Reserve each request's decode blocks at admission.",
+        ),
+        rate_scale: float = typer.Option(
+            1.0, "--rate-scale", help="Compress time: 2 = twice the request rate."
+        ),
         target_rps: float = typer.Option(None, "--target-rps", help="Compress time to this request rate."),
         warmup_s: float = typer.Option(0.0, "--warmup-s", help="Exclude requests arriving before this time."),
         seed: int = typer.Option(0, "--seed", help="Seed for random choices (same seed => same tables)."),
-        param: list[str] = typer.Option([], "--param", help="Policy parameter POLICY.NAME=VALUE (repeatable)."),
-        decision_log: bool = typer.Option(True, "--decision-log/--no-decision-log",
-                                          help="Write the per-request sim_decisions table."),
+        param: list[str] = typer.Option(
+            [], "--param", help="Policy parameter POLICY.NAME=VALUE (repeatable)."
+        ),
+        decision_log: bool = typer.Option(
+            True, "--decision-log/--no-decision-log", help="Write the per-request sim_decisions table."
+        ),
         output: str = typer.Option(None, "-o", "--output", help="Run directory to write when given logs."),
         force: bool = typer.Option(False, "--force", help="Replace an existing -o run directory."),
-        save: bool = typer.Option(True, "--save/--no-save", help="Write the sim tables into the run directory."),
+        save: bool = typer.Option(
+            True, "--save/--no-save", help="Write the sim tables into the run directory."
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or table on stderr."),
     ) -> None:
@@ -125,19 +155,44 @@ def register(app: typer.Typer) -> None:
             try:
                 coeffs = tuple(float(x) for x in prefill_coeffs.split(",") if x.strip())
             except ValueError:
-                raise UsageError(f"--prefill-coeffs expects numbers a,b,c,d,e, got {prefill_coeffs!r}") from None
+                raise UsageError(
+                    f"--prefill-coeffs expects numbers a,b,c,d,e, got {prefill_coeffs!r}"
+                ) from None
             if prefill_model == "cost":
                 prefill_model = "coeffs"
         know = knowledge or ("delayed" if event_delay > 0 else "exact")
         cfg = SimConfig(
-            replicas=replicas, policies=(policies,), kv_blocks=kvb, unbounded_kv=unbounded, model=model, gpu=gpu,
-            dtype=dtype, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
-            eviction=eviction, prefill_model=prefill_model, prefill_coeffs=coeffs, mfu=mfu, tpot_s=tpot,
-            decode_slowdown=decode_slowdown, token_budget=token_budget, max_num_seqs=max_num_seqs,
-            default_output_tokens=default_output_tokens, knowledge=know, event_delay_s=event_delay,
-            approx_ttl_s=approx_ttl, events=parse_events(restart, add_replica, remove_replica),
-            isolate_tenants=isolate_tenants, rate_scale=rate_scale, target_rps=target_rps, warmup_s=warmup_s,
-            seed=seed, policy_params=parse_params(param), decision_log=decision_log,
+            replicas=replicas,
+            policies=(policies,),
+            kv_blocks=kvb,
+            unbounded_kv=unbounded,
+            model=model,
+            gpu=gpu,
+            dtype=dtype,
+            tensor_parallel=tensor_parallel,
+            gpu_memory_utilization=gpu_memory_utilization,
+            eviction=eviction,
+            prefill_model=prefill_model,
+            prefill_coeffs=coeffs,
+            mfu=mfu,
+            tpot_s=tpot,
+            decode_slowdown=decode_slowdown,
+            token_budget=token_budget,
+            max_num_seqs=max_num_seqs,
+            default_output_tokens=default_output_tokens,
+            knowledge=know,
+            event_delay_s=event_delay,
+            approx_ttl_s=approx_ttl,
+            events=parse_events(restart, add_replica, remove_replica),
+            isolate_tenants=isolate_tenants,
+            compare_isolation=compare_isolation,
+            reserve_decode_blocks=reserve_decode,
+            rate_scale=rate_scale,
+            target_rps=target_rps,
+            warmup_s=warmup_s,
+            seed=seed,
+            policy_params=parse_params(param),
+            decision_log=decision_log,
         )
         console = stderr_console(quiet)
         tmp: str | None = None
@@ -147,8 +202,9 @@ def register(app: typer.Typer) -> None:
                 run_path, tmp = _analyze_first(inputs, output, force, quiet, console)
             if show_progress(quiet):
                 with console.status("simulating...") as status:
-                    result = run_sim(run_path, cfg,
-                                     progress=lambda n, i, k: status.update(f"policy {i + 1}/{k}: {n}..."))
+                    result = run_sim(
+                        run_path, cfg, progress=lambda n, i, k: status.update(f"policy {i + 1}/{k}: {n}...")
+                    )
             else:
                 result = run_sim(run_path, cfg)
             if save and tmp is None:
@@ -163,12 +219,15 @@ def register(app: typer.Typer) -> None:
 
             render(result, stdout_console() if not json_out else console)
             if save and tmp is None:
-                console.print(f"wrote sim_policies, sim_replicas, sim_timeline"
-                              f"{', sim_decisions' if decision_log else ''} to {run_path}")
+                console.print(
+                    f"wrote sim_policies, sim_replicas, sim_timeline"
+                    f"{', sim_decisions' if decision_log else ''} to {run_path}"
+                )
 
 
-def _analyze_first(inputs: list[str], output: str | None, force: bool, quiet: bool, console: Any
-                   ) -> tuple[str, str | None]:
+def _analyze_first(
+    inputs: list[str], output: str | None, force: bool, quiet: bool, console: Any
+) -> tuple[str, str | None]:
     """Logs given instead of a run: analyse them into -o (or a temporary run that is removed after)."""
     import prefixscan
 

@@ -43,6 +43,8 @@ def register(app: typer.Typer) -> None:
         truth: str = typer.Option("", "--truth", help="Ground-truth sidecar path (default: OUTPUT.truth.jsonl)."),
         no_truth: bool = typer.Option(False, "--no-truth", help="Do not write the ground-truth sidecar."),
         start: str = typer.Option("2026-11-29T10:00:00Z", "--start", help="Time of the first arrival window (UTC)."),
+        id_prefix: str = typer.Option("", "--id-prefix",
+                                      help="Prefix for request and conversation ids (to analyse several logs together)."),
         model: str = typer.Option("llama-3.1-8b-instruct", "--model", help="Model name written in every record."),
         users: int = typer.Option(200, "--users-per-tenant", help="Distinct end users per tenant."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -57,7 +59,7 @@ def register(app: typer.Typer) -> None:
         config = SynthConfig(
             requests=requests, seed=seed, scenarios=parse_scenarios(scenario), tenants=tenants, rps=rps,
             prompt_tokens=prompt_tokens, breakers=parse_breakers(breakers), breaker_rate=breaker_rate,
-            start=start, model=model, users_per_tenant=users,
+            start=start, id_prefix=id_prefix, model=model, users_per_tenant=users,
         )
         began = time.perf_counter()
         try:

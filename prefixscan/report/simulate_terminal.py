@@ -73,16 +73,22 @@ def render(result: SimResult, console: Console) -> None:
     kv = "unbounded" if info.get("unbounded_kv") else f"{info['kv_blocks_per_replica']:,} blocks"
     ideal = info.get("ideal_hit_rate_token_weighted")
     console.print(
-        f"Replayed {info['requests']:,} requests ({info['measured_requests']:,} measured) over {info['span_s']:,.0f} s "
+        f"Replayed {info['requests']:,} requests ({info['measured_requests']:,} measured) "
+        f"over {info['span_s']:,.0f} s "
         f"on {cfg['replicas']} replicas, KV {kv} of {info['block_size']} tokens, prefill model "
         f"{info['prefill_model']}, router knowledge {cfg['knowledge']}"
         + (f" (delay {cfg['event_delay_s']} s)" if cfg["knowledge"] == "delayed" else "")
-        + (", tenants isolated" if cfg.get("isolate_tenants") else ""))
+        + (", tenants isolated" if cfg.get("isolate_tenants") else "")
+    )
     if ideal is not None:
         console.print(f"Ideal-cache hit rate (token-weighted, one unbounded cache): {ideal:.1%}")
     best = best_values(result.policies)
-    t = Table(title="Routing policies (best value in bold green; *oracle = perfect-knowledge reference)",
-              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    t = Table(
+        title="Routing policies (best value in bold green; *oracle = perfect-knowledge reference)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     t.add_column("policy", no_wrap=True)
     for title, *_ in COLUMNS:
         t.add_column(title, justify="right")
@@ -95,8 +101,12 @@ def render(result: SimResult, console: Console) -> None:
             cells.append(text)
         t.add_row(name + ("*" if name == "oracle" else ""), *cells)
     console.print(t)
-    split = Table(title="TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    split = Table(
+        title="TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     split.add_column("policy", no_wrap=True)
     for label, _ in SPLIT:
         split.add_column(f"{label} n", justify="right")
@@ -105,11 +115,27 @@ def render(result: SimResult, console: Console) -> None:
     for name, s in result.policies.items():
         row = [name]
         for _, key in SPLIT:
-            row += [fmt(s.get(f"{key}_requests"), "int"), fmt(s.get(f"ttft_{key}_p50_s"), "s"),
-                    fmt(s.get(f"ttft_{key}_p95_s"), "s")]
+            row += [
+                fmt(s.get(f"{key}_requests"), "int"),
+                fmt(s.get(f"ttft_{key}_p50_s"), "s"),
+                fmt(s.get(f"ttft_{key}_p95_s"), "s"),
+            ]
         split.add_row(*row)
     console.print(split)
-    console.print("hit = cached / prompt tokens over the whole cluster (token-weighted); of ideal = share of an unbounded "
-                  "single cache's hits;\nspill = requests sent away from the replica holding their longest prefix; "
-                  "load = max/mean of time-averaged requests in flight;\nprefill = tokens computed; pred ok = router-predicted cached tokens equal to "
-                  "what the engine found.")
+    if any(s.get("isolation_cost_hit_rate") is not None for s in result.policies.values()):
+        iso = Table(title="What tenant isolation costs (shared minus isolated)", title_justify="left",
+                    box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("policy", "hit rate lost", "extra prefill tok", "TTFT p95 change"):
+            iso.add_column(col, justify="left" if col == "policy" else "right")
+        for name, s in result.policies.items():
+            iso.add_row(name, fmt(s.get("isolation_cost_hit_rate"), "pct"),
+                        fmt(s.get("isolation_cost_prefill_tokens"), "short"),
+                        fmt(s.get("isolation_cost_ttft_p95_s"), "s"))
+        console.print(iso)
+    console.print(
+        "hit = cached / prompt tokens over the whole cluster (token-weighted); "
+        "of ideal = share of an unbounded single cache's hits;\n"
+        "spill = requests sent away from the replica holding their longest prefix; "
+        "load = max/mean of time-averaged requests in flight;\n"
+        "prefill = tokens computed; pred ok = router-predicted cached tokens equal to what the engine found."
+    )

@@ -7,12 +7,12 @@ deterministic for a given table, config and seed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -41,7 +41,7 @@ class SimResult:
     timings_s: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        """Stable machine-readable form: {"policies": {NAME: {metric: value}}, "workload": ..., "config": ...}."""
+        """Stable machine-readable form: {"policies": {NAME: {metric: value}}, "workload", "config"}."""
         doc = {"policies": self.policies, "workload": self.info, "config": self.config}
         return json.dumps(doc, sort_keys=True, default=_json_default, allow_nan=False)
 
@@ -49,8 +49,12 @@ class SimResult:
         """Write the sim tables into a run directory and record the config in its manifest."""
         from prefixscan.io.rundir import add_tables
 
-        add_tables(run_path, self.tables, section="simulate",
-                   info={"config": self.config, "workload": self.info, "policies": self.policies})
+        add_tables(
+            run_path,
+            self.tables,
+            section="simulate",
+            info={"config": self.config, "workload": self.info, "policies": self.policies},
+        )
 
     @classmethod
     def load(cls, run_path: str | os.PathLike[str]) -> SimResult:
@@ -96,8 +100,14 @@ def _table_and_manifest(run_or_table: Any) -> tuple[pa.Table, dict[str, Any]]:
     return run.table("requests"), run.manifest
 
 
-def simulate(run_or_table: Any, config: SimConfig | None = None, *, block_size: int | None = None,
-             hit_rule: str | None = None, progress: Any = None) -> SimResult:
+def simulate(
+    run_or_table: Any,
+    config: SimConfig | None = None,
+    *,
+    block_size: int | None = None,
+    hit_rule: str | None = None,
+    progress: Any = None,
+) -> SimResult:
     """Replay a run's requests (a run path, `Run`, or a requests table) once per policy.
 
     `block_size` / `hit_rule` default to the run manifest's `config` (for a bare table: 16 / "vllm").
@@ -108,9 +118,16 @@ def simulate(run_or_table: Any, config: SimConfig | None = None, *, block_size: 
     mcfg = manifest.get("config", {}) if manifest else {}
     bs = int(block_size or mcfg.get("block_size") or 16)
     rule = str(hit_rule or mcfg.get("hit_rule") or "vllm")
-    w = build_workload(table, bs, rule, default_output_tokens=cfg.default_output_tokens,
-                       isolate_tenants=cfg.isolate_tenants, rate_scale=cfg.rate_scale, target_rps=cfg.target_rps,
-                       warmup_s=cfg.warmup_s)
+    w = build_workload(
+        table,
+        bs,
+        rule,
+        default_output_tokens=cfg.default_output_tokens,
+        isolate_tenants=cfg.isolate_tenants,
+        rate_scale=cfg.rate_scale,
+        target_rps=cfg.target_rps,
+        warmup_s=cfg.warmup_s,
+    )
     serving = serving_model(cfg)
     capacity = _capacity(cfg, w)
     names = resolve_names(list(cfg.policies))
@@ -136,20 +153,55 @@ def simulate(run_or_table: Any, config: SimConfig | None = None, *, block_size: 
         parts["sim_timeline"].append(timeline_table(w, out, bucket))
         if cfg.decision_log:
             parts["sim_decisions"].append(decision_table(w, out))
-    rows = [{"policy": n, **{k: v for k, v in s.items() if k != "params"},
-             "params": json.dumps(s["params"], sort_keys=True)} for n, s in summaries.items()]
+    if cfg.compare_isolation:
+        _isolation_cost(table, cfg, bs, rule, names, serving, capacity, summaries)
+    rows = [
+        {
+            "policy": n,
+            **{k: v for k, v in s.items() if k != "params"},
+            "params": json.dumps(s["params"], sort_keys=True),
+        }
+        for n, s in summaries.items()
+    ]
     tables = {"sim_policies": pa.Table.from_pylist(rows)}
     for t, lst in parts.items():
         if lst:
             tables[t] = pa.concat_tables(lst)
     info = {
-        "requests": w.n, "distinct_blocks": w.n_unique, "block_size": bs, "hit_rule": rule,
-        "kv_blocks_per_replica": capacity, "unbounded_kv": cfg.unbounded_kv, "prefill_model": serving.prefill.source,
-        "span_s": span, "timeline_bucket_s": bucket, "measured_requests": int(w.measured.sum()),
-        "ideal_hit_rate_token_weighted": (float(w.ideal_cached.sum() / w.prompt_tokens.sum())
-                                          if w.prompt_tokens.sum() else None),
+        "requests": w.n,
+        "distinct_blocks": w.n_unique,
+        "block_size": bs,
+        "hit_rule": rule,
+        "kv_blocks_per_replica": capacity,
+        "unbounded_kv": cfg.unbounded_kv,
+        "prefill_model": serving.prefill.source,
+        "span_s": span,
+        "timeline_bucket_s": bucket,
+        "measured_requests": int(w.measured.sum()),
+        "ideal_hit_rate_token_weighted": (
+            float(w.ideal_cached.sum() / w.prompt_tokens.sum()) if w.prompt_tokens.sum() else None
+        ),
     }
     return SimResult(cfg.to_dict(), info, summaries, tables, timings)
+
+
+def _isolation_cost(table: pa.Table, cfg: SimConfig, bs: int, rule: str, names: list[str],
+                    serving: ServingModel, capacity: int, summaries: dict[str, dict[str, Any]]) -> None:
+    """Replay each policy with tenant isolation flipped; add shared-vs-isolated deltas to its summary."""
+    flipped = dataclasses.replace(cfg, isolate_tenants=not cfg.isolate_tenants)
+    w2 = build_workload(table, bs, rule, default_output_tokens=cfg.default_output_tokens,
+                        isolate_tenants=flipped.isolate_tenants, rate_scale=cfg.rate_scale,
+                        target_rps=cfg.target_rps, warmup_s=cfg.warmup_s)
+    for name in names:
+        other = _clean(summarize(w2, replay(w2, make_policy(name, cfg.params_for(name), cfg.seed, bs), flipped,
+                                            serving, capacity), serving, cfg.replicas))
+        mine = summaries[name]
+        shared, iso = (other, mine) if cfg.isolate_tenants else (mine, other)
+        hs, hi = shared["hit_rate_token_weighted"], iso["hit_rate_token_weighted"]
+        ts, ti = shared["ttft_p95_s"], iso["ttft_p95_s"]
+        mine["isolation_cost_hit_rate"] = hs - hi if hs is not None and hi is not None else None
+        mine["isolation_cost_prefill_tokens"] = iso["prefill_tokens"] - shared["prefill_tokens"]
+        mine["isolation_cost_ttft_p95_s"] = ti - ts if ti is not None and ts is not None else None
 
 
 def _nice_bucket(span: float) -> float:
@@ -161,10 +213,19 @@ def _nice_bucket(span: float) -> float:
     return float(next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw))
 
 
-def workload_from(run_or_table: Any, cfg: SimConfig, block_size: int = 16, hit_rule: str = "vllm") -> Workload:
+def workload_from(
+    run_or_table: Any, cfg: SimConfig, block_size: int = 16, hit_rule: str = "vllm"
+) -> Workload:
     """The flattened workload `simulate` would replay (for tests and benchmarks)."""
     table, manifest = _table_and_manifest(run_or_table)
     mcfg = manifest.get("config", {}) if manifest else {}
-    return build_workload(table, int(mcfg.get("block_size", block_size)), str(mcfg.get("hit_rule", hit_rule)),
-                          default_output_tokens=cfg.default_output_tokens, isolate_tenants=cfg.isolate_tenants,
-                          rate_scale=cfg.rate_scale, target_rps=cfg.target_rps, warmup_s=cfg.warmup_s)
+    return build_workload(
+        table,
+        int(mcfg.get("block_size", block_size)),
+        str(mcfg.get("hit_rule", hit_rule)),
+        default_output_tokens=cfg.default_output_tokens,
+        isolate_tenants=cfg.isolate_tenants,
+        rate_scale=cfg.rate_scale,
+        target_rps=cfg.target_rps,
+        warmup_s=cfg.warmup_s,
+    )

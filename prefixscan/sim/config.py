@@ -68,6 +68,8 @@ class SimConfig:
     # per-policy parameter overrides: (("chwbl", "c", 1.5), ...)
     policy_params: tuple[tuple[str, str, Any], ...] = field(default_factory=tuple)
     decision_log: bool = True
+    # replay every policy a second time with tenant isolation flipped and report what isolation costs
+    compare_isolation: bool = False
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -75,13 +77,17 @@ class SimConfig:
         if self.kv_blocks is not None and self.kv_blocks < 1:
             raise UsageError(f"--kv-blocks must be >= 1, got {self.kv_blocks}")
         if self.knowledge not in KNOWLEDGE_MODES:
-            raise UsageError(f"--knowledge must be one of {', '.join(KNOWLEDGE_MODES)}, got {self.knowledge!r}")
+            raise UsageError(
+                f"--knowledge must be one of {', '.join(KNOWLEDGE_MODES)}, got {self.knowledge!r}"
+            )
         if self.prefill_model not in PREFILL_MODELS:
             raise UsageError(
-                f"--prefill-model must be one of {', '.join(PREFILL_MODELS)}, got {self.prefill_model!r}")
+                f"--prefill-model must be one of {', '.join(PREFILL_MODELS)}, got {self.prefill_model!r}"
+            )
         if self.prefill_model == "coeffs" and not 1 <= len(self.prefill_coeffs) <= 5:
-            raise UsageError("--prefill-coeffs needs 1 to 5 numbers: ms = a + b*new + c*cached + d*new*cached "
-                             "+ e*new^2")
+            raise UsageError(
+                "--prefill-coeffs needs 1 to 5 numbers: ms = a + b*new + c*cached + d*new*cached + e*new^2"
+            )
         if self.eviction not in EVICTION_MODES:
             raise UsageError(f"--eviction must be one of {', '.join(EVICTION_MODES)}, got {self.eviction!r}")
         if self.event_delay_s < 0 or self.approx_ttl_s <= 0:

@@ -62,13 +62,15 @@ class Outcome:
 
 def _capacity(cfg: SimConfig, w: Workload) -> int:
     if cfg.unbounded_kv:
-        return int(w.offsets[-1]) + int(w.output_tokens.sum() // max(w.block_size, 1)) + w.n + 1
+        # every block any request could pin at once, so nothing is ever evicted
+        return int(w.offsets[-1]) + int(w.output_tokens.sum() // max(w.block_size, 1)) + 2 * w.n + 1
     if cfg.kv_blocks is not None:
         return int(cfg.kv_blocks)
     from prefixscan.sim.timing import kv_capacity_blocks
 
-    return kv_capacity_blocks(cfg.model, cfg.gpu, cfg.dtype, w.block_size, cfg.tensor_parallel,
-                              cfg.gpu_memory_utilization)
+    return kv_capacity_blocks(
+        cfg.model, cfg.gpu, cfg.dtype, w.block_size, cfg.tensor_parallel, cfg.gpu_memory_utilization
+    )
 
 
 def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, capacity: int) -> Outcome:
@@ -234,7 +236,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 lane_busy[r] = False
                 cv.decoding[r] += 1
                 counter += 1
-                push(heap, (now + serving.decode_s(out_l[i], int(cv.decoding[r])), DECODE_DONE, counter, r, i))
+                push(
+                    heap, (now + serving.decode_s(out_l[i], int(cv.decoding[r])), DECODE_DONE, counter, r, i)
+                )
             else:
                 finish[i] = now
                 s = off_l[i]
@@ -259,10 +263,27 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     for r in range(slots):
         account(r, now)
     return Outcome(
-        policy=policy.name, n_slots=slots, replica=replica, start_s=start, first_token_s=first, finish_s=finish,
-        cached_tokens=cached, predicted_cached=predicted, best_cached=best, routed_cached=routed, prefill_s=pre_s,
-        reason=reason, reasons=reasons, candidates=cands, evictions=kv.evictions.copy(),
-        evict_age_sum=kv.evict_age_sum.copy(), evict_hist=kv.evict_hist.copy(), area_outstanding=np.array(area_out),
-        area_waiting=np.array(area_wait), horizon_s=float(now), oversized=oversized, knowledge=kmode,
+        policy=policy.name,
+        n_slots=slots,
+        replica=replica,
+        start_s=start,
+        first_token_s=first,
+        finish_s=finish,
+        cached_tokens=cached,
+        predicted_cached=predicted,
+        best_cached=best,
+        routed_cached=routed,
+        prefill_s=pre_s,
+        reason=reason,
+        reasons=reasons,
+        candidates=cands,
+        evictions=kv.evictions.copy(),
+        evict_age_sum=kv.evict_age_sum.copy(),
+        evict_hist=kv.evict_hist.copy(),
+        area_outstanding=np.array(area_out),
+        area_waiting=np.array(area_wait),
+        horizon_s=float(now),
+        oversized=oversized,
+        knowledge=kmode,
         extra=dict(getattr(policy, "stats", {})),
     )

@@ -107,8 +107,9 @@ class ApproxView(ExactView):
 
     name = "approximate"
 
-    def __init__(self, kv: KVState, ttl_s: float, max_blocks: int | None = None, sweep_s: float | None = None
-                 ) -> None:
+    def __init__(
+        self, kv: KVState, ttl_s: float, max_blocks: int | None = None, sweep_s: float | None = None
+    ) -> None:
         super().__init__(kv)
         self.ttl = ttl_s
         self.max_blocks = max_blocks
@@ -164,8 +165,14 @@ class ApproxView(ExactView):
         return self.count[r]
 
 
-def make_view(kind: str, kv: KVState, delay_s: float = 0.0, ttl_s: float = 120.0, max_blocks: int | None = None,
-              sweep_s: float | None = None) -> ExactView:
+def make_view(
+    kind: str,
+    kv: KVState,
+    delay_s: float = 0.0,
+    ttl_s: float = 120.0,
+    max_blocks: int | None = None,
+    sweep_s: float | None = None,
+) -> ExactView:
     """Build the view a policy asked for."""
     if kind == "exact" or (kind == "delayed" and delay_s == 0):
         return ExactView(kv)

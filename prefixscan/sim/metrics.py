@@ -18,8 +18,15 @@ from prefixscan.sim.kvcache import N_AGE_BUCKETS
 from prefixscan.sim.timing import ServingModel
 from prefixscan.sim.workload import Workload
 
-HEADLINE = ("hit_rate_token_weighted", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "imbalance_max_mean",
-            "spill_rate", "prefill_tokens")
+HEADLINE = (
+    "hit_rate_token_weighted",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "imbalance_max_mean",
+    "spill_rate",
+    "prefill_tokens",
+)
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
@@ -78,13 +85,23 @@ def summarize(w: Workload, o: Outcome, serving: ServingModel, replicas: int) -> 
         "hit_rate_token_weighted": float(cached.sum() / tot_prompt) if tot_prompt else None,
         "ideal_hit_rate_token_weighted": float(ideal.sum() / tot_prompt) if tot_prompt else None,
         "capture_of_ideal": float(cached.sum() / ideal.sum()) if ideal.sum() else None,
-        "ttft_p50_s": _pct(ttft, 50), "ttft_p95_s": _pct(ttft, 95), "ttft_p99_s": _pct(ttft, 99),
+        "ttft_p50_s": _pct(ttft, 50),
+        "ttft_p95_s": _pct(ttft, 95),
+        "ttft_p99_s": _pct(ttft, 99),
         "ttft_mean_s": float(ttft.mean()) if len(ttft) else None,
         "queue_wait_mean_s": float(wait.mean()) if len(wait) else None,
-        "queue_wait_p50_s": _pct(wait, 50), "queue_wait_p95_s": _pct(wait, 95), "queue_wait_p99_s": _pct(wait, 99),
-        "imbalance_max_mean": load_mm, "load_cv": load_cv, "load_jain": load_jain,
-        "queue_max_mean": q_mm, "queue_cv": q_cv, "queue_jain": q_jain,
-        "prefill_tokens_max_mean": p_mm, "prefill_tokens_cv": p_cv, "prefill_tokens_jain": p_jain,
+        "queue_wait_p50_s": _pct(wait, 50),
+        "queue_wait_p95_s": _pct(wait, 95),
+        "queue_wait_p99_s": _pct(wait, 99),
+        "imbalance_max_mean": load_mm,
+        "load_cv": load_cv,
+        "load_jain": load_jain,
+        "queue_max_mean": q_mm,
+        "queue_cv": q_cv,
+        "queue_jain": q_jain,
+        "prefill_tokens_max_mean": p_mm,
+        "prefill_tokens_cv": p_cv,
+        "prefill_tokens_jain": p_jain,
         "spill_rate": float(spilled.mean()) if len(spilled) else None,
         "spill_rate_of_warm": float(spilled[warm_cand].mean()) if warm_cand.any() else None,
         "prefill_tokens": int(new.sum()),
@@ -124,45 +141,49 @@ def replica_table(w: Workload, o: Outcome, serving: ServingModel) -> pa.Table:
         hit = np.where(prompt > 0, cached / np.maximum(prompt, 1), np.nan)
         wait_mean = np.where(reqs > 0, wait / np.maximum(reqs, 1), np.nan)
         age = np.where(o.evictions > 0, o.evict_age_sum / np.maximum(o.evictions, 1), np.nan)
-    return pa.table({
-        "policy": pa.array([o.policy] * n, pa.string()),
-        "replica": pa.array(np.arange(n), pa.int32()),
-        "requests": pa.array(reqs, pa.int64()),
-        "prompt_tokens": pa.array(prompt.astype(np.int64), pa.int64()),
-        "cached_tokens": pa.array(cached.astype(np.int64), pa.int64()),
-        "hit_rate_token_weighted": pa.array(hit, pa.float64(), from_pandas=True),
-        "prefill_tokens": pa.array((prompt - cached).astype(np.int64), pa.int64()),
-        "prefill_gpu_s": pa.array(gpu, pa.float64()),
-        "queue_wait_mean_s": pa.array(wait_mean, pa.float64(), from_pandas=True),
-        "outstanding_mean": pa.array(o.area_outstanding / horizon, pa.float64()),
-        "waiting_mean": pa.array(o.area_waiting / horizon, pa.float64()),
-        "evictions": pa.array(o.evictions, pa.int64()),
-        "evicted_age_mean_s": pa.array(age, pa.float64(), from_pandas=True),
-    })
+    return pa.table(
+        {
+            "policy": pa.array([o.policy] * n, pa.string()),
+            "replica": pa.array(np.arange(n), pa.int32()),
+            "requests": pa.array(reqs, pa.int64()),
+            "prompt_tokens": pa.array(prompt.astype(np.int64), pa.int64()),
+            "cached_tokens": pa.array(cached.astype(np.int64), pa.int64()),
+            "hit_rate_token_weighted": pa.array(hit, pa.float64(), from_pandas=True),
+            "prefill_tokens": pa.array((prompt - cached).astype(np.int64), pa.int64()),
+            "prefill_gpu_s": pa.array(gpu, pa.float64()),
+            "queue_wait_mean_s": pa.array(wait_mean, pa.float64(), from_pandas=True),
+            "outstanding_mean": pa.array(o.area_outstanding / horizon, pa.float64()),
+            "waiting_mean": pa.array(o.area_waiting / horizon, pa.float64()),
+            "evictions": pa.array(o.evictions, pa.int64()),
+            "evicted_age_mean_s": pa.array(age, pa.float64(), from_pandas=True),
+        }
+    )
 
 
 def decision_table(w: Workload, o: Outcome) -> pa.Table:
     """The per-request routing log, with the seed document's fields."""
     cands = pa.array([list(c) for c in o.candidates], pa.list_(pa.int32()))
     reasons = np.asarray(o.reasons + [""], dtype=object)[o.reason]
-    return pa.table({
-        "policy": pa.array([o.policy] * w.n, pa.string()),
-        "seq": pa.array(w.seq, pa.int64()),
-        "request_id": pa.array(w.request_id.tolist(), pa.string()),
-        "arrival_s": pa.array(w.arrival_s, pa.float64()),
-        "selected_replica": pa.array(o.replica, pa.int32()),
-        "candidate_replicas": cands,
-        "predicted_cached_tokens": pa.array(o.predicted_cached, pa.int64()),
-        "actual_cached_tokens": pa.array(o.cached_tokens, pa.int64()),
-        "best_cached_tokens": pa.array(o.best_cached, pa.int64()),
-        "queue_wait_s": pa.array(o.start_s - w.arrival_s, pa.float64()),
-        "ttft_s": pa.array(o.first_token_s - w.arrival_s, pa.float64()),
-        "prefill_tokens": pa.array(w.prompt_tokens - o.cached_tokens, pa.int64()),
-        "prefill_s": pa.array(o.prefill_s, pa.float64()),
-        "decision": pa.array(reasons.tolist(), pa.string()),
-        "spilled": pa.array(o.routed_cached < o.best_cached, pa.bool_()),
-        "measured": pa.array(w.measured, pa.bool_()),
-    })
+    return pa.table(
+        {
+            "policy": pa.array([o.policy] * w.n, pa.string()),
+            "seq": pa.array(w.seq, pa.int64()),
+            "request_id": pa.array(w.request_id.tolist(), pa.string()),
+            "arrival_s": pa.array(w.arrival_s, pa.float64()),
+            "selected_replica": pa.array(o.replica, pa.int32()),
+            "candidate_replicas": cands,
+            "predicted_cached_tokens": pa.array(o.predicted_cached, pa.int64()),
+            "actual_cached_tokens": pa.array(o.cached_tokens, pa.int64()),
+            "best_cached_tokens": pa.array(o.best_cached, pa.int64()),
+            "queue_wait_s": pa.array(o.start_s - w.arrival_s, pa.float64()),
+            "ttft_s": pa.array(o.first_token_s - w.arrival_s, pa.float64()),
+            "prefill_tokens": pa.array(w.prompt_tokens - o.cached_tokens, pa.int64()),
+            "prefill_s": pa.array(o.prefill_s, pa.float64()),
+            "decision": pa.array(reasons.tolist(), pa.string()),
+            "spilled": pa.array(o.routed_cached < o.best_cached, pa.bool_()),
+            "measured": pa.array(w.measured, pa.bool_()),
+        }
+    )
 
 
 def timeline_table(w: Workload, o: Outcome, bucket_s: float) -> pa.Table:
@@ -177,12 +198,14 @@ def timeline_table(w: Workload, o: Outcome, bucket_s: float) -> pa.Table:
     spill = np.bincount(b, weights=(o.routed_cached < o.best_cached).astype(np.float64), minlength=nb)
     keep = reqs > 0
     d = np.maximum(reqs, 1)
-    return pa.table({
-        "policy": pa.array([o.policy] * int(keep.sum()), pa.string()),
-        "t_start_s": pa.array((np.arange(nb) * bucket_s)[keep], pa.float64()),
-        "requests": pa.array(reqs[keep], pa.int64()),
-        "hit_rate_token_weighted": pa.array((cached / np.maximum(prompt, 1))[keep], pa.float64()),
-        "ttft_mean_s": pa.array((ttft / d)[keep], pa.float64()),
-        "queue_wait_mean_s": pa.array((wait / d)[keep], pa.float64()),
-        "spill_rate": pa.array((spill / d)[keep], pa.float64()),
-    })
+    return pa.table(
+        {
+            "policy": pa.array([o.policy] * int(keep.sum()), pa.string()),
+            "t_start_s": pa.array((np.arange(nb) * bucket_s)[keep], pa.float64()),
+            "requests": pa.array(reqs[keep], pa.int64()),
+            "hit_rate_token_weighted": pa.array((cached / np.maximum(prompt, 1))[keep], pa.float64()),
+            "ttft_mean_s": pa.array((ttft / d)[keep], pa.float64()),
+            "queue_wait_mean_s": pa.array((wait / d)[keep], pa.float64()),
+            "spill_rate": pa.array((spill / d)[keep], pa.float64()),
+        }
+    )

@@ -22,10 +22,20 @@ def chain(contents: list[int], root: int = 0x51F15E) -> list[int]:
     return out
 
 
-def conversations_table(n_conversations: int = 50, turns: int = 4, *, block_size: int = 16, system_prompts: int = 3,
-                        system_blocks: int = 8, turn_blocks: tuple[int, int] = (1, 6), rate_rps: float = 5.0,
-                        think_s: float = 10.0, output_tokens: tuple[int, int] = (16, 256), tenants: int = 2,
-                        seed: int = 0) -> pa.Table:
+def conversations_table(
+    n_conversations: int = 50,
+    turns: int = 4,
+    *,
+    block_size: int = 16,
+    system_prompts: int = 3,
+    system_blocks: int = 8,
+    turn_blocks: tuple[int, int] = (1, 6),
+    rate_rps: float = 5.0,
+    think_s: float = 10.0,
+    output_tokens: tuple[int, int] = (16, 256),
+    tenants: int = 2,
+    seed: int = 0,
+) -> pa.Table:
     """A requests table (analysis order, `arrival_s` from 0) of multi-turn conversations.
 
     `system_prompts=0` gives every conversation a private system prompt (no cross-conversation reuse).
@@ -48,20 +58,35 @@ def conversations_table(n_conversations: int = 50, turns: int = 4, *, block_size
             contents = contents + list(range(nxt, nxt + k))
             nxt += k
             tail = int(rng.integers(0, block_size))
-            rows.append({
-                "request_id": f"c{c}-t{turn}", "arrival_s": t, "tenant": tenant, "conversation_id": f"c{c}",
-                "prompt_tokens": len(contents) * block_size + tail,
-                "output_tokens": int(rng.integers(output_tokens[0], output_tokens[1] + 1)),
-                "block_hashes": chain(contents),
-            })
+            rows.append(
+                {
+                    "request_id": f"c{c}-t{turn}",
+                    "arrival_s": t,
+                    "tenant": tenant,
+                    "conversation_id": f"c{c}",
+                    "prompt_tokens": len(contents) * block_size + tail,
+                    "output_tokens": int(rng.integers(output_tokens[0], output_tokens[1] + 1)),
+                    "block_hashes": chain(contents),
+                }
+            )
             t += float(rng.exponential(think_s))
     rows.sort(key=lambda r: (r["arrival_s"], r["request_id"]))
     t0 = rows[0]["arrival_s"] if rows else 0.0
     for i, r in enumerate(rows):
         r["seq"] = i
         r["arrival_s"] -= t0
-    return pa.Table.from_pylist(rows, schema=pa.schema([
-        ("seq", pa.int64()), ("request_id", pa.string()), ("arrival_s", pa.float64()), ("tenant", pa.string()),
-        ("conversation_id", pa.string()), ("prompt_tokens", pa.int64()), ("output_tokens", pa.int64()),
-        ("block_hashes", pa.list_(pa.uint64())),
-    ]))
+    return pa.Table.from_pylist(
+        rows,
+        schema=pa.schema(
+            [
+                ("seq", pa.int64()),
+                ("request_id", pa.string()),
+                ("arrival_s", pa.float64()),
+                ("tenant", pa.string()),
+                ("conversation_id", pa.string()),
+                ("prompt_tokens", pa.int64()),
+                ("output_tokens", pa.int64()),
+                ("block_hashes", pa.list_(pa.uint64())),
+            ]
+        ),
+    )

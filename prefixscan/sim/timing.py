@@ -35,15 +35,25 @@ class PrefillModel:
         if new <= 0:
             return 0.0
         new, cached = float(new), float(cached)
-        ms = self.a + self.b_new * new + self.c_cached * cached + self.d_new_cached * new * cached \
+        ms = (
+            self.a
+            + self.b_new * new
+            + self.c_cached * cached
+            + self.d_new_cached * new * cached
             + self.e_new2 * new * new
+        )
         return max(ms, 0.0) / 1000.0
 
     def seconds_vec(self, new: np.ndarray, cached: np.ndarray) -> np.ndarray:
         new = np.asarray(new, dtype=np.float64)
         cached = np.asarray(cached, dtype=np.float64)
-        ms = self.a + self.b_new * new + self.c_cached * cached + self.d_new_cached * new * cached \
+        ms = (
+            self.a
+            + self.b_new * new
+            + self.c_cached * cached
+            + self.d_new_cached * new * cached
             + self.e_new2 * new * new
+        )
         return np.where(new > 0, np.maximum(ms, 0.0) / 1000.0, 0.0)
 
 
@@ -51,7 +61,9 @@ def preble_fit() -> PrefillModel:
     """Preble's measured Llama-3-70B / H100 prefill time, expanded to (new, cached) terms."""
     a, b, c, d = 28.93, 0.182, 0.004, 2.55e-6
     # c*(cached+new) + d*new*(cached+new) = c*cached + c*new + d*new*cached + d*new^2
-    return PrefillModel(a=a, b_new=b + c, c_cached=c, d_new_cached=d, e_new2=d, source="preble-llama3-70b-h100")
+    return PrefillModel(
+        a=a, b_new=b + c, c_cached=c, d_new_cached=d, e_new2=d, source="preble-llama3-70b-h100"
+    )
 
 
 def from_coeffs(coeffs: tuple[float, ...]) -> PrefillModel:
@@ -71,25 +83,43 @@ def _cost_api():  # noqa: ANN202 - lazy import so the simulator works while pref
     return flops, gpus, models
 
 
-def from_cost_model(model: str, gpu: str, dtype: str, mfu: float = 0.5, tensor_parallel: int = 1) -> PrefillModel:
+def from_cost_model(
+    model: str, gpu: str, dtype: str, mfu: float = 0.5, tensor_parallel: int = 1
+) -> PrefillModel:
     """Compute-bound prefill coefficients for `model` on `tensor_parallel` x `gpu` at `mfu`."""
     flops, gpus, models = _cost_api()
     spec, g = models.get_model(model), gpus.get_gpu(gpu)
     f = flops.effective_flops(g, dtype, mfu) * tensor_parallel
     attn = 4.0 * spec.layers * spec.hidden_size / f * 1000.0
-    return PrefillModel(a=0.0, b_new=2.0 * spec.active_params / f * 1000.0, c_cached=0.0, d_new_cached=attn,
-                        e_new2=attn / 2.0, source=f"cost:{spec.name}/{g.name}/{dtype}/tp{tensor_parallel}/mfu{mfu}")
+    return PrefillModel(
+        a=0.0,
+        b_new=2.0 * spec.active_params / f * 1000.0,
+        c_cached=0.0,
+        d_new_cached=attn,
+        e_new2=attn / 2.0,
+        source=f"cost:{spec.name}/{g.name}/{dtype}/tp{tensor_parallel}/mfu{mfu}",
+    )
 
 
-def kv_capacity_blocks(model: str, gpu: str, dtype: str, block_size: int, tensor_parallel: int = 1,
-                       gpu_memory_utilization: float = 0.9) -> int:
+def kv_capacity_blocks(
+    model: str,
+    gpu: str,
+    dtype: str,
+    block_size: int,
+    tensor_parallel: int = 1,
+    gpu_memory_utilization: float = 0.9,
+) -> int:
     """KV blocks one replica holds after weights (prefixscan.cost.flops.kv_capacity_tokens / block)."""
     flops, gpus, models = _cost_api()
     spec, g = models.get_model(model), gpus.get_gpu(gpu)
-    tokens = flops.kv_capacity_tokens(spec, g, flops.dtype_bytes(dtype), tensor_parallel, gpu_memory_utilization)
+    tokens = flops.kv_capacity_tokens(
+        spec, g, flops.dtype_bytes(dtype), tensor_parallel, gpu_memory_utilization
+    )
     if tokens <= 0:
-        raise UsageError(f"{spec.name} weights do not fit on {tensor_parallel} x {g.name} in {dtype}; raise "
-                         "--tensor-parallel or pass --kv-blocks")
+        raise UsageError(
+            f"{spec.name} weights do not fit on {tensor_parallel} x {g.name} in {dtype}; raise "
+            "--tensor-parallel or pass --kv-blocks"
+        )
     return max(1, tokens // block_size)
 
 

@@ -1,8 +1,9 @@
 """The requests table turned into flat numpy arrays the replay can index without Python objects.
 
-Block hashes become dense int32 ids (np.unique), so every replica's cache is a set of array slots and
-no per-request hashing happens during the replay. Tenant isolation salts every block with the tenant
-before the remap, so two tenants' identical prompts never share a block (like vLLM's `cache_salt`).
+Block hashes become dense int32 ids (a compiled hash table), so every replica's cache is a set of
+array slots and no per-request hashing happens during the replay. Tenant isolation salts every block
+with the tenant before the remap, so two tenants' identical prompts never share a block (like vLLM's
+`cache_salt`).
 """
 
 from __future__ import annotations
@@ -79,9 +80,17 @@ def ideal_cached_blocks(offsets: np.ndarray, blocks: np.ndarray, n_unique: int) 
     return ideal_match(offsets, blocks, n_unique)
 
 
-def build_workload(table: pa.Table, block_size: int, hit_rule: str = "vllm", *, default_output_tokens: int = 128,
-                   isolate_tenants: bool = False, rate_scale: float = 1.0, target_rps: float | None = None,
-                   warmup_s: float = 0.0) -> Workload:
+def build_workload(
+    table: pa.Table,
+    block_size: int,
+    hit_rule: str = "vllm",
+    *,
+    default_output_tokens: int = 128,
+    isolate_tenants: bool = False,
+    rate_scale: float = 1.0,
+    target_rps: float | None = None,
+    warmup_s: float = 0.0,
+) -> Workload:
     """Validate and flatten a requests table; apply salting, time compression and the warm-up window."""
     missing = [c for c in REQUIRED if c not in table.column_names]
     if missing:
@@ -94,9 +103,10 @@ def build_workload(table: pa.Table, block_size: int, hit_rule: str = "vllm", *, 
     arrival = table["arrival_s"].to_numpy().astype(np.float64)
     seq = table["seq"].to_numpy().astype(np.int64)
     order = np.lexsort((seq, arrival))
-    table = table.take(pa.array(order))
-    arrival = arrival[order]
-    seq = seq[order]
+    if not (order == np.arange(n)).all():  # analysis order is usually arrival order already
+        table = table.take(pa.array(order))
+        arrival = arrival[order]
+        seq = seq[order]
     if n:
         arrival = arrival - arrival[0]
     if target_rps is not None and n > 1 and arrival[-1] > 0:
@@ -120,27 +130,45 @@ def build_workload(table: pa.Table, block_size: int, hit_rule: str = "vllm", *, 
     bh = table["block_hashes"].combine_chunks()
     offsets = bh.offsets.to_numpy().astype(np.int64)
     offsets = offsets - offsets[0]
-    flat = bh.values.to_numpy(zero_copy_only=False).astype(np.uint64)[: offsets[-1]] if n else np.zeros(
-        0, np.uint64)
+    flat = (
+        bh.values.to_numpy(zero_copy_only=False).astype(np.uint64)[: offsets[-1]]
+        if n
+        else np.zeros(0, np.uint64)
+    )
     if isolate_tenants and len(flat):
         per_block = np.repeat(tenant.astype(np.int64) + 2, np.diff(offsets)).astype(np.uint64)
         flat = _mix(flat, per_block)
-    uniq, inv = np.unique(flat, return_inverse=True)
-    blocks = inv.astype(np.int32).reshape(-1)
-    n_unique = len(uniq)
-    use_col = ("cached_tokens" in table.column_names and not isolate_tenants
-               and table["cached_tokens"].null_count == 0)
+    from prefixscan.sim.kvcache import dense_ids
+
+    blocks, n_unique = dense_ids(flat)
+    use_col = (
+        "cached_tokens" in table.column_names
+        and not isolate_tenants
+        and table["cached_tokens"].null_count == 0
+    )
     if use_col:
         ideal = table["cached_tokens"].to_numpy().astype(np.int64)
     else:
         k = ideal_cached_blocks(offsets, blocks, n_unique)
         ideal = _hit_vec(k, prompt, block_size, hit_rule)
     return Workload(
-        n=n, request_id=np.asarray(table["request_id"].to_pylist(), dtype=object), seq=seq, arrival_s=arrival,
-        prompt_tokens=prompt, output_tokens=out, tenant=tenant, tenant_names=tenant_names, conv_key=conv,
-        offsets=offsets, blocks=blocks, n_unique=n_unique, block_size=block_size, hit_rule=hit_rule,
-        ideal_cached=ideal, measured=arrival >= warmup_s, hit_cap=_hit_vec(np.full(n, 1 << 40), prompt, block_size,
-                                                                          hit_rule),
+        n=n,
+        request_id=np.asarray(table["request_id"].to_pylist(), dtype=object),
+        seq=seq,
+        arrival_s=arrival,
+        prompt_tokens=prompt,
+        output_tokens=out,
+        tenant=tenant,
+        tenant_names=tenant_names,
+        conv_key=conv,
+        offsets=offsets,
+        blocks=blocks,
+        n_unique=n_unique,
+        block_size=block_size,
+        hit_rule=hit_rule,
+        ideal_cached=ideal,
+        measured=arrival >= warmup_s,
+        hit_cap=_hit_vec(np.full(n, 1 << 40), prompt, block_size, hit_rule),
     )
 
 

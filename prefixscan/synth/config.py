@@ -31,6 +31,7 @@ class SynthConfig:
     breakers: tuple[str, ...] = DEFAULT_KINDS
     breaker_rate: float = 0.3
     start: str = "2026-11-29T10:00:00Z"
+    id_prefix: str = ""  # prepended to request and conversation ids, so several logs can be analysed together
     model: str = "llama-3.1-8b-instruct"
     users_per_tenant: int = 200
     burst_every: float = 300.0

@@ -57,6 +57,12 @@ TEMPLATE_FIELDS = ("customer_name", "account_id", "plan", "language", "order_id"
 _PLANS = ("Free", "Pro", "Business", "Enterprise")
 _LANGS = ("English", "Spanish", "French", "German", "Japanese", "Portuguese")
 _REGIONS = ("us-east", "us-west", "eu-central", "ap-northeast", "sa-east")
+_CHUNK_CW = zipf_cum_weights(400, 1.0)
+
+
+@lru_cache(maxsize=65536)
+def _account_id(tenant: str, user_index: int) -> str:
+    return f"ACC-{random.Random(f'acct-{tenant}-{user_index}').randrange(10**7, 10**8)}"
 
 
 class Content:
@@ -72,6 +78,7 @@ class Content:
         self.template = lru_cache(maxsize=512)(self._template)
         self.tool_profile = lru_cache(maxsize=128)(self._tool_profile)
         self.hot_prefix = lru_cache(maxsize=16)(self._hot_prefix)
+        self.retrieval = lru_cache(maxsize=8192)(self._retrieval)
 
     def _rng(self, *key: object) -> random.Random:
         return random.Random("-".join(map(str, (self.seed, *key))))
@@ -139,20 +146,21 @@ class Content:
         body = self._prose(rng, int(self.tokens * 0.7))
         return hot_id, f"Everyone is sharing this post today. Read it carefully:\n\n\"{body}\"\n\n"
 
-    def retrieval(self, tenant: str, query: int, cum_weights: list[float]) -> list[int]:
+    def _retrieval(self, tenant: str, query: int, n_chunks: int) -> tuple[int, ...]:
         """The chunk indices (relevance order) a tenant's query retrieves: 4-6 distinct, Zipf-popular.
 
         Derived from (tenant, query) alone, so a popular query always retrieves the same layer and the
         number of distinct retrieved layers is bounded by the query pool, not by the request count.
         """
         rng = self._rng("retrieval", tenant, query)
+        cum_weights = zipf_cum_weights(n_chunks, 1.0) if n_chunks != 400 else _CHUNK_CW
         k = rng.randint(4, 6)
         chosen: list[int] = []
         while len(chosen) < k:
             i = bisect.bisect(cum_weights, rng.random() * cum_weights[-1])
             if i not in chosen:
                 chosen.append(i)
-        return chosen
+        return tuple(chosen)
 
     def template_value(self, field: str, tenant: str, user_index: int, rng: random.Random) -> tuple[str, bool]:
         """A customer field's value and whether it is stable per user (order ids are per request)."""
@@ -161,7 +169,7 @@ class Content:
         if field == "customer_name":
             return " ".join(person_name(user_index)), True
         if field == "account_id":
-            return f"ACC-{random.Random(f'acct-{tenant}-{user_index}').randrange(10**7, 10**8)}", True
+            return _account_id(tenant, user_index), True
         if field == "plan":
             return _PLANS[user_index % len(_PLANS)], True
         if field == "language":

@@ -83,19 +83,20 @@ class BlockMapper:
                 child = node.children.get(key)
                 node = child if child is not None else self._new(node, key, SHARED,
                                                                   estimate_tokens(plan.tools.json_text), conv)
+        new = self._new
+        headers = _HEADERS
         for i in range(start, len(messages)):
             role, parts = messages[i]
-            key = _HEADERS.get(role) or ("hdr", role)
+            key = headers.get(role) or ("hdr", role)
             child = node.children.get(key)
-            node = child if child is not None else self._new(node, key, SHARED, HEADER_TOKENS, conv)
+            node = child if child is not None else new(node, key, SHARED, HEADER_TOKENS, conv)
             for p in parts:
-                if p.scope != UNIQUE:
+                if p.scope is not UNIQUE:
                     child = node.children.get(p.key)
                     if child is not None:
                         node = child
                         continue
-                node = self._new(node, p.key, p.scope, (len(p.text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN,
-                                 conv)
+                node = new(node, p.key, p.scope, (len(p.text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN, conv)
             nodes.append(node)
         ids = node.ids
         if node.end % self.block:

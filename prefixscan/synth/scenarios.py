@@ -135,7 +135,7 @@ def rag(env: Env, rng: random.Random, tenant: str, user: int) -> Session:
     sp = env.content.system_prompt(tenant, "rag", pick(rng, _CW[2]), 0.25)
     # Popular queries retrieve the same chunks in the same order; the question text still varies.
     query = pick(rng, _CW[2000])
-    chunks = [env.content.chunk(tenant, i) for i in env.content.retrieval(tenant, query, _CW[400])]
+    chunks = [env.content.chunk(tenant, i) for i in env.content.retrieval(tenant, query, 400)]
     q = "Question: " + question(rng) + "\n"
 
     def make(t: float) -> Plan:

@@ -20,19 +20,19 @@ def iso_ms(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f".{ms:03d}Z"
 
 
-def request_id(seq: int) -> str:
-    return f"req-{seq + 1:06d}"
+def request_id(seq: int, prefix: str = "") -> str:
+    return f"{prefix}req-{seq + 1:06d}"
 
 
-def render(plan: Plan, seq: int, epoch: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def render(plan: Plan, seq: int, epoch: float, prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
     """The request record and its ground-truth record."""
     messages = [{"role": role, "content": parts[0].text if len(parts) == 1 else "".join(p.text for p in parts)}
                 for role, parts in plan.messages]
     fields = fields_only(plan)
-    rid = request_id(seq)
+    rid = request_id(seq, prefix)
     record: dict[str, Any] = {"request_id": rid, "timestamp": iso_ms(epoch + plan.time), "tenant": plan.tenant}
     if plan.conversation_id is not None:
-        record["conversation_id"] = plan.conversation_id
+        record["conversation_id"] = prefix + plan.conversation_id
     record["user"] = plan.user
     record["model"] = plan.model
     record["messages"] = messages
@@ -40,16 +40,16 @@ def render(plan: Plan, seq: int, epoch: float) -> tuple[dict[str, Any], dict[str
         record["tools"] = plan.tools.tools
     record["max_tokens"] = plan.max_tokens
     record["output_tokens"] = plan.output_tokens
-    return record, truth(plan, rid, fields)
+    return record, truth(plan, rid, fields, prefix)
 
 
-def truth(plan: Plan, rid: str, fields: list[dict[str, Any]]) -> dict[str, Any]:
+def truth(plan: Plan, rid: str, fields: list[dict[str, Any]], prefix: str = "") -> dict[str, Any]:
     """The ground-truth sidecar line for one request."""
     return {
         "request_id": rid,
         "scenario": plan.scenario,
         "tenant": plan.tenant,
-        "conversation_id": plan.conversation_id,
+        "conversation_id": None if plan.conversation_id is None else prefix + plan.conversation_id,
         "turn_index": plan.turn_index,
         "template_id": plan.template_id,
         "shared_prefix": plan.shared,

@@ -21,8 +21,20 @@ from prefixscan.sim.policies.sglang_cache_aware import SglangCacheAware
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (RoundRobin, RandomPolicy, LeastLoaded, SessionAffinity, Chwbl, PrefixHash, SglangCacheAware,
-                DynamoKv, LlmdWeighted, PrebleE2, CostBased, Oracle)
+    for cls in (
+        RoundRobin,
+        RandomPolicy,
+        LeastLoaded,
+        SessionAffinity,
+        Chwbl,
+        PrefixHash,
+        SglangCacheAware,
+        DynamoKv,
+        LlmdWeighted,
+        PrebleE2,
+        CostBased,
+        Oracle,
+    )
 }
 
 __all__ = ["POLICIES", "ClusterView", "Decision", "Policy", "Req", "make_policy", "resolve_names"]

@@ -33,8 +33,16 @@ class Req:
 
     __slots__ = ("i", "blocks", "prompt_tokens", "output_tokens", "tenant", "conv_key", "arrival")
 
-    def __init__(self, i: int, blocks: np.ndarray, prompt_tokens: int, output_tokens: int, tenant: int,
-                 conv_key: int, arrival: float) -> None:
+    def __init__(
+        self,
+        i: int,
+        blocks: np.ndarray,
+        prompt_tokens: int,
+        output_tokens: int,
+        tenant: int,
+        conv_key: int,
+        arrival: float,
+    ) -> None:
         self.i, self.blocks, self.prompt_tokens, self.output_tokens = i, blocks, prompt_tokens, output_tokens
         self.tenant, self.conv_key, self.arrival = tenant, conv_key, arrival
 
@@ -42,8 +50,15 @@ class Req:
 class ClusterView:
     """Live per-replica counters (numpy arrays the engine updates in place) plus cache knowledge."""
 
-    def __init__(self, n_slots: int, serving: ServingModel, knowledge: Any, workload: Any, capacity: int,
-                 rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        n_slots: int,
+        serving: ServingModel,
+        knowledge: Any,
+        workload: Any,
+        capacity: int,
+        rng: np.random.Generator,
+    ) -> None:
         self.n = n_slots
         self.serving = serving
         self.knowledge = knowledge
@@ -150,7 +165,9 @@ def coerce_params(cls: type, overrides: dict[str, Any], policy: str) -> Any:
     kwargs: dict[str, Any] = {}
     for key, raw in overrides.items():
         if key not in fields:
-            raise UsageError(f"policy {policy} has no parameter {key!r}; it has: {', '.join(fields) or 'none'}")
+            raise UsageError(
+                f"policy {policy} has no parameter {key!r}; it has: {', '.join(fields) or 'none'}"
+            )
         default = fields[key].default
         try:
             if isinstance(default, bool):
@@ -164,5 +181,7 @@ def coerce_params(cls: type, overrides: dict[str, Any], policy: str) -> Any:
             else:
                 kwargs[key] = str(raw)
         except ValueError:
-            raise UsageError(f"parameter {policy}.{key}: cannot read {raw!r} as {type(default).__name__}") from None
+            raise UsageError(
+                f"parameter {policy}.{key}: cannot read {raw!r} as {type(default).__name__}"
+            ) from None
     return cls(**kwargs)

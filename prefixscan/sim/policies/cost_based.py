@@ -30,8 +30,9 @@ class CostBasedParams:
     knowledge: str = ""
 
 
-def predicted_cost(req: Req, view: ClusterView, cached: np.ndarray, interference_weight: float,
-                   kv_risk_s: float) -> tuple[np.ndarray, np.ndarray]:
+def predicted_cost(
+    req: Req, view: ClusterView, cached: np.ndarray, interference_weight: float, kv_risk_s: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(queue wait, predicted TTFT + penalties) per replica; shared with the oracle."""
     wait, ttft = view.predicted_ttft(req, cached)
     prefill = ttft - wait

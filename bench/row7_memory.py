@@ -1,0 +1,92 @@
+"""Row 7: peak RSS of `prefixscan analyze` on a big hashed trace and a big chat JSONL, each at two sizes.
+
+Peak RSS is the analyze process's own ru_maxrss (wait4), so the bench's memory never counts. Two sizes per
+input show what memory grows with: if RSS tracks distinct blocks (unique content) rather than listed blocks
+or prompt tokens (total content), the RSS ratio between the sizes sits near the distinct-block ratio.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import inputs
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from common import OUT, RowResult, analyze_cmd, human_bytes, measure_rss_cached, rel
+from row1_tokenize import head_lines
+
+LIMIT_KIB = 2 * 1024 * 1024
+
+
+def content(run_dir: Path) -> dict[str, int]:
+    t = pq.read_table(run_dir / "requests.parquet", columns=["prompt_tokens", "block_hashes"])
+    flat = pc.list_flatten(t["block_hashes"])
+    return {"requests": t.num_rows, "tokens": int(pc.sum(t["prompt_tokens"]).as_py()),
+            "blocks": len(flat), "distinct_blocks": int(pc.count_distinct(flat).as_py())}
+
+
+def measure(name: str, log: Path, run_dir: Path, extra: list[str], res: RowResult, lg: Path) -> dict:
+    cmd = analyze_cmd([log], run_dir, *extra)
+    res.cmd(cmd)
+    r = measure_rss_cached(cmd, log=lg)
+    c = content(run_dir)
+    return {"name": name, "input": rel(log), "bytes": log.stat().st_size, "seconds": r.seconds,
+            "maxrss_kib": r.maxrss_kib, **c}
+
+
+def run_row(scale: str, repeats: int, lg: Path, keep: bool = False) -> RowResult:
+    sz = inputs.SIZES[scale]
+    res = RowResult(7, f"peak memory: `analyze` on a {sz['trace7']:,}-request hashed trace and a "
+                    f"{'>= 5 GB' if scale == 'full' else '~500 MB'} chat JSONL", "RSS",
+                    "<= 2 GiB each, growing with unique content, not total tokens")
+    free = shutil.disk_usage(OUT).free
+    res.details.append(f"free disk before generating inputs: {human_bytes(free)}")
+    tok = inputs.tokenizer_dir(lg)
+    big_trace = inputs.trace(sz["trace7"], lg)
+    small_trace = inputs.trace(sz["trace7"] // 10, lg)
+    if scale == "full":
+        big_chat = inputs.chat_log("full", lg)
+        if big_chat.stat().st_size < 5_000_000_000:
+            big_chat = inputs.big_chat(sz["chat7_bytes"], "full", lg)
+        small_chat = inputs.chat_log("small", lg)
+        run_big_chat = OUT / "run-chat-full" if big_chat.name == "chat-full.jsonl" else OUT / "run-mem-chat-full"
+        run_small_chat = OUT / "run-chat-small"
+    else:
+        big_chat = inputs.chat_log("small", lg)
+        small_chat = head_lines(big_chat, inputs.SIZES["small"]["chat"] // 2, OUT / "chat-small-half.jsonl")
+        run_big_chat, run_small_chat = OUT / "run-chat-small", OUT / "run-mem-chat-small-half"
+    hf = ["--tokenizer", f"hf:{rel(tok)}"]
+    ms = [measure("trace, smaller", small_trace, OUT / f"run-mem-trace-{sz['trace7'] // 10}", [], res, lg),
+          measure("trace, target size", big_trace, OUT / f"run-mem-trace-{sz['trace7']}", [], res, lg),
+          measure("chat, smaller", small_chat, run_small_chat, hf, res, lg),
+          measure("chat, target size", big_chat, run_big_chat, hf, res, lg)]
+    rows = [f"| {m['name']} | `{m['input']}` | {m['bytes'] / 1e9:.2f} GB | {m['requests']:,} | "
+            f"{m['tokens'] / 1e6:,.0f}M | {m['blocks'] / 1e6:,.1f}M | {m['distinct_blocks'] / 1e6:,.2f}M | "
+            f"{m['seconds']:,.1f} | {human_bytes(m['maxrss_kib'] * 1024)} |" for m in ms]
+    growth = []
+    for a, b in ((ms[0], ms[1]), (ms[2], ms[3])):
+        growth.append(f"{b['name'].split(',')[0]}: x{b['tokens'] / a['tokens']:.1f} tokens, "
+                      f"x{b['distinct_blocks'] / a['distinct_blocks']:.1f} distinct blocks, "
+                      f"x{b['maxrss_kib'] / a['maxrss_kib']:.2f} RSS")
+    over = [m for m in (ms[1], ms[3]) if m["maxrss_kib"] > LIMIT_KIB]
+    res.measured = "; ".join(f"{m['name'].split(',')[0]} {human_bytes(m['maxrss_kib'] * 1024)}" for m in (ms[1], ms[3]))
+    res.ratio = "; ".join(growth)
+    res.verdict = "met (2 GiB)" if not over else "gap: " + ", ".join(
+        f"{m['name'].split(',')[0]} {human_bytes(m['maxrss_kib'] * 1024)} > 2 GiB" for m in over)
+    res.details += [
+        "| run | input | size | requests | prompt tokens | listed blocks | distinct blocks | seconds | peak RSS |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        *rows, "", "growth between the two sizes: " + "; ".join(growth),
+        "RSS is the analyze process's own peak (os.wait4 ru_maxrss), read the same way for every run",
+    ]
+    res.data = {"measurements": ms}
+    if scale == "full" and not keep:
+        for p in (big_trace, OUT / f"run-mem-trace-{sz['trace7']}"):
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+        res.details.append(f"deleted after the run: `{rel(big_trace)}` and its run directory (pass --keep-inputs "
+                           "to keep them)")
+    return res

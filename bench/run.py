@@ -1,0 +1,163 @@
+"""`make bench`: run the benchmark rows of issue 6 and write bench/results.md and bench/results.json.
+
+    .venv/bin/python bench/run.py [--rows 1,3,4] [--scale small|full] [--repeats 3] [--no-profile]
+
+Inputs are made by `prefixscan synth` with fixed seeds and cached in bench/out (gitignored). Peer tools are
+installed into their own virtual environment, bench/out/peers-venv, never into the project's. Each row
+lives in its own module (bench/rowN_*.py) and returns a `common.RowResult`; a row that fails is reported
+as failed and the others still run. See docs/bench.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    BENCH,
+    OUT,
+    PEERS,
+    PEERS_BIN,
+    PS,
+    PY,
+    RowResult,
+    machine_info,
+    rel,
+    run,
+    versions,
+    write_markdown,
+)
+
+ROWS = {1: "row1_tokenize", 2: "row2_kvlint", 3: "row3_aiperf", 4: "row4_capacity", 5: "row5_simulate",
+        6: "row6_simulate_chat", 7: "row7_memory"}
+PEER_PACKAGES = ["kvlint", "aiperf", "kvcache-simulator", "py-spy", "pyinstrument"]
+
+
+def ensure_peers(lg: Path) -> str:
+    """Create bench/out/peers-venv and install the peer tools there (once). Returns a status line."""
+    if not (PEERS_BIN / "python").exists():
+        run([sys.executable, "-m", "venv", str(PEERS)], log=lg)
+    have = versions(str(PEERS_BIN / "python"), PEER_PACKAGES)
+    missing = [p for p, v in have.items() if v == "not installed"]
+    if missing:
+        r = run([str(PEERS_BIN / "pip"), "install", "-q", *missing], check=False, log=lg)
+        if r.rc != 0:
+            return f"pip install {' '.join(missing)} failed (rc={r.rc}): {r.stderr.strip()[-300:]}"
+    return "ok"
+
+
+def profile(scale: str, lg: Path) -> list[str]:
+    """py-spy samples of `prefixscan analyze` on the small chat log (10k requests, ~80M tokens), at any scale:
+    top functions by own time and prefixscan functions by total time."""
+    import inputs
+
+    spy = PEERS_BIN / "py-spy"
+    if not spy.exists():
+        return ["", "## Profile", "", "py-spy is not installed in bench/out/peers-venv; no profile."]
+    tok = inputs.tokenizer_dir(lg)
+    sub = inputs.chat_log("small", lg)
+    raw = OUT / f"profile-{scale}.txt"
+    cmd = [str(spy), "record", "--format", "raw", "-o", str(raw), "--rate", "100", "--", PS, "analyze", rel(sub),
+           "-o", rel(OUT / "run-profile"), "--force", "-q", "--tokenizer", f"hf:{rel(tok)}"]
+    r = run(cmd, check=False, log=lg)
+    if r.rc != 0 or not raw.exists():
+        return ["", "## Profile", "", f"py-spy failed (rc={r.rc}): `{r.stderr.strip()[-300:]}`"]
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    samples = 0
+    for line in raw.read_text().splitlines():
+        stack, _, cnt = line.rpartition(" ")
+        if not stack or not cnt.isdigit():
+            continue
+        c = int(cnt)
+        samples += c
+        frames = [f.strip() for f in stack.split(";") if f.strip()]
+
+        def name(f: str) -> str:
+            fn, _, loc = f.partition(" (")
+            path = loc.split(":")[0]
+            for cut in ("site-packages/", "/work/main/"):
+                if cut in path:
+                    path = path.split(cut, 1)[1]
+            return f"{fn} ({path})"
+
+        names = [name(f) for f in frames]
+        own[names[-1]] += c
+        for nm in set(names):
+            total[nm] += c
+    out = ["", "## Profile (py-spy)", "",
+           f"`{shlex.join(cmd)}` ({samples:,} samples at 100 Hz, {r.seconds:.1f} s wall). Raw collapsed stacks: "
+           f"`{rel(raw)}`.", "", "Top functions by own time (the line that was running):", "",
+           "| own % | function |", "|---:|---|"]
+    out += [f"| {c / samples:.1%} | `{k}` |" for k, c in own.most_common(15)]
+    out += ["", "Top prefixscan functions by total time (including callees):", "", "| total % | function |",
+            "|---:|---|"]
+    ps_total = [(k, c) for k, c in total.most_common() if "prefixscan/" in k and "<module>" not in k]
+    out += [f"| {c / samples:.1%} | `{k}` |" for k, c in ps_total[:15]]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="1,2,3,4,5,6,7")
+    ap.add_argument("--scale", choices=["small", "full"], default="small")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--keep-inputs", action="store_true", help="keep row 7's big inputs after the run")
+    ap.add_argument("--output", default=str(BENCH / "results.md"))
+    args = ap.parse_args()
+    rows = [int(x) for x in args.rows.split(",") if x.strip()]
+    OUT.mkdir(parents=True, exist_ok=True)
+    lg = OUT / f"bench-{args.scale}.log"
+    lg.write_text("")
+    meta = {"command": "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            "scale": args.scale, "repeats": args.repeats, "machine": machine_info()}
+    peers = ensure_peers(lg)
+    meta["machine"]["peers_venv"] = f"{rel(PEERS)} ({peers})"
+    ps_ver = subprocess.run([PS, "--version"], capture_output=True, text=True).stdout.strip()
+    meta["versions"] = {
+        "prefixscan venv (.venv)": {"prefixscan": ps_ver or "?",
+                                    **versions(PY, ["transformers", "tokenizers", "numba", "numpy", "polars",
+                                                    "pyarrow"])},
+        "peers venv (bench/out/peers-venv)": versions(str(PEERS_BIN / "python"), PEER_PACKAGES + ["transformers"]),
+    }
+    results: list[RowResult] = []
+    for n in rows:
+        mod = importlib.import_module(ROWS[n])
+        t0 = time.perf_counter()
+        print(f"[bench] row {n} ({args.scale}) ...", flush=True)
+        try:
+            kw = {"keep": args.keep_inputs} if n == 7 else {}
+            res = mod.run_row(args.scale, args.repeats, lg, **kw)
+        except Exception as exc:  # noqa: BLE001 - a failing row is reported, the others still run
+            res = RowResult(n, ROWS[n], "", "", verdict=f"failed: {type(exc).__name__}")
+            res.details.append("```\n" + traceback.format_exc()[-2500:] + "\n```")
+        res.details.append(f"row wall time including input generation: {time.perf_counter() - t0:,.0f} s")
+        print(f"[bench] row {n}: {res.verdict} | {res.measured} | {res.ratio}", flush=True)
+        results.append(res)
+        _write(args, meta, results, [])
+    extra = [] if args.no_profile else profile(args.scale, lg)
+    _write(args, meta, results, extra)
+    print(f"[bench] wrote {args.output}", flush=True)
+
+
+def _write(args: argparse.Namespace, meta: dict, results: list[RowResult], extra: list[str]) -> None:
+    out = Path(args.output)
+    write_markdown(out, meta, results, extra + ["", f"Full command log: `{rel(OUT / f'bench-{args.scale}.log')}`."])
+    out.with_suffix(".json").write_text(json.dumps(
+        {"meta": meta, "rows": [r.__dict__ for r in results], "profile": extra}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
+

@@ -1,0 +1,176 @@
+"""The regex library of dynamic values and the label words that name them, in several languages.
+
+Applications print a request's time, ids and the user's identity in many surface forms; a detector that
+only knows ISO-8601 and English labels misses most of them. Values are classified by shape first (an
+email is an email whatever its label), then by label words (a number labelled "Request #" is a counter).
+Everything here works on one short line: callers only run it on lines already known to vary.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+_DOW = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*\.?,?"
+_TIME = r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:\s?[AaPp]\.?[Mm]\.?)?"
+_ZONE = r"(?:\s?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2}|[A-Z]{2,4}T))?"
+
+TIMESTAMP_RES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
+    # ISO-8601 / SQL: 2026-11-29T10:15:00Z, 2026-11-29 10:15, with ms or offsets
+    r"\b\d{4}-\d{2}-\d{2}[T ]" + _TIME + _ZONE,
+    # RFC 2822: Sun, 29 Nov 2026 10:15:00 +0000
+    r"\b(?:" + _DOW + r"\s+)?\d{1,2}\s+" + _MON + r"\s+\d{4}\s+" + _TIME + _ZONE,
+    # November 29, 2026 10:15:00 UTC / Nov 29 2026 10:15
+    r"\b" + _MON + r"\s+\d{1,2},?\s+\d{4},?\s+(?:at\s+)?" + _TIME + _ZONE,
+    # 11/29/2026 10:15, 29.11.2026 10:15:00
+    r"\b\d{1,2}[/.]\d{1,2}[/.]\d{2,4},?\s+" + _TIME + _ZONE,
+    # bare clock time with seconds: 10:15:00
+    r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d{1,6})?(?![\d:])",
+))
+DATE_RES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
+    r"\b\d{4}-\d{2}-\d{2}\b",
+    r"\b\d{1,2}/\d{1,2}/\d{4}\b",
+    r"\b\d{1,2}\.\d{1,2}\.\d{4}\b",
+    r"\b(?:" + _DOW + r"\s+)?\d{1,2}\s+" + _MON + r"\s+\d{4}\b",
+    r"\b" + _MON + r"\s+\d{1,2},?\s+\d{4}\b",
+    r"\d{4}年\d{1,2}月\d{1,2}日",
+))
+EPOCH_RE = re.compile(r"^(?:1[5-9]\d{8}|1[5-9]\d{11})(?:\.\d+)?$")  # 2017..2033 in s or ms
+EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+UUID_RE = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+HEX_RE = re.compile(r"^(?:0x)?(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{12,}$")
+ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+PREFIXED_ID_RE = re.compile(r"^[A-Za-z]{2,8}[-_](?=[A-Za-z0-9]*\d)[A-Za-z0-9]{6,}$")
+B64_RE = re.compile(r"^(?=[A-Za-z0-9+/_-]*\d)(?=[A-Za-z0-9+/_-]*[A-Za-z])[A-Za-z0-9+/_-]{16,}={0,2}$")
+PHONE_RE = re.compile(r"^(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}(?:[\s.-]?\d{2,4}){1,4}$")
+INT_RE = re.compile(r"^#?\d{1,12}$")
+NAME_RE = re.compile(r"^(?:[A-Z][a-z'’-]+,? ?){1,3}$|^[a-z]+\.[a-z]+$")
+
+# Label words per kind, lower case, matched as substrings of the normalised label. Order matters: the
+# first kind whose words match wins (a "Session ID" is a session id, not a request id).
+LABEL_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("email", ("email", "e-mail", "mail", "correo", "courriel", "почта", "メール", "邮箱")),
+    ("phone", ("phone", "callback", "mobile", " tel ", "telefon", "teléfono", "téléphone", "телефон", "電話", "电话")),
+    ("session_id", ("session", "conversation id", "thread id", "sesión", "sitzung", "сесси", "セッション", "会话")),
+    ("counter", ("request #", "sequence", "call number", "counter", "número de", "aufruf nr", "номер", "turn #",
+                 "attempt", "seq", "n°", "nº")),
+    ("random_token", ("nonce", "cache-buster", "cache buster", "signature", "firma", "jeton", "token", "salt",
+                      "одноразов", "ノンス", "random")),
+    ("timestamp", ("time", "timestamp", " now ", "hora", "heure", "zeit", "время", "時刻", "时间", "uhrzeit")),
+    ("date", ("date", "fecha", "datum", "дата", "日付", "日期", "today")),
+    ("request_id", ("request id", "request-id", "requestid", "trace", "correlation", "span", " id", "id ", "-id",
+                    "identifier", "identifiant", "solicitud", "anfrage", "запроса", "リクエスト", "请求", "uuid",
+                    " ref", "ticket", " order", "account")),
+    ("user_name", ("user", "name", "customer", "client", "talking to", "speaking with", "usuario", "nombre",
+                   "utilisateur", "nom ", "benutzer", "kunde", "пользовател", "имя", "ユーザー", "用户", "姓名")),
+)
+
+FIELD_KINDS = ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
+               "random_token")
+
+_LABEL_LINE = re.compile(
+    r"^\s*[\[{(]?\s*[\"']?(?P<label>[^:=\"\n\[\]{}]{1,48}?)[\"']?\s*(?P<sep>[:=：]|\s[-–]\s|\s\|\s)\s*[\"']?"
+    r"(?P<value>.*?)[\"']?\s*[\]})]?[,.;]?\s*$")
+_HEADING = re.compile(r"^\s*(?:#{1,6}\s*|\*\*)?(?P<label>[^\n#*]{1,48}?)(?:\*\*)?\s*:?\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledValue:
+    """A line split into label and value; `value_start` is the value's offset inside the line."""
+
+    label: str
+    value: str
+    value_start: int
+
+
+def split_label(line: str) -> LabelledValue:
+    """Split `Label: value`, `[Label: value]`, `Label=value`, `{"Label": "value"}`; no label -> label ''."""
+    m = _LABEL_LINE.match(line)
+    if m and m.group("value") and not m.group("label").strip().isdigit():
+        label = m.group("label").strip()
+        # Guard against prose: a label is short and has at most five words.
+        if len(label.split()) <= 5 and len(m.group("value")) <= 160:
+            return LabelledValue(label, m.group("value"), m.start("value"))
+    stripped = line.strip()
+    return LabelledValue("", stripped, line.find(stripped) if stripped else 0)
+
+
+def heading_label(line: str) -> str | None:
+    """The label of a heading line (`### Request time`, `**Date**`, `User:`) that precedes its value."""
+    s = line.strip()
+    if not s or len(s) > 52 or not (s.startswith(("#", "**")) or s.endswith((":", "："))):
+        return None
+    m = _HEADING.match(s)
+    return m.group("label").strip() if m else None
+
+
+def label_kind(label: str) -> str | None:
+    """The kind a label's words name, in any of the supported languages; None when it names none."""
+    s = " " + label.lower().strip() + " "
+    for kind, words in LABEL_WORDS:
+        if any(w in s for w in words):
+            return kind
+    return None
+
+
+def value_kind(value: str) -> str | None:
+    """The kind a value's shape proves on its own (an email, a timestamp, a UUID, ...); None when unsure."""
+    v = value.strip().strip("\"'<>[]()")
+    if not v:
+        return None
+    if EMAIL_RE.search(v):
+        return "email"
+    if any(p.search(v) for p in TIMESTAMP_RES):
+        return "timestamp"
+    if EPOCH_RE.match(v):
+        return "timestamp"
+    if any(p.search(v) for p in DATE_RES):
+        return "date"
+    if UUID_RE.search(v):
+        return "uuid"
+    if ULID_RE.match(v) or HEX_RE.match(v) or PREFIXED_ID_RE.match(v):
+        return "id"
+    if B64_RE.match(v):
+        return "base64"
+    if INT_RE.match(v):
+        return "integer"
+    digits = sum(c.isdigit() for c in v)
+    if PHONE_RE.match(v) and digits >= 9 and any(c in v for c in "+( -."):
+        return "phone"
+    return None
+
+
+def classify(label: str, value: str, numbers_increase: bool = False) -> str | None:
+    """Combine shape and label into one field kind (FIELD_KINDS), or None for an unnamed varying span."""
+    shape = value_kind(value)
+    by_label = label_kind(label) if label else None
+    if shape in ("email", "phone"):
+        return shape
+    if shape in ("timestamp", "date"):
+        if by_label == "counter" and EPOCH_RE.match(value.strip()) is None:
+            return "counter"
+        return shape
+    if by_label == "session_id":
+        return "session_id"
+    if shape == "integer":
+        if by_label in ("counter", "request_id", "random_token", "phone"):
+            return by_label
+        return "counter" if numbers_increase else "random_token"
+    if shape in ("uuid", "id", "base64"):
+        if by_label in ("random_token", "request_id"):
+            return by_label
+        return "request_id" if shape in ("uuid", "id") else "random_token"
+    if by_label in ("email", "phone"):
+        return by_label
+    if by_label == "user_name" and (NAME_RE.match(value.strip()) or len(value.split()) <= 4):
+        return "user_name"
+    return None
+
+
+def field_line_pattern(line: str) -> str | None:
+    """Kind of a line that *looks* like a dynamic field on its own (used before any variation is seen)."""
+    lv = split_label(line)
+    if not lv.label:
+        return None
+    return classify(lv.label, lv.value)
