@@ -79,7 +79,8 @@ def render_result(cols: list[str], rows: list[tuple[Any, ...]], fmt: str, output
         shown = rows if limit <= 0 else rows[:limit]
         for r in shown:
             t.add_row(*("" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v)) for v in r))
-        console = Console(file=open(output, "w") if output else sys.stdout, width=200 if output else None)
+        wide = output or not sys.stdout.isatty()
+        console = Console(file=open(output, "w") if output else sys.stdout, width=200 if wide else None)
         console.print(t)
         if len(shown) < len(rows):
             console.print(f"({len(rows) - len(shown)} more rows; use --limit 0 or --format csv)")
