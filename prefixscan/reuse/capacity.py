@@ -75,7 +75,7 @@ def block_weights(offsets: np.ndarray, prompt_tokens: np.ndarray, block_size: in
 
 
 def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
-            rule: str) -> Prepared:
+            rule: str, ids: tuple[np.ndarray, int] | None = None) -> Prepared:
     """Validate the CSR input and remap uint64 hashes to dense ids so kernels index plain arrays."""
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
@@ -89,10 +89,15 @@ def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, 
         raise ValueError(f"offsets end at {offsets[-1]} but there are {len(hashes)} hashes")
     # A hash table (Arrow's dictionary encoding) numbers blocks in first-seen order: ~8x faster than the
     # sort inside np.unique on tens of millions of hashes, and deterministic.
-    encoded = pc.dictionary_encode(pa.array(np.asarray(hashes, dtype=np.uint64), type=pa.uint64()))
-    ids = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    ids_, n_distinct = ids if ids is not None else dense_ids(hashes)
     weights = block_weights(offsets, prompt_tokens, block_size, rule)
-    return Prepared(offsets, ids, weights, len(encoded.dictionary), int(prompt_tokens.sum()))
+    return Prepared(offsets, ids_, weights, n_distinct, int(prompt_tokens.sum()))
+
+
+def dense_ids(hashes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense int32 ids (first-seen order) for uint64 keys, and how many distinct keys there are."""
+    encoded = pc.dictionary_encode(pa.array(np.asarray(hashes, dtype=np.uint64), type=pa.uint64()))
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False), len(encoded.dictionary)
 
 
 # ---------------------------------------------------------------- LRU: one pass, every capacity
@@ -337,14 +342,15 @@ def _rate(hit: np.ndarray, total: int) -> np.ndarray:
 
 
 def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
-                   rule: str, capacities_tokens: Sequence[int] | None = None, opt: bool = True) -> pa.Table:
+                   rule: str, capacities_tokens: Sequence[int] | None = None, opt: bool = True,
+                   ids: tuple[np.ndarray, int] | None = None) -> pa.Table:
     """Token-weighted hit rate of one cache (LRU with vLLM's order, Belady's OPT, infinite) per capacity.
 
     Requests are taken in the given (analysis) order, one at a time. A capacity in tokens holds
     floor(tokens / block_size) blocks. Without `capacities_tokens`, a log-spaced grid up to the working
     set is used. With `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
     """
-    prep = prepare(offsets, hashes, prompt_tokens, block_size, rule)
+    prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
     if capacities_tokens is None:
         capacities_tokens = default_capacities(prep.n_distinct, block_size)
     cap_tok = np.asarray(list(capacities_tokens), dtype=np.int64)
@@ -357,7 +363,10 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     total = prep.total_prompt_tokens
     n = len(cap_tok)
     if opt:
-        opt_tok = opt_hits(prep, cap_blk)[0]
+        # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate.
+        small = cap_blk < prep.n_distinct
+        opt_tok = np.full(n, ideal_tok, dtype=np.int64)
+        opt_tok[small] = opt_hits(prep, cap_blk[small])[0]
         opt_cols = [pa.array(_rate(opt_tok, total), pa.float64()), pa.array(opt_tok, pa.int64())]
     else:
         opt_cols = [pa.nulls(n, pa.float64()), pa.nulls(n, pa.int64())]

@@ -1,9 +1,10 @@
 """Ideal-cache (unbounded) prefix reuse, request by request in analysis order.
 
 Because block hashes chain, the blocks of every earlier request form a prefix-closed set: a request's
-hit is the longest run of leading blocks already seen, found by binary search over its hashes with
-O(log n) lookups. The same search runs in three scopes at once (whole log, same tenant, same
-conversation), which attributes each hit exactly and gives the hit rate under tenant isolation.
+hit is the longest run of leading blocks already seen. `ideal_reuse` finds it in a compiled pass over
+dense block ids; `TokenPrefixIndex` (token granularity) uses binary search over hashes. The same search
+runs in three scopes (whole log, same tenant, same conversation), which attributes each hit exactly and
+gives the hit rate under tenant isolation.
 The brute-force definition lives in `ideal_ref.py`; property tests keep the two equal.
 """
 
@@ -11,12 +12,10 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 import xxhash
-
-from prefixscan.hashing import hit_tokens
+from numba import njit
 
 NO_SCOPE = 0
 
@@ -65,42 +64,74 @@ def _match(seen: dict | set, hl: list[int]) -> int:
     return lo - 1
 
 
+@njit(cache=True)
+def _leading_runs(offsets, ids, n_distinct, valid):  # pragma: no cover - compiled
+    """Per request: leading blocks seen in an earlier (valid) request, and the most recent such request
+    holding the deepest one. Every block of a valid request is then marked as last touched by it."""
+    n = len(offsets) - 1
+    last = np.full(n_distinct, -1, np.int64)
+    k = np.zeros(n, np.int32)
+    src = np.full(n, -1, np.int64)
+    for r in range(n):
+        a, b = offsets[r], offsets[r + 1]
+        if not valid[r]:
+            continue
+        j = a
+        while j < b and last[ids[j]] >= 0:
+            j += 1
+        k[r] = j - a
+        if j > a:
+            src[r] = last[ids[j - 1]]
+        for q in range(a, b):
+            last[ids[q]] = r
+    return k, src
+
+
 def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
-                rule: str, tenant_salts: np.ndarray, conversation_salts: np.ndarray) -> IdealResult:
-    """Block-granular ideal reuse (vLLM semantics; "trace" rule for hashed traces)."""
+                rule: str, tenant_salts: np.ndarray, conversation_salts: np.ndarray,
+                ids: tuple[np.ndarray, int] | None = None) -> IdealResult:
+    """Block-granular ideal reuse (vLLM semantics; "trace" rule for hashed traces).
+
+    Hashes become dense ids (one hash-table pass), then one compiled pass per scope finds each request's
+    leading run of already-seen blocks: the whole log, the same tenant (hash xor tenant salt) and the
+    same conversation (hash xor conversation salt). Work is linear in blocks.
+    """
+    from prefixscan.reuse.capacity import dense_ids
+
     n = len(prompt_tokens)
-    k_all = np.zeros(n, dtype=np.int32)
-    k_ten = np.zeros(n, dtype=np.int32)
-    k_conv = np.zeros(n, dtype=np.int32)
-    source = np.full(n, -1, dtype=np.int64)
-    last: dict[int, int] = {}
-    tenant_seen: set[int] = set()
-    conv_seen: set[int] = set()
-    for i in range(n):
-        h = hashes[offsets[i]:offsets[i + 1]]
-        hl = h.tolist()
-        k = _match(last, hl)
-        if k:
-            source[i] = last[hl[k - 1]]
-        k_all[i] = k
-        last.update(zip(hl, repeat(i)))
-        th = (h ^ tenant_salts[i]).tolist()
-        k_ten[i] = _match(tenant_seen, th) if k else 0
-        tenant_seen.update(th)
-        if conversation_salts[i] != NO_SCOPE:
-            ch = (h ^ conversation_salts[i]).tolist()
-            k_conv[i] = _match(conv_seen, ch) if k else 0
-            conv_seen.update(ch)
-    to_tokens = np.vectorize(lambda k, p: hit_tokens(int(k), int(p), block_size, rule), otypes=[np.int64])
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    flat = np.asarray(hashes, dtype=np.uint64)
     pt = np.asarray(prompt_tokens, dtype=np.int64)
+    lengths = np.diff(offsets)
+    everyone = np.ones(n, dtype=np.bool_)
+    gid, nd = ids if ids is not None else dense_ids(flat)
+    k_all, source = _leading_runs(offsets, gid, nd, everyone)
+    tid, ntd = dense_ids(flat ^ np.repeat(np.asarray(tenant_salts, dtype=np.uint64), lengths))
+    k_ten, _ = _leading_runs(offsets, tid, ntd, everyone)
+    conv = np.asarray(conversation_salts, dtype=np.uint64)
+    cid, ncd = dense_ids(flat ^ np.repeat(conv, lengths))
+    k_conv, _ = _leading_runs(offsets, cid, ncd, conv != NO_SCOPE)
     return IdealResult(
         cached_blocks=k_all,
-        cached_tokens=to_tokens(k_all, pt) if n else np.zeros(0, np.int64),
+        cached_tokens=hit_tokens_array(k_all, pt, block_size, rule),
         divergence_token=np.minimum(k_all.astype(np.int64) * block_size, pt),
-        tenant_cached_tokens=to_tokens(k_ten, pt) if n else np.zeros(0, np.int64),
-        conversation_cached_tokens=to_tokens(k_conv, pt) if n else np.zeros(0, np.int64),
+        tenant_cached_tokens=hit_tokens_array(k_ten, pt, block_size, rule),
+        conversation_cached_tokens=hit_tokens_array(k_conv, pt, block_size, rule),
         source=source,
     )
+
+
+def hit_tokens_array(k: np.ndarray, prompt_tokens: np.ndarray, block_size: int, rule: str) -> np.ndarray:
+    """`hashing.hit_tokens` over arrays (tests check they agree)."""
+    k = np.asarray(k, dtype=np.int64)
+    n = np.asarray(prompt_tokens, dtype=np.int64)
+    if rule == "vllm":
+        out = np.minimum(k, np.maximum(n - 1, 0) // block_size) * block_size
+    elif rule == "trace":
+        out = np.minimum(k * block_size, n)
+    else:
+        raise ValueError(f"unknown hit rule {rule!r}")
+    return np.where((k > 0) & (n > 0), out, 0).astype(np.int64)
 
 
 class TokenPrefixIndex:
