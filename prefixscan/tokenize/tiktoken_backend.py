@@ -50,6 +50,7 @@ class TiktokenTokenizer(Tokenizer):
         self._special = {t: np.array([i], dtype=np.uint32) for t, i in SPECIAL_IDS.items()}
         self.threads = threads or os.cpu_count() or 1
         self._pool = None
+        self._poison: set[bytes] = set()
 
     def _encode_texts(self, texts: list[str]) -> list[list[int]]:
         """Encode new segments; large batches are split into one chunk per thread (tiktoken drops the GIL)."""
@@ -74,13 +75,8 @@ class TiktokenTokenizer(Tokenizer):
         for r in records:
             if r.kind == "chat":
                 rr = render_chatml(r.messages or [], r.tools)
-                if any("<|" in t for sp, t in rr.pieces if not sp) and any(
-                        c in t for sp, t in rr.pieces if not sp for c in self.enc.special_tokens_set):
-                    # Text that spells a control token would tokenise differently as a whole.
-                    rendered.append("direct")
-                    self.stats.fallback_reason = "control-token strings inside message text"
-                    continue
-                keys = []
+                keys: list[bytes | None] = []
+                direct = False
                 for special, text in rr.pieces:
                     if special:
                         keys.append(None)
@@ -88,8 +84,20 @@ class TiktokenTokenizer(Tokenizer):
                     k = self.memo.key(text)
                     keys.append(k)
                     self.stats.segments_seen += 1
-                    if self.memo.get(k) is None and k not in pending:
-                        pending[k] = text
+                    if k in self._poison:
+                        direct = True
+                    elif self.memo.get(k) is None and k not in pending:
+                        # Only new text needs the check: text that spells a control token would tokenise
+                        # differently as part of the whole prompt, so its records go the direct path.
+                        if "<|" in text and any(c in text for c in self.enc.special_tokens_set):
+                            self._poison.add(k)
+                            direct = True
+                        else:
+                            pending[k] = text
+                if direct:
+                    rendered.append("direct")
+                    self.stats.fallback_reason = "control-token strings inside message text"
+                    continue
                 rendered.append((rr, keys))
             else:
                 rendered.append(None)
