@@ -60,6 +60,9 @@ def test_json_contract_and_tables(tmp_path: Path) -> None:
         assert (run / f"{t}.parquet").exists()
     again = SimResult.load(run)
     assert set(again.policies) == set(doc["policies"])
+    assert list(again.policies)[:2] == ["round_robin", "random"]  # the run's order, not alphabetical
+    shown = runner.invoke(app, ["simulate", str(run), "--load"])
+    assert shown.exit_code == 0 and "cost_based" in shown.stdout
 
 
 def test_seeded_cli_runs_are_byte_identical(tmp_path: Path) -> None:

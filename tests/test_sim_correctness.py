@@ -110,6 +110,9 @@ def test_chwbl_never_exceeds_its_bound(c: float) -> None:
     )
     s = res.policies["chwbl"]
     assert 0 < s["policy_max_load_over_bound"] <= 1.0
+    assert res.tables["sim_policies"]["policy_max_load_over_bound"].to_pylist() == [
+        s["policy_max_load_over_bound"]
+    ]
 
 
 def test_session_affinity_keeps_conversations_together(table: pa.Table) -> None:
@@ -177,14 +180,32 @@ def test_tenant_isolation_never_shares_across_tenants() -> None:
 
 def test_compare_isolation_reports_the_cost() -> None:
     t = conversations_table(100, 3, system_prompts=1, tenants=4, seed=8)
-    res = simulate(t, SimConfig(replicas=2, unbounded_kv=True, policies=("round_robin", "session_affinity"),
-                                compare_isolation=True, **FAST))
-    iso = simulate(t, SimConfig(replicas=2, unbounded_kv=True, policies=("round_robin", "session_affinity"),
-                                isolate_tenants=True, **FAST))
+    res = simulate(
+        t,
+        SimConfig(
+            replicas=2,
+            unbounded_kv=True,
+            policies=("round_robin", "session_affinity"),
+            compare_isolation=True,
+            **FAST,
+        ),
+    )
+    iso = simulate(
+        t,
+        SimConfig(
+            replicas=2,
+            unbounded_kv=True,
+            policies=("round_robin", "session_affinity"),
+            isolate_tenants=True,
+            **FAST,
+        ),
+    )
     for name, s in res.policies.items():
         expect = s["hit_rate_token_weighted"] - iso.policies[name]["hit_rate_token_weighted"]
         assert s["isolation_cost_hit_rate"] == pytest.approx(expect) and expect > 0
-        assert s["isolation_cost_prefill_tokens"] == iso.policies[name]["prefill_tokens"] - s["prefill_tokens"]
+        assert (
+            s["isolation_cost_prefill_tokens"] == iso.policies[name]["prefill_tokens"] - s["prefill_tokens"]
+        )
 
 
 def test_time_compression_and_warmup(table: pa.Table) -> None:
@@ -241,3 +262,26 @@ def test_json_headline_keys(table: pa.Table) -> None:
             "prefill_tokens",
         ):
             assert key in doc["policies"][name]
+
+
+def test_generated_blocks_are_cached_for_the_next_turn() -> None:
+    from prefixscan.sim.synthetic import chain
+
+    # turn 2 = turn 1's prompt (10 blocks) + its 64-token answer (4 blocks) + a new question (2 blocks)
+    t1, t2 = list(range(10)), list(range(10)) + [100, 101, 102, 103, 200, 201]
+    table = pa.table(
+        {
+            "seq": [0, 1],
+            "request_id": ["a", "b"],
+            "arrival_s": [0.0, 30.0],
+            "conversation_id": ["c", "c"],
+            "prompt_tokens": [160, 256 + 8],
+            "output_tokens": [64, 10],
+            "block_hashes": pa.array([chain(t1), chain(t2)], pa.list_(pa.uint64())),
+        }
+    )
+    cfg = dict(replicas=1, kv_blocks=100, policies=("round_robin",), **FAST)
+    off = simulate(table, SimConfig(**cfg)).tables["sim_decisions"]["actual_cached_tokens"].to_pylist()
+    on = simulate(table, SimConfig(cache_generated=True, **cfg)).tables["sim_decisions"]
+    assert off == [0, 160]
+    assert on["actual_cached_tokens"].to_pylist() == [0, 224]  # (160 + 64) // 16 = 14 blocks

@@ -35,11 +35,13 @@ def run_both(
     rng: np.random.Generator,
     max_running: int = 4,
     restart_p: float = 0.0,
+    gen_p: float = 0.0,
 ) -> None:
+    """Random interleaving of admits, releases (some caching generated blocks) and restarts."""
     n_blocks = 1 + max(b for r in reqs for b in r)
     kv = KVState(1, n_blocks, capacity)
     ref = ReferenceReplica(capacity)
-    running: list[tuple[np.ndarray, int]] = []
+    running: list[tuple[np.ndarray, np.ndarray, int]] = []
     waiting = list(reqs)
     t = 0.0
     while waiting or running:
@@ -47,8 +49,11 @@ def run_both(
         if rng.random() < restart_p:
             assert kv.clear_free(0) == ref.clear_free()
         if waiting and (len(running) < max_running and rng.random() < 0.6 or not running):
-            blocks = np.array(waiting[0], dtype=np.int32)
-            extra = int(rng.integers(0, 3))
+            path = waiting[0]
+            cut = len(path) if rng.random() >= gen_p else int(rng.integers(1, len(path) + 1))
+            blocks = np.array(path[:cut], dtype=np.int32)
+            gen = np.array(path[cut:], dtype=np.int32)  # the chain continues with "generated" blocks
+            extra = int(rng.integers(0, 3)) + len(gen) // 2
             assert kv.match(0, blocks) == ref.match(list(blocks))
             k, ne = kv.admit(0, blocks, extra, t)
             k_ref = ref.admit(list(blocks), extra)
@@ -56,13 +61,18 @@ def run_both(
             if k >= 0:
                 assert sorted(kv.scratch[:ne].tolist()) == sorted(ref.evicted[-ne:] if ne else [])
                 waiting.pop(0)
-                running.append((blocks, extra))
+                running.append((blocks, gen, extra))
             else:
                 assert running, "a request that fits an empty replica must be admitted when nothing runs"
         elif running:
-            blocks, extra = running.pop(int(rng.integers(len(running))))
-            kv.release(0, blocks, extra, t)
-            ref.release(list(blocks), extra)
+            blocks, gen, extra = running.pop(int(rng.integers(len(running))))
+            if len(gen):
+                assert kv.release_gen(0, blocks, gen, extra, t) == ref.release_gen(
+                    list(blocks), list(gen), extra
+                )
+            else:
+                kv.release(0, blocks, extra, t)
+                ref.release(list(blocks), extra)
         resident = set(np.flatnonzero(kv.res[0]).tolist())
         assert resident == ref.cached
         assert kv.meta[0, 2] == ref.used()
@@ -78,8 +88,9 @@ def test_matches_reference_random_traces(seed: int) -> None:
     rng = np.random.default_rng(seed)
     reqs = random_chains(rng, 60)
     capacity = int(rng.integers(14, 60))
+    restart_p = 0.03 if seed % 3 == 0 else 0.0
     run_both(
-        reqs, capacity, rng, max_running=int(rng.integers(1, 5)), restart_p=0.03 if seed % 3 == 0 else 0.0
+        reqs, capacity, rng, max_running=int(rng.integers(1, 5)), restart_p=restart_p, gen_p=0.5 * (seed % 2)
     )
 
 
@@ -87,7 +98,7 @@ def test_matches_reference_random_traces(seed: int) -> None:
 @given(seed=st.integers(0, 10_000), capacity=st.integers(14, 80), branching=st.integers(1, 4))
 def test_matches_reference_hypothesis(seed: int, capacity: int, branching: int) -> None:
     rng = np.random.default_rng(seed)
-    run_both(random_chains(rng, 40, branching=branching), capacity, rng)
+    run_both(random_chains(rng, 40, branching=branching), capacity, rng, gen_p=0.5)
 
 
 def test_reverse_order_release_evicts_tail_first() -> None:

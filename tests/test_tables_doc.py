@@ -26,8 +26,15 @@ def documented() -> dict[str, set[str]]:
 
 
 def test_every_written_column_is_documented(tmp_path, chat_log) -> None:
+    from typer.testing import CliRunner
+
+    from prefixscan.cli.app import app
+
     run = tmp_path / "run"
     prefixscan.analyze(str(chat_log), output=str(run))
+    r = CliRunner().invoke(app, ["simulate", str(run), "--replicas", "2", "--policies", "all", "--kv-blocks", "64",
+                                 "--compare-isolation", "-q"])
+    assert r.exit_code == 0, r.output
     docs = documented()
     for path in sorted(run.glob("*.parquet")):
         cols = set(pq.read_schema(path).names)

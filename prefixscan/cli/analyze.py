@@ -58,6 +58,8 @@ def register(app: typer.Typer) -> None:
         hash_tenants: bool = typer.Option(False, "--hash-tenants", help="Replace tenant names by hashes."),
         include_text: bool = typer.Option(False, "--include-text",
                                           help="Keep prompt snippets unredacted in outputs (off by default)."),
+        no_findings: bool = typer.Option(False, "--no-findings",
+                                         help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
     ) -> None:
@@ -73,13 +75,22 @@ def register(app: typer.Typer) -> None:
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict,
             capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
-            quiet=quiet,
+            quiet=quiet, findings=not no_findings,
             command_line="prefixscan " + shlex.join(sys.argv[1:]),
         )
         console = stderr_console(quiet)
         if show_progress(quiet):
-            with console.status("reading logs...") as status:
-                result = run_analysis(cfg, lambda n: status.update(f"read {n:,} records..."))
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+            with Progress(TextColumn("reading logs"), BarColumn(), DownloadColumn(),
+                          TextColumn("{task.fields[records]:,} records"), TimeRemainingColumn(),
+                          console=console, transient=True) as bar:
+                task = bar.add_task("read", total=None, records=0)
+
+                def update(n: int, done: int, total: int) -> None:
+                    bar.update(task, completed=done, total=total, records=n)
+
+                result = run_analysis(cfg, update)
         else:
             result = run_analysis(cfg)
         if json_out:

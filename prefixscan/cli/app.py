@@ -27,6 +27,8 @@ COMMAND_MODULES = [
     "report",
     "synth",
     "simulate",
+    "findings",
+    "fix",
 ]
 
 for _name in COMMAND_MODULES:

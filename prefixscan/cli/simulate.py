@@ -85,7 +85,11 @@ def register(app: typer.Typer) -> None:
         gpu_memory_utilization: float = typer.Option(
             0.9, "--gpu-memory-utilization", help="vLLM default 0.9."
         ),
-        eviction: str = typer.Option("vllm", "--eviction", help="vllm (LRU free queue) or radix (SGLang)."),
+        eviction: str = typer.Option(
+            "vllm",
+            "--eviction",
+            help="vllm (LRU free queue) or radix (SGLang; same order at block granularity).",
+        ),
         prefill_model: str = typer.Option("cost", "--prefill-model", help="cost, preble or coeffs."),
         prefill_coeffs: str = typer.Option(
             None, "--prefill-coeffs", help="a,b,c,d,e: ms = a + b*new + c*cached + d*new*cached + e*new^2."
@@ -116,10 +120,16 @@ def register(app: typer.Typer) -> None:
         ),
         isolate_tenants: bool = typer.Option(False, "--isolate-tenants", help="No sharing across tenants."),
         compare_isolation: bool = typer.Option(
-            False, "--compare-isolation", help="Also replay with isolation flipped; report what isolation costs."
+            False,
+            "--compare-isolation",
+            help="Also replay with isolation flipped; report what isolation costs.",
+        ),
+        cache_generated: bool = typer.Option(
+            False, "--cache-generated", help="Cache answers for the conversation's next turn (vLLM does)."
         ),
         reserve_decode: bool = typer.Option(
-            True, "--reserve-decode-blocks/--no-reserve-decode-blocks",
+            True,
+            "--reserve-decode-blocks/--no-reserve-decode-blocks",
             help="Reserve each request's decode blocks at admission.",
         ),
         rate_scale: float = typer.Option(
@@ -139,6 +149,9 @@ def register(app: typer.Typer) -> None:
         save: bool = typer.Option(
             True, "--save/--no-save", help="Write the sim tables into the run directory."
         ),
+        load: bool = typer.Option(
+            False, "--load", help="Re-render the run's saved simulation; do not re-run."
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or table on stderr."),
     ) -> None:
@@ -146,8 +159,12 @@ def register(app: typer.Typer) -> None:
 
         Example: prefixscan simulate runs/demo --replicas 8 --policies all --kv-blocks 20000
         """
-        from prefixscan.sim import SimConfig
+        from prefixscan.sim import SimConfig, SimResult
         from prefixscan.sim import simulate as run_sim
+
+        if load:
+            _show(SimResult.load(inputs[0]), json_out, quiet, stderr_console(quiet))
+            return
 
         kvb, unbounded = parse_kv_blocks(kv_blocks)
         coeffs = ()
@@ -187,6 +204,7 @@ def register(app: typer.Typer) -> None:
             isolate_tenants=isolate_tenants,
             compare_isolation=compare_isolation,
             reserve_decode_blocks=reserve_decode,
+            cache_generated=cache_generated,
             rate_scale=rate_scale,
             target_rps=target_rps,
             warmup_s=warmup_s,
@@ -212,17 +230,22 @@ def register(app: typer.Typer) -> None:
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
-        if json_out:
-            typer.echo(result.to_json())
-        if not quiet:
-            from prefixscan.report.simulate_terminal import render
+        _show(result, json_out, quiet, console)
+        if not quiet and save and tmp is None:
+            console.print(
+                f"wrote sim_policies, sim_replicas, sim_timeline{', sim_decisions' if decision_log else ''} "
+                f"to {run_path}"
+            )
 
-            render(result, stdout_console() if not json_out else console)
-            if save and tmp is None:
-                console.print(
-                    f"wrote sim_policies, sim_replicas, sim_timeline"
-                    f"{', sim_decisions' if decision_log else ''} to {run_path}"
-                )
+
+def _show(result: Any, json_out: bool, quiet: bool, console: Any) -> None:
+    """JSON on stdout and/or the rendered tables (on stderr when stdout carries JSON)."""
+    if json_out:
+        typer.echo(result.to_json())
+    if not quiet:
+        from prefixscan.report.simulate_terminal import render
+
+        render(result, stdout_console() if not json_out else console)
 
 
 def _analyze_first(

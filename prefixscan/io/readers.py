@@ -17,6 +17,15 @@ from prefixscan.io.sources import Source
 BATCH_ROWS = 8192
 
 
+class Position:
+    """Bytes of the current file consumed so far (compressed bytes for gzip), for progress bars."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
 class RawError:
     """A record that could not even be parsed; becomes a reject."""
 
@@ -33,10 +42,13 @@ def _open(path: str):  # noqa: ANN202
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
-def read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
+def read_jsonl(path: str, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
     """Yield (1-based line number, parsed object or RawError); blank lines are skipped, not records."""
     with _open(path) as f:
+        raw = getattr(f, "fileobj", None) or f
         for lineno, line in enumerate(f, start=1):
+            if pos is not None and lineno % 1024 == 0:
+                pos.bytes = raw.tell()
             if not line.strip():
                 continue
             try:
@@ -55,20 +67,26 @@ def read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
             yield lineno, obj
 
 
-def read_parquet(path: str) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
+def read_parquet(path: str, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
     """Yield (1-based row number, row as a dict) batch by batch."""
+    import os
+
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
+    rows = max(pf.metadata.num_rows, 1)
+    size = os.path.getsize(path)
     row = 0
     for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+        if pos is not None:
+            pos.bytes = int(size * row / rows)
         for rec in batch.to_pylist():
             row += 1
             yield row, rec
 
 
-def read_source(src: Source) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
+def read_source(src: Source, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
     """Dispatch on the source kind."""
     if src.kind == "parquet":
-        return read_parquet(src.path)
-    return read_jsonl(src.path)
+        return read_parquet(src.path, pos)
+    return read_jsonl(src.path, pos)

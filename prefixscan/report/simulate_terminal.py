@@ -123,14 +123,21 @@ def render(result: SimResult, console: Console) -> None:
         split.add_row(*row)
     console.print(split)
     if any(s.get("isolation_cost_hit_rate") is not None for s in result.policies.values()):
-        iso = Table(title="What tenant isolation costs (shared minus isolated)", title_justify="left",
-                    box=box.SIMPLE_HEAD, pad_edge=False)
+        iso = Table(
+            title="What tenant isolation costs (shared minus isolated)",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
         for col in ("policy", "hit rate lost", "extra prefill tok", "TTFT p95 change"):
             iso.add_column(col, justify="left" if col == "policy" else "right")
         for name, s in result.policies.items():
-            iso.add_row(name, fmt(s.get("isolation_cost_hit_rate"), "pct"),
-                        fmt(s.get("isolation_cost_prefill_tokens"), "short"),
-                        fmt(s.get("isolation_cost_ttft_p95_s"), "s"))
+            iso.add_row(
+                name,
+                fmt(s.get("isolation_cost_hit_rate"), "pct"),
+                fmt(s.get("isolation_cost_prefill_tokens"), "short"),
+                fmt(s.get("isolation_cost_ttft_p95_s"), "s"),
+            )
         console.print(iso)
     console.print(
         "hit = cached / prompt tokens over the whole cluster (token-weighted); "

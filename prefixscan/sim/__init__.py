@@ -66,7 +66,11 @@ class SimResult:
         if not sec:
             raise UsageError(f"run {run_path} has no simulation; run `prefixscan simulate {run_path}` first")
         tables = {t: run.table(t) for t in TABLES if run.has(t)}
-        return cls(sec["config"], sec["workload"], sec["policies"], tables)
+        pols = sec["policies"]
+        if "sim_policies" in tables:  # the manifest sorts keys; the table keeps the run's order
+            order = [p for p in tables["sim_policies"]["policy"].to_pylist() if p in pols]
+            pols = {p: pols[p] for p in order + sorted(set(pols) - set(order))}
+        return cls(sec["config"], sec["workload"], pols, tables)
 
 
 def _json_default(x: Any) -> Any:
@@ -163,7 +167,8 @@ def simulate(
         }
         for n, s in summaries.items()
     ]
-    tables = {"sim_policies": pa.Table.from_pylist(rows)}
+    keys = list(dict.fromkeys(k for row in rows for k in row))  # union: policy-specific keys included
+    tables = {"sim_policies": pa.Table.from_pylist([{k: row.get(k) for k in keys} for row in rows])}
     for t, lst in parts.items():
         if lst:
             tables[t] = pa.concat_tables(lst)
@@ -185,16 +190,37 @@ def simulate(
     return SimResult(cfg.to_dict(), info, summaries, tables, timings)
 
 
-def _isolation_cost(table: pa.Table, cfg: SimConfig, bs: int, rule: str, names: list[str],
-                    serving: ServingModel, capacity: int, summaries: dict[str, dict[str, Any]]) -> None:
+def _isolation_cost(
+    table: pa.Table,
+    cfg: SimConfig,
+    bs: int,
+    rule: str,
+    names: list[str],
+    serving: ServingModel,
+    capacity: int,
+    summaries: dict[str, dict[str, Any]],
+) -> None:
     """Replay each policy with tenant isolation flipped; add shared-vs-isolated deltas to its summary."""
     flipped = dataclasses.replace(cfg, isolate_tenants=not cfg.isolate_tenants)
-    w2 = build_workload(table, bs, rule, default_output_tokens=cfg.default_output_tokens,
-                        isolate_tenants=flipped.isolate_tenants, rate_scale=cfg.rate_scale,
-                        target_rps=cfg.target_rps, warmup_s=cfg.warmup_s)
+    w2 = build_workload(
+        table,
+        bs,
+        rule,
+        default_output_tokens=cfg.default_output_tokens,
+        isolate_tenants=flipped.isolate_tenants,
+        rate_scale=cfg.rate_scale,
+        target_rps=cfg.target_rps,
+        warmup_s=cfg.warmup_s,
+    )
     for name in names:
-        other = _clean(summarize(w2, replay(w2, make_policy(name, cfg.params_for(name), cfg.seed, bs), flipped,
-                                            serving, capacity), serving, cfg.replicas))
+        other = _clean(
+            summarize(
+                w2,
+                replay(w2, make_policy(name, cfg.params_for(name), cfg.seed, bs), flipped, serving, capacity),
+                serving,
+                cfg.replicas,
+            )
+        )
         mine = summaries[name]
         shared, iso = (other, mine) if cfg.isolate_tenants else (mine, other)
         hs, hi = shared["hit_rate_token_weighted"], iso["hit_rate_token_weighted"]

@@ -53,6 +53,8 @@ class SimConfig:
     token_budget: int = 8192
     max_num_seqs: int = 256
     reserve_decode_blocks: bool = True
+    # cache generated blocks at finish (vLLM does): the next turn of the conversation can hit its answer
+    cache_generated: bool = False
     default_output_tokens: int = 128
     # router knowledge
     knowledge: str = "exact"

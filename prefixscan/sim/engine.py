@@ -45,6 +45,7 @@ class Outcome:
     predicted_cached: np.ndarray
     best_cached: np.ndarray  # most cached tokens any active replica held at routing (exact)
     routed_cached: np.ndarray  # cached tokens the chosen replica held at routing (exact)
+    routed_blocks: np.ndarray  # leading blocks the chosen replica held at routing (exact)
     prefill_s: np.ndarray
     reason: np.ndarray  # int16 code into `reasons`
     reasons: list[str]
@@ -95,6 +96,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     predicted = np.zeros(n, dtype=np.int64)
     best = np.zeros(n, dtype=np.int64)
     routed = np.zeros(n, dtype=np.int64)
+    routed_k = np.zeros(n, dtype=np.int32)
     pre_s = np.zeros(n, dtype=np.float64)
     pred_s = np.zeros(n, dtype=np.float64)
     reason = np.zeros(n, dtype=np.int16)
@@ -190,7 +192,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         replica[i], reason[i], cands[i], predicted[i] = r, code, d.candidates, d.predicted_cached_tokens
         kmax = int(exact_buf[cv.active_idx].max()) if len(cv.active_idx) > 1 else int(exact_buf[r])
         best[i] = min(kmax * B, cap_l[i])
-        rc = min(int(exact_buf[r]) * B, cap_l[i])
+        kr = int(exact_buf[r])
+        routed_k[i] = kr
+        rc = min(kr * B, cap_l[i])
         routed[i] = rc
         pred_s[i] = serving.prefill_s(prompt_l[i] - rc, rc, int(cv.decoding[r]))
         know.on_route(r, blocks, now)
@@ -205,6 +209,25 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         cv.queued_prefill_s[r] += pred_s[i]
         cv.queued_blocks[r] += pin_l[i] + extra_l[i]
         try_start(r, now)
+
+    nxt_l = w.next_in_conv.tolist()
+    gen_on = cfg.cache_generated
+
+    def release(r: int, i: int, now: float) -> None:
+        s = off_l[i]
+        blocks = wb[s : s + pin_l[i]]
+        j = nxt_l[i] if gen_on and pin_l[i] == nb_l[i] else -1
+        if j >= 0:
+            # the next turn's blocks inside this request's prompt + output are what it generated, provided
+            # that turn extends this prompt (chained hashes: equal last block <=> equal prefix)
+            nbi, sj = nb_l[i], off_l[j]
+            m = min(nb_l[j], (prompt_l[i] + out_l[i]) // B)
+            if m > nbi and (nbi == 0 or wb[sj + nbi - 1] == wb[s + nbi - 1]):
+                stored = kv.release_gen(r, blocks, wb[sj + nbi : sj + m], extra_l[i], now)
+                if stored:
+                    know.on_store(r, kv.scratch[:stored].copy(), now)
+                return
+        kv.release(r, blocks, extra_l[i], now)
 
     def scenario(ev, now: float) -> None:  # noqa: ANN001
         nonlocal next_add
@@ -241,8 +264,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 )
             else:
                 finish[i] = now
-                s = off_l[i]
-                kv.release(r, wb[s : s + pin_l[i]], extra_l[i], now)
+                release(r, i, now)
                 cv.kv_available[r] = kv.available(r)
                 account(r, now)
                 cv.decoding[r] -= 1
@@ -273,6 +295,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         predicted_cached=predicted,
         best_cached=best,
         routed_cached=routed,
+        routed_blocks=routed_k,
         prefill_s=pre_s,
         reason=reason,
         reasons=reasons,

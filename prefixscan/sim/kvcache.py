@@ -75,6 +75,12 @@ class KVState:
     def release(self, r: int, blocks: np.ndarray, extra: int, now: float) -> None:
         release(self.node, self.nodef, self.meta, r, blocks, extra, now)
 
+    def release_gen(self, r: int, blocks: np.ndarray, gen: np.ndarray, extra: int, now: float) -> int:
+        """Release and cache the generated blocks `gen`; returns how many were newly cached."""
+        return int(
+            release_gen(self.res, self.node, self.nodef, self.meta, self.scratch, r, blocks, gen, extra, now)
+        )
+
     def clear_free(self, r: int) -> int:
         """Drop every unpinned cached block of replica r (a restart); returns how many."""
         return int(clear_free(self.res, self.node, self.meta, r))
@@ -275,3 +281,31 @@ def dense_ids(flat: np.ndarray) -> tuple[np.ndarray, int]:
         if n >= 0:
             return ids, int(n)
         cap <<= 2
+
+
+@njit(cache=True)
+def release_gen(res, node, nodef, meta, scratch, r, blocks, gen, extra, now):  # noqa: ANN001, ANN201
+    """Release like `release`, but first turn reserved decode slots into cached blocks `gen`.
+
+    vLLM caches generated tokens once they fill a block, so the next turn of a conversation can hit the
+    previous answer (REFERENCE.md 1). `gen` are the hashes of those blocks in chain order (they extend
+    `blocks`); each takes over one reserved decode slot. Returns how many were newly cached (ids in
+    `scratch`).
+    """
+    m = min(len(gen), extra)
+    stored = 0
+    for i in range(m - 1, -1, -1):  # the whole block table is released tail first
+        b = gen[i]
+        if res[r, b] == 0:
+            res[r, b] = 1
+            node[r, b, REF] = 0
+            nodef[r, b, REL] = now
+            _append(node, meta, r, b)
+            scratch[stored] = b
+            stored += 1
+        elif node[r, b, REF] == 0:  # cached and free: touched again
+            _unlink(node, meta, r, b)
+            nodef[r, b, REL] = now
+            _append(node, meta, r, b)
+    release(node, nodef, meta, r, blocks, extra - stored, now)
+    return stored

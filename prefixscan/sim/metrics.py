@@ -163,6 +163,13 @@ def replica_table(w: Workload, o: Outcome, serving: ServingModel) -> pa.Table:
 def decision_table(w: Workload, o: Outcome) -> pa.Table:
     """The per-request routing log, with the seed document's fields."""
     cands = pa.array([list(c) for c in o.candidates], pa.list_(pa.int32()))
+    # prefix_key: chain hash of the deepest block the chosen replica held (names the shared prefix)
+    k = o.routed_blocks.astype(np.int64)
+    last = w.offsets[:-1] + k - 1
+    keys = np.where(k > 0, w.block_keys[w.blocks[np.maximum(last, 0)]] if len(w.blocks) else 0, 0)
+    prefix_key = pa.array(
+        [f"{x:016x}" if kk else None for x, kk in zip(keys.tolist(), k.tolist(), strict=True)], pa.string()
+    )
     reasons = np.asarray(o.reasons + [""], dtype=object)[o.reason]
     return pa.table(
         {
@@ -170,6 +177,7 @@ def decision_table(w: Workload, o: Outcome) -> pa.Table:
             "seq": pa.array(w.seq, pa.int64()),
             "request_id": pa.array(w.request_id.tolist(), pa.string()),
             "arrival_s": pa.array(w.arrival_s, pa.float64()),
+            "prefix_key": prefix_key,
             "selected_replica": pa.array(o.replica, pa.int32()),
             "candidate_replicas": cands,
             "predicted_cached_tokens": pa.array(o.predicted_cached, pa.int64()),

@@ -60,6 +60,22 @@ class ReferenceReplica:
                 self.free_queue.append(b)
         self.anonymous -= extra
 
+    def release_gen(self, blocks: Sequence[int], gen: Sequence[int], extra: int) -> int:
+        """Cache generated blocks in reserved decode slots, then release; returns how many were new."""
+        stored = 0
+        for b in reversed(list(gen)[:extra]):
+            if b not in self.cached:
+                self.cached.add(b)
+                self.ref[b] = 0
+                self.free_queue.append(b)
+                self.anonymous -= 1
+                stored += 1
+            elif self.ref[b] == 0:
+                self.free_queue.remove(b)
+                self.free_queue.append(b)
+        self.release(blocks, extra - stored)
+        return stored
+
     def clear_free(self) -> int:
         n = len(self.free_queue)
         for b in self.free_queue:

@@ -37,11 +37,13 @@ class Workload:
     offsets: np.ndarray  # int64, len n+1
     blocks: np.ndarray  # int32 dense block ids, flattened
     n_unique: int
+    block_keys: np.ndarray  # uint64 hash of each dense id (routing keys use it, not the id)
     block_size: int
     hit_rule: str
     ideal_cached: np.ndarray  # int64: unbounded single-cache hit in the same order (and salting)
     measured: np.ndarray  # bool: outside the warm-up window
     hit_cap: np.ndarray  # int64: most tokens a hit can cover (hit = min(k * block_size, hit_cap))
+    next_in_conv: np.ndarray  # int64: the conversation's next request (-1: none)
 
     def req_blocks(self, i: int) -> np.ndarray:
         return self.blocks[self.offsets[i] : self.offsets[i + 1]]
@@ -141,6 +143,8 @@ def build_workload(
     from prefixscan.sim.kvcache import dense_ids
 
     blocks, n_unique = dense_ids(flat)
+    block_keys = np.zeros(n_unique, dtype=np.uint64)
+    block_keys[blocks] = flat
     use_col = (
         "cached_tokens" in table.column_names
         and not isolate_tenants
@@ -164,12 +168,25 @@ def build_workload(
         offsets=offsets,
         blocks=blocks,
         n_unique=n_unique,
+        block_keys=block_keys,
         block_size=block_size,
         hit_rule=hit_rule,
         ideal_cached=ideal,
         measured=arrival >= warmup_s,
         hit_cap=_hit_vec(np.full(n, 1 << 40), prompt, block_size, hit_rule),
+        next_in_conv=_next_in_conversation(conv),
     )
+
+
+def _next_in_conversation(conv: np.ndarray) -> np.ndarray:
+    """Index of the next request of the same conversation in replay order, -1 for the last or none."""
+    nxt = np.full(len(conv), -1, dtype=np.int64)
+    idx = np.flatnonzero(conv != 0)
+    if len(idx) > 1:
+        order = idx[np.lexsort((idx, conv[idx]))]
+        same = conv[order[1:]] == conv[order[:-1]]
+        nxt[order[:-1][same]] = order[1:][same]
+    return nxt
 
 
 def _hit_vec(k: np.ndarray, n: np.ndarray, b: int, rule: str) -> np.ndarray:

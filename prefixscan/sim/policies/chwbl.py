@@ -41,7 +41,9 @@ class Chwbl(Policy):
         m = int(view.inflight[idx].sum())
         bound = math.ceil(self.params.c * (m + 1) / len(idx))
         walked = []
-        for r in self.ring.walk(request_key(req, self.params.key, self.params.prefix_blocks)):
+        for r in self.ring.walk(
+            request_key(req, self.params.key, self.params.prefix_blocks, view.workload.block_keys)
+        ):
             walked.append(r)
             if view.inflight[r] < bound:
                 break

@@ -42,7 +42,7 @@ class PrefixHash(Policy):
             self.prev = self.cur if w == self.window + 1 else {}
             self.cur = {}
             self.window = w
-        key = request_key(req, "prefix", p.prefix_blocks)
+        key = request_key(req, "prefix", p.prefix_blocks, view.workload.block_keys)
         self.cur[key] = self.cur.get(key, 0) + 1
         hot = max(self.cur[key], self.prev.get(key, 0)) >= p.hot_requests
         if not hot or p.replicas_k <= 1:

@@ -59,12 +59,14 @@ class Ring:
         return next(self.walk(key))
 
 
-def request_key(req, mode: str, prefix_blocks: int) -> int:  # noqa: ANN001
-    """Routing key: the conversation (falling back to the prefix) or the first K blocks' chain id."""
+def request_key(req, mode: str, prefix_blocks: int, block_keys: np.ndarray) -> int:  # noqa: ANN001
+    """Routing key: the conversation (falling back to the prefix) or the first K blocks' chain hash.
+
+    Block hashes chain, so the hash of block K-1 stands for the whole K-block prefix.
+    """
     if mode == "conversation" and req.conv_key:
         return key_hash(req.conv_key, 1)
     nb = len(req.blocks)
     if nb == 0:
         return key_hash(req.i, 3)
-    # chained ids: the id of block K-1 stands for the whole K-block prefix
-    return key_hash(int(req.blocks[min(prefix_blocks, nb) - 1]), 2)
+    return key_hash(int(block_keys[req.blocks[min(prefix_blocks, nb) - 1]]), 2)
