@@ -20,6 +20,7 @@ import xxhash
 
 from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
+from prefixscan.dense import dense_ids
 from prefixscan.errors import UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
@@ -41,6 +42,7 @@ class AnalysisResult:
     tables: dict[str, pa.Table]
     run_dir: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    findings: Any = None  # prefixscan.detect.FindingsResult (None with --no-findings)
 
     def to_json(self) -> dict[str, Any]:
         return self.summary
@@ -62,7 +64,7 @@ def _validate(cfg: AnalyzeConfig) -> None:
         raise UsageError("--capacities must be positive token counts")
 
 
-def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) -> AnalysisResult:
+def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None) -> AnalysisResult:
     """Run the whole analysis for a config; write the run directory when `cfg.output` is set."""
     _validate(cfg)
     if cfg.output:
@@ -74,23 +76,33 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = No
         raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
     timings["ingest_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    req, offsets, flat, deepest, snippets = _reuse(cfg, ing)
+    req, offsets, flat, deepest, snippets, ids = _reuse(cfg, ing)
     timings["reuse_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     summaries = summaries_table(req, SUMMARY_DIMENSIONS)
     prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text)
     timings["aggregate_s"] = time.perf_counter() - t2
     t3 = time.perf_counter()
-    curve = _capacity(cfg, ing, req, offsets, flat)
+    curve = _capacity(cfg, ing, req, offsets, flat, ids)
     timings["capacity_s"] = time.perf_counter() - t3
+    # Findings (issue 3): finalise the detector ingest fed; counterfactual re-analysis of rewritten requests.
+    from prefixscan.detect.run import run_findings
+
+    fres = run_findings(cfg, ing, req, offsets, flat)
+    timings["findings_s"] = fres.seconds if fres is not None else 0.0
     requests_table = _requests_arrow(req, offsets, flat)
     rejects = pa.Table.from_pylist(ing.rejects, schema=REJECTS_SCHEMA)
     tables = {"requests": requests_table, "rejects": rejects, "summaries": summaries.to_arrow(),
               "prefixes": prefixes.to_arrow(), "capacity_curve": curve}
+    if fres is not None:
+        tables.update(fres.tables())
     summary = build_summary(cfg, ing, req, summaries, prefixes, curve)
+    if fres is not None:
+        summary["findings"] = fres.to_json()
+        summary["counterfactual"] = fres.counterfactual.to_json()
     timings["total_s"] = time.perf_counter() - t0
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    result = AnalysisResult(cfg, summary, tables, timings=timings)
+    result = AnalysisResult(cfg, summary, tables, timings=timings, findings=fres)
     if cfg.output:
         for name, t in tables.items():
             rundir.write_table(run_path, name, t)
@@ -116,8 +128,9 @@ def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
     np.cumsum(lengths, out=offsets[1:])
     flat = np.concatenate(hashes) if n else np.zeros(0, np.uint64)
     prompt = np.asarray(data["prompt_tokens"], dtype=np.int64)
+    ids = dense_ids(flat)
     res = ideal_reuse(offsets, flat, prompt, ing.block_size, ing.hit_rule,
-                      scope_salts(data["tenant"]), scope_salts(data["conversation_id"]))
+                      scope_salts(data["tenant"]), scope_salts(data["conversation_id"]), ids=ids)
     cached, divergence = res.cached_tokens, res.divergence_token
     if cfg.granularity == "token":
         index = TokenPrefixIndex(ing.block_size)
@@ -177,7 +190,7 @@ def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
     k = res.cached_blocks
     hit = np.nonzero(k > 0)[0]
     deepest[hit] = flat[offsets[hit] + k[hit] - 1]
-    return df, offsets, flat, deepest, snippets
+    return df, offsets, flat, deepest, snippets, ids
 
 
 def _requests_arrow(df: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray) -> pa.Table:
@@ -193,12 +206,12 @@ def _requests_arrow(df: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray) -> 
 
 
 def _capacity(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, offsets: np.ndarray,
-              flat: np.ndarray) -> pa.Table:
+              flat: np.ndarray, ids: tuple[np.ndarray, int]) -> pa.Table:
     from prefixscan.reuse.capacity import capacity_curve
 
     prompt = req["prompt_tokens"].to_numpy()
     caps = list(cfg.capacities) if cfg.capacities else None
-    return capacity_curve(offsets, flat, prompt, ing.block_size, ing.hit_rule, caps)
+    return capacity_curve(offsets, flat, prompt, ing.block_size, ing.hit_rule, caps, ids=ids)
 
 
 def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.DataFrame,

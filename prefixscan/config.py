@@ -25,6 +25,7 @@ class AnalyzeConfig:
     include_text: bool = False
     hash_tenants: bool = False
     threads: int | None = None
+    findings: bool = True  # cache-breaker findings (docs/findings.md); --no-findings skips them
     quiet: bool = True
     command_line: str = ""
     extras: dict[str, Any] = field(default_factory=dict)

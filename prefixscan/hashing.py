@@ -1,6 +1,7 @@
 """Chained block hashes, namespaces and salts, and the engines' hit-length rules.
 
-A block's hash covers its own tokens and its parent's hash, so equal hashes mean equal whole prefixes and
+A block's hash is xxh3-64 over its parent's hash (8 bytes, little-endian) followed by its token ids
+(uint32, little-endian), so equal hashes mean equal whole prefixes and
 cache hits are prefix-closed (REFERENCE.md 1). prefixscan uses xxh3-64 for speed; hit *behaviour* does not
 depend on the hash function, only hash *values* do.
 """
@@ -47,7 +48,9 @@ def block_hashes(tokens: np.ndarray, block_size: int, root: int) -> np.ndarray:
     step = block_size * 4
     parent = root
     for i in range(n_full):
-        parent = _h(buf[i * step : (i + 1) * step], parent)
+        # The parent goes into the hashed bytes, not the seed: xxh3's seed enters its mixing almost
+        # linearly, so (parent, block) pairs with related values could collide when used as the seed.
+        parent = _h(parent.to_bytes(8, "little") + buf[i * step : (i + 1) * step], 0)
         out[i] = parent
     return out
 
@@ -62,7 +65,7 @@ def chain_ids(ids: Iterable[int], root: int) -> np.ndarray:
     out = np.empty(len(vals), dtype=np.uint64)
     parent = root
     for i, v in enumerate(vals):
-        parent = _h(int(v).to_bytes(8, "little", signed=True), parent)
+        parent = _h(parent.to_bytes(8, "little") + int(v).to_bytes(8, "little", signed=True), 0)
         out[i] = parent
     return out
 
@@ -113,7 +116,7 @@ class ChainCache:
         rolls = []
         r = root
         for k in piece_keys:
-            r = _h(k, r)
+            r = _h(r.to_bytes(8, "little") + k, 0)
             rolls.append(r)
         ends = np.cumsum(piece_lens, dtype=np.int64) if piece_lens else np.zeros(0, np.int64)
         start, prefix = 0, None

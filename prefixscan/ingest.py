@@ -15,7 +15,7 @@ import numpy as np
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError, RejectError, UsageError
 from prefixscan.hashing import ChainCache, block_hashes, chain_ids, namespace_hash
-from prefixscan.io.readers import RawError, read_source
+from prefixscan.io.readers import Position, RawError, read_source
 from prefixscan.io.shapes import FIELDS, FORMATS, Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source, expand
 from prefixscan.render import content_text
@@ -43,6 +43,7 @@ class Ingested:
     template_version: str
     approximate_template: bool
     tokenizer_stats: dict[str, Any] = field(default_factory=dict)
+    detector: Any = None  # prefixscan.detect.Detector when findings are on (fed below, finalised in analysis)
 
 
 COLS = ("request_id", "source_file", "source_line", "timestamp_s", "tenant", "conversation_id", "user",
@@ -61,7 +62,7 @@ def _snippet(r: Record) -> str:
     return (r.prompt or "")[:160]
 
 
-def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) -> Ingested:
+def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None) -> Ingested:
     """Read every input, reject what is malformed, tokenise and hash what is not."""
     if cfg.format not in FORMATS:
         raise UsageError(f"unknown --format {cfg.format!r}; choose one of {', '.join(FORMATS)}")
@@ -83,6 +84,12 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) ->
     mode: str | None = None  # "tokens" or a trace name; runs cannot mix block sizes
     bailian_roots: dict[Any, Any] = {}
     chains = ChainCache()
+    # Findings: the detector sees each accepted chat record once, here (no second pass over the logs).
+    detector = None
+    if cfg.findings:
+        from prefixscan.detect import Detector
+
+        detector = Detector(cfg.block_size)
 
     def reject(src: str, line: int, reason: str, detail: str) -> None:
         if cfg.strict:
@@ -136,15 +143,23 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) ->
             snippets.append(_snippet(r) if r.kind != "hashed" else "")
             if tokens_out is not None:
                 tokens_out.append(toks if toks is not None else np.zeros(0, np.uint32))
+            if detector is not None and r.kind == "chat":
+                detector.feed(r, root)
+        if detector is not None:
+            detector.flush(tokenizer)
         batch.clear()
 
     batch: list[Record] = []
+    total_bytes = sum(s.size for s in sources)
+    done_bytes = 0
+    pos = Position()
     for src in sources:
         shape = None if cfg.format == "auto" else cfg.format
-        for line, obj in read_source(src):
+        pos.bytes = 0
+        for line, obj in read_source(src, pos):
             read += 1
             if progress is not None and read % 1000 == 0:
-                progress(read)
+                progress(read, done_bytes + pos.bytes, total_bytes)
             if isinstance(obj, RawError):
                 reject(src.path, line, obj.reason, obj.detail)
                 continue
@@ -172,9 +187,10 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) ->
                 flush(batch)
         if shape is not None:
             shapes.setdefault(src.path, shape)
+        done_bytes += src.size
     flush(batch)
     if progress is not None:
-        progress(read)
+        progress(read, total_bytes, total_bytes)
     trace = mode in TRACE_BLOCK
     bs = (cfg.hash_block_size or TRACE_BLOCK[mode]) if trace else cfg.block_size
     return Ingested(
@@ -185,6 +201,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int], None] | None = None) ->
         approximate_template=bool(tokenizer and tokenizer.approximate_template),
         tokenizer_stats={**(vars(tokenizer.stats) if tokenizer else {}),
                          "blocks_hashed": chains.blocks_hashed, "blocks_reused": chains.blocks_reused},
+        detector=detector,
     )
 
 

@@ -120,7 +120,7 @@ def test_pinned_blocks_are_never_evicted() -> None:
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 40), min_size=0, max_size=3000))
 def test_dense_ids_is_an_exact_relabelling(values: list[int]) -> None:
-    from prefixscan.sim.kvcache import dense_ids
+    from prefixscan.dense import dense_ids
 
     x = np.array(values, dtype=np.uint64)
     ids, n = dense_ids(x)

@@ -17,6 +17,8 @@ import numpy as np
 import xxhash
 from numba import njit
 
+from prefixscan.dense import dense_ids
+
 NO_SCOPE = 0
 
 
@@ -65,7 +67,7 @@ def _match(seen: dict | set, hl: list[int]) -> int:
 
 
 @njit(cache=True)
-def _leading_runs(offsets, ids, n_distinct, valid):  # pragma: no cover - compiled
+def leading_runs(offsets, ids, n_distinct, valid):  # pragma: no cover - compiled
     """Per request: leading blocks seen in an earlier (valid) request, and the most recent such request
     holding the deepest one. Every block of a valid request is then marked as last touched by it."""
     n = len(offsets) - 1
@@ -96,8 +98,6 @@ def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarr
     leading run of already-seen blocks: the whole log, the same tenant (hash xor tenant salt) and the
     same conversation (hash xor conversation salt). Work is linear in blocks.
     """
-    from prefixscan.reuse.capacity import dense_ids
-
     n = len(prompt_tokens)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     flat = np.asarray(hashes, dtype=np.uint64)
@@ -105,12 +105,12 @@ def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarr
     lengths = np.diff(offsets)
     everyone = np.ones(n, dtype=np.bool_)
     gid, nd = ids if ids is not None else dense_ids(flat)
-    k_all, source = _leading_runs(offsets, gid, nd, everyone)
+    k_all, source = leading_runs(offsets, gid, nd, everyone)
     tid, ntd = dense_ids(flat ^ np.repeat(np.asarray(tenant_salts, dtype=np.uint64), lengths))
-    k_ten, _ = _leading_runs(offsets, tid, ntd, everyone)
+    k_ten, _ = leading_runs(offsets, tid, ntd, everyone)
     conv = np.asarray(conversation_salts, dtype=np.uint64)
     cid, ncd = dense_ids(flat ^ np.repeat(conv, lengths))
-    k_conv, _ = _leading_runs(offsets, cid, ncd, conv != NO_SCOPE)
+    k_conv, _ = leading_runs(offsets, cid, ncd, conv != NO_SCOPE)
     return IdealResult(
         cached_blocks=k_all,
         cached_tokens=hit_tokens_array(k_all, pt, block_size, rule),

@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from prefixscan.dense import dense_ids  # noqa: F401 - re-exported for the simulator's callers
+
 HEAD, TAIL, USED, CAP, NFREE = 0, 1, 2, 3, 4
 N_AGE_BUCKETS = 40  # log2 buckets of evicted-block age in ms: bucket i holds [2^(i-1), 2^i) ms
 
@@ -112,27 +114,6 @@ def match_len(res, r, blocks):  # noqa: ANN001, ANN201
 def match_all(res, blocks, out):  # noqa: ANN001, ANN201
     for r in range(res.shape[0]):
         out[r] = match_len(res, r, blocks)
-
-
-@njit(cache=True)
-def ideal_match(offsets, blocks, n_unique):  # noqa: ANN001, ANN201
-    """Unbounded single cache in request order: the ideal-cache hit in blocks."""
-    seen = np.zeros(max(n_unique, 1), dtype=np.int8)
-    n = len(offsets) - 1
-    out = np.zeros(n, dtype=np.int32)
-    for i in range(n):
-        s, e = offsets[i], offsets[i + 1]
-        lo, hi = 0, e - s
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if seen[blocks[s + mid]]:
-                lo = mid + 1
-            else:
-                hi = mid
-        out[i] = lo
-        for j in range(s + lo, e):
-            seen[blocks[j]] = 1
-    return out
 
 
 @njit(cache=True)
@@ -239,48 +220,6 @@ def clear_free(res, node, meta, r):  # noqa: ANN001, ANN201
     meta[r, NFREE] = 0
     meta[r, USED] -= n
     return n
-
-
-@njit(cache=True)
-def _dense_ids_cap(flat, ids, cap):  # noqa: ANN001, ANN202
-    """Open-addressing pass with a table of `cap` slots; returns the distinct count or -1 if too full."""
-    mask = cap - 1
-    keys = np.zeros(cap, dtype=np.uint64)
-    vals = np.full(cap, -1, dtype=np.int32)
-    n = 0
-    for j in range(len(flat)):
-        h = flat[j]
-        # splitmix64 finaliser spreads the (already random, but maybe remapped-small) hashes
-        z = h ^ (h >> np.uint64(33))
-        z = z * np.uint64(0xFF51AFD7ED558CCD)
-        z = z ^ (z >> np.uint64(33))
-        pos = np.int64(z & np.uint64(mask))
-        while True:
-            v = vals[pos]
-            if v < 0:
-                if 2 * (n + 1) > cap:
-                    return -1
-                keys[pos] = h
-                vals[pos] = n
-                ids[j] = n
-                n += 1
-                break
-            if keys[pos] == h:
-                ids[j] = v
-                break
-            pos = (pos + 1) & mask
-    return n
-
-
-def dense_ids(flat: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense int32 ids of 64-bit hashes in first-appearance order (a hash table, O(n), not a sort)."""
-    ids = np.zeros(len(flat), dtype=np.int32)
-    cap = 1 << 16
-    while True:
-        n = _dense_ids_cap(np.ascontiguousarray(flat, dtype=np.uint64), ids, cap)
-        if n >= 0:
-            return ids, int(n)
-        cap <<= 2
 
 
 @njit(cache=True)

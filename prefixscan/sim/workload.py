@@ -77,9 +77,9 @@ def _string_keys(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
 
 def ideal_cached_blocks(offsets: np.ndarray, blocks: np.ndarray, n_unique: int) -> np.ndarray:
     """Leading blocks of each request already seen by an earlier one (unbounded cache, prefix-closed)."""
-    from prefixscan.sim.kvcache import ideal_match
+    from prefixscan.reuse.ideal import leading_runs
 
-    return ideal_match(offsets, blocks, n_unique)
+    return leading_runs(offsets, blocks, n_unique, np.ones(len(offsets) - 1, dtype=np.bool_))[0]
 
 
 def build_workload(
@@ -140,7 +140,7 @@ def build_workload(
     if isolate_tenants and len(flat):
         per_block = np.repeat(tenant.astype(np.int64) + 2, np.diff(offsets)).astype(np.uint64)
         flat = _mix(flat, per_block)
-    from prefixscan.sim.kvcache import dense_ids
+    from prefixscan.dense import dense_ids
 
     blocks, n_unique = dense_ids(flat)
     block_keys = np.zeros(n_unique, dtype=np.uint64)
