@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -10,6 +11,7 @@ import xxhash
 from prefixscan.io.shapes import Record
 
 EMPTY = np.zeros(0, dtype=np.uint32)
+VERIFY_FIRST = 32  # chat requests also tokenised directly at the start of a run, to prove the memo exact
 
 
 @dataclass
@@ -79,3 +81,113 @@ class Tokenizer:
     def encode_direct(self, record: Record) -> np.ndarray:
         """Reference path: render and tokenise the whole prompt at once (tests compare against it)."""
         raise NotImplementedError
+
+
+# Split text pieces further before a blank line that follows a letter or digit: for BPE tokenizers
+# whose pre-tokeniser never joins a word and the following newlines (GPT-2/ByteLevel, cl100k, o200k,
+# Llama 3 patterns), this boundary is a pre-token boundary, so tokenising paragraphs apart is exact.
+# A system prompt with a dynamic field in its first paragraph then costs one paragraph, not the whole
+# prompt. Backends verify the first requests against direct tokenisation and switch it off otherwise.
+def split_paragraphs(text: str) -> list[str]:
+    """Cut before each blank-line run that follows a letter, digit or underscore (str.find, no regex)."""
+    out: list[str] = []
+    start = 0
+    i = text.find("\n\n")
+    n = len(text)
+    while i != -1:
+        prev = text[i - 1] if i > 0 else "\n"
+        if i > start and (prev.isalnum() or prev == "_"):
+            out.append(text[start:i])
+            start = i
+        j = i
+        while j < n and text[j] == "\n":
+            j += 1
+        i = text.find("\n\n", j)
+    out.append(text[start:])
+    return out
+
+
+@dataclass
+class Planned:
+    """One prompt's units (special token or text paragraph) with memo keys, ready to assemble."""
+
+    units: list[tuple[bool, str]]
+    keys: list[bytes]
+    piece_end: list[int]  # for each input piece, the index after its last unit
+    poisoned: bool = False  # some text spells a special token: tokenise this prompt directly
+
+
+class SegmentEncoder:
+    """Tokenise prompts given as pieces, each distinct text unit once, new units in one batched call."""
+
+    def __init__(self, encode_many: Callable[[list[str]], list[list[int]]], special_ids: dict[str, int],
+                 stats: TokenizerStats, paragraphs: bool = True,
+                 spells_special: Callable[[str], bool] | None = None) -> None:
+        self.encode_many = encode_many
+        self.spells_special = spells_special
+        self.poison: set[bytes] = set()
+        self.special = {t: np.array([i], dtype=np.uint32) for t, i in special_ids.items()}
+        self.memo = SegmentMemo()
+        self.stats = stats
+        self.paragraphs = paragraphs
+        self.pending: dict[bytes, str] = {}
+
+    def plan(self, pieces: list[tuple[bool, str]]) -> Planned:
+        units: list[tuple[bool, str]] = []
+        keys: list[bytes] = []
+        ends: list[int] = []
+        poisoned = False
+        for special, text in pieces:
+            if special:
+                units.append((True, text))
+                keys.append(text.encode("utf-8"))
+            else:
+                parts = split_paragraphs(text) if self.paragraphs and "\n\n" in text else [text]
+                for part in parts:
+                    k = self.memo.key(part)
+                    units.append((False, part))
+                    keys.append(k)
+                    self.stats.segments_seen += 1
+                    if k in self.poison:
+                        poisoned = True
+                    elif self.memo.get(k) is None and k not in self.pending:
+                        # Only new text is checked: text that spells a special token would tokenise
+                        # differently inside the whole prompt.
+                        if self.spells_special is not None and self.spells_special(part):
+                            self.poison.add(k)
+                            poisoned = True
+                        else:
+                            self.pending[k] = part
+            ends.append(len(units))
+        return Planned(units, keys, ends, poisoned)
+
+    def run_pending(self) -> None:
+        if not self.pending:
+            return
+        ks = list(self.pending)
+        for k, ids in zip(ks, self.encode_many([self.pending[k] for k in ks]), strict=True):
+            self.memo.put(k, np.asarray(ids, dtype=np.uint32))
+            self.stats.segments_tokenised += 1
+            self.stats.tokens_tokenised += len(ids)
+        self.pending.clear()
+        self.stats.memo_evictions = self.memo.evictions
+
+    def assemble(self, p: Planned) -> tuple[np.ndarray, list[int]]:
+        """Token ids of the whole prompt and the token count of each unit."""
+        arrs = []
+        for (special, text), k in zip(p.units, p.keys, strict=True):
+            if special:
+                arrs.append(self.special[text])
+                continue
+            arr = self.memo.get(k)
+            if arr is None:  # evicted between planning and assembly
+                arr = np.asarray(self.encode_many([text])[0], dtype=np.uint32)
+            arrs.append(arr)
+        toks = np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.uint32)
+        return toks, [len(a) for a in arrs]
+
+    def reset(self, paragraphs: bool) -> None:
+        """Start over with another splitting rule (after a failed verification)."""
+        self.paragraphs = paragraphs
+        self.memo = SegmentMemo()
+        self.pending.clear()

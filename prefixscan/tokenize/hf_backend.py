@@ -17,10 +17,8 @@ import orjson
 
 from prefixscan.errors import TokenizerError
 from prefixscan.io.shapes import Record, RecordError
-from prefixscan.tokenize.base import Encoded, SegmentMemo, Tokenizer
+from prefixscan.tokenize.base import VERIFY_FIRST, Encoded, SegmentEncoder, SegmentMemo, Tokenizer
 from prefixscan.tokenize.tiktoken_backend import token_array
-
-VERIFY_FIRST = 32
 
 
 def _ids(x: Any) -> list[int]:
@@ -61,7 +59,7 @@ class HFTokenizer(Tokenizer):
                         for t in self.tok.added_tokens_decoder.values()), key=len, reverse=True)
         self.added = {a: self.tok.convert_tokens_to_ids(a) for a in added if a}
         self.split_re = re.compile("(" + "|".join(re.escape(a) for a in self.added) + ")") if self.added else None
-        self.memo = SegmentMemo()
+        self.seg = SegmentEncoder(self._encode_many, self.added, self.stats)
         self.head_memo: dict[bytes, int] = {}
         self.direct = False
         self.verified = 0
@@ -81,27 +79,12 @@ class HFTokenizer(Tokenizer):
     def _split(self, text: str) -> list[str]:
         return [p for p in self.split_re.split(text) if p] if self.split_re else [text]
 
-    def _segments_to_ids(self, texts: list[str]) -> list[np.ndarray]:
-        """Token ids of text segments, tokenising new ones in one batched call."""
-        keys = [None if t in self.added else self.memo.key(t) for t in texts]
-        new = {k: t for k, t in zip(keys, texts, strict=True) if k is not None and self.memo.get(k) is None}
-        if new:
-            ks = list(new)
-            enc = self.tok([new[k] for k in ks], add_special_tokens=False)["input_ids"]
-            for k, ids in zip(ks, enc, strict=True):
-                self.memo.put(k, np.asarray(ids, dtype=np.uint32))
-                self.stats.segments_tokenised += 1
-                self.stats.tokens_tokenised += len(ids)
-        out = []
-        for t, k in zip(texts, keys, strict=True):
-            self.stats.segments_seen += 1
-            if k is None:
-                out.append(np.array([self.added[t]], dtype=np.uint32))
-            else:
-                arr = self.memo.get(k)
-                out.append(arr if arr is not None else
-                           np.asarray(self.tok(t, add_special_tokens=False)["input_ids"], dtype=np.uint32))
-        return out
+    def _encode_many(self, texts: list[str]) -> list[list[int]]:
+        """One call into the Rust tokenizer for a whole batch of new units (it parallelises across them)."""
+        return self.tok(texts, add_special_tokens=False)["input_ids"]
+
+    def _pieces(self, text: str) -> list[tuple[bool, str]]:
+        return [(p in self.added, p) for p in self._split(text)]
 
     def _head_tokens(self, r: Record, full: np.ndarray) -> int | None:
         """Length of the system-and-tools head: common prefix of the full prompt and the head alone."""
@@ -124,34 +107,61 @@ class HFTokenizer(Tokenizer):
         return int(min(h, len(full)))
 
     def encode_text(self, text: str) -> np.ndarray:
-        parts = self._segments_to_ids(self._split(text))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+        plan = self.seg.plan(self._pieces(text))
+        self.seg.run_pending()
+        return self.seg.assemble(plan)[0]
 
     # -- public --------------------------------------------------------------------------------------
     def encode_batch(self, records: list[Record]) -> list[Encoded | RecordError]:
-        out: list[Encoded | RecordError] = []
+        """Render every chat record with the model's template, tokenise new units in one call, assemble."""
+        plans: list[Any] = []
         for r in records:
+            if r.kind != "chat":
+                plans.append(None)
+            elif self.direct:
+                plans.append("direct")
+            else:
+                try:
+                    plans.append(self.seg.plan(self._pieces(self._render(r.messages or [], r.tools))))
+                except RecordError as exc:
+                    plans.append(exc)
+        self.seg.run_pending()
+        out: list[Encoded | RecordError] = []
+        for r, p in zip(records, plans, strict=True):
             try:
-                if r.kind != "chat":
+                if p is None:
                     out.append(Encoded(self._encode_plain(r), None))
                     continue
-                if self.direct:
+                if isinstance(p, RecordError):
+                    out.append(p)
+                    continue
+                if isinstance(p, str):
                     full = self.encode_direct(r)
-                else:
-                    full = self.encode_text(self._render(r.messages or [], r.tools))
-                    if self.verified < VERIFY_FIRST:
-                        self.verified += 1
-                        direct = self.encode_direct(r)
-                        if not np.array_equal(direct, full):
+                    out.append(Encoded(full, self._head_tokens(r, full)))
+                    continue
+                toks, lens = self.seg.assemble(p)
+                if self.verified < VERIFY_FIRST:
+                    self.verified += 1
+                    if not np.array_equal(toks, self.encode_direct(r)):
+                        if self.seg.paragraphs:
+                            self.seg.reset(paragraphs=False)
+                            self.stats.fallback_reason = "paragraph-level memo was not exact; segment-level used"
+                        else:
                             self.direct = True
                             self.stats.fallback_reason = (
                                 "segment-wise tokenisation differed from direct tokenisation on request "
                                 f"{r.request_id}; every request is tokenised directly")
-                            full = direct
-                out.append(Encoded(full, self._head_tokens(r, full)))
+                        return self.encode_batch(records)
+                head = self._head_tokens(r, toks)
+                ends = np.cumsum(lens)
+                cps = {len(lens) - 3}
+                if head:
+                    j = int(np.searchsorted(ends, head))
+                    if j < len(ends) and ends[j] == head:
+                        cps.add(j)
+                out.append(Encoded(toks, head, p.keys, lens, sorted(c for c in cps if c >= 0)))
             except RecordError as exc:
                 out.append(exc)
-        self.stats.memo_evictions = self.memo.evictions
         return out
 
     def _encode_plain(self, r: Record) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 from prefixscan.errors import TokenizerError
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import IM_END, IM_START, TEMPLATE_VERSION, render_chatml, rendered_text
-from prefixscan.tokenize.base import Encoded, SegmentMemo, Tokenizer
+from prefixscan.tokenize.base import VERIFY_FIRST, Encoded, SegmentEncoder, Tokenizer
 
 PARALLEL_MIN_CHARS = 200_000  # below this, thread hand-off costs more than it saves
 
@@ -46,11 +46,10 @@ class TiktokenTokenizer(Tokenizer):
             special_tokens={**base._special_tokens, **SPECIAL_IDS},
         )
         super().__init__(id=f"tiktoken:{encoding}", template_version=TEMPLATE_VERSION, approximate_template=True)
-        self.memo = SegmentMemo()
-        self._special = {t: np.array([i], dtype=np.uint32) for t, i in SPECIAL_IDS.items()}
         self.threads = threads or os.cpu_count() or 1
         self._pool = None
-        self._poison: set[bytes] = set()
+        self.seg = SegmentEncoder(self._encode_texts, SPECIAL_IDS, self.stats, spells_special=self._spells_special)
+        self.verified = 0
 
     def _encode_texts(self, texts: list[str]) -> list[list[int]]:
         """Encode new segments; large batches are split into one chunk per thread (tiktoken drops the GIL)."""
@@ -68,76 +67,45 @@ class TiktokenTokenizer(Tokenizer):
             out[i::self.threads] = res
         return out
 
+    def _spells_special(self, text: str) -> bool:
+        return "<|" in text and any(c in text for c in self.enc.special_tokens_set)
+
     def encode_batch(self, records: list[Record]) -> list[Encoded | RecordError]:
-        """Render every chat record, tokenise only segments not seen before (one threaded call), assemble."""
-        rendered = []
-        pending: dict[bytes, str] = {}
+        """Render every chat record, tokenise only text units not seen before (one threaded call), assemble."""
+        plans = []
         for r in records:
             if r.kind == "chat":
                 rr = render_chatml(r.messages or [], r.tools)
-                keys: list[bytes | None] = []
-                direct = False
-                for special, text in rr.pieces:
-                    if special:
-                        keys.append(None)
-                        continue
-                    k = self.memo.key(text)
-                    keys.append(k)
-                    self.stats.segments_seen += 1
-                    if k in self._poison:
-                        direct = True
-                    elif self.memo.get(k) is None and k not in pending:
-                        # Only new text needs the check: text that spells a control token would tokenise
-                        # differently as part of the whole prompt, so its records go the direct path.
-                        if "<|" in text and any(c in text for c in self.enc.special_tokens_set):
-                            self._poison.add(k)
-                            direct = True
-                        else:
-                            pending[k] = text
-                if direct:
-                    rendered.append("direct")
-                    self.stats.fallback_reason = "control-token strings inside message text"
-                    continue
-                rendered.append((rr, keys))
+                plans.append((rr, self.seg.plan(list(rr.pieces))))
             else:
-                rendered.append(None)
-        if pending:
-            ks = list(pending)
-            for k, ids in zip(ks, self._encode_texts([pending[k] for k in ks]), strict=True):
-                self.memo.put(k, np.asarray(ids, dtype=np.uint32))
-                self.stats.segments_tokenised += 1
-                self.stats.tokens_tokenised += len(ids)
+                plans.append(None)
+        self.seg.run_pending()
         out: list[Encoded | RecordError] = []
-        for r, item in zip(records, rendered, strict=True):
+        for r, item in zip(records, plans, strict=True):
             try:
                 if item is None:
                     out.append(Encoded(self._encode_plain(r), None))
                     continue
-                if item == "direct":
+                rr, p = item
+                if p.poisoned:
+                    self.stats.fallback_reason = "control-token strings inside message text (those requests direct)"
                     out.append(Encoded(self.encode_direct(r), None))
                     continue
-                rr, keys = item
-                parts, head = [], 0
-                for i, ((special, text), k) in enumerate(zip(rr.pieces, keys, strict=True)):
-                    if special:
-                        arr = self._special[text]
-                    else:
-                        arr = self.memo.get(k)
-                        if arr is None:  # evicted between collection and assembly
-                            arr = np.asarray(self.enc.encode_ordinary(text), dtype=np.uint32)
-                    parts.append(arr)
-                    if i < rr.head_pieces:
-                        head += len(arr)
+                toks, lens = self.seg.assemble(p)
+                if self.verified < VERIFY_FIRST:
+                    self.verified += 1
+                    if not np.array_equal(toks, self.encode_direct(r)) and self.seg.paragraphs:
+                        # Paragraph splitting is not exact for this tokenizer: segments only, from scratch.
+                        self.seg.reset(paragraphs=False)
+                        self.stats.fallback_reason = "paragraph-level memo was not exact; segment-level used"
+                        return self.encode_batch(records)
                 n = len(rr.pieces)
+                head_end = p.piece_end[rr.head_pieces - 1] if rr.head_pieces else 0
                 # Remember the chain after the head and after the history (before the generation prompt).
-                cps = sorted({rr.head_pieces - 1, n - 3} - {-1})
-                out.append(Encoded(np.concatenate(parts), head,
-                                   [k if k is not None else t.encode() for (_, t), k in zip(rr.pieces, keys,
-                                                                                           strict=True)],
-                                   [len(a) for a in parts], cps))
+                cps = sorted({head_end - 1, p.piece_end[n - 3] - 1} - {-1})
+                out.append(Encoded(toks, int(sum(lens[:head_end])), p.keys, lens, cps))
             except RecordError as exc:
                 out.append(exc)
-        self.stats.memo_evictions = self.memo.evictions
         return out
 
     def _encode_plain(self, r: Record) -> np.ndarray:
