@@ -14,7 +14,7 @@ import numpy as np
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError, RejectError, UsageError
-from prefixscan.hashing import ChainCache, block_hashes, chain_ids, namespace_hash
+from prefixscan.hashing import ChainCache, block_hashes, mix_ids, namespace_hash
 from prefixscan.io.readers import Position, RawError, read_source
 from prefixscan.io.shapes import FIELDS, FORMATS, Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source, expand
@@ -109,8 +109,9 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                 encoded[id(r)] = e
         for r in batch:
             if r.kind == "hashed":
-                root = _root(cfg, r, "trace", "trace")
-                h = chain_ids(r.hash_ids or [], root)
+                # Each trace file has its own id space (REFERENCE.md 8): the file is part of the namespace.
+                root = _root(cfg, r, "trace", f"trace:{r.source_file}")
+                h = mix_ids(r.hash_ids if r.hash_ids is not None else np.zeros(0, np.int64), root)
                 n_tok = int(r.input_length or 0)
                 head = None
                 toks = None

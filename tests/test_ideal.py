@@ -7,11 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.hashing import block_hashes, chain_ids, hit_tokens, namespace_hash
+from prefixscan.hashing import block_hashes, hit_tokens, mix_ids, namespace_hash
 from prefixscan.reuse.ideal import TokenPrefixIndex, ideal_reuse, scope_salts
 from prefixscan.reuse.ideal_ref import ideal_reuse_ref, token_lcp_ref
 
 B = 4
+
+
+def chain_ids(ids: list[int], root: int) -> np.ndarray:
+    """Hashed-trace ids in a namespace, the way ingest puts them there."""
+    return mix_ids(np.asarray(ids, dtype=np.int64), root)
 
 
 def test_vllm_rule_identical_32_token_repeat_hits_16() -> None:

@@ -165,3 +165,28 @@ def test_deterministic_bytes(tmp_path, chat_log) -> None:
     for table in ("requests", "summaries", "prefixes", "capacity_curve", "rejects"):
         a, b = (tmp_path / r / f"{table}.parquet" for r in ("r1", "r2"))
         assert a.read_bytes() == b.read_bytes()
+
+
+def test_each_trace_file_has_its_own_id_space(tmp_path) -> None:
+    """Mooncake ids are small integers per file (REFERENCE.md 8): two files never share a block."""
+    rec = {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [0, 1]}
+    a = write_jsonl(tmp_path / "a.jsonl", [rec])
+    b = write_jsonl(tmp_path / "b.jsonl", [dict(rec, timestamp=1000)])
+    r = prefixscan.analyze(str(a), str(b))
+    assert [x["cached_tokens"] for x in r.tables["requests"].to_pylist()] == [0, 0]
+    same = prefixscan.analyze(str(a), str(a).replace("a.jsonl", "a.jsonl"))
+    assert same.summary["requests"]["accepted"] == 1
+
+
+def test_trace_records_with_bad_fields_are_rejected(tmp_path) -> None:
+    p = write_jsonl(tmp_path / "t.jsonl", [
+        {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [0, 1]},
+        {"timestamp": 1, "input_length": 1024, "output_length": 1, "hash_ids": [0, 1.5]},
+        {"timestamp": 2, "input_length": 1024, "output_length": 1, "hash_ids": [0, True]},
+        {"timestamp": "x", "input_length": 1024, "output_length": 1, "hash_ids": [0]},
+        {"input_length": 1024, "output_length": 1, "hash_ids": [0]},
+        {"timestamp": 3, "output_length": 1, "hash_ids": [0]},
+    ])
+    r = prefixscan.analyze(str(p))
+    assert r.summary["requests"]["accepted"] == 1
+    assert reasons(r) == {"wrong_type": 2, "bad_timestamp": 1, "missing_timestamp": 1, "missing_field": 1}

@@ -40,11 +40,16 @@ def register(app: typer.Typer) -> None:
             help="Dynamic fields to inject: on (timestamp,request_id,user_name), off, all, or a comma list."),
         breaker_rate: float = typer.Option(
             0.3, "--breaker-rate", help="Fraction of prompt sources (system prompts, templates) that inject."),
+        drift: str = typer.Option(
+            "off", "--drift", help="Normalisation drift / template churn to inject: off, all, or a comma list of "
+            "whitespace, line_endings, unicode, json_key_order, tool_order, rag_order, template_churn."),
+        drift_rate: float = typer.Option(0.3, "--drift-rate", help="Fraction of prompt sources that drift."),
         truth: str = typer.Option("", "--truth", help="Ground-truth sidecar path (default: OUTPUT.truth.jsonl)."),
         no_truth: bool = typer.Option(False, "--no-truth", help="Do not write the ground-truth sidecar."),
         start: str = typer.Option("2026-11-29T10:00:00Z", "--start", help="Time of the first arrival window (UTC)."),
         id_prefix: str = typer.Option("", "--id-prefix",
-                                      help="Prefix for request and conversation ids (to analyse several logs together)."),
+                                      help="Prefix for request and conversation ids (to analyse several logs "
+                                           "together)."),
         model: str = typer.Option("llama-3.1-8b-instruct", "--model", help="Model name written in every record."),
         users: int = typer.Option(200, "--users-per-tenant", help="Distinct end users per tenant."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -53,6 +58,7 @@ def register(app: typer.Typer) -> None:
         """Generate a realistic synthetic request log with ground truth (for demos, tests, benchmarks)."""
         from prefixscan.errors import UsageError
         from prefixscan.synth import FORMATS, SynthConfig, parse_breakers, parse_scenarios, write
+        from prefixscan.synth.config import parse_drift
 
         if fmt not in FORMATS:
             raise UsageError(f"unknown --format {fmt!r}; choose from: {', '.join(FORMATS)}")
@@ -60,6 +66,7 @@ def register(app: typer.Typer) -> None:
             requests=requests, seed=seed, scenarios=parse_scenarios(scenario), tenants=tenants, rps=rps,
             prompt_tokens=prompt_tokens, breakers=parse_breakers(breakers), breaker_rate=breaker_rate,
             start=start, id_prefix=id_prefix, model=model, users_per_tenant=users,
+            drift=parse_drift(drift), drift_rate=drift_rate,
         )
         began = time.perf_counter()
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 
 from prefixscan.io.timestamps import parse_timestamp
@@ -71,8 +72,8 @@ class Record:
     messages: list[dict[str, Any]] | None = None
     tools: list[Any] | None = None
     prompt: str | None = None
-    token_ids: list[int] | None = None
-    hash_ids: list[int] | None = None
+    token_ids: list[int] | np.ndarray | None = None
+    hash_ids: np.ndarray | None = None
     input_length: int | None = None
 
 
@@ -175,18 +176,25 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
     return messages
 
 
-def _int_list(value: Any, field: str) -> list[int]:
+def _int_list(value: Any, field: str) -> np.ndarray:
+    """A JSON list of integers as an int64 array (validated in C: no per-element Python checks)."""
     if isinstance(value, str):
         try:
             value = orjson.loads(value)
         except orjson.JSONDecodeError:
             raise RecordError("wrong_type", f"`{field}` is a string that is not a JSON list") from None
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list) or (value and set(map(type, value)) != {int}):  # bools are not ids
         raise RecordError("wrong_type", f"`{field}` should be a list of integers")
-    return value
+    try:
+        return np.asarray(value, dtype=np.int64)
+    except OverflowError:
+        raise RecordError("wrong_type", f"`{field}` holds integers beyond 64 bits") from None
 
 
 _PATHS = {f: tuple((p, "." in p) for p in c) for f, c in FIELD_CANDIDATES.items()}
+TRACE_FIELDS = {"mooncake": {"timestamp", "input_length", "output_length", "hash_ids"},
+                "bailian": {"chat_id", "parent_chat_id", "turn", "type", "timestamp", "input_length",
+                            "output_length", "hash_ids"}}
 
 
 def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
@@ -235,13 +243,15 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     elif shape == "tokens" or "prompt_token_ids" in body or "token_ids" in body:
         key = "prompt_token_ids" if "prompt_token_ids" in body else "token_ids"
         ids = _int_list(body.get(key), key)
-        if not ids:
+        if len(ids) == 0:
             raise RecordError("empty_prompt", f"`{key}` is empty")
         kind, content = "tokens", {"token_ids": ids}
     else:
         raise RecordError("missing_field", f"a {shape} record needs `messages` (or `prompt`); found keys "
                           f"{', '.join(sorted(body)[:8])}")
 
+    if kind == "hashed" and not overrides:
+        return _trace_record(obj, shape, source_file, line, content, bailian_roots)
     ts_raw = _lookup("timestamp", holders, obj, overrides)
     if ts_raw is None:
         raise RecordError("missing_timestamp", "no timestamp field (tried "
@@ -268,6 +278,36 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     rec.output_tokens = _int_or_none(_lookup("output_tokens", holders, obj, overrides), "output_tokens")
     rec.actual_cached_tokens = _int_or_none(
         _lookup("actual_cached_tokens", holders, obj, overrides), "actual_cached_tokens")
+    return rec
+
+
+def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, content: dict[str, Any],
+                  bailian_roots: dict[Any, Any] | None) -> Record:
+    """Hashed traces have fixed field names: read them directly (the generic lookup costs more than the
+    rest of the record). Extra fields (request_id, tenant, ...) still go through the generic lookup."""
+    ts_raw = obj.get("timestamp")
+    if ts_raw is None:
+        raise RecordError("missing_timestamp", f"{shape} record has no `timestamp`")
+    if isinstance(ts_raw, bool) or not isinstance(ts_raw, (int, float)):
+        raise RecordError("bad_timestamp", f"{shape} `timestamp` should be a number, got {type(ts_raw).__name__}")
+    ts = float(ts_raw) / 1000.0 if shape == "mooncake" else float(ts_raw)  # ms vs s (REFERENCE.md 8)
+    rid = obj.get("request_id")
+    rec = Record(source_file=source_file, source_line=line,
+                 request_id=str(rid) if rid is not None else f"{source_file}:{line}", timestamp_s=ts,
+                 kind="hashed", **content)
+    rec.output_tokens = _int_or_none(obj.get("output_length"), "output_length")
+    if len(obj) > len(TRACE_FIELDS[shape]) or rid is not None:
+        holders = (obj,)
+        for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "category"):
+            setattr(rec, name, _str_or_none(_lookup(name, holders, obj, {})))
+        rec.actual_cached_tokens = _int_or_none(_lookup("actual_cached_tokens", holders, obj, {}),
+                                                "actual_cached_tokens")
+    if shape == "bailian":
+        rec.category = _str_or_none(obj.get("type"))
+        rec.turn_index = _int_or_none(obj.get("turn"), "turn")
+        rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
+        if rid is None and obj.get("chat_id") is not None:
+            rec.request_id = str(obj["chat_id"])
     return rec
 
 

@@ -109,7 +109,8 @@ def write(config: SynthConfig, path: str, fmt: str = "jsonl", truth_path: str | 
             length, ids = mapper.map(plan)
             if fmt == "mooncake":
                 sink.write(mooncake_record(plan, length, ids))
-                truth_rec = truth(plan, request_id(seq, config.id_prefix), fields_only(plan), config.id_prefix) if truth_f else None
+                truth_rec = (truth(plan, request_id(seq, config.id_prefix), fields_only(plan), config.id_prefix)
+                             if truth_f else None)
             else:
                 record, truth_rec = render(plan, seq, engine.epoch, config.id_prefix)
                 sink.write(record)

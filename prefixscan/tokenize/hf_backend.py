@@ -168,7 +168,7 @@ class HFTokenizer(Tokenizer):
         if r.kind == "completion":
             return np.asarray(self.tok(r.prompt or "")["input_ids"], dtype=np.uint32)
         if r.kind == "tokens":
-            return token_array(r.token_ids or [])
+            return token_array(r.token_ids if r.token_ids is not None else [])
         raise RecordError("wrong_kind", f"cannot tokenise a {r.kind} record")
 
     def encode_direct(self, record: Record) -> np.ndarray:

