@@ -118,7 +118,7 @@ def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
     order = np.lexsort((np.arange(n), ts)) if n else np.zeros(0, np.int64)  # time, then input order
     tenants = cols["tenant"]
     if cfg.hash_tenants:
-        tenants = [None if t is None else "t-" + xxhash.xxh3_64_hexdigest(t)[:10] for t in tenants]
+        tenants = [None if t is None else "t-" + xxhash.xxh3_64_hexdigest(t.encode())[:10] for t in tenants]
     data = {c: [v[i] for i in order] for c, v in cols.items() if c != "tenant"}
     data["tenant"] = [tenants[i] for i in order]
     hashes = [ing.hashes[i] for i in order]

@@ -190,3 +190,13 @@ def test_trace_records_with_bad_fields_are_rejected(tmp_path) -> None:
     r = prefixscan.analyze(str(p))
     assert r.summary["requests"]["accepted"] == 1
     assert reasons(r) == {"wrong_type": 2, "bad_timestamp": 1, "missing_timestamp": 1, "missing_field": 1}
+
+
+def test_hash_tenants_hides_names_and_keeps_groups(tmp_path, chat_log) -> None:
+    plain = prefixscan.analyze(str(chat_log))
+    hashed = prefixscan.analyze(str(chat_log), hash_tenants=True, output=str(tmp_path / "run"))
+    names = set(hashed.summary["by_tenant"])
+    assert len(names) == 2 and all(n.startswith("t-") for n in names)
+    assert not {"acme", "globex"} & names
+    assert b"acme" not in (tmp_path / "run" / "requests.parquet").read_bytes()
+    assert hashed.summary["hit_rate"] == plain.summary["hit_rate"]

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import xxhash
@@ -34,9 +33,11 @@ def _h(s: str, seed: int = 0) -> int:
     return xxhash.xxh3_64_intdigest(s.encode("utf-8", "surrogatepass"), seed=seed)
 
 
-@dataclass(slots=True)
-class Unit:
-    """One comparable piece of an early message: a non-blank line, or one tool of the tool list."""
+class Unit(NamedTuple):
+    """One comparable piece of an early message: a non-blank line, or one tool of the tool list.
+
+    A tuple of ints, so the garbage collector stops tracking it: millions of units stay cheap to hold.
+    """
 
     mi: int  # message index; -1 for the tool list
     start: int  # character offset of the line in the message (or tool index)
@@ -59,6 +60,8 @@ def normal_line(line: str) -> tuple[str, int, int]:
         flags |= NONNFC
         s = unicodedata.normalize("NFC", s)
     t = s.strip()
+    if t[:1] not in "{[" and len(t) == len(s) and "  " not in t and "\t" not in t and "\u00a0" not in t:
+        return t, flags, 0  # the common case: nothing to normalise
     if len(t) > 1 and t[0] in "{[" and t[-1] in "}]":
         try:
             obj = orjson.loads(t)
@@ -105,7 +108,9 @@ def message_units(mi: int, text: str, seed: int) -> list[Unit]:
         norm, flags, nosort = normal_line(line)
         if pending_blank and (pending_blank.count("\n") != 1 or pending_blank.strip("\n")):
             flags |= WS
-        units.append(Unit(mi, pos, end, _h(norm, seed), _h(pending_blank + line, seed), flags, nosort, len(line)))
+        nh = _h(norm, seed)
+        rh = nh if norm == line and not pending_blank else _h(pending_blank + line, seed)
+        units.append(Unit(mi, pos, end, nh, rh, flags, nosort, len(line)))
         pending_blank = ""
         pos = end
     return units
@@ -157,9 +162,13 @@ def _json_lines(text: str) -> str:
     return "\n".join(out)
 
 
+_TRAILING = re.compile(r"[ \t\u00a0]+(?=\n|$)")
+_WS_NEEDED = re.compile(r"[ \t\u00a0]\n|[ \t\u00a0]$|[ \t\u00a0]{2}|\t|\n[ \t]*\n[ \t]*\n")
+
+
 def _whitespace(text: str) -> str:
-    lines = [_WS_RUN.sub(" ", ln.rstrip()) if ln.strip() else "" for ln in text.split("\n")]
-    return _BLANKS.sub("\n\n", "\n".join(lines))
+    """Trailing blanks removed, runs of blanks collapsed, at most one blank line between paragraphs."""
+    return _BLANKS.sub("\n\n", _WS_RUN.sub(" ", _TRAILING.sub("", text)))
 
 
 NORMALISERS = {
@@ -176,6 +185,8 @@ def needs(kind: str, text: str) -> bool:
         return "\r" in text
     if kind == "unicode":
         return not text.isascii() and not unicodedata.is_normalized("NFC", text)
+    if kind == "whitespace":
+        return _WS_NEEDED.search(text) is not None
     return NORMALISERS[kind](text) != text
 
 

@@ -20,7 +20,9 @@ MIN_RUN = 64  # characters of shared content that must follow a span for it to b
 MAX_CHUNKS = 4_000_000
 MAX_FAMILIES = 50_000
 MAX_EXEMPLAR_CHARS = 64_000_000
-MAX_TEXT = 4096  # exemplar unit texts kept up to this length
+MAX_TEXT = 4096
+MAX_SPAN_CHARS = 2000
+PROSE = 160  # exemplar unit texts kept up to this length
 
 
 @dataclass
@@ -34,6 +36,8 @@ class Family:
     pos: dict[int, int]
     request_id: str
     root: int
+    pre: list[str] = field(default_factory=list)  # blank text before each exemplar unit (to restore drift)
+    tools: list[Any] | None = None  # the exemplar's tools as sent (to restore their key order)
     record: Any = None  # the exemplar Record, kept (bounded) so it can be rewritten once its slots are known
     slots: dict[int, Any] = field(default_factory=dict)  # exemplar unit index -> finding key
     requests: int = 1
@@ -43,7 +47,7 @@ class Family:
 class Alignment:
     """How a request's units line up with its family exemplar's."""
 
-    pairs: list[tuple[int, int | None, int]]  # (request unit, exemplar unit or None, anchor request unit)
+    pairs: list[tuple[int, int | None, int, int]]  # (request unit, exemplar unit or None, resync unit, span start)
     runs: list[tuple[int, int, int]]  # (request start, exemplar start, length) of matched units
     drifts: list[tuple[int, int]]  # matched units whose raw bytes differ
 
@@ -77,10 +81,11 @@ class FamilyIndex:
         return (self.families[best] if best is not None else None), unknown > known
 
     def new_family(self, tenant: str, tenant_salt: int, units: list[Unit], texts: list[str | None],
-                   request_id: str, root: int, record: Any, chars: int) -> Family | None:
+                   request_id: str, root: int, record: Any, chars: int, pre: list[str]) -> Family | None:
         if len(self.families) >= MAX_FAMILIES:
             return None
-        fam = Family(len(self.families), tenant, units, texts, {}, request_id, root)
+        fam = Family(len(self.families), tenant, units, texts, {}, request_id, root, pre=pre,
+                     tools=getattr(record, "tools", None))
         for i, u in enumerate(units):
             fam.pos.setdefault(u.norm, i)
         if self.exemplar_chars + chars <= MAX_EXEMPLAR_CHARS:
@@ -108,7 +113,7 @@ def align(r: list[Unit], fam: Family) -> Alignment:
     """Walk request and exemplar units together; at each divergence look for a re-synchronisation
     within MAX_GAP units followed by at least MIN_RUN characters of shared content."""
     e = fam.units
-    pairs: list[tuple[int, int | None, int]] = []
+    pairs: list[tuple[int, int | None, int, int]] = []
     runs: list[tuple[int, int, int]] = []
     drifts: list[tuple[int, int]] = []
     i = k = 0
@@ -140,11 +145,31 @@ def align(r: list[Unit], fam: Family) -> Alignment:
             break
         j, kk = found
         if j - i == kk - k:
-            pairs.extend((i + t, k + t, j) for t in range(j - i) if r[i + t].norm != e[k + t].norm)
-        else:
-            pairs.extend((i + t, None, j) for t in range(j - i))
+            pairs.extend((i + t, k + t, j, i) for t in range(j - i) if r[i + t].norm != e[k + t].norm)
+        elif _field_like(r[i:j]) and _field_like(e[k:kk]):
+            pairs.extend((i + t, None, j, i) for t in range(j - i))
         i, k = j, kk
     return Alignment(pairs, runs, drifts)
+
+
+def _field_like(units: list[Unit]) -> bool:
+    """Fields are short lines; a span holding several units one of which is prose, or many characters,
+    is different content (another retrieved chunk), which is the variable layer, not a breaker."""
+    chars = sum(u.length for u in units)
+    return chars <= MAX_SPAN_CHARS and not (len(units) > 1 and any(u.length >= PROSE for u in units))
+
+
+def is_edit(a: str, b: str) -> bool:
+    """Two versions of one prose line are an edit (template churn) when they share most of their text at
+    the start and end; a different retrieved passage shares almost nothing."""
+    n = min(len(a), len(b))
+    p = 0
+    while p < n and a[p] == b[p]:
+        p += 1
+    q = 0
+    while q < n - p and a[-1 - q] == b[-1 - q]:
+        q += 1
+    return p + q >= 0.5 * n
 
 
 def covered(al: Alignment, e_index: int) -> int | None:

@@ -72,7 +72,7 @@ FIELD_KINDS = ("timestamp", "date", "request_id", "session_id", "user_name", "em
 _LABEL_LINE = re.compile(
     r"^\s*[\[{(]?\s*[\"']?(?P<label>[^:=\"\n\[\]{}]{1,48}?)[\"']?\s*(?P<sep>[:=：]|\s[-–]\s|\s\|\s)\s*[\"']?"
     r"(?P<value>.*?)[\"']?\s*[\]})]?[,.;]?\s*$")
-_HEADING = re.compile(r"^\s*(?:#{1,6}\s*|\*\*)?(?P<label>[^\n#*]{1,48}?)(?:\*\*)?\s*:?\s*$")
+_HEADING = re.compile(r"^\s*(?:#{1,6}\s+|\*\*)?(?P<label>[^\n*]{1,48}?)(?:\*\*)?\s*:?\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +87,19 @@ class LabelledValue:
 def split_label(line: str) -> LabelledValue:
     """Split `Label: value`, `[Label: value]`, `Label=value`, `{"Label": "value"}`; no label -> label ''."""
     m = _LABEL_LINE.match(line)
-    if m and m.group("value") and not m.group("label").strip().isdigit():
+    if m and m.group("value") and _wordy(m.group("label")):
         label = m.group("label").strip()
         # Guard against prose: a label is short and has at most five words.
         if len(label.split()) <= 5 and len(m.group("value")) <= 160:
             return LabelledValue(label, m.group("value"), m.start("value"))
     stripped = line.strip()
     return LabelledValue("", stripped, line.find(stripped) if stripped else 0)
+
+
+def _wordy(label: str) -> bool:
+    """A label has letters and is not mostly digits (`2026-11-29T10` in `2026-11-29T10:15` is not one)."""
+    letters = sum(c.isalpha() for c in label)
+    return letters > sum(c.isdigit() for c in label)
 
 
 def heading_label(line: str) -> str | None:

@@ -108,6 +108,10 @@ def render_summary(result: Any, console: Console) -> None:
         console.print(f"engine-reported cached tokens on {av['requests_with_actual']:,} requests: "
                       f"{_tok(av['actual_cached'])} actual vs {_tok(av['predicted_cached'])} predicted; "
                       f"{av['requests_short']:,} requests fell short of the prediction")
+    if "findings" in s:  # cache-breaker findings (prefixscan.report.findings_terminal)
+        from prefixscan.report.findings_terminal import render_top
+
+        render_top(s, console)
     for note in s["notes"]:
         console.print(f"[yellow]note:[/yellow] {note}")
     if result.run_dir:

@@ -503,7 +503,7 @@ def build(
     if run.has("findings"):
         _findings(data, run)
     else:
-        data.missing["findings"] = f"prefixscan findings {rd}"
+        data.missing["findings"] = f"prefixscan analyze LOGS -o {rd} --force"  # analyze writes findings
     if run.has("sim_policies"):
         _sim(data, run)
     else:

@@ -37,6 +37,8 @@ class SynthConfig:
     burst_every: float = 300.0
     burst_seconds: float = 10.0
     burst_factor: float = 5.0
+    drift: tuple[str, ...] = ()  # normalisation drift / template churn kinds (prefixscan.synth.drift)
+    drift_rate: float = 0.3
 
     def __post_init__(self) -> None:
         if self.requests < 0:
@@ -59,6 +61,13 @@ class SynthConfig:
                 raise UsageError(f"unknown breaker kind {kind!r}; choose from: {', '.join(REGISTRY)}")
         if not 0.0 <= self.breaker_rate <= 1.0:
             raise UsageError(f"--breaker-rate must be between 0 and 1, got {self.breaker_rate}")
+        from prefixscan.synth.drift import DRIFT_KINDS
+
+        for kind in self.drift:
+            if kind not in DRIFT_KINDS:
+                raise UsageError(f"unknown drift kind {kind!r}; choose from: {', '.join(DRIFT_KINDS)}")
+        if not 0.0 <= self.drift_rate <= 1.0:
+            raise UsageError(f"--drift-rate must be between 0 and 1, got {self.drift_rate}")
         if self.users_per_tenant < 1:
             raise UsageError("--users-per-tenant must be >= 1")
         if self.burst_factor < 1 or self.burst_every < 0 or self.burst_seconds < 0:
@@ -97,6 +106,22 @@ def parse_scenarios(values: list[str] | tuple[str, ...]) -> tuple[tuple[str, flo
                 raise UsageError(f"unknown scenario {name!r}; choose from: {', '.join(SCENARIOS)}, all")
             mix[name] = weight
     return tuple(mix.items())
+
+
+def parse_drift(value: str) -> tuple[str, ...]:
+    """Parse --drift: 'off' (default), 'all', or a comma list of prefixscan.synth.drift.DRIFT_KINDS."""
+    from prefixscan.synth.drift import DRIFT_KINDS
+
+    v = value.strip().lower()
+    if v in ("off", "none", "no", "false", ""):
+        return ()
+    if v == "all":
+        return DRIFT_KINDS
+    kinds = tuple(k.strip() for k in v.split(",") if k.strip())
+    for kind in kinds:
+        if kind not in DRIFT_KINDS:
+            raise UsageError(f"unknown drift kind {kind!r}; choose from: off, all, {', '.join(DRIFT_KINDS)}")
+    return kinds
 
 
 def parse_breakers(value: str) -> tuple[str, ...]:

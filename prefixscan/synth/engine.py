@@ -13,6 +13,7 @@ import itertools
 import random
 from collections.abc import Iterator
 
+from prefixscan.synth import drift
 from prefixscan.synth.arrivals import arrivals, calm_rate
 from prefixscan.synth.breakers import REGISTRY, BreakerSpec, Context, choose_spec, render
 from prefixscan.synth.config import SynthConfig
@@ -38,6 +39,7 @@ class Engine:
         self.user_cw = zipf_cum_weights(config.users_per_tenant, 0.8)
         self._specs: dict[str, tuple[BreakerSpec, ...]] = {}
         self._counters: dict[str, int] = {}
+        self._drift_kinds: dict[str, str | None] = {}
         self.epoch = config.start_epoch()
 
     def mean_requests_per_session(self) -> float:
@@ -67,6 +69,8 @@ class Engine:
             if plan.next_gap is not None:
                 heapq.heappush(pending, (t + plan.next_gap, next(order), session))
             self._inject(plan, seq)
+            if c.drift:
+                self._drift(plan, seq)
             yield plan
 
     def _new_session(self, burst: bool) -> object:
@@ -97,6 +101,14 @@ class Engine:
                 specs = tuple(chosen)
             self._specs[source] = specs
         return specs
+
+    def _drift(self, plan: Plan, seq: int) -> None:
+        """Normalisation drift / template churn of the plan's prompt source (prefixscan.synth.drift)."""
+        c = self.config
+        if plan.source not in self._drift_kinds:
+            self._drift_kinds[plan.source] = drift.choose(c.seed, plan.source, plan.scenario, c.drift, c.drift_rate)
+        kind = self._drift_kinds[plan.source]
+        plan.drift = drift.apply(plan, kind, seq, c.requests, c.seed) if kind else []
 
     def _inject(self, plan: Plan, seq: int) -> None:
         specs = self.specs_for(plan.source)

@@ -66,3 +66,4 @@ class Plan:
     shared: dict[str, Any] = field(default_factory=dict)
     tools: ToolProfile | None = None
     next_gap: float | None = None  # seconds until this session's next request; None when it is the last
+    drift: list[dict[str, Any]] | None = None  # normalisation drift truth (only when drift is configured)

@@ -45,7 +45,7 @@ def render(plan: Plan, seq: int, epoch: float, prefix: str = "") -> tuple[dict[s
 
 def truth(plan: Plan, rid: str, fields: list[dict[str, Any]], prefix: str = "") -> dict[str, Any]:
     """The ground-truth sidecar line for one request."""
-    return {
+    out = {
         "request_id": rid,
         "scenario": plan.scenario,
         "tenant": plan.tenant,
@@ -55,6 +55,9 @@ def truth(plan: Plan, rid: str, fields: list[dict[str, Any]], prefix: str = "") 
         "shared_prefix": plan.shared,
         "fields": fields,
     }
+    if plan.drift is not None:
+        out["drift"] = plan.drift  # only when drift is configured, so older outputs stay byte-identical
+    return out
 
 
 def fields_only(plan: Plan) -> list[dict[str, Any]]:

@@ -1,0 +1,45 @@
+"""`prefixscan findings RUN_DIR`: print a run's cache-breaker findings in full (or as JSON)."""
+
+from __future__ import annotations
+
+import typer
+
+from prefixscan.cli.common import handle_errors
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `findings` command to the application."""
+
+    @app.command("findings", no_args_is_help=True)
+    @handle_errors
+    def findings(
+        run_dir: str = typer.Argument(..., help="Run directory written by `prefixscan analyze -o`."),
+        kind: list[str] = typer.Option([], "--kind", help="Only these kinds (repeatable), e.g. timestamp."),
+        tenant: str = typer.Option(None, "--tenant", help="Only this tenant's findings."),
+        limit: int = typer.Option(0, "--limit", help="Show at most this many (0: all)."),
+        json_out: bool = typer.Option(False, "--json", help="Print findings and counterfactual as JSON on stdout."),
+    ) -> None:
+        """List what breaks prefix reuse in the logs: dynamic fields, varying spans, normalisation drift.
+
+        Each finding says where it sits (message, character, token, block), how many requests it affects,
+        the prompt tokens of reuse it costs (from a counterfactual re-analysis without it) and the fix.
+        Example: prefixscan findings runs/demo --kind timestamp
+        """
+        import json
+
+        from prefixscan.detect.reader import read_findings
+
+        rows, cf = read_findings(run_dir)
+        if kind:
+            rows = [r for r in rows if r["kind"] in kind]
+        if tenant:
+            rows = [r for r in rows if r.get("tenant") == tenant]
+        if limit > 0:
+            rows = rows[:limit]
+        if json_out:
+            typer.echo(json.dumps({"findings": rows, "counterfactual": cf}, indent=2, default=str))
+            return
+        from prefixscan.cli.common import stdout_console
+        from prefixscan.report.findings_terminal import render_findings
+
+        render_findings(rows, cf, stdout_console())

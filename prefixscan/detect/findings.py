@@ -1,0 +1,156 @@
+"""The Finding record, its ranking, the `findings` and `finding_requests` tables, and the JSON interface.
+
+`JSON_KEYS` is what `analyze --json` and `findings --json` print for each finding; scripts depend on it,
+so it only ever grows at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+JSON_KEYS = ("kind", "tenant", "message_index", "role", "char_offset", "token_offset", "requests_affected",
+             "tokens_lost", "example", "fix")
+
+CATEGORIES = {
+    "timestamp": "dynamic_field", "date": "dynamic_field", "request_id": "dynamic_field",
+    "session_id": "dynamic_field", "user_name": "dynamic_field", "email": "dynamic_field",
+    "phone": "dynamic_field", "counter": "dynamic_field", "random_token": "dynamic_field",
+    "pattern_free": "pattern_free",
+    "whitespace": "normalisation", "line_endings": "normalisation", "unicode": "normalisation",
+    "json_key_order": "normalisation", "rag_order": "normalisation", "tool_order": "normalisation",
+    "template_churn": "normalisation",
+    "actual_below_predicted": "actual_vs_predicted",
+}
+
+FINDINGS_SCHEMA = pa.schema([
+    pa.field("rank", pa.int64(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("category", pa.string(), nullable=False),
+    pa.field("tenant", pa.string()),
+    pa.field("family", pa.string()),
+    pa.field("label", pa.string()),
+    pa.field("message_index", pa.int32()),
+    pa.field("role", pa.string()),
+    pa.field("char_offset", pa.int64()),
+    pa.field("token_offset", pa.int64()),
+    pa.field("block_index", pa.int64()),
+    pa.field("requests_affected", pa.int64(), nullable=False),
+    pa.field("distinct_values", pa.int64()),
+    pa.field("tokens_lost", pa.int64(), nullable=False),
+    pa.field("tokens_lost_per_request", pa.float64(), nullable=False),
+    pa.field("example", pa.string()),
+    pa.field("example_request_id", pa.string()),
+    pa.field("detail", pa.string()),
+    pa.field("fix", pa.string(), nullable=False),
+])
+
+FINDING_REQUESTS_SCHEMA = pa.schema([
+    pa.field("rank", pa.int64(), nullable=False),
+    pa.field("request_id", pa.string(), nullable=False),
+    pa.field("tokens_gained", pa.int64(), nullable=False),
+])
+
+
+@dataclass
+class Finding:
+    """One cache breaker, located, measured and with its fix."""
+
+    kind: str
+    tenant: str | None
+    family: str | None
+    label: str | None
+    message_index: int | None
+    role: str | None
+    char_offset: int | None
+    token_offset: int | None
+    block_index: int | None
+    requests_affected: int
+    distinct_values: int | None
+    tokens_lost: int
+    example: str | None
+    example_request_id: str | None
+    detail: str | None
+    fix: str
+    rank: int = 0
+    request_ids: list[str] = field(default_factory=list, repr=False)
+    request_gains: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def category(self) -> str:
+        return CATEGORIES.get(self.kind, "dynamic_field")
+
+    @property
+    def tokens_lost_per_request(self) -> float:
+        return self.tokens_lost / self.requests_affected if self.requests_affected else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in JSON_KEYS}
+
+    def to_row(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k not in ("request_ids", "request_gains")}
+        d["category"] = self.category
+        d["tokens_lost_per_request"] = round(self.tokens_lost_per_request, 3)
+        return d
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Most tokens lost first; ties broken by fixed keys so the order is deterministic."""
+    out = sorted(findings, key=lambda f: (-f.tokens_lost, -f.requests_affected, f.kind, f.tenant or "",
+                                          f.message_index if f.message_index is not None else -2,
+                                          f.char_offset or 0, f.label or ""))
+    for i, f in enumerate(out, start=1):
+        f.rank = i
+    return out
+
+
+def findings_table(findings: list[Finding]) -> pa.Table:
+    return pa.Table.from_pylist([f.to_row() for f in findings], schema=FINDINGS_SCHEMA)
+
+
+def finding_requests_table(findings: list[Finding]) -> pa.Table:
+    rows = {"rank": [], "request_id": [], "tokens_gained": []}
+    for f in findings:
+        rows["rank"].extend([f.rank] * len(f.request_ids))
+        rows["request_id"].extend(f.request_ids)
+        rows["tokens_gained"].extend(f.request_gains or [0] * len(f.request_ids))
+    return pa.Table.from_pydict(rows, schema=FINDING_REQUESTS_SCHEMA)
+
+
+def from_rows(rows: list[dict[str, Any]]) -> list[Finding]:
+    """Findings read back from a run directory's table."""
+    names = {f.name for f in FINDINGS_SCHEMA} - {"category", "tokens_lost_per_request"}
+    return [Finding(**{k: r.get(k) for k in names}) for r in rows]
+
+
+_WHERE = {"system": "the system message", "user": "the user message", "developer": "the developer message",
+          "tools": "the tool list"}
+
+
+def fix_sentence(kind: str, label: str | None, role: str | None, detail: str | None = None) -> str:
+    """The fix in one sentence."""
+    lab = f"`{label}:`" if label else "the varying text"
+    where = _WHERE.get(role or "", "its message")
+    if kind in ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
+                "random_token", "pattern_free"):
+        extra = " (or pass it in headers/metadata)" if kind in ("request_id", "session_id", "random_token",
+                                                                  "counter") else ""
+        return f"Move {lab} out of {where} to after the shared content (the end of the last user message)" \
+               f"{extra}."
+    return {
+        "whitespace": "Normalise whitespace the same way in every service (strip trailing spaces, one blank "
+                      "line between paragraphs) before building the prompt.",
+        "line_endings": "Convert CRLF to LF in every service before building the prompt.",
+        "unicode": "Normalise text to Unicode NFC in every service before building the prompt.",
+        "json_key_order": "Serialise JSON (tool schemas, payloads) with sorted keys.",
+        "rag_order": "Order retrieved chunks with a stable tie-breaker (source id, position), not by score "
+                     "alone.",
+        "tool_order": "Send tools in a fixed order (e.g. sorted by name).",
+        "template_churn": "Pin one version of this system prompt per deploy and retire the others"
+                          + (f" ({detail})" if detail else "") + ".",
+        "actual_below_predicted": "Find what the engine sees that the log does not (a field a gateway or "
+                                  "template adds, a different tokenizer or chat template, another normaliser) "
+                                  "by comparing the engine's prompt for the example request.",
+    }.get(kind, "Move the varying content after the shared content.")

@@ -1,0 +1,20 @@
+"""Read a run directory's findings back (for `prefixscan findings` and scripts)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from prefixscan.errors import RunDirError
+from prefixscan.io.rundir import load_run
+
+
+def read_findings(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """(finding rows in rank order, counterfactual dict) of a run written by `prefixscan analyze -o`."""
+    run = load_run(run_dir)
+    if not run.has("findings"):
+        raise RunDirError(f"run {run_dir} has no findings table: it was analysed with --no-findings, from a "
+                          "hashed trace, or by an older version; re-run `prefixscan analyze LOGS -o RUN_DIR`")
+    rows = sorted(run.table("findings").to_pylist(), key=lambda r: r["rank"])
+    summary = (run.manifest.get("analyze") or {}).get("summary") or {}
+    return rows, summary.get("counterfactual")

@@ -1,0 +1,117 @@
+"""Terminal rendering of cache-breaker findings: what breaks reuse, where, what it costs, how to fix it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _tok(n: float | None) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def where(f: dict[str, Any]) -> str:
+    """`message 0 (system), char 146, token 36 (block 2)`; parts that are unknown are left out."""
+    parts = []
+    if f.get("message_index") is not None:
+        mi = f["message_index"]
+        parts.append("tools" if mi == -1 else f"message {mi} ({f.get('role')})")
+    if f.get("char_offset") is not None:
+        parts.append(f"char {f['char_offset']}")
+    if f.get("token_offset") is not None:
+        tok = f"token {f['token_offset']}"
+        if f.get("block_index") is not None:
+            tok += f" (block {f['block_index']})"
+        parts.append(tok)
+    return ", ".join(parts) or "-"
+
+
+def counterfactual_line(cf: dict[str, Any] | None) -> str | None:
+    """One sentence: hit rate as logged vs after all fixes (token-weighted, ideal cache)."""
+    if not cf:
+        return None
+    before, after = cf.get("token_weighted_as_logged", 0.0), cf.get("token_weighted_after_fixes", 0.0)
+    return (f"ideal-cache token-weighted hit rate as logged {100 * before:.1f}% -> after all fixes "
+            f"{100 * after:.1f}% ({_tok(cf.get('tokens_gained', 0))} more cached tokens, "
+            f"{cf.get('requests_rewritten', 0):,} requests rewritten)")
+
+
+def findings_table(findings: list[dict[str, Any]], title: str, full: bool = False) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False)
+    cols = ["#", "kind", "tenant", "where", "requests", "tokens lost", "per req", "example (redacted)", "fix"]
+    if full:
+        cols.insert(4, "label")
+    for c in cols:
+        t.add_column(c, justify="right" if c in ("#", "requests", "tokens lost", "per req") else "left",
+                     overflow="fold")
+    for i, f in enumerate(findings, start=1):
+        per = f.get("tokens_lost_per_request")
+        if per is None and f.get("requests_affected"):
+            per = f["tokens_lost"] / f["requests_affected"]
+        row = [str(f.get("rank") or i), str(f["kind"]), str(f.get("tenant") or "-"), where(f),
+               f"{f['requests_affected']:,}", _tok(f["tokens_lost"]), _tok(per), str(f.get("example") or ""),
+               str(f.get("fix") or "")]
+        if full:
+            row.insert(4, str(f.get("label") or "-"))
+        t.add_row(*row)
+    return t
+
+
+def render_top(summary: dict[str, Any], console: Console, limit: int = 5) -> None:
+    """The analyze summary's findings section: the top few, one line each, and the counterfactual."""
+    findings = summary.get("findings") or []
+    if not findings:
+        console.print("cache breakers: none found (no dynamic field, varying span or normalisation drift "
+                      "costs reuse in this log)")
+        return
+    lost = sum(f["tokens_lost"] for f in findings)
+    console.print(f"[bold]Cache breakers: {len(findings)} findings, {_tok(lost)} prompt tokens of reuse lost[/bold]"
+                  " (top by tokens lost)", soft_wrap=True)
+    for i, f in enumerate(findings[:limit], start=1):
+        console.print(f" {i}. {f['kind']}, tenant {f.get('tenant') or '-'}, {where(f)}: {f['requests_affected']:,} "
+                      f"requests, {_tok(f['tokens_lost'])} tokens lost; e.g. {f.get('example') or '-'}. "
+                      f"{f.get('fix') or ''}", soft_wrap=True, highlight=False, markup=False)
+    line = counterfactual_line(summary.get("counterfactual"))
+    if line:
+        console.print(line, soft_wrap=True, highlight=False)
+    if len(findings) > limit:
+        console.print(f"{len(findings) - limit} more: prefixscan findings RUN_DIR", highlight=False)
+
+
+def render_findings(findings: list[dict[str, Any]], counterfactual: dict[str, Any] | None,
+                    console: Console) -> None:
+    """`prefixscan findings`: every finding, in full, one block each."""
+    if not findings:
+        console.print("No cache breakers were found.")
+    else:
+        lost = sum(f["tokens_lost"] for f in findings)
+        console.print(f"[bold]{len(findings)} cache-breaker findings[/bold], ranked by prompt tokens of reuse lost "
+                      f"({_tok(lost)} in total)", soft_wrap=True)
+    for i, f in enumerate(findings, start=1):
+        per = f.get("tokens_lost_per_request")
+        if per is None and f.get("requests_affected"):
+            per = f["tokens_lost"] / f["requests_affected"]
+        head = f"#{f.get('rank') or i} [bold]{f['kind']}[/bold] ({f.get('category') or '-'}), tenant " \
+               f"{f.get('tenant') or '-'}" + (f", family {f['family']}" if f.get("family") else "")
+        lines = [head, f"   where: {where(f)}" + (f"; label `{f['label']}`" if f.get("label") else ""),
+                 f"   requests affected: {f['requests_affected']:,}; tokens lost: {_tok(f['tokens_lost'])} "
+                 f"({_tok(per)} per request)"
+                 + (f"; distinct values: {f['distinct_values']}" if f.get("distinct_values") else ""),
+                 f"   example (redacted): {f.get('example') or '-'}"
+                 + (f"  (request {f['example_request_id']})" if f.get("example_request_id") else "")]
+        if f.get("detail"):
+            lines.append(f"   detail: {f['detail']}")
+        lines.append(f"   fix: {f.get('fix') or '-'}")
+        for line in lines:
+            console.print(line, soft_wrap=True, highlight=False)
+    line = counterfactual_line(counterfactual)
+    if line:
+        console.print(line, soft_wrap=True, highlight=False)

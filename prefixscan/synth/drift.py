@@ -1,0 +1,140 @@
+"""Normalisation drift and template churn, injected with ground truth (off unless `--drift` names kinds).
+
+Real fleets build "the same" prompt in several services: one sends CRLF, one NFD, one trailing spaces,
+one serialises tool schemas with another key order or retrieved chunks in score order with ties broken
+at random; and system prompts are edited between deploys (template churn). Each prompt source picks at
+most one drift kind; a fixed share of its conversations (one service) sends the variant. The truth lists
+where the variant first differs from the canonical text.
+"""
+
+from __future__ import annotations
+
+import random
+import unicodedata
+from typing import Any
+
+from prefixscan.synth.plan import Part, Plan, ToolProfile
+
+DRIFT_KINDS = ("whitespace", "line_endings", "unicode", "json_key_order", "tool_order", "rag_order",
+               "template_churn")
+TEXT_KINDS = ("whitespace", "line_endings", "unicode", "template_churn")
+VARIANT_SHARE = 0.35
+ACCENTED = "Brand voice: Café Zürich, crème brûlée, naïve façade.\n"
+
+
+def applicable(kind: str, scenario: str) -> bool:
+    if kind in ("json_key_order", "tool_order"):
+        return scenario == "agent"
+    if kind == "rag_order":
+        return scenario == "rag"
+    return True
+
+
+def choose(seed: int, source: str, scenario: str, kinds: tuple[str, ...], rate: float) -> str | None:
+    """The drift kind of one prompt source (fixed per source, like an application's code path)."""
+    r = random.Random(f"{seed}-drift-{source}")
+    ok = [k for k in kinds if applicable(k, scenario)]
+    if not ok or r.random() >= rate:
+        return None
+    return r.choice(ok)
+
+
+def _reverse_keys(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _reverse_keys(obj[k]) for k in reversed(list(obj))}
+    if isinstance(obj, list):
+        return [_reverse_keys(v) for v in obj]
+    return obj
+
+
+def _first_diff(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _system_edit(plan: Plan, edit: Any, tag: tuple) -> dict[str, Any] | None:
+    """Apply `edit(text) -> text` to the first field-free part after the intro; truth entry of the change."""
+    role, parts = plan.messages[0]
+    before = "".join(p.text for p in parts)
+    new = list(parts)
+    for i in range(len(new) - 1, -1, -1):
+        p = new[i]
+        if p.field is None and p.key is not None and p.key[0] == "sys" and p.key[-1] == 1:
+            new[i] = Part(edit(p.text), ("drift", tag, p.key), p.scope)
+            break
+    else:
+        return None
+    plan.messages[0] = (role, new)
+    after = "".join(p.text for p in new)
+    if after == before:
+        return None
+    return {"kind": tag[0], "source": "drift", "message_index": 0, "role": role,
+            "char_offset": _first_diff(before, after), "value": str(tag[1]), "label": "", "form": "",
+            "position": "drift"}
+
+
+def _churn(text: str, version: int) -> str:
+    cut = text.find(". ")
+    cut = cut + 2 if cut >= 0 else 0
+    return text[:cut] + f"This is revision {version} of the policy, so keep answers short and cite the section. " \
+        + text[cut:]
+
+
+def apply(plan: Plan, kind: str, seq: int, requests: int, seed: int) -> list[dict[str, Any]]:
+    """Inject `kind` into `plan` (in place); returns the truth entries (empty for canonical requests)."""
+    if kind == "unicode":  # every request of the source carries accented text; variants send it as NFD
+        role, parts = plan.messages[0]
+        if not any(p.key == ("accent",) for p in parts):
+            body = next((i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "sys"
+                         and p.key[-1] == 1), len(parts))
+            plan.messages[0] = (role, [*parts[:body], Part(ACCENTED, ("accent",), parts[-1].scope), *parts[body:]])
+    if kind == "template_churn":
+        version = min(2, seq * 3 // max(requests, 1))
+        if version == 0:
+            return []
+        entry = _system_edit(plan, lambda t: _churn(t, version), ("template_churn", version))
+        return [entry] if entry else []
+    who = plan.conversation_id or f"r{seq}"
+    if random.Random(f"{seed}-variant-{plan.source}-{who}").random() >= VARIANT_SHARE:
+        return []
+    if kind == "whitespace":
+        entry = _system_edit(plan, lambda t: t.replace(". ", ".  ", 1).replace("\n", "   \n", 1),
+                             ("whitespace", 1))
+        return [entry] if entry else []
+    if kind == "line_endings":
+        entry = _system_edit(plan, lambda t: t.replace("\n", "\r\n"), ("line_endings", 1))
+        return [entry] if entry else []
+    if kind == "unicode":
+        role, parts = plan.messages[0]
+        before = "".join(p.text for p in parts)
+        nfd = unicodedata.normalize("NFD", ACCENTED)
+        new = [Part(nfd, ("accent-nfd",), p.scope) if p.key == ("accent",) else p for p in parts]
+        plan.messages[0] = (role, new)
+        after = "".join(p.text for p in new)
+        return [{"kind": "unicode", "source": "drift", "message_index": 0, "role": role,
+                 "char_offset": _first_diff(before, after), "value": "nfd", "label": "", "form": "",
+                 "position": "drift"}]
+    if kind in ("json_key_order", "tool_order") and plan.tools is not None:
+        tools = plan.tools.tools
+        new_tools = [_reverse_keys(t) for t in tools] if kind == "json_key_order" else tools[1:] + tools[:1]
+        plan.tools = ToolProfile(plan.tools.profile_id + f"-{kind}", new_tools, plan.tools.json_text)
+        return [{"kind": kind, "source": "drift", "message_index": -1, "role": "tools", "char_offset": 0,
+                 "value": kind, "label": "", "form": "", "position": "drift"}]
+    if kind == "rag_order":
+        role, parts = plan.messages[1]
+        chunks = [i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "chunk"]
+        if len(chunks) < 2:
+            return []
+        before = "".join(p.text for p in parts)
+        new = list(parts)
+        a, b = chunks[0], chunks[1]
+        new[a], new[b] = new[b], new[a]
+        plan.messages[1] = (role, new)
+        after = "".join(p.text for p in new)
+        return [{"kind": "rag_order", "source": "drift", "message_index": 1, "role": role,
+                 "char_offset": _first_diff(before, after), "value": "swapped", "label": "", "form": "",
+                 "position": "drift"}]
+    return []
