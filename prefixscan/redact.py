@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
-_UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+UUID_RE = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 _HEXID = re.compile(r"\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b")
 _LONGTOK = re.compile(r"\b[A-Za-z0-9_\-+/=]{24,}\b")
 _DIGITS = re.compile(r"\d")
@@ -14,8 +14,8 @@ _WS = re.compile(r"\s+")
 
 def redact(text: str) -> str:
     """Mask what could identify a customer: emails, UUIDs, hex/base64-like ids, every digit."""
-    text = _EMAIL.sub("<email>", text)
-    text = _UUID.sub("<uuid>", text)
+    text = EMAIL_RE.sub("<email>", text)
+    text = UUID_RE.sub("<uuid>", text)
     text = _HEXID.sub("<id>", text)
     text = _LONGTOK.sub("<token>", text)
     return _DIGITS.sub("#", text)

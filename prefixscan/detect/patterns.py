@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from prefixscan.redact import EMAIL_RE, UUID_RE  # one definition, shared with redaction
+
 _MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
 _DOW = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*\.?,?"
 _TIME = r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:\s?[AaPp]\.?[Mm]\.?)?"
@@ -37,8 +39,6 @@ DATE_RES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"\d{4}年\d{1,2}月\d{1,2}日",
 ))
 EPOCH_RE = re.compile(r"^(?:1[5-9]\d{8}|1[5-9]\d{11})(?:\.\d+)?$")  # 2017..2033 in s or ms
-EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-UUID_RE = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 HEX_RE = re.compile(r"^(?:0x)?(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{12,}$")
 ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 PREFIXED_ID_RE = re.compile(r"^[A-Za-z]{2,8}[-_](?=[A-Za-z0-9]*\d)[A-Za-z0-9]{6,}$")

@@ -7,19 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def _tok(n: float | None) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.2f}{unit}"
-    return f"{n:.0f}"
+from prefixscan.report.fmt import pct as _pct
+from prefixscan.report.fmt import tokens as _tok
 
 
 def headline(s: dict[str, Any]) -> str:

@@ -7,15 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-
-def _tok(n: float | None) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.2f}{unit}"
-    return f"{n:.0f}"
+from prefixscan.report.fmt import tokens as _tok
 
 
 def where(f: dict[str, Any]) -> str:
