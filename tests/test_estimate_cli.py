@@ -142,3 +142,22 @@ def test_end_to_end_subprocess():
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert round(json.loads(res.stdout)["gpus"]["prefix_aware"], 1) == 54.9
+
+
+def test_run_with_simulation_is_priced_with_the_simulated_model(tmp_path) -> None:
+    """Without --model, estimate uses the model the run was simulated with, so it agrees with report."""
+    import prefixscan
+    from tests.conftest import chat, write_jsonl
+
+    log = write_jsonl(tmp_path / "log.jsonl", [chat(i, f"c{i % 3}", 1 + i // 3) for i in range(9)])
+    run = tmp_path / "run"
+    prefixscan.analyze(str(log), output=str(run))
+    from prefixscan.cli.app import app as main_app
+
+    r = CliRunner().invoke(main_app, ["simulate", str(run), "-n", "2", "-p", "round_robin", "--model", "qwen2.5-7b",
+                                      "-q"])
+    assert r.exit_code == 0, r.output
+    est = prefixscan.estimate(str(run), replicas=2)
+    assert "qwen" in est.to_json()["model"]["name"].lower()
+    est70 = prefixscan.estimate(str(run), replicas=2, model="llama-3.1-70b")
+    assert "70b" in est70.to_json()["model"]["name"].lower()

@@ -36,7 +36,9 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def estimate(
         run_dir: str | None = typer.Argument(None, help="Run directory from `prefixscan analyze`."),
-        model: str = typer.Option("llama-3.1-70b", "--model", "-m", help="Catalogue model name or alias."),
+        model: str | None = typer.Option(None, "--model", "-m",
+                                         help="Catalogue model name or alias (default: the simulated model of "
+                                              "the run, else llama-3.1-70b)."),
         model_config: str | None = typer.Option(None, "--model-config", help="Local HF config.json."),
         params: str | None = typer.Option(None, "--params", help="Total parameters, e.g. 70e9 or 70B."),
         active_params: str | None = typer.Option(None, "--active-params", help="Active parameters (MoE)."),

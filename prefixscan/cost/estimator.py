@@ -29,7 +29,7 @@ TTFT_OVERHEAD_S = 0.03
 class EstimateOptions:
     """Everything `prefixscan estimate` accepts; None means "take it from the run or the catalogue"."""
 
-    model: str = "llama-3.1-70b"
+    model: str | None = None  # None: the simulation's model when the run has one, else DEFAULT_MODEL
     model_config: str | None = None
     params: float | None = None
     active_params: float | None = None
@@ -199,9 +199,21 @@ def _validate(o: EstimateOptions) -> None:
         raise UsageError("pass either --hit-rate (share of requests that hit) or --token-hit-rate, not both")
 
 
-def resolve_model(o: EstimateOptions) -> ModelSpec:
-    """Catalogue entry or local config.json, with --params / --active-params applied."""
-    spec = load_hf_config(o.model_config) if o.model_config else get_model(o.model)
+DEFAULT_MODEL = "llama-3.1-70b"
+
+
+def resolve_model(o: EstimateOptions, run_dir: str | os.PathLike[str] | None = None) -> ModelSpec:
+    """Catalogue entry or local config.json, with --params / --active-params applied.
+
+    Without --model, a run that was simulated is priced with the simulation's model, so `estimate` and
+    `report` agree with the simulated TTFTs.
+    """
+    name = o.model
+    if name is None and run_dir is not None:
+        from prefixscan.io.rundir import read_manifest
+
+        name = (read_manifest(run_dir).get("simulate") or {}).get("config", {}).get("model")
+    spec = load_hf_config(o.model_config) if o.model_config else get_model(name or DEFAULT_MODEL)
     return override(spec, o.params, o.active_params)
 
 
@@ -272,7 +284,7 @@ def estimate(options: EstimateOptions, run_dir: str | os.PathLike[str] | None = 
     """Prefill GPUs, dollars, TTFT and a verdict, from flags alone or from a run directory."""
     o = options
     _validate(o)
-    model, gpu = resolve_model(o), resolve_gpu(o)
+    model, gpu = resolve_model(o, run_dir), resolve_gpu(o)
     kv_dtype = o.kv_dtype or o.dtype
     wbytes, kvbytes = F.dtype_bytes(o.dtype), F.dtype_bytes(kv_dtype)
     measured = measure_run(run_dir) if run_dir is not None else None
