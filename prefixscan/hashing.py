@@ -60,8 +60,13 @@ def mix_ids(ids: np.ndarray, root: int) -> np.ndarray:
     bijective mix with the namespace root keeps that, and traces in different namespaces (another file,
     model, tenant salt) never share an id.
     """
+    return mix_ids_per(ids, np.uint64(root))
+
+
+def mix_ids_per(ids: np.ndarray, roots: np.ndarray | np.uint64) -> np.ndarray:
+    """`mix_ids` with a root per id (a batch of requests in one call)."""
     with np.errstate(over="ignore"):
-        z = np.asarray(ids, dtype=np.int64).astype(np.uint64) + np.uint64(root)
+        z = np.asarray(ids, dtype=np.int64).astype(np.uint64) + np.asarray(roots, dtype=np.uint64)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return z ^ (z >> np.uint64(31))

@@ -14,7 +14,7 @@ import numpy as np
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError, RejectError, UsageError
-from prefixscan.hashing import ChainCache, block_hashes, mix_ids, namespace_hash
+from prefixscan.hashing import ChainCache, block_hashes, mix_ids_per, namespace_hash
 from prefixscan.io.readers import Position, RawError, read_source
 from prefixscan.io.shapes import FIELDS, FORMATS, Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source, expand
@@ -84,6 +84,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     mode: str | None = None  # "tokens" or a trace name; runs cannot mix block sizes
     bailian_roots: dict[Any, Any] = {}
     chains = ChainCache()
+    _mix_traces = _trace_mixer(cfg)
     # Findings: the detector sees each accepted chat record once, here (no second pass over the logs).
     detector = None
     if cfg.findings:
@@ -107,11 +108,10 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                 tokenizer = load_tokenizer(cfg.tokenizer, threads=cfg.threads)
             for r, e in zip(texty, tokenizer.encode_batch(texty), strict=True):
                 encoded[id(r)] = e
+        traced = _mix_traces([r for r in batch if r.kind == "hashed"])
         for r in batch:
             if r.kind == "hashed":
-                # Each trace file has its own id space (REFERENCE.md 8): the file is part of the namespace.
-                root = _root(cfg, r, "trace", f"trace:{r.source_file}")
-                h = mix_ids(r.hash_ids if r.hash_ids is not None else np.zeros(0, np.int64), root)
+                root, h = traced[id(r)]
                 n_tok = int(r.input_length or 0)
                 head = None
                 toks = None
@@ -209,3 +209,27 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
 def _root(cfg: AnalyzeConfig, r: Record, tokenizer_id: str, template: str) -> int:
     tenant_salt = (r.tenant or "") if cfg.isolate_tenants else None
     return namespace_hash(r.model, tokenizer_id, r.adapter, template, r.cache_salt, tenant_salt)
+
+
+def _trace_mixer(cfg: AnalyzeConfig) -> Callable[[list[Record]], dict[int, tuple[int, np.ndarray]]]:
+    """Namespace a batch of hashed-trace records in one vectorised call (per-request numpy calls dominated)."""
+    roots: dict[tuple[Any, ...], int] = {}
+
+    def mix(recs: list[Record]) -> dict[int, tuple[int, np.ndarray]]:
+        if not recs:
+            return {}
+        rs = []
+        for r in recs:
+            key = (r.model, r.adapter, r.cache_salt, r.tenant if cfg.isolate_tenants else None, r.source_file)
+            root = roots.get(key)
+            if root is None:
+                # Each trace file has its own id space (REFERENCE.md 8): the file is part of the namespace.
+                root = roots[key] = _root(cfg, r, "trace", f"trace:{r.source_file}")
+            rs.append(root)
+        ids = [r.hash_ids if r.hash_ids is not None else np.zeros(0, np.int64) for r in recs]
+        lengths = [len(x) for x in ids]
+        flat = mix_ids_per(np.concatenate(ids), np.repeat(np.asarray(rs, dtype=np.uint64), lengths))
+        parts = np.split(flat, np.cumsum(lengths)[:-1])
+        return {id(r): (root, h) for r, root, h in zip(recs, rs, parts, strict=True)}
+
+    return mix
