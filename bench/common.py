@@ -67,19 +67,44 @@ def run(cmd: list[str], *, check: bool = True, env: dict[str, str] | None = None
     return r
 
 
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def measure_rss(cmd: list[str], *, check: bool = True, env: dict[str, str] | None = None,
-                log: Path | None = None) -> Run:
-    """Run `cmd` and return its wall time and its own peak RSS (ru_maxrss from wait4, KiB on Linux)."""
+                log: Path | None = None, guard_kib: int | None = None) -> Run:
+    """Run `cmd` and return its wall time and its own peak RSS (ru_maxrss from wait4, KiB on Linux).
+
+    With `guard_kib`, the process is killed once its RSS passes that many KiB (a shared machine must not be
+    driven out of memory by a benchmark); the result then has rc -9 and says so in stderr."""
     full_env = {**os.environ, **(env or {})}
-    with open(OUT / ".rss_stdout", "w+") as fo, open(OUT / ".rss_stderr", "w+") as fe:
+    guard_hit = False
+    with open(OUT / f".rss_stdout.{os.getpid()}", "w+") as fo, open(OUT / f".rss_stderr.{os.getpid()}", "w+") as fe:
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=full_env, cwd=ROOT)
-        _, status, ru = os.wait4(p.pid, 0)
+        while True:
+            wpid, status, ru = os.wait4(p.pid, os.WNOHANG if guard_kib else 0)
+            if wpid:
+                break
+            if guard_kib and _rss_kib(p.pid) > guard_kib:
+                guard_hit = True
+                p.kill()
+                _, status, ru = os.wait4(p.pid, 0)
+                break
+            time.sleep(0.5)
         dt = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
         fo.seek(0)
         fe.seek(0)
         out, err = fo.read(), fe.read()
+    if guard_hit:
+        err += f"\n[bench] killed: RSS passed the {guard_kib / 2**20:.0f} GiB guard after {dt:.0f} s"
     r = Run(cmd, dt, int(ru.ru_maxrss), p.returncode, out, err)
     if log is not None:
         with open(log, "a") as f:
@@ -91,14 +116,53 @@ def measure_rss(cmd: list[str], *, check: bool = True, env: dict[str, str] | Non
 
 
 _MEASURED: dict[str, Run] = {}
+_MEASURED_FILE = OUT / "measured.json"
 
 
-def measure_rss_cached(cmd: list[str], *, log: Path | None = None) -> Run:
-    """`measure_rss`, reusing a measurement of the identical command made earlier in this bench process."""
-    key = shlex.join(cmd)
-    if key not in _MEASURED:
-        _MEASURED[key] = measure_rss(cmd, log=log)
-    return _MEASURED[key]
+def _key(cmd: list[str]) -> str:
+    """The command line plus size and mtime of every file it names: a measurement is reusable while they hold."""
+    files = []
+    for a in cmd:
+        p = Path(a) if Path(a).is_absolute() else ROOT / a
+        if p.is_file():
+            st = p.stat()
+            files.append(f"{a}:{st.st_size}:{int(st.st_mtime)}")
+    return shlex.join(cmd) + " || " + " ".join(files)
+
+
+def remember(cmd: list[str], r: Run) -> None:
+    """Record a successful measurement so later rows (also in later bench processes) can reuse it."""
+    if r.rc != 0:
+        return
+    k = _key(cmd)
+    _MEASURED[k] = r
+    try:
+        doc = json.loads(_MEASURED_FILE.read_text()) if _MEASURED_FILE.exists() else {}
+    except ValueError:
+        doc = {}
+    doc[k] = {"seconds": r.seconds, "maxrss_kib": r.maxrss_kib, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    _MEASURED_FILE.write_text(json.dumps(doc, indent=1))
+
+
+def measure_rss_cached(cmd: list[str], *, log: Path | None = None, guard_kib: int | None = None) -> Run:
+    """`measure_rss`, reusing a measurement of the identical command on unchanged files made earlier by any
+    bench process (bench/out/measured.json), when the command's output directory still exists."""
+    k = _key(cmd)
+    if k in _MEASURED:
+        return _MEASURED[k]
+    out_dir = cmd[cmd.index("-o") + 1] if "-o" in cmd else None
+    if _MEASURED_FILE.exists() and out_dir and Path(out_dir).is_dir():
+        try:
+            hit = json.loads(_MEASURED_FILE.read_text()).get(k)
+        except ValueError:
+            hit = None
+        if hit:
+            r = Run(cmd, hit["seconds"], hit["maxrss_kib"], 0, "", f"[reused measurement from {hit['when']}]")
+            _MEASURED[k] = r
+            return r
+    r = measure_rss(cmd, log=log, guard_kib=guard_kib, check=guard_kib is None)
+    remember(cmd, r)
+    return r
 
 
 def median(xs: list[float]) -> float:
@@ -225,7 +289,8 @@ class RowResult:
     data: dict[str, Any] = field(default_factory=dict)
 
     def cmd(self, cmd: list[str] | str) -> None:
-        self.commands.append(cmd if isinstance(cmd, str) else shlex.join(cmd))
+        text = cmd if isinstance(cmd, str) else shlex.join(cmd)
+        self.commands.append(text.replace(str(ROOT) + "/", ""))
 
 
 def rel(p: Path | str) -> str:
@@ -251,8 +316,13 @@ def write_markdown(path: Path, meta: dict[str, Any], rows: list[RowResult], extr
         lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
     for r in rows:
         lines += ["", f"## Row {r.row}: {r.workload}", ""]
-        lines += [f"- {d}" for d in r.details] or ["- (no details)"]
+        lines += [d if (d.startswith("|") or not d) else f"- {d}" for d in r.details] or ["- (no details)"]
         if r.commands:
             lines += ["", "Command lines:", "", "```"] + r.commands + ["```"]
-    lines += extra
+    fixed: list[str] = []
+    for ln in lines:
+        if ln.startswith("|") and fixed and fixed[-1].startswith("- "):
+            fixed.append("")
+        fixed.append(ln)
+    lines = fixed + extra
     path.write_text("\n".join(lines) + "\n")

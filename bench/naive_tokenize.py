@@ -3,8 +3,9 @@
     .venv/bin/python bench/naive_tokenize.py LOG.jsonl TOKENIZER_DIR OUT.npy [--limit N] [--block-size 16]
 
 For each request, in file order: `apply_chat_template(messages, tools=..., add_generation_prompt=True,
-tokenize=True)` with the same local tokenizer prefixscan uses, chained xxh3-64 over every full 16-token block
-from the same namespace root as `prefixscan.hashing` (model, tokenizer id, template version), and the
+tokenize=True)` with the same local tokenizer prefixscan uses, the chained xxh3-64 of every full 16-token
+block by `prefixscan.hashing.block_hashes` itself, from the same namespace root (model, tokenizer id,
+template version), and the
 ideal-cache hit = longest run of leading blocks already seen, in tokens by vLLM's rule
 min(k, floor((n-1)/B)) * B. Writes request_id -> cached tokens and prints a JSON line with counts and
 seconds. This is what a straightforward script does; it repeats all the work prefixscan memoises.
@@ -21,7 +22,7 @@ import numpy as np
 import orjson
 import xxhash
 
-from prefixscan.hashing import namespace_hash
+from prefixscan.hashing import block_hashes, namespace_hash
 
 
 def main() -> None:
@@ -41,7 +42,6 @@ def main() -> None:
     roots: dict[tuple, int] = {}
     seen: set[int] = set()
     bs = args.block_size
-    step = bs * 4
     ids_out: list[str] = []
     cached_out: list[int] = []
     n_tokens = 0
@@ -59,17 +59,15 @@ def main() -> None:
                                           tokenize=True)
             if hasattr(ids, "keys"):
                 ids = ids["input_ids"]
-            buf = np.asarray(ids, dtype="<u4").tobytes()
             n = len(ids)
             n_tokens += n
-            parent, k, matching = root, 0, True
-            for b in range(n // bs):
-                parent = xxhash.xxh3_64_intdigest(buf[b * step:(b + 1) * step], seed=parent)
-                if matching and parent in seen:
+            k, matching = 0, True
+            for h in block_hashes(np.asarray(ids, dtype=np.uint32), bs, root).tolist():
+                if matching and h in seen:
                     k += 1
                 else:
                     matching = False
-                    seen.add(parent)
+                    seen.add(h)
             ids_out.append(o["request_id"])
             cached_out.append(min(k, (n - 1) // bs) * bs if n else 0)
     dt = time.perf_counter() - t0

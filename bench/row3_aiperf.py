@@ -14,7 +14,7 @@ import inputs
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from common import OUT, PEERS_BIN, RowResult, analyze_cmd, fmt_s, human_bytes, measure_rss, median, rel
+from common import OUT, PEERS_BIN, RowResult, analyze_cmd, fmt_s, human_bytes, measure_rss, median, rel, remember
 
 TRACE_N = {"small": 100_000, "full": 1_000_000}
 
@@ -42,6 +42,7 @@ def run_row(scale: str, repeats: int, lg: Path) -> RowResult:
     pcmd = analyze_cmd([trace], run_dir)
     res.cmd(pcmd)
     ps_runs = [measure_rss(pcmd, log=lg) for _ in range(repeats)]
+    remember(pcmd, ps_runs[-1])
     ps_mean, ps_summary_mean = ps_mean_per_request(run_dir)
     t_ps = median([r.seconds for r in ps_runs])
     res.details += [

@@ -30,6 +30,7 @@ from common import (  # noqa: E402
     PEERS_BIN,
     PS,
     PY,
+    ROOT,
     RowResult,
     machine_info,
     rel,
@@ -56,22 +57,21 @@ def ensure_peers(lg: Path) -> str:
     return "ok"
 
 
-def profile(scale: str, lg: Path) -> list[str]:
-    """py-spy samples of `prefixscan analyze` on the small chat log (10k requests, ~80M tokens), at any scale:
-    top functions by own time and prefixscan functions by total time."""
-    import inputs
+def _frame(f: str) -> str:
+    fn, _, loc = f.partition(" (")
+    path = loc.split(":")[0]
+    for cut in ("site-packages/", str(ROOT) + "/"):
+        if cut in path:
+            path = path.split(cut, 1)[1]
+    return f"{fn} ({path})"
 
-    spy = PEERS_BIN / "py-spy"
-    if not spy.exists():
-        return ["", "## Profile", "", "py-spy is not installed in bench/out/peers-venv; no profile."]
-    tok = inputs.tokenizer_dir(lg)
-    sub = inputs.chat_log("small", lg)
-    raw = OUT / f"profile-{scale}.txt"
-    cmd = [str(spy), "record", "--format", "raw", "-o", str(raw), "--rate", "100", "--", PS, "analyze", rel(sub),
-           "-o", rel(OUT / "run-profile"), "--force", "-q", "--tokenizer", f"hf:{rel(tok)}"]
+
+def _one_profile(label: str, args: list[str], raw: Path, lg: Path) -> list[str]:
+    cmd = [str(PEERS_BIN / "py-spy"), "record", "--format", "raw", "-o", rel(raw), "--rate", "100", "--", PS,
+           *args, "-q"]
     r = run(cmd, check=False, log=lg)
     if r.rc != 0 or not raw.exists():
-        return ["", "## Profile", "", f"py-spy failed (rc={r.rc}): `{r.stderr.strip()[-300:]}`"]
+        return ["", f"### {label}", "", f"py-spy failed (rc={r.rc}): `{r.stderr.strip()[-300:]}`"]
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
     samples = 0
@@ -81,29 +81,42 @@ def profile(scale: str, lg: Path) -> list[str]:
             continue
         c = int(cnt)
         samples += c
-        frames = [f.strip() for f in stack.split(";") if f.strip()]
-
-        def name(f: str) -> str:
-            fn, _, loc = f.partition(" (")
-            path = loc.split(":")[0]
-            for cut in ("site-packages/", "/work/main/"):
-                if cut in path:
-                    path = path.split(cut, 1)[1]
-            return f"{fn} ({path})"
-
-        names = [name(f) for f in frames]
+        names = [_frame(f.strip()) for f in stack.split(";") if f.strip()]
         own[names[-1]] += c
         for nm in set(names):
             total[nm] += c
-    out = ["", "## Profile (py-spy)", "",
-           f"`{shlex.join(cmd)}` ({samples:,} samples at 100 Hz, {r.seconds:.1f} s wall). Raw collapsed stacks: "
-           f"`{rel(raw)}`.", "", "Top functions by own time (the line that was running):", "",
-           "| own % | function |", "|---:|---|"]
+    out = ["", f"### {label}", "", f"`{shlex.join(cmd).replace(str(ROOT) + '/', '')}` ({samples:,} samples at "
+           f"100 Hz, {r.seconds:.1f} s wall). Raw collapsed stacks: `{rel(raw)}`.", "",
+           "Top functions by own time (the line that was running):", "", "| own % | function |", "|---:|---|"]
     out += [f"| {c / samples:.1%} | `{k}` |" for k, c in own.most_common(15)]
     out += ["", "Top prefixscan functions by total time (including callees):", "", "| total % | function |",
             "|---:|---|"]
     ps_total = [(k, c) for k, c in total.most_common() if "prefixscan/" in k and "<module>" not in k]
     out += [f"| {c / samples:.1%} | `{k}` |" for k, c in ps_total[:15]]
+    return out
+
+
+def profile(scale: str, lg: Path) -> list[str]:
+    """py-spy samples of `prefixscan analyze` on the small chat log (10k requests, ~80M tokens) and the
+    100k-request trace, at any scale: top functions by own time and prefixscan functions by total time."""
+    import inputs
+
+    if not (PEERS_BIN / "py-spy").exists():
+        return ["", "## Profile", "", "py-spy is not installed in bench/out/peers-venv; no profile."]
+    tok = inputs.tokenizer_dir(lg)
+    chat = inputs.chat_log("small", lg)
+    trace = inputs.trace(100_000, lg)
+    out = ["", "## Profile (py-spy)"]
+    out += _one_profile(f"`analyze` on `{rel(chat)}` (10,000 chat requests, HF tokenizer)",
+                        ["analyze", rel(chat), "-o", rel(OUT / "run-profile-chat"), "--tokenizer", f"hf:{rel(tok)}",
+                         "--force"],
+                        OUT / "profile-chat.txt", lg)
+    out += _one_profile(f"`analyze` on `{rel(trace)}` (100,000-request Mooncake trace)",
+                        ["analyze", rel(trace), "-o", rel(OUT / "run-profile-trace"), "--force"],
+                        OUT / "profile-trace.txt", lg)
+    out += _one_profile("`simulate` on the chat run (10,000 requests, 16 replicas, policy round_robin)",
+                        ["simulate", rel(OUT / "run-profile-chat"), "--replicas", "16", "--policies", "round_robin",
+                         "--no-decision-log", "--no-save"], OUT / "profile-simulate.txt", lg)
     return out
 
 
@@ -115,13 +128,21 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--keep-inputs", action="store_true", help="keep row 7's big inputs after the run")
     ap.add_argument("--output", default=str(BENCH / "results.md"))
+    ap.add_argument("--append", action="store_true",
+                    help="keep the other rows (and the profile) of an earlier run at the same scale in --output")
     args = ap.parse_args()
     rows = [int(x) for x in args.rows.split(",") if x.strip()]
     OUT.mkdir(parents=True, exist_ok=True)
-    lg = OUT / f"bench-{args.scale}.log"
-    lg.write_text("")
+    stem = Path(args.output).stem
+    lg = OUT / (f"bench-{args.scale}.log" if stem in ("results", "results-full") else f"bench-{stem}.log")
+    args.log_path = lg
+    previous, prev_profile = _previous(args) if args.append else ([], [])
+    if not args.append:
+        lg.write_text("")
     meta = {"command": "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             "scale": args.scale, "repeats": args.repeats, "machine": machine_info()}
+    if getattr(args, "previous_command", ""):
+        meta["command"] = args.previous_command + "`, then `" + meta["command"]
     peers = ensure_peers(lg)
     meta["machine"]["peers_venv"] = f"{rel(PEERS)} ({peers})"
     ps_ver = subprocess.run([PS, "--version"], capture_output=True, text=True).stdout.strip()
@@ -131,7 +152,7 @@ def main() -> None:
                                                     "pyarrow"])},
         "peers venv (bench/out/peers-venv)": versions(str(PEERS_BIN / "python"), PEER_PACKAGES + ["transformers"]),
     }
-    results: list[RowResult] = []
+    results: list[RowResult] = [r for r in previous if r.row not in rows]
     for n in rows:
         mod = importlib.import_module(ROWS[n])
         t0 = time.perf_counter()
@@ -145,15 +166,28 @@ def main() -> None:
         res.details.append(f"row wall time including input generation: {time.perf_counter() - t0:,.0f} s")
         print(f"[bench] row {n}: {res.verdict} | {res.measured} | {res.ratio}", flush=True)
         results.append(res)
-        _write(args, meta, results, [])
-    extra = [] if args.no_profile else profile(args.scale, lg)
+        results.sort(key=lambda r: r.row)
+        _write(args, meta, results, prev_profile)
+    extra = prev_profile if args.no_profile else profile(args.scale, lg)
     _write(args, meta, results, extra)
     print(f"[bench] wrote {args.output}", flush=True)
 
 
+def _previous(args: argparse.Namespace) -> tuple[list[RowResult], list[str]]:
+    """Rows and profile of an earlier results.json at the same scale (for --append)."""
+    p = Path(args.output).with_suffix(".json")
+    if not p.exists():
+        return [], []
+    doc = json.loads(p.read_text())
+    if doc.get("meta", {}).get("scale") != args.scale:
+        return [], []
+    args.previous_command = doc["meta"].get("command", "")
+    return [RowResult(**r) for r in doc.get("rows", [])], doc.get("profile", [])
+
+
 def _write(args: argparse.Namespace, meta: dict, results: list[RowResult], extra: list[str]) -> None:
     out = Path(args.output)
-    write_markdown(out, meta, results, extra + ["", f"Full command log: `{rel(OUT / f'bench-{args.scale}.log')}`."])
+    write_markdown(out, meta, results, extra + ["", f"Full command log: `{rel(args.log_path)}`."])
     out.with_suffix(".json").write_text(json.dumps(
         {"meta": meta, "rows": [r.__dict__ for r in results], "profile": extra}, indent=1, default=str))
 

@@ -22,10 +22,13 @@ def main() -> None:
     ap.add_argument("run_dir")
     ap.add_argument("--replicas", type=int, default=16)
     ap.add_argument("--policies", default="all")
+    ap.add_argument("--limit", type=int, default=0, help="replay only the first N requests")
     args = ap.parse_args()
     t0 = time.perf_counter()
     run = load_run(args.run_dir)
     table = run.table("requests")
+    if args.limit:
+        table = table.slice(0, args.limit)
     mcfg = run.manifest.get("config", {})
     bs, rule = int(mcfg.get("block_size") or 16), str(mcfg.get("hit_rule") or "vllm")
     t_load = time.perf_counter() - t0
