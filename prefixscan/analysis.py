@@ -119,14 +119,23 @@ def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
     tenants = cols["tenant"]
     if cfg.hash_tenants:
         tenants = [None if t is None else "t-" + xxhash.xxh3_64_hexdigest(t.encode())[:10] for t in tenants]
-    data = {c: [v[i] for i in order] for c, v in cols.items() if c != "tenant"}
-    data["tenant"] = [tenants[i] for i in order]
-    hashes = [ing.hashes[i] for i in order]
-    snippets = [ing.snippets[i] for i in order]
+    if n and bool((order == np.arange(n)).all()):  # logs are usually in time order already: no copies
+        data = {c: v for c, v in cols.items() if c != "tenant"}
+        data["tenant"] = tenants
+        hashes, snippets = ing.hashes, ing.snippets
+    else:
+        data = {c: [v[i] for i in order] for c, v in cols.items() if c != "tenant"}
+        data["tenant"] = [tenants[i] for i in order]
+        hashes = [ing.hashes[i] for i in order]
+        snippets = [ing.snippets[i] for i in order]
+    # The per-request Python lists are not needed once the frame below exists: let them go.
+    ing.cols, ing.hashes, ing.snippets = {}, [], []
     lengths = np.fromiter((len(h) for h in hashes), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = np.concatenate(hashes) if n else np.zeros(0, np.uint64)
+    per_request = hashes if cfg.granularity == "token" else None  # only token granularity needs them again
+    del hashes
     prompt = np.asarray(data["prompt_tokens"], dtype=np.int64)
     ids = dense_ids(flat)
     res = ideal_reuse(offsets, flat, prompt, ing.block_size, ing.hit_rule,
@@ -136,7 +145,7 @@ def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
         index = TokenPrefixIndex(ing.block_size)
         toks = [ing.tokens[i] for i in order]  # type: ignore[index]
         ns = data["namespace"]
-        lcp = np.array([index.add(toks[i], hashes[i], ns[i]) for i in range(n)], dtype=np.int64)
+        lcp = np.array([index.add(toks[i], per_request[i], ns[i]) for i in range(n)], dtype=np.int64)
         divergence = lcp
         cached = np.minimum(lcp, np.maximum(prompt - 1, 0))
     ts_sorted = ts[order]
@@ -164,7 +173,8 @@ def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
         pl.when(pl.col("turn_index").is_null() & pl.col("conversation_id").is_not_null())
         .then(pl.int_range(pl.len()).over("conversation_id").cast(pl.Int32))
         .otherwise(pl.col("turn_index")).alias("turn_index"),
-        pl.Series("source_request_id", [rid[int(s)] if s >= 0 else None for s in res.source], dtype=pl.String),
+        rid.gather(pl.Series(np.maximum(res.source, 0))).set(pl.Series(res.source < 0), None)
+        .alias("source_request_id") if n else pl.lit(None, dtype=pl.String).alias("source_request_id"),
         (pl.col("cached_tokens") // ing.block_size if ing.hit_rule == "vllm"
          else pl.col("cached_blocks").cast(pl.Int64)).alias("_hit_blocks"),
     )
