@@ -1,6 +1,6 @@
 """prefixscan: measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.
 
-Public API (each mirrors a CLI command): `analyze()`, `estimate()`, `write_report()`, `load_run()`.
+Public API (each mirrors a CLI command): `analyze()`, `simulate()`, `estimate()`, `write_report()`, `load_run()`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,21 @@ def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: A
     from prefixscan.analysis import analyze as _analyze
 
     return _analyze(*inputs, output=output, **options)
+
+
+def simulate(run_dir: str, save: bool = True, **options: Any):  # noqa: ANN201
+    """Replay a run through N replicas under routing policies; see `prefixscan.sim.simulate`.
+
+    Options are `SimConfig` fields (replicas=8, policies=("round_robin", ...), kv_blocks=...). With `save`,
+    the sim tables are written into the run directory as `prefixscan simulate` does.
+    """
+    from prefixscan.sim import SimConfig
+    from prefixscan.sim import simulate as _simulate
+
+    result = _simulate(run_dir, SimConfig(**options))
+    if save:
+        result.save(run_dir)
+    return result
 
 
 def estimate(run_dir: str | None = None, **options: Any):  # noqa: ANN201
@@ -42,4 +57,4 @@ def load_run(path: str):  # noqa: ANN201
     return _load(path)
 
 
-__all__ = ["__version__", "analyze", "estimate", "load_run", "write_report"]
+__all__ = ["__version__", "analyze", "estimate", "load_run", "simulate", "write_report"]

@@ -69,3 +69,21 @@ def test_python_dash_m_and_version() -> None:
     r = subprocess.run([sys.executable, "-m", "prefixscan", "--version"], capture_output=True, text=True,
                        check=True, cwd=ROOT)
     assert r.stdout.strip() == "0.1.0"
+
+
+def test_python_api_mirrors_the_commands(tmp_path, chat_log) -> None:
+    """analyze -> simulate -> estimate -> write_report from Python, as the README shows."""
+    import prefixscan
+
+    run = str(tmp_path / "run")
+    a = prefixscan.analyze(str(chat_log), output=run)
+    s = prefixscan.simulate(run, replicas=2, policies=("round_robin", "session_affinity"), kv_blocks=4096)
+    sim = s.to_json()["policies"]
+    assert set(sim) == {"round_robin", "session_affinity"}
+    assert sim["session_affinity"]["hit_rate_token_weighted"] >= sim["round_robin"]["hit_rate_token_weighted"]
+    assert sim["session_affinity"]["hit_rate_token_weighted"] <= a.summary["hit_rate"]["token_weighted"] + 1e-12
+    assert prefixscan.load_run(run).has("sim_policies")
+    e = prefixscan.estimate(run, replicas=2).to_json()
+    assert e["gpus"]["no_reuse"] >= e["gpus"]["ideal"] > 0
+    paths = prefixscan.write_report(run)
+    assert paths["md"].exists() and paths["html"].exists()

@@ -241,7 +241,7 @@ def register(app: typer.Typer) -> None:
 def _show(result: Any, json_out: bool, quiet: bool, console: Any) -> None:
     """JSON on stdout and/or the rendered tables (on stderr when stdout carries JSON)."""
     if json_out:
-        typer.echo(result.to_json())
+        typer.echo(result.dumps())
     if not quiet:
         from prefixscan.report.simulate_terminal import render
 

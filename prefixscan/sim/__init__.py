@@ -40,8 +40,15 @@ class SimResult:
     tables: dict[str, pa.Table] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
 
-    def to_json(self) -> str:
-        """Stable machine-readable form: {"policies": {NAME: {metric: value}}, "workload", "config"}."""
+    def to_json(self) -> dict[str, Any]:
+        """Stable machine-readable form: {"policies": {NAME: {metric: value}}, "workload", "config"}.
+
+        A dict, like every other result's `to_json()`; `dumps()` gives the canonical text.
+        """
+        return json.loads(self.dumps())
+
+    def dumps(self) -> str:
+        """The JSON text `prefixscan simulate --json` prints (sorted keys, no NaN)."""
         doc = {"policies": self.policies, "workload": self.info, "config": self.config}
         return json.dumps(doc, sort_keys=True, default=_json_default, allow_nan=False)
 
