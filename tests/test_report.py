@@ -51,18 +51,23 @@ def _app() -> typer.Typer:
     return a
 
 
+def chat_run(d: Path) -> Path:
+    """Analyze a multi-tenant multi-turn chat log (8 conversations x 4 turns) into `d/run`."""
+    recs, i = [], 0
+    for turn in range(1, 5):
+        for c in range(8):
+            recs.append(chat(i, f"c{c}", turn, tenant=("acme", "globex", "initech")[c % 3], ts=i * 0.5))
+            i += 1
+    return _analyze(write_jsonl(d / "chat.jsonl", recs), d / "run")
+
+
 @pytest.fixture(scope="module")
 def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A multi-tenant multi-turn chat run with a 2-replica simulation and a findings table."""
     from prefixscan.sim import SimConfig, simulate
 
     d = tmp_path_factory.mktemp("sample")
-    recs, i = [], 0
-    for turn in range(1, 5):
-        for c in range(8):
-            recs.append(chat(i, f"c{c}", turn, tenant=("acme", "globex", "initech")[c % 3], ts=i * 0.5))
-            i += 1
-    run = _analyze(write_jsonl(d / "chat.jsonl", recs), d / "run")
+    run = chat_run(d)
     simulate(run, SimConfig(replicas=2, policies=("round_robin", "sglang_cache_aware", "prefix_hash"))).save(
         run
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_report import FIGURES, _analyze, chat, write_jsonl
+from tests.test_report import FIGURES, chat_run
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
@@ -69,12 +69,7 @@ def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from prefixscan.sim import SimConfig, simulate
 
     d = tmp_path_factory.mktemp("browser")
-    recs, i = [], 0
-    for turn in range(1, 5):
-        for c in range(8):
-            recs.append(chat(i, f"c{c}", turn, tenant=("acme", "globex", "initech")[c % 3], ts=i * 0.5))
-            i += 1
-    run = _analyze(write_jsonl(d / "chat.jsonl", recs), d / "run")
+    run = chat_run(d)
     simulate(run, SimConfig(replicas=2, policies=("round_robin", "sglang_cache_aware"))).save(run)
     add_tables(
         run,

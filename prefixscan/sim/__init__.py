@@ -111,6 +111,20 @@ def _table_and_manifest(run_or_table: Any) -> tuple[pa.Table, dict[str, Any]]:
     return run.table("requests"), run.manifest
 
 
+def _workload(table: Any, bs: int, rule: str, cfg: SimConfig) -> Any:
+    """The replayable workload of a requests table under one config (salting, time scaling, warm-up)."""
+    return build_workload(
+        table,
+        bs,
+        rule,
+        default_output_tokens=cfg.default_output_tokens,
+        isolate_tenants=cfg.isolate_tenants,
+        rate_scale=cfg.rate_scale,
+        target_rps=cfg.target_rps,
+        warmup_s=cfg.warmup_s,
+    )
+
+
 def simulate(
     run_or_table: Any,
     config: SimConfig | None = None,
@@ -129,16 +143,7 @@ def simulate(
     mcfg = manifest.get("config", {}) if manifest else {}
     bs = int(block_size or mcfg.get("block_size") or 16)
     rule = str(hit_rule or mcfg.get("hit_rule") or "vllm")
-    w = build_workload(
-        table,
-        bs,
-        rule,
-        default_output_tokens=cfg.default_output_tokens,
-        isolate_tenants=cfg.isolate_tenants,
-        rate_scale=cfg.rate_scale,
-        target_rps=cfg.target_rps,
-        warmup_s=cfg.warmup_s,
-    )
+    w = _workload(table, bs, rule, cfg)
     serving = serving_model(cfg)
     capacity = _capacity(cfg, w)
     names = resolve_names(list(cfg.policies))
@@ -209,16 +214,7 @@ def _isolation_cost(
 ) -> None:
     """Replay each policy with tenant isolation flipped; add shared-vs-isolated deltas to its summary."""
     flipped = dataclasses.replace(cfg, isolate_tenants=not cfg.isolate_tenants)
-    w2 = build_workload(
-        table,
-        bs,
-        rule,
-        default_output_tokens=cfg.default_output_tokens,
-        isolate_tenants=flipped.isolate_tenants,
-        rate_scale=cfg.rate_scale,
-        target_rps=cfg.target_rps,
-        warmup_s=cfg.warmup_s,
-    )
+    w2 = _workload(table, bs, rule, flipped)
     for name in names:
         other = _clean(
             summarize(
