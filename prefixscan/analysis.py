@@ -28,6 +28,7 @@ from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, summari
 from prefixscan.reuse.ideal import TokenPrefixIndex, ideal_reuse, scope_salts
 from prefixscan.reuse.prefixes import prefixes_table
 from prefixscan.schema import REJECTS_SCHEMA, REQUESTS_SCHEMA
+from prefixscan.tracecols import permute_csr
 
 SUMMARY_DIMENSIONS = {"tenant": "tenant", "model": "model", "prefix_class": "prefix_class",
                       "hit_source": "hit_source", "turn_index": "_turn_bucket", "category": "category"}
@@ -111,14 +112,32 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
     return result
 
 
-def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
+def _hash_tenant(t: str | None) -> str | None:
+    return None if t is None else "t-" + xxhash.xxh3_64_hexdigest(t.encode())[:10]
+
+
+def _columns(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
+    """Ingest columns, block CSR and snippets in analysis order (time, then input order)."""
+    if ing.frame is not None:  # hashed traces: arrays all the way
+        frame, offsets, flat, snippets = ing.frame, ing.offsets, ing.flat, ing.snippets
+        ing.frame, ing.offsets, ing.flat, ing.snippets = None, None, None, []
+        n = frame.height
+        ts = frame["timestamp_s"].to_numpy()
+        order = np.lexsort((np.arange(n), ts)) if n else np.zeros(0, np.int64)
+        if n and not bool((order == np.arange(n)).all()):
+            frame = frame[order]
+            offsets, flat = permute_csr(offsets, flat, order)
+        if cfg.hash_tenants and frame["tenant"].null_count() < n:
+            frame = frame.with_columns(pl.Series("tenant", [_hash_tenant(t) for t in frame["tenant"].to_list()],
+                                                 dtype=pl.String))
+        return {c: frame[c] for c in frame.columns}, ts, order, offsets, flat, snippets, None
     cols = ing.cols
     n = len(cols["request_id"])
     ts = np.asarray(cols["timestamp_s"], dtype=np.float64)
     order = np.lexsort((np.arange(n), ts)) if n else np.zeros(0, np.int64)  # time, then input order
     tenants = cols["tenant"]
     if cfg.hash_tenants:
-        tenants = [None if t is None else "t-" + xxhash.xxh3_64_hexdigest(t.encode())[:10] for t in tenants]
+        tenants = [_hash_tenant(t) for t in tenants]
     if n and bool((order == np.arange(n)).all()):  # logs are usually in time order already: no copies
         data = {c: v for c, v in cols.items() if c != "tenant"}
         data["tenant"] = tenants
@@ -135,7 +154,13 @@ def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
     np.cumsum(lengths, out=offsets[1:])
     flat = np.concatenate(hashes) if n else np.zeros(0, np.uint64)
     per_request = hashes if cfg.granularity == "token" else None  # only token granularity needs them again
-    del hashes
+    return data, ts, order, offsets, flat, snippets, per_request
+
+
+def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
+    data, ts, order, offsets, flat, snippets, per_request = _columns(cfg, ing)
+    n = len(ts)
+    lengths = np.diff(offsets)
     prompt = np.asarray(data["prompt_tokens"], dtype=np.int64)
     ids = dense_ids(flat)
     res = ideal_reuse(offsets, flat, prompt, ing.block_size, ing.hit_rule,

@@ -14,14 +14,17 @@ import numpy as np
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError, RejectError, UsageError
-from prefixscan.hashing import ChainCache, block_hashes, mix_ids_per, namespace_hash
-from prefixscan.io.readers import Position, RawError, read_source
+from prefixscan.hashing import ChainCache, block_hashes, mix_ids, mix_ids_per, namespace_hash
+from prefixscan.io.mooncake_fast import iter_chunks
+from prefixscan.io.readers import Position, RawError, open_bytes, parse_line, read_source
 from prefixscan.io.shapes import FIELDS, FORMATS, Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source, expand
 from prefixscan.render import content_text
 from prefixscan.tokenize import load_tokenizer
+from prefixscan.tracecols import TraceColumns
 
 BATCH = 512
+FAST_MOONCAKE = True  # the compiled Mooncake reader; tests switch it off to compare with the ordinary path
 TRACE_BLOCK = {"mooncake": 512, "bailian": 16}
 
 
@@ -44,6 +47,11 @@ class Ingested:
     approximate_template: bool
     tokenizer_stats: dict[str, Any] = field(default_factory=dict)
     detector: Any = None  # prefixscan.detect.Detector when findings are on (fed below, finalised in analysis)
+    # Hashed traces arrive as arrays instead of `cols`/`hashes` lists: the ingest columns as a frame,
+    # plus the CSR blocks (offsets into the namespaced hashes).
+    frame: Any = None
+    offsets: np.ndarray | None = None
+    flat: np.ndarray | None = None
 
 
 COLS = ("request_id", "source_file", "source_line", "timestamp_s", "tenant", "conversation_id", "user",
@@ -85,6 +93,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     bailian_roots: dict[Any, Any] = {}
     chains = ChainCache()
     _mix_traces = _trace_mixer(cfg)
+    trace = TraceColumns()
     # Findings: the detector sees each accepted chat record once, here (no second pass over the logs).
     detector = None
     if cfg.findings:
@@ -108,29 +117,26 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                 tokenizer = load_tokenizer(cfg.tokenizer, threads=cfg.threads)
             for r, e in zip(texty, tokenizer.encode_batch(texty), strict=True):
                 encoded[id(r)] = e
-        traced = _mix_traces([r for r in batch if r.kind == "hashed"])
-        for r in batch:
-            if r.kind == "hashed":
-                root, h = traced[id(r)]
-                n_tok = int(r.input_length or 0)
-                head = None
-                toks = None
+        hashed = [r for r in batch if r.kind == "hashed"]
+        if hashed:  # traces are kept as arrays (no per-request lists); runs cannot mix them with text
+            traced = _mix_traces(hashed)
+            trace.add_records(hashed, [traced[id(r)][0] for r in hashed], [traced[id(r)][1] for r in hashed])
+        for r in texty:
+            e = encoded[id(r)]
+            if isinstance(e, RecordError):
+                reject(r.source_file, r.source_line, e.reason, e.detail)
+                continue
+            root = _root(cfg, r, tokenizer.id, tokenizer.template_version)
+            toks = e.tokens
+            n_tok = len(toks)
+            if n_tok == 0:
+                reject(r.source_file, r.source_line, "empty_prompt", "prompt has no tokens")
+                continue
+            if e.piece_keys is not None:
+                h = chains.hashes(toks, cfg.block_size, root, e.piece_keys, e.piece_lens, e.checkpoints)
             else:
-                e = encoded[id(r)]
-                if isinstance(e, RecordError):
-                    reject(r.source_file, r.source_line, e.reason, e.detail)
-                    continue
-                root = _root(cfg, r, tokenizer.id, tokenizer.template_version)
-                toks = e.tokens
-                n_tok = len(toks)
-                if n_tok == 0:
-                    reject(r.source_file, r.source_line, "empty_prompt", "prompt has no tokens")
-                    continue
-                if e.piece_keys is not None:
-                    h = chains.hashes(toks, cfg.block_size, root, e.piece_keys, e.piece_lens, e.checkpoints)
-                else:
-                    h = block_hashes(toks, cfg.block_size, root)
-                head = e.head_tokens
+                h = block_hashes(toks, cfg.block_size, root)
+            head = e.head_tokens
             if r.turn_index is None and r.messages:
                 r.turn_index = _user_turns(r.messages) - 1 if _user_turns(r.messages) else None
             for c in COLS:
@@ -141,9 +147,9 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
             cols["head_tokens"].append(head)
             cols["namespace"].append(root)
             hashes.append(h)
-            snippets.append(_snippet(r) if r.kind != "hashed" else "")
+            snippets.append(_snippet(r))
             if tokens_out is not None:
-                tokens_out.append(toks if toks is not None else np.zeros(0, np.uint32))
+                tokens_out.append(toks)
             if detector is not None and r.kind == "chat":
                 detector.feed(r, root)
         if detector is not None:
@@ -154,35 +160,78 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     total_bytes = sum(s.size for s in sources)
     done_bytes = 0
     pos = Position()
+
+    def set_mode(this_mode: str, where: str) -> None:
+        nonlocal mode
+        if mode is None:
+            mode = this_mode
+        elif mode != this_mode:
+            raise InputError(f"{where}: cannot mix {this_mode} records with {mode} records in "
+                             "one run (their block sizes differ); analyze them separately")
+
+    def accept(src: Source, line: int, obj: dict[str, Any] | RawError, shape: str | None) -> Record | None:
+        """The ordinary path for one parsed line: a Record, or None after rejecting it."""
+        if isinstance(obj, RawError):
+            reject(src.path, line, obj.reason, obj.detail)
+            return None
+        try:
+            rec = normalise(obj, shape or detect(obj), src.path, line, overrides, bailian_roots)
+        except RecordError as exc:
+            reject(src.path, line, exc.reason, exc.detail)
+            return None
+        if rec.request_id in seen_ids:
+            reject(src.path, line, "duplicate_id",
+                   f"request id {rec.request_id!r} already seen; the first occurrence is kept")
+            return None
+        seen_ids.add(rec.request_id)
+        set_mode(shape if rec.kind == "hashed" else "tokens", f"{src.path}:{line}")  # type: ignore[arg-type]
+        return rec
+
+    def fast_mooncake(src: Source) -> None:
+        """A Mooncake JSONL file through the compiled reader; odd lines take the ordinary path."""
+        nonlocal read
+        flush(batch)  # earlier files' records first: input order is analysis order for equal times
+        root = _mooncake_root(cfg, src.path)
+        for chunk in iter_chunks(src.path, pos):
+            read += chunk.non_blank
+            if len(chunk.line):
+                set_mode("mooncake", f"{src.path}:{int(chunk.line[0])}")
+                trace.add(src.path, chunk.line, chunk.timestamp_ms / 1000.0, chunk.input_length, np.uint64(root),
+                          chunk.lengths, mix_ids(chunk.ids, root), ints={"output_tokens": chunk.output_length})
+            for line, raw in chunk.slow:
+                obj = parse_line(raw)
+                if obj is None:
+                    read -= 1
+                    continue
+                rec = accept(src, line, obj, "mooncake")
+                if rec is not None:
+                    batch.append(rec)
+            flush(batch)
+            if progress is not None:
+                progress(read, done_bytes + pos.bytes, total_bytes)
+
     for src in sources:
         shape = None if cfg.format == "auto" else cfg.format
         pos.bytes = 0
+        if FAST_MOONCAKE and src.kind == "jsonl" and not overrides and (shape or _peek_shape(src)) == "mooncake":
+            shapes[src.path] = "mooncake"
+            fast_mooncake(src)
+            done_bytes += src.size
+            continue
         for line, obj in read_source(src, pos):
             read += 1
             if progress is not None and read % 1000 == 0:
                 progress(read, done_bytes + pos.bytes, total_bytes)
-            if isinstance(obj, RawError):
-                reject(src.path, line, obj.reason, obj.detail)
-                continue
-            try:
-                if shape is None:
+            if shape is None and isinstance(obj, dict):
+                try:
                     shape = detect(obj)
                     shapes[src.path] = shape
-                rec = normalise(obj, shape, src.path, line, overrides, bailian_roots)
-            except RecordError as exc:
-                reject(src.path, line, exc.reason, exc.detail)
+                except RecordError as exc:
+                    reject(src.path, line, exc.reason, exc.detail)
+                    continue
+            rec = accept(src, line, obj, shape)
+            if rec is None:
                 continue
-            if rec.request_id in seen_ids:
-                reject(src.path, line, "duplicate_id",
-                       f"request id {rec.request_id!r} already seen; the first occurrence is kept")
-                continue
-            seen_ids.add(rec.request_id)
-            this_mode = shape if rec.kind == "hashed" else "tokens"
-            if mode is None:
-                mode = this_mode
-            elif mode != this_mode:
-                raise InputError(f"{src.path}:{line}: cannot mix {this_mode} records with {mode} records in "
-                                 "one run (their block sizes differ); analyze them separately")
             batch.append(rec)
             if len(batch) >= BATCH:
                 flush(batch)
@@ -192,11 +241,16 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     flush(batch)
     if progress is not None:
         progress(read, total_bytes, total_bytes)
-    trace = mode in TRACE_BLOCK
-    bs = (cfg.hash_block_size or TRACE_BLOCK[mode]) if trace else cfg.block_size
+    is_trace = mode in TRACE_BLOCK
+    bs = (cfg.hash_block_size or TRACE_BLOCK[mode]) if is_trace else cfg.block_size
+    frame = offsets = flat = None
+    if trace.n:
+        frame, offsets, flat = trace.finish()
+        snippets = [""] * trace.n
     return Ingested(
+        frame=frame, offsets=offsets, flat=flat,
         cols=cols, hashes=hashes, tokens=tokens_out, snippets=snippets, rejects=rejects, read=read,
-        sources=sources, shapes=shapes, block_size=bs, hit_rule="trace" if trace else "vllm",
+        sources=sources, shapes=shapes, block_size=bs, hit_rule="trace" if is_trace else "vllm",
         tokenizer_id=tokenizer.id if tokenizer else "none",
         template_version=tokenizer.template_version if tokenizer else "none",
         approximate_template=bool(tokenizer and tokenizer.approximate_template),
@@ -209,6 +263,27 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
 def _root(cfg: AnalyzeConfig, r: Record, tokenizer_id: str, template: str) -> int:
     tenant_salt = (r.tenant or "") if cfg.isolate_tenants else None
     return namespace_hash(r.model, tokenizer_id, r.adapter, template, r.cache_salt, tenant_salt)
+
+
+def _mooncake_root(cfg: AnalyzeConfig, path: str) -> int:
+    """The namespace of a canonical Mooncake line (no model, adapter, salt or tenant), as `_trace_mixer`."""
+    return _root(cfg, Record(source_file=path, source_line=0, request_id="", timestamp_s=0.0, kind="hashed"),
+                 "trace", f"trace:{path}")
+
+
+def _peek_shape(src: Source, max_lines: int = 1000) -> str | None:
+    """The shape the ordinary path would detect for this file (its first parsable object), or None."""
+    with open_bytes(src.path) as f:
+        for i, line in enumerate(f):
+            if i >= max_lines:
+                return None
+            obj = parse_line(line)
+            if isinstance(obj, dict):
+                try:
+                    return detect(obj)
+                except RecordError:
+                    return None
+    return None
 
 
 def _trace_mixer(cfg: AnalyzeConfig) -> Callable[[list[Record]], dict[int, tuple[int, np.ndarray]]]:

@@ -36,35 +36,40 @@ class RawError:
         self.detail = detail
 
 
-def _open(path: str):  # noqa: ANN202
+def open_bytes(path: str):  # noqa: ANN201 - a binary file object
+    """The file for reading bytes, decompressed when it is gzip (by its magic, not its name)."""
     with open(path, "rb") as f:
         magic = f.read(2)
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
+def parse_line(line: bytes) -> dict[str, Any] | RawError | None:
+    """One JSONL line: the object, a RawError saying why it is not one, or None for a blank line."""
+    if not line.strip():
+        return None
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return RawError("invalid_utf8", f"byte offset {exc.start} in the line")
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return RawError("invalid_json", str(exc)[:200])
+    if not isinstance(obj, dict):
+        return RawError("not_an_object", f"line holds a JSON {type(obj).__name__}")
+    return obj
+
+
 def read_jsonl(path: str, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
     """Yield (1-based line number, parsed object or RawError); blank lines are skipped, not records."""
-    with _open(path) as f:
+    with open_bytes(path) as f:
         raw = getattr(f, "fileobj", None) or f
         for lineno, line in enumerate(f, start=1):
             if pos is not None and lineno % 1024 == 0:
                 pos.bytes = raw.tell()
-            if not line.strip():
-                continue
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield lineno, RawError("invalid_utf8", f"byte offset {exc.start} in the line")
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                yield lineno, RawError("invalid_json", str(exc)[:200])
-                continue
-            if not isinstance(obj, dict):
-                yield lineno, RawError("not_an_object", f"line holds a JSON {type(obj).__name__}")
-                continue
-            yield lineno, obj
+            obj = parse_line(line)
+            if obj is not None:
+                yield lineno, obj
 
 
 def read_parquet(path: str, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:

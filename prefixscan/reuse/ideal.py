@@ -11,6 +11,7 @@ The brute-force definition lives in `ideal_ref.py`; property tests keep the two 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,10 +35,14 @@ class IdealResult:
     source: np.ndarray  # int64: most recent earlier request holding the whole matched prefix, -1 if none
 
 
-def scope_salts(keys: list[str | None]) -> np.ndarray:
+def scope_salts(keys: Sequence[str | None]) -> np.ndarray:
     """A 64-bit salt per request for its scope key (tenant or conversation); 0 means no scope."""
     cache: dict[str, int] = {}
     out = np.zeros(len(keys), dtype=np.uint64)
+    if hasattr(keys, "null_count"):  # a polars Series: skip the Python loop when it is all null
+        if keys.null_count() == len(keys):
+            return out
+        keys = keys.to_list()
     for i, k in enumerate(keys):
         if k is None:
             continue
@@ -106,11 +111,18 @@ def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarr
     everyone = np.ones(n, dtype=np.bool_)
     gid, nd = ids if ids is not None else dense_ids(flat)
     k_all, source = leading_runs(offsets, gid, nd, everyone)
-    tid, ntd = dense_ids(flat ^ np.repeat(np.asarray(tenant_salts, dtype=np.uint64), lengths))
-    k_ten, _ = leading_runs(offsets, tid, ntd, everyone)
+    ten = np.asarray(tenant_salts, dtype=np.uint64)
+    if ten.any():
+        tid, ntd = dense_ids(flat ^ np.repeat(ten, lengths))
+        k_ten, _ = leading_runs(offsets, tid, ntd, everyone)
+    else:  # no tenants: the tenant scope is the whole log (salt 0 leaves every hash as it is)
+        k_ten = k_all
     conv = np.asarray(conversation_salts, dtype=np.uint64)
-    cid, ncd = dense_ids(flat ^ np.repeat(conv, lengths))
-    k_conv, _ = leading_runs(offsets, cid, ncd, conv != NO_SCOPE)
+    if conv.any():
+        cid, ncd = dense_ids(flat ^ np.repeat(conv, lengths))
+        k_conv, _ = leading_runs(offsets, cid, ncd, conv != NO_SCOPE)
+    else:  # no conversation ids: no request has a conversation scope
+        k_conv = np.zeros(n, dtype=np.int32)
     return IdealResult(
         cached_blocks=k_all,
         cached_tokens=hit_tokens_array(k_all, pt, block_size, rule),
