@@ -59,6 +59,8 @@ class HFTokenizer(Tokenizer):
                         for t in self.tok.added_tokens_decoder.values()), key=len, reverse=True)
         self.added = {a: self.tok.convert_tokens_to_ids(a) for a in added if a}
         self.split_re = re.compile("(" + "|".join(re.escape(a) for a in self.added) + ")") if self.added else None
+        backend = getattr(self.tok, "backend_tokenizer", None)
+        self.backend = backend if backend is not None and hasattr(backend, "encode_batch") else None
         self.seg = SegmentEncoder(self._encode_many, self.added, self.stats)
         self.head_memo: dict[bytes, int] = {}
         self.direct = False
@@ -80,7 +82,13 @@ class HFTokenizer(Tokenizer):
         return [p for p in self.split_re.split(text) if p] if self.split_re else [text]
 
     def _encode_many(self, texts: list[str]) -> list[list[int]]:
-        """One call into the Rust tokenizer for a whole batch of new units (it parallelises across them)."""
+        """One call into the Rust tokenizer for a whole batch of new units (it parallelises across them).
+
+        Fast tokenizers are called through their Rust backend directly: `tok(texts)` makes the same call
+        and then builds a BatchEncoding, which cost more than the encoding itself on long units.
+        """
+        if self.backend is not None:
+            return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
         return self.tok(texts, add_special_tokens=False)["input_ids"]
 
     def _pieces(self, text: str) -> list[tuple[bool, str]]:
