@@ -54,6 +54,19 @@ def analyze(*inputs: str, output: str | None = None, **options: Any) -> Analysis
     return run_analysis(AnalyzeConfig(inputs=tuple(inputs), output=output, **options))
 
 
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process so far (Linux VmHWM; 0 where /proc is absent), for the
+    manifest's timings: which stage sets the peak is what a memory budget needs to know."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0
+
+
 def _validate(cfg: AnalyzeConfig) -> None:
     if cfg.block_size < 1:
         raise UsageError(f"--block-size must be >= 1, got {cfg.block_size}")
@@ -76,21 +89,26 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
     if cfg.granularity == "token" and ing.hit_rule == "trace":
         raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
     timings["ingest_s"] = time.perf_counter() - t0
+    timings["peak_rss_mib_ingest"] = peak_rss_mib()
     t1 = time.perf_counter()
     req, offsets, flat, deepest, snippets, ids = _reuse(cfg, ing)
     timings["reuse_s"] = time.perf_counter() - t1
+    timings["peak_rss_mib_reuse"] = peak_rss_mib()
     t2 = time.perf_counter()
     summaries = summaries_table(req, SUMMARY_DIMENSIONS)
     prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text)
     timings["aggregate_s"] = time.perf_counter() - t2
+    timings["peak_rss_mib_aggregate"] = peak_rss_mib()
     t3 = time.perf_counter()
     curve = _capacity(cfg, ing, req, offsets, flat, ids)
     timings["capacity_s"] = time.perf_counter() - t3
+    timings["peak_rss_mib_capacity"] = peak_rss_mib()
     # Findings (issue 3): finalise the detector ingest fed; counterfactual re-analysis of rewritten requests.
     from prefixscan.detect.run import run_findings
 
     fres = run_findings(cfg, ing, req, offsets, flat)
     timings["findings_s"] = fres.seconds if fres is not None else 0.0
+    timings["peak_rss_mib_findings"] = peak_rss_mib()
     requests_table = _requests_arrow(req, offsets, flat)
     rejects = pa.Table.from_pylist(ing.rejects, schema=REJECTS_SCHEMA)
     tables = {"requests": requests_table, "rejects": rejects, "summaries": summaries.to_arrow(),
