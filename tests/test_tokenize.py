@@ -161,3 +161,16 @@ def test_chain_cache_equals_hashing_the_whole_prompt(tmp_path) -> None:
     for row, rec in zip(r.tables["requests"].to_pylist(), recs, strict=True):
         direct = tok.encode_direct(Record("f", 0, "x", 0.0, "chat", messages=rec["messages"]))
         assert row["block_hashes"] == block_hashes(direct, 16, row["namespace"]).tolist()
+
+
+def test_hf_verification_text_equals_apply_chat_template(hf_dir) -> None:
+    """The run-time check tokenises the rendered text itself; that must be what apply_chat_template
+    (tokenize=True) returns, or the check would prove nothing."""
+    tok = load_tokenizer(f"hf:{hf_dir}")
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    convo = [("system", "Be brief.\n\nAnswer in English."), ("user", "hello <|im_start|> world"),
+             ("assistant", "how are you\n\n\nfine"), ("user", "  the quick brown fox  ")]
+    for k in range(1, 4):
+        r = rec(convo[: k + 1], tools=tools if k % 2 else None, i=k)
+        text = tok._render(r.messages, r.tools)
+        assert tok._encode_many([text])[0] == tok.encode_direct(r).tolist()

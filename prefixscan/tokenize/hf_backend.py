@@ -123,19 +123,26 @@ class HFTokenizer(Tokenizer):
     def encode_batch(self, records: list[Record]) -> list[Encoded | RecordError]:
         """Render every chat record with the model's template, tokenise new units in one call, assemble."""
         plans: list[Any] = []
-        for r in records:
+        check: dict[int, str] = {}  # rendered text of the requests still to verify
+        for i, r in enumerate(records):
             if r.kind != "chat":
                 plans.append(None)
             elif self.direct:
                 plans.append("direct")
             else:
                 try:
-                    plans.append(self.seg.plan(self._pieces(self._render(r.messages or [], r.tools))))
+                    text = self._render(r.messages or [], r.tools)
+                    plans.append(self.seg.plan(self._pieces(text)))
+                    if self.verified + len(check) < VERIFY_FIRST:
+                        check[i] = text
                 except RecordError as exc:
                     plans.append(exc)
         self.seg.run_pending()
+        # Direct tokenisation of the same rendered text, in one batch: apply_chat_template(tokenize=True)
+        # is render + tokenise without added special tokens (tests/test_tokenize.py checks the equality).
+        truth = dict(zip(check, self._encode_many(list(check.values())), strict=True)) if check else {}
         out: list[Encoded | RecordError] = []
-        for r, p in zip(records, plans, strict=True):
+        for i, (r, p) in enumerate(zip(records, plans, strict=True)):
             try:
                 if p is None:
                     out.append(Encoded(self._encode_plain(r), None))
@@ -148,9 +155,9 @@ class HFTokenizer(Tokenizer):
                     out.append(Encoded(full, self._head_tokens(r, full)))
                     continue
                 toks, lens = self.seg.assemble(p)
-                if self.verified < VERIFY_FIRST:
+                if i in truth:
                     self.verified += 1
-                    if not np.array_equal(toks, self.encode_direct(r)):
+                    if not np.array_equal(toks, np.asarray(truth[i], dtype=np.uint32)):
                         if self.seg.paragraphs:
                             self.seg.reset(paragraphs=False)
                             self.stats.fallback_reason = "paragraph-level memo was not exact; segment-level used"
