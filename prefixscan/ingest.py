@@ -246,7 +246,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     frame = offsets = flat = None
     if trace.n:
         frame, offsets, flat = trace.finish()
-        snippets = [""] * trace.n
+        snippets = []  # hashed traces carry no text
     return Ingested(
         frame=frame, offsets=offsets, flat=flat,
         cols=cols, hashes=hashes, tokens=tokens_out, snippets=snippets, rejects=rejects, read=read,

@@ -16,7 +16,8 @@ def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], 
 
     `tokens_saved` is the prefill the ideal cache avoids through that prefix; `tenants` counts distinct
     tenants that hit it, and `cross_tenant_hits` the hits that only another tenant's request could serve.
-    Snippets are redacted and truncated unless the user asked for text (`--include-text`).
+    Snippets are redacted and truncated unless the user asked for text (`--include-text`); an empty
+    `snippets` list means the log has no text (hashed traces).
     """
     src_idx = req["_source"].to_numpy()
     df = req.select(
@@ -24,7 +25,8 @@ def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], 
         "request_id",
     ).with_columns(
         pl.Series("prefix_hash", deepest, dtype=pl.UInt64),
-        pl.Series("_snippet", [snippets[int(s)] if s >= 0 else "" for s in src_idx], dtype=pl.String),
+        (pl.Series("_snippet", snippets, dtype=pl.String).gather(np.maximum(src_idx, 0))
+         .set(pl.Series(src_idx < 0), "") if snippets else pl.lit("", dtype=pl.String).alias("_snippet")),
     ).filter(pl.col("cached_blocks") > 0)
     if df.height == 0:
         return _empty()
