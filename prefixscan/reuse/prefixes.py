@@ -30,6 +30,11 @@ def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], 
     ).filter(pl.col("cached_blocks") > 0)
     if df.height == 0:
         return _empty()
+    # Rank first on the cheap sum, then aggregate only the rows of the top prefixes: the per-group
+    # median of reuse gaps over every distinct prefix cost more than the rest of the table.
+    keep = (df.group_by("prefix_hash").agg(pl.col("cached_tokens").sum().alias("tokens_saved"))
+            .sort(["tokens_saved", "prefix_hash"], descending=[True, False]).head(top).select("prefix_hash"))
+    df = df.join(keep, on="prefix_hash", how="semi")
     g = (
         df.sort("seq")
         .group_by("prefix_hash")
