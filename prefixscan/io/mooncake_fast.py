@@ -170,7 +170,7 @@ def _line(buf, p, end, k0, k1, k2, k3, ids, n_ids):  # noqa: ANN001, ANN202
     return ACCEPTED, ts, inl, outl, m
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def scan_chunk(buf, k0, k1, k2, k3, n_lines):  # pragma: no cover - compiled
     """Parse every line of `buf` (whole lines; the last may lack its newline).
 
@@ -236,8 +236,8 @@ def parse_chunk(data: bytes, first_line: int, newline_after: bool = False) -> Ch
     return Chunk(lines[ok], ts[ok], inl[ok], outl[ok], cnt[ok], ids, slow, int((st != BLANK).sum()))
 
 
-def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
-    """Chunks of whole lines of a (possibly gzipped) JSONL file, parsed."""
+def _whole_lines(path: str, pos: Position | None, chunk_bytes: int) -> Iterator[tuple[bytes, int, bool]]:
+    """(bytes of whole lines, number of the first line, whether a newline followed) in file order."""
     line = 1
     with open_bytes(path) as f:
         raw = getattr(f, "fileobj", None) or f
@@ -255,7 +255,26 @@ def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int = CHUNK
             whole = data[:cut]  # without the final newline: lines = count("\n") + 1
             if pos is not None:
                 pos.bytes = raw.tell()
-            yield parse_chunk(whole, line, newline_after=True)
+            yield whole, line, True
             line += whole.count(b"\n") + 1
         if carry:
-            yield parse_chunk(carry, line)
+            yield carry, line, False
+
+
+def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int | None = None) -> Iterator[Chunk]:
+    """Chunks of whole lines of a (possibly gzipped) JSONL file, parsed in file order.
+
+    The kernel releases the GIL, so one chunk is parsed on a second thread while the next is read and the
+    previous one is consumed (the machine's second core; results come back in order).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    size = chunk_bytes or CHUNK_BYTES
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pending = []
+        for whole, line, nl in _whole_lines(path, pos, size):
+            pending.append(pool.submit(parse_chunk, whole, line, nl))
+            if len(pending) >= 2:
+                yield pending.pop(0).result()
+        for fut in pending:
+            yield fut.result()
