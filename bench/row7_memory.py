@@ -82,8 +82,10 @@ def measure(name: str, log: Path, run_dir: Path, extra: list[str], res: RowResul
                 "maxrss_kib": r.maxrss_kib, "requests": 0, "tokens": 0, "blocks": 0, "distinct_blocks": 0,
                 "failed": r.stderr.strip()[-300:]}
     c = content(run_dir)
+    timings = orjson.loads((run_dir / "manifest.json").read_bytes()).get("analyze", {}).get("timings", {})
+    stages = {k.removeprefix("peak_rss_mib_"): v for k, v in timings.items() if k.startswith("peak_rss_mib_")}
     return {"name": name, "input": rel(log), "bytes": log.stat().st_size, "seconds": r.seconds,
-            "maxrss_kib": r.maxrss_kib, **c}
+            "maxrss_kib": r.maxrss_kib, "stage_peaks_mib": stages, **c}
 
 
 def run_row(scale: str, repeats: int, lg: Path, keep: bool = False) -> RowResult:
@@ -142,6 +144,9 @@ def run_row(scale: str, repeats: int, lg: Path, keep: bool = False) -> RowResult
         "| run | input | size | requests | prompt tokens | listed blocks | distinct blocks | seconds | peak RSS |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
         *rows, "", "growth: " + "; ".join(growth),
+        "peak RSS once each stage ended (MiB, from the run's manifest timings): " + "; ".join(
+            f"{m['name']}: " + ", ".join(f"{k} {v:,.0f}" for k, v in m.get("stage_peaks_mib", {}).items())
+            for m in ms if m.get("stage_peaks_mib")),
         "the 'twice over' trace is the 100k-request trace followed by itself: the same distinct content and twice the "
         "tokens, so its RSS growth isolates the part of memory that scales with total content (the requests "
         "table keeps every request's block-hash list, 8 bytes per listed block, by design)",
