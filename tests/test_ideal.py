@@ -118,3 +118,19 @@ def test_tenant_scope_never_shares(salts) -> None:
                       scope_salts(salts), scope_salts([None, None]))
     assert res.cached_tokens.tolist() == [0, 48]
     assert res.tenant_cached_tokens.tolist() == [0, 0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 6), max_size=5), min_size=1, max_size=12),
+       st.lists(st.integers(0, 3), min_size=12, max_size=12))
+def test_salted_dense_ids_equal_ids_of_the_salted_hashes(rows, salt_pick) -> None:
+    """dense_ids(flat, offsets, salts) numbers exactly what dense_ids(flat ^ salt per row) numbers."""
+    from prefixscan.dense import dense_ids
+
+    lengths = [len(r) for r in rows]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat = np.array([x for r in rows for x in r], dtype=np.uint64)
+    salts = np.array([[0, 1, 7, 2**63][salt_pick[i]] for i in range(len(rows))], dtype=np.uint64)
+    ids, n = dense_ids(flat, offsets, salts)
+    ref, n_ref = dense_ids(flat ^ np.repeat(salts, lengths))
+    assert n == n_ref and ids.tolist() == ref.tolist()

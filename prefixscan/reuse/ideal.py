@@ -107,19 +107,18 @@ def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarr
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     flat = np.asarray(hashes, dtype=np.uint64)
     pt = np.asarray(prompt_tokens, dtype=np.int64)
-    lengths = np.diff(offsets)
     everyone = np.ones(n, dtype=np.bool_)
     gid, nd = ids if ids is not None else dense_ids(flat)
     k_all, source = leading_runs(offsets, gid, nd, everyone)
     ten = np.asarray(tenant_salts, dtype=np.uint64)
     if ten.any():
-        tid, ntd = dense_ids(flat ^ np.repeat(ten, lengths))
+        tid, ntd = dense_ids(flat, offsets, ten)
         k_ten, _ = leading_runs(offsets, tid, ntd, everyone)
     else:  # no tenants: the tenant scope is the whole log (salt 0 leaves every hash as it is)
         k_ten = k_all
     conv = np.asarray(conversation_salts, dtype=np.uint64)
     if conv.any():
-        cid, ncd = dense_ids(flat ^ np.repeat(conv, lengths))
+        cid, ncd = dense_ids(flat, offsets, conv)
         k_conv, _ = leading_runs(offsets, cid, ncd, conv != NO_SCOPE)
     else:  # no conversation ids: no request has a conversation scope
         k_conv = np.zeros(n, dtype=np.int32)
