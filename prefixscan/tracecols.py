@@ -46,15 +46,18 @@ class TraceColumns:
         if k == 0:
             return
         num = self._num
-        num["file"].append(np.full(k, self._file(path), dtype=np.int32))
+        # Columns constant over the call (file, a single root, absent fields) are kept as (value, count):
+        # a 10M-request trace would otherwise hold 8 bytes per request of each twice over.
+        num["file"].append((self._file(path), k))
         num["line"].append(np.asarray(line, dtype=np.int64))
         num["ts"].append(np.asarray(ts_s, dtype=np.float64))
         num["prompt"].append(np.asarray(prompt, dtype=np.int64))
-        num["root"].append(np.broadcast_to(np.asarray(roots, dtype=np.uint64), (k,)).copy())
+        r = np.asarray(roots, dtype=np.uint64)
+        num["root"].append((int(r), k) if r.ndim == 0 else r)
         num["len"].append(np.asarray(lengths, dtype=np.int64))
         for c in INT_COLS:
             v = (ints or {}).get(c)
-            num[c].append(np.full(k, -1, dtype=np.int64) if v is None else np.asarray(v, dtype=np.int64))
+            num[c].append((-1, k) if v is None else np.asarray(v, dtype=np.int64))
         self._flat.append(np.asarray(flat, dtype=np.uint64))
         for c in STRING_COLS:
             vals = (strings or {}).get(c)
@@ -94,8 +97,16 @@ class TraceColumns:
         n = self.n
 
         def cat(name: str, dtype: Any) -> np.ndarray:
-            parts = self._num[name]
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+            """One column, its parts released as it is built."""
+            parts, self._num[name] = self._num[name], []
+            out = np.empty(sum(len(p) if isinstance(p, np.ndarray) else p[1] for p in parts), dtype=dtype)
+            at = 0
+            while parts:
+                p = parts.pop(0)
+                m = len(p) if isinstance(p, np.ndarray) else p[1]
+                out[at:at + m] = p if isinstance(p, np.ndarray) else p[0]
+                at += m
+            return out
 
         lengths = cat("len", np.int64)
         offsets = np.zeros(n + 1, dtype=np.int64)
@@ -114,7 +125,8 @@ class TraceColumns:
             file_idx, line = file_idx[perm], line[perm]
             for k in self._num:
                 if k not in ("len", "file", "line") and self._num[k]:
-                    self._num[k] = [np.concatenate(self._num[k])[perm]]
+                    self._num[k] = [cat(k, np.uint64 if k == "root" else
+                                        np.float64 if k == "ts" else np.int64)[perm]]
             for c in STRING_COLS:
                 if self._str[c] is not None:
                     col = self._str[c]
@@ -130,8 +142,13 @@ class TraceColumns:
             "namespace": pl.Series("namespace", cat("root", np.uint64)),
         }
         for c in INT_COLS:
+            dtype = pl.Int32 if c == "turn_index" else pl.Int64
+            if all(isinstance(p, tuple) for p in self._num[c]):  # absent everywhere: all null
+                self._num[c] = []
+                cols[c] = pl.Series(c, [], dtype=dtype).extend_constant(None, n)
+                continue
             v = pl.Series(c, cat(c, np.int64))
-            cols[c] = v.set(v == -1, None).cast(pl.Int32 if c == "turn_index" else pl.Int64)
+            cols[c] = v.set(v == -1, None).cast(dtype)
         for c in STRING_COLS:
             v = self._str[c]
             cols[c] = (pl.Series(c, v, dtype=pl.String) if v is not None
