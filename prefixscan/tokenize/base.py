@@ -131,6 +131,9 @@ class SegmentEncoder:
         self.stats = stats
         self.paragraphs = paragraphs
         self.pending: dict[bytes, str] = {}
+        # Whole text pieces seen before (a conversation's earlier messages come back every turn): their
+        # units and keys, valid while the memo has not been cleared since (its eviction count).
+        self.pieces: dict[bytes, tuple[int, list[tuple[bool, str]], list[bytes]]] = {}
 
     def plan(self, pieces: list[tuple[bool, str]]) -> Planned:
         units: list[tuple[bool, str]] = []
@@ -142,7 +145,19 @@ class SegmentEncoder:
                 units.append((True, text))
                 keys.append(text.encode("utf-8"))
             else:
-                parts = split_paragraphs(text) if self.paragraphs and "\n\n" in text else [text]
+                multi = self.paragraphs and "\n\n" in text
+                if multi:
+                    pk = self.memo.key(text)
+                    known = self.pieces.get(pk)
+                    if known is not None and known[0] == self.memo.evictions:
+                        units.extend(known[1])
+                        keys.extend(known[2])
+                        self.stats.segments_seen += len(known[2])
+                        ends.append(len(units))
+                        continue
+                parts = split_paragraphs(text) if multi else [text]
+                start = len(units)
+                clean = True
                 for part in parts:
                     k = self.memo.key(part)
                     units.append((False, part))
@@ -150,14 +165,20 @@ class SegmentEncoder:
                     self.stats.segments_seen += 1
                     if k in self.poison:
                         poisoned = True
+                        clean = False
                     elif self.memo.get(k) is None and k not in self.pending:
                         # Only new text is checked: text that spells a special token would tokenise
                         # differently inside the whole prompt.
                         if self.spells_special is not None and self.spells_special(part):
                             self.poison.add(k)
                             poisoned = True
+                            clean = False
                         else:
                             self.pending[k] = part
+                if multi and clean:
+                    if len(self.pieces) > 1_000_000:
+                        self.pieces.clear()
+                    self.pieces[pk] = (self.memo.evictions, units[start:], keys[start:])
             ends.append(len(units))
         return Planned(units, keys, ends, poisoned)
 
@@ -191,3 +212,4 @@ class SegmentEncoder:
         self.paragraphs = paragraphs
         self.memo = SegmentMemo()
         self.pending.clear()
+        self.pieces.clear()
