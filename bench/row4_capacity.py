@@ -99,9 +99,12 @@ def run_row(scale: str, repeats: int, lg: Path) -> RowResult:
         f"kvcache-simulator: median {fmt_s(t_k)} of {[round(r.seconds, 2) for r in k_runs]} (C++ core, "
         f"compiled in a warm-up run first), peak RSS {human_bytes(max(r.maxrss_kib for r in k_runs) * 1024)}",
         "model differences: kvcache-simulator's LRU evicts only trie leaves (a request's tail before its head, "
-        "like prefixscan's vLLM order); its 'optimal' uses request-granularity next use, evicts leaves only and "
-        "bypasses admission when the new block's next use is later than the victim's; prefixscan's OPT is "
-        "Belady over blocks with all of a request's blocks admitted (docs/capacity.md)",
+        "like prefixscan's vLLM order). Both optimal caches are Belady with bypass on a prefix-closed cache with "
+        "request-granularity next use (docs/capacity.md); they differ only in tie rules: kvcache-simulator "
+        "evicts leaves only (larger trie node first among equal next use) and skips the current request's "
+        "path, prefixscan evicts the block listed latest in its next request and the current request's blocks "
+        "are never victims. With chained hashes two live blocks tie only if neither is used again, which "
+        "changes no hit, so the two must agree exactly",
         "",
         "| GiB | blocks | kvsim LRU | prefixscan LRU | diff (pt) | kvsim OPT | prefixscan OPT | diff (pt) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",

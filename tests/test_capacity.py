@@ -1,4 +1,4 @@
-"""Capacity curves: fast one-pass LRU and numba Belady against the slow references, plus Mooncake Fig. 9."""
+"""Capacity curves: fast one-pass LRU and numba OPT against the slow references, plus Mooncake Fig. 9."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_opt_equals_reference_and_bounds_lru(trace: tuple) -> None:
     lru_tok, lru_blk = lru_curves(prep)
     for c in caps:
         assert (opt_tok[c], opt_blk[c]) == opt_hit_tokens_ref(offsets, hashes, prompts, bs, rule, c)
-        # Belady is optimal for block-weighted hits; tokens can differ by partial/uncounted blocks.
+        # OPT >= LRU holds in blocks; token hits weigh blocks unequally (partial last block, vLLM cap).
         assert lru_blk[min(c, prep.n_distinct)] <= opt_blk[c] <= lru_blk[-1]
         assert opt_tok[c] <= lru_tok[-1]
 

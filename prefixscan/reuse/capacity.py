@@ -4,10 +4,11 @@ An operator sizing KV memory wants the whole curve, not one simulation per guess
 property (a bigger cache always holds what a smaller one holds), so one pass computing each block's
 *stack distance* gives the hit for every capacity at once (Mattson, Gecsei, Slutz and Traiger, "Evaluation
 techniques for storage hierarchies", IBM Systems Journal 9(2), 1970). Distances are counted with a Fenwick
-tree over virtual access times. Belady's farthest-next-use rule (Belady, "A study of replacement
-algorithms for a virtual-storage computer", IBM Systems Journal 5(2), 1966) gives the optimal reference,
-computed per capacity point. Semantics, proofs and measured numbers are in `docs/capacity.md`; the slow
-reference these are tested against is `capacity_ref.py`.
+tree over virtual access times. The optimal reference is Belady's farthest-next-use rule (Belady, "A study
+of replacement algorithms for a virtual-storage computer", IBM Systems Journal 5(2), 1966) with bypass: a
+block is not cached when nothing cached is needed strictly later than it. It is computed per capacity
+point. Semantics, proofs and measured numbers are in `docs/capacity.md`; the slow reference these are
+tested against is `capacity_ref.py`.
 """
 
 from __future__ import annotations
@@ -181,25 +182,29 @@ def capacity_for_fraction(curve: np.ndarray, fraction: float) -> int:
     return int(np.searchsorted(curve, target - 1e-9 * max(1.0, target), side="left"))
 
 
-# ---------------------------------------------------------------- OPT (Belady), per capacity
+# ---------------------------------------------------------------- OPT (Belady with bypass), per capacity
 
 
 @njit(cache=True)
-def _next_uses(offsets, ids, n_distinct):  # pragma: no cover - compiled
+def _next_keys(offsets, ids, n_distinct, width):  # pragma: no cover - compiled
     n_req = len(offsets) - 1
     out = np.empty(len(ids), np.int64)
-    upcoming = np.full(n_distinct, n_req, np.int64)  # scanning backwards: the next request seen so far
+    upcoming = np.full(n_distinct, n_req * width, np.int64)  # scanning backwards: the next listing seen so far
     for r in range(n_req - 1, -1, -1):
-        for p in range(offsets[r], offsets[r + 1]):
+        a = offsets[r]
+        b = offsets[r + 1]
+        for p in range(a, b):
             out[p] = upcoming[ids[p]]
-        for p in range(offsets[r], offsets[r + 1]):
-            upcoming[ids[p]] = r
+        for p in range(b - 1, a - 1, -1):  # backwards, so a block listed twice keeps its first position
+            upcoming[ids[p]] = r * width + (p - a)
     return out
 
 
-def next_uses(prep: Prepared) -> np.ndarray:
-    """For each listed block, the index of the next request that lists it again (n_requests = never)."""
-    return _next_uses(prep.offsets, prep.ids, prep.n_distinct)
+def next_keys(prep: Prepared, width: int) -> np.ndarray:
+    """For each listed block, when it is next listed: request * width + position in that request, where
+    `width` exceeds every request's length; n_requests * width = never. One integer orders next uses by
+    request, then by position, which is the eviction order of the optimal cache."""
+    return _next_keys(prep.offsets, prep.ids, prep.n_distinct, width)
 
 
 @njit(cache=True)
@@ -218,100 +223,147 @@ def _sift_down(hk, hb, n, i):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _opt_one(offsets, ids, weights, nxt, n_distinct, cap, depth_mult):  # pragma: no cover - compiled
-    """(hit tokens, hit blocks) of Belady's cache with `cap` blocks; see docs/capacity.md for the rules.
+def _sift_up(hk, hb, i, k, bid):  # pragma: no cover - compiled
+    """Place (k, bid) at the free slot i and move it up. Kept tiny so it inlines into the kernel."""
+    while i > 0:
+        par = (i - 1) // 2
+        if hk[par] >= k:
+            break
+        hk[i] = hk[par]
+        hb[i] = hb[par]
+        i = par
+    hk[i] = k
+    hb[i] = bid
 
-    key[b] = next_use * depth_mult + depth for a cached block (-1 = absent); a lazy max-heap holds
-    (key, block) entries and stale ones are skipped when popped. Blocks never used again are dropped
-    right after their request instead of being kept until evicted: they would be the first victims
-    anyway and can never hit, so hits are unchanged and the heap stays small.
+
+@njit(cache=True)
+def _heap_pop(hk, hb, hn):  # pragma: no cover - compiled
+    """Drop the top entry; returns the new size."""
+    hn -= 1
+    hk[0] = hk[hn]
+    hb[0] = hb[hn]
+    _sift_down(hk, hb, hn, 0)
+    return hn
+
+
+@njit(cache=True)
+def _compact(hk, hb, hn, key):  # pragma: no cover - compiled
+    """Keep only live entries and re-heapify; returns the new size. Live: key[b] == k, or -2 - k while the
+    kernel marks the blocks it has just pushed. At most one per resident block, so at most the capacity:
+    compacting when the arrays are full means they never need to grow."""
+    m = 0
+    for q in range(hn):
+        kb = key[hb[q]]
+        if kb == hk[q] or kb == -2 - hk[q]:
+            hk[m] = hk[q]
+            hb[m] = hb[q]
+            m += 1
+    for q in range(m // 2 - 1, -1, -1):
+        _sift_down(hk, hb, m, q)
+    return m
+
+
+@njit(cache=True)
+def _evict_later(hk, hb, hn, key, limit):  # pragma: no cover - compiled
+    """Evict the resident block with the largest key if that key is >= `limit` (next use strictly later
+    than the incoming block's). Returns (evicted, heap size). Blocks of the running request have no live
+    entry (they are pushed when it ends), so they are never victims."""
+    while hn > 0:
+        k0 = hk[0]
+        b0 = hb[0]
+        if key[b0] == k0 and k0 < limit:
+            return False, hn
+        hn = _heap_pop(hk, hb, hn)
+        if key[b0] == k0:
+            key[b0] = -1
+            return True, hn
+    return False, hn
+
+
+@njit(cache=True)
+def _opt_one(offsets, ids, weights, nk, n_distinct, cap, width):  # pragma: no cover - compiled
+    """(hit tokens, hit blocks) of the optimal cache with bypass holding `cap` blocks (docs/capacity.md).
+
+    key[b] = the block's next-use key (`next_keys`) while resident, -1 when absent. A lazy max-heap holds
+    (key, block) entries; stale ones (key[b] differs) are skipped when popped. While a request runs, its
+    resident blocks have no live entry (their keys change at its start), which is what keeps them from
+    being victims; they are pushed when it ends. Blocks never used again are not pushed: they only count
+    in `dead`, are always the first victims, and which of them goes changes nothing (none is listed
+    again). The per-block work is inline on purpose: a non-inlined call per block, with its array
+    arguments, cost more than the heap work (about 2x at large capacities).
     """
     n_req = len(offsets) - 1
-    total = offsets[n_req]
+    never = n_req * width
     key = np.full(n_distinct, -1, np.int64)
-    hcap = min(2 * cap + 64, total + 1)
+    hcap = min(2 * cap + 64, offsets[n_req] + 64)
     hk = np.empty(hcap, np.int64)
     hb = np.empty(hcap, np.int64)
     hn = 0
     size = 0
+    dead = 0
     tok = 0
     blk = 0
     for r in range(n_req):
         a = offsets[r]
         b = offsets[r + 1]
-        for p in range(a, b):
+        for p in range(a, b):  # hits are decided before any admission
             if key[ids[p]] < 0:
                 break
             tok += weights[p]
             blk += 1
-        h = min(b - a, cap)
-        need = 0
-        for p in range(a, a + h):
-            if key[ids[p]] < 0:
-                need += 1
-        while size + need > cap:  # the current request's blocks have the smallest keys: evicted last
-            k0 = hk[0]
-            b0 = hb[0]
-            hn -= 1
-            hk[0] = hk[hn]
-            hb[0] = hb[hn]
-            _sift_down(hk, hb, hn, 0)
-            if key[b0] == k0:
-                key[b0] = -1
-                size -= 1
-        for p in range(a, a + h):
-            bid = ids[p]
-            if nxt[p] >= n_req:
-                if key[bid] >= 0:
-                    key[bid] = -1
-                    size -= 1
+        for p in range(a, b):  # resident blocks of the request get their new next use
+            if key[ids[p]] >= 0:
+                key[ids[p]] = nk[p]
+        for p in range(a, b):  # admit in order until one is refused: each admitted block's parent is resident
+            if key[ids[p]] >= 0:
                 continue
-            if key[bid] < 0:
-                size += 1
-            k = nxt[p] * depth_mult + (p - a)
-            key[bid] = k
-            if hn == hcap:  # compact: keep only live entries (at most `cap` of them), then heapify
-                m = 0
-                for q in range(hn):
-                    if key[hb[q]] == hk[q]:
-                        hk[m] = hk[q]
-                        hb[m] = hb[q]
-                        m += 1
-                hn = m
-                for q in range(hn // 2 - 1, -1, -1):
-                    _sift_down(hk, hb, hn, q)
-            i = hn
-            hk[i] = k
-            hb[i] = bid
-            hn += 1
-            while i > 0:
-                par = (i - 1) // 2
-                if hk[par] >= hk[i]:
-                    break
-                hk[i], hk[par] = hk[par], hk[i]
-                hb[i], hb[par] = hb[par], hb[i]
-                i = par
+            if size >= cap:
+                if nk[p] >= never:
+                    break  # nothing resident is used strictly later than never
+                if dead > 0:
+                    dead -= 1
+                else:
+                    ok, hn = _evict_later(hk, hb, hn, key, (nk[p] // width + 1) * width)
+                    if not ok:
+                        break
+                size -= 1
+            key[ids[p]] = nk[p]
+            size += 1
+        for p in range(a, b):  # push each resident block once; -2 - key marks "pushed" for repeated ids
+            k = key[ids[p]]
+            if k >= never:
+                key[ids[p]] = -1
+                dead += 1
+            elif k >= 0:
+                if hn == hcap:
+                    hn = _compact(hk, hb, hn, key)
+                _sift_up(hk, hb, hn, k, ids[p])
+                hn += 1
+                key[ids[p]] = -2 - k
+        for p in range(a, b):
+            if key[ids[p]] < -1:
+                key[ids[p]] = -2 - key[ids[p]]
     return tok, blk
 
 
 @njit(cache=True, parallel=True)
-def _opt_many(offsets, ids, weights, nxt, n_distinct, caps, depth_mult):  # pragma: no cover - compiled
+def _opt_many(offsets, ids, weights, nk, n_distinct, caps, width):  # pragma: no cover - compiled
     tok = np.zeros(len(caps), np.int64)
     blk = np.zeros(len(caps), np.int64)
     for c in prange(len(caps)):
-        tok[c], blk[c] = _opt_one(offsets, ids, weights, nxt, n_distinct, caps[c], depth_mult)
+        tok[c], blk[c] = _opt_one(offsets, ids, weights, nk, n_distinct, caps[c], width)
     return tok, blk
 
 
 def opt_hits(prep: Prepared, capacities_blocks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(hit tokens, hit blocks) of Belady's optimal cache at each capacity in blocks (capacities in
-    parallel threads)."""
+    """(hit tokens, hit blocks) of the optimal cache (Belady with bypass, prefix-closed) at each capacity
+    in blocks, capacities in parallel threads."""
     caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
     if len(caps) == 0 or len(prep.ids) == 0:
         return np.zeros(len(caps), np.int64), np.zeros(len(caps), np.int64)
-    depth_mult = int(np.diff(prep.offsets).max()) + 1
-    nxt = next_uses(prep)
-    return _opt_many(prep.offsets, prep.ids, prep.weights, nxt, prep.n_distinct, caps, depth_mult)
+    width = int(np.diff(prep.offsets).max()) + 1
+    nk = next_keys(prep, width)
+    return _opt_many(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, caps, width)
 
 
 # ---------------------------------------------------------------- the table
@@ -337,7 +389,7 @@ def _rate(hit: np.ndarray, total: int) -> np.ndarray:
 def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
                    rule: str, capacities_tokens: Sequence[int] | None = None, opt: bool = True,
                    ids: tuple[np.ndarray, int] | None = None) -> pa.Table:
-    """Token-weighted hit rate of one cache (LRU with vLLM's order, Belady's OPT, infinite) per capacity.
+    """Token-weighted hit rate of one cache (LRU with vLLM's order, OPT with bypass, infinite) per capacity.
 
     Requests are taken in the given (analysis) order, one at a time. A capacity in tokens holds
     floor(tokens / block_size) blocks. Without `capacities_tokens`, a log-spaced grid up to the working

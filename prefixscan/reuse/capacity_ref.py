@@ -2,7 +2,7 @@
 
 Each function simulates one cache of one capacity request by request, exactly as the semantics in
 `docs/capacity.md` read, with no cleverness: an `OrderedDict` LRU (vLLM eviction order, REFERENCE.md 1)
-and a brute-force Belady (1966) optimal cache that scans the future for every eviction. They are
+and a brute-force Belady (1966) optimal cache with bypass that scans the future for every decision. They are
 quadratic-ish and meant only for small traces in tests.
 """
 
@@ -67,38 +67,42 @@ def ideal_hit_tokens_ref(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens:
 
 def opt_hit_tokens_ref(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray,
                        block_size: int, rule: str, capacity_blocks: int) -> tuple[int, int]:
-    """(hit tokens, hit blocks) of Belady's farthest-next-use cache holding at most `capacity_blocks`.
+    """(hit tokens, hit blocks) of the optimal cache with bypass holding at most `capacity_blocks` blocks.
 
-    Rules (the same as the fast code, see docs/capacity.md):
-    - a request's blocks are all inserted after its lookup; if it has more blocks than the capacity, only
-      its first `capacity_blocks` (head) blocks are kept, since only a prefix can ever hit;
-    - to make room, evict the cached block whose next request is farthest in the future (never used
-      again = infinitely far); ties go to the block that sat deeper in the request that last touched it,
-      so the cache stays prefix-closed. The current request's cached blocks have next use "now" and are
-      therefore the last candidates.
+    The definition of docs/capacity.md, literally. For each request in order: the hit is its run of
+    leading cached blocks; then its blocks are offered in order and a cached one is skipped. With a full
+    cache the victim is the cached block, not listed by this request, that is next listed latest (by
+    request, then by position in that request); it is evicted only if that request is strictly later
+    than the offered block's next one. Otherwise the block is refused and so are the request's remaining
+    blocks, which is why an admitted block's predecessor in the request is always cached. Blocks never
+    listed again tie at "never"; which of those goes changes no later hit.
     """
     reqs = _requests(offsets, hashes)
     n_req = len(reqs)
-    members = [set(blocks) for blocks in reqs]
 
-    def next_use(b: int, start: int) -> int:
-        for r in range(start, n_req):
-            if b in members[r]:
-                return r
-        return n_req  # never again
+    def next_use(b: int, now: int) -> tuple[int, int]:
+        for r in range(now + 1, n_req):
+            if b in reqs[r]:
+                return r, reqs[r].index(b)
+        return n_req, 0
 
-    depth: dict[int, int] = {}  # cached block -> its position in the request that last touched it
+    cache: set[int] = set()
     tok = 0
     blk = 0
     for i, blocks in enumerate(reqs):
-        k = _leading_present(blocks, depth)
+        k = _leading_present(blocks, cache)
         tok += hit_tokens(k, int(prompt_tokens[i]), block_size, rule)
         blk += k
-        keep = blocks[:capacity_blocks]
-        new = [b for b in keep if b not in depth]
-        while depth and len(depth) + len(new) > capacity_blocks:
-            victim = max(depth, key=lambda b: (next_use(b, i), depth[b]))
-            del depth[victim]
-        for j, b in enumerate(keep):
-            depth[b] = j
+        for b in blocks:
+            if b in cache:
+                continue
+            if len(cache) >= capacity_blocks:
+                others = [c for c in cache if c not in blocks]
+                if not others:
+                    break
+                victim = max(others, key=lambda c: next_use(c, i))
+                if next_use(victim, i)[0] <= next_use(b, i)[0]:
+                    break
+                cache.remove(victim)
+            cache.add(b)
     return tok, blk
