@@ -102,7 +102,7 @@ DEFINITIONS = (
     (
         "LRU / optimal curve",
         "hit rate (token-weighted) of one cache of the given capacity under LRU "
-        "eviction (vLLM order) and under Belady's optimal eviction.",
+        "eviction (vLLM order) and under Belady's optimal eviction with bypass (docs/capacity.md).",
     ),
     (
         "cluster hit rate",
