@@ -25,6 +25,7 @@ from prefixscan.errors import UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, summaries_table
+from prefixscan.reuse.capacity import capacity_targets
 from prefixscan.reuse.ideal import TokenPrefixIndex, ideal_reuse, scope_salts
 from prefixscan.reuse.prefixes import prefixes_table
 from prefixscan.schema import REJECTS_SCHEMA, REQUESTS_SCHEMA
@@ -299,11 +300,7 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
             {"capacity_tokens": c, "lru_hit_rate": lr, "opt_hit_rate": o}
             for c, lr, o in zip(curve_py["capacity_tokens"], curve_py["lru_hit_rate"], curve_py["opt_hit_rate"],
                                 strict=True)]}
-        ideal = overall["token_weighted"]
-        for frac in (0.5, 0.9):
-            need = next((c for c, lr in zip(curve_py["capacity_tokens"], curve_py["lru_hit_rate"], strict=True)
-                         if ideal > 0 and lr >= frac * ideal), None)
-            capacity[f"lru_tokens_for_{int(frac * 100)}pct_of_ideal"] = need
+        capacity.update(capacity_targets(curve))
     cross = prefixes.filter(pl.col("cross_tenant_hits") > 0) if prefixes.height else prefixes
     return {
         "version": __version__,

@@ -176,7 +176,7 @@ def test_table_schema_defaults_and_empty_input() -> None:
 
 def test_default_capacities_grid() -> None:
     grid = default_capacities(100_000, 512)
-    assert 20 <= len(grid) <= 24
+    assert 14 <= len(grid) <= 16
     assert grid == sorted(set(grid)) and grid[-1] == 100_000 * 512
     assert all(c % 512 == 0 and c > 0 for c in grid)
     assert default_capacities(0, 16) == []
@@ -219,3 +219,23 @@ def test_mooncake_figure9_single_lru() -> None:
                                    table["opt_hit_rate"].to_pylist(), strict=True):
         assert lru == pytest.approx(published, abs=0.015)
         assert lru - 1e-9 <= opt <= 0.651244 + 1e-6
+
+
+def test_capacity_targets_are_the_exact_smallest_capacities() -> None:
+    """The summary's "tokens for 50%/90% of ideal" come from the every-capacity LRU curve, not the grid."""
+    from prefixscan.reuse.capacity import capacity_targets
+
+    rng = np.random.default_rng(5)
+    rows = [rng.integers(0, 40, size=rng.integers(1, 9)).cumsum() for _ in range(300)]  # shared prefixes
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+    flat = np.concatenate(rows).astype(np.uint64)
+    prompt = np.array([len(r) * 4 + 1 for r in rows], dtype=np.int64)
+    table = capacity_curve(offsets, flat, prompt, 4, "vllm")
+    targets = capacity_targets(table)
+    curve = lru_hit_tokens_all_capacities(offsets, flat, prompt, 4, "vllm")
+    for frac in (0.5, 0.9):
+        blocks = targets[f"lru_tokens_for_{int(frac * 100)}pct_of_ideal"] // 4
+        assert curve[blocks] >= frac * curve[-1] > curve[blocks - 1]
+        grid = [c for c, h in zip(table["capacity_tokens"].to_pylist(), table["lru_hit_tokens"].to_pylist(),
+                                  strict=True) if h >= frac * curve[-1]]
+        assert blocks * 4 <= grid[0]

@@ -13,6 +13,7 @@ tested against is `capacity_ref.py`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -369,7 +370,7 @@ def opt_hits(prep: Prepared, capacities_blocks: Sequence[int]) -> tuple[np.ndarr
 # ---------------------------------------------------------------- the table
 
 
-def default_capacities(working_set_blocks: int, block_size: int, points: int = 24) -> list[int]:
+def default_capacities(working_set_blocks: int, block_size: int, points: int = 16) -> list[int]:
     """A log-spaced grid of capacities in tokens, from ~1/1000 of the working set up to all of it.
 
     The working set (distinct blocks x block size) is where LRU reaches the ideal hit, so the curve's
@@ -426,4 +427,17 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
         pa.array(np.full(n, ideal_tok, np.int64), pa.int64()),
         pa.array(np.full(n, total, np.int64), pa.int64()),
     ]
-    return pa.Table.from_arrays(cols, schema=SCHEMA)
+    # The exact smallest LRU capacity for 50% and 90% of the ideal hit, from the every-capacity curve
+    # (not rounded up to a grid point), kept as table metadata for the summary.
+    targets = {f"lru_tokens_for_{int(f * 100)}pct_of_ideal": capacity_for_fraction(lru_tok, f) * block_size
+               if ideal_tok > 0 else None for f in TARGET_FRACTIONS}
+    return pa.Table.from_arrays(cols, schema=SCHEMA.with_metadata({"targets": json.dumps(targets)}))
+
+
+TARGET_FRACTIONS = (0.5, 0.9)
+
+
+def capacity_targets(curve: pa.Table) -> dict[str, int | None]:
+    """The exact LRU capacities (tokens) for 50% and 90% of the ideal hit that `capacity_curve` stored."""
+    meta = curve.schema.metadata or {}
+    return json.loads(meta[b"targets"]) if b"targets" in meta else {}
