@@ -2,7 +2,9 @@
 
 `simulate(run_or_table, config)` replays the requests table of a run (or any table with its columns)
 once per policy and returns a `SimResult` holding headline metrics and the sim tables. Everything is
-deterministic for a given table, config and seed.
+deterministic for a given table, config and seed. The replay is compiled (`sim/fast/`); `engine=
+"reference"` (or PREFIXSCAN_SIM_ENGINE=reference) runs the Python reference engine instead, with
+identical results.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import pyarrow as pa
 
 from prefixscan.errors import UsageError
 from prefixscan.sim.config import ReplicaEvent, SimConfig
-from prefixscan.sim.engine import _capacity, replay
+from prefixscan.sim.engine import _capacity
+from prefixscan.sim.fast import run_replay
 from prefixscan.sim.metrics import HEADLINE, decision_table, replica_table, summarize, timeline_table
 from prefixscan.sim.policies import POLICIES, make_policy, resolve_names
 from prefixscan.sim.timing import ServingModel, from_coeffs, from_cost_model, preble_fit
@@ -39,6 +42,7 @@ class SimResult:
     policies: dict[str, dict[str, Any]]
     tables: dict[str, pa.Table] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
+    engines: dict[str, str] = field(default_factory=dict)  # policy -> "fast" | "reference" (what ran)
 
     def to_json(self) -> dict[str, Any]:
         """Stable machine-readable form: {"policies": {NAME: {metric: value}}, "workload", "config"}.
@@ -132,11 +136,14 @@ def simulate(
     block_size: int | None = None,
     hit_rule: str | None = None,
     progress: Any = None,
+    engine: str | None = None,
 ) -> SimResult:
     """Replay a run's requests (a run path, `Run`, or a requests table) once per policy.
 
     `block_size` / `hit_rule` default to the run manifest's `config` (for a bare table: 16 / "vllm").
-    `progress(name, i, total)` is called before each policy when given.
+    `progress(name, i, total)` is called before each policy when given. `engine`: "auto" (default:
+    compiled where supported), "fast" (compiled or an error) or "reference" (the Python engine); the
+    default comes from $PREFIXSCAN_SIM_ENGINE when set.
     """
     cfg = config or SimConfig()
     table, manifest = _table_and_manifest(run_or_table)
@@ -153,6 +160,7 @@ def simulate(
     summaries: dict[str, dict[str, Any]] = {}
     parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES[1:]}
     timings: dict[str, float] = {}
+    engines: dict[str, str] = {}
     span = float(w.arrival_s[-1]) if w.n else 0.0
     bucket = _nice_bucket(span)
     for j, name in enumerate(names):
@@ -160,7 +168,7 @@ def simulate(
             progress(name, j, len(names))
         pol = make_policy(name, cfg.params_for(name), cfg.seed, bs)
         t0 = time.perf_counter()
-        out = replay(w, pol, cfg, serving, capacity)
+        out, engines[name] = run_replay(w, pol, cfg, serving, capacity, engine)
         timings[name] = time.perf_counter() - t0
         s = _clean(summarize(w, out, serving, cfg.replicas))
         s["params"] = {k: getattr(pol.params, k) for k in getattr(pol.params, "__dataclass_fields__", {})}
@@ -170,7 +178,7 @@ def simulate(
         if cfg.decision_log:
             parts["sim_decisions"].append(decision_table(w, out))
     if cfg.compare_isolation:
-        _isolation_cost(table, cfg, bs, rule, names, serving, capacity, summaries)
+        _isolation_cost(table, cfg, bs, rule, names, serving, capacity, summaries, engine)
     rows = [
         {
             "policy": n,
@@ -199,7 +207,7 @@ def simulate(
             float(w.ideal_cached.sum() / w.prompt_tokens.sum()) if w.prompt_tokens.sum() else None
         ),
     }
-    return SimResult(cfg.to_dict(), info, summaries, tables, timings)
+    return SimResult(cfg.to_dict(), info, summaries, tables, timings, engines)
 
 
 def _isolation_cost(
@@ -211,6 +219,7 @@ def _isolation_cost(
     serving: ServingModel,
     capacity: int,
     summaries: dict[str, dict[str, Any]],
+    engine: str | None,
 ) -> None:
     """Replay each policy with tenant isolation flipped; add shared-vs-isolated deltas to its summary."""
     flipped = dataclasses.replace(cfg, isolate_tenants=not cfg.isolate_tenants)
@@ -219,7 +228,9 @@ def _isolation_cost(
         other = _clean(
             summarize(
                 w2,
-                replay(w2, make_policy(name, cfg.params_for(name), cfg.seed, bs), flipped, serving, capacity),
+                run_replay(
+                    w2, make_policy(name, cfg.params_for(name), cfg.seed, bs), flipped, serving, capacity, engine
+                )[0],
                 serving,
                 cfg.replicas,
             )

@@ -49,7 +49,8 @@ class Outcome:
     prefill_s: np.ndarray
     reason: np.ndarray  # int16 code into `reasons`
     reasons: list[str]
-    candidates: list[tuple[int, ...]]
+    cand_ids: np.ndarray  # int32: every request's candidate replicas, best first, concatenated
+    cand_off: np.ndarray  # int64 [n + 1]: request i's candidates are cand_ids[cand_off[i]:cand_off[i + 1]]
     evictions: np.ndarray
     evict_age_sum: np.ndarray
     evict_hist: np.ndarray
@@ -59,6 +60,12 @@ class Outcome:
     oversized: int
     knowledge: str
     extra: dict = field(default_factory=dict)
+
+    @property
+    def candidates(self) -> list[tuple[int, ...]]:
+        """Per-request candidate tuples (the decision log's `candidate_replicas`)."""
+        ids, off = self.cand_ids.tolist(), self.cand_off.tolist()
+        return [tuple(ids[off[i] : off[i + 1]]) for i in range(len(off) - 1)]
 
 
 def _capacity(cfg: SimConfig, w: Workload) -> int:
@@ -72,6 +79,20 @@ def _capacity(cfg: SimConfig, w: Workload) -> int:
     return kv_capacity_blocks(
         cfg.model, cfg.gpu, cfg.dtype, w.block_size, cfg.tensor_parallel, cfg.gpu_memory_utilization
     )
+
+
+def request_budget(w: Workload, cfg: SimConfig, capacity: int) -> tuple[np.ndarray, ...]:
+    """(blocks, pinned prompt blocks, reserved decode blocks, oversized count) per request.
+
+    A request pins its prompt blocks (truncated if it exceeds a whole replica) plus, with
+    `reserve_decode_blocks`, the blocks its output will fill.
+    """
+    nb = np.diff(w.offsets)
+    total = -(-(w.prompt_tokens + w.output_tokens) // w.block_size)
+    extra = np.maximum(total - nb, 0) if cfg.reserve_decode_blocks else np.zeros(w.n, dtype=np.int64)
+    pin_n = np.minimum(nb, capacity)
+    extra = np.minimum(extra, capacity - pin_n)
+    return nb, pin_n, extra, int((nb > capacity).sum())
 
 
 def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, capacity: int) -> Outcome:
@@ -103,13 +124,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     reasons: list[str] = []
     reason_code: dict[str, int] = {}
     cands: list[tuple[int, ...]] = [()] * n
-    # blocks each request pins: prompt blocks (truncated if a request exceeds a whole replica) + decode
-    nb = np.diff(w.offsets)
-    total = -(-(w.prompt_tokens + w.output_tokens) // B)
-    extra = np.maximum(total - nb, 0) if cfg.reserve_decode_blocks else np.zeros(n, dtype=np.int64)
-    pin_n = np.minimum(nb, capacity)
-    extra = np.minimum(extra, capacity - pin_n)
-    oversized = int((nb > capacity).sum())
+    nb, pin_n, extra, oversized = request_budget(w, cfg, capacity)
     # plain Python lists for per-request constants: indexing numpy arrays in the hot loop costs ~10x more
     off_l, pin_l, extra_l, nb_l = w.offsets.tolist(), pin_n.tolist(), extra.tolist(), nb.tolist()
     prompt_l, out_l, cap_l = w.prompt_tokens.tolist(), w.output_tokens.tolist(), w.hit_cap.tolist()
@@ -284,6 +299,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
             ai += 1
     for r in range(slots):
         account(r, now)
+    cand_off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, cands), dtype=np.int64, count=n), out=cand_off[1:])
     return Outcome(
         policy=policy.name,
         n_slots=slots,
@@ -299,7 +316,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         prefill_s=pre_s,
         reason=reason,
         reasons=reasons,
-        candidates=cands,
+        cand_ids=np.fromiter((r for c in cands for r in c), dtype=np.int32, count=int(cand_off[-1])),
+        cand_off=cand_off,
         evictions=kv.evictions.copy(),
         evict_age_sum=kv.evict_age_sum.copy(),
         evict_hist=kv.evict_hist.copy(),

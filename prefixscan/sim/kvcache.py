@@ -9,7 +9,8 @@ Together these keep every replica's cached set prefix-closed per chain (a block 
 its parent is), so the hit length is found by binary search over the request's blocks. `reference.py`
 is the brute-force model the property tests compare against.
 
-State for R replicas over U distinct blocks: `res[r, b]` (resident, read by matching) and one 16-byte
+State for R replicas over U distinct blocks: `res[r, b]` (resident, read by matching; a transposed view
+of block-major memory) and one 16-byte
 record per block `node[r, b]` = (ref count, prev + 1, next + 1, release time as float32 bits), so a
 block's bookkeeping shares one cache line. The free queue is a doubly linked list threaded through the
 records, exactly like vLLM's FreeKVCacheBlockQueue. Per-replica scalars live in `meta[r]` = (head,
@@ -31,10 +32,17 @@ N_AGE_BUCKETS = 40  # log2 buckets of evicted-block age in ms: bucket i holds [2
 class KVState:
     """Arrays for R replicas; every operation is a compiled kernel below."""
 
-    def __init__(self, replicas: int, n_blocks: int, capacity: int) -> None:
+    def __init__(
+        self, replicas: int, n_blocks: int, capacity: int, zeroed: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> None:
+        """`zeroed`: optional all-zero (res [blocks, replicas] int8, node [replicas, blocks, 4] int32) to use
+        instead of allocating (the compiled replay reuses them across replays)."""
         r, u = replicas, max(n_blocks, 1)
-        self.res = np.zeros((r, u), dtype=np.int8)
-        self.node = np.zeros((r, u, 4), dtype=np.int32)  # zeros = unreferenced, unlinked
+        res, node = zeroed if zeroed is not None else (None, None)
+        # indexed res[r, b] everywhere, stored block-major: matching one request probes the same blocks on
+        # every replica, so those bytes share cache lines
+        self.res = (np.zeros((u, r), dtype=np.int8) if res is None else res).T
+        self.node = np.zeros((r, u, 4), dtype=np.int32) if node is None else node  # zeros = unreferenced, unlinked
         self.nodef = self.node.view(np.float32)  # slot 3 read as float32: last release time
         self.meta = np.zeros((r, 5), dtype=np.int64)
         self.meta[:, HEAD] = -1

@@ -162,7 +162,7 @@ def replica_table(w: Workload, o: Outcome, serving: ServingModel) -> pa.Table:
 
 def decision_table(w: Workload, o: Outcome) -> pa.Table:
     """The per-request routing log, with the seed document's fields."""
-    cands = pa.array([list(c) for c in o.candidates], pa.list_(pa.int32()))
+    cands = pa.ListArray.from_arrays(pa.array(o.cand_off.astype(np.int32)), pa.array(o.cand_ids, pa.int32()))
     # prefix_key: chain hash of the deepest block the chosen replica held (names the shared prefix)
     k = o.routed_blocks.astype(np.int64)
     last = w.offsets[:-1] + k - 1

@@ -104,16 +104,24 @@ class ClusterView:
         """Predicted cached tokens on one replica (cheaper than the vector when a policy ignores caches)."""
         return self.workload.hit_tokens(req.i, int(self.matched_blocks(req)[r]))
 
+    def uniform(self) -> float:
+        """The next number of the policy's seeded uniform stream (drawn 4096 at a time).
+
+        Every random choice draws from this one stream, so the compiled replay, which precomputes the
+        same stream, makes the same choices.
+        """
+        if self._rand_i >= len(self._rand):
+            self._rand = self.rng.random(4096)
+            self._rand_i = 0
+        u = float(self._rand[self._rand_i])
+        self._rand_i += 1
+        return u
+
     def pick(self, candidates: np.ndarray) -> int:
         """A seeded uniform choice among candidates (ties), without rng.choice's per-call overhead."""
         if len(candidates) == 1:
             return int(candidates[0])
-        if self._rand_i >= len(self._rand):
-            self._rand = self.rng.random(4096)
-            self._rand_i = 0
-        u = self._rand[self._rand_i]
-        self._rand_i += 1
-        return int(candidates[int(u * len(candidates))])
+        return int(candidates[int(self.uniform() * len(candidates))])
 
     def backlog_s(self) -> np.ndarray:
         """Predicted seconds until a newly queued prefill could start, per replica."""

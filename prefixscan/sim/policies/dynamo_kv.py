@@ -9,6 +9,7 @@ over normalised costs. Exact mode uses KV events; `knowledge=approximate` is `--
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,26 @@ class DynamoParams:
     knowledge: str = ""  # "" = the run's --knowledge
 
 
+def softmax_sample(costs: list[float], ids: list[int], temperature: float, u: float) -> int:
+    """Sample a replica with weight exp(-(cost - min) / span / T) using the uniform u.
+
+    Scalar math.exp and a running sum, in this order, so the compiled policy draws the same replica.
+    """
+    lo, hi = min(costs), max(costs)
+    scale = hi - lo if hi - lo > 0 else 1.0
+    weights = [math.exp(-(c - lo) / scale / temperature) for c in costs]
+    total = 0.0
+    for wgt in weights:  # a plain running sum (builtin sum compensates rounding on Python >= 3.12)
+        total += wgt
+    target = u * total
+    cum = 0.0
+    for r, wgt in zip(ids, weights, strict=True):
+        cum += wgt
+        if cum > target:
+            return r
+    return ids[-1]
+
+
 class DynamoKv(Policy):
     name = "dynamo_kv"
     Params = DynamoParams
@@ -34,11 +55,7 @@ class DynamoKv(Policy):
         cost = cost.astype(np.float64)
         idx = view.active_idx
         if p.router_temperature > 0:
-            c = cost[idx]
-            span = c.max() - c.min()
-            z = -(c - c.min()) / (span if span > 0 else 1.0) / p.router_temperature
-            prob = np.exp(z - z.max())
-            r = int(view.rng.choice(idx, p=prob / prob.sum()))
+            r = softmax_sample(cost[idx].tolist(), idx.tolist(), p.router_temperature, view.uniform())
             reason = "softmax-sample"
         else:
             r = view.argmin_active(cost)

@@ -1,0 +1,312 @@
+"""The compiled event loop: `engine.replay` step for step, over arrays, for any policy code.
+
+Arrays (see `layout.py` for rows and columns): `off`/`wb` the requests' dense block ids, `rq`/`rf` one
+row of inputs and results per request, `cand` candidate replicas, `ci`/`cf`/`g`/`fp` the cluster's
+counters, globals and model parameters; `res`..`scratch` are `KVState`'s arrays, driven by the same
+`kvcache` kernels the reference calls; `items`/`dids`/`dres` the delayed view, `last` the approximate
+view; `ht`/`hm` the event heap; `pf`..`uni` the policy's arrays (`policies/base.py`); `ev_*` the
+scenario events sorted by time. Helpers take the arrays they use one by one: numba updates a reference
+count per array argument, so passing tuples of every array would cost more than the work itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from prefixscan.sim.fast import heap
+from prefixscan.sim.fast.layout import (
+    ACT,
+    ACTIVE,
+    AREA_OUT,
+    AREA_WAIT,
+    CACHEDV,
+    DECODE_DONE,
+    DECODING,
+    EV_ADD,
+    EV_RESTART,
+    EXACT,
+    G_BLOCK,
+    G_COUNTER,
+    G_GEN_ON,
+    G_HEAP,
+    G_MAX_SEQS,
+    G_NACT,
+    G_NEXT_ADD,
+    G_VERSION,
+    G_VMODE,
+    INFL_OUT,
+    INFLIGHT,
+    KB,
+    KV_AVAIL,
+    LANE_BUSY,
+    LANE_UNTIL,
+    LAST_T,
+    LOAD_BLOCKS,
+    PREFILL_DONE,
+    QUEUED_BLOCKS,
+    QUEUED_PREFILL,
+    RF_ARRIVAL,
+    RF_FINISH,
+    RF_FIRST,
+    RF_PRE_S,
+    RF_PRED_S,
+    RF_START,
+    RQ_BEST,
+    RQ_CACHED,
+    RQ_CAND_N,
+    RQ_CAP,
+    RQ_EXTRA,
+    RQ_NB,
+    RQ_NXT,
+    RQ_OUT,
+    RQ_PIN,
+    RQ_PREDICTED,
+    RQ_PROMPT,
+    RQ_REASON,
+    RQ_REPLICA,
+    RQ_ROUTED,
+    RQ_ROUTED_K,
+    RQ_WQ_NEXT,
+    RUNNING,
+    SV_SLOW,
+    SV_TPOT,
+    V_APPROX,
+    V_DELAYED,
+    VP_DELAY,
+    VP_TTL,
+    WAITING,
+    WQ_HEAD,
+    WQ_TAIL,
+)
+from prefixscan.sim.fast.policies.common import py_max, seconds, share
+from prefixscan.sim.fast.policies.dispatch import choose
+from prefixscan.sim.fast.views import approx_advance, approx_route, delayed_advance, delayed_push
+from prefixscan.sim.knowledge import _match_ttl
+from prefixscan.sim.kvcache import CAP, NFREE, USED, admit, clear_free, match_all, release, release_gen
+
+
+@njit(cache=True)
+def _available(meta, r):  # noqa: ANN001, ANN202
+    return meta[r, CAP] - meta[r, USED] + meta[r, NFREE]
+
+
+@njit(cache=True)
+def _account(ci, cf, r, now):  # noqa: ANN001, ANN202
+    dt = now - cf[LAST_T, r]
+    if dt > 0:
+        cf[AREA_OUT, r] += dt * ci[INFLIGHT, r]
+        cf[AREA_WAIT, r] += dt * ci[WAITING, r]
+        cf[LAST_T, r] = now
+
+
+@njit(cache=True)
+def _prefill_s(fp, new, cached, decoding):  # noqa: ANN001, ANN202
+    return seconds(fp, new, cached) / share(fp, decoding)
+
+
+@njit(cache=True)
+def _decode_s(fp, output_tokens, decoding):  # noqa: ANN001, ANN202
+    tpot = fp[SV_TPOT] * (1.0 + fp[SV_SLOW] * max(decoding - 1, 0))
+    return max(output_tokens - 1, 0) * tpot
+
+
+@njit(cache=True)
+def _set_active(ci, g):  # noqa: ANN001, ANN202
+    n = 0
+    for r in range(ci.shape[1]):
+        if ci[ACTIVE, r]:
+            ci[ACT, n] = r
+            n += 1
+    g[G_NACT] = n
+    g[G_VERSION] += 1
+
+
+@njit(cache=True)
+def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, node, nodef, meta, evictions, age_sum, hist, scratch,  # noqa: ANN001, ANN202
+               items, dids, ht, hm):
+    """Admit replica r's queue head if the lane is free and its blocks fit, and start its prefill."""
+    i = ci[WQ_HEAD, r]
+    if ci[LANE_BUSY, r] or i < 0 or ci[RUNNING, r] >= g[G_MAX_SEQS]:
+        return
+    s = off[i]
+    blocks = wb[s : s + rq[i, RQ_PIN]]
+    extra = rq[i, RQ_EXTRA]
+    k, ne = admit(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, blocks, extra, now)
+    if k < 0:
+        return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
+    ci[KV_AVAIL, r] = _available(meta, r)
+    ci[WQ_HEAD, r] = rq[i, RQ_WQ_NEXT]
+    if ci[WQ_HEAD, r] < 0:
+        ci[WQ_TAIL, r] = -1
+    _account(ci, cf, r, now)
+    ci[WAITING, r] -= 1
+    cf[QUEUED_PREFILL, r] = py_max(cf[QUEUED_PREFILL, r] - rf[i, RF_PRED_S], 0.0) if ci[WQ_HEAD, r] >= 0 else 0.0
+    ci[QUEUED_BLOCKS, r] -= rq[i, RQ_PIN] + extra
+    if g[G_VMODE] == V_DELAYED:
+        due = now + fp[VP_DELAY]
+        delayed_push(g, items, dids, r, 1, blocks[k:], due)
+        if ne:
+            delayed_push(g, items, dids, r, 0, scratch[:ne], due)
+    c = min(k * g[G_BLOCK], rq[i, RQ_CAP])
+    rq[i, RQ_CACHED] = c
+    dur = _prefill_s(fp, rq[i, RQ_PROMPT] - c, c, ci[DECODING, r])
+    rf[i, RF_PRE_S] = dur
+    rf[i, RF_START] = now
+    ci[RUNNING, r] += 1
+    ci[LANE_BUSY, r] = 1
+    cf[LANE_UNTIL, r] = now + dur
+    g[G_COUNTER] += 1
+    g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], now + dur, PREFILL_DONE, g[G_COUNTER], r, i)
+
+
+@njit(cache=True)
+def _release(r, i, now, off, wb, rq, g, fp, res, node, nodef, meta, scratch, items, dids):  # noqa: ANN001, ANN202
+    """Unpin request i's blocks; with cached generation, first cache the blocks its answer filled."""
+    s = off[i]
+    pin, nb, extra = rq[i, RQ_PIN], rq[i, RQ_NB], rq[i, RQ_EXTRA]
+    blocks = wb[s : s + pin]
+    j = rq[i, RQ_NXT] if g[G_GEN_ON] and pin == nb else -1
+    if j >= 0:
+        # the next turn's blocks inside this prompt + output are what this request generated
+        sj = off[j]
+        m = min(rq[j, RQ_NB], (rq[i, RQ_PROMPT] + rq[i, RQ_OUT]) // g[G_BLOCK])
+        if m > nb and (nb == 0 or wb[sj + nb - 1] == wb[s + nb - 1]):
+            stored = release_gen(res, node, nodef, meta, scratch, r, blocks, wb[sj + nb : sj + m], extra, now)
+            if stored and g[G_VMODE] == V_DELAYED:
+                delayed_push(g, items, dids, r, 1, scratch[:stored], now + fp[VP_DELAY])
+            return
+    release(node, nodef, meta, r, blocks, extra, now)
+
+
+@njit(cache=True)
+def _scenario(action, rep, now, ci, cf, g, fp, res, node, meta, items, dids):  # noqa: ANN001, ANN202
+    if action == EV_RESTART:
+        n = 0
+        ids = np.empty(res.shape[1], dtype=np.int32)
+        for b in range(res.shape[1]):
+            if res[rep, b] == 1 and node[rep, b, 0] == 0:
+                ids[n] = b
+                n += 1
+        clear_free(res, node, meta, rep)
+        ci[KV_AVAIL, rep] = _available(meta, rep)
+        if g[G_VMODE] == V_DELAYED:
+            delayed_push(g, items, dids, rep, 0, ids[:n], now + fp[VP_DELAY])
+    elif action == EV_ADD:
+        r = g[G_NEXT_ADD]
+        ci[ACTIVE, r] = 1
+        _set_active(ci, g)
+        cf[LAST_T, r] = now
+        g[G_NEXT_ADD] = r + 1
+    elif ci[ACTIVE, rep]:
+        if g[G_NACT] == 1:
+            return  # never remove the last replica: requests would have nowhere to go
+        ci[ACTIVE, rep] = 0
+        _set_active(ci, g)
+
+
+@njit(cache=True)
+def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids, dres, last,  # noqa: ANN001, ANN202
+           pf, pi, sf, si, pu, uni):
+    """Match request i everywhere, let the policy choose, record the decision and queue it; returns r."""
+    s, e = off[i], off[i + 1]
+    blocks = wb[s:e]
+    exact, kb = ci[EXACT], ci[KB]
+    match_all(res, blocks, exact)
+    vmode = g[G_VMODE]
+    if vmode == V_DELAYED:
+        delayed_advance(g, items, dids, dres, now)
+        match_all(dres, blocks, kb)
+    elif vmode == V_APPROX:
+        approx_advance(fp, ci, rq, rf, last, off, wb, now)
+        _match_ttl(last, blocks, now - fp[VP_TTL], kb)
+    else:
+        kb[:] = exact
+    block, cap, prompt = g[G_BLOCK], rq[i, RQ_CAP], rq[i, RQ_PROMPT]
+    for r in range(ci.shape[1]):
+        ci[CACHEDV, r] = min(kb[r] * block, cap)
+    r, reason, pred, nc = choose(code, i, now, e - s, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand[i])
+    if not ci[ACTIVE, r]:
+        raise RuntimeError("policy chose an inactive replica")
+    rq[i, RQ_REPLICA], rq[i, RQ_REASON], rq[i, RQ_PREDICTED], rq[i, RQ_CAND_N] = r, reason, pred, nc
+    kmax = exact[r]
+    if g[G_NACT] > 1:
+        kmax = exact[ci[ACT, 0]]
+        for a in range(1, g[G_NACT]):
+            kmax = max(kmax, exact[ci[ACT, a]])
+    rq[i, RQ_BEST] = min(kmax * block, cap)
+    kr = exact[r]
+    rq[i, RQ_ROUTED_K] = kr
+    rc = min(kr * block, cap)
+    rq[i, RQ_ROUTED] = rc
+    rf[i, RF_PRED_S] = _prefill_s(fp, prompt - rc, rc, ci[DECODING, r])
+    if vmode == V_APPROX:
+        approx_route(fp, ci, cf, rq, rf, last, off, wb, r, i, now)
+    _account(ci, cf, r, now)
+    rq[i, RQ_WQ_NEXT] = -1
+    if ci[WQ_TAIL, r] >= 0:
+        rq[ci[WQ_TAIL, r], RQ_WQ_NEXT] = i
+    else:
+        ci[WQ_HEAD, r] = i
+    ci[WQ_TAIL, r] = i
+    ci[INFLIGHT, r] += 1
+    ci[WAITING, r] += 1
+    ci[LOAD_BLOCKS, r] += e - s
+    ci[INFL_OUT, r] += rq[i, RQ_OUT]
+    cf[QUEUED_PREFILL, r] += rf[i, RF_PRED_S]
+    ci[QUEUED_BLOCKS, r] += rq[i, RQ_PIN] + rq[i, RQ_EXTRA]
+    return r
+
+
+@njit(cache=True)
+def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, node, nodef, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN201
+        scratch, items, dids, dres_bm, last_bm, ht, hm, pf, pi, sf, si, pu, uni, ev_t, ev_a, ev_r):
+    """Replay every request; fills `rq`/`rf`/`cand` and the counters in place, returns the last event time.
+
+    The residency matrices arrive block-major ([block, replica], C order) and are indexed [replica,
+    block] through transposed views, so the array types are the same whatever the replica count; the
+    approximate view's `last` arrives replica-major.
+    """
+    res, dres, last = res_bm.T, dres_bm.T, last_bm
+    n, n_ev = rq.shape[0], len(ev_t)
+    ai, ev_i = np.int64(0), 0  # not a literal 0: numba would compile _route for Literal[int](0) too
+    now = 0.0
+    while ai < n or g[G_HEAP] > 0:
+        t_arr = rf[ai, RF_ARRIVAL] if ai < n else np.inf
+        t_ev = ev_t[ev_i] if ev_i < n_ev else np.inf
+        if g[G_HEAP] > 0 and ht[0] <= min(t_arr, t_ev):
+            now, kind, r, i, size = heap.pop(ht, hm, g[G_HEAP])
+            g[G_HEAP] = size
+            if kind == PREFILL_DONE:
+                rf[i, RF_FIRST] = now
+                ci[LANE_BUSY, r] = 0
+                ci[DECODING, r] += 1
+                g[G_COUNTER] += 1
+                t_done = now + _decode_s(fp, rq[i, RQ_OUT], ci[DECODING, r])
+                g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], t_done, DECODE_DONE, g[G_COUNTER], r, i)
+            else:
+                rf[i, RF_FINISH] = now
+                _release(r, i, now, off, wb, rq, g, fp, res, node, nodef, meta, scratch, items, dids)
+                ci[KV_AVAIL, r] = _available(meta, r)
+                _account(ci, cf, r, now)
+                ci[DECODING, r] -= 1
+                ci[RUNNING, r] -= 1
+                ci[INFLIGHT, r] -= 1
+                ci[LOAD_BLOCKS, r] -= rq[i, RQ_NB]
+                ci[INFL_OUT, r] -= rq[i, RQ_OUT]
+        elif t_ev <= t_arr:
+            now = t_ev
+            _scenario(ev_a[ev_i], ev_r[ev_i], now, ci, cf, g, fp, res, node, meta, items, dids)
+            ev_i += 1
+            continue
+        else:
+            now = t_arr
+            r = _route(ai, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids, dres, last,
+                       pf, pi, sf, si, pu, uni)
+            ai += 1
+        if ci[WQ_HEAD, r] >= 0 and not ci[LANE_BUSY, r]:  # checked here too: the call itself is not free
+            _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, node, nodef, meta, evictions, age_sum, hist,
+                       scratch, items, dids, ht, hm)
+    for r in range(ci.shape[1]):
+        _account(ci, cf, r, now)
+    return now
