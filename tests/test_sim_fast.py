@@ -21,7 +21,7 @@ from prefixscan.sim.config import ReplicaEvent
 from prefixscan.sim.engine import Outcome, _capacity, replay
 from prefixscan.sim.fast import replay_fast
 from prefixscan.sim.policies import POLICIES, make_policy
-from prefixscan.sim.synthetic import chain, conversations_table
+from prefixscan.sim.synthetic import WORKLOAD_SCHEMA, chain, conversations_table
 from prefixscan.sim.workload import build_workload
 
 ARRAYS = (
@@ -102,21 +102,7 @@ def odd_table(seed: int, n: int = 150, burst: float = 0.5) -> pa.Table:
                 "block_hashes": chain(contents),
             }
         )
-    return pa.Table.from_pylist(
-        rows,
-        schema=pa.schema(
-            [
-                ("seq", pa.int64()),
-                ("request_id", pa.string()),
-                ("arrival_s", pa.float64()),
-                ("tenant", pa.string()),
-                ("conversation_id", pa.string()),
-                ("prompt_tokens", pa.int64()),
-                ("output_tokens", pa.int64()),
-                ("block_hashes", pa.list_(pa.uint64())),
-            ]
-        ),
-    )
+    return pa.Table.from_pylist(rows, schema=WORKLOAD_SCHEMA)
 
 
 def policy_cases() -> list[tuple[str, dict[str, object]]]:

@@ -12,6 +12,13 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
+# The requests-table columns a simulation reads (a subset of the analyze schema), for synthetic workloads.
+WORKLOAD_SCHEMA = pa.schema([
+    ("seq", pa.int64()), ("request_id", pa.string()), ("arrival_s", pa.float64()), ("tenant", pa.string()),
+    ("conversation_id", pa.string()), ("prompt_tokens", pa.int64()), ("output_tokens", pa.int64()),
+    ("block_hashes", pa.list_(pa.uint64())),
+])
+
 
 def chain(contents: list[int], root: int = 0x51F15E) -> list[int]:
     """Chained 64-bit hashes of content ids: equal hash <=> equal whole prefix."""
@@ -75,18 +82,4 @@ def conversations_table(
     for i, r in enumerate(rows):
         r["seq"] = i
         r["arrival_s"] -= t0
-    return pa.Table.from_pylist(
-        rows,
-        schema=pa.schema(
-            [
-                ("seq", pa.int64()),
-                ("request_id", pa.string()),
-                ("arrival_s", pa.float64()),
-                ("tenant", pa.string()),
-                ("conversation_id", pa.string()),
-                ("prompt_tokens", pa.int64()),
-                ("output_tokens", pa.int64()),
-                ("block_hashes", pa.list_(pa.uint64())),
-            ]
-        ),
-    )
+    return pa.Table.from_pylist(rows, schema=WORKLOAD_SCHEMA)
