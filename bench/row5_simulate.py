@@ -84,5 +84,4 @@ def run_row(scale: str, repeats: int, lg: Path) -> RowResult:
     run_dir = next((d for d in cands if (d / "requests.parquet").exists()), cands[0])
     res = RowResult(5, f"`simulate`, each policy, {TRACE_N[scale]:,}-request hashed trace, {REPLICAS} replicas",
                     "requests per second", ">= 50k requests/s per policy")
-    return simulate_row(res, run_dir, repeats, 50_000, lg, cli=scale == "small",
-                        limit=200_000 if scale == "full" else 0)
+    return simulate_row(res, run_dir, repeats, 50_000, lg, cli=True)

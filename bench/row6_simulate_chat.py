@@ -14,5 +14,4 @@ from row5_simulate import REPLICAS, simulate_row
 def run_row(scale: str, repeats: int, lg: Path) -> RowResult:
     res = RowResult(6, f"`simulate`, each policy, row 1's chat log (16-token blocks), {REPLICAS} replicas",
                     "requests per second", ">= 10k requests/s per policy")
-    return simulate_row(res, OUT / f"run-chat-{scale}", repeats, 10_000, lg, cli=scale == "small",
-                        limit=20_000 if scale == "full" else 0)
+    return simulate_row(res, OUT / f"run-chat-{scale}", repeats, 10_000, lg, cli=True)
