@@ -7,6 +7,7 @@ are shared and noisy: absolute seconds drift between runs, ratios much less.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -119,15 +120,31 @@ _MEASURED: dict[str, Run] = {}
 _MEASURED_FILE = OUT / "measured.json"
 
 
+_CODE: list[str] = []
+
+
+def code_version() -> str:
+    """The prefixscan code a measurement was made with: the commit, plus a digest of any uncommitted change."""
+    if not _CODE:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+        diff = git("diff", "HEAD", "--", "prefixscan")
+        dirty = "+" + hashlib.sha1(diff.encode()).hexdigest()[:12] if diff else ""
+        _CODE.append(git("rev-parse", "HEAD") + dirty)
+    return _CODE[0]
+
+
 def _key(cmd: list[str]) -> str:
-    """The command line plus size and mtime of every file it names: a measurement is reusable while they hold."""
+    """The command line, the code version, and size and mtime of every file it names: a measurement is
+    reusable while they all hold (a measurement of older code is never reused)."""
     files = []
     for a in cmd:
         p = Path(a) if Path(a).is_absolute() else ROOT / a
         if p.is_file():
             st = p.stat()
             files.append(f"{a}:{st.st_size}:{int(st.st_mtime)}")
-    return shlex.join(cmd) + " || " + " ".join(files)
+    return shlex.join(cmd) + " || " + " ".join(files) + " || code " + code_version()
 
 
 def remember(cmd: list[str], r: Run) -> None:
