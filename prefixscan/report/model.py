@@ -318,7 +318,14 @@ def _capacity(run: Run, ideal: float | None, kv: KvBasis, replica_kv: int | None
     for r in t.to_pylist():
         pts.append({**r, "capacity_gib": r["capacity_tokens"] * kv.bytes_per_token / GIB})
 
+    # analyze stores the exact capacities (from the every-capacity LRU curve) in the summary; runs written
+    # before that get the first grid point that reaches the fraction.
+    exact = run.manifest.get("analyze", {}).get("summary", {}).get("capacity", {})
+
     def need(frac: float) -> int | None:
+        key = f"lru_tokens_for_{int(frac * 100)}pct_of_ideal"
+        if key in exact:
+            return exact[key]
         if not ideal:
             return None
         return next((int(p["capacity_tokens"]) for p in pts if p["lru_hit_rate"] >= frac * ideal), None)
