@@ -78,25 +78,37 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def measure_rss(cmd: list[str], *, check: bool = True, env: dict[str, str] | None = None,
                 log: Path | None = None, guard_kib: int | None = None) -> Run:
-    """Run `cmd` and return its wall time and its own peak RSS (ru_maxrss from wait4, KiB on Linux).
+    """Run `cmd` and return its wall time and its own peak RSS (ru_maxrss from wait4 in `rss_shim.py`, KiB).
 
     With `guard_kib`, the process is killed once its RSS passes that many KiB (a shared machine must not be
     driven out of memory by a benchmark); the result then has rc -9 and says so in stderr."""
     full_env = {**os.environ, **(env or {})}
     guard_hit = False
+    peak_file = OUT / f".rss_peak.{os.getpid()}"
+    peak_file.unlink(missing_ok=True)
+    shim = [sys.executable, str(Path(__file__).parent / "rss_shim.py"), str(peak_file)]
     with open(OUT / f".rss_stdout.{os.getpid()}", "w+") as fo, open(OUT / f".rss_stderr.{os.getpid()}", "w+") as fe:
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=full_env, cwd=ROOT)
+        # The command runs as the child of a small shim: its ru_maxrss is then its own (see rss_shim.py).
+        p = subprocess.Popen(shim + cmd, stdout=fo, stderr=fe, env=full_env, cwd=ROOT)
         while True:
-            wpid, status, ru = os.wait4(p.pid, os.WNOHANG if guard_kib else 0)
+            wpid, status, _ = os.wait4(p.pid, os.WNOHANG if guard_kib else 0)
             if wpid:
                 break
-            if guard_kib and _rss_kib(p.pid) > guard_kib:
+            kids = _children(p.pid)
+            if guard_kib and kids and _rss_kib(kids[0]) > guard_kib:
                 guard_hit = True
-                p.kill()
-                _, status, ru = os.wait4(p.pid, 0)
+                os.kill(kids[0], 9)
+                _, status, _ = os.wait4(p.pid, 0)
                 break
             time.sleep(0.5)
         dt = time.perf_counter() - t0
@@ -106,10 +118,12 @@ def measure_rss(cmd: list[str], *, check: bool = True, env: dict[str, str] | Non
         out, err = fo.read(), fe.read()
     if guard_hit:
         err += f"\n[bench] killed: RSS passed the {guard_kib / 2**20:.0f} GiB guard after {dt:.0f} s"
-    r = Run(cmd, dt, int(ru.ru_maxrss), p.returncode, out, err)
+    maxrss = int(peak_file.read_text()) if peak_file.exists() else 0
+    peak_file.unlink(missing_ok=True)
+    r = Run(cmd, dt, maxrss, p.returncode, out, err)
     if log is not None:
         with open(log, "a") as f:
-            f.write(f"$ {shlex.join(cmd)}\n[rc={p.returncode} {dt:.2f}s maxrss={ru.ru_maxrss} KiB]\n"
+            f.write(f"$ {shlex.join(cmd)}\n[rc={p.returncode} {dt:.2f}s maxrss={maxrss} KiB]\n"
                     f"{out[-4000:]}\n{err[-4000:]}\n")
     if check and r.rc != 0:
         raise RuntimeError(f"command failed (rc={r.rc}): {shlex.join(cmd)}\n{err[-3000:]}")
