@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from prefixscan.detect.normalisation import BIG, Unit
+from prefixscan.detect.normalisation import BIG, Unit, common_affixes
 from prefixscan.detect.patterns import classify, heading_label, split_label
 
 _TOOL_LABEL = re.compile(r"([A-Za-z\u00C0-\uFFFF][\w \-#'\u00C0-\uFFFF]{0,40}?)\s*[:=]\s*$")
@@ -80,13 +80,7 @@ def tool_field(tool: Any, exemplar: Any) -> tuple[str, str, int, str] | None:
     from the exemplar's, when that span sits inside a JSON string (a description); None otherwise."""
     a = orjson.dumps(tool).decode()
     b = orjson.dumps(exemplar).decode()
-    n = min(len(a), len(b))
-    cp = 0
-    while cp < n and a[cp] == b[cp]:
-        cp += 1
-    cs = 0
-    while cs < n - cp and a[-1 - cs] == b[-1 - cs]:
-        cs += 1
+    cp, cs = common_affixes(a, b)
     if cp >= len(a) - cs and cp >= len(b) - cs:
         return None
     q0, q1 = a.rfind('"', 0, cp), a.find('"', len(a) - cs)

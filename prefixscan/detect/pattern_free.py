@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefixscan.detect.normalisation import BIG, Unit
+from prefixscan.detect.normalisation import BIG, Unit, common_affixes
 
 MAX_GAP = 6  # units in a varying span (fields are short; longer differences are different content)
 MIN_RUN = 64  # characters of shared content that must follow a span for it to break anything
@@ -162,14 +162,8 @@ def _field_like(units: list[Unit]) -> bool:
 def is_edit(a: str, b: str) -> bool:
     """Two versions of one prose line are an edit (template churn) when they share most of their text at
     the start and end; a different retrieved passage shares almost nothing."""
-    n = min(len(a), len(b))
-    p = 0
-    while p < n and a[p] == b[p]:
-        p += 1
-    q = 0
-    while q < n - p and a[-1 - q] == b[-1 - q]:
-        q += 1
-    return p + q >= 0.5 * n
+    p, q = common_affixes(a, b)
+    return p + q >= 0.5 * min(len(a), len(b))
 
 
 def covered(al: Alignment, e_index: int) -> int | None:
