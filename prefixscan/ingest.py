@@ -119,8 +119,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                 encoded[id(r)] = e
         hashed = [r for r in batch if r.kind == "hashed"]
         if hashed:  # traces are kept as arrays (no per-request lists); runs cannot mix them with text
-            traced = _mix_traces(hashed)
-            trace.add_records(hashed, [traced[id(r)][0] for r in hashed], [traced[id(r)][1] for r in hashed])
+            trace.add_records(hashed, *_mix_traces(hashed))
         for r in texty:
             e = encoded[id(r)]
             if isinstance(e, RecordError):
@@ -266,9 +265,9 @@ def _root(cfg: AnalyzeConfig, r: Record, tokenizer_id: str, template: str) -> in
 
 
 def _mooncake_root(cfg: AnalyzeConfig, path: str) -> int:
-    """The namespace of a canonical Mooncake line (no model, adapter, salt or tenant), as `_trace_mixer`."""
-    return _root(cfg, Record(source_file=path, source_line=0, request_id="", timestamp_s=0.0, kind="hashed"),
-                 "trace", f"trace:{path}")
+    """The namespace of a canonical Mooncake line: a record with no model, adapter, salt or tenant."""
+    return _trace_root(cfg, Record(source_file=path, source_line=0, request_id="", timestamp_s=0.0,
+                                   kind="hashed"))
 
 
 def _peek_shape(src: Source, max_lines: int = 1000) -> str | None:
@@ -286,25 +285,27 @@ def _peek_shape(src: Source, max_lines: int = 1000) -> str | None:
     return None
 
 
-def _trace_mixer(cfg: AnalyzeConfig) -> Callable[[list[Record]], dict[int, tuple[int, np.ndarray]]]:
-    """Namespace a batch of hashed-trace records in one vectorised call (per-request numpy calls dominated)."""
+def _trace_root(cfg: AnalyzeConfig, r: Record) -> int:
+    """A hashed-trace record's namespace. Each trace file has its own id space (REFERENCE.md 8): the file
+    is part of the namespace."""
+    return _root(cfg, r, "trace", f"trace:{r.source_file}")
+
+
+def _trace_mixer(cfg: AnalyzeConfig) -> Callable[[list[Record]], tuple[np.ndarray, np.ndarray]]:
+    """Namespace a batch of hashed-trace records in one vectorised call (per-request numpy calls dominated):
+    (root per record, their namespaced ids concatenated in order)."""
     roots: dict[tuple[Any, ...], int] = {}
 
-    def mix(recs: list[Record]) -> dict[int, tuple[int, np.ndarray]]:
-        if not recs:
-            return {}
+    def mix(recs: list[Record]) -> tuple[np.ndarray, np.ndarray]:
         rs = []
         for r in recs:
             key = (r.model, r.adapter, r.cache_salt, r.tenant if cfg.isolate_tenants else None, r.source_file)
             root = roots.get(key)
             if root is None:
-                # Each trace file has its own id space (REFERENCE.md 8): the file is part of the namespace.
-                root = roots[key] = _root(cfg, r, "trace", f"trace:{r.source_file}")
+                root = roots[key] = _trace_root(cfg, r)
             rs.append(root)
         ids = [r.hash_ids if r.hash_ids is not None else np.zeros(0, np.int64) for r in recs]
-        lengths = [len(x) for x in ids]
-        flat = mix_ids_per(np.concatenate(ids), np.repeat(np.asarray(rs, dtype=np.uint64), lengths))
-        parts = np.split(flat, np.cumsum(lengths)[:-1])
-        return {id(r): (root, h) for r, root, h in zip(recs, rs, parts, strict=True)}
+        root_arr = np.asarray(rs, dtype=np.uint64)
+        return root_arr, mix_ids_per(np.concatenate(ids), np.repeat(root_arr, [len(x) for x in ids]))
 
     return mix

@@ -17,6 +17,12 @@ from prefixscan.io.shapes import Record
 
 STRING_COLS = ("request_id", "tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "category")
 INT_COLS = ("turn_index", "output_tokens", "actual_cached_tokens")  # nullable: -1 stands for null
+NUM_DTYPES = {"file": np.int32, "line": np.int64, "ts": np.float64, "prompt": np.int64, "root": np.uint64,
+              "len": np.int64, **dict.fromkeys(INT_COLS, np.int64)}
+
+
+def _nulls(name: str, dtype: Any, n: int) -> pl.Series:
+    return pl.Series(name, [], dtype=dtype).extend_constant(None, n)
 
 
 class TraceColumns:
@@ -26,8 +32,7 @@ class TraceColumns:
         self.files: list[str] = []
         self._file_idx: dict[str, int] = {}
         self.n = 0
-        self._num: dict[str, list[np.ndarray]] = {k: [] for k in
-                                                  ("file", "line", "ts", "prompt", "root", "len", *INT_COLS)}
+        self._num: dict[str, list[np.ndarray]] = {k: [] for k in NUM_DTYPES}
         self._flat: list[np.ndarray] = []
         self._str: dict[str, list[Any] | None] = dict.fromkeys(STRING_COLS)
 
@@ -70,8 +75,11 @@ class TraceColumns:
                 col.extend([None] * k)
         self.n += k
 
-    def add_records(self, recs: list[Record], roots: list[int], hashes: list[np.ndarray]) -> None:
-        """Append records the ordinary path parsed (with their namespaced `hashes`), in order."""
+    def add_records(self, recs: list[Record], roots: np.ndarray, flat: np.ndarray) -> None:
+        """Append records the ordinary path parsed, in order: a root per record and their namespaced block
+        ids concatenated (`flat`)."""
+        lengths = np.array([0 if r.hash_ids is None else len(r.hash_ids) for r in recs], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
         start = 0
         while start < len(recs):  # one call per run of records from the same file
             path = recs[start].source_file
@@ -84,9 +92,9 @@ class TraceColumns:
                 line=np.array([r.source_line for r in part], dtype=np.int64),
                 ts_s=np.array([r.timestamp_s for r in part], dtype=np.float64),
                 prompt=np.array([int(r.input_length or 0) for r in part], dtype=np.int64),
-                roots=np.array(roots[start:end], dtype=np.uint64),
-                lengths=np.array([len(h) for h in hashes[start:end]], dtype=np.int64),
-                flat=np.concatenate(hashes[start:end]),
+                roots=roots[start:end],
+                lengths=lengths[start:end],
+                flat=flat[offsets[start]:offsets[end]],
                 ints={c: np.array([-1 if getattr(r, c) is None else getattr(r, c) for r in part]) for c in INT_COLS},
                 strings={c: [getattr(r, c) for r in part] for c in STRING_COLS},
             )
@@ -96,10 +104,11 @@ class TraceColumns:
         """(per-request frame with the ingest columns, CSR offsets, namespaced block hashes)."""
         n = self.n
 
-        def cat(name: str, dtype: Any) -> np.ndarray:
+        def cat(name: str) -> np.ndarray:
             """One column, its parts released as it is built."""
             parts, self._num[name] = self._num[name], []
-            out = np.empty(sum(len(p) if isinstance(p, np.ndarray) else p[1] for p in parts), dtype=dtype)
+            out = np.empty(sum(len(p) if isinstance(p, np.ndarray) else p[1] for p in parts),
+                           dtype=NUM_DTYPES[name])
             at = 0
             while parts:
                 p = parts.pop(0)
@@ -108,13 +117,13 @@ class TraceColumns:
                 at += m
             return out
 
-        lengths = cat("len", np.int64)
+        lengths = cat("len")
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         flat = np.concatenate(self._flat) if self._flat else np.zeros(0, np.uint64)
         self._flat = []
-        file_idx = cat("file", np.int32)
-        line = cat("line", np.int64)
+        file_idx = cat("file")
+        line = cat("line")
         # Slow-path lines of a fast file were appended after their chunk's fast lines: restore input order
         # (files in the order read, lines within a file), permuting blocks and columns together.
         perm = None
@@ -125,8 +134,7 @@ class TraceColumns:
             file_idx, line = file_idx[perm], line[perm]
             for k in self._num:
                 if k not in ("len", "file", "line") and self._num[k]:
-                    self._num[k] = [cat(k, np.uint64 if k == "root" else
-                                        np.float64 if k == "ts" else np.int64)[perm]]
+                    self._num[k] = [cat(k)[perm]]
             for c in STRING_COLS:
                 if self._str[c] is not None:
                     col = self._str[c]
@@ -136,23 +144,22 @@ class TraceColumns:
         cols: dict[str, Any] = {
             "source_file": source_file.alias("source_file"),
             "source_line": pl.Series("source_line", line),
-            "timestamp_s": pl.Series("timestamp_s", cat("ts", np.float64)),
-            "prompt_tokens": pl.Series("prompt_tokens", cat("prompt", np.int64)),
-            "head_tokens": pl.Series("head_tokens", [None] * 0, dtype=pl.Int64).extend_constant(None, n),
-            "namespace": pl.Series("namespace", cat("root", np.uint64)),
+            "timestamp_s": pl.Series("timestamp_s", cat("ts")),
+            "prompt_tokens": pl.Series("prompt_tokens", cat("prompt")),
+            "head_tokens": _nulls("head_tokens", pl.Int64, n),
+            "namespace": pl.Series("namespace", cat("root")),
         }
         for c in INT_COLS:
             dtype = pl.Int32 if c == "turn_index" else pl.Int64
             if all(isinstance(p, tuple) for p in self._num[c]):  # absent everywhere: all null
                 self._num[c] = []
-                cols[c] = pl.Series(c, [], dtype=dtype).extend_constant(None, n)
+                cols[c] = _nulls(c, dtype, n)
                 continue
-            v = pl.Series(c, cat(c, np.int64))
+            v = pl.Series(c, cat(c))
             cols[c] = v.set(v == -1, None).cast(dtype)
         for c in STRING_COLS:
             v = self._str[c]
-            cols[c] = (pl.Series(c, v, dtype=pl.String) if v is not None
-                       else pl.Series(c, [], dtype=pl.String).extend_constant(None, n))
+            cols[c] = pl.Series(c, v, dtype=pl.String) if v is not None else _nulls(c, pl.String, n)
         # a trace line without an explicit id is named by where it is: file:line
         implicit = (cols["source_file"] + ":" + cols["source_line"].cast(pl.String)).alias("request_id")
         cols["request_id"] = cols["request_id"].fill_null(implicit) if n else cols["request_id"]
