@@ -85,30 +85,31 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
     if cfg.output:
         run_path = rundir.prepare(cfg.output, cfg.force)  # fail before the long work, not after
     timings: dict[str, float] = {}
+
+    def done(stage: str, since: float) -> float:
+        """Record a stage's seconds and the peak RSS once it ended; the start of the next stage."""
+        now = time.perf_counter()
+        timings[f"{stage}_s"] = now - since
+        timings[f"peak_rss_mib_{stage}"] = peak_rss_mib()
+        return now
+
     t0 = time.perf_counter()
     ing = ingest(cfg, progress)
     if cfg.granularity == "token" and ing.hit_rule == "trace":
         raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
-    timings["ingest_s"] = time.perf_counter() - t0
-    timings["peak_rss_mib_ingest"] = peak_rss_mib()
-    t1 = time.perf_counter()
+    t = done("ingest", t0)
     req, offsets, flat, deepest, snippets, ids = _reuse(cfg, ing)
-    timings["reuse_s"] = time.perf_counter() - t1
-    timings["peak_rss_mib_reuse"] = peak_rss_mib()
-    t2 = time.perf_counter()
+    t = done("reuse", t)
     summaries = summaries_table(req, SUMMARY_DIMENSIONS)
     prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text)
-    timings["aggregate_s"] = time.perf_counter() - t2
-    timings["peak_rss_mib_aggregate"] = peak_rss_mib()
-    t3 = time.perf_counter()
+    t = done("aggregate", t)
     curve = _capacity(cfg, ing, req, offsets, flat, ids)
-    timings["capacity_s"] = time.perf_counter() - t3
-    timings["peak_rss_mib_capacity"] = peak_rss_mib()
+    done("capacity", t)
     # Findings (issue 3): finalise the detector ingest fed; counterfactual re-analysis of rewritten requests.
     from prefixscan.detect.run import run_findings
 
     fres = run_findings(cfg, ing, req, offsets, flat)
-    timings["findings_s"] = fres.seconds if fres is not None else 0.0
+    timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest
     timings["peak_rss_mib_findings"] = peak_rss_mib()
     requests_table = _requests_arrow(req, offsets, flat)
     rejects = pa.Table.from_pylist(ing.rejects, schema=REJECTS_SCHEMA)
