@@ -25,7 +25,7 @@ from prefixscan.errors import UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, summaries_table
-from prefixscan.reuse.capacity import capacity_targets
+from prefixscan.reuse.capacity import capacity_curve, capacity_targets
 from prefixscan.reuse.ideal import TokenPrefixIndex, ideal_reuse, scope_salts
 from prefixscan.reuse.prefixes import prefixes_table
 from prefixscan.schema import REJECTS_SCHEMA, REQUESTS_SCHEMA
@@ -262,8 +262,6 @@ def _requests_arrow(df: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray) -> 
 
 def _capacity(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, offsets: np.ndarray,
               flat: np.ndarray, ids: tuple[np.ndarray, int]) -> pa.Table:
-    from prefixscan.reuse.capacity import capacity_curve
-
     prompt = req["prompt_tokens"].to_numpy()
     caps = list(cfg.capacities) if cfg.capacities else None
     return capacity_curve(offsets, flat, prompt, ing.block_size, ing.hit_rule, caps, ids=ids)
