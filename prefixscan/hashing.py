@@ -8,11 +8,18 @@ depend on the hash function, only hash *values* do.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
 import numpy as np
 import xxhash
 
 ROOT_SEED = 0x9E3779B97F4A7C15  # fixed, so runs are reproducible across processes
 HIT_RULES = ("vllm", "trace")
+# Bound of a ChainCache's remembered chain prefixes (8 bytes a block, shared parts counted each time, so
+# the memory held is at most this). Only speed depends on it: a forgotten prefix is hashed again.
+CHAIN_CACHE_BYTES = 64 << 20
 
 
 def _h(data: bytes, seed: int) -> int:
@@ -96,6 +103,49 @@ def hit_tokens(k_blocks: int, prompt_tokens: int, block_size: int, rule: str = "
     raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
 
 
+class BytesLRU:
+    """A dict bounded by the bytes its values are said to take, least recently used out first.
+
+    For caches whose entries are worth keeping while in use but never needed for correctness.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self._d: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def get(self, key: Hashable) -> Any:
+        hit = self._d.get(key)
+        if hit is None:
+            return None
+        self._d.move_to_end(key)
+        return hit[0]
+
+    def put(self, key: Hashable, value: Any, size: int) -> None:
+        old = self._d.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        self._d[key] = (value, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes and len(self._d) > 1:
+            _, (_, n) = self._d.popitem(last=False)
+            self.bytes -= n
+            self.evicted += 1
+
+    def pop(self, key: Hashable) -> None:
+        old = self._d.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+
+    def clear(self) -> None:
+        self._d.clear()
+        self.bytes = 0
+
+
 class ChainCache:
     """Resume a request's hash chain where an earlier request with the same leading segments stopped.
 
@@ -106,35 +156,66 @@ class ChainCache:
     The result is identical to `block_hashes` on the whole prompt (tests check it); only the work shrinks.
     """
 
-    def __init__(self, max_entries: int = 2_000_000) -> None:
-        self._d: dict[int, tuple[np.ndarray, int]] = {}
-        self.max_entries = max_entries
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self._d = BytesLRU(CHAIN_CACHE_BYTES if max_bytes is None else max_bytes)
         self.blocks_hashed = 0
         self.blocks_reused = 0
 
     def hashes(self, tokens: np.ndarray, block_size: int, root: int, piece_keys: list[bytes],
                piece_lens: list[int], checkpoints: list[int]) -> np.ndarray:
         """Block hashes of `tokens` (the concatenation of the pieces), reusing remembered chain prefixes."""
+        segs = self.segments(tokens, block_size, root, piece_keys, piece_lens, checkpoints)
+        return segs[0] if len(segs) == 1 and segs[0].flags.writeable else np.concatenate(segs)
+
+    def segments(self, tokens: np.ndarray, block_size: int, root: int, piece_keys: list[bytes],
+                 piece_lens: list[int], checkpoints: list[int]) -> list[np.ndarray]:
+        """`hashes` as consecutive parts: views of remembered prefixes (shared, read-only) and the
+        freshly hashed rest. Holding these instead of one array keeps a conversation's history once."""
         rolls = []
         r = root
         for k in piece_keys:
             r = _h(r.to_bytes(8, "little") + k, 0)
             rolls.append(r)
         ends = np.cumsum(piece_lens, dtype=np.int64) if piece_lens else np.zeros(0, np.int64)
-        start, prefix = 0, None
+        start, prefix, used = 0, (), None
         for j in range(len(rolls) - 1, -1, -1):
             hit = self._d.get(rolls[j])
             if hit is not None and hit[1] == ends[j] // block_size:
-                prefix, start = hit[0][: hit[1]], hit[1]
+                prefix, start, used = hit[0], hit[1], rolls[j]
                 break
-        parent = int(prefix[-1]) if start else root
+        parent = int(prefix[-1][-1]) if start else root
         new = block_hashes(tokens[start * block_size:], block_size, parent)
-        out = np.concatenate([prefix, new]) if start else new
+        segs = [*prefix, new] if len(new) or not start else list(prefix)
         self.blocks_hashed += len(new)
         self.blocks_reused += start
-        if len(self._d) + len(checkpoints) > self.max_entries:
-            self._d.clear()
+        self._remember(segs, rolls, ends // block_size, checkpoints, used)
+        return segs
+
+    def _remember(self, segs: list[np.ndarray], rolls: list[int], blocks: np.ndarray, checkpoints: list[int],
+                  used: int | None) -> None:
+        """Keep this request's checkpoints; drop the one it resumed from unless it is one of them (a
+        conversation's previous turn is superseded by this turn's longer history)."""
+        keys = set()
         for j in checkpoints:
-            if 0 <= j < len(rolls):
-                self._d[rolls[j]] = (out, int(ends[j] // block_size))
-        return out
+            if not 0 <= j < len(rolls):
+                continue
+            keys.add(rolls[j])
+            n = int(blocks[j])
+            known = self._d.get(rolls[j])
+            if known is None or known[1] != n:
+                self._d.put(rolls[j], (_cut(segs, n), n), n * 8 + 200)
+        if used is not None and used not in keys:
+            self._d.pop(used)
+
+
+def _cut(segs: list[np.ndarray], n: int) -> tuple[np.ndarray, ...]:
+    """The first `n` hashes of consecutive parts, as read-only views (no copies)."""
+    out = []
+    for s in segs:
+        if n <= 0:
+            break
+        v = s[:n]
+        v.flags.writeable = False
+        out.append(v)
+        n -= len(v)
+    return tuple(out)

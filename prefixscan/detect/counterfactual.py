@@ -42,9 +42,10 @@ class Counterfactual:
 
 
 def run_counterfactual(req: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray, block_size: int, rule: str,
-                       rewritten: dict[str, tuple[np.ndarray, int]], keys: dict[str, list[object]],
+                       rewritten: dict[str, tuple[np.ndarray | list[np.ndarray], int]], keys: dict[str, list[object]],
                        baseline: np.ndarray | None = None) -> Counterfactual:
-    """Re-run the ideal analysis with `rewritten` hashes (request id -> (hashes, prompt tokens))."""
+    """Re-run the ideal analysis with `rewritten` hashes (request id -> (hashes, or their consecutive parts,
+    prompt tokens))."""
     n = req.height
     cf = Counterfactual()
     if n == 0:
@@ -52,16 +53,18 @@ def run_counterfactual(req: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray,
     ids = req["request_id"].to_list()
     prompt = req["prompt_tokens"].to_numpy().astype(np.int64)
     new_prompt = prompt.copy()
-    parts = []
+    parts: list[np.ndarray] = []
+    lengths = np.diff(np.asarray(offsets[:n + 1], dtype=np.int64))
     for i, rid in enumerate(ids):
         rw = rewritten.get(rid)
         if rw is not None:
-            parts.append(rw[0])
+            segs = rw[0] if isinstance(rw[0], list | tuple) else [rw[0]]
+            parts.extend(segs)
+            lengths[i] = sum(len(s) for s in segs)
             new_prompt[i] = rw[1]
             cf.requests_rewritten += 1
         else:
             parts.append(flat[offsets[i]:offsets[i + 1]])
-    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=n)
     new_off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=new_off[1:])
     new_flat = np.concatenate(parts) if n else np.zeros(0, np.uint64)

@@ -9,7 +9,9 @@ changes, and rewrites + re-hashes the affected requests (only those) for the cou
 
 from __future__ import annotations
 
+import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,10 +27,15 @@ from prefixscan.detect.rewrite import _tool_hash, apply_ops
 from prefixscan.hashing import ChainCache, block_hashes
 from prefixscan.io.shapes import Record
 from prefixscan.redact import redact_snippet
+from prefixscan.tokenize.base import BytesLRU
 
 ROLE_SEED = {"system": 1, "developer": 1, "user": 2, "tools": 3}
 MAX_ORDERS = 500_000
-MAX_MEMO = 50_000
+# Bound of the per-text memo (units of system prompts, first user messages, tool lists). A dynamic system
+# prompt is new text on every request, so a bound by entry count let it reach hundreds of MiB; only speed
+# depends on this bound (tests run with a tiny one).
+MEMO_BYTES = 32 << 20
+_UNIT = struct.Struct("<qqqQQqQq")  # nz.Unit packed: 64 bytes instead of a tuple of eight int objects
 PROACTIVE = {"line_endings", "unicode"}
 
 
@@ -47,7 +54,7 @@ def tenant_salt(tenant: str) -> int:
 class Detector:
     """Bounded-state cache-breaker detector (see module docstring)."""
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, memo_bytes: int | None = None) -> None:
         self.block_size = block_size
         self.index = FamilyIndex()
         self.accs: dict[tuple, Acc] = {}
@@ -55,9 +62,9 @@ class Detector:
         self.op_keys: dict[str, list[tuple]] = {}
         self.op_key_list: dict[str, list[tuple]] = {}
         self.pending: list[tuple[str, Record, int]] = []
-        self.rewritten: dict[str, tuple[np.ndarray, int]] = {}
+        self.rewritten: dict[str, tuple[list[np.ndarray], int]] = {}  # block hashes (in parts), prompt tokens
         self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
-        self.memo: dict[tuple, Any] = {}
+        self.memo = BytesLRU(MEMO_BYTES if memo_bytes is None else memo_bytes)
         self.chains = ChainCache()
         self.tokenizer: Any = None
         self.seconds = 0.0
@@ -89,24 +96,28 @@ class Detector:
             if not tools_done and role not in ("system", "developer"):
                 units += self._tool_units(rec.tools or [])
                 tools_done = True
-            units += self._memo(("u", mi, ROLE_SEED.get(role, 4), texts[mi]),
-                                lambda mi=mi, role=role: nz.message_units(mi, texts[mi], ROLE_SEED.get(role, 4)))
+            units += self._memo_units(("u", mi, ROLE_SEED.get(role, 4), texts[mi]),
+                                      lambda mi=mi, role=role: nz.message_units(mi, texts[mi], ROLE_SEED.get(role, 4)))
         if not tools_done:
             units += self._tool_units(rec.tools or [])
         return eidx, texts, units
 
-    def _memo(self, key: tuple, compute: Any) -> Any:
+    def _memo(self, key: tuple, compute: Callable[[], Any], size: Callable[[Any], int]) -> Any:
         """Per-text memo: system prompts and first user messages repeat across requests and turns."""
         k = (*key[:-1], xxhash.xxh3_128_intdigest(key[-1].encode("utf-8", "surrogatepass")))
         hit = self.memo.get(k)
         if hit is None:
-            if len(self.memo) >= MAX_MEMO:
-                self.memo.clear()
-            hit = self.memo[k] = compute()
+            hit = compute()
+            self.memo.put(k, hit, size(hit))
         return hit
 
+    def _memo_units(self, key: tuple, compute: Callable[[], list[nz.Unit]]) -> list[nz.Unit]:
+        """`_memo` for unit lists, held packed (a long system prompt has hundreds of units)."""
+        packed = self._memo(key, lambda: b"".join(_UNIT.pack(*u) for u in compute()), lambda b: len(b) + 200)
+        return [nz.Unit._make(t) for t in _UNIT.iter_unpack(packed)]
+
     def _tool_units(self, tools: list[Any]) -> list[nz.Unit]:
-        return self._memo(("t", orjson.dumps(tools).decode()), lambda: nz.tool_units(tools, ROLE_SEED["tools"]))
+        return self._memo_units(("t", orjson.dumps(tools).decode()), lambda: nz.tool_units(tools, ROLE_SEED["tools"]))
 
     def _feed(self, rec: Record, root: int) -> None:
         tenant = rec.tenant or ""
@@ -320,7 +331,8 @@ class Detector:
             cut = text.rfind("\n\n")  # the last paragraph (the question) is not part of the signature
             if cut > 0 and text.count("\n\n", 0, cut) >= 2:
                 head = text[:cut + 2]
-                got = self._memo(("p", head), lambda: _paragraph_hashes(head))
+                got = self._memo(("p", head), lambda: _paragraph_hashes(head),
+                                 lambda v: 200 + 80 * len(v[1]) if v is not None else 200)
                 if got is not None:
                     checks.append(("rag_order", mi, got[0], got[1]))
         for kind, mi, hs, starts in checks:
@@ -367,9 +379,11 @@ class Detector:
                 if toks is None or not len(toks):
                     continue
                 if enc.piece_keys is not None:  # resume the chain where an earlier rewrite with the same head stopped
-                    h = self.chains.hashes(toks, self.block_size, root, enc.piece_keys, enc.piece_lens, enc.checkpoints)
+                    # Kept as parts: a rewritten conversation's history is held once, not once per turn.
+                    h = self.chains.segments(toks, self.block_size, root, enc.piece_keys, enc.piece_lens,
+                                             enc.checkpoints)
                 else:
-                    h = block_hashes(toks, self.block_size, root)
+                    h = [block_hashes(toks, self.block_size, root)]
                 self.rewritten[rid] = (h, len(toks))
             self.pending.clear()
         self.seconds += time.perf_counter() - t0

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import xxhash
 
+from prefixscan.hashing import BytesLRU
 from prefixscan.io.shapes import Record
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 VERIFY_FIRST = 32  # chat requests also tokenised directly at the start of a run, to prove the memo exact
+# Bound of the whole-piece cache (paragraph cuts and keys of text pieces seen before). A dynamic system
+# prompt is a new piece on every request, so without a bound it grew with the request count. Only speed
+# depends on it: a piece that fell out is split and hashed again (tests run with a tiny bound).
+PIECE_CACHE_BYTES = 16 << 20
+KEY = 16  # bytes of a memo key (xxh3-128)
 
 
 @dataclass
@@ -107,6 +114,14 @@ def split_paragraphs(text: str) -> list[str]:
     return out
 
 
+def _replay(text: str, starts: bytes, blob: bytes, units: list[tuple[bool, str]], keys: list[bytes]) -> None:
+    """Append a remembered piece's paragraphs (cut from `text` again) and their keys."""
+    cuts = memoryview(starts).cast("I").tolist()
+    cuts.append(len(text))
+    units.extend((False, text[a:b]) for a, b in pairwise(cuts))
+    keys.extend(blob[i:i + KEY] for i in range(0, len(blob), KEY))
+
+
 @dataclass
 class Planned:
     """One prompt's units (special token or text paragraph) with memo keys, ready to assemble."""
@@ -122,7 +137,8 @@ class SegmentEncoder:
 
     def __init__(self, encode_many: Callable[[list[str]], list[list[int]]], special_ids: dict[str, int],
                  stats: TokenizerStats, paragraphs: bool = True,
-                 spells_special: Callable[[str], bool] | None = None) -> None:
+                 spells_special: Callable[[str], bool] | None = None,
+                 piece_bytes: int | None = None) -> None:
         self.encode_many = encode_many
         self.spells_special = spells_special
         self.poison: set[bytes] = set()
@@ -131,9 +147,11 @@ class SegmentEncoder:
         self.stats = stats
         self.paragraphs = paragraphs
         self.pending: dict[bytes, str] = {}
-        # Whole text pieces seen before (a conversation's earlier messages come back every turn): their
-        # units and keys, valid while the memo has not been cleared since (its eviction count).
-        self.pieces: dict[bytes, tuple[int, list[tuple[bool, str]], list[bytes]]] = {}
+        # Whole text pieces seen before (a conversation's earlier messages come back every turn): where
+        # their paragraphs start (uint32) and their keys (joined), valid while the memo has not been
+        # cleared since (its eviction count). Offsets, not the paragraph strings: the text comes with
+        # the piece again, and holding it here cost ~10 KB per request.
+        self.pieces = BytesLRU(PIECE_CACHE_BYTES if piece_bytes is None else piece_bytes)
 
     def plan(self, pieces: list[tuple[bool, str]]) -> Planned:
         units: list[tuple[bool, str]] = []
@@ -150,9 +168,8 @@ class SegmentEncoder:
                     pk = self.memo.key(text)
                     known = self.pieces.get(pk)
                     if known is not None and known[0] == self.memo.evictions:
-                        units.extend(known[1])
-                        keys.extend(known[2])
-                        self.stats.segments_seen += len(known[2])
+                        _replay(text, known[1], known[2], units, keys)
+                        self.stats.segments_seen += len(known[2]) // KEY
                         ends.append(len(units))
                         continue
                 parts = split_paragraphs(text) if multi else [text]
@@ -176,11 +193,14 @@ class SegmentEncoder:
                         else:
                             self.pending[k] = part
                 if multi and clean:
-                    if len(self.pieces) > 1_000_000:
-                        self.pieces.clear()
-                    self.pieces[pk] = (self.memo.evictions, units[start:], keys[start:])
+                    self._remember(pk, parts, keys[start:])
             ends.append(len(units))
         return Planned(units, keys, ends, poisoned)
+
+    def _remember(self, pk: bytes, parts: list[str], keys: list[bytes]) -> None:
+        starts = np.cumsum([0, *map(len, parts[:-1])], dtype=np.uint32).tobytes()
+        blob = b"".join(keys)
+        self.pieces.put(pk, (self.memo.evictions, starts, blob), len(starts) + len(blob) + 200)
 
     def run_pending(self) -> None:
         if not self.pending:
