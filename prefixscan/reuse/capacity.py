@@ -4,11 +4,13 @@ An operator sizing KV memory wants the whole curve, not one simulation per guess
 property (a bigger cache always holds what a smaller one holds), so one pass computing each block's
 *stack distance* gives the hit for every capacity at once (Mattson, Gecsei, Slutz and Traiger, "Evaluation
 techniques for storage hierarchies", IBM Systems Journal 9(2), 1970). Distances are counted with a Fenwick
-tree over virtual access times. The optimal reference is Belady's farthest-next-use rule (Belady, "A study
-of replacement algorithms for a virtual-storage computer", IBM Systems Journal 5(2), 1966) with bypass: a
-block is not cached when nothing cached is needed strictly later than it. It is computed per capacity
-point. Semantics, proofs and measured numbers are in `docs/capacity.md`; the slow reference these are
-tested against is `capacity_ref.py`.
+tree over virtual access times, renumbered when full so that it needs O(distinct) slots. The optimal
+reference is Belady's farthest-next-use rule (Belady, "A study of replacement algorithms for a
+virtual-storage computer", IBM Systems Journal 5(2), 1966) with bypass: a block is not cached when nothing
+cached is needed strictly later than it. It is computed per capacity point. Semantics, proofs and
+measured numbers are in `docs/capacity.md`; the slow reference these are tested against is
+`capacity_ref.py`. The kernels are resumable (state carried in arrays), so that
+`capacity_stream.CapacityStream` runs them over a log fed in chunks, in bounded memory.
 """
 
 from __future__ import annotations
@@ -98,22 +100,54 @@ def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, 
 # ---------------------------------------------------------------- LRU: one pass, every capacity
 
 
-@njit(cache=True)
-def _lru_histograms(offsets, ids, weights, n_distinct):  # pragma: no cover - compiled
-    """Histograms over prefix-max stack distance of (hit tokens, hit blocks).
+@njit(cache=True, nogil=True)
+def _renumber(tree, last):  # pragma: no cover - compiled
+    """Renumber the marked times to 1..marked, keeping their order, and rebuild the tree over them.
 
-    Times 1..T are virtual access times; within a request the tail gets the earliest time and the head
-    the latest (vLLM frees blocks in reverse order). The Fenwick tree marks each block's latest time, so
-    the number of distinct blocks used more recently than block b is marked - prefix(last[b]).
+    Distances only count marks, so an order-preserving renumbering changes none of them; it is what lets
+    a tree of O(distinct) slots serve an unbounded number of accesses. In place, O(len(tree) + len(last)).
+    """
+    n = len(tree) - 1
+    for i in range(n, 0, -1):  # Fenwick -> plain 0/1 marks (the O(n) build, undone in reverse)
+        j = i + (i & -i)
+        if j <= n:
+            tree[j] -= tree[i]
+    s = 0
+    for i in range(1, n + 1):  # marks -> their rank
+        s += tree[i]
+        tree[i] = s
+    for b in range(len(last)):
+        if last[b] > 0:
+            last[b] = tree[last[b]]
+    _fenwick_ones(tree, s)
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _fenwick_ones(tree, m):  # pragma: no cover - compiled
+    """The Fenwick tree of marks at times 1..m: slot i counts the marks in (i - lowbit(i), i]."""
+    tree[0] = 0
+    for i in range(1, len(tree)):
+        tree[i] = max(0, min(i, m) - (i - (i & -i)))
+
+
+@njit(cache=True, nogil=True)
+def _lru_chunk(offsets, ids, weights, tree, last, tok_hist, blk_hist, st):  # pragma: no cover - compiled
+    """Add one run of requests to the histograms over prefix-max stack distance of (hit tokens, hit blocks);
+    resumable: st = [marked, clock] and the arrays carry the state to the next run. An empty blk_hist
+    skips the block histogram.
+
+    Times 1..len(tree)-1 are virtual access times; within a request the tail gets the earliest time and
+    the head the latest (vLLM frees blocks in reverse order). The Fenwick tree marks each block's latest
+    time, so the number of distinct blocks used more recently than block b is marked - prefix(last[b]).
+    When the clock reaches the end of the tree the marks are renumbered (`_renumber`): the tree needs
+    more slots than blocks seen, not one per access.
     """
     n_req = len(offsets) - 1
-    total = offsets[n_req]
-    tree = np.zeros(total + 1, np.int32)
-    last = np.zeros(n_distinct, np.int64)  # 0 = never seen
-    tok_hist = np.zeros(n_distinct + 1, np.int64)
-    blk_hist = np.zeros(n_distinct + 1, np.int64)
-    marked = 0
-    clock = 0
+    size = len(tree) - 1
+    marked = st[0]
+    clock = st[1]
+    blocks = len(blk_hist) > 0
     for r in range(n_req):
         a = offsets[r]
         b = offsets[r + 1]
@@ -131,8 +165,11 @@ def _lru_histograms(offsets, ids, weights, n_distinct):  # pragma: no cover - co
             if d > dmax:
                 dmax = d
             tok_hist[dmax] += weights[p]
-            blk_hist[dmax] += 1
+            if blocks:
+                blk_hist[dmax] += 1
         for p in range(b - 1, a - 1, -1):  # tail first, so the head ends up most recent
+            if clock == size:
+                clock = _renumber(tree, last)
             clock += 1
             blk = ids[p]
             t = last[blk]
@@ -140,15 +177,22 @@ def _lru_histograms(offsets, ids, weights, n_distinct):  # pragma: no cover - co
                 marked += 1
             else:
                 i = t
-                while i <= total:
+                while i <= size:
                     tree[i] -= 1
                     i += i & -i
             i = clock
-            while i <= total:
+            while i <= size:
                 tree[i] += 1
                 i += i & -i
             last[blk] = clock
-    return tok_hist, blk_hist
+    st[0] = marked
+    st[1] = clock
+
+
+def lru_tree_slots(n_distinct: int, floor: int = 1 << 16) -> int:
+    """Slots of the LRU Fenwick tree: twice the distinct blocks, so a renumbering frees at least half of
+    it (amortised O(1) per access), within int32 times."""
+    return min(max(2 * n_distinct, floor), (1 << 31) - 2)
 
 
 def lru_curves(prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +202,12 @@ def lru_curves(prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
     request is < c, so hits(c) is the cumulative sum of the distance histogram below c. Capacities
     beyond n_distinct hold everything: use the last element.
     """
-    tok_hist, blk_hist = _lru_histograms(prep.offsets, prep.ids, prep.weights, prep.n_distinct)
+    n = prep.n_distinct
+    tree = np.zeros(min(lru_tree_slots(n), len(prep.ids)) + 1, np.int32)  # no renumbering if it holds them all
+    last = np.zeros(n, np.int32)  # 0 = never seen
+    tok_hist = np.zeros(n + 1, np.int64)
+    blk_hist = np.zeros(n + 1, np.int64)
+    _lru_chunk(prep.offsets, prep.ids, prep.weights, tree, last, tok_hist, blk_hist, np.zeros(2, np.int64))
     zero = np.zeros(1, np.int64)
     tok = np.concatenate([zero, np.cumsum(tok_hist[: prep.n_distinct])])
     blk = np.concatenate([zero, np.cumsum(blk_hist[: prep.n_distinct])])
@@ -186,26 +235,27 @@ def capacity_for_fraction(curve: np.ndarray, fraction: float) -> int:
 # ---------------------------------------------------------------- OPT (Belady with bypass), per capacity
 
 
-@njit(cache=True)
-def _next_keys(offsets, ids, n_distinct, width):  # pragma: no cover - compiled
-    n_req = len(offsets) - 1
-    out = np.empty(len(ids), np.int64)
-    upcoming = np.full(n_distinct, n_req * width, np.int64)  # scanning backwards: the next listing seen so far
-    for r in range(n_req - 1, -1, -1):
+@njit(cache=True, nogil=True)
+def _next_keys(offsets, ids, upcoming, r0, width, out):  # pragma: no cover - compiled
+    """Next-use keys of one run of requests (the first is request r0), scanning backwards; resumable:
+    `upcoming` (the next listing seen so far per block, `never` at first) carries to the run before."""
+    for r in range(len(offsets) - 2, -1, -1):
         a = offsets[r]
         b = offsets[r + 1]
         for p in range(a, b):
             out[p] = upcoming[ids[p]]
         for p in range(b - 1, a - 1, -1):  # backwards, so a block listed twice keeps its first position
-            upcoming[ids[p]] = r * width + (p - a)
-    return out
+            upcoming[ids[p]] = (r0 + r) * width + (p - a)
 
 
 def next_keys(prep: Prepared, width: int) -> np.ndarray:
     """For each listed block, when it is next listed: request * width + position in that request, where
     `width` exceeds every request's length; n_requests * width = never. One integer orders next uses by
     request, then by position, which is the eviction order of the optimal cache."""
-    return _next_keys(prep.offsets, prep.ids, prep.n_distinct, width)
+    out = np.empty(len(prep.ids), np.int64)
+    upcoming = np.full(prep.n_distinct, (len(prep.offsets) - 1) * width, np.int64)
+    _next_keys(prep.offsets, prep.ids, upcoming, 0, width, out)
+    return out
 
 
 @njit(cache=True)
@@ -281,30 +331,29 @@ def _evict_later(hk, hb, hn, key, limit):  # pragma: no cover - compiled
     return False, hn
 
 
-@njit(cache=True)
-def _opt_one(offsets, ids, weights, nk, n_distinct, cap, width):  # pragma: no cover - compiled
-    """(hit tokens, hit blocks) of the optimal cache with bypass holding `cap` blocks (docs/capacity.md).
+@njit(cache=True, nogil=True)
+def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  # pragma: no cover - compiled
+    """Run the optimal cache with bypass holding `cap` blocks (docs/capacity.md) over one run of requests;
+    resumable: key, the heap (hk, hb) and st = [heap size, resident, dead, hit tokens, hit blocks] carry
+    the state to the next run. `never` is (all requests) x width.
 
     key[b] = the block's next-use key (`next_keys`) while resident, -1 when absent. A lazy max-heap holds
-    (key, block) entries; stale ones (key[b] differs) are skipped when popped. While a request runs, its
+    (key, block) entries; stale ones (key[b] differs) are skipped when popped, and it is compacted when
+    full (at most one live entry per resident block, so it never grows). While a request runs, its
     resident blocks have no live entry (their keys change at its start), which is what keeps them from
     being victims; they are pushed when it ends. Blocks never used again are not pushed: they only count
     in `dead`, are always the first victims, and which of them goes changes nothing (none is listed
-    again). The per-block work is inline on purpose: a non-inlined call per block, with its array
+    again). Live keys are distinct (request and position), so the victim never depends on the heap's
+    layout. The per-block work is inline on purpose: a non-inlined call per block, with its array
     arguments, cost more than the heap work (about 2x at large capacities).
     """
-    n_req = len(offsets) - 1
-    never = n_req * width
-    key = np.full(n_distinct, -1, np.int64)
-    hcap = min(2 * cap + 64, offsets[n_req] + 64)
-    hk = np.empty(hcap, np.int64)
-    hb = np.empty(hcap, np.int64)
-    hn = 0
-    size = 0
-    dead = 0
-    tok = 0
-    blk = 0
-    for r in range(n_req):
+    hcap = len(hk)
+    hn = st[0]
+    size = st[1]
+    dead = st[2]
+    tok = st[3]
+    blk = st[4]
+    for r in range(len(offsets) - 1):
         a = offsets[r]
         b = offsets[r + 1]
         for p in range(a, b):  # hits are decided before any admission
@@ -344,7 +393,29 @@ def _opt_one(offsets, ids, weights, nk, n_distinct, cap, width):  # pragma: no c
         for p in range(a, b):
             if key[ids[p]] < -1:
                 key[ids[p]] = -2 - key[ids[p]]
-    return tok, blk
+    st[0] = hn
+    st[1] = size
+    st[2] = dead
+    st[3] = tok
+    st[4] = blk
+
+
+def opt_heap_slots(cap: int, total_blocks: int, slack: float = 1.0) -> int:
+    """Heap entries for capacity `cap`: live entries are at most `cap`, so cap x (1 + slack) + 64 slots
+    compact at most every slack x cap pushes; more than every listed block plus 64 is never needed."""
+    return int(min(cap + int(slack * cap) + 64, total_blocks + 64))
+
+
+@njit(cache=True, nogil=True)
+def _opt_one(offsets, ids, weights, nk, n_distinct, cap, width):  # pragma: no cover - compiled
+    """(hit tokens, hit blocks) of the optimal cache with bypass holding `cap` blocks, in one run."""
+    n_req = len(offsets) - 1
+    hcap = min(2 * cap + 64, offsets[n_req] + 64)  # opt_heap_slots(cap, total, 1.0)
+    st = np.zeros(5, np.int64)
+    key = np.full(n_distinct, -1, np.int64)
+    _opt_chunk(offsets, ids, weights, nk, key, np.empty(hcap, np.int64), np.empty(hcap, np.int32), st, cap,
+               width, n_req * width)
+    return st[3], st[4]
 
 
 @njit(cache=True, parallel=True)
@@ -364,6 +435,9 @@ def opt_hits(prep: Prepared, capacities_blocks: Sequence[int]) -> tuple[np.ndarr
         return np.zeros(len(caps), np.int64), np.zeros(len(caps), np.int64)
     width = int(np.diff(prep.offsets).max()) + 1
     nk = next_keys(prep, width)
+    if len(prep.ids) * len(caps) < 1 << 16:  # small: starting the parallel threads costs more than the work
+        hits = [_opt_one(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, c, width) for c in caps]
+        return np.array([h[0] for h in hits], np.int64), np.array([h[1] for h in hits], np.int64)
     return _opt_many(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, caps, width)
 
 
@@ -395,24 +469,45 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     Requests are taken in the given (analysis) order, one at a time. A capacity in tokens holds
     floor(tokens / block_size) blocks. Without `capacities_tokens`, a log-spaced grid up to the working
     set is used. With `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
+    `capacity_stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
     """
     prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
-    if capacities_tokens is None:
-        capacities_tokens = default_capacities(prep.n_distinct, block_size)
-    cap_tok = np.asarray(list(capacities_tokens), dtype=np.int64)
-    if np.any(cap_tok < 0):
-        raise ValueError("capacities must be non-negative token counts")
-    cap_blk = cap_tok // block_size
+    cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
     lru_tok, _ = lru_curves(prep)
-    lru = lru_tok[np.minimum(cap_blk, prep.n_distinct)]
-    ideal_tok = int(lru_tok[-1])
-    total = prep.total_prompt_tokens
-    n = len(cap_tok)
+    opt_tok = None
     if opt:
         # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate.
         small = cap_blk < prep.n_distinct
-        opt_tok = np.full(n, ideal_tok, dtype=np.int64)
+        opt_tok = np.full(len(cap_tok), lru_tok[-1], dtype=np.int64)
         opt_tok[small] = opt_hits(prep, cap_blk[small])[0]
+    return curve_table(cap_tok, cap_blk, lru_tok[np.minimum(cap_blk, prep.n_distinct)], int(lru_tok[-1]),
+                       prep.total_prompt_tokens, opt_tok, lru_targets(lru_tok, block_size))
+
+
+def resolve_capacities(capacities_tokens: Sequence[int] | None, n_distinct: int,
+                       block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(capacities in tokens, in blocks): the given ones, or the default grid; negative ones are refused."""
+    if capacities_tokens is None:
+        capacities_tokens = default_capacities(n_distinct, block_size)
+    cap_tok = np.asarray(list(capacities_tokens), dtype=np.int64)
+    if np.any(cap_tok < 0):
+        raise ValueError("capacities must be non-negative token counts")
+    return cap_tok, cap_tok // block_size
+
+
+def lru_targets(lru_tok: np.ndarray, block_size: int) -> dict[str, int | None]:
+    """The exact smallest LRU capacity (tokens) for 50% and 90% of the ideal hit, from the every-capacity
+    curve (not rounded up to a grid point), kept as table metadata for the summary."""
+    ideal_tok = int(lru_tok[-1])
+    return {f"lru_tokens_for_{int(f * 100)}pct_of_ideal": capacity_for_fraction(lru_tok, f) * block_size
+            if ideal_tok > 0 else None for f in TARGET_FRACTIONS}
+
+
+def curve_table(cap_tok: np.ndarray, cap_blk: np.ndarray, lru: np.ndarray, ideal_tok: int, total: int,
+                opt_tok: np.ndarray | None, targets: dict[str, int | None]) -> pa.Table:
+    """The capacity table from hit tokens per capacity (OPT null when `opt_tok` is None)."""
+    n = len(cap_tok)
+    if opt_tok is not None:
         opt_cols = [pa.array(_rate(opt_tok, total), pa.float64()), pa.array(opt_tok, pa.int64())]
     else:
         opt_cols = [pa.nulls(n, pa.float64()), pa.nulls(n, pa.int64())]
@@ -427,10 +522,6 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
         pa.array(np.full(n, ideal_tok, np.int64), pa.int64()),
         pa.array(np.full(n, total, np.int64), pa.int64()),
     ]
-    # The exact smallest LRU capacity for 50% and 90% of the ideal hit, from the every-capacity curve
-    # (not rounded up to a grid point), kept as table metadata for the summary.
-    targets = {f"lru_tokens_for_{int(f * 100)}pct_of_ideal": capacity_for_fraction(lru_tok, f) * block_size
-               if ideal_tok > 0 else None for f in TARGET_FRACTIONS}
     return pa.Table.from_arrays(cols, schema=SCHEMA.with_metadata({"targets": json.dumps(targets)}))
 
 

@@ -1,0 +1,387 @@
+"""The capacity curve of `capacity.capacity_curve` over a request stream fed in chunks, in bounded memory.
+
+`capacity_curve` holds per-listed-block arrays for the whole log (ids, weights, next-use keys, a Fenwick
+slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinct blocks + requests):
+
+- `add` runs the one-pass LRU stack-distance histogram (Mattson, Gecsei, Slutz and Traiger 1970)
+  chunk by chunk with its state carried over, over a Fenwick tree of about two slots per distinct block
+  (marks are renumbered when the clock reaches its end, `capacity._renumber`), and appends the chunk's
+  block ids to a spill file. Per request it keeps only the length and the prompt tokens (12 bytes).
+- `finish` computes the next-use keys of Belady's rule (1966) by reading the ids spill backwards into a
+  second spill, then runs the optimal cache with bypass forward, chunk by chunk, two capacities at a
+  time (each with its per-block keys and a bounded heap), reading both spills into reused buffers.
+
+Spills are read with `readinto`, not memory-mapped: mapped file pages would count in the RSS. The kernels
+are `capacity`'s own, so the table is the same, value for value; `tests/test_capacity_stream.py` checks it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import BinaryIO, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from prefixscan.hashing import HIT_RULES
+from prefixscan.reuse.capacity import (
+    _fenwick_ones,
+    _lru_chunk,
+    _next_keys,
+    _opt_chunk,
+    _renumber,
+    block_weights,
+    curve_table,
+    lru_targets,
+    lru_tree_slots,
+    opt_heap_slots,
+    resolve_capacities,
+)
+
+_NO_BLOCK_HIST = np.zeros(0, np.int64)
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+class _Chunk(NamedTuple):
+    """A run of whole requests: requests r0..r1-1, listed blocks b0..b1-1 of the concatenated stream."""
+
+    r0: int
+    r1: int
+    b0: int
+    b1: int
+
+
+class _Opt(NamedTuple):
+    """One capacity's optimal-cache state, carried from chunk to chunk."""
+
+    cap: int
+    key: np.ndarray  # int64 per distinct block: next-use key while resident, -1 absent
+    hk: np.ndarray  # int64 heap keys
+    hb: np.ndarray  # int32 heap block ids
+    st: np.ndarray  # int64 [heap size, resident, dead, hit tokens, hit blocks]
+
+
+class CapacityStream:
+    """Feed requests in analysis order, chunk by chunk; `finish()` gives `capacity_curve`'s table.
+
+    Keyword options (defaults suit a 10M-request trace): `tree_floor`, the LRU tree's least number of slots;
+    `chunk_blocks`, listed blocks per read of the spills in `finish`; `opt_budget_bytes`, the state two
+    OPT capacities may share to run concurrently (a larger one runs alone).
+    """
+
+    def __init__(self, block_size: int, rule: str, spill_dir: str, *, tree_floor: int = 1 << 16,
+                 chunk_blocks: int = 1 << 21, opt_budget_bytes: int = 640 << 20, defer_lru: bool = False) -> None:
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        if rule not in HIT_RULES:
+            raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
+        if tree_floor < 1 or chunk_blocks < 1:
+            raise ValueError("tree_floor and chunk_blocks must be positive")
+        self.block_size = int(block_size)
+        self.rule = rule
+        self._tree_floor = int(tree_floor)
+        self._chunk_blocks = int(chunk_blocks)
+        self._opt_budget = int(opt_budget_bytes)
+        self._spill_dir = spill_dir
+        self._keys_path: str | None = None  # made by finish
+        self._ids_path, self._ids_file = self._spill("capacity-ids-")  # int32 per listed block
+        self._prompts_path, self._prompts_file = self._spill("capacity-prompts-")  # int64 per request
+        self._lengths: list[np.ndarray] = []  # int32 listed blocks per request, one array per chunk
+        self._total_prompt_tokens = 0
+        # LRU state (capacity._lru_chunk): Fenwick tree, latest time per block, token histogram, [marked, clock]
+        self._tree = np.zeros(lru_tree_slots(0, self._tree_floor) + 1, np.int32)
+        self._last = np.zeros(0, np.int32)
+        self._tok_hist = np.zeros(1, np.int64)
+        self._lru_state = np.zeros(2, np.int64)
+        self._n_seen = 0  # largest id + 1
+        self._total_blocks = 0
+        self._done = False
+        # With defer_lru, add() only spills and the LRU pass reads the spills in finish(): its state (about
+        # 24 bytes per distinct block) is then never alive beside the caller's own per-block state.
+        self._defer_lru = bool(defer_lru)
+
+    # ------------------------------------------------------------ feeding
+
+    def add(self, offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray) -> None:
+        """offsets: int64 local CSR for this chunk (starts at 0), ids: int32 GLOBAL dense block ids
+        (first-appearance order across the whole stream, as `prefixscan.dense.dense_ids` would number the
+        concatenation; the results only need every id below the n_distinct given to `finish`),
+        prompt_tokens: int64 per request."""
+        if self._done:
+            raise RuntimeError("CapacityStream.add after finish() or close()")
+        offsets, ids, prompts = _check_chunk(offsets, ids, prompt_tokens)
+        if self._defer_lru:
+            if len(ids):
+                self._n_seen = max(self._n_seen, int(ids.max()) + 1)
+        else:
+            self._lru(offsets, ids, prompts)
+        assert self._ids_file is not None and self._prompts_file is not None
+        ids.tofile(self._ids_file)
+        prompts.tofile(self._prompts_file)
+        self._lengths.append(np.diff(offsets).astype(np.int32))
+        self._total_prompt_tokens += int(prompts.sum())
+        self._total_blocks += len(ids)
+
+    def _lru(self, offsets: np.ndarray, ids: np.ndarray, prompts: np.ndarray) -> None:
+        """One chunk of the every-capacity LRU pass (state carried between chunks)."""
+        if len(ids):
+            self._reserve(int(ids.max()) + 1)
+        weights = block_weights(offsets, prompts, self.block_size, self.rule)
+        _lru_chunk(offsets, ids, weights, self._tree, self._last, self._tok_hist, _NO_BLOCK_HIST,
+                   self._lru_state)
+
+    def _deferred_lru(self, lengths: np.ndarray) -> None:
+        """The LRU pass over the spills, chunk by chunk, sized once for every block seen."""
+        seen, self._n_seen = self._n_seen, 0
+        self._reserve(seen)
+        if self._total_blocks == 0:
+            return
+        chunks = _plan(lengths, self._chunk_blocks)
+        ids_buf = np.empty(max(c.b1 - c.b0 for c in chunks), np.int32)
+        prompts = np.empty(max(c.r1 - c.r0 for c in chunks), np.int64)
+        with open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp:
+            for c in chunks:
+                self._lru(_local_offsets(lengths, c), _read_at(fi, c.b0, ids_buf[: c.b1 - c.b0]),
+                          _read_at(fp, c.r0, prompts[: c.r1 - c.r0]))
+
+    def _spill(self, prefix: str) -> tuple[str, BinaryIO]:
+        fd, path = tempfile.mkstemp(prefix=prefix, suffix=".bin", dir=self._spill_dir)
+        return path, os.fdopen(fd, "wb")
+
+    def _reserve(self, n_seen: int) -> None:
+        """Grow the per-block LRU arrays to `n_seen` blocks (with an eighth of headroom), and the tree to
+        twice that, so a renumbering always frees half of it. `ndarray.resize` reallocates in place (no
+        second copy alive) and zero-fills, which is "never seen" / an empty histogram bin."""
+        if n_seen <= self._n_seen:
+            return
+        self._n_seen = n_seen
+        if n_seen > len(self._last):
+            room = n_seen + n_seen // 8
+            self._last.resize(room, refcheck=False)
+            self._tok_hist.resize(room + 1, refcheck=False)
+        if lru_tree_slots(n_seen, self._tree_floor) > len(self._tree) - 1:
+            marked = _renumber(self._tree, self._last)  # times 1..marked, then a bigger tree over them
+            self._lru_state[1] = marked
+            self._tree.resize(lru_tree_slots(n_seen + n_seen // 8, self._tree_floor) + 1, refcheck=False)
+            _fenwick_ones(self._tree, marked)
+
+    # ------------------------------------------------------------ the table
+
+    def finish(self, n_distinct: int, capacities_tokens: Sequence[int] | None = None,
+               opt: bool = True) -> pa.Table:
+        """Exactly `capacity_curve(concat offsets, hashes, concat prompt, block_size, rule,
+        capacities_tokens, opt, ids=(concat ids, n_distinct))`: same schema, values and metadata.
+        The spill files are removed, whether it succeeds or not; the stream cannot be fed again."""
+        if self._done:
+            raise RuntimeError("CapacityStream.finish called twice or after close()")
+        try:
+            return self._finish(int(n_distinct), capacities_tokens, opt)
+        finally:
+            self.close()
+
+    def _finish(self, n: int, capacities_tokens: Sequence[int] | None, opt: bool) -> pa.Table:
+        if n < max(self._n_seen, 0) or n < 0:
+            raise ValueError(f"n_distinct={n} but block id {self._n_seen - 1} was fed" if n >= 0
+                             else f"n_distinct must be non-negative, got {n}")
+        assert self._ids_file is not None and self._prompts_file is not None
+        self._ids_file.close()
+        self._prompts_file.close()
+        lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
+        self._lengths = []
+        if self._defer_lru:
+            self._deferred_lru(lengths)
+        self._tree = self._last = np.zeros(0, np.int32)  # the LRU pass is over: free it before OPT
+        cap_tok, cap_blk = resolve_capacities(capacities_tokens, n, self.block_size)
+        lru_tok = np.zeros(n + 1, np.int64)
+        hist = self._tok_hist  # bins at or past n_seen are 0: distances are below the blocks seen
+        np.cumsum(hist[:n] if len(hist) >= n else np.concatenate([hist, np.zeros(n - len(hist), np.int64)]),
+                  out=lru_tok[1:])
+        self._tok_hist = np.zeros(0, np.int64)
+        del hist
+        lru = lru_tok[np.minimum(cap_blk, n)]
+        ideal = int(lru_tok[-1])
+        targets = lru_targets(lru_tok, self.block_size)
+        del lru_tok
+        opt_tok = None
+        if opt:
+            # A cache that holds the whole working set never evicts: OPT = ideal there (as capacity_curve).
+            small = cap_blk < n
+            opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
+            if small.any():
+                opt_tok[small] = self._opt_hits(cap_blk[small], n, lengths)
+        return curve_table(cap_tok, cap_blk, lru, ideal, self._total_prompt_tokens, opt_tok, targets)
+
+    # ------------------------------------------------------------ OPT from the spills
+
+    def _opt_hits(self, caps: np.ndarray, n: int, lengths: np.ndarray) -> np.ndarray:
+        """Hit tokens of the optimal cache at each capacity in blocks (all below n), as `opt_hits`."""
+        if self._total_blocks == 0:
+            return np.zeros(len(caps), np.int64)
+        width = int(lengths.max()) + 1
+        never = len(lengths) * width
+        chunks = _plan(lengths, self._chunk_blocks)
+        self._spill_keys(chunks, lengths, n, width, never)
+        uniq = np.unique(caps)
+        hits = dict.fromkeys(uniq.tolist(), 0)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for group in self._groups(uniq.tolist(), n):
+                hits.update(self._opt_pass(pool, group, n, chunks, lengths, width, never))
+        return np.array([hits[int(c)] for c in caps], np.int64)
+
+    def _spill_keys(self, chunks: list[_Chunk], lengths: np.ndarray, n: int, width: int, never: int) -> None:
+        """Next-use keys (`capacity.next_keys`) of every listed block into a spill, from a backward read of
+        the ids spill: the scan must see the future first."""
+        fd, self._keys_path = tempfile.mkstemp(prefix="capacity-keys-", suffix=".i64",
+                                               dir=os.path.dirname(self._ids_path))
+        most = max(c.b1 - c.b0 for c in chunks)
+        ids_buf = np.empty(most, np.int32)
+        keys_buf = np.empty(most, np.int64)
+        upcoming = np.full(n, never, np.int64)
+        with open(self._ids_path, "rb", buffering=0) as fi, os.fdopen(fd, "wb", buffering=0) as fo:
+            fo.truncate(self._total_blocks * 8)
+            for c in reversed(chunks):
+                m = c.b1 - c.b0
+                ids = _read_at(fi, c.b0, ids_buf[:m])
+                _next_keys(_local_offsets(lengths, c), ids, upcoming, c.r0, width, keys_buf[:m])
+                fo.seek(c.b0 * 8)
+                _write_all(fo, keys_buf[:m])
+
+    def _groups(self, caps: list[int], n: int) -> Iterator[list[int]]:
+        """Capacities to run together: the largest with the smallest left, if their states fit the budget
+        together (per capacity: 8 bytes per distinct block plus a heap of 12 bytes per slot)."""
+        caps = sorted(caps)
+        while caps:
+            big = caps.pop()
+            if caps and self._opt_bytes(big, n) + self._opt_bytes(caps[0], n) <= self._opt_budget:
+                yield [big, caps.pop(0)]
+            else:
+                yield [big]
+
+    def _opt_bytes(self, cap: int, n: int) -> int:
+        return 8 * n + 12 * opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
+
+    def _opt_pass(self, pool: ThreadPoolExecutor, caps: list[int], n: int, chunks: list[_Chunk],
+                  lengths: np.ndarray, width: int, never: int) -> dict[int, int]:
+        """Hit tokens per capacity of the group: one forward read of the spills, each chunk run for every
+        capacity in the pool's threads (the kernel releases the GIL) while the next chunk is read."""
+        states = []
+        for cap in caps:
+            slots = opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
+            states.append(_Opt(cap, np.full(n, -1, np.int64), np.empty(slots, np.int64),
+                               np.empty(slots, np.int32), np.zeros(5, np.int64)))
+        feed = self._forward(chunks, lengths)
+        cur = next(feed, None)
+        while cur is not None:
+            offsets, ids, nk, weights = cur
+            args = [(offsets, ids, weights, nk, s.key, s.hk, s.hb, s.st, s.cap, width, never) for s in states]
+            if len(ids) < _THREADED_BLOCKS:  # not worth a thread hand-off
+                for a in args:
+                    _opt_chunk(*a)
+                cur = next(feed, None)
+                continue
+            futures = [pool.submit(_opt_chunk, *a) for a in args]
+            cur = next(feed, None)  # reads into the other buffers while the kernels run
+            for f in futures:
+                f.result()
+        return {s.cap: int(s.st[3]) for s in states}
+
+    def _forward(self, chunks: list[_Chunk],
+                 lengths: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """(local offsets, ids, next-use keys, weights) chunk by chunk, alternating two sets of buffers: the
+        caller has finished with a chunk before the one after the next is read into its buffers."""
+        most = max(c.b1 - c.b0 for c in chunks)
+        bufs = [(np.empty(most, np.int32), np.empty(most, np.int64)) for _ in range(2)]
+        prompts = np.empty(max(c.r1 - c.r0 for c in chunks), np.int64)
+        assert self._keys_path is not None and self._prompts_path is not None
+        with (open(self._ids_path, "rb", buffering=0) as fi, open(self._keys_path, "rb", buffering=0) as fk,
+              open(self._prompts_path, "rb", buffering=0) as fp):
+            for i, c in enumerate(chunks):
+                ids_buf, keys_buf = bufs[i % 2]
+                m = c.b1 - c.b0
+                offsets = _local_offsets(lengths, c)
+                weights = block_weights(offsets, _read_at(fp, c.r0, prompts[: c.r1 - c.r0]), self.block_size,
+                                        self.rule)
+                yield offsets, _read_at(fi, c.b0, ids_buf[:m]), _read_at(fk, c.b0, keys_buf[:m]), weights
+
+    # ------------------------------------------------------------ cleanup
+
+    def close(self) -> None:
+        """Remove the spill files and drop the state; idempotent."""
+        self._done = True
+        for f in (self._ids_file, self._prompts_file):
+            if f is not None and not f.closed:
+                f.close()
+        for path in (self._ids_path, self._prompts_path, self._keys_path):
+            if path is not None and os.path.exists(path):
+                os.unlink(path)
+        self._tree = self._last = np.zeros(0, np.int32)
+        self._tok_hist = np.zeros(0, np.int64)
+        self._lengths = []
+
+    def __enter__(self) -> CapacityStream:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+_THREADED_BLOCKS = 1 << 14  # smaller chunks run in the calling thread
+_HEAP_SLACK = 0.25  # heap slots = 1.25 x capacity + 64: compaction every cap/4 pushes at most
+
+
+def _check_chunk(offsets: np.ndarray, ids: np.ndarray,
+                 prompt_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validate one chunk and return (int64 offsets, int32 ids, int64 prompt tokens)."""
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    ids = np.asarray(ids)
+    prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
+    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must be non-decreasing CSR offsets starting at 0 (local to the chunk)")
+    if ids.ndim != 1 or len(ids) != offsets[-1]:
+        raise ValueError(f"offsets end at {offsets[-1]} but the chunk has {len(ids)} block ids")
+    if prompts.ndim != 1 or len(prompts) != len(offsets) - 1:
+        raise ValueError(f"{len(prompts)} prompt lengths for {len(offsets) - 1} requests")
+    if len(ids) and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() > _INT32_MAX):
+        raise ValueError("block ids must be non-negative int32 dense ids")
+    return offsets, np.ascontiguousarray(ids, dtype=np.int32), prompts
+
+
+def _plan(lengths: np.ndarray, chunk_blocks: int) -> list[_Chunk]:
+    """Cut the requests into runs of about `chunk_blocks` listed blocks (a longer request is a run alone)."""
+    starts = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    total = int(starts[-1])
+    cuts = np.searchsorted(starts, np.arange(0, total, chunk_blocks, dtype=np.int64), side="right") - 1
+    cuts = np.unique(np.concatenate([[0], cuts, [len(lengths)]]))
+    return [_Chunk(int(a), int(b), int(starts[a]), int(starts[b])) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def _local_offsets(lengths: np.ndarray, c: _Chunk) -> np.ndarray:
+    out = np.zeros(c.r1 - c.r0 + 1, np.int64)
+    np.cumsum(lengths[c.r0 : c.r1], out=out[1:])
+    return out
+
+
+def _read_at(f: BinaryIO, item: int, out: np.ndarray) -> np.ndarray:
+    """Fill `out` from the file's items starting at index `item` (a reused buffer; no memory map)."""
+    f.seek(item * out.itemsize)
+    view = memoryview(out).cast("B")
+    got = 0
+    while got < len(view):
+        k = f.readinto(view[got:])
+        if not k:
+            raise OSError(f"spill file {f.name!r} ended early")
+        got += k
+    return out
+
+
+def _write_all(f: BinaryIO, arr: np.ndarray) -> None:
+    view = memoryview(arr).cast("B")
+    done = 0
+    while done < len(view):
+        done += f.write(view[done:])
