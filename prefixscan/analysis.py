@@ -6,17 +6,19 @@ directory. Reporters render the result; nothing here prints.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import xxhash
+import pyarrow.parquet as pq
 
 from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
@@ -24,12 +26,13 @@ from prefixscan.dense import dense_ids
 from prefixscan.errors import UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
+from prefixscan.memory import peak_rss_mib
+from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, summaries_table
 from prefixscan.reuse.capacity import capacity_curve, capacity_targets
 from prefixscan.reuse.ideal import TokenPrefixIndex, ideal_reuse, scope_salts
 from prefixscan.reuse.prefixes import prefixes_table
-from prefixscan.schema import REJECTS_SCHEMA, REQUESTS_SCHEMA
-from prefixscan.tracecols import permute_csr
+from prefixscan.schema import REJECTS_SCHEMA
 
 SUMMARY_DIMENSIONS = {"tenant": "tenant", "model": "model", "prefix_class": "prefix_class",
                       "hit_source": "hit_source", "turn_index": "_turn_bucket", "category": "category"}
@@ -55,19 +58,6 @@ def analyze(*inputs: str, output: str | None = None, **options: Any) -> Analysis
     return run_analysis(AnalyzeConfig(inputs=tuple(inputs), output=output, **options))
 
 
-def peak_rss_mib() -> float:
-    """Peak resident memory of this process so far (Linux VmHWM; 0 where /proc is absent), for the
-    manifest's timings: which stage sets the peak is what a memory budget needs to know."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return 0.0
-
-
 def _validate(cfg: AnalyzeConfig) -> None:
     if cfg.block_size < 1:
         raise UsageError(f"--block-size must be >= 1, got {cfg.block_size}")
@@ -79,11 +69,42 @@ def _validate(cfg: AnalyzeConfig) -> None:
         raise UsageError("--capacities must be positive token counts")
 
 
+def streams(cfg: AnalyzeConfig) -> bool:
+    """Whether `analyze` streams the log (bounded memory) or holds it (needed for token granularity, and
+    without a run directory to write the requests table to). `streaming=None` decides by those two."""
+    if cfg.streaming is None:
+        return bool(cfg.output) and cfg.granularity == "block"
+    if cfg.streaming and not cfg.output:
+        raise UsageError("streaming writes the requests table as it goes: give a run directory with -o")
+    if cfg.streaming and cfg.granularity == "token":
+        raise UsageError("--granularity token holds every prompt's tokens: it cannot stream; use --in-memory")
+    return cfg.streaming
+
+
+class _OnDisk:
+    """A table already written to the run directory, read only if someone asks for it."""
+
+    def __init__(self, path: Path, rows: int) -> None:
+        self.path, self.num_rows = path, rows
+
+
+class Tables(dict):
+    """The result's tables by name; a streamed run's requests table is read from its Parquet file on first
+    access (it is the size of the log)."""
+
+    def __getitem__(self, name: str) -> pa.Table:
+        t = super().__getitem__(name)
+        if isinstance(t, _OnDisk):
+            t = pq.read_table(t.path)
+            self[name] = t
+        return t
+
+
 def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None) -> AnalysisResult:
     """Run the whole analysis for a config; write the run directory when `cfg.output` is set."""
     _validate(cfg)
-    if cfg.output:
-        run_path = rundir.prepare(cfg.output, cfg.force)  # fail before the long work, not after
+    stream_it = streams(cfg)
+    run_path = rundir.prepare(cfg.output, cfg.force) if cfg.output else None  # fail before the long work
     timings: dict[str, float] = {}
 
     def done(stage: str, since: float) -> float:
@@ -94,170 +115,91 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
         return now
 
     t0 = time.perf_counter()
-    ing = ingest(cfg, progress)
-    if cfg.granularity == "token" and ing.hit_rule == "trace":
-        raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
-    t = done("ingest", t0)
-    req, offsets, flat, deepest, snippets, ids = _reuse(cfg, ing)
-    t = done("reuse", t)
-    summaries = summaries_table(req, SUMMARY_DIMENSIONS)
-    prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text)
-    t = done("aggregate", t)
-    curve = _capacity(cfg, ing, req, offsets, flat, ids)
-    done("capacity", t)
+    notes: list[str] = []
+    streamed = None
+    if stream_it:
+        from prefixscan.stream import OutOfOrder, run_stream
+
+        try:
+            streamed = run_stream(cfg, run_path, progress, done, t0)  # type: ignore[arg-type]
+        except OutOfOrder as exc:
+            notes.append(f"The log is not in time order ({exc}); it was analysed in memory instead of streamed, "
+                         "so memory grew with the whole log. Sort it by time to analyse it in bounded memory.")
+            timings.clear()
+            t0 = time.perf_counter()
+    if streamed is not None:
+        ing, req, summaries, prefixes, curve = (streamed.ing, streamed.agg, streamed.summaries,
+                                                streamed.prefixes, streamed.curve)
+        requests_table: Any = _OnDisk(streamed.requests_path, streamed.rows)
+        freq, offsets, flat = streamed.findings_input() if cfg.findings else (req, None, None)
+    else:
+        ing = ingest(cfg, progress)
+        if cfg.granularity == "token" and ing.hit_rule == "trace":
+            raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
+        t = done("ingest", t0)
+        req, offsets, flat, deepest, snippets, ids = _reuse(cfg, ing)
+        t = done("reuse", t)
+        summaries = summaries_table(req, SUMMARY_DIMENSIONS)
+        prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text)
+        t = done("aggregate", t)
+        curve = _capacity(cfg, ing, req, offsets, flat, ids)
+        done("capacity", t)
+        requests_table = requests_arrow(req, offsets, flat)
+        freq = req
     # Findings (issue 3): finalise the detector ingest fed; counterfactual re-analysis of rewritten requests.
     from prefixscan.detect.run import run_findings
 
-    fres = run_findings(cfg, ing, req, offsets, flat)
+    fres = run_findings(cfg, ing, freq, offsets, flat)
+    del freq, offsets, flat
     timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest
     timings["peak_rss_mib_findings"] = peak_rss_mib()
-    requests_table = _requests_arrow(req, offsets, flat)
     rejects = pa.Table.from_pylist(ing.rejects, schema=REJECTS_SCHEMA)
-    tables = {"requests": requests_table, "rejects": rejects, "summaries": summaries.to_arrow(),
-              "prefixes": prefixes.to_arrow(), "capacity_curve": curve}
+    tables = Tables({"requests": requests_table, "rejects": rejects, "summaries": summaries.to_arrow(),
+                     "prefixes": prefixes.to_arrow(), "capacity_curve": curve})
     if fres is not None:
         tables.update(fres.tables())
     summary = build_summary(cfg, ing, req, summaries, prefixes, curve)
+    summary["notes"] += notes
     if fres is not None:
         summary["findings"] = fres.to_json()
         summary["counterfactual"] = fres.counterfactual.to_json()
     timings["total_s"] = time.perf_counter() - t0
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     result = AnalysisResult(cfg, summary, tables, timings=timings, findings=fres)
-    if cfg.output:
-        for name, t in tables.items():
-            rundir.write_table(run_path, name, t)
+    if run_path is not None:
+        for name, t in dict.items(tables):
+            if isinstance(t, _OnDisk):
+                os.replace(t.path, run_path / f"{name}.parquet")
+                t.path = run_path / f"{name}.parquet"
+            else:
+                rundir.write_table(run_path, name, t)
         rundir.write_manifest(run_path, _manifest(cfg, ing, tables, summary))
         result.run_dir = str(run_path)
     return result
 
 
-def _hash_tenant(t: str | None) -> str | None:
-    return None if t is None else "t-" + xxhash.xxh3_64_hexdigest(t.encode())[:10]
-
-
-def _columns(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
-    """Ingest columns, block CSR and snippets in analysis order (time, then input order)."""
-    if ing.frame is not None:  # hashed traces: arrays all the way
-        frame, offsets, flat, snippets = ing.frame, ing.offsets, ing.flat, ing.snippets
-        ing.frame, ing.offsets, ing.flat, ing.snippets = None, None, None, []
-        n = frame.height
-        ts = frame["timestamp_s"].to_numpy()
-        order = np.lexsort((np.arange(n), ts)) if n else np.zeros(0, np.int64)
-        if n and not bool((order == np.arange(n)).all()):
-            frame = frame[order]
-            offsets, flat = permute_csr(offsets, flat, order)
-        if cfg.hash_tenants and frame["tenant"].null_count() < n:
-            frame = frame.with_columns(pl.Series("tenant", [_hash_tenant(t) for t in frame["tenant"].to_list()],
-                                                 dtype=pl.String))
-        return {c: frame[c] for c in frame.columns}, ts, order, offsets, flat, snippets, None
-    cols = ing.cols
-    n = len(cols["request_id"])
-    ts = np.asarray(cols["timestamp_s"], dtype=np.float64)
-    order = np.lexsort((np.arange(n), ts)) if n else np.zeros(0, np.int64)  # time, then input order
-    tenants = cols["tenant"]
-    if cfg.hash_tenants:
-        tenants = [_hash_tenant(t) for t in tenants]
-    if n and bool((order == np.arange(n)).all()):  # logs are usually in time order already: no copies
-        data = {c: v for c, v in cols.items() if c != "tenant"}
-        data["tenant"] = tenants
-        hashes, snippets = ing.hashes, ing.snippets
-    else:
-        data = {c: [v[i] for i in order] for c, v in cols.items() if c != "tenant"}
-        data["tenant"] = [tenants[i] for i in order]
-        hashes = [ing.hashes[i] for i in order]
-        snippets = [ing.snippets[i] for i in order]
-    # The per-request Python lists are not needed once the frame below exists: let them go.
-    ing.cols, ing.hashes, ing.snippets = {}, [], []
-    lengths = np.fromiter((len(h) for h in hashes), dtype=np.int64, count=n)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.concatenate(hashes) if n else np.zeros(0, np.uint64)
-    per_request = hashes if cfg.granularity == "token" else None  # only token granularity needs them again
-    return data, ts, order, offsets, flat, snippets, per_request
-
-
 def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
-    data, ts, order, offsets, flat, snippets, per_request = _columns(cfg, ing)
-    n = len(ts)
-    lengths = np.diff(offsets)
-    prompt = np.asarray(data["prompt_tokens"], dtype=np.int64)
+    inp, offsets, flat, snippets, per_request, order = input_frame(cfg, ing)
+    n = inp.height
+    prompt = inp["prompt_tokens"].to_numpy()
     ids = dense_ids(flat)
     res = ideal_reuse(offsets, flat, prompt, ing.block_size, ing.hit_rule,
-                      scope_salts(data["tenant"]), scope_salts(data["conversation_id"]), ids=ids)
+                      scope_salts(inp["tenant"]), scope_salts(inp["conversation_id"]), ids=ids)
     cached, divergence = res.cached_tokens, res.divergence_token
     if cfg.granularity == "token":
         index = TokenPrefixIndex(ing.block_size)
         toks = [ing.tokens[i] for i in order]  # type: ignore[index]
-        ns = data["namespace"]
+        ns = inp["namespace"].to_list()
         lcp = np.array([index.add(toks[i], per_request[i], ns[i]) for i in range(n)], dtype=np.int64)
         divergence = lcp
         cached = np.minimum(lcp, np.maximum(prompt - 1, 0))
-    ts_sorted = ts[order]
-    df = pl.DataFrame({
-        "seq": np.arange(n, dtype=np.int64),
-        "request_id": data["request_id"], "source_file": data["source_file"],
-        "source_line": np.asarray(data["source_line"], dtype=np.int64),
-        "timestamp_s": ts_sorted, "arrival_s": ts_sorted - (ts_sorted[0] if n else 0.0),
-        **{c: pl.Series(c, data[c], dtype=pl.String) for c in
-           ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "category")},
-        "turn_index": pl.Series("turn_index", data["turn_index"], dtype=pl.Int32),
-        "prompt_tokens": prompt,
-        "head_tokens": pl.Series("head_tokens", data["head_tokens"], dtype=pl.Int64),
-        "output_tokens": pl.Series("output_tokens", data["output_tokens"], dtype=pl.Int64),
-        "actual_cached_tokens": pl.Series("actual_cached_tokens", data["actual_cached_tokens"], dtype=pl.Int64),
-        "namespace": pl.Series("namespace", data["namespace"], dtype=pl.UInt64),
-        "cached_tokens": cached, "cached_blocks": res.cached_blocks, "divergence_token": divergence,
-        "conversation_cached_tokens": res.conversation_cached_tokens,
-        "tenant_cached_tokens": res.tenant_cached_tokens, "_source": res.source,
-        "_blocks": -(-prompt // ing.block_size) if ing.hit_rule == "vllm" else lengths,
-    })
-    rid = df["request_id"]
-    df = df.with_columns(
-        # Turn index when the log has none: position within the conversation, in time order.
-        pl.when(pl.col("turn_index").is_null() & pl.col("conversation_id").is_not_null())
-        .then(pl.int_range(pl.len()).over("conversation_id").cast(pl.Int32))
-        .otherwise(pl.col("turn_index")).alias("turn_index"),
-        rid.gather(pl.Series(np.maximum(res.source, 0))).set(pl.Series(res.source < 0), None)
-        .alias("source_request_id") if n else pl.lit(None, dtype=pl.String).alias("source_request_id"),
-        (pl.col("cached_tokens") // ing.block_size if ing.hit_rule == "vllm"
-         else pl.col("cached_blocks").cast(pl.Int64)).alias("_hit_blocks"),
-    )
-    df = df.with_columns(
-        pl.when(pl.col("cached_tokens") == 0).then(pl.lit("none"))
-        .when(pl.col("conversation_cached_tokens") >= pl.col("cached_tokens")).then(pl.lit("same_conversation"))
-        .when(pl.col("tenant_cached_tokens") >= pl.col("cached_tokens")).then(pl.lit("same_tenant"))
-        .otherwise(pl.lit("other_tenant")).alias("hit_source"),
-        (pl.col("cached_tokens") - pl.col("actual_cached_tokens")).alias("predicted_minus_actual"),
-        pl.when(pl.col("turn_index") >= 10).then(pl.lit("10+"))
-        .otherwise(pl.col("turn_index").cast(pl.String)).alias("_turn_bucket"),
-    )
-    block = ing.block_size
-    df = df.with_columns(
-        pl.when(pl.col("cached_tokens") == 0).then(pl.lit("none"))
-        # The hit ends inside the system-and-tools head, or in the block that straddles its end.
-        .when((pl.col("head_tokens") > 0) & (pl.col("cached_tokens") < pl.col("head_tokens") + block))
-        .then(pl.lit("system_tools"))
-        .when(pl.col("hit_source") == "same_conversation").then(pl.lit("conversation_history"))
-        .otherwise(pl.lit("shared_document")).alias("prefix_class"),
-    )
-    deepest = np.zeros(n, dtype=np.uint64)
-    k = res.cached_blocks
-    hit = np.nonzero(k > 0)[0]
-    deepest[hit] = flat[offsets[hit] + k[hit] - 1]
+    rid = inp["request_id"]
+    source_ids = (rid.gather(pl.Series(np.maximum(res.source, 0))).set(pl.Series(res.source < 0), None) if n
+                  else pl.Series("source_request_id", [], dtype=pl.String))
+    ts0 = float(inp["timestamp_s"][0]) if n else 0.0
+    df, deepest = reuse_frame(inp, offsets, flat, res, cached, divergence, ing.block_size, ing.hit_rule,
+                              seq0=0, ts0=ts0, source_ids=source_ids, turn_counts=None)
     return df, offsets, flat, deepest, snippets, ids
-
-
-def _requests_arrow(df: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray) -> pa.Table:
-    names = [f.name for f in REQUESTS_SCHEMA if f.name != "block_hashes"]
-    t = df.select(names).to_arrow()
-    lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32) if len(flat) < 2**31 else offsets,
-                                              type=pa.int32() if len(flat) < 2**31 else pa.int64()),
-                                     pa.array(flat, type=pa.uint64()))
-    if not pa.types.is_list(lists.type):
-        lists = lists.cast(pa.list_(pa.uint64()))
-    t = t.append_column("block_hashes", lists)
-    return t.select([f.name for f in REQUESTS_SCHEMA]).cast(REQUESTS_SCHEMA)
 
 
 def _capacity(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, offsets: np.ndarray,
@@ -347,7 +289,7 @@ def _manifest(cfg: AnalyzeConfig, ing: Ingested, tables: dict[str, pa.Table], su
         "config": {**replace(cfg, extras={}).to_json(), "block_size": ing.block_size, "hit_rule": ing.hit_rule,
                    "token_block_size": cfg.block_size},
         "inputs": [s.to_json() for s in ing.sources],
-        "tables": {name: {"rows": t.num_rows, "stage": "analyze"} for name, t in tables.items()},
+        "tables": {name: {"rows": t.num_rows, "stage": "analyze"} for name, t in dict.items(tables)},
         # The whole summary, so reports and later commands re-render without re-analysing.
         "analyze": {"timings": summary.get("timings", {}), "hit_rate": summary["hit_rate"],
                     "requests": summary["requests"], "summary": summary},

@@ -26,6 +26,7 @@ class AnalyzeConfig:
     hash_tenants: bool = False
     threads: int | None = None
     findings: bool = True  # cache-breaker findings (docs/findings.md); --no-findings skips them
+    streaming: bool | None = None  # None: stream when writing a run directory at block granularity
     quiet: bool = True
     command_line: str = ""
     extras: dict[str, Any] = field(default_factory=dict)

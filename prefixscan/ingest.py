@@ -70,8 +70,32 @@ def _snippet(r: Record) -> str:
     return (r.prompt or "")[:160]
 
 
-def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None) -> Ingested:
-    """Read every input, reject what is malformed, tokenise and hash what is not."""
+@dataclass
+class Batch:
+    """Consecutive accepted requests (input order) handed to a streaming consumer: the ingest columns as
+    lists (`cols`, `hashes`, `snippets`) or, for hashed traces, as a frame with CSR blocks."""
+
+    block_size: int
+    hit_rule: str
+    cols: dict[str, list[Any]]
+    hashes: list[np.ndarray]
+    snippets: list[str]
+    frame: Any = None
+    offsets: np.ndarray | None = None
+    flat: np.ndarray | None = None
+    tokens: None = None
+
+
+STREAM_TEXT_ROWS = 4096  # text requests per Batch (each carries hundreds of blocks)
+STREAM_TRACE_ROWS = 65536  # hashed-trace requests per Batch on the ordinary path (the compiled one: a chunk)
+
+
+def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None,
+           sink: Callable[[Batch], None] | None = None) -> Ingested:
+    """Read every input, reject what is malformed, tokenise and hash what is not.
+
+    With a `sink`, accepted requests are handed over in input-order Batches as they are ready and not
+    kept: the returned Ingested then carries only the rejects and what the summary says about the input."""
     if cfg.format not in FORMATS:
         raise UsageError(f"unknown --format {cfg.format!r}; choose one of {', '.join(FORMATS)}")
     bad = [k for k, _ in cfg.fields if k not in FIELDS]
@@ -168,6 +192,26 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
             raise InputError(f"{where}: cannot mix {this_mode} records with {mode} records in "
                              "one run (their block sizes differ); analyze them separately")
 
+    def block_rule() -> tuple[int, str]:
+        is_trace = mode in TRACE_BLOCK
+        return ((cfg.hash_block_size or TRACE_BLOCK[mode]) if is_trace else cfg.block_size,  # type: ignore[index]
+                "trace" if is_trace else "vllm")
+
+    def emit(final: bool = False, chunk_done: bool = False) -> None:
+        """Hand what is collected to the sink: a trace every compiled chunk (or STREAM_TRACE_ROWS
+        requests), text every STREAM_TEXT_ROWS requests, and whatever is left at the end."""
+        nonlocal trace, cols, hashes, snippets
+        if sink is None:
+            return
+        if trace.n and (final or chunk_done or trace.n >= STREAM_TRACE_ROWS):
+            frame, off, flat = trace.finish()
+            trace = TraceColumns()
+            sink(Batch(*block_rule(), cols={}, hashes=[], snippets=[], frame=frame, offsets=off, flat=flat))
+        if hashes and (final or len(hashes) >= STREAM_TEXT_ROWS):
+            out = Batch(*block_rule(), cols=cols, hashes=hashes, snippets=snippets)
+            cols, hashes, snippets = {c: [] for c in COLS}, [], []
+            sink(out)
+
     def accept(src: Source, line: int, obj: dict[str, Any] | RawError, shape: str | None) -> Record | None:
         """The ordinary path for one parsed line: a Record, or None after rejecting it."""
         if isinstance(obj, RawError):
@@ -206,6 +250,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                 if rec is not None:
                     batch.append(rec)
             flush(batch)
+            emit(chunk_done=True)
             if progress is not None:
                 progress(read, done_bytes + pos.bytes, total_bytes)
 
@@ -234,14 +279,15 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
             batch.append(rec)
             if len(batch) >= BATCH:
                 flush(batch)
+                emit()
         if shape is not None:
             shapes.setdefault(src.path, shape)
         done_bytes += src.size
     flush(batch)
+    emit(final=True)
     if progress is not None:
         progress(read, total_bytes, total_bytes)
-    is_trace = mode in TRACE_BLOCK
-    bs = (cfg.hash_block_size or TRACE_BLOCK[mode]) if is_trace else cfg.block_size
+    bs, rule = block_rule()
     frame = offsets = flat = None
     if trace.n:
         frame, offsets, flat = trace.finish()
@@ -249,7 +295,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     return Ingested(
         frame=frame, offsets=offsets, flat=flat,
         cols=cols, hashes=hashes, tokens=tokens_out, snippets=snippets, rejects=rejects, read=read,
-        sources=sources, shapes=shapes, block_size=bs, hit_rule="trace" if is_trace else "vllm",
+        sources=sources, shapes=shapes, block_size=bs, hit_rule=rule,
         tokenizer_id=tokenizer.id if tokenizer else "none",
         template_version=tokenizer.template_version if tokenizer else "none",
         approximate_template=bool(tokenizer and tokenizer.approximate_template),

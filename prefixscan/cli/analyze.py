@@ -58,6 +58,10 @@ def register(app: typer.Typer) -> None:
         hash_tenants: bool = typer.Option(False, "--hash-tenants", help="Replace tenant names by hashes."),
         include_text: bool = typer.Option(False, "--include-text",
                                           help="Keep prompt snippets unredacted in outputs (off by default)."),
+        in_memory: bool = typer.Option(False, "--in-memory",
+                                       help="Hold the whole log in memory instead of streaming it to the run "
+                                            "directory (streaming is the default with -o; memory then grows "
+                                            "with distinct blocks, not with the log)."),
         no_findings: bool = typer.Option(False, "--no-findings",
                                          help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -75,7 +79,7 @@ def register(app: typer.Typer) -> None:
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict,
             capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
-            quiet=quiet, findings=not no_findings,
+            quiet=quiet, findings=not no_findings, streaming=False if in_memory else None,
             command_line="prefixscan " + shlex.join(sys.argv[1:]),
         )
         console = stderr_console(quiet)

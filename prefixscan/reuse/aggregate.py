@@ -7,6 +7,7 @@ fractions (AIPerf's "theoretical hit rate"); steady state = the same over the se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,8 +59,12 @@ def group_summary(df: pl.DataFrame, key: str) -> pl.DataFrame:
     return g
 
 
-def summaries_table(df: pl.DataFrame, keys: dict[str, str]) -> pl.DataFrame:
-    """One long table: dimension, key, requests, tokens and rates; 'all' and 'steady_state' included."""
+def summaries_table(df: pl.DataFrame, keys: dict[str, str],
+                    column: Callable[[str], pl.Series] | None = None) -> pl.DataFrame:
+    """One long table: dimension, key, requests, tokens and rates; 'all' and 'steady_state' included.
+
+    With `column`, each dimension's column is fetched when its turn comes and dropped after (a streamed
+    log reads them back one at a time instead of holding them all)."""
     parts = []
     n = df.height
     for dim, frame in (("all", df), ("steady_state", df.filter(pl.col("seq") >= n // 2))):
@@ -72,7 +77,7 @@ def summaries_table(df: pl.DataFrame, keys: dict[str, str]) -> pl.DataFrame:
             "request_mean": [r["request_mean"]],
         }))
     for dim, col in keys.items():
-        g = group_summary(df, col)
+        g = group_summary(df if column is None else df.with_columns(column(col).alias(col)), col)
         parts.append(g.select(
             pl.lit(dim).alias("dimension"), pl.col("_key").alias("key"), "requests", "prompt_tokens",
             "cached_tokens", "token_weighted", "block_weighted", "request_mean"))

@@ -18,7 +18,7 @@ import numpy as np
 import xxhash
 from numba import njit
 
-from prefixscan.dense import dense_ids
+from prefixscan.dense import DenseTable, dense_ids
 
 NO_SCOPE = 0
 
@@ -71,15 +71,12 @@ def _match(seen: dict | set, hl: list[int]) -> int:
     return lo - 1
 
 
-@njit(cache=True)
-def leading_runs(offsets, ids, n_distinct, valid):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True)
+def _leading_runs_into(offsets, ids, last, valid, base, k, src):  # pragma: no cover - compiled
     """Per request: leading blocks seen in an earlier (valid) request, and the most recent such request
-    holding the deepest one. Every block of a valid request is then marked as last touched by it."""
-    n = len(offsets) - 1
-    last = np.full(n_distinct, -1, np.int64)
-    k = np.zeros(n, np.int32)
-    src = np.full(n, -1, np.int64)
-    for r in range(n):
+    holding the deepest one. Every block of a valid request is then marked as last touched by it (its
+    index is `base` + its row: `last` carries over from earlier chunks of the same log)."""
+    for r in range(len(offsets) - 1):
         a, b = offsets[r], offsets[r + 1]
         if not valid[r]:
             continue
@@ -90,7 +87,16 @@ def leading_runs(offsets, ids, n_distinct, valid):  # pragma: no cover - compile
         if j > a:
             src[r] = last[ids[j - 1]]
         for q in range(a, b):
-            last[ids[q]] = r
+            last[ids[q]] = base + r
+
+
+def leading_runs(offsets: np.ndarray, ids: np.ndarray, n_distinct: int,
+                 valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(leading blocks already seen, source request) per request of one whole log (see the kernel)."""
+    n = len(offsets) - 1
+    k = np.zeros(n, np.int32)
+    src = np.full(n, -1, np.int64)
+    _leading_runs_into(offsets, ids, np.full(n_distinct, -1, np.int64), valid, 0, k, src)
     return k, src
 
 
@@ -130,6 +136,89 @@ def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarr
         conversation_cached_tokens=hit_tokens_array(k_conv, pt, block_size, rule),
         source=source,
     )
+
+
+class _Scope:
+    """One scope's state across chunks: the dense-id table and the last request touching each block."""
+
+    def __init__(self) -> None:
+        self.table = DenseTable()
+        self.last = np.full(1024, -1, np.int32)  # request index; a streamed log has < 2^31 requests
+
+    def copy(self) -> _Scope:
+        out = _Scope.__new__(_Scope)
+        out.table, out.last = self.table.copy(), self.last.copy()
+        return out
+
+    def runs(self, offsets: np.ndarray, flat: np.ndarray, salts: np.ndarray | None, valid: np.ndarray,
+             base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(leading blocks seen, source request, dense ids) of one chunk, continuing the log so far."""
+        ids = self.table.ids(flat, offsets, salts)
+        if self.table.n > len(self.last):  # grow geometrically, in place (no second copy alive)
+            had = len(self.last)
+            self.last.resize(max(self.table.n, int(had * 1.25)), refcheck=False)
+            self.last[had:] = -1
+        if base + len(offsets) > np.iinfo(np.int32).max:
+            raise OverflowError("a streamed log holds at most 2^31 - 1 requests; use --in-memory")
+        n = len(offsets) - 1
+        k = np.zeros(n, np.int32)
+        src = np.full(n, -1, np.int64)
+        _leading_runs_into(offsets, ids, self.last, valid, base, k, src)
+        return k, src, ids
+
+
+class IdealStream:
+    """`ideal_reuse` over a log fed chunk by chunk in analysis order, with exactly the results of one call
+    on the whole log. State grows with distinct blocks only (per scope: a dense-id table and the last
+    request per block), so a log of any length is analysed in bounded memory.
+
+    The tenant scope starts as a copy of the whole-log scope when the first tenant appears (until then
+    every request had salt 0, so the two scopes held the same blocks); the conversation scope starts empty
+    when the first conversation appears (requests without one never enter it).
+    """
+
+    def __init__(self) -> None:
+        self.all = _Scope()
+        self.tenant: _Scope | None = None
+        self.conversation: _Scope | None = None
+        self.n = 0
+
+    @property
+    def n_distinct(self) -> int:
+        return self.all.table.n
+
+    def release(self) -> None:
+        """Drop the tables (the largest state of a long log) once the last chunk is in."""
+        self.tenant = self.conversation = None
+        self.all = _Scope()
+
+    def add(self, offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int, rule: str,
+            tenant_salts: np.ndarray, conversation_salts: np.ndarray) -> tuple[IdealResult, np.ndarray]:
+        """The next chunk's IdealResult (`source` in whole-log request indices) and its whole-log dense ids."""
+        n = len(prompt_tokens)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        flat = np.ascontiguousarray(hashes, dtype=np.uint64)
+        pt = np.asarray(prompt_tokens, dtype=np.int64)
+        everyone = np.ones(n, dtype=np.bool_)
+        ten = np.asarray(tenant_salts, dtype=np.uint64)
+        if self.tenant is None and ten.any():  # before this chunk enters the whole-log scope
+            self.tenant = self.all.copy()
+        k_all, source, gid = self.all.runs(offsets, flat, None, everyone, self.n)
+        k_ten = k_all if self.tenant is None else self.tenant.runs(offsets, flat, ten, everyone, self.n)[0]
+        conv = np.asarray(conversation_salts, dtype=np.uint64)
+        if self.conversation is None and conv.any():
+            self.conversation = _Scope()
+        k_conv = (np.zeros(n, dtype=np.int32) if self.conversation is None
+                  else self.conversation.runs(offsets, flat, conv, conv != NO_SCOPE, self.n)[0])
+        self.n += n
+        return IdealResult(
+            cached_blocks=k_all,
+            cached_tokens=hit_tokens_array(k_all, pt, block_size, rule),
+            divergence_token=np.minimum(k_all.astype(np.int64) * block_size, pt),
+            tenant_cached_tokens=hit_tokens_array(k_ten, pt, block_size, rule),
+            conversation_cached_tokens=hit_tokens_array(k_conv, pt, block_size, rule),
+            source=source,
+        ), gid
 
 
 def hit_tokens_array(k: np.ndarray, prompt_tokens: np.ndarray, block_size: int, rule: str) -> np.ndarray:

@@ -20,21 +20,37 @@ def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], 
     `snippets` list means the log has no text (hashed traces).
     """
     src_idx = req["_source"].to_numpy()
-    df = req.select(
-        "seq", "tenant", "arrival_s", "cached_tokens", "tenant_cached_tokens", "cached_blocks",
-        "request_id",
-    ).with_columns(
+    df = req.select(*ROW_COLUMNS).with_columns(
         pl.Series("prefix_hash", deepest, dtype=pl.UInt64),
         (pl.Series("_snippet", snippets, dtype=pl.String).gather(np.maximum(src_idx, 0))
          .set(pl.Series(src_idx < 0), "") if snippets else pl.lit("", dtype=pl.String).alias("_snippet")),
     ).filter(pl.col("cached_blocks") > 0)
     if df.height == 0:
         return _empty()
-    # Rank first on the cheap sum, then aggregate only the rows of the top prefixes: the per-group
-    # median of reuse gaps over every distinct prefix cost more than the rest of the table.
-    keep = (df.group_by("prefix_hash").agg(pl.col("cached_tokens").sum().alias("tokens_saved"))
-            .sort(["tokens_saved", "prefix_hash"], descending=[True, False]).head(top).select("prefix_hash"))
-    df = df.join(keep, on="prefix_hash", how="semi")
+    keep = top_prefix_hashes(df["prefix_hash"].to_numpy(), df["cached_tokens"].to_numpy(), top)
+    return aggregate_prefixes(df.join(keep.to_frame(), on="prefix_hash", how="semi"), top, include_text)
+
+
+ROW_COLUMNS = ("seq", "tenant", "arrival_s", "cached_tokens", "tenant_cached_tokens", "cached_blocks", "request_id")
+
+
+def top_prefix_hashes(prefix_hash: np.ndarray, cached_tokens: np.ndarray, top: int = TOP) -> pl.Series:
+    """The `top` prefixes by tokens saved, over the requests that hit (one prefix hash and hit each).
+
+    Ranking first on the cheap sum, then aggregating only the rows of the top prefixes: the per-group
+    median of reuse gaps over every distinct prefix cost more than the rest of the table. A streamed log
+    also reads the other columns back only for these rows."""
+    g = (pl.DataFrame({"prefix_hash": pl.Series(prefix_hash, dtype=pl.UInt64), "cached_tokens": cached_tokens})
+         .group_by("prefix_hash").agg(pl.col("cached_tokens").sum().alias("tokens_saved"))
+         .sort(["tokens_saved", "prefix_hash"], descending=[True, False]).head(top))
+    return g["prefix_hash"]
+
+
+def aggregate_prefixes(df: pl.DataFrame, top: int = TOP, include_text: bool = False) -> pl.DataFrame:
+    """The table from the hit rows of the top prefixes: ROW_COLUMNS plus `prefix_hash` and the source's
+    `_snippet`, in any order."""
+    if df.height == 0:
+        return _empty()
     g = (
         df.sort("seq")
         .group_by("prefix_hash")

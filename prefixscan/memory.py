@@ -1,0 +1,53 @@
+"""Process memory: the peak RSS the manifest reports, and handing freed heap back to the OS.
+
+A streamed analysis frees its per-block state between stages, but glibc keeps freed small and mid-size
+blocks in its heap (and after a large free it raises its mmap threshold, so even 30 MB arrays then come
+from that heap). Fixing the threshold and trimming between stages keeps RSS close to what is alive.
+Linux with glibc only; elsewhere these are no-ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+_M_MMAP_THRESHOLD = -3
+_libc = None
+
+
+def _glibc():  # noqa: ANN202 - ctypes handle or None
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _libc.malloc_trim  # noqa: B018 - glibc only
+        except (OSError, AttributeError):
+            _libc = False
+    return _libc or None
+
+
+def fixed_mmap_threshold(nbytes: int = 1 << 20) -> None:
+    """Serve allocations of `nbytes` or more by mmap (returned to the OS when freed), permanently."""
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, int(nbytes))
+
+
+def trim() -> None:
+    """Return the heap's free memory to the OS (between stages that free large state)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process so far (Linux VmHWM; 0 where /proc is absent), for the
+    manifest's timings: which stage sets the peak is what a memory budget needs to know."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0

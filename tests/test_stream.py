@@ -1,0 +1,173 @@
+"""Streaming analyze: the same tables, byte for byte, as the in-memory path, in any chunking."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import prefixscan.ingest as ingest_mod
+import prefixscan.io.mooncake_fast as fast_mod
+from prefixscan.analysis import run_analysis
+from prefixscan.config import AnalyzeConfig
+from prefixscan.dense import DenseTable, dense_ids
+from prefixscan.errors import UsageError
+from prefixscan.reuse.ideal import IdealStream, ideal_reuse
+from tests.conftest import MOONCAKE, ROOT, chat, write_jsonl
+
+
+@pytest.fixture
+def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many chunks on small inputs: every chunk boundary case is exercised."""
+    monkeypatch.setattr(ingest_mod, "STREAM_TEXT_ROWS", 3)
+    monkeypatch.setattr(ingest_mod, "BATCH", 2)
+    monkeypatch.setattr(ingest_mod, "STREAM_TRACE_ROWS", 40)
+    monkeypatch.setattr(fast_mod, "CHUNK_BYTES", 2500)
+
+
+def _both(tmp: Path, inputs: list[str], **opts: object) -> tuple:
+    out = {}
+    for mode in (False, True):
+        cfg = AnalyzeConfig(inputs=tuple(inputs), output=str(tmp / f"run-{mode}"), streaming=mode, **opts)
+        out[mode] = run_analysis(cfg)
+    return out[False], out[True]
+
+
+def _assert_same(mem, streamed) -> None:  # noqa: ANN001
+    a, b = Path(mem.run_dir), Path(streamed.run_dir)
+    names = sorted(p.name for p in a.glob("*.parquet"))
+    assert names == sorted(p.name for p in b.glob("*.parquet"))
+    for name in names:
+        assert filecmp.cmp(a / name, b / name, shallow=False), f"{name} differs"
+    sa, sb = (json.loads((p / "manifest.json").read_text())["analyze"]["summary"] for p in (a, b))
+    sa.pop("timings"), sb.pop("timings")
+    assert sa == sb
+    assert streamed.tables["requests"].equals(mem.tables["requests"])
+    assert not list(b.glob(".*"))  # no temporary or spill file is left behind
+
+
+def _chat_log(path: Path, shuffle: int = 0) -> Path:
+    recs = []
+    i = 0
+    for turn in range(1, 5):
+        for conv, tenant in (("c1", "acme"), ("c2", "acme"), ("c3", "globex"), ("c4", None)):
+            recs.append(chat(i, conv, turn, tenant=tenant, ts=float(i // 3)))  # equal times: input order decides
+            i += 1
+    recs.append(chat(i, "c1", 1, tenant="acme", actual_cached_tokens=3))
+    recs.append("{not json")
+    recs.append(chat(0, "c9", 1))  # duplicate id: a reject
+    if shuffle:
+        random.Random(shuffle).shuffle(recs)
+    return write_jsonl(path, recs)
+
+
+@pytest.mark.usefixtures("tiny_chunks")
+@pytest.mark.parametrize("opts", [{}, {"isolate_tenants": True, "hash_tenants": True}, {"findings": False}])
+def test_chat_log_streams_to_the_same_bytes(tmp_path: Path, opts: dict) -> None:
+    mem, streamed = _both(tmp_path, [str(_chat_log(tmp_path / "chat.jsonl"))], **opts)
+    assert streamed.summary["requests"]["rejected"] == 2
+    _assert_same(mem, streamed)
+
+
+@pytest.mark.usefixtures("tiny_chunks")
+@pytest.mark.parametrize("name", ["mooncake_small.jsonl", "chat.jsonl"])
+def test_sample_logs_stream_to_the_same_bytes(tmp_path: Path, name: str) -> None:
+    _assert_same(*_both(tmp_path, [str(ROOT / "sample_logs" / name)]))
+
+
+@pytest.mark.usefixtures("tiny_chunks")
+def test_real_trace_with_local_disorder_streams(tmp_path: Path) -> None:
+    """Swapped neighbours are sorted within a held-back chunk: still streamed, still identical."""
+    lines = (MOONCAKE / "conversation_trace.jsonl").read_text().splitlines()[:1500]
+    for i in range(0, len(lines) - 1, 7):
+        lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    log = tmp_path / "jitter.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    mem, streamed = _both(tmp_path, [str(log)])
+    _assert_same(mem, streamed)
+    assert not any("not in time order" in n for n in streamed.summary["notes"])
+
+
+@pytest.mark.usefixtures("tiny_chunks")
+def test_out_of_order_log_falls_back_to_memory_and_says_so(tmp_path: Path) -> None:
+    mem, streamed = _both(tmp_path, [str(_chat_log(tmp_path / "chat.jsonl", shuffle=3))])
+    assert any("not in time order" in n for n in streamed.summary["notes"])
+    for name in ("requests", "summaries", "prefixes", "capacity_curve", "rejects"):
+        assert streamed.tables[name].equals(mem.tables[name])
+
+
+def test_streaming_needs_a_run_directory_and_block_granularity(tmp_path: Path) -> None:
+    log = str(ROOT / "sample_logs" / "mooncake_small.jsonl")
+    with pytest.raises(UsageError, match="-o"):
+        run_analysis(AnalyzeConfig(inputs=(log,), streaming=True))
+    with pytest.raises(UsageError, match="in-memory"):
+        run_analysis(AnalyzeConfig(inputs=(log,), output=str(tmp_path / "r"), streaming=True, granularity="token"))
+
+
+def test_auto_streams_only_with_a_run_directory(tmp_path: Path) -> None:
+    from prefixscan.analysis import streams
+
+    assert streams(AnalyzeConfig(inputs=("x",), output=str(tmp_path)))
+    assert not streams(AnalyzeConfig(inputs=("x",)))
+    assert not streams(AnalyzeConfig(inputs=("x",), output=str(tmp_path), granularity="token"))
+    assert not streams(AnalyzeConfig(inputs=("x",), output=str(tmp_path), streaming=False))
+
+
+def test_empty_log_streams(tmp_path: Path) -> None:
+    log = write_jsonl(tmp_path / "bad.jsonl", ["{oops", "[1, 2"])
+    mem, streamed = _both(tmp_path, [str(log)])
+    _assert_same(mem, streamed)
+    assert streamed.summary["requests"] == mem.summary["requests"]
+
+
+rows = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5), st.integers(0, 2), st.integers(0, 2)), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows, st.lists(st.integers(0, 40), max_size=5), st.sampled_from(["vllm", "trace"]))
+def test_ideal_stream_equals_one_call(reqs: list, cuts: list, rule: str) -> None:
+    """Fed in any chunks, IdealStream gives ideal_reuse's arrays, tenant and conversation scopes included
+    (scopes that appear only after the first chunk too)."""
+    salts = np.array([0, 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
+    lengths = np.array([r[1] for r in reqs], dtype=np.int64)
+    off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat = np.array([r[0] * 1000 + j for r in reqs for j in range(r[1])], dtype=np.uint64)
+    prompt = np.maximum(lengths * 16 - 5, 0)
+    ten, conv = salts[[r[2] for r in reqs]], salts[[r[3] for r in reqs]]
+    want = ideal_reuse(off, flat, prompt, 16, rule, ten, conv)
+    n = len(reqs)
+    edges = sorted({0, n, *[c for c in cuts if c <= n]})
+    stream, parts, ids = IdealStream(), [], []
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        res, gid = stream.add(off[a:b + 1] - off[a], flat[off[a]:off[b]], prompt[a:b], 16, rule, ten[a:b], conv[a:b])
+        parts.append(res)
+        ids.append(gid)
+    for f in ("cached_blocks", "cached_tokens", "divergence_token", "tenant_cached_tokens",
+              "conversation_cached_tokens", "source"):
+        got = np.concatenate([getattr(p, f) for p in parts]) if parts else np.zeros(0)
+        assert np.array_equal(got, getattr(want, f)), f
+    if n:
+        assert np.array_equal(np.concatenate(ids), dense_ids(flat)[0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=300), st.integers(1, 50))
+def test_dense_table_grows_and_keeps_first_appearance_ids(values: list, step: int) -> None:
+    x = np.array(values + values[::2], dtype=np.uint64)
+    table = DenseTable(slots=16)
+    got = np.concatenate([table.ids(x[i:i + step]) for i in range(0, len(x), step)] or [np.zeros(0, np.int32)])
+    _, first = np.unique(x, return_index=True)
+    order = np.argsort(first)
+    expected = np.empty(len(x), np.int64)
+    inverse = np.unique(x, return_inverse=True)[1]
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    expected[:] = rank[inverse] if len(x) else expected
+    assert np.array_equal(got, expected)
+    assert table.n == len(set(values))
