@@ -28,7 +28,7 @@ from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
 from prefixscan.memory import peak_rss_mib
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame
-from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, summaries_table
+from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state, summaries_table
 from prefixscan.reuse.capacity import capacity_curve, capacity_targets
 from prefixscan.reuse.ideal import TokenPrefixIndex, ideal_reuse, scope_salts
 from prefixscan.reuse.prefixes import prefixes_table
@@ -69,11 +69,25 @@ def _validate(cfg: AnalyzeConfig) -> None:
         raise UsageError("--capacities must be positive token counts")
 
 
+STREAM_MIN_BYTES = 256 << 20  # smaller logs are analysed in memory, where they run faster
+_PACKED = {".gz": 8, ".parquet": 4}  # rough expansion of compressed inputs when judging their size
+
+
 def streams(cfg: AnalyzeConfig) -> bool:
-    """Whether `analyze` streams the log (bounded memory) or holds it (needed for token granularity, and
-    without a run directory to write the requests table to). `streaming=None` decides by those two."""
+    """Whether `analyze` streams the log (bounded memory) or holds it in memory.
+
+    `streaming=None` (the default) streams when a run directory is written, at block granularity, and the
+    input is large (STREAM_MIN_BYTES, compressed files counted at their rough expanded size): in memory,
+    a log takes about 8x its JSONL size; streamed, memory grows with distinct blocks only, at some cost
+    in time on small logs. Token granularity holds every prompt's tokens and cannot stream."""
     if cfg.streaming is None:
-        return bool(cfg.output) and cfg.granularity == "block"
+        if not cfg.output or cfg.granularity != "block":
+            return False
+        from prefixscan.io.sources import expand
+
+        size = sum(s.size * next((k for ext, k in _PACKED.items() if s.path.endswith(ext)), 1)
+                   for s in expand(list(cfg.inputs)))
+        return size >= STREAM_MIN_BYTES
     if cfg.streaming and not cfg.output:
         raise UsageError("streaming writes the requests table as it goes: give a run directory with -o")
     if cfg.streaming and cfg.granularity == "token":
@@ -130,6 +144,7 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
     if streamed is not None:
         ing, req, summaries, prefixes, curve = (streamed.ing, streamed.agg, streamed.summaries,
                                                 streamed.prefixes, streamed.curve)
+        side: SideStats | None = streamed.side
         requests_table: Any = _OnDisk(streamed.requests_path, streamed.rows)
         freq, offsets, flat = streamed.findings_input() if cfg.findings else (req, None, None)
     else:
@@ -145,7 +160,7 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
         curve = _capacity(cfg, ing, req, offsets, flat, ids)
         done("capacity", t)
         requests_table = requests_arrow(req, offsets, flat)
-        freq = req
+        freq, side = req, None
     # Findings (issue 3): finalise the detector ingest fed; counterfactual re-analysis of rewritten requests.
     from prefixscan.detect.run import run_findings
 
@@ -158,7 +173,7 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
                      "prefixes": prefixes.to_arrow(), "capacity_curve": curve})
     if fres is not None:
         tables.update(fres.tables())
-    summary = build_summary(cfg, ing, req, summaries, prefixes, curve)
+    summary = build_summary(cfg, ing, req, summaries, prefixes, curve, side)
     summary["notes"] += notes
     if fres is not None:
         summary["findings"] = fres.to_json()
@@ -209,22 +224,48 @@ def _capacity(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, offsets: np.
     return capacity_curve(offsets, flat, prompt, ing.block_size, ing.hit_rule, caps, ids=ids)
 
 
+@dataclass
+class SideStats:
+    """What the summary reads from columns beyond the hit-rate ones; a streamed run computes these one
+    column at a time instead of holding a frame with all of them."""
+
+    with_conversation: int  # requests that carry a conversation id
+    conversations: int  # distinct conversation ids
+    gaps: np.ndarray  # seconds from each hit's source request to it
+    actual: pl.DataFrame  # rows with an engine-reported value: actual_cached_tokens, cached_tokens,
+    # predicted_minus_actual
+
+    @staticmethod
+    def conversation_counts(conv: pl.Series) -> tuple[int, int]:
+        has = int(conv.is_not_null().sum())
+        return has, int(conv.n_unique() - (1 if has < len(conv) else 0)) if len(conv) else 0
+
+    @staticmethod
+    def reuse_gaps(arrival: np.ndarray, source: np.ndarray) -> np.ndarray:
+        return (arrival - arrival[np.maximum(source, 0)])[source >= 0] if len(arrival) else np.zeros(0)
+
+    @classmethod
+    def of(cls, req: pl.DataFrame) -> SideStats:
+        has, distinct = cls.conversation_counts(req["conversation_id"])
+        return cls(has, distinct, cls.reuse_gaps(req["arrival_s"].to_numpy(), req["_source"].to_numpy()),
+                   req.filter(pl.col("actual_cached_tokens").is_not_null()))
+
+
 def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.DataFrame,
-                  prefixes: pl.DataFrame, curve: pa.Table) -> dict[str, Any]:
-    """The stable JSON summary (docs/analyze.md lists every key)."""
+                  prefixes: pl.DataFrame, curve: pa.Table, side: SideStats | None = None) -> dict[str, Any]:
+    """The stable JSON summary (docs/analyze.md lists every key). `req` needs the hit-rate columns,
+    `tenant_cached_tokens`, and (without `side`) the columns SideStats reads."""
     n = req.height
     overall = rates(req)
-    steady = rates(req.filter(pl.col("seq") >= n // 2))
+    steady = rates(steady_state(req))
     prompt = int(req["prompt_tokens"].sum()) if n else 0
     cached = int(req["cached_tokens"].sum()) if n else 0
     tenant_cached = int(req["tenant_cached_tokens"].sum()) if n else 0
     reasons: dict[str, int] = {}
     for r in ing.rejects:
         reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
-    has_conv = int(req["conversation_id"].is_not_null().sum()) if n else 0
-    gaps = (req["arrival_s"].to_numpy() - req["arrival_s"].to_numpy()[np.maximum(req["_source"].to_numpy(), 0)]
-            )[req["_source"].to_numpy() >= 0] if n else np.zeros(0)
-    actual = req.filter(pl.col("actual_cached_tokens").is_not_null())
+    side = side if side is not None else SideStats.of(req)
+    has_conv, distinct_conv, gaps, actual = side.with_conversation, side.conversations, side.gaps, side.actual
     notes = []
     if n and has_conv == 0:
         notes.append("The log has no conversation id: same-conversation reuse cannot be told apart from "
@@ -259,7 +300,7 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
         "by_model": by_dimension(summaries, "model"),
         "by_turn": by_dimension(summaries, "turn_index"),
         "conversations": {"share_with_id": has_conv / n if n else 0.0,
-                          "distinct": int(req["conversation_id"].n_unique() - (1 if has_conv < n else 0)) if n else 0},
+                          "distinct": distinct_conv},
         "cross_tenant": {"prefixes_shared": cross.height,
                          "tokens_lost_if_isolated": cached - tenant_cached,
                          "token_weighted_isolated": tenant_cached / prompt if prompt else 0.0},

@@ -34,7 +34,7 @@ from prefixscan.io import rundir
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame, turn_bucket
 from prefixscan.reuse.aggregate import summaries_table
 from prefixscan.reuse.ideal import IdealStream, scope_salts
-from prefixscan.reuse.prefixes import ROW_COLUMNS, aggregate_prefixes, top_prefix_hashes
+from prefixscan.reuse.prefixes import ROW_COLUMNS, aggregate_prefixes, member, top_prefix_hashes
 from prefixscan.schema import REQUESTS_SCHEMA
 
 
@@ -47,7 +47,8 @@ class StreamOutcome:
     """What `analysis` needs from a streamed run to finish it like an in-memory one."""
 
     ing: Ingested
-    agg: pl.DataFrame  # the per-request columns the summary reads (no text, no block lists)
+    agg: pl.DataFrame  # the per-request hit-rate columns the summary reads (no text, no block lists)
+    side: Any  # prefixscan.analysis.SideStats: the summary's other per-request statistics
     summaries: pl.DataFrame
     prefixes: pl.DataFrame
     curve: pa.Table
@@ -270,9 +271,7 @@ def run_stream(cfg: AnalyzeConfig, run_path: Path, progress: Callable[[int, int,
     t = done("ingest", t0)
     t = done("reuse", t)  # reuse ran inside the streamed ingest
     try:
-        agg, summaries, prefixes = _aggregates(cfg, stream, Path(tmp))
-        memory.trim()
-        t = done("aggregate", t)
+        # The capacity curve first: its state then never shares the process with the aggregates' columns.
         if stream.capacity is None:
             from prefixscan.reuse.capacity import capacity_curve
 
@@ -280,12 +279,16 @@ def run_stream(cfg: AnalyzeConfig, run_path: Path, progress: Callable[[int, int,
                                    ing.block_size, ing.hit_rule, list(cfg.capacities) if cfg.capacities else None)
         else:
             curve = stream.capacity.finish(n_distinct, list(cfg.capacities) if cfg.capacities else None)
-        done("capacity", t)
+        memory.trim()
+        t = done("capacity", t)
+        agg, side, summaries, prefixes = _aggregates(cfg, stream, Path(tmp))
+        memory.trim()
+        done("aggregate", t)
     except BaseException:
         _discard(stream, tmp, spill)
         raise
     _discard(stream, None, spill)
-    return StreamOutcome(ing, agg, summaries, prefixes, curve, Path(tmp), stream.seq,
+    return StreamOutcome(ing, agg, side, summaries, prefixes, curve, Path(tmp), stream.seq,
                          lambda: _findings_input(Path(tmp), ing, stream.seq))
 
 
@@ -302,17 +305,24 @@ def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
 
 
 def _read(path: Path, names: list[str]) -> pl.DataFrame:
-    """Columns read by polars itself: one copy in one chunk (through Arrow they would be two)."""
-    return pl.read_parquet(path, columns=names)
+    """Columns read by polars itself (through Arrow they would be two copies), each made one contiguous
+    chunk in turn, so the read holds the columns plus one column's copy at most."""
+    df = pl.read_parquet(path, columns=names)
+    return pl.DataFrame([df.drop_in_place(c).rechunk() for c in names])
 
 
-def _aggregates(cfg: AnalyzeConfig, stream: RequestStream, path: Path) -> tuple[pl.DataFrame, pl.DataFrame,
+def _aggregates(cfg: AnalyzeConfig, stream: RequestStream, path: Path) -> tuple[pl.DataFrame, Any, pl.DataFrame,
                                                                                   pl.DataFrame]:
-    """(the summary's per-request frame, summaries, prefixes) from the written table and the kept arrays."""
-    from prefixscan.analysis import SUMMARY_DIMENSIONS
+    """(the summary's per-request frame, its side statistics, summaries, prefixes) from the written table
+    and the kept arrays."""
+    from prefixscan.analysis import SUMMARY_DIMENSIONS, SideStats
 
-    pf = pq.ParquetFile(path)
     source = stream.source.read()
+    # Prefixes first, from two columns: their sort and the rows they read back never meet the base frame.
+    hits = _read(path, ["cached_blocks", "cached_tokens"])
+    prefixes = _prefixes(cfg, path, hits, stream.deepest.read(), source, stream.snippets)
+    del hits
+    memory.trim()
     base = _read(path, ["seq", "prompt_tokens", "cached_tokens", "cached_blocks"]).with_columns(
         pl.Series("_blocks", stream.blocks.read()), pl.Series("_source", source))
     base = base.with_columns((pl.col("cached_tokens") // stream.block if stream.rule == "vllm"
@@ -324,39 +334,63 @@ def _aggregates(cfg: AnalyzeConfig, stream: RequestStream, path: Path) -> tuple[
         return _read(path, [name])[name]
 
     summaries = summaries_table(base, SUMMARY_DIMENSIONS, column)
-    deepest = stream.deepest.read()
-    prefixes = _prefixes(cfg, pf, base, deepest, source, stream.snippets)
-    agg = base.with_columns(
-        _read(path, ["tenant_cached_tokens", "arrival_s", "conversation_id", "actual_cached_tokens",
-                   "predicted_minus_actual"]))
-    return agg, summaries, prefixes
+    agg = base.drop("cached_blocks", "_source").with_columns(_read(path, ["tenant_cached_tokens"]))
+    side = SideStats(*SideStats.conversation_counts(column("conversation_id")),
+                     SideStats.reuse_gaps(column("arrival_s").to_numpy(), source), _actual_rows(path))
+    return agg, side, summaries, prefixes
 
 
-def _prefixes(cfg: AnalyzeConfig, pf: pq.ParquetFile, base: pl.DataFrame, deepest: np.ndarray,
+def _actual_rows(path: Path) -> pl.DataFrame:
+    """Rows with an engine-reported cached count, read row group by row group with that filter."""
+    import pyarrow.dataset as ds
+
+    cols = ["seq", "request_id", "tenant", "prompt_tokens", "cached_tokens", "actual_cached_tokens",
+            "predicted_minus_actual"]
+    t = ds.dataset(path, format="parquet").to_table(columns=cols, filter=ds.field("actual_cached_tokens").is_valid())
+    return pl.from_arrow(t)  # type: ignore[return-value]
+
+
+def _prefixes(cfg: AnalyzeConfig, path: Path, hits: pl.DataFrame, deepest: np.ndarray,
               source: np.ndarray, snippets: list[pa.Array]) -> pl.DataFrame:
-    """The prefixes table: rank on (deepest block, hit) kept in memory, then read back only the rows of
-    the top prefixes."""
-    hit = base["cached_blocks"].to_numpy() > 0
-    keep = top_prefix_hashes(deepest[hit], base["cached_tokens"].to_numpy()[hit])
-    rows = np.nonzero(hit & np.isin(deepest, keep.to_numpy()))[0]
+    """The prefixes table: rank on (deepest block, hit) kept on disk, then read back only the rows of the
+    top prefixes (and the ids and snippets of a thousand first hits)."""
+    hit = hits["cached_blocks"].to_numpy() > 0
+    keep = top_prefix_hashes(deepest[hit], hits["cached_tokens"].to_numpy()[hit])
+    rows = np.nonzero(hit & member(deepest, keep))[0]
+    if not len(rows):
+        return aggregate_prefixes(pl.DataFrame(), list, list)
+    df = _rows(path, rows, list(ROW_COLUMNS)).with_columns(pl.Series("prefix_hash", deepest[rows], dtype=pl.UInt64))
+    text = pa.chunked_array(snippets) if snippets else None
+
+    def first_ids(seqs: np.ndarray) -> list[str]:
+        order = np.argsort(seqs)
+        ids = _rows(path, seqs[order], ["request_id"])["request_id"].to_list()
+        out = [""] * len(seqs)
+        for i, v in zip(order.tolist(), ids, strict=True):
+            out[i] = v
+        return out
+
+    def first_snippets(seqs: np.ndarray) -> list[str]:
+        src = source[seqs]
+        if text is None:
+            return [""] * len(seqs)
+        got = text.take(pa.array(np.maximum(src, 0))).to_pylist()
+        return [g if s >= 0 else "" for g, s in zip(got, src.tolist(), strict=True)]
+
+    return aggregate_prefixes(df, first_ids, first_snippets, include_text=cfg.include_text)
+
+
+def _rows(path: Path, rows: np.ndarray, columns: list[str]) -> pl.DataFrame:
+    """The given rows (ascending) of some columns, read one row group at a time."""
+    pf = pq.ParquetFile(path)
     frames, start = [], 0
-    for g in range(pf.num_row_groups):  # one row group at a time: only the selected rows stay
+    for g in range(pf.num_row_groups):
         size = pf.metadata.row_group(g).num_rows
         sel = rows[(rows >= start) & (rows < start + size)] - start
         if len(sel):
-            frames.append(pl.from_arrow(pf.read_row_group(g, columns=list(ROW_COLUMNS)).take(pa.array(sel))))
+            frames.append(pl.from_arrow(pf.read_row_group(g, columns=columns).take(pa.array(sel))))
         start += size
-    if not frames:
-        return aggregate_prefixes(pl.DataFrame())
-    df = pl.concat(frames)
-    src = source[rows]
-    if snippets:
-        text = pl.Series(pa.chunked_array(snippets).take(pa.array(np.maximum(src, 0))), dtype=pl.String)
-        text = text.set(pl.Series(src < 0), "")
-    else:
-        text = pl.repeat("", len(rows), dtype=pl.String, eager=True)
-    df = df.with_columns(pl.Series("prefix_hash", deepest[rows], dtype=pl.UInt64), text.alias("_snippet"))
-    return aggregate_prefixes(df, include_text=cfg.include_text)
+    return pl.concat(frames)  # type: ignore[arg-type]
 
 
 def _findings_input(path: Path, ing: Ingested, n: int) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
@@ -371,9 +405,5 @@ def _findings_input(path: Path, ing: Ingested, n: int) -> tuple[pl.DataFrame, np
         offsets = lists.offsets.to_numpy().astype(np.int64)
         flat = lists.values.to_numpy()
         return pl.from_arrow(t.drop_columns(["block_hashes"])), offsets, flat  # type: ignore[return-value]
-    import pyarrow.dataset as ds
-
-    # Row group by row group: only the rows with an engine value are kept.
-    t = ds.dataset(path, format="parquet").to_table(columns=cols, filter=ds.field("actual_cached_tokens").is_valid())
-    req = pl.from_arrow(t)
+    req = _actual_rows(path)
     return req, np.zeros(req.height + 1, np.int64), np.zeros(0, np.uint64)

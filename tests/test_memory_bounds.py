@@ -1,4 +1,4 @@
-"""The ingest-time caches (piece cache, detector memo, chain prefixes) are bounded by bytes; results must
+"""The ingest-time caches (token memo, piece cache, detector memo, chain prefixes) are bounded by bytes; results must
 never depend on those bounds, only speed does."""
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def test_tiny_cache_bounds_give_identical_results(tmp_path, monkeypatch) -> None
                       breakers=tuple(REGISTRY), breaker_rate=0.4), str(log))
     tables, summary = _tables(str(log))
     monkeypatch.setattr(tok_base, "PIECE_CACHE_BYTES", 1)
+    monkeypatch.setattr(tok_base, "MEMO_BYTES", 1)
     monkeypatch.setattr(detector_mod, "MEMO_BYTES", 1)
     monkeypatch.setattr(hashing, "CHAIN_CACHE_BYTES", 1)
     tiny_tables, tiny_summary = _tables(str(log))
@@ -64,3 +65,21 @@ def test_tiny_cache_bounds_give_identical_results(tmp_path, monkeypatch) -> None
     assert tables.keys() == tiny_tables.keys()
     for name, t in tables.items():
         assert t.equals(tiny_tables[name]), name
+
+
+def test_detector_keeps_one_operation_set_per_distinct_rewrite(tmp_path) -> None:
+    """Per rewritten request the detector keeps an index into shared operation sets (not its own lists),
+    and finding keys once by number; the per-request rewrite still reads back whole."""
+    from prefixscan.config import AnalyzeConfig
+    from prefixscan.ingest import ingest
+
+    log = tmp_path / "chat.jsonl"
+    write(SynthConfig(requests=400, seed=5, tenants=2, prompt_tokens=700, scenarios=(("chat", 1.0),),
+                      breakers=tuple(REGISTRY), breaker_rate=0.5), str(log))
+    det = ingest(AnalyzeConfig(inputs=(str(log),))).detector
+    assert det.ops_of and len(det.opsets) < len(det.ops_of)
+    keys = det.opset_keys()
+    for sid in set(det.ops_of.values()):
+        ops, kids = det.opsets[sid]
+        assert len(ops) == len(kids) and keys[sid] == list(dict.fromkeys(det.keys[i] for i in kids))
+        assert det.kept_ops(sid, set(det.keys)) == list(ops)

@@ -110,13 +110,32 @@ def test_streaming_needs_a_run_directory_and_block_granularity(tmp_path: Path) -
         run_analysis(AnalyzeConfig(inputs=(log,), output=str(tmp_path / "r"), streaming=True, granularity="token"))
 
 
-def test_auto_streams_only_with_a_run_directory(tmp_path: Path) -> None:
+def test_auto_streams_large_logs_with_a_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import prefixscan.analysis as analysis_mod
     from prefixscan.analysis import streams
 
-    assert streams(AnalyzeConfig(inputs=("x",), output=str(tmp_path)))
-    assert not streams(AnalyzeConfig(inputs=("x",)))
-    assert not streams(AnalyzeConfig(inputs=("x",), output=str(tmp_path), granularity="token"))
-    assert not streams(AnalyzeConfig(inputs=("x",), output=str(tmp_path), streaming=False))
+    log = str(ROOT / "sample_logs" / "mooncake_small.jsonl")
+    assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path)))  # small: in memory
+    monkeypatch.setattr(analysis_mod, "STREAM_MIN_BYTES", 1)
+    assert streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path)))
+    assert not streams(AnalyzeConfig(inputs=(log,)))
+    assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path), granularity="token"))
+    assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path), streaming=False))
+
+
+def test_cli_stream_flag_streams(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from prefixscan.cli.app import app
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["analyze", str(ROOT / "sample_logs" / "mooncake_small.jsonl"), "-o", str(out),
+                                   "--stream", "-q", "--json"])
+    assert res.exit_code == 0, res.output
+    mem = run_analysis(AnalyzeConfig(inputs=(str(ROOT / "sample_logs" / "mooncake_small.jsonl"),)))
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out / "requests.parquet").equals(mem.tables["requests"])
 
 
 def test_empty_log_streams(tmp_path: Path) -> None:
@@ -171,3 +190,12 @@ def test_dense_table_grows_and_keeps_first_appearance_ids(values: list, step: in
     expected[:] = rank[inverse] if len(x) else expected
     assert np.array_equal(got, expected)
     assert table.n == len(set(values))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=60), st.lists(st.integers(0, 30), max_size=8))
+def test_member_equals_isin(values: list, keys: list) -> None:
+    from prefixscan.reuse.prefixes import member
+
+    v, k = np.array(values, dtype=np.uint64), np.array(keys, dtype=np.uint64)
+    assert np.array_equal(member(v, k), np.isin(v, k))

@@ -58,10 +58,11 @@ def register(app: typer.Typer) -> None:
         hash_tenants: bool = typer.Option(False, "--hash-tenants", help="Replace tenant names by hashes."),
         include_text: bool = typer.Option(False, "--include-text",
                                           help="Keep prompt snippets unredacted in outputs (off by default)."),
-        in_memory: bool = typer.Option(False, "--in-memory",
-                                       help="Hold the whole log in memory instead of streaming it to the run "
-                                            "directory (streaming is the default with -o; memory then grows "
-                                            "with distinct blocks, not with the log)."),
+        stream: bool | None = typer.Option(
+            None, "--stream/--in-memory",
+            help="Stream the log to the run directory (memory grows with distinct blocks, not with the log) "
+                 "or hold it in memory (faster on small logs). Default: stream with -o when the input is "
+                 "256 MiB or more."),
         no_findings: bool = typer.Option(False, "--no-findings",
                                          help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -79,7 +80,7 @@ def register(app: typer.Typer) -> None:
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict,
             capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
-            quiet=quiet, findings=not no_findings, streaming=False if in_memory else None,
+            quiet=quiet, findings=not no_findings, streaming=stream,
             command_line="prefixscan " + shlex.join(sys.argv[1:]),
         )
         console = stderr_console(quiet)

@@ -78,17 +78,15 @@ def finalize(det: Detector | None, req: pl.DataFrame, offsets: np.ndarray, flat:
         det.flush(det.tokenizer)
         alias = merge_aliases(det.accs)
         if alias:
-            for rid, ks in det.op_keys.items():
-                det.op_keys[rid] = list(dict.fromkeys(alias.get(k, k) for k in ks))
-            for rid, ks in det.op_key_list.items():
-                det.op_key_list[rid] = [alias.get(k, k) for k in ks]
-        for rid, ks in det.op_keys.items():  # normalisers were applied before their drift was first seen
-            for k in ks:
+            det.alias_keys(alias)
+        set_keys = det.opset_keys()
+        for rid, sid in det.ops_of.items():  # normalisers were applied before their drift was first seen
+            for k in set_keys[sid]:
                 if k[0] == "drift" and k in det.accs:
                     det.accs[k].add_request(rid)
         cands = {k: a for k, a in det.accs.items() if _candidate(a)}
-        keys = {rid: [k for k in ks if k in cands] for rid, ks in det.op_keys.items()}
-        keys = {rid: ks for rid, ks in keys.items() if ks}
+        set_cands = [[k for k in ks if k in cands] for ks in set_keys]
+        keys = {rid: set_cands[sid] for rid, sid in det.ops_of.items() if set_cands[sid]}
         rewritten = {rid: det.rewritten[rid] for rid in keys if rid in det.rewritten}
         cf = run_counterfactual(req, offsets, flat, block_size, rule, rewritten, keys, baseline)
         for key in sorted(cands, key=repr):
@@ -115,18 +113,17 @@ def finalize(det: Detector | None, req: pl.DataFrame, offsets: np.ndarray, flat:
                 request_ids=list(acc.requests), request_gains=[int(credit.get(r, 0)) for r in acc.requests],
             ))
         kept = {k for k in cands if sum(cf.credit.get(k, {}).values()) >= block_size}
-        for rid, ks in det.op_keys.items():
-            if any(k in kept for k in ks):
-                ops[rid] = [o for o, k in zip(det.ops[rid], _op_key_list(det, rid), strict=True) if k in kept]
+        shared: dict[int, list[tuple]] = {}  # one list per operation set (`fix` only reads them)
+        for rid, sid in det.ops_of.items():
+            if any(k in kept for k in set_keys[sid]):
+                if sid not in shared:
+                    shared[sid] = det.kept_ops(sid, kept)
+                ops[rid] = shared[sid]
         if det.errors:
             cf.detector_errors = det.errors
     findings += actual_findings(req, block_size)
     findings = rank(findings)
     return FindingsResult(findings, cf, ops, (det.seconds if det else 0.0) + time.perf_counter() - t0)
-
-
-def _op_key_list(det: Detector, rid: str) -> list[tuple]:
-    return det.op_key_list.get(rid, [])
 
 
 def _tenant(tenant: str, hashed: bool) -> str | None:

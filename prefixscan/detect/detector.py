@@ -58,9 +58,13 @@ class Detector:
         self.block_size = block_size
         self.index = FamilyIndex()
         self.accs: dict[tuple, Acc] = {}
-        self.ops: dict[str, list[tuple]] = {}
-        self.op_keys: dict[str, list[tuple]] = {}
-        self.op_key_list: dict[str, list[tuple]] = {}
+        # Per rewritten request only the index of its operation set: requests share sets (a family's
+        # field at the same place, a conversation's turns), and finding keys are stored once, by number.
+        self.ops_of: dict[str, int] = {}  # request id -> index into `opsets`
+        self.opsets: list[tuple[tuple[tuple, ...], tuple[int, ...]]] = []  # (operations, key number of each)
+        self.keys: list[tuple] = []  # finding key by number (`alias_keys` renames them)
+        self._opset_ids: dict[tuple, int] = {}
+        self._key_ids: dict[tuple, int] = {}
         self.pending: list[tuple[str, Record, int]] = []
         self.rewritten: dict[str, tuple[list[np.ndarray], int]] = {}  # block hashes (in parts), prompt tokens
         self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
@@ -357,13 +361,42 @@ class Detector:
 
     def _queue(self, rec: Record, root: int, ops: list[tuple[tuple, tuple]]) -> None:
         rid = rec.request_id
-        self.ops[rid] = [o for o, _ in ops]
-        self.op_keys[rid] = list(dict.fromkeys(k for _, k in ops))
-        self.op_key_list[rid] = [k for _, k in ops]
-        msgs, tools = apply_ops(rec.messages or [], rec.tools, self.ops[rid], counterfactual=True)
+        sid = self._opset(tuple(o for o, _ in ops), tuple(self._key_id(k) for _, k in ops))
+        self.ops_of[rid] = sid
+        msgs, tools = apply_ops(rec.messages or [], rec.tools, list(self.opsets[sid][0]), counterfactual=True)
         new = Record(source_file=rec.source_file, source_line=rec.source_line, request_id=rid,
                      timestamp_s=rec.timestamp_s, kind="chat", tenant=rec.tenant, messages=msgs, tools=tools)
         self.pending.append((rid, new, root))
+
+    def _key_id(self, key: tuple) -> int:
+        i = self._key_ids.get(key)
+        if i is None:
+            i = self._key_ids[key] = len(self.keys)
+            self.keys.append(key)
+        return i
+
+    def _opset(self, ops: tuple[tuple, ...], kids: tuple[int, ...]) -> int:
+        """Index of an equal operation set seen before, else of this one (added)."""
+        sig = (tuple(_sig(o) for o in ops), kids)
+        i = self._opset_ids.get(sig)
+        if i is None:
+            i = self._opset_ids[sig] = len(self.opsets)
+            self.opsets.append((ops, kids))
+        return i
+
+    # ------------------------------------------------------------------ reading back
+    def alias_keys(self, alias: dict[tuple, tuple]) -> None:
+        """Rename finding keys (merged accumulators) in every operation set."""
+        self.keys = [alias.get(k, k) for k in self.keys]
+
+    def opset_keys(self) -> list[list[tuple]]:
+        """Per operation set, its distinct finding keys in first-use order."""
+        return [list(dict.fromkeys(self.keys[i] for i in kids)) for _, kids in self.opsets]
+
+    def kept_ops(self, sid: int, kept: set | dict) -> list[tuple]:
+        """The operations of set `sid` whose finding is in `kept`, in order."""
+        ops, kids = self.opsets[sid]
+        return [o for o, i in zip(ops, kids, strict=True) if self.keys[i] in kept]
 
     # ------------------------------------------------------------------ batch work
     def flush(self, tokenizer: Any) -> None:
@@ -392,7 +425,7 @@ class Detector:
         """Rewrite family exemplars whose spans were only recognised once later requests arrived."""
         for fam in self.index.families:
             rec = fam.record
-            if rec is None or rec.request_id in self.ops:
+            if rec is None or rec.request_id in self.ops_of:
                 continue
             eidx, texts, units = self._units(rec)
             ops: list[tuple[tuple, tuple]] = []
@@ -407,6 +440,24 @@ class Detector:
                     ops.append((("normalise", kind), ("drift", fam.tenant, kind)))
             if ops:
                 self._queue(rec, fam.root, ops)
+
+
+def _sig(op: tuple) -> tuple:
+    """A hashable stand-in for an operation: unhashable parts (a tool's dict) by identity. Equal stand-ins
+    mean equal operations; the set holding the operation keeps those parts alive, so no identity is reused."""
+    try:
+        hash(op)
+    except TypeError:
+        return tuple(_part(x) for x in op)
+    return op
+
+
+def _part(x: Any) -> Any:
+    try:
+        hash(x)
+    except TypeError:
+        return ("id", id(x))
+    return x
 
 
 def e_tool(fam: Family, ei: int) -> int:

@@ -3,30 +3,78 @@
 Definitions (REFERENCE.md 9, docs/definitions.md): token-weighted = sum(cached)/sum(prompt), what vLLM's
 counters show; block-weighted = hit blocks / all blocks; request mean = mean of per-request block hit
 fractions (AIPerf's "theoretical hit rate"); steady state = the same over the second half of the log.
+Sums are exact (integers, and the fractions as exact partial sums), so a log analysed whole or streamed in
+chunks gives the same bits.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import polars as pl
+from numba import njit
 
 PCTS = (50, 90, 99)
 
 
+_PARTIALS = 64  # Shewchuk partials per group; hit fractions lie in [0, 1], which needs about 22
+
+
+@njit(cache=True, nogil=True)
+def _group_sums(codes, n_groups, prompt, cached, hit, blocks):  # pragma: no cover - compiled
+    """Per group: [requests, prompt, cached, hit blocks, blocks] (exact int64), and the hit fractions
+    hit/max(blocks, 1) summed exactly as non-overlapping partials (Shewchuk, "Adaptive precision
+    floating-point arithmetic", 1997), so the mean does not depend on the order or chunking of the rows."""
+    ints = np.zeros((n_groups, 5), np.int64)
+    parts = np.zeros((n_groups, _PARTIALS), np.float64)
+    nparts = np.zeros(n_groups, np.int64)
+    for i in range(len(codes)):
+        g = codes[i]
+        ints[g, 0] += 1
+        ints[g, 1] += prompt[i]
+        ints[g, 2] += cached[i]
+        ints[g, 3] += hit[i]
+        ints[g, 4] += blocks[i]
+        x = hit[i] / max(blocks[i], 1)
+        k = 0
+        for j in range(nparts[g]):
+            y = parts[g, j]
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo != 0.0:
+                parts[g, k] = lo
+                k += 1
+            x = hi
+        if k >= _PARTIALS:
+            raise ValueError("too many partials")
+        parts[g, k] = x
+        nparts[g] = k + 1
+    return ints, parts, nparts
+
+
+def _sums(df: pl.DataFrame, codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, list[float]]:
+    """(int sums per group, request mean per group) of the rows of `df` under `codes`."""
+    col = lambda c: np.ascontiguousarray(df[c].to_numpy(), dtype=np.int64)  # noqa: E731
+    ints, parts, nparts = _group_sums(np.ascontiguousarray(codes, dtype=np.int32), n_groups, col("prompt_tokens"),
+                                      col("cached_tokens"), col("_hit_blocks"), col("_blocks"))
+    # fsum of the partials is the correctly rounded sum of every fraction
+    means = [math.fsum(parts[g, :nparts[g]]) / ints[g, 0] if ints[g, 0] else 0.0 for g in range(n_groups)]
+    return ints, means
+
+
 def rates(df: pl.DataFrame) -> dict[str, float]:
     """The three hit rates of a set of requests (0 when it holds no tokens)."""
-    prompt = int(df["prompt_tokens"].sum()) if df.height else 0
-    cached = int(df["cached_tokens"].sum()) if df.height else 0
-    blocks = int(df["_blocks"].sum()) if df.height else 0
-    hit_blocks = int(df["_hit_blocks"].sum()) if df.height else 0
-    frac = (df["_hit_blocks"] / df["_blocks"].clip(lower_bound=1)).mean() if df.height else 0.0
+    ints, means = _sums(df, np.zeros(df.height, np.int32), 1)
+    _, prompt, cached, hit_blocks, blocks = (int(v) for v in ints[0])
     return {
         "token_weighted": cached / prompt if prompt else 0.0,
         "block_weighted": hit_blocks / blocks if blocks else 0.0,
-        "request_mean": float(frac or 0.0),
+        "request_mean": means[0],
     }
 
 
@@ -37,26 +85,32 @@ def percentiles(values: np.ndarray) -> dict[str, float]:
             **{f"p{p}": float(np.percentile(values, p)) for p in PCTS}}
 
 
+NONE_KEY = "(none)"
+
+
 def group_summary(df: pl.DataFrame, key: str) -> pl.DataFrame:
     """Requests, tokens and the three hit rates per value of `key` (nulls grouped as "(none)")."""
-    g = (
-        df.with_columns(pl.col(key).cast(pl.String).fill_null("(none)").alias("_key"))
-        .group_by("_key")
-        .agg(
-            pl.len().alias("requests"),
-            pl.col("prompt_tokens").sum().alias("prompt_tokens"),
-            pl.col("cached_tokens").sum().alias("cached_tokens"),
-            pl.col("_hit_blocks").sum().alias("hit_blocks"),
-            pl.col("_blocks").sum().alias("blocks"),
-            (pl.col("_hit_blocks") / pl.col("_blocks").clip(lower_bound=1)).mean().alias("request_mean"),
-        )
-        .with_columns(
-            (pl.col("cached_tokens") / pl.col("prompt_tokens").clip(lower_bound=1)).alias("token_weighted"),
-            (pl.col("hit_blocks") / pl.col("blocks").clip(lower_bound=1)).alias("block_weighted"),
-        )
-        .sort(["cached_tokens", "_key"], descending=[True, False])
-    )
-    return g
+    values = df[key].cast(pl.String)
+    names = values.drop_nulls().unique().sort().to_list()
+    if values.null_count() and NONE_KEY not in names:
+        names.append(NONE_KEY)
+    index = {k: i for i, k in enumerate(names)}
+    codes = (values.fill_null(NONE_KEY).replace_strict(index, return_dtype=pl.Int32).to_numpy() if len(values)
+             else np.zeros(0, np.int32))
+    ints, means = _sums(df, codes, len(names))
+    g = pl.DataFrame({
+        "_key": pl.Series(names, dtype=pl.String), "requests": ints[:, 0], "prompt_tokens": ints[:, 1],
+        "cached_tokens": ints[:, 2], "hit_blocks": ints[:, 3], "blocks": ints[:, 4],
+        "request_mean": pl.Series(means, dtype=pl.Float64)})
+    return g.with_columns(
+        (pl.col("cached_tokens") / pl.col("prompt_tokens").clip(lower_bound=1)).alias("token_weighted"),
+        (pl.col("hit_blocks") / pl.col("blocks").clip(lower_bound=1)).alias("block_weighted"),
+    ).sort(["cached_tokens", "_key"], descending=[True, False])
+
+
+def steady_state(df: pl.DataFrame) -> pl.DataFrame:
+    """The second half of the log: rows in analysis order, seq = row index (a view, not a copy)."""
+    return df.slice(df.height // 2)
 
 
 def summaries_table(df: pl.DataFrame, keys: dict[str, str],
@@ -66,8 +120,7 @@ def summaries_table(df: pl.DataFrame, keys: dict[str, str],
     With `column`, each dimension's column is fetched when its turn comes and dropped after (a streamed
     log reads them back one at a time instead of holding them all)."""
     parts = []
-    n = df.height
-    for dim, frame in (("all", df), ("steady_state", df.filter(pl.col("seq") >= n // 2))):
+    for dim, frame in (("all", df), ("steady_state", steady_state(df))):
         r = rates(frame)
         parts.append(pl.DataFrame({
             "dimension": [dim], "key": [dim], "requests": [frame.height],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
@@ -17,42 +19,63 @@ def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], 
     `tokens_saved` is the prefill the ideal cache avoids through that prefix; `tenants` counts distinct
     tenants that hit it, and `cross_tenant_hits` the hits that only another tenant's request could serve.
     Snippets are redacted and truncated unless the user asked for text (`--include-text`); an empty
-    `snippets` list means the log has no text (hashed traces).
+    `snippets` list means the log has no text (hashed traces). `req` rows are in analysis order (seq = row).
     """
-    src_idx = req["_source"].to_numpy()
-    df = req.select(*ROW_COLUMNS).with_columns(
-        pl.Series("prefix_hash", deepest, dtype=pl.UInt64),
-        (pl.Series("_snippet", snippets, dtype=pl.String).gather(np.maximum(src_idx, 0))
-         .set(pl.Series(src_idx < 0), "") if snippets else pl.lit("", dtype=pl.String).alias("_snippet")),
-    ).filter(pl.col("cached_blocks") > 0)
-    if df.height == 0:
+    hit = req["cached_blocks"].to_numpy() > 0
+    if not hit.any():
         return _empty()
-    keep = top_prefix_hashes(df["prefix_hash"].to_numpy(), df["cached_tokens"].to_numpy(), top)
-    return aggregate_prefixes(df.join(keep.to_frame(), on="prefix_hash", how="semi"), top, include_text)
+    keep = top_prefix_hashes(deepest[hit], req["cached_tokens"].to_numpy()[hit], top)
+    rows = np.nonzero(hit & member(deepest, keep))[0]
+    df = req[rows].select(*ROW_COLUMNS).with_columns(pl.Series("prefix_hash", deepest[rows], dtype=pl.UInt64))
+    src = req["_source"].to_numpy()
+
+    def first_ids(seqs: np.ndarray) -> list[str]:
+        return req["request_id"].gather(seqs).to_list()
+
+    def first_snippets(seqs: np.ndarray) -> list[str]:
+        return [snippets[s] if s >= 0 and snippets else "" for s in src[seqs].tolist()]
+
+    return aggregate_prefixes(df, first_ids, first_snippets, top, include_text)
 
 
-ROW_COLUMNS = ("seq", "tenant", "arrival_s", "cached_tokens", "tenant_cached_tokens", "cached_blocks", "request_id")
+ROW_COLUMNS = ("seq", "tenant", "arrival_s", "cached_tokens", "tenant_cached_tokens")
 
 
-def top_prefix_hashes(prefix_hash: np.ndarray, cached_tokens: np.ndarray, top: int = TOP) -> pl.Series:
-    """The `top` prefixes by tokens saved, over the requests that hit (one prefix hash and hit each).
+def top_prefix_hashes(prefix_hash: np.ndarray, cached_tokens: np.ndarray, top: int = TOP) -> np.ndarray:
+    """The `top` prefixes by tokens saved (ties: smaller hash first), over the requests that hit (one
+    prefix hash and hit each).
 
     Ranking first on the cheap sum, then aggregating only the rows of the top prefixes: the per-group
-    median of reuse gaps over every distinct prefix cost more than the rest of the table. A streamed log
-    also reads the other columns back only for these rows."""
-    g = (pl.DataFrame({"prefix_hash": pl.Series(prefix_hash, dtype=pl.UInt64), "cached_tokens": cached_tokens})
-         .group_by("prefix_hash").agg(pl.col("cached_tokens").sum().alias("tokens_saved"))
-         .sort(["tokens_saved", "prefix_hash"], descending=[True, False]).head(top))
-    return g["prefix_hash"]
+    median of reuse gaps over every distinct prefix cost more than the rest of the table. A sort, not a
+    hash group-by: millions of distinct prefixes then cost a few arrays of 8 bytes per hit."""
+    if len(prefix_hash) == 0:
+        return np.zeros(0, np.uint64)
+    order = np.argsort(prefix_hash, kind="stable")
+    keys = prefix_hash[order]
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    sums = np.add.reduceat(np.asarray(cached_tokens, dtype=np.int64)[order], starts)
+    uniq = keys[starts]
+    return uniq[np.lexsort((uniq, -sums))[:top]]
 
 
-def aggregate_prefixes(df: pl.DataFrame, top: int = TOP, include_text: bool = False) -> pl.DataFrame:
-    """The table from the hit rows of the top prefixes: ROW_COLUMNS plus `prefix_hash` and the source's
-    `_snippet`, in any order."""
+def member(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """values in keys (a few thousand keys): binary search, with no sort of `values` (np.isin's way)."""
+    if len(keys) == 0:
+        return np.zeros(len(values), dtype=np.bool_)
+    keys = np.sort(keys)
+    return keys[np.minimum(np.searchsorted(keys, values), len(keys) - 1)] == values
+
+
+def aggregate_prefixes(df: pl.DataFrame, first_ids: Callable[[np.ndarray], list[str]],
+                       first_snippets: Callable[[np.ndarray], list[str]], top: int = TOP,
+                       include_text: bool = False) -> pl.DataFrame:
+    """The table from the hit rows of the top prefixes (ROW_COLUMNS plus `prefix_hash`, any order).
+    The first hit's request id and the snippet of its source come from the callbacks, given those
+    requests' seq: only a thousand rows need them."""
     if df.height == 0:
         return _empty()
     g = (
-        df.sort("seq")
+        (df if df["seq"].is_sorted() else df.sort("seq"))
         .group_by("prefix_hash")
         .agg(
             pl.col("cached_tokens").max().alias("prefix_tokens"),
@@ -63,15 +86,17 @@ def aggregate_prefixes(df: pl.DataFrame, top: int = TOP, include_text: bool = Fa
             pl.col("arrival_s").min().alias("first_hit_s"),
             pl.col("arrival_s").max().alias("last_hit_s"),
             pl.col("arrival_s").diff().median().alias("median_reuse_gap_s"),
-            pl.col("request_id").first().alias("first_hit_request_id"),
-            pl.col("_snippet").first().alias("snippet"),
+            pl.col("seq").first().alias("_first"),
         )
         .sort(["tokens_saved", "prefix_hash"], descending=[True, False])
         .head(top)
         .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("rank"))
     )
-    shown = [(s or "")[:96] if include_text else redact_snippet(s or "", 96) for s in g["snippet"].to_list()]
-    g = g.with_columns(pl.Series("snippet", shown, dtype=pl.String))
+    first = g["_first"].to_numpy()
+    raw = first_snippets(first)
+    shown = [(s or "")[:96] if include_text else redact_snippet(s or "", 96) for s in raw]
+    g = g.with_columns(pl.Series("first_hit_request_id", first_ids(first), dtype=pl.String),
+                       pl.Series("snippet", shown, dtype=pl.String))
     return g.select("rank", "prefix_hash", "prefix_tokens", "hits", "tokens_saved", "tenants",
                     "cross_tenant_hits", "first_hit_s", "last_hit_s", "median_reuse_gap_s",
                     "first_hit_request_id", "snippet")

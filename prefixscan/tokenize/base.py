@@ -18,6 +18,12 @@ VERIFY_FIRST = 32  # chat requests also tokenised directly at the start of a run
 # prompt is a new piece on every request, so without a bound it grew with the request count. Only speed
 # depends on it: a piece that fell out is split and hashed again (tests run with a tiny bound).
 PIECE_CACHE_BYTES = 16 << 20
+# Bound of the token memo (token ids per distinct text unit), least recently used out first. Turns of a
+# conversation resend its earlier messages, so what is worth keeping is the recent units; only speed
+# depends on this bound (a unit that fell out is tokenised again; tests run with a tiny bound). It was
+# 64M tokens (~300 MiB with the per-entry overhead), cleared all at once when full.
+MEMO_BYTES = 64 << 20
+MEMO_ENTRY = 320  # bytes a memo entry costs besides its token ids (array header, key, LRU links; measured)
 KEY = 16  # bytes of a memo key (xxh3-128)
 
 
@@ -33,13 +39,17 @@ class TokenizerStats:
 
 
 class SegmentMemo:
-    """Token ids per distinct text segment, keyed by xxh3-128 of the text, bounded in stored tokens."""
+    """Token ids per distinct text unit, keyed by xxh3-128 of the text, bounded in bytes (LRU)."""
 
-    def __init__(self, max_tokens: int = 64_000_000) -> None:
-        self._memo: dict[bytes, np.ndarray] = {}
-        self._tokens = 0
-        self.max_tokens = max_tokens
-        self.evictions = 0
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self._memo = BytesLRU(MEMO_BYTES if max_bytes is None else max_bytes)
+
+    @property
+    def evictions(self) -> int:
+        return self._memo.evicted
+
+    def __len__(self) -> int:
+        return len(self._memo)
 
     @staticmethod
     def key(text: str) -> bytes:
@@ -49,13 +59,7 @@ class SegmentMemo:
         return self._memo.get(key)
 
     def put(self, key: bytes, ids: np.ndarray) -> None:
-        if self._tokens + len(ids) > self.max_tokens:
-            # Simple and bounded: drop everything; distinct content keeps memory from growing without limit.
-            self._memo.clear()
-            self._tokens = 0
-            self.evictions += 1
-        self._memo[key] = ids
-        self._tokens += len(ids)
+        self._memo.put(key, ids, ids.nbytes + MEMO_ENTRY)
 
 
 @dataclass
@@ -114,12 +118,13 @@ def split_paragraphs(text: str) -> list[str]:
     return out
 
 
-def _replay(text: str, starts: bytes, blob: bytes, units: list[tuple[bool, str]], keys: list[bytes]) -> None:
-    """Append a remembered piece's paragraphs (cut from `text` again) and their keys."""
+def _replay(text: str, starts: bytes, blob: bytes, units: list[tuple[bool, str]], keys: list[bytes]) -> int:
+    """Append a remembered piece's paragraphs (cut from `text` again) and their keys; return how many."""
     cuts = memoryview(starts).cast("I").tolist()
     cuts.append(len(text))
     units.extend((False, text[a:b]) for a, b in pairwise(cuts))
     keys.extend(blob[i:i + KEY] for i in range(0, len(blob), KEY))
+    return len(cuts) - 1
 
 
 @dataclass
@@ -148,9 +153,9 @@ class SegmentEncoder:
         self.paragraphs = paragraphs
         self.pending: dict[bytes, str] = {}
         # Whole text pieces seen before (a conversation's earlier messages come back every turn): where
-        # their paragraphs start (uint32) and their keys (joined), valid while the memo has not been
-        # cleared since (its eviction count). Offsets, not the paragraph strings: the text comes with
-        # the piece again, and holding it here cost ~10 KB per request.
+        # their paragraphs start (uint32) and their keys (joined); paragraphs the memo no longer holds are
+        # tokenised again. Offsets, not the paragraph strings: the text comes with the piece again, and
+        # holding it here cost ~10 KB per request.
         self.pieces = BytesLRU(PIECE_CACHE_BYTES if piece_bytes is None else piece_bytes)
 
     def plan(self, pieces: list[tuple[bool, str]]) -> Planned:
@@ -167,9 +172,15 @@ class SegmentEncoder:
                 if multi:
                     pk = self.memo.key(text)
                     known = self.pieces.get(pk)
-                    if known is not None and known[0] == self.memo.evictions:
-                        _replay(text, known[1], known[2], units, keys)
-                        self.stats.segments_seen += len(known[2]) // KEY
+                    if known is not None:
+                        n = _replay(text, known[0], known[1], units, keys)
+                        self.stats.segments_seen += n
+                        # Its paragraphs were checked when first seen (clean); any the memo has since
+                        # let go are tokenised again with this batch's new text.
+                        for j in range(len(units) - n, len(units)):
+                            k = keys[j]
+                            if self.memo.get(k) is None and k not in self.pending:
+                                self.pending[k] = units[j][1]
                         ends.append(len(units))
                         continue
                 parts = split_paragraphs(text) if multi else [text]
@@ -200,7 +211,7 @@ class SegmentEncoder:
     def _remember(self, pk: bytes, parts: list[str], keys: list[bytes]) -> None:
         starts = np.cumsum([0, *map(len, parts[:-1])], dtype=np.uint32).tobytes()
         blob = b"".join(keys)
-        self.pieces.put(pk, (self.memo.evictions, starts, blob), len(starts) + len(blob) + 200)
+        self.pieces.put(pk, (starts, blob), len(starts) + len(blob) + 200)
 
     def run_pending(self) -> None:
         if not self.pending:
