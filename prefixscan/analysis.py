@@ -146,7 +146,7 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
                                                 streamed.prefixes, streamed.curve)
         side: SideStats | None = streamed.side
         requests_table: Any = _OnDisk(streamed.requests_path, streamed.rows)
-        freq, offsets, flat = streamed.findings_input() if cfg.findings else (req, None, None)
+        freq, blocks = streamed.findings_input() if cfg.findings else (req, [])
     else:
         ing = ingest(cfg, progress)
         if cfg.granularity == "token" and ing.hit_rule == "trace":
@@ -160,12 +160,12 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
         curve = _capacity(cfg, ing, req, offsets, flat, ids)
         done("capacity", t)
         requests_table = requests_arrow(req, offsets, flat)
-        freq, side = req, None
+        freq, side, blocks = req, None, [(offsets, flat)]
     # Findings (issue 3): finalise the detector ingest fed; counterfactual re-analysis of rewritten requests.
     from prefixscan.detect.run import run_findings
 
-    fres = run_findings(cfg, ing, freq, offsets, flat)
-    del freq, offsets, flat
+    fres = run_findings(cfg, ing, freq, blocks)
+    del freq, blocks
     timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest
     timings["peak_rss_mib_findings"] = peak_rss_mib()
     rejects = pa.Table.from_pylist(ing.rejects, schema=REJECTS_SCHEMA)

@@ -93,12 +93,6 @@ class DenseTable:
     def nbytes(self) -> int:
         return self.keys.nbytes + self.vals.nbytes
 
-    def copy(self) -> DenseTable:
-        """An independent table with the same contents (a scope that starts as the whole log so far)."""
-        out = DenseTable.__new__(DenseTable)
-        out.keys, out.vals, out.n = self.keys.copy(), self.vals.copy(), self.n
-        return out
-
     def _grow(self) -> None:
         cap = int(len(self.keys) * GROWTH) + 1
         new_keys = np.zeros(cap, dtype=np.uint64)
@@ -135,3 +129,112 @@ def dense_ids(flat: np.ndarray, offsets: np.ndarray | None = None,
     table = DenseTable()
     ids = table.ids(flat, offsets, salts)
     return ids, table.n
+
+
+@njit(cache=True, nogil=True)
+def _seen_runs(keys, has_zero, n, limit, offsets, flat, salts, valid, start, k):  # pragma: no cover - compiled
+    """From request `start` on: each valid request's leading run of keys (hash xor its salt) already in
+    the set, then all its keys go in. Stops before a request that could take the set past `limit` keys and
+    returns (keys held, that request) so the caller can grow it; key 0 lives in `has_zero`."""
+    cap = len(keys)
+    rows = len(offsets) - 1
+    for r in range(start, rows):
+        if not valid[r]:
+            continue
+        a, b = offsets[r], offsets[r + 1]
+        if n + (b - a) > limit:
+            return n, r
+        s = salts[r]
+        j = a
+        while j < b:
+            h = flat[j] ^ s
+            if h == 0:
+                if has_zero[0] == 0:
+                    break
+            else:
+                pos = _slot(h, cap)
+                while keys[pos] != h and keys[pos] != 0:
+                    pos += 1
+                    if pos == cap:
+                        pos = 0
+                if keys[pos] == 0:
+                    break
+            j += 1
+        k[r] = j - a
+        for q in range(a, b):
+            h = flat[q] ^ s
+            if h == 0:
+                has_zero[0] = 1
+                continue
+            pos = _slot(h, cap)
+            while keys[pos] != h and keys[pos] != 0:
+                pos += 1
+                if pos == cap:
+                    pos = 0
+            if keys[pos] == 0:
+                keys[pos] = h
+                n += 1
+    return n, rows
+
+
+@njit(cache=True, nogil=True)
+def _set_insert(keys, values):  # pragma: no cover - compiled
+    """Put non-zero `values` into an open-addressing set; returns how many were new."""
+    cap = len(keys)
+    added = 0
+    for h in values:
+        if h == 0:
+            continue
+        pos = _slot(h, cap)
+        while keys[pos] != h and keys[pos] != 0:
+            pos += 1
+            if pos == cap:
+                pos = 0
+        if keys[pos] == 0:
+            keys[pos] = h
+            added += 1
+    return added
+
+
+class SeenSet:
+    """The blocks a scope (tenant, conversation) has seen, as a set of 64-bit keys: 8 bytes a slot, where
+    a scope that needs no ids or source requests would pay 12 for a DenseTable and 4 more per block."""
+
+    def __init__(self, slots: int = MIN_SLOTS) -> None:
+        self.keys = np.zeros(max(int(slots), 16), dtype=np.uint64)
+        self.has_zero = np.zeros(1, dtype=np.uint8)
+        self.n = 0
+
+    @classmethod
+    def of_table(cls, table: DenseTable) -> SeenSet:
+        """The keys a DenseTable holds (a scope that starts as the whole log so far)."""
+        held = table.keys[table.vals >= 0]
+        out = cls(int(len(held) / MAX_LOAD) + 16)
+        out.n = int(_set_insert(out.keys, held))
+        out.has_zero[0] = int(bool((held == 0).any()))
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes
+
+    def runs(self, offsets: np.ndarray, flat: np.ndarray, salts: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """Each valid request's leading blocks already seen by an earlier valid request (0 for the others);
+        then its blocks join the set."""
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        flat = np.ascontiguousarray(flat, dtype=np.uint64)
+        salts = np.ascontiguousarray(salts, dtype=np.uint64)
+        k = np.zeros(len(offsets) - 1, np.int32)
+        at = 0
+        while True:
+            self.n, at = _seen_runs(self.keys, self.has_zero, self.n, int(len(self.keys) * MAX_LOAD), offsets, flat,
+                                    salts, valid, at, k)
+            if at >= len(offsets) - 1:
+                return k
+            need = self.n + int(offsets[at + 1] - offsets[at])
+            self._grow(max(int(len(self.keys) * GROWTH) + 1, int(need / MAX_LOAD) + 1))
+
+    def _grow(self, cap: int) -> None:
+        new = np.zeros(cap, dtype=np.uint64)
+        _set_insert(new, self.keys)
+        self.keys = new

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,38 +54,44 @@ class StreamOutcome:
     curve: pa.Table
     requests_path: Path  # the finished requests table (a temporary name inside the run directory)
     rows: int
-    findings_input: Callable[[], tuple[pl.DataFrame, np.ndarray, np.ndarray]]
+    findings_input: Callable[[], tuple[pl.DataFrame, Iterator[tuple[np.ndarray, np.ndarray]]]]
 
 
 class _RowGroups:
-    """requests.parquet written group by group, with the settings and group size of `rundir.write_table`,
-    so a streamed file has the bytes of one written at once."""
+    """requests.parquet written group by group, with the settings and group cuts of `rundir.write_table`
+    (`rundir.group_ends`), so a streamed file has the bytes of one written at once."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.parts: list[pa.Table] = []
-        self.buffered = 0
+        self.lengths: list[np.ndarray] = []
         self.writer: pq.ParquetWriter | None = None
 
-    def write(self, table: pa.Table) -> None:
-        """Buffer rows; write every whole group."""
+    def write(self, table: pa.Table, lengths: np.ndarray) -> None:
+        """Buffer rows (with their block counts); write every group that can no longer grow."""
         self.parts.append(table)
-        self.buffered += table.num_rows
-        if self.buffered >= rundir.ROW_GROUP_SIZE:
-            self._flush(self.buffered - self.buffered % rundir.ROW_GROUP_SIZE)
+        self.lengths.append(np.asarray(lengths, dtype=np.int64))
+        ends = rundir.group_ends(np.concatenate(self.lengths))
+        full = ends[-1] - (ends[-2] if len(ends) > 1 else 0) == rundir.ROW_GROUP_SIZE
+        self._flush(ends if full else ends[:-1])
 
-    def _flush(self, rows: int) -> None:
+    def _flush(self, ends: list[int]) -> None:
+        if not ends:
+            return
         whole = pa.concat_tables(self.parts)
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.path, REQUESTS_SCHEMA, **rundir.parquet_options(REQUESTS_SCHEMA))
-        # one chunk per column, as in a table written at once: page boundaries follow the chunks
-        self.writer.write_table(whole.slice(0, rows).combine_chunks(), row_group_size=rundir.ROW_GROUP_SIZE)
-        rest = whole.slice(rows)
-        self.parts, self.buffered = ([rest] if rest.num_rows else []), rest.num_rows
+        start = 0
+        for end in ends:
+            rundir.write_group(self.writer, whole.slice(start, end - start))
+            start = end
+        rest = whole.slice(start)
+        lengths = np.concatenate(self.lengths)[start:]
+        self.parts, self.lengths = ([rest], [lengths]) if rest.num_rows else ([], [])
 
     def close(self) -> None:
-        if self.buffered:
-            self._flush(self.buffered)
+        if self.parts:
+            self._flush(rundir.group_ends(np.concatenate(self.lengths)))
         if self.writer is not None:
             self.writer.close()
         else:  # no rows: the same empty file the in-memory path writes
@@ -199,7 +205,7 @@ class RequestStream:
         df, deepest = reuse_frame(inp, offsets, flat, res, res.cached_tokens, res.divergence_token, self.block,
                                   self.rule, seq0=self.seq, ts0=self.ts0, source_ids=self.ids.lookup(res.source),
                                   turn_counts=self.turns)
-        self.out.write(requests_arrow(df, offsets, flat))
+        self.out.write(requests_arrow(df, offsets, flat), np.diff(offsets))
         self.capacity.add(offsets, gid, prompt)
         self.source.append(res.source)
         self.deepest.append(deepest)
@@ -208,6 +214,7 @@ class RequestStream:
             self.snippets.append(pa.array(snippets, type=pa.string()))
         self.seq += n
         self.written_max_ts = float(inp["timestamp_s"][-1])
+        memory.trim()  # a chunk's parsing and frames leave free heap behind: hand it back before the next
 
     def close(self) -> None:
         if self.pending is not None:
@@ -289,7 +296,7 @@ def run_stream(cfg: AnalyzeConfig, run_path: Path, progress: Callable[[int, int,
         raise
     _discard(stream, None, spill)
     return StreamOutcome(ing, agg, side, summaries, prefixes, curve, Path(tmp), stream.seq,
-                         lambda: _findings_input(Path(tmp), ing, stream.seq))
+                         lambda: _findings_input(Path(tmp), ing))
 
 
 def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
@@ -393,17 +400,21 @@ def _rows(path: Path, rows: np.ndarray, columns: list[str]) -> pl.DataFrame:
     return pl.concat(frames)  # type: ignore[arg-type]
 
 
-def _findings_input(path: Path, ing: Ingested, n: int) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
-    """(requests frame, offsets, block hashes) for findings. The counterfactual re-analysis needs every
-    request's blocks only when the detector saw chat records; otherwise the rows with an engine value do."""
-    pf = pq.ParquetFile(path)
-    cols = ["seq", "request_id", "tenant", "prompt_tokens", "cached_tokens", "actual_cached_tokens",
-            "predicted_minus_actual"]
+def _findings_input(path: Path, ing: Ingested) -> tuple[pl.DataFrame, Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """(requests frame, block hashes chunk by chunk) for findings. The counterfactual re-analysis reads
+    every request's blocks, one row group at a time, only when the detector saw chat records; otherwise
+    only the rows with an engine value are needed."""
     if ing.detector is not None and ing.detector.fed:
-        t = pf.read(columns=[*cols, "block_hashes"])
-        lists = t.column("block_hashes").combine_chunks()
+        req = _read(path, ["seq", "request_id", "tenant", "prompt_tokens", "cached_tokens", "actual_cached_tokens",
+                           "predicted_minus_actual"])
+        return req, _block_groups(path)
+    return _actual_rows(path), iter(())
+
+
+def _block_groups(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(local CSR offsets, hashes) of the requests table, one row group at a time."""
+    pf = pq.ParquetFile(path)
+    for g in range(pf.num_row_groups):
+        lists = pf.read_row_group(g, columns=["block_hashes"]).column(0).combine_chunks()
         offsets = lists.offsets.to_numpy().astype(np.int64)
-        flat = lists.values.to_numpy()
-        return pl.from_arrow(t.drop_columns(["block_hashes"])), offsets, flat  # type: ignore[return-value]
-    req = _actual_rows(path)
-    return req, np.zeros(req.height + 1, np.int64), np.zeros(0, np.uint64)
+        yield offsets - offsets[0], lists.values.to_numpy()[offsets[0]:offsets[-1]]

@@ -18,6 +18,7 @@ from prefixscan.analysis import run_analysis
 from prefixscan.config import AnalyzeConfig
 from prefixscan.dense import DenseTable, dense_ids
 from prefixscan.errors import UsageError
+from prefixscan.io import rundir
 from prefixscan.reuse.ideal import IdealStream, ideal_reuse
 from tests.conftest import MOONCAKE, ROOT, chat, write_jsonl
 
@@ -29,6 +30,9 @@ def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ingest_mod, "BATCH", 2)
     monkeypatch.setattr(ingest_mod, "STREAM_TRACE_ROWS", 40)
     monkeypatch.setattr(fast_mod, "CHUNK_BYTES", 2500)
+    # small row groups, cut by rows and by block hashes: the streamed writer must cut where the whole does
+    monkeypatch.setattr(rundir, "ROW_GROUP_SIZE", 9)
+    monkeypatch.setattr(rundir, "GROUP_BLOCKS", 120)
 
 
 def _both(tmp: Path, inputs: list[str], **opts: object) -> tuple:
@@ -199,3 +203,73 @@ def test_member_equals_isin(values: list, keys: list) -> None:
 
     v, k = np.array(values, dtype=np.uint64), np.array(keys, dtype=np.uint64)
     assert np.array_equal(member(v, k), np.isin(v, k))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows, st.lists(st.integers(0, 40), max_size=5), st.sets(st.integers(0, 39), max_size=8))
+def test_counterfactual_in_chunks_equals_one_chunk(reqs: list, cuts: list, rewrite: set) -> None:
+    """The streamed counterfactual (block hashes read back chunk by chunk) credits exactly what the
+    in-memory one (one chunk) does."""
+    import polars as pl
+
+    from prefixscan.detect.counterfactual import run_counterfactual
+
+    n = len(reqs)
+    lengths = np.array([r[1] for r in reqs], dtype=np.int64)
+    off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat = np.array([r[0] * 1000 + j for r in reqs for j in range(r[1])], dtype=np.uint64)
+    req = pl.DataFrame({"request_id": [f"r{i}" for i in range(n)], "prompt_tokens": lengths * 16,
+                        "cached_tokens": np.zeros(n, np.int64)})
+    # rewritten requests get the hashes of request 0's prefix family (shared), in two parts
+    rewritten = {f"r{i}": ([np.arange(1, 3, dtype=np.uint64), np.arange(3, 4, dtype=np.uint64)], 48)
+                 for i in rewrite if i < n}
+    keys = {rid: [("finding", int(rid[1:]) % 2)] for rid in rewritten}
+    one = run_counterfactual(req, [(off, flat)], 16, "vllm", rewritten, keys)
+    edges = sorted({0, n, *[c for c in cuts if c <= n]})
+    chunks = [(off[a:b + 1] - off[a], flat[off[a]:off[b]]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    many = run_counterfactual(req, iter(chunks), 16, "vllm", rewritten, keys)
+    assert many.to_json() == one.to_json()
+    assert many.credit == one.credit
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 6), max_size=6), max_size=25), st.lists(st.booleans(), max_size=25))
+def test_seen_set_runs_equal_a_python_set(reqs: list, valid: list) -> None:
+    """Leading runs of keys seen by earlier valid requests, key 0 and growth from a tiny table included."""
+    from prefixscan.dense import SeenSet
+
+    valid = (valid + [True] * len(reqs))[:len(reqs)]
+    off = np.concatenate([[0], np.cumsum([len(r) for r in reqs])]).astype(np.int64)
+    flat = np.array([h for r in reqs for h in r], dtype=np.uint64)
+    got = SeenSet(slots=16).runs(off, flat, np.zeros(len(reqs), np.uint64), np.array(valid, dtype=np.bool_))
+    seen: set[int] = set()
+    for i, r in enumerate(reqs):
+        k = 0
+        if valid[i]:
+            while k < len(r) and r[k] in seen:
+                k += 1
+            seen.update(r)
+        assert got[i] == k
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=80), st.integers(1, 12), st.integers(1, 400))
+def test_group_ends_greedy(lengths: list, rows: int, blocks: int) -> None:
+    """Row groups hold at most `rows` rows and `blocks` hashes, a longer row alone, cut front to back."""
+    import prefixscan.io.rundir as rd
+
+    old = rd.ROW_GROUP_SIZE, rd.GROUP_BLOCKS
+    rd.ROW_GROUP_SIZE, rd.GROUP_BLOCKS = rows, blocks
+    try:
+        ends = rd.group_ends(np.array(lengths, dtype=np.int64))
+    finally:
+        rd.ROW_GROUP_SIZE, rd.GROUP_BLOCKS = old
+    want, count, total = [], 0, 0
+    for i, n in enumerate(lengths):
+        if count and (count == rows or total + n > blocks):
+            want.append(i)
+            count, total = 0, 0
+        count, total = count + 1, total + n
+    if lengths:
+        want.append(len(lengths))
+    assert ends == want

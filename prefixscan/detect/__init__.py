@@ -17,7 +17,7 @@ import xxhash
 
 from prefixscan.detect.accumulate import Acc, merge_aliases, token_offset
 from prefixscan.detect.actual_vs_predicted import actual_findings
-from prefixscan.detect.counterfactual import Counterfactual, run_counterfactual
+from prefixscan.detect.counterfactual import Blocks, Counterfactual, run_counterfactual
 from prefixscan.detect.detector import Detector
 from prefixscan.detect.findings import Finding, finding_requests_table, findings_table, fix_sentence, rank
 
@@ -66,7 +66,7 @@ def _candidate(acc: Acc) -> bool:
     return len(acc.requests) >= 1
 
 
-def finalize(det: Detector | None, req: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray, block_size: int,
+def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size: int,
              rule: str, hash_tenants: bool = False, baseline: np.ndarray | None = None) -> FindingsResult:
     """Findings for a finished analysis: counterfactual re-analysis, credit, thresholds, ranking."""
     t0 = time.perf_counter()
@@ -88,7 +88,7 @@ def finalize(det: Detector | None, req: pl.DataFrame, offsets: np.ndarray, flat:
         set_cands = [[k for k in ks if k in cands] for ks in set_keys]
         keys = {rid: set_cands[sid] for rid, sid in det.ops_of.items() if set_cands[sid]}
         rewritten = {rid: det.rewritten[rid] for rid in keys if rid in det.rewritten}
-        cf = run_counterfactual(req, offsets, flat, block_size, rule, rewritten, keys, baseline)
+        cf = run_counterfactual(req, blocks, block_size, rule, rewritten, keys, baseline)
         for key in sorted(cands, key=repr):
             acc = cands[key]
             credit = cf.credit.get(key, {})

@@ -9,12 +9,13 @@ source was) credits the findings of that source.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
-from prefixscan.reuse.ideal import ideal_reuse
+from prefixscan.reuse.ideal import IdealStream
 
 
 @dataclass
@@ -41,11 +42,15 @@ class Counterfactual:
         }
 
 
-def run_counterfactual(req: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray, block_size: int, rule: str,
+Blocks = Iterable[tuple[np.ndarray, np.ndarray]]  # consecutive (local CSR offsets, hashes) chunks, in row order
+
+
+def run_counterfactual(req: pl.DataFrame, blocks: Blocks, block_size: int, rule: str,
                        rewritten: dict[str, tuple[np.ndarray | list[np.ndarray], int]], keys: dict[str, list[object]],
                        baseline: np.ndarray | None = None) -> Counterfactual:
     """Re-run the ideal analysis with `rewritten` hashes (request id -> (hashes, or their consecutive parts,
-    prompt tokens))."""
+    prompt tokens)). `blocks` gives every request's hashes chunk by chunk (one chunk: the whole log in
+    memory; a streamed run reads them back row group by row group), so only one chunk is held at a time."""
     n = req.height
     cf = Counterfactual()
     if n == 0:
@@ -53,28 +58,39 @@ def run_counterfactual(req: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray,
     ids = req["request_id"].to_list()
     prompt = req["prompt_tokens"].to_numpy().astype(np.int64)
     new_prompt = prompt.copy()
-    parts: list[np.ndarray] = []
-    lengths = np.diff(np.asarray(offsets[:n + 1], dtype=np.int64))
-    for i, rid in enumerate(ids):
-        rw = rewritten.get(rid)
-        if rw is not None:
-            segs = rw[0] if isinstance(rw[0], list | tuple) else [rw[0]]
-            parts.extend(segs)
-            lengths[i] = sum(len(s) for s in segs)
-            new_prompt[i] = rw[1]
-            cf.requests_rewritten += 1
-        else:
-            parts.append(flat[offsets[i]:offsets[i + 1]])
-    new_off = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_off[1:])
-    new_flat = np.concatenate(parts) if n else np.zeros(0, np.uint64)
+    after = np.zeros(n, dtype=np.int64)
+    source = np.full(n, -1, dtype=np.int64)
+    # Only the whole-log scope is read below (hits and their source request): zero salts skip the tenant
+    # and conversation scopes, two thirds of the work.
+    stream = IdealStream()
+    at = 0
+    for offsets, flat in blocks:
+        m = len(offsets) - 1
+        parts: list[np.ndarray] = []
+        lengths = np.diff(np.asarray(offsets, dtype=np.int64))
+        for i in range(m):
+            rw = rewritten.get(ids[at + i])
+            if rw is not None:
+                segs = rw[0] if isinstance(rw[0], list | tuple) else [rw[0]]
+                parts.extend(segs)
+                lengths[i] = sum(len(s) for s in segs)
+                new_prompt[at + i] = rw[1]
+                cf.requests_rewritten += 1
+            else:
+                parts.append(flat[offsets[i]:offsets[i + 1]])
+        new_off = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_off[1:])
+        new_flat = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+        no_scope = np.zeros(m, dtype=np.uint64)
+        res, _ = stream.add(new_off, new_flat, new_prompt[at:at + m], block_size, rule, no_scope, no_scope)
+        after[at:at + m] = res.cached_tokens
+        source[at:at + m] = res.source
+        at += m
+    if at != n:
+        raise ValueError(f"the block chunks cover {at} requests, the table has {n}")
+    stream.release()
     if baseline is None:
         baseline = req["cached_tokens"].to_numpy().astype(np.int64)
-    # Only the whole-log scope is read below (hits and their source request): zero salts skip the tenant
-    # and conversation passes, two thirds of the work.
-    no_scope = np.zeros(n, dtype=np.uint64)
-    res = ideal_reuse(new_off, np.asarray(new_flat, dtype=np.uint64), new_prompt, block_size, rule, no_scope, no_scope)
-    after = res.cached_tokens.astype(np.int64)
     cf.prompt_before, cf.prompt_after = int(prompt.sum()), int(new_prompt.sum())
     cf.cached_before, cf.cached_after = int(baseline.sum()), int(after.sum())
     # Prefill saved: the drop in uncached tokens (a replaced template version may change the prompt length).
@@ -82,8 +98,8 @@ def run_counterfactual(req: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray,
     for i in np.nonzero(gain)[0].tolist():
         rid = ids[i]
         owners = keys.get(rid)
-        if not owners and res.source[i] >= 0:
-            owners = keys.get(ids[int(res.source[i])])
+        if not owners and source[i] >= 0:
+            owners = keys.get(ids[int(source[i])])
         if not owners:
             continue
         share, rest = divmod(int(gain[i]), len(owners))

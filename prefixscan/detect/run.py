@@ -4,23 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.detect import FindingsResult, finalize
+from prefixscan.detect.counterfactual import Blocks
 from prefixscan.reuse.ideal import ideal_reuse, scope_salts
 
 
-def run_findings(cfg: AnalyzeConfig, ing: Any, req: pl.DataFrame, offsets: np.ndarray,
-                 flat: np.ndarray) -> FindingsResult | None:
-    """Findings for an analysis, or None with --no-findings."""
+def run_findings(cfg: AnalyzeConfig, ing: Any, req: pl.DataFrame, blocks: Blocks) -> FindingsResult | None:
+    """Findings for an analysis, or None with --no-findings. `blocks`: every request's hashes, chunk by
+    chunk in row order (`counterfactual.Blocks`)."""
     if not cfg.findings:
         return None
     baseline = None
     if cfg.granularity == "token" and req.height:
-        # The counterfactual is block-granular; compare it with a block-granular baseline.
+        # The counterfactual is block-granular; compare it with a block-granular baseline (in memory: one chunk).
+        ((offsets, flat),) = blocks
         baseline = ideal_reuse(offsets, flat, req["prompt_tokens"].to_numpy(), ing.block_size, ing.hit_rule,
                                scope_salts(req["tenant"].to_list()),
                                scope_salts(req["conversation_id"].to_list())).cached_tokens
-    return finalize(ing.detector, req, offsets, flat, ing.block_size, ing.hit_rule, cfg.hash_tenants, baseline)
+    return finalize(ing.detector, req, blocks, ing.block_size, ing.hit_rule, cfg.hash_tenants, baseline)

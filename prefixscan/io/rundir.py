@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from prefixscan.errors import RunDirError
@@ -54,8 +56,37 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     return {"compression": "zstd", "write_statistics": True, "use_dictionary": flat_cols}
 
 
+GROUP_BLOCKS = 4 << 20  # block hashes per row group of the requests table (32 MB): chat rows hold hundreds
+
+
+def group_ends(lengths: np.ndarray) -> list[int]:
+    """Where the requests table's row groups end (exclusive), given each row's number of block hashes:
+    greedily, at most ROW_GROUP_SIZE rows and GROUP_BLOCKS hashes (a longer row is a group alone). The rule
+    runs front to back, so a table streamed in pieces is cut exactly where the whole one is."""
+    cs = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))])
+    n, ends, start = len(cs) - 1, [], 0
+    while start < n:
+        by_blocks = int(np.searchsorted(cs, cs[start] + GROUP_BLOCKS, side="right")) - 1
+        start = max(start + 1, min(start + ROW_GROUP_SIZE, n, by_blocks))
+        ends.append(start)
+    return ends
+
+
 def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> None:
-    pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, **parquet_options(table.schema))
+    if "block_hashes" not in table.column_names or table.num_rows == 0:
+        pq.write_table(table, path, row_group_size=ROW_GROUP_SIZE, **parquet_options(table.schema))
+        return
+    lengths = pc.list_value_length(table.column("block_hashes")).to_numpy(zero_copy_only=False)
+    with pq.ParquetWriter(path, table.schema, **parquet_options(table.schema)) as writer:
+        start = 0
+        for end in group_ends(lengths):
+            write_group(writer, table.slice(start, end - start))
+            start = end
+
+
+def write_group(writer: pq.ParquetWriter, rows: pa.Table) -> None:
+    """One row group, its columns in one chunk each (page boundaries follow the chunks)."""
+    writer.write_table(rows.combine_chunks(), row_group_size=max(rows.num_rows, 1))
 
 
 def write_table(run: Path, name: str, table: pa.Table) -> Path:

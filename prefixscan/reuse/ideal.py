@@ -18,7 +18,7 @@ import numpy as np
 import xxhash
 from numba import njit
 
-from prefixscan.dense import DenseTable, dense_ids
+from prefixscan.dense import DenseTable, SeenSet, dense_ids
 
 NO_SCOPE = 0
 
@@ -145,11 +145,6 @@ class _Scope:
         self.table = DenseTable()
         self.last = np.full(1024, -1, np.int32)  # request index; a streamed log has < 2^31 requests
 
-    def copy(self) -> _Scope:
-        out = _Scope.__new__(_Scope)
-        out.table, out.last = self.table.copy(), self.last.copy()
-        return out
-
     def runs(self, offsets: np.ndarray, flat: np.ndarray, salts: np.ndarray | None, valid: np.ndarray,
              base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(leading blocks seen, source request, dense ids) of one chunk, continuing the log so far."""
@@ -172,15 +167,16 @@ class IdealStream:
     on the whole log. State grows with distinct blocks only (per scope: a dense-id table and the last
     request per block), so a log of any length is analysed in bounded memory.
 
-    The tenant scope starts as a copy of the whole-log scope when the first tenant appears (until then
-    every request had salt 0, so the two scopes held the same blocks); the conversation scope starts empty
-    when the first conversation appears (requests without one never enter it).
+    The tenant and conversation scopes need only which blocks they have seen (a SeenSet, 8 bytes a slot).
+    The tenant scope starts as the whole-log scope's blocks when the first tenant appears (until then every
+    request had salt 0, so the two scopes held the same blocks); the conversation scope starts empty when
+    the first conversation appears (requests without one never enter it).
     """
 
     def __init__(self) -> None:
         self.all = _Scope()
-        self.tenant: _Scope | None = None
-        self.conversation: _Scope | None = None
+        self.tenant: SeenSet | None = None
+        self.conversation: SeenSet | None = None
         self.n = 0
 
     @property
@@ -202,14 +198,14 @@ class IdealStream:
         everyone = np.ones(n, dtype=np.bool_)
         ten = np.asarray(tenant_salts, dtype=np.uint64)
         if self.tenant is None and ten.any():  # before this chunk enters the whole-log scope
-            self.tenant = self.all.copy()
+            self.tenant = SeenSet.of_table(self.all.table)
         k_all, source, gid = self.all.runs(offsets, flat, None, everyone, self.n)
-        k_ten = k_all if self.tenant is None else self.tenant.runs(offsets, flat, ten, everyone, self.n)[0]
+        k_ten = k_all if self.tenant is None else self.tenant.runs(offsets, flat, ten, everyone)
         conv = np.asarray(conversation_salts, dtype=np.uint64)
         if self.conversation is None and conv.any():
-            self.conversation = _Scope()
+            self.conversation = SeenSet()
         k_conv = (np.zeros(n, dtype=np.int32) if self.conversation is None
-                  else self.conversation.runs(offsets, flat, conv, conv != NO_SCOPE, self.n)[0])
+                  else self.conversation.runs(offsets, flat, conv, conv != NO_SCOPE))
         self.n += n
         return IdealResult(
             cached_blocks=k_all,
