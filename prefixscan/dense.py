@@ -131,12 +131,23 @@ def dense_ids(flat: np.ndarray, offsets: np.ndarray | None = None,
     return ids, table.n
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _find(keys, h):  # pragma: no cover - compiled
+    """The slot holding key h (non-zero), or the empty slot where it would go (linear probing)."""
+    cap = len(keys)
+    pos = _slot(h, cap)
+    while keys[pos] != h and keys[pos] != 0:
+        pos += 1
+        if pos == cap:
+            pos = 0
+    return pos
+
+
 @njit(cache=True, nogil=True)
 def _seen_runs(keys, has_zero, n, limit, offsets, flat, salts, valid, start, k):  # pragma: no cover - compiled
     """From request `start` on: each valid request's leading run of keys (hash xor its salt) already in
     the set, then all its keys go in. Stops before a request that could take the set past `limit` keys and
     returns (keys held, that request) so the caller can grow it; key 0 lives in `has_zero`."""
-    cap = len(keys)
     rows = len(offsets) - 1
     for r in range(start, rows):
         if not valid[r]:
@@ -151,14 +162,8 @@ def _seen_runs(keys, has_zero, n, limit, offsets, flat, salts, valid, start, k):
             if h == 0:
                 if has_zero[0] == 0:
                     break
-            else:
-                pos = _slot(h, cap)
-                while keys[pos] != h and keys[pos] != 0:
-                    pos += 1
-                    if pos == cap:
-                        pos = 0
-                if keys[pos] == 0:
-                    break
+            elif keys[_find(keys, h)] == 0:
+                break
             j += 1
         k[r] = j - a
         for q in range(a, b):
@@ -166,11 +171,7 @@ def _seen_runs(keys, has_zero, n, limit, offsets, flat, salts, valid, start, k):
             if h == 0:
                 has_zero[0] = 1
                 continue
-            pos = _slot(h, cap)
-            while keys[pos] != h and keys[pos] != 0:
-                pos += 1
-                if pos == cap:
-                    pos = 0
+            pos = _find(keys, h)
             if keys[pos] == 0:
                 keys[pos] = h
                 n += 1
@@ -180,16 +181,11 @@ def _seen_runs(keys, has_zero, n, limit, offsets, flat, salts, valid, start, k):
 @njit(cache=True, nogil=True)
 def _set_insert(keys, values):  # pragma: no cover - compiled
     """Put non-zero `values` into an open-addressing set; returns how many were new."""
-    cap = len(keys)
     added = 0
     for h in values:
         if h == 0:
             continue
-        pos = _slot(h, cap)
-        while keys[pos] != h and keys[pos] != 0:
-            pos += 1
-            if pos == cap:
-                pos = 0
+        pos = _find(keys, h)
         if keys[pos] == 0:
             keys[pos] = h
             added += 1
