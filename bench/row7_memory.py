@@ -151,8 +151,9 @@ def run_row(scale: str, repeats: int, lg: Path, keep: bool = False) -> RowResult
             f"{m['name']}: " + ", ".join(f"{k} {v:,.0f}" for k, v in m.get("stage_peaks_mib", {}).items())
             for m in ms if m.get("stage_peaks_mib")),
         "the 'twice over' trace is the 100k-request trace followed by itself: the same distinct content and twice the "
-        "tokens, so its RSS growth isolates the part of memory that scales with total content (the requests "
-        "table keeps every request's block-hash list, 8 bytes per listed block, by design)",
+        "tokens, so its RSS growth isolates the part of memory that scales with total content or requests "
+        "(streamed, the block-hash lists go to the Parquet file; what stays per request is a few bytes during "
+        "the stream and the columns the aggregates read back at the end, about 100 bytes a request)",
         "RSS is the analyze process's own peak (os.wait4 ru_maxrss), read the same way for every run; a run "
         "already measured by an earlier row on the same unchanged input (rows 1 and 3) is reused, not re-run",
     ]
