@@ -330,10 +330,11 @@ def _aggregates(cfg: AnalyzeConfig, stream: RequestStream, path: Path) -> tuple[
     prefixes = _prefixes(cfg, path, hits, stream.deepest.read(), source, stream.snippets)
     del hits
     memory.trim()
-    base = _read(path, ["seq", "prompt_tokens", "cached_tokens", "cached_blocks"]).with_columns(
-        pl.Series("_blocks", stream.blocks.read()), pl.Series("_source", source))
+    # Only the columns the rates read (rows are in analysis order, so the steady state is a slice).
+    base = _read(path, ["prompt_tokens", "cached_tokens", "cached_blocks"]).with_columns(
+        pl.Series("_blocks", stream.blocks.read()))
     base = base.with_columns((pl.col("cached_tokens") // stream.block if stream.rule == "vllm"
-                              else pl.col("cached_blocks").cast(pl.Int64)).alias("_hit_blocks"))
+                              else pl.col("cached_blocks").cast(pl.Int64)).alias("_hit_blocks")).drop("cached_blocks")
 
     def column(name: str) -> pl.Series:
         if name == "_turn_bucket":
@@ -341,7 +342,7 @@ def _aggregates(cfg: AnalyzeConfig, stream: RequestStream, path: Path) -> tuple[
         return _read(path, [name])[name]
 
     summaries = summaries_table(base, SUMMARY_DIMENSIONS, column)
-    agg = base.drop("cached_blocks", "_source").with_columns(_read(path, ["tenant_cached_tokens"]))
+    agg = base.with_columns(_read(path, ["tenant_cached_tokens"]))
     side = SideStats(*SideStats.conversation_counts(column("conversation_id")),
                      SideStats.reuse_gaps(column("arrival_s").to_numpy(), source), _actual_rows(path))
     return agg, side, summaries, prefixes
