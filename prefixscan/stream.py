@@ -1,10 +1,11 @@
 """Streaming `analyze`: the log flows through in chunks and its requests table goes to Parquet as it goes.
 
 Ideal reuse is causal (a request's hit depends only on earlier requests), so each chunk's rows are final
-once the chunks before it are in: `IdealStream` carries the per-scope state (dense ids and last request
-per distinct block), rows are written in the same 64k-row groups `rundir.write_table` writes, the capacity
-curve's per-block input is spilled to disk (`CapacityStream`), and the aggregates read back only the
-columns they need, one or a few at a time. Memory grows with distinct blocks and a few bytes per request,
+once the chunks before it are in: `IdealStream` carries the per-scope state (the whole log's dense ids and
+last request per distinct block; the blocks each tenant and conversation scope has seen), rows are written
+in the row groups `rundir.write_table` cuts (`rundir.group_ends`), the capacity curve's per-block input is
+spilled to disk (`CapacityStream`), and the aggregates read back only the columns they need, one or a few
+at a time. Memory grows with distinct blocks and a few bytes per request,
 not with total tokens; the tables are identical to the in-memory path's (tests compare them byte for byte).
 
 Analysis order is time, then input order. Chunks arrive in input order; a chunk is held back until the
