@@ -164,8 +164,21 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
     # Findings (issue 3): finalise the detector ingest fed; counterfactual re-analysis of rewritten requests.
     from prefixscan.detect.run import run_findings
 
-    fres = run_findings(cfg, ing, freq, blocks)
-    del freq, blocks
+    try:
+        return _finish(cfg, ing, req, summaries, prefixes, curve, side, requests_table,
+                       run_findings(cfg, ing, freq, blocks), timings, notes, t0, run_path)
+    except BaseException:
+        # A streamed requests table is still a temporary file in the run directory: leave none behind
+        # (a directory with stray files and no manifest would refuse a later --force).
+        if streamed is not None:
+            streamed.requests_path.unlink(missing_ok=True)
+        raise
+
+
+def _finish(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.DataFrame, prefixes: pl.DataFrame,
+            curve: pa.Table, side: SideStats | None, requests_table: Any, fres: Any, timings: dict[str, float],
+            notes: list[str], t0: float, run_path: Path | None) -> AnalysisResult:
+    """Tables, summary and the run directory of a finished analysis (streamed or in memory)."""
     timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest
     timings["peak_rss_mib_findings"] = peak_rss_mib()
     rejects = pa.Table.from_pylist(ing.rejects, schema=REJECTS_SCHEMA)

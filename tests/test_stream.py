@@ -273,3 +273,21 @@ def test_group_ends_greedy(lengths: list, rows: int, blocks: int) -> None:
     if lengths:
         want.append(len(lengths))
     assert ends == want
+
+
+def test_a_failure_after_streaming_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The streamed requests table is a temporary file until the end; a failure removes it, so the run
+    directory can be replaced with --force."""
+    import prefixscan.detect.run as run_mod
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise RuntimeError("findings failed")
+
+    monkeypatch.setattr(run_mod, "run_findings", boom)
+    out = tmp_path / "run"
+    log = str(ROOT / "sample_logs" / "mooncake_small.jsonl")
+    with pytest.raises(RuntimeError, match="findings failed"):
+        run_analysis(AnalyzeConfig(inputs=(log,), output=str(out), streaming=True))
+    assert list(out.iterdir()) == []
+    monkeypatch.undo()
+    assert run_analysis(AnalyzeConfig(inputs=(log,), output=str(out), streaming=True, force=True)).run_dir
