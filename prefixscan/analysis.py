@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 
 from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
-from prefixscan.dense import dense_ids
 from prefixscan.errors import UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
@@ -30,7 +29,7 @@ from prefixscan.memory import peak_rss_mib
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state, summaries_table
 from prefixscan.reuse.capacity import capacity_curve, capacity_targets
-from prefixscan.reuse.ideal import TokenPrefixIndex, ideal_reuse, scope_salts
+from prefixscan.reuse.ideal import IdealStream, TokenPrefixIndex, scope_salts
 from prefixscan.reuse.prefixes import prefixes_table
 from prefixscan.schema import REJECTS_SCHEMA
 
@@ -210,9 +209,11 @@ def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
     inp, offsets, flat, snippets, per_request, order = input_frame(cfg, ing)
     n = inp.height
     prompt = inp["prompt_tokens"].to_numpy()
-    ids = dense_ids(flat)
-    res = ideal_reuse(offsets, flat, prompt, ing.block_size, ing.hit_rule,
-                      scope_salts(inp["tenant"]), scope_salts(inp["conversation_id"]), ids=ids)
+    scan = IdealStream()
+    res, gid = scan.add(offsets, flat, prompt, ing.block_size, ing.hit_rule,
+                        scope_salts(inp["tenant"]), scope_salts(inp["conversation_id"]))
+    ids = (gid, scan.n_distinct)  # the capacity curve indexes the same dense ids
+    scan.release()
     cached, divergence = res.cached_tokens, res.divergence_token
     if cfg.granularity == "token":
         index = TokenPrefixIndex(ing.block_size)

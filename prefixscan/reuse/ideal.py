@@ -18,7 +18,7 @@ import numpy as np
 import xxhash
 from numba import njit
 
-from prefixscan.dense import DenseTable, SeenSet, dense_ids
+from prefixscan.dense import DenseTable, SeenSet
 
 NO_SCOPE = 0
 
@@ -101,34 +101,16 @@ def leading_runs(offsets: np.ndarray, ids: np.ndarray, n_distinct: int,
 
 
 def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
-                rule: str, tenant_salts: np.ndarray, conversation_salts: np.ndarray,
-                ids: tuple[np.ndarray, int] | None = None) -> IdealResult:
-    """Block-granular ideal reuse (vLLM semantics; "trace" rule for hashed traces).
+                rule: str, tenant_salts: np.ndarray, conversation_salts: np.ndarray) -> IdealResult:
+    """Block-granular ideal reuse (vLLM semantics; "trace" rule for hashed traces) of a whole log.
 
-    Hashes become dense ids (one hash-table pass), then one compiled pass per scope finds each request's
-    leading run of already-seen blocks: the whole log, the same tenant (hash xor tenant salt) and the
-    same conversation (hash xor conversation salt). Work is linear in blocks.
+    The log is one chunk of an `IdealStream`: hashes become dense ids (one hash-table pass), then one
+    compiled pass per scope finds each request's leading run of already-seen blocks: the whole log, the
+    same tenant (hash xor tenant salt) and the same conversation (hash xor conversation salt). Work is
+    linear in blocks. A log in memory and a streamed one share this one mechanism.
     """
-    n = len(prompt_tokens)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    flat = np.asarray(hashes, dtype=np.uint64)
-    pt = np.asarray(prompt_tokens, dtype=np.int64)
-    everyone = np.ones(n, dtype=np.bool_)
-    gid, nd = ids if ids is not None else dense_ids(flat)
-    k_all, source = leading_runs(offsets, gid, nd, everyone)
-    ten = np.asarray(tenant_salts, dtype=np.uint64)
-    if ten.any():
-        tid, ntd = dense_ids(flat, offsets, ten)
-        k_ten, _ = leading_runs(offsets, tid, ntd, everyone)
-    else:  # no tenants: the tenant scope is the whole log (salt 0 leaves every hash as it is)
-        k_ten = k_all
-    conv = np.asarray(conversation_salts, dtype=np.uint64)
-    if conv.any():
-        cid, ncd = dense_ids(flat, offsets, conv)
-        k_conv, _ = leading_runs(offsets, cid, ncd, conv != NO_SCOPE)
-    else:  # no conversation ids: no request has a conversation scope
-        k_conv = np.zeros(n, dtype=np.int32)
-    return _result(k_all, k_ten, k_conv, source, pt, block_size, rule)
+    return IdealStream().add(offsets, hashes, prompt_tokens, block_size, rule, tenant_salts,
+                             conversation_salts)[0]
 
 
 def _result(k_all: np.ndarray, k_ten: np.ndarray, k_conv: np.ndarray, source: np.ndarray, pt: np.ndarray,
@@ -149,7 +131,7 @@ class _Scope:
 
     def __init__(self) -> None:
         self.table = DenseTable()
-        self.last = np.full(1024, -1, np.int32)  # request index; a streamed log has < 2^31 requests
+        self.last = np.full(1024, -1, np.int32)  # request index: a log has < 2^31 requests
 
     def runs(self, offsets: np.ndarray, flat: np.ndarray, salts: np.ndarray | None, valid: np.ndarray,
              base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -160,7 +142,7 @@ class _Scope:
             self.last.resize(max(self.table.n, int(had * 1.25)), refcheck=False)
             self.last[had:] = -1
         if base + len(offsets) > np.iinfo(np.int32).max:
-            raise OverflowError("a streamed log holds at most 2^31 - 1 requests; use --in-memory")
+            raise OverflowError("a log of 2^31 requests or more: split it and analyse the parts")
         n = len(offsets) - 1
         k = np.zeros(n, np.int32)
         src = np.full(n, -1, np.int64)
