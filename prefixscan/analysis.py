@@ -25,6 +25,7 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
+from prefixscan.io.sources import Source, expand
 from prefixscan.memory import peak_rss_mib
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state, summaries_table
@@ -72,7 +73,7 @@ STREAM_MIN_BYTES = 256 << 20  # smaller logs are analysed in memory, where they 
 _PACKED = {".gz": 8, ".parquet": 4}  # rough expansion of compressed inputs when judging their size
 
 
-def streams(cfg: AnalyzeConfig) -> bool:
+def streams(cfg: AnalyzeConfig, sources: list[Source]) -> bool:
     """Whether `analyze` streams the log (bounded memory) or holds it in memory.
 
     `streaming=None` (the default) streams when a run directory is written, at block granularity, and the
@@ -82,10 +83,7 @@ def streams(cfg: AnalyzeConfig) -> bool:
     if cfg.streaming is None:
         if not cfg.output or cfg.granularity != "block":
             return False
-        from prefixscan.io.sources import expand
-
-        size = sum(s.size * next((k for ext, k in _PACKED.items() if s.path.endswith(ext)), 1)
-                   for s in expand(list(cfg.inputs)))
+        size = sum(s.size * next((k for ext, k in _PACKED.items() if s.path.endswith(ext)), 1) for s in sources)
         return size >= STREAM_MIN_BYTES
     if cfg.streaming and not cfg.output:
         raise UsageError("streaming writes the requests table as it goes: give a run directory with -o")
@@ -116,7 +114,8 @@ class Tables(dict):
 def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None) -> AnalysisResult:
     """Run the whole analysis for a config; write the run directory when `cfg.output` is set."""
     _validate(cfg)
-    stream_it = streams(cfg)
+    sources = expand(list(cfg.inputs))  # once: ingest reads these, and their size decides streaming
+    stream_it = streams(cfg, sources)
     run_path = rundir.prepare(cfg.output, cfg.force) if cfg.output else None  # fail before the long work
     timings: dict[str, float] = {}
 
@@ -134,7 +133,7 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
         from prefixscan.stream import OutOfOrder, run_stream
 
         try:
-            streamed = run_stream(cfg, run_path, progress, done, t0)  # type: ignore[arg-type]
+            streamed = run_stream(cfg, run_path, progress, done, t0, sources)  # type: ignore[arg-type]
         except OutOfOrder as exc:
             notes.append(f"The log is not in time order ({exc}); it was analysed in memory instead of streamed, "
                          "so memory grew with the whole log. Sort it by time to analyse it in bounded memory.")
@@ -147,7 +146,7 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
         requests_table: Any = _OnDisk(streamed.requests_path, streamed.rows)
         freq, blocks = streamed.findings_input() if cfg.findings else (req, [])
     else:
-        ing = ingest(cfg, progress)
+        ing = ingest(cfg, progress, sources=sources)
         if cfg.granularity == "token" and ing.hit_rule == "trace":
             raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
         t = done("ingest", t0)

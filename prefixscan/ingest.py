@@ -91,18 +91,20 @@ STREAM_TRACE_ROWS = 65536  # hashed-trace requests per Batch on the ordinary pat
 
 
 def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None,
-           sink: Callable[[Batch], None] | None = None) -> Ingested:
+           sink: Callable[[Batch], None] | None = None, sources: list[Source] | None = None) -> Ingested:
     """Read every input, reject what is malformed, tokenise and hash what is not.
 
     With a `sink`, accepted requests are handed over in input-order Batches as they are ready and not
-    kept: the returned Ingested then carries only the rejects and what the summary says about the input."""
+    kept: the returned Ingested then carries only the rejects and what the summary says about the input.
+    `sources`: the inputs already expanded (`io.sources.expand`), so a caller that looked at them first
+    does not fingerprint every file twice."""
     if cfg.format not in FORMATS:
         raise UsageError(f"unknown --format {cfg.format!r}; choose one of {', '.join(FORMATS)}")
     bad = [k for k, _ in cfg.fields if k not in FIELDS]
     if bad:
         raise UsageError(f"unknown --field name(s) {', '.join(bad)}; known: {', '.join(FIELDS)}")
     overrides = dict(cfg.fields)
-    sources = expand(list(cfg.inputs))
+    sources = sources if sources is not None else expand(list(cfg.inputs))
     tokenizer = None
     cols: dict[str, list[Any]] = {c: [] for c in COLS}
     hashes: list[np.ndarray] = []

@@ -117,14 +117,16 @@ def test_streaming_needs_a_run_directory_and_block_granularity(tmp_path: Path) -
 def test_auto_streams_large_logs_with_a_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import prefixscan.analysis as analysis_mod
     from prefixscan.analysis import streams
+    from prefixscan.io.sources import expand
 
     log = str(ROOT / "sample_logs" / "mooncake_small.jsonl")
-    assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path)))  # small: in memory
+    src = expand([log])
+    assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path)), src)  # small: in memory
     monkeypatch.setattr(analysis_mod, "STREAM_MIN_BYTES", 1)
-    assert streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path)))
-    assert not streams(AnalyzeConfig(inputs=(log,)))
-    assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path), granularity="token"))
-    assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path), streaming=False))
+    assert streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path)), src)
+    assert not streams(AnalyzeConfig(inputs=(log,)), src)
+    assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path), granularity="token"), src)
+    assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path), streaming=False), src)
 
 
 def test_cli_stream_flag_streams(tmp_path: Path) -> None:
