@@ -32,6 +32,7 @@ from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
 from prefixscan.ingest import Batch, Ingested, ingest
 from prefixscan.io import rundir
+from prefixscan.io.sources import Source
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame, turn_bucket
 from prefixscan.reuse.aggregate import summaries_table
 from prefixscan.reuse.ideal import IdealStream, scope_salts
@@ -260,7 +261,7 @@ def _slice(part: tuple, a: int, b: int) -> tuple:
 
 
 def run_stream(cfg: AnalyzeConfig, run_path: Path, progress: Callable[[int, int, int], None] | None,
-               done: Callable[[str, float], float], t0: float) -> StreamOutcome:
+               done: Callable[[str, float], float], t0: float, sources: list[Source]) -> StreamOutcome:
     """Ingest, reuse and write requests in one streamed pass, then the aggregates and the capacity curve."""
     memory.fixed_mmap_threshold()
     fd, tmp = tempfile.mkstemp(dir=run_path, prefix=".requests.", suffix=".tmp")
@@ -268,7 +269,7 @@ def run_stream(cfg: AnalyzeConfig, run_path: Path, progress: Callable[[int, int,
     spill = tempfile.mkdtemp(dir=run_path, prefix=".spill.")
     stream = RequestStream(cfg, Path(tmp), spill)
     try:
-        ing = ingest(cfg, progress, sink=stream.feed)
+        ing = ingest(cfg, progress, sink=stream.feed, sources=sources)
         stream.close()
     except BaseException:
         _discard(stream, tmp, spill)
@@ -329,11 +330,11 @@ def _aggregates(cfg: AnalyzeConfig, stream: RequestStream, path: Path) -> tuple[
     # Prefixes first, from two columns: their sort and the rows they read back never meet the base frame.
     hits = _read(path, ["cached_blocks", "cached_tokens"])
     prefixes = _prefixes(cfg, path, hits, stream.deepest.read(), source, stream.snippets)
-    del hits
     memory.trim()
     # Only the columns the rates read (rows are in analysis order, so the steady state is a slice).
-    base = _read(path, ["prompt_tokens", "cached_tokens", "cached_blocks"]).with_columns(
-        pl.Series("_blocks", stream.blocks.read()))
+    base = hits.with_columns(_read(path, ["prompt_tokens"])["prompt_tokens"],
+                             pl.Series("_blocks", stream.blocks.read()))
+    del hits
     base = base.with_columns((pl.col("cached_tokens") // stream.block if stream.rule == "vllm"
                               else pl.col("cached_blocks").cast(pl.Int64)).alias("_hit_blocks")).drop("cached_blocks")
 
