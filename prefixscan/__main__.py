@@ -2,4 +2,5 @@
 
 from prefixscan.cli.app import main
 
-main()
+if __name__ == "__main__":  # encode workers are spawned: they import this module without running the CLI
+    main()

@@ -25,6 +25,7 @@ class AnalyzeConfig:
     include_text: bool = False
     hash_tenants: bool = False
     threads: int | None = None
+    workers: int | None = None  # encode processes; None: one per spare core on large text inputs (encode.py)
     findings: bool = True  # cache-breaker findings (docs/findings.md); --no-findings skips them
     streaming: bool | None = None  # None: stream when writing a run directory at block granularity
     quiet: bool = True

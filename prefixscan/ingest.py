@@ -6,21 +6,34 @@ record read ends up either accepted or in the rejects list with its file, line a
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from prefixscan.config import AnalyzeConfig
+from prefixscan.encode import (
+    DEPTH,
+    EncodePool,
+    Hashed,
+    Identity,
+    LazyTokenizer,
+    RecordEncoder,
+    Rejected,
+    auto_workers,
+    merge_stats,
+    root_of,
+)
 from prefixscan.errors import InputError, RejectError, UsageError
-from prefixscan.hashing import ChainCache, block_hashes, mix_ids, mix_ids_per, namespace_hash
+from prefixscan.hashing import mix_ids, mix_ids_per
 from prefixscan.io.mooncake_fast import iter_chunks
 from prefixscan.io.readers import Position, RawError, open_bytes, parse_line, read_source
 from prefixscan.io.shapes import FIELDS, FORMATS, Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source, expand
 from prefixscan.render import content_text
-from prefixscan.tokenize import load_tokenizer
 from prefixscan.tracecols import TraceColumns
 
 BATCH = 512
@@ -105,7 +118,6 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
         raise UsageError(f"unknown --field name(s) {', '.join(bad)}; known: {', '.join(FIELDS)}")
     overrides = dict(cfg.fields)
     sources = sources if sources is not None else expand(list(cfg.inputs))
-    tokenizer = None
     cols: dict[str, list[Any]] = {c: [] for c in COLS}
     hashes: list[np.ndarray] = []
     keep_tokens = cfg.granularity == "token"
@@ -117,9 +129,16 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     read = 0
     mode: str | None = None  # "tokens" or a trace name; runs cannot mix block sizes
     bailian_roots: dict[Any, Any] = {}
-    chains = ChainCache()
     _mix_traces = _trace_mixer(cfg)
     trace = TraceColumns()
+    # Text records are encoded here or, on large inputs, by worker processes (encode.py) while this
+    # process reads on; their results are taken in submission order, DEPTH batches behind the reading.
+    encoder = RecordEncoder(cfg, keep_tokens)
+    n_workers = auto_workers(cfg, sum(s.size for s in sources))
+    pool: EncodePool | None = None
+    pending: deque[list[Record]] = deque()
+    pool_out: tuple[Identity | None, list[dict[str, Any]], float] | None = None
+    wait_s, local_items, share = 0.0, 0, 0.0
     # Findings: the detector sees each accepted chat record once, here (no second pass over the logs).
     detector = None
     if cfg.findings:
@@ -129,62 +148,83 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
 
     def reject(src: str, line: int, reason: str, detail: str) -> None:
         if cfg.strict:
-            raise RejectError(f"{src}:{line}: {reason}: {detail} (run without --strict to collect rejects)")
-        rejects.append({"source_file": src, "source_line": line, "reason": reason, "detail": detail})
+            drain()  # an earlier record's encoding may have failed: report the first bad record
+        rejects_append(src, line, reason, detail)
 
-    def flush(batch: list[Record]) -> None:
-        nonlocal tokenizer
-        if not batch:
-            return
-        texty = [r for r in batch if r.kind != "hashed"]
-        encoded: dict[int, Any] = {}
-        if texty:
-            if tokenizer is None:
-                tokenizer = load_tokenizer(cfg.tokenizer, threads=cfg.threads)
-            for r, e in zip(texty, tokenizer.encode_batch(texty), strict=True):
-                encoded[id(r)] = e
-        hashed = [r for r in batch if r.kind == "hashed"]
-        if hashed:  # traces are kept as arrays (no per-request lists); runs cannot mix them with text
-            trace.add_records(hashed, *_mix_traces(hashed))
-        for r in texty:
-            e = encoded[id(r)]
-            if isinstance(e, RecordError):
-                reject(r.source_file, r.source_line, e.reason, e.detail)
+    def accept_encoded(texty: list[Record], results: list[Hashed | Rejected]) -> None:
+        """Encoded records into the columns (or the rejects), in input order; the detector sees them."""
+        for r, e in zip(texty, results, strict=True):
+            if isinstance(e, Rejected):
+                rejects_append(r.source_file, r.source_line, e.reason, e.detail)
                 continue
-            root = _root(cfg, r, tokenizer.id, tokenizer.template_version)
-            toks = e.tokens
-            n_tok = len(toks)
-            if n_tok == 0:
-                reject(r.source_file, r.source_line, "empty_prompt", "prompt has no tokens")
-                continue
-            if e.piece_keys is not None:
-                h = chains.hashes(toks, cfg.block_size, root, e.piece_keys, e.piece_lens, e.checkpoints)
-            else:
-                h = block_hashes(toks, cfg.block_size, root)
-            head = e.head_tokens
             if r.turn_index is None and r.messages:
                 r.turn_index = _user_turns(r.messages) - 1 if _user_turns(r.messages) else None
             for c in COLS:
                 if c in ("prompt_tokens", "head_tokens", "namespace"):
                     continue
                 cols[c].append(getattr(r, c))
-            cols["prompt_tokens"].append(n_tok)
-            cols["head_tokens"].append(head)
-            cols["namespace"].append(root)
-            hashes.append(h)
+            cols["prompt_tokens"].append(e.n_tokens)
+            cols["head_tokens"].append(e.head_tokens)
+            cols["namespace"].append(e.root)
+            hashes.append(e.hashes)
             snippets.append(_snippet(r))
             if tokens_out is not None:
-                tokens_out.append(toks)
+                tokens_out.append(e.tokens)
             if detector is not None and r.kind == "chat":
-                detector.feed(r, root)
-        if detector is not None:
-            detector.flush(tokenizer)
+                detector.feed(r, e.root)
+        if detector is None:
+            return
+        if pool is None:
+            detector.flush(encoder.load())
+        elif detector.pending:  # with workers, a worker tokenises and hashes the rewrites as well
+            pool.submit("rewrite", detector.take_pending())
+
+    def rejects_append(src: str, line: int, reason: str, detail: str) -> None:
+        if cfg.strict:
+            raise RejectError(f"{src}:{line}: {reason}: {detail} (run without --strict to collect rejects)")
+        rejects.append({"source_file": src, "source_line": line, "reason": reason, "detail": detail})
+
+    def take_one() -> None:
+        """Take the oldest job's results back from the workers."""
+        kind, results = pool.collect()  # type: ignore[union-attr]
+        if kind == "encode":
+            accept_encoded(pending.popleft(), results)
+        else:
+            for rid, parts, n in results:
+                detector.put_rewritten(rid, parts, n)  # type: ignore[union-attr]
+
+    def drain() -> None:
+        while pool is not None and pool.inflight:
+            take_one()
+
+    def flush(batch: list[Record]) -> None:
+        nonlocal pool
+        if not batch:
+            return
+        hashed = [r for r in batch if r.kind == "hashed"]
+        if hashed:  # traces are kept as arrays (no per-request lists); runs cannot mix them with text
+            trace.add_records(hashed, *_mix_traces(hashed))
+        texty = [r for r in batch if r.kind != "hashed"]
         batch.clear()
+        if not texty:
+            return
+        if not n_workers:
+            accept_encoded(texty, encoder.encode(texty))
+            return
+        if pool is None:
+            pool = stack.enter_context(EncodePool(cfg, keep_tokens, n_workers, encoder))
+            if detector is not None:  # for the findings' token offsets and late rewrites, loaded if needed
+                detector.tokenizer = LazyTokenizer(encoder.load)
+        pool.submit("encode", texty)
+        pending.append(texty)
+        while pool.inflight > DEPTH:
+            take_one()
 
     batch: list[Record] = []
     total_bytes = sum(s.size for s in sources)
     done_bytes = 0
     pos = Position()
+    stack = ExitStack()  # stops the encode workers if reading fails
 
     def set_mode(this_mode: str, where: str) -> None:
         nonlocal mode
@@ -236,6 +276,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
         """A Mooncake JSONL file through the compiled reader; odd lines take the ordinary path."""
         nonlocal read
         flush(batch)  # earlier files' records first: input order is analysis order for equal times
+        drain()
         root = _mooncake_root(cfg, src.path)
         for chunk in iter_chunks(src.path, pos):
             read += chunk.non_blank
@@ -256,39 +297,57 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
             if progress is not None:
                 progress(read, done_bytes + pos.bytes, total_bytes)
 
-    for src in sources:
-        shape = None if cfg.format == "auto" else cfg.format
-        pos.bytes = 0
-        if FAST_MOONCAKE and src.kind == "jsonl" and not overrides and (shape or _peek_shape(src)) == "mooncake":
-            shapes[src.path] = "mooncake"
-            fast_mooncake(src)
-            done_bytes += src.size
-            continue
-        for line, obj in read_source(src, pos):
-            read += 1
-            if progress is not None and read % 1000 == 0:
-                progress(read, done_bytes + pos.bytes, total_bytes)
-            if shape is None and isinstance(obj, dict):
-                try:
-                    shape = detect(obj)
-                    shapes[src.path] = shape
-                except RecordError as exc:
-                    reject(src.path, line, exc.reason, exc.detail)
-                    continue
-            rec = accept(src, line, obj, shape)
-            if rec is None:
+    with stack:
+        for src in sources:
+            shape = None if cfg.format == "auto" else cfg.format
+            pos.bytes = 0
+            if FAST_MOONCAKE and src.kind == "jsonl" and not overrides and (shape or _peek_shape(src)) == "mooncake":
+                shapes[src.path] = "mooncake"
+                fast_mooncake(src)
+                done_bytes += src.size
                 continue
-            batch.append(rec)
-            if len(batch) >= BATCH:
-                flush(batch)
-                emit()
-        if shape is not None:
-            shapes.setdefault(src.path, shape)
-        done_bytes += src.size
-    flush(batch)
-    emit(final=True)
+            for line, obj in read_source(src, pos):
+                read += 1
+                if progress is not None and read % 1000 == 0:
+                    progress(read, done_bytes + pos.bytes, total_bytes)
+                if shape is None and isinstance(obj, dict):
+                    try:
+                        shape = detect(obj)
+                        shapes[src.path] = shape
+                    except RecordError as exc:
+                        reject(src.path, line, exc.reason, exc.detail)
+                        continue
+                rec = accept(src, line, obj, shape)
+                if rec is None:
+                    continue
+                batch.append(rec)
+                if len(batch) >= BATCH:
+                    flush(batch)
+                    emit()
+            if shape is not None:
+                shapes.setdefault(src.path, shape)
+            done_bytes += src.size
+        flush(batch)
+        drain()
+        emit(final=True)
+        if pool is not None:
+            pool_out = pool.close()
+            wait_s, local_items, share = pool.wait_s, pool.local_items, pool.share
     if progress is not None:
         progress(read, total_bytes, total_bytes)
+    # Rejects in input order: an encoding failure is found after later lines' parse errors.
+    order = {src.path: i for i, src in enumerate(sources)}
+    rejects.sort(key=lambda x: (order.get(x["source_file"], len(order)), x["source_line"]))
+    ident = encoder.identity()
+    stats = [encoder.stats()]
+    if pool_out is not None:
+        ident = pool_out[0] or ident
+        stats = pool_out[1] + stats
+    tokenizer_stats = merge_stats(stats)
+    if pool_out is not None:
+        tokenizer_stats.update(encode_workers=n_workers, peak_rss_mib_workers=round(pool_out[2], 1),
+                               wait_s_main=round(wait_s, 2), encoded_in_main=local_items,
+                               final_share_main=round(share, 2))
     bs, rule = block_rule()
     frame = offsets = flat = None
     if trace.n:
@@ -298,18 +357,12 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
         frame=frame, offsets=offsets, flat=flat,
         cols=cols, hashes=hashes, tokens=tokens_out, snippets=snippets, rejects=rejects, read=read,
         sources=sources, shapes=shapes, block_size=bs, hit_rule=rule,
-        tokenizer_id=tokenizer.id if tokenizer else "none",
-        template_version=tokenizer.template_version if tokenizer else "none",
-        approximate_template=bool(tokenizer and tokenizer.approximate_template),
-        tokenizer_stats={**(vars(tokenizer.stats) if tokenizer else {}),
-                         "blocks_hashed": chains.blocks_hashed, "blocks_reused": chains.blocks_reused},
+        tokenizer_id=ident.id if ident else "none",
+        template_version=ident.template_version if ident else "none",
+        approximate_template=bool(ident and ident.approximate_template),
+        tokenizer_stats=tokenizer_stats,
         detector=detector,
     )
-
-
-def _root(cfg: AnalyzeConfig, r: Record, tokenizer_id: str, template: str) -> int:
-    tenant_salt = (r.tenant or "") if cfg.isolate_tenants else None
-    return namespace_hash(r.model, tokenizer_id, r.adapter, template, r.cache_salt, tenant_salt)
 
 
 def _mooncake_root(cfg: AnalyzeConfig, path: str) -> int:
@@ -336,7 +389,7 @@ def _peek_shape(src: Source, max_lines: int = 1000) -> str | None:
 def _trace_root(cfg: AnalyzeConfig, r: Record) -> int:
     """A hashed-trace record's namespace. Each trace file has its own id space (REFERENCE.md 8): the file
     is part of the namespace."""
-    return _root(cfg, r, "trace", f"trace:{r.source_file}")
+    return root_of(cfg, r, "trace", f"trace:{r.source_file}")
 
 
 def _trace_mixer(cfg: AnalyzeConfig) -> Callable[[list[Record]], tuple[np.ndarray, np.ndarray]]:

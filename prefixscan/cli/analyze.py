@@ -63,6 +63,10 @@ def register(app: typer.Typer) -> None:
             help="Stream the log to the run directory (memory grows with distinct blocks, not with the log) "
                  "or hold it in memory (faster on small logs). Default: stream with -o when the input is "
                  "256 MiB or more."),
+        workers: int = typer.Option(
+            None, "--workers", min=0,
+            help="Processes that render, tokenise and hash text prompts beside the main one (0: all in the "
+                 "main process). Default: one per spare core, up to 3, when the input is 64 MiB or more."),
         no_findings: bool = typer.Option(False, "--no-findings",
                                          help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -80,7 +84,7 @@ def register(app: typer.Typer) -> None:
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict,
             capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
-            quiet=quiet, findings=not no_findings, streaming=stream,
+            quiet=quiet, findings=not no_findings, streaming=stream, workers=workers,
             command_line="prefixscan " + shlex.join(sys.argv[1:]),
         )
         console = stderr_console(quiet)

@@ -24,7 +24,8 @@ from prefixscan.detect.dynamic_fields import SlotLine, read_line, tool_field
 from prefixscan.detect.pattern_free import PROSE, Alignment, Family, FamilyIndex, align, covered, is_edit
 from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.rewrite import _tool_hash, apply_ops
-from prefixscan.hashing import ChainCache, block_hashes
+from prefixscan.encode import rewrite_hashes
+from prefixscan.hashing import ChainCache
 from prefixscan.io.shapes import Record
 from prefixscan.redact import redact_snippet
 from prefixscan.tokenize.base import BytesLRU
@@ -406,20 +407,19 @@ class Detector:
         t0 = time.perf_counter()
         self.tokenizer = tokenizer
         if self.pending:
-            recs = [r for _, r, _ in self.pending]
-            for (rid, _, root), enc in zip(self.pending, tokenizer.encode_batch(recs), strict=True):
-                toks = getattr(enc, "tokens", None)
-                if toks is None or not len(toks):
-                    continue
-                if enc.piece_keys is not None:  # resume the chain where an earlier rewrite with the same head stopped
-                    # Kept as parts: a rewritten conversation's history is held once, not once per turn.
-                    h = self.chains.segments(toks, self.block_size, root, enc.piece_keys, enc.piece_lens,
-                                             enc.checkpoints)
-                else:
-                    h = [block_hashes(toks, self.block_size, root)]
-                self.rewritten[rid] = (h, len(toks))
+            for rid, parts, n in rewrite_hashes(tokenizer, self.chains, self.block_size, self.pending):
+                self.rewritten[rid] = (parts, n)
             self.pending.clear()
         self.seconds += time.perf_counter() - t0
+
+    def take_pending(self) -> list[tuple[str, Record, int]]:
+        """The rewritten requests queued since the last call, for an encode worker to tokenise and hash
+        (ingest with workers); their hashes come back through `put_rewritten`."""
+        out, self.pending = self.pending, []
+        return out
+
+    def put_rewritten(self, rid: str, parts: list[np.ndarray], n_tokens: int) -> None:
+        self.rewritten[rid] = (parts, n_tokens)
 
     def retro_exemplars(self) -> None:
         """Rewrite family exemplars whose spans were only recognised once later requests arrived."""

@@ -1,0 +1,207 @@
+"""Encode workers (prefixscan/encode.py): the same bytes out whatever the number of processes, rejects in
+input order, failures reported, and the transport (text interning, shared hash parts) exact."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import pickle
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import prefixscan.encode as enc_mod
+import prefixscan.ingest as ingest_mod
+from prefixscan.analysis import run_analysis
+from prefixscan.config import AnalyzeConfig
+from prefixscan.errors import RejectError, UsageError
+from prefixscan.hashing import ChainCache, block_hashes
+from prefixscan.io.shapes import Record
+from tests.conftest import ROOT, chat, write_jsonl
+
+
+def _log(path: Path) -> Path:
+    """Multi-turn chats over tenants, with lines that fail to parse and records that fail to encode."""
+    recs: list = []
+    i = 0
+    for turn in range(1, 6):
+        for conv, tenant in (("c1", "acme"), ("c2", "acme"), ("c3", "globex"), ("c4", None), ("c5", "globex")):
+            recs.append(chat(i, conv, turn, tenant=tenant, ts=float(i // 4)))
+            i += 1
+            if i % 7 == 0:
+                recs.append({"request_id": f"bad{i}", "timestamp": 1_700_000_000 + i // 4, "token_ids": [-1, 5]})
+            if i % 9 == 0:
+                recs.append("{not json")
+    recs.append(chat(0, "c9", 1))  # a duplicate id
+    return write_jsonl(path, recs)
+
+
+def _run(tmp: Path, name: str, inputs: list[str], **opts: object):  # noqa: ANN202
+    return run_analysis(AnalyzeConfig(inputs=tuple(inputs), output=str(tmp / name), **opts))
+
+
+def _same_tables(a: Path, b: Path) -> None:
+    names = sorted(p.name for p in a.glob("*.parquet"))
+    assert names and names == sorted(p.name for p in b.glob("*.parquet"))
+    for name in names:
+        assert filecmp.cmp(a / name, b / name, shallow=False), f"{name} differs"
+    sa, sb = (json.loads((p / "manifest.json").read_text())["analyze"]["summary"] for p in (a, b))
+    for s in (sa, sb):
+        s.pop("timings")
+        s["input"].pop("tokenizer_stats")  # work counters: which process tokenised what
+    assert sa == sb
+
+
+@pytest.fixture
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_mod, "BATCH", 3)  # many jobs in flight, split across processes
+
+
+@pytest.mark.usefixtures("small_batches")
+@pytest.mark.parametrize("streaming", [False, True])
+def test_workers_give_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streaming: bool) -> None:
+    log = str(_log(tmp_path / "chat.jsonl"))
+    base = _run(tmp_path, "w0", [log], workers=0, streaming=streaming)
+    assert base.summary["requests"]["rejected"] >= 5
+    # half the conversations encoded here, the rest split over two workers (the share is held still)
+    monkeypatch.setattr(enc_mod, "INITIAL_SHARE", 0.5)
+    monkeypatch.setattr(enc_mod, "SHARE_STEP", 0.0)
+    two = _run(tmp_path, "w2", [log], workers=2, streaming=streaming)
+    stats = two.summary["input"]["tokenizer_stats"]
+    assert stats["encode_workers"] == 2 and 0 < stats["encoded_in_main"]
+    _same_tables(Path(base.run_dir), Path(two.run_dir))
+    # rejects are in input order, whichever process found them
+    rej = two.tables["rejects"].to_pylist()
+    assert [r["source_line"] for r in rej] == sorted(r["source_line"] for r in rej)
+    assert {r["reason"] for r in rej} >= {"wrong_type", "invalid_json", "duplicate_id"}
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_one_worker_on_the_sample_chat_log(tmp_path: Path) -> None:
+    log = str(ROOT / "sample_logs" / "chat.jsonl")
+    base = _run(tmp_path, "w0", [log], workers=0)
+    one = _run(tmp_path, "w1", [log], workers=1)
+    _same_tables(Path(base.run_dir), Path(one.run_dir))
+    assert one.summary["input"]["tokenizer_stats"]["peak_rss_mib_workers"] > 0
+
+
+def test_strict_reports_the_first_bad_record_with_workers(tmp_path: Path, small_batches: None) -> None:
+    recs = [chat(i, f"c{i}", 2) for i in range(6)]
+    recs.insert(2, {"request_id": "neg", "timestamp": 1_700_000_000, "token_ids": [-1]})  # fails to encode
+    recs.insert(5, "{not json")  # fails to parse, later in the file
+    log = str(write_jsonl(tmp_path / "s.jsonl", recs))
+    with pytest.raises(RejectError, match=r"s\.jsonl:3: wrong_type"):
+        run_analysis(AnalyzeConfig(inputs=(log,), strict=True, workers=1))
+
+
+def test_a_worker_error_comes_back_as_the_same_error(tmp_path: Path) -> None:
+    log = str(write_jsonl(tmp_path / "c.jsonl", [chat(0, "c", 1)]))
+    for workers in (0, 1):
+        with pytest.raises(UsageError, match="unknown tokenizer"):
+            run_analysis(AnalyzeConfig(inputs=(log,), tokenizer="bogus:x", workers=workers))
+
+
+def test_a_dead_worker_is_a_clear_error() -> None:
+    cfg = AnalyzeConfig(inputs=())
+    with enc_mod.EncodePool(cfg, False, 1, enc_mod.RecordEncoder(cfg, False)) as pool:
+        pool._procs[0].kill()
+        pool._procs[0].join()
+        pool.submit("encode", [Record("x", 1, "r1", 0.0, "chat", messages=[{"role": "user", "content": "hi"}])])
+        with pytest.raises(enc_mod.WorkerFailed, match="--workers 0"):
+            pool.collect()
+
+
+def test_auto_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = AnalyzeConfig(inputs=())
+    monkeypatch.setattr(enc_mod, "available_cores", lambda: 2)
+    assert enc_mod.auto_workers(cfg, enc_mod.POOL_MIN_BYTES - 1) == 0
+    assert enc_mod.auto_workers(cfg, enc_mod.POOL_MIN_BYTES) == 1
+    monkeypatch.setattr(enc_mod, "available_cores", lambda: 64)
+    assert enc_mod.auto_workers(cfg, 10 * enc_mod.POOL_MIN_BYTES) == enc_mod.MAX_AUTO_WORKERS
+    monkeypatch.setattr(enc_mod, "available_cores", lambda: 1)
+    assert enc_mod.auto_workers(cfg, 10 * enc_mod.POOL_MIN_BYTES) == 0
+    assert enc_mod.auto_workers(AnalyzeConfig(inputs=(), workers=3), 0) == 3
+
+
+def test_cli_workers_flag(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from prefixscan.cli.app import app
+
+    log = str(write_jsonl(tmp_path / "c.jsonl", [chat(i, "c", i % 3 + 1) for i in range(8)]))
+    r = CliRunner().invoke(app, ["analyze", log, "-o", str(tmp_path / "run"), "-q", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    stats = json.loads((tmp_path / "run" / "manifest.json").read_text())["analyze"]["summary"]["input"]
+    assert stats["tokenizer_stats"]["encode_workers"] == 1
+    r = CliRunner().invoke(app, ["analyze", log, "--workers", "-1"])
+    assert r.exit_code == 2 and "greater than or equal to 0" in " ".join(r.output.split())
+
+
+# ---------------------------------------------------------------- transport
+
+texts = st.sampled_from(["short", "x" * 70, "y" * 90, "z" * 200, "shared system prompt " * 5, "é" * 80])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(texts, min_size=1, max_size=5), min_size=1, max_size=40),
+       st.integers(min_value=64, max_value=600))
+def test_packed_records_unpack_to_the_same(convs: list, budget: int) -> None:
+    old = enc_mod.INTERN_BYTES
+    enc_mod.INTERN_BYTES = budget  # a tiny shared budget: evictions on both ends
+    try:
+        packer, unpacker = enc_mod._Packer(), enc_mod._Unpacker()
+    finally:
+        enc_mod.INTERN_BYTES = old
+    sent = 0
+    for i, contents in enumerate(convs):
+        r = Record("f", i, f"r{i}", 0.0, "chat", messages=[{"role": "user", "content": c} for c in contents])
+        wire = pickle.dumps(packer.pack(r))
+        sent += len(wire)
+        assert unpacker.unpack(pickle.loads(wire)) == r
+        assert r.messages[0]["content"] == contents[0]  # the original is not touched
+
+
+def test_shipped_hash_parts_keep_their_sharing() -> None:
+    rng = np.random.default_rng(1)
+    chains, shipper, receiver = ChainCache(), enc_mod._Shipper(), enc_mod._Receiver()
+    toks = rng.integers(0, 50_000, 16 * 40, dtype=np.uint32)
+    sizes = 0
+    for turn in range(1, 6):  # a conversation: each turn resends the last one's tokens and adds some
+        n = 16 * 8 * turn
+        keys = [bytes([k]) * 16 for k in range(turn)]
+        parts = chains.segments(toks[:n], 16, 7, keys, [128] * turn, list(range(turn)))
+        shipped = pickle.loads(pickle.dumps(shipper.ship(parts)))
+        sizes += sum(a.nbytes for _, a, _ in shipped if a is not None)
+        got = receiver.parts(shipped)
+        assert np.array_equal(np.concatenate(got), block_hashes(toks[:n], 16, 7))
+    assert sizes == 8 * 8 * 5  # every hash crossed once: later turns referred to earlier arrays
+
+
+def test_merge_stats_sums_counters() -> None:
+    got = enc_mod.merge_stats([{"a": 1, "t": 0.5, "r": None, "b": True}, {"a": 2, "t": 0.25, "r": "why"}])
+    assert got == {"a": 3, "t": 0.75, "r": "why", "b": True}
+
+
+def test_pin_hash_keeps_a_conversation_together() -> None:
+    a = Record("f", 1, "a", 0.0, "chat", conversation_id="c", tenant="t", messages=[{"role": "user", "content": "1"}])
+    b = Record("f", 2, "b", 0.0, "chat", conversation_id="c", tenant="t", messages=[{"role": "user", "content": "2"}])
+    assert enc_mod.pin_hash(a) == enc_mod.pin_hash(b)
+    first = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    c = Record("f", 3, "c", 0.0, "chat", messages=first)
+    d = Record("f", 4, "d", 0.0, "chat", messages=[*first, {"role": "assistant", "content": "a"},
+                                                   {"role": "user", "content": "q2"}])
+    assert enc_mod.pin_hash(c) == enc_mod.pin_hash(d)
+    assert len({enc_mod.pin_hash(Record("f", i, str(i), 0.0, "completion", prompt=str(random.random())))
+                for i in range(20)}) == 20
+
+
+def test_main_module_is_guarded() -> None:
+    """Spawned workers import `prefixscan.__main__` under `python -m prefixscan`: it must not run the CLI."""
+    text = (ROOT / "prefixscan" / "__main__.py").read_text()
+    assert 'if __name__ == "__main__":' in text
+    assert os.path.exists(ROOT / "prefixscan" / "encode.py")
