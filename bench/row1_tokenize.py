@@ -115,6 +115,13 @@ def run_row(scale: str, repeats: int, lg: Path) -> RowResult:
     if stats:
         res.details.append(f"tokenizer stats: {stats}")
     tin = ((man.get("summary") or {}).get("input") or {}).get("tokenizer_stats") or stats
+    if tin.get("encode_workers"):
+        res.details.append(
+            f"encode workers (the default on this machine): {tin['encode_workers']} process(es) beside the main "
+            f"one; the main process encoded {tin.get('encoded_in_main', 0):,} of {n_req:,} requests itself "
+            f"(adaptive share, {tin.get('final_share_main')} at the end) and waited {tin.get('wait_s_main')} s "
+            f"for results; the workers were busy {tin.get('busy_s_workers')} s, peak RSS "
+            f"{tin.get('peak_rss_mib_workers')} MiB summed over workers")
     if tin.get("tokens_tokenised"):
         frac = tin["tokens_tokenised"] / tokens
         unc = 1 - float(pc.sum(req["cached_tokens"]).as_py()) / tokens
