@@ -17,11 +17,14 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import sys
 import time
 import traceback
+import types
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -304,8 +307,34 @@ def pin_hash(r: Record) -> int:
     return xxhash.xxh64_intdigest(key.encode("utf-8", "surrogatepass"))
 
 
+@contextmanager
+def _main_not_reimported() -> Iterator[None]:
+    """Start spawned workers without re-running the caller's script in them. A spawned child normally
+    imports the parent's `__main__` (to find functions defined there); a script that calls `analyze`
+    without an `if __name__ == "__main__":` guard would then run again in every worker. The workers'
+    code and arguments live in prefixscan, so the child is told there is no main module to prepare."""
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = saved
+
+
 class WorkerFailed(InputError):
     """An encode worker died or raised; the message says which and what to do."""
+
+
+@dataclass(slots=True)
+class _Job:
+    """A submitted batch: which positions went to which worker, and this process's part."""
+
+    kind: str
+    n: int
+    parts: list[tuple[int, list[int]]]  # (worker, positions in the batch)
+    local_pos: list[int]
+    local: list[Any]
+    local_done: list[Any] | None = None
 
 
 class EncodePool:
@@ -332,9 +361,10 @@ class EncodePool:
         self._out = [ctx.Queue(maxsize=DEPTH) for _ in range(workers)]
         self._procs = [ctx.Process(target=_serve, args=(cfg, keep_tokens, share, self._in[w], self._out[w]),
                                    name=f"prefixscan-encode-{w}", daemon=True) for w in range(workers)]
-        for p in self._procs:
-            p.start()
-        self._inflight: deque[tuple[str, int, list[tuple[int, list[int]]], list[int], list[Any]]] = deque()
+        with _main_not_reimported():
+            for p in self._procs:
+                p.start()
+        self._inflight: deque[_Job] = deque()
         self._receivers = [_Receiver() for _ in range(workers)]
         self._packers = [_Packer() for _ in range(workers)]
         self._local_rewrites = ChainCache(int(CHAIN_CACHE_BYTES * share))
@@ -363,8 +393,9 @@ class EncodePool:
 
     def submit(self, kind: str, items: list[Any]) -> None:
         """Send a job out, split by the process each item's conversation is pinned to (blocks only while
-        that worker already has DEPTH jobs queued), and encode this process's part of it.
-        "rewrite" items are (id, record, namespace)."""
+        that worker already has DEPTH jobs queued). This process's part is encoded later, while it would
+        otherwise wait for a worker (`collect`), so the reading goes on at once. "rewrite" items are
+        (id, record, namespace)."""
         parts: dict[int, tuple[list[int], list[Any]]] = {}
         for i, it in enumerate(items):
             w = self._owner(it if kind == "encode" else it[1])
@@ -379,21 +410,30 @@ class EncodePool:
         for w in remote:
             self._put(w, (kind, parts[w][1]))
         local_pos, local = parts.get(-1, ([], []))
-        if local:  # after the workers have theirs
-            self.local_items += len(local)
-            if kind == "encode":
-                local = self.local.encode(local)
+        self.local_items += len(local)
+        self._inflight.append(_Job(kind, len(items), [(w, parts[w][0]) for w in remote], local_pos, local))
+
+    def _encode_local(self, job: _Job) -> None:
+        if job.local_done is None:
+            if job.kind == "encode":
+                job.local_done = self.local.encode(job.local)
             else:
-                local = rewrite_hashes(self.local.load(), self._local_rewrites, self.cfg.block_size, local)
-        self._inflight.append((kind, len(items), [(w, parts[w][0]) for w in remote], local_pos, local))
+                job.local_done = rewrite_hashes(self.local.load(), self._local_rewrites, self.cfg.block_size,
+                                                job.local)
+            job.local = []
 
     def collect(self) -> tuple[str, list[Any]]:
         """The kind and results of the oldest job still out: for "encode" one Hashed or Rejected per
         record in order; for "rewrite" (id, hash parts, prompt tokens) per request that encoded."""
-        kind, n, parts, local_pos, local = self._inflight.popleft()
+        job = self._inflight.popleft()
+        self._encode_local(job)
         got = []
         waited = idle = False
-        for w, _ in parts:
+        for w, _ in job.parts:
+            for later in self._inflight:  # while the worker is not done, do this process's later parts
+                if not self._out[w].empty():
+                    break
+                self._encode_local(later)
             waited |= self._out[w].empty()
             res, w_idle = self._get(w)
             idle |= w_idle
@@ -402,14 +442,15 @@ class EncodePool:
             self.share = min(MAX_SHARE, self.share + SHARE_STEP)
         elif idle and not waited:
             self.share = max(0.0, self.share - SHARE_STEP)
-        if kind == "rewrite":
-            return kind, [(rid, self._receivers[w].parts(shipped), k)
-                          for (w, _), res in zip(parts, got, strict=True) for rid, shipped, k in res] + local
-        out: list[Any] = [None] * n
-        for (_, pos), res in [*zip(parts, got, strict=True), ((-1, local_pos), local)]:
+        local = job.local_done or []
+        if job.kind == "rewrite":
+            return job.kind, [(rid, self._receivers[w].parts(shipped), k)
+                              for (w, _), res in zip(job.parts, got, strict=True) for rid, shipped, k in res] + local
+        out: list[Any] = [None] * job.n
+        for (_, pos), res in [*zip(job.parts, got, strict=True), ((-1, job.local_pos), local)]:
             for p, x in zip(pos, res, strict=True):
                 out[p] = x
-        return kind, out
+        return job.kind, out
 
     def close(self) -> tuple[Identity | None, list[dict[str, Any]], float]:
         """Stop the workers after the batches still out (collect those first): the tokenizer identity,
@@ -473,9 +514,7 @@ class EncodePool:
             self.terminate()
             raise WorkerFailed(
                 f"encode worker {w} exited with code {code} before finishing (out of memory, or killed?). "
-                "Re-run with --workers 0 to encode in the main process. From Python, a script that starts "
-                "analyze must guard its entry point with `if __name__ == \"__main__\":` (worker processes "
-                "are spawned), or pass workers=0.")
+                "Re-run with --workers 0 (Python: workers=0) to encode in the main process.")
 
 
 def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, outq: Any) -> None:

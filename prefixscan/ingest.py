@@ -37,6 +37,7 @@ from prefixscan.render import content_text
 from prefixscan.tracecols import TraceColumns
 
 BATCH = 512
+POOL_BATCH = 256  # with encode workers: finer jobs keep both sides busy and fewer records in flight
 FAST_MOONCAKE = True  # the compiled Mooncake reader; tests switch it off to compare with the ordinary path
 TRACE_BLOCK = {"mooncake": 512, "bailian": 16}
 
@@ -147,8 +148,9 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
         detector = Detector(cfg.block_size)
 
     def reject(src: str, line: int, reason: str, detail: str) -> None:
-        if cfg.strict:
-            drain()  # an earlier record's encoding may have failed: report the first bad record
+        if cfg.strict:  # an earlier record may fail to encode: report the first bad record in the file
+            flush(batch)
+            drain()
         rejects_append(src, line, reason, detail)
 
     def accept_encoded(texty: list[Record], results: list[Hashed | Rejected]) -> None:
@@ -321,7 +323,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                 if rec is None:
                     continue
                 batch.append(rec)
-                if len(batch) >= BATCH:
+                if len(batch) >= (POOL_BATCH if n_workers else BATCH):
                     flush(batch)
                     emit()
             if shape is not None:

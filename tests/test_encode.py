@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import filecmp
 import json
-import os
 import pickle
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,7 @@ def _same_tables(a: Path, b: Path) -> None:
 @pytest.fixture
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ingest_mod, "BATCH", 3)  # many jobs in flight, split across processes
+    monkeypatch.setattr(ingest_mod, "POOL_BATCH", 3)
 
 
 @pytest.mark.usefixtures("small_batches")
@@ -90,13 +92,18 @@ def test_one_worker_on_the_sample_chat_log(tmp_path: Path) -> None:
     assert one.summary["input"]["tokenizer_stats"]["peak_rss_mib_workers"] > 0
 
 
-def test_strict_reports_the_first_bad_record_with_workers(tmp_path: Path, small_batches: None) -> None:
+@pytest.mark.parametrize("pool_batch", [3, 256])
+def test_strict_reports_the_first_bad_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            pool_batch: int) -> None:
+    monkeypatch.setattr(ingest_mod, "BATCH", pool_batch)
+    monkeypatch.setattr(ingest_mod, "POOL_BATCH", pool_batch)
     recs = [chat(i, f"c{i}", 2) for i in range(6)]
     recs.insert(2, {"request_id": "neg", "timestamp": 1_700_000_000, "token_ids": [-1]})  # fails to encode
     recs.insert(5, "{not json")  # fails to parse, later in the file
     log = str(write_jsonl(tmp_path / "s.jsonl", recs))
-    with pytest.raises(RejectError, match=r"s\.jsonl:3: wrong_type"):
-        run_analysis(AnalyzeConfig(inputs=(log,), strict=True, workers=1))
+    for workers in (0, 1):
+        with pytest.raises(RejectError, match=r"s\.jsonl:3: wrong_type"):
+            run_analysis(AnalyzeConfig(inputs=(log,), strict=True, workers=workers))
 
 
 def test_a_worker_error_comes_back_as_the_same_error(tmp_path: Path) -> None:
@@ -200,8 +207,18 @@ def test_pin_hash_keeps_a_conversation_together() -> None:
                 for i in range(20)}) == 20
 
 
-def test_main_module_is_guarded() -> None:
-    """Spawned workers import `prefixscan.__main__` under `python -m prefixscan`: it must not run the CLI."""
-    text = (ROOT / "prefixscan" / "__main__.py").read_text()
-    assert 'if __name__ == "__main__":' in text
-    assert os.path.exists(ROOT / "prefixscan" / "encode.py")
+def test_an_unguarded_script_runs_once(tmp_path: Path) -> None:
+    """A script that calls analyze at top level (no __main__ guard) must not run again in the workers."""
+    log = write_jsonl(tmp_path / "c.jsonl", [chat(i, f"c{i % 3}", i % 4 + 1) for i in range(12)])
+    marks = tmp_path / "marks.txt"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import prefixscan\n"
+        f"open({str(marks)!r}, 'a').write('ran\\n')\n"
+        f"r = prefixscan.analyze({str(log)!r}, workers=1)\n"
+        "print(r.summary['requests']['accepted'])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "12"
+    assert marks.read_text() == "ran\n"
+

@@ -40,7 +40,9 @@ def open_bytes(path: str):  # noqa: ANN201 - a binary file object
     """The file for reading bytes, decompressed when it is gzip (by its magic, not its name)."""
     with open(path, "rb") as f:
         magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    # 1 MiB buffer: chat log lines are tens of KB, and the default 8 KiB buffer made line reading a
+    # quarter slower
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb", buffering=1 << 20)
 
 
 def parse_line(line: bytes) -> dict[str, Any] | RawError | None:
@@ -48,12 +50,12 @@ def parse_line(line: bytes) -> dict[str, Any] | RawError | None:
     if not line.strip():
         return None
     try:
-        line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return RawError("invalid_utf8", f"byte offset {exc.start} in the line")
-    try:
-        obj = orjson.loads(line)
+        obj = orjson.loads(line)  # checks UTF-8 itself: the line is decoded again only to say why it failed
     except orjson.JSONDecodeError as exc:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            return RawError("invalid_utf8", f"byte offset {bad.start} in the line")
         return RawError("invalid_json", str(exc)[:200])
     if not isinstance(obj, dict):
         return RawError("not_an_object", f"line holds a JSON {type(obj).__name__}")
