@@ -33,10 +33,9 @@ import xxhash
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
-from prefixscan.hashing import CHAIN_CACHE_BYTES, BytesLRU, ChainCache, block_hashes, namespace_hash
+from prefixscan.hashing import BytesLRU, ChainCache, block_hashes, namespace_hash
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import content_text
-from prefixscan.tokenize.base import MEMO_BYTES, PIECE_CACHE_BYTES
 
 POOL_MIN_BYTES = 64 << 20  # below this much input the workers' start-up (~1-2 s) costs more than they save
 MAX_AUTO_WORKERS = 3  # the ingesting process itself is the bottleneck beyond a few encoders
@@ -78,6 +77,17 @@ class Identity:
     approximate_template: bool
 
 
+def _scale(lru: BytesLRU, factor: float) -> None:
+    lru.max_bytes = max(1, int(lru.max_bytes * factor))
+
+
+def shared_chain_cache(share: float) -> ChainCache:
+    """A chain cache with `share` of the default budget (the detector's rewrites in a pool)."""
+    out = ChainCache()
+    _scale(out._d, share)
+    return out
+
+
 def root_of(cfg: AnalyzeConfig, r: Record, tokenizer_id: str, template: str) -> int:
     """The namespace hash a record's block chain starts from (REFERENCE.md: model, adapter, salt)."""
     tenant_salt = (r.tenant or "") if cfg.isolate_tenants else None
@@ -94,25 +104,28 @@ class RecordEncoder:
         self.cache_share = 1.0
         self.share_caches(cache_share)
 
-    def share_caches(self, share: float) -> None:
-        """Scale the byte budgets of this encoder's caches (segment memo, piece cache, chain cache) to
-        `share` of their defaults. The processes of a pool each encode their own conversations, so each
-        needs about its share of the working set, and together they hold what one process would."""
-        self.cache_share = share
-        caches = [(self.chains._d, CHAIN_CACHE_BYTES)]
+    def _caches(self) -> list[BytesLRU]:
         seg = getattr(self.tokenizer, "seg", None)
-        if seg is not None:
-            caches += [(seg.memo._memo, MEMO_BYTES), (seg.pieces, PIECE_CACHE_BYTES)]
-        for lru, default in caches:
-            lru.max_bytes = max(1, int(default * share))
+        return [self.chains._d] + ([seg.memo._memo, seg.pieces] if seg is not None else [])
+
+    def share_caches(self, share: float) -> None:
+        """Scale the byte budgets of this encoder's caches (chain cache, and the tokenizer's segment memo
+        and piece cache) to `share` of what they were built with. The processes of a pool each encode
+        their own conversations, so each needs about its share of the working set, and together they
+        hold what one process would."""
+        for lru in self._caches():
+            _scale(lru, share / self.cache_share)
+        self.cache_share = share
 
     def load(self) -> Any:
         if self.tokenizer is None:
             from prefixscan.tokenize import load_tokenizer
 
             self.tokenizer = load_tokenizer(self.cfg.tokenizer, threads=self.cfg.threads)
-            if self.cache_share != 1.0:
-                self.share_caches(self.cache_share)
+            seg = getattr(self.tokenizer, "seg", None)
+            if seg is not None:  # built at full size
+                for lru in (seg.memo._memo, seg.pieces):
+                    _scale(lru, self.cache_share)
         return self.tokenizer
 
     def encode(self, records: list[Record]) -> list[Hashed | Rejected]:
@@ -367,7 +380,7 @@ class EncodePool:
         self._inflight: deque[_Job] = deque()
         self._receivers = [_Receiver() for _ in range(workers)]
         self._packers = [_Packer() for _ in range(workers)]
-        self._local_rewrites = ChainCache(int(CHAIN_CACHE_BYTES * share))
+        self._local_rewrites = shared_chain_cache(share)
         self.share = INITIAL_SHARE  # fraction of conversations encoded here (adapted in `collect`)
         self.local_items = 0
         self.closed = False
@@ -524,7 +537,7 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
     fixed_mmap_threshold()
     enc = RecordEncoder(cfg, keep_tokens, cache_share)
     # the detector's rewrites have their own chain cache, as in-process
-    rewrites, shipper = ChainCache(int(CHAIN_CACHE_BYTES * cache_share)), _Shipper()
+    rewrites, shipper = shared_chain_cache(cache_share), _Shipper()
     unpacker = _Unpacker()
     busy = 0.0
     try:

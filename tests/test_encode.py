@@ -222,3 +222,21 @@ def test_an_unguarded_script_runs_once(tmp_path: Path) -> None:
     assert out.stdout.split()[-1] == "12"
     assert marks.read_text() == "ran\n"
 
+
+
+def test_cache_budgets_are_shared_and_bounds_respected(monkeypatch: pytest.MonkeyPatch) -> None:
+    import prefixscan.hashing as hashing_mod
+    import prefixscan.tokenize.base as base_mod
+
+    cfg = AnalyzeConfig(inputs=())
+    half = enc_mod.RecordEncoder(cfg, False, 0.5)
+    half.load()
+    seg = half.tokenizer.seg
+    assert half.chains._d.max_bytes == hashing_mod.CHAIN_CACHE_BYTES // 2
+    assert seg.memo._memo.max_bytes == base_mod.MEMO_BYTES // 2
+    assert seg.pieces.max_bytes == base_mod.PIECE_CACHE_BYTES // 2
+    half.share_caches(0.25)
+    assert half.chains._d.max_bytes == hashing_mod.CHAIN_CACHE_BYTES // 4
+    # a bound set by the caller (tests/test_memory_bounds.py sets 1 byte) is what gets shared, not replaced
+    monkeypatch.setattr(hashing_mod, "CHAIN_CACHE_BYTES", 1)
+    assert enc_mod.RecordEncoder(cfg, False).chains._d.max_bytes == 1
