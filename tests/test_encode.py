@@ -84,6 +84,14 @@ def test_workers_give_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.usefixtures("small_batches")
+def test_token_granularity_with_a_worker(tmp_path: Path) -> None:
+    log = str(_log(tmp_path / "chat.jsonl"))
+    base = _run(tmp_path, "w0", [log], workers=0, granularity="token", findings=False)
+    one = _run(tmp_path, "w1", [log], workers=1, granularity="token", findings=False)
+    _same_tables(Path(base.run_dir), Path(one.run_dir))
+
+
+@pytest.mark.usefixtures("small_batches")
 def test_one_worker_on_the_sample_chat_log(tmp_path: Path) -> None:
     log = str(ROOT / "sample_logs" / "chat.jsonl")
     base = _run(tmp_path, "w0", [log], workers=0)
