@@ -36,6 +36,8 @@ MAX_ORDERS = 500_000
 # prompt is new text on every request, so a bound by entry count let it reach hundreds of MiB; only speed
 # depends on this bound (tests run with a tiny one).
 MEMO_BYTES = 32 << 20
+HOT_BYTES = 16 << 20  # unit lists kept unpacked (the hottest texts)
+HOT_EXPANSION = 6  # bytes of an unpacked unit list per packed byte (tuples of Python ints)
 _UNIT = struct.Struct("<qqqQQqQq")  # nz.Unit packed: 64 bytes instead of a tuple of eight int objects
 PROACTIVE = {"line_endings", "unicode"}
 
@@ -70,6 +72,7 @@ class Detector:
         self.rewritten: dict[str, tuple[list[np.ndarray], int]] = {}  # block hashes (in parts), prompt tokens
         self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
         self.memo = BytesLRU(MEMO_BYTES if memo_bytes is None else memo_bytes)
+        self._hot = BytesLRU(HOT_BYTES)  # unit lists kept unpacked, see _memo_units
         self.chains = ChainCache()
         self.tokenizer: Any = None
         self.seconds = 0.0
@@ -117,9 +120,20 @@ class Detector:
         return hit
 
     def _memo_units(self, key: tuple, compute: Callable[[], list[nz.Unit]]) -> list[nz.Unit]:
-        """`_memo` for unit lists, held packed (a long system prompt has hundreds of units)."""
-        packed = self._memo(key, lambda: b"".join(_UNIT.pack(*u) for u in compute()), lambda b: len(b) + 200)
-        return [nz.Unit._make(t) for t in _UNIT.iter_unpack(packed)]
+        """`_memo` for unit lists, held packed (a long system prompt has hundreds of units). The few
+        hottest texts (a tenant's system prompt) are also kept unpacked: unpacking them for every request
+        cost more than finding them. Callers only read the list."""
+        k = (*key[:-1], xxhash.xxh3_128_intdigest(key[-1].encode("utf-8", "surrogatepass")))
+        hot = self._hot.get(k)
+        if hot is not None:
+            return hot
+        packed = self.memo.get(k)
+        if packed is None:
+            packed = b"".join(_UNIT.pack(*u) for u in compute())
+            self.memo.put(k, packed, len(packed) + 200)
+        out = [nz.Unit._make(t) for t in _UNIT.iter_unpack(packed)]
+        self._hot.put(k, out, HOT_EXPANSION * len(packed) + 200)
+        return out
 
     def _tool_units(self, tools: list[Any]) -> list[nz.Unit]:
         return self._memo_units(("t", orjson.dumps(tools).decode()), lambda: nz.tool_units(tools, ROLE_SEED["tools"]))
