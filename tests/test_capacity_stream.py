@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +182,22 @@ def test_deferred_lru_renumbers_and_keeps_the_table(rule: str, tmp_path: Path) -
     feed(cs, log, [1, 1, 2, 200, 201, 900])
     assert cs._lru_state[1] == 0  # nothing ran during add()
     assert_same(cs.finish(n), want)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=20, unique=True),
+       st.integers(min_value=0, max_value=400_000))
+def test_opt_groups_cover_every_capacity_within_budget(caps: list, budget: int) -> None:
+    from prefixscan.reuse.capacity_stream import OPT_GROUP
+
+    cs = CapacityStream(16, "vllm", tempfile.gettempdir(), opt_budget_bytes=budget)
+    try:
+        cs._total_blocks = 10_000
+        groups = list(cs._groups(caps, 5000))
+    finally:
+        cs.close()
+    assert sorted(c for g in groups for c in g) == sorted(caps)
+    for g in groups:
+        assert 1 <= len(g) <= OPT_GROUP
+        if len(g) > 1:
+            assert sum(cs._opt_bytes(c, 5000) for c in g) <= budget

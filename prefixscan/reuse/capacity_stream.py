@@ -69,8 +69,8 @@ class CapacityStream:
     """Feed requests in analysis order, chunk by chunk; `finish()` gives `capacity_curve`'s table.
 
     Keyword options (defaults suit a 10M-request trace): `tree_floor`, the LRU tree's least number of slots;
-    `chunk_blocks`, listed blocks per read of the spills in `finish`; `opt_budget_bytes`, the state two
-    OPT capacities may share to run concurrently (a larger one runs alone).
+    `chunk_blocks`, listed blocks per read of the spills in `finish`; `opt_budget_bytes`, the state the OPT
+    capacities of one pass over the spills may share (up to OPT_GROUP of them; a larger one runs alone).
     """
 
     def __init__(self, block_size: int, rule: str, spill_dir: str, *, tree_floor: int = 1 << 16,
@@ -251,15 +251,21 @@ class CapacityStream:
                 _write_all(fo, keys_buf[:m])
 
     def _groups(self, caps: list[int], n: int) -> Iterator[list[int]]:
-        """Capacities to run together: the largest with the smallest left, if their states fit the budget
-        together (per capacity: 8 bytes per distinct block plus a heap of 12 bytes per slot)."""
+        """Capacities to run together, up to OPT_GROUP per read of the spills: the largest left, then the
+        smallest, largest, ... while their states fit the budget together (per capacity: 8 bytes per
+        distinct block plus a heap of 12 bytes per slot). Reading and weighing the spills once for more
+        capacities leaves the two cores to the kernels."""
         caps = sorted(caps)
         while caps:
-            big = caps.pop()
-            if caps and self._opt_bytes(big, n) + self._opt_bytes(caps[0], n) <= self._opt_budget:
-                yield [big, caps.pop(0)]
-            else:
-                yield [big]
+            group = [caps.pop()]
+            used = self._opt_bytes(group[0], n)
+            while caps and len(group) < OPT_GROUP:
+                nxt = caps[0] if len(group) % 2 else caps[-1]
+                if used + self._opt_bytes(nxt, n) > self._opt_budget:
+                    break
+                group.append(caps.pop(0) if len(group) % 2 else caps.pop())
+                used += self._opt_bytes(nxt, n)
+            yield group
 
     def _opt_bytes(self, cap: int, n: int) -> int:
         return 8 * n + 12 * opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
@@ -330,6 +336,7 @@ class CapacityStream:
         self.close()
 
 
+OPT_GROUP = 4  # capacities per pass over the spills (their kernels share two threads)
 _THREADED_BLOCKS = 1 << 14  # smaller chunks run in the calling thread
 _HEAP_SLACK = 0.25  # heap slots = 1.25 x capacity + 64: compaction every cap/4 pushes at most
 
