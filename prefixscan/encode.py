@@ -36,6 +36,7 @@ from prefixscan.errors import InputError
 from prefixscan.hashing import BytesLRU, ChainCache, block_hashes, namespace_hash
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import content_text
+from prefixscan.tokenize.base import SegmentMemo
 
 POOL_MIN_BYTES = 64 << 20  # below this much input the workers' start-up (~1-2 s) costs more than they save
 MAX_AUTO_WORKERS = 3  # the ingesting process itself is the bottleneck beyond a few encoders
@@ -248,7 +249,7 @@ class _Packer:
         for m in r.messages:
             c = m.get("content") if isinstance(m, dict) else None
             if isinstance(c, str) and len(c) >= INTERN_MIN:
-                key = xxhash.xxh3_128_digest(c.encode("utf-8", "surrogatepass"))
+                key = SegmentMemo.key(c)
                 if self._held.get(key) is None:
                     self._held.put(key, True, len(c))
                 else:
@@ -273,7 +274,7 @@ class _Unpacker:
                     raise RuntimeError("encode worker: a message text it should hold is missing")
                 m["content"] = text
             elif isinstance(c, str) and len(c) >= INTERN_MIN:
-                self._held.put(xxhash.xxh3_128_digest(c.encode("utf-8", "surrogatepass")), c, len(c))
+                self._held.put(SegmentMemo.key(c), c, len(c))
         return r
 
 
@@ -385,6 +386,7 @@ class EncodePool:
         self.local_items = 0
         self.closed = False
         self.wait_s = 0.0  # time the ingesting process spent waiting for workers (manifest)
+        self.peak_rss_mib = 0.0  # the workers' peaks, summed (known after close)
 
     def __enter__(self) -> EncodePool:
         return self
@@ -465,22 +467,28 @@ class EncodePool:
                 out[p] = x
         return job.kind, out
 
-    def close(self) -> tuple[Identity | None, list[dict[str, Any]], float]:
-        """Stop the workers after the batches still out (collect those first): the tokenizer identity,
-        each worker's counters and the sum of the workers' peak RSS in MiB."""
+    def close(self) -> tuple[Identity | None, list[dict[str, Any]]]:
+        """Stop the workers after the batches still out (collect those first): the tokenizer identity and
+        each worker's counters. The pool's own counters are then in `counters()`."""
         assert not self._inflight, "collect every batch before close"
         for w in range(self.workers):
             self._put(w, ("close", None))
-        ident, stats, rss = None, [], 0.0
+        ident, stats = None, []
         for w in range(self.workers):
             (w_ident, w_stats, w_rss), _ = self._get(w)
             ident = ident or w_ident
             stats.append(w_stats)
-            rss += w_rss
+            self.peak_rss_mib += w_rss
         for p in self._procs:
             p.join(timeout=30)
         self.closed = True
-        return ident, stats, rss
+        return ident, stats
+
+    def counters(self) -> dict[str, Any]:
+        """What the manifest reports about the pool (`summary.input.tokenizer_stats`)."""
+        return {"encode_workers": self.workers, "peak_rss_mib_workers": round(self.peak_rss_mib, 1),
+                "wait_s_main": round(self.wait_s, 2), "encoded_in_main": self.local_items,
+                "final_share_main": round(self.share, 2)}
 
     def terminate(self) -> None:
         for p in self._procs:

@@ -19,7 +19,6 @@ from prefixscan.encode import (
     DEPTH,
     EncodePool,
     Hashed,
-    Identity,
     LazyTokenizer,
     RecordEncoder,
     Rejected,
@@ -138,8 +137,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     n_workers = auto_workers(cfg, sum(s.size for s in sources))
     pool: EncodePool | None = None
     pending: deque[list[Record]] = deque()
-    pool_out: tuple[Identity | None, list[dict[str, Any]], float] | None = None
-    wait_s, local_items, share = 0.0, 0, 0.0
+    ident, stats = None, []  # the workers' tokenizer identity and counters, once they are closed
     # Findings: the detector sees each accepted chat record once, here (no second pass over the logs).
     detector = None
     if cfg.findings:
@@ -333,23 +331,16 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
         drain()
         emit(final=True)
         if pool is not None:
-            pool_out = pool.close()
-            wait_s, local_items, share = pool.wait_s, pool.local_items, pool.share
+            ident, stats = pool.close()
     if progress is not None:
         progress(read, total_bytes, total_bytes)
     # Rejects in input order: an encoding failure is found after later lines' parse errors.
     order = {src.path: i for i, src in enumerate(sources)}
     rejects.sort(key=lambda x: (order.get(x["source_file"], len(order)), x["source_line"]))
-    ident = encoder.identity()
-    stats = [encoder.stats()]
-    if pool_out is not None:
-        ident = pool_out[0] or ident
-        stats = pool_out[1] + stats
-    tokenizer_stats = merge_stats(stats)
-    if pool_out is not None:
-        tokenizer_stats.update(encode_workers=n_workers, peak_rss_mib_workers=round(pool_out[2], 1),
-                               wait_s_main=round(wait_s, 2), encoded_in_main=local_items,
-                               final_share_main=round(share, 2))
+    ident = ident or encoder.identity()
+    tokenizer_stats = merge_stats([*stats, encoder.stats()])
+    if pool is not None:
+        tokenizer_stats.update(pool.counters())
     bs, rule = block_rule()
     frame = offsets = flat = None
     if trace.n:

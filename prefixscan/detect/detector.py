@@ -54,6 +54,11 @@ def tenant_salt(tenant: str) -> int:
     return xxhash.xxh3_64_intdigest(("tenant:" + tenant).encode("utf-8", "surrogatepass"))
 
 
+def _memo_key(key: tuple) -> tuple:
+    """A memo key with its last part, a text, replaced by the text's 128-bit hash."""
+    return (*key[:-1], xxhash.xxh3_128_intdigest(key[-1].encode("utf-8", "surrogatepass")))
+
+
 class Detector:
     """Bounded-state cache-breaker detector (see module docstring)."""
 
@@ -112,7 +117,9 @@ class Detector:
 
     def _memo(self, key: tuple, compute: Callable[[], Any], size: Callable[[Any], int]) -> Any:
         """Per-text memo: system prompts and first user messages repeat across requests and turns."""
-        k = (*key[:-1], xxhash.xxh3_128_intdigest(key[-1].encode("utf-8", "surrogatepass")))
+        return self._memo_at(_memo_key(key), compute, size)
+
+    def _memo_at(self, k: tuple, compute: Callable[[], Any], size: Callable[[Any], int]) -> Any:
         hit = self.memo.get(k)
         if hit is None:
             hit = compute()
@@ -123,14 +130,11 @@ class Detector:
         """`_memo` for unit lists, held packed (a long system prompt has hundreds of units). The few
         hottest texts (a tenant's system prompt) are also kept unpacked: unpacking them for every request
         cost more than finding them. Callers only read the list."""
-        k = (*key[:-1], xxhash.xxh3_128_intdigest(key[-1].encode("utf-8", "surrogatepass")))
+        k = _memo_key(key)
         hot = self._hot.get(k)
         if hot is not None:
             return hot
-        packed = self.memo.get(k)
-        if packed is None:
-            packed = b"".join(_UNIT.pack(*u) for u in compute())
-            self.memo.put(k, packed, len(packed) + 200)
+        packed = self._memo_at(k, lambda: b"".join(_UNIT.pack(*u) for u in compute()), lambda b: len(b) + 200)
         out = [nz.Unit._make(t) for t in _UNIT.iter_unpack(packed)]
         self._hot.put(k, out, HOT_EXPANSION * len(packed) + 200)
         return out
