@@ -1,6 +1,7 @@
 """prefixscan: measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.
 
-Public API (each mirrors a CLI command): `analyze()`, `simulate()`, `estimate()`, `write_report()`, `load_run()`.
+Public API (each mirrors a CLI command): `analyze()`, `simulate()`, `estimate()`, `write_report()`, `check()`,
+`diff()`, `export()`, `load_run()`.
 """
 
 from __future__ import annotations
@@ -58,6 +59,27 @@ def write_report(run_dir: str, output: str | None = None, **options: Any):  # no
     return _write(run_dir, output, **options)
 
 
+def check(run_dir: str, **gates: Any):  # noqa: ANN201
+    """CI gates over a run (min_hit_rate=, max_breaker_tokens=, fail_on=); see `prefixscan.compare.check_run`."""
+    from prefixscan.compare import check_run
+
+    return check_run(run_dir, **gates)
+
+
+def diff(run_a: str, run_b: str, **options: Any):  # noqa: ANN201
+    """Run B against run A (hit rates, groups, breakers, prefill); see `prefixscan.compare.diff_runs`."""
+    from prefixscan.compare import diff_runs
+
+    return diff_runs(run_a, run_b, **options)
+
+
+def export(run_dir: str, output: str, to: str = "mooncake", **options: Any):  # noqa: ANN201
+    """Write a run as an anonymised Mooncake or bailian trace; see `prefixscan.io.export.export_trace`."""
+    from prefixscan.io.export import export_trace
+
+    return export_trace(run_dir, output, to, **options)
+
+
 def load_run(path: str):  # noqa: ANN201
     """Open a run directory; see `prefixscan.io.rundir.load_run`."""
     from prefixscan.io.rundir import load_run as _load
@@ -65,4 +87,4 @@ def load_run(path: str):  # noqa: ANN201
     return _load(path)
 
 
-__all__ = ["__version__", "analyze", "estimate", "load_run", "simulate", "write_report"]
+__all__ = ["__version__", "analyze", "check", "diff", "estimate", "export", "load_run", "simulate", "write_report"]

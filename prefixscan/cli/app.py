@@ -29,6 +29,9 @@ COMMAND_MODULES = [
     "simulate",
     "findings",
     "fix",
+    "check",
+    "diff",
+    "export",
 ]
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,51 @@
+"""`prefixscan check RUN`: CI gates over a run (minimum hit rate, maximum breaker cost, severity)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from prefixscan.cli.common import handle_errors
+
+FAILED = 1  # exit code when a gate fails (usage and input errors keep their own codes)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `check` command to the application."""
+
+    @app.command("check", no_args_is_help=True)
+    @handle_errors
+    def check(
+        run_dir: str = typer.Argument(..., help="Run directory written by `prefixscan analyze -o`."),
+        min_hit_rate: float | None = typer.Option(None, "--min-hit-rate",
+                                                  help="Fail when the hit rate is below this fraction (0.4 = 40%)."),
+        definition: str = typer.Option(
+            "token_weighted", "--definition",
+            help="Hit rate for --min-hit-rate: token_weighted, block_weighted, request_mean, "
+                 "steady_state_token_weighted, steady_state_block_weighted, steady_state_request_mean, "
+                 "tenant_isolated_token_weighted."),
+        max_breaker_tokens: int | None = typer.Option(
+            None, "--max-breaker-tokens", help="Fail when cache breakers cost more prompt tokens of reuse than this."),
+        fail_on: str | None = typer.Option(
+            None, "--fail-on", help="Fail on any breaker of this severity or above: low, medium (>= 1% of the "
+                                    "run's prompt tokens), high (>= 5%)."),
+        json_out: bool = typer.Option(False, "--json", help="Print the gates as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only failed gates and the verdict."),
+    ) -> None:
+        """Gate a build on a run's prefix reuse: exit 0 when every gate holds, 1 when one fails.
+
+        One line per gate (PASS/FAIL with the value seen), then the verdict. Usage errors exit 2, a missing
+        or incomplete run directory 5. Example: prefixscan check runs/demo --min-hit-rate 0.4 --fail-on high
+        """
+        from prefixscan.compare.check import check_run
+        from prefixscan.report.compare_terminal import check_lines
+
+        result = check_run(run_dir, min_hit_rate, definition, max_breaker_tokens, fail_on)
+        if json_out:
+            typer.echo(json.dumps(result.to_json(), indent=2))
+        else:
+            for line in check_lines(result, quiet):
+                typer.echo(line)
+        if not result.passed:
+            raise typer.Exit(FAILED)

@@ -1,0 +1,121 @@
+"""`prefixscan check RUN`: gates for CI, so a template change that breaks prefix reuse fails a build.
+
+Each gate compares one number of the run with a threshold the user set; the result lists every gate,
+passed or not, with the number it saw, so a failing build says exactly what moved.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from prefixscan.compare.facts import DEFINITIONS, Breaker, RunFacts, load_facts
+from prefixscan.errors import UsageError
+
+# Severity of a breaker: the share of the run's prompt tokens whose reuse it costs. A breaker that loses
+# 5% of all prefill is worth a release blocker; one under 1% is a cleanup item.
+SEVERITIES = ("low", "medium", "high")
+SEVERITY_SHARE = {"high": 0.05, "medium": 0.01, "low": 0.0}
+
+
+def severity(tokens_lost: int, prompt_tokens: int) -> str:
+    """high >= 5% of the run's prompt tokens, medium >= 1%, low below (documented in docs/check.md)."""
+    share = tokens_lost / prompt_tokens if prompt_tokens > 0 else 0.0
+    if share >= SEVERITY_SHARE["high"]:
+        return "high"
+    return "medium" if share >= SEVERITY_SHARE["medium"] else "low"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One check: what was compared, the value seen, the threshold, and whether it held."""
+
+    name: str
+    value: float
+    threshold: float
+    passed: bool
+    message: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "value": self.value, "threshold": self.threshold, "passed": self.passed,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """All gates of one run; `passed` only when every gate held."""
+
+    run: str
+    gates: tuple[Gate, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(g.passed for g in self.gates)
+
+    @property
+    def failed(self) -> tuple[Gate, ...]:
+        return tuple(g for g in self.gates if not g.passed)
+
+    def to_json(self) -> dict:
+        return {"run": self.run, "passed": self.passed, "gates": [g.to_json() for g in self.gates]}
+
+
+def _hit_gate(f: RunFacts, minimum: float, definition: str) -> Gate:
+    if definition not in f.hit_rates:
+        raise UsageError(f"run {f.path} has no {definition} hit rate (it has: {', '.join(sorted(f.hit_rates))})")
+    v = f.hit_rates[definition]
+    ok = v >= minimum
+    word = "at least" if ok else "below"
+    return Gate(f"min-hit-rate ({definition})", v, minimum, ok,
+                f"{definition} hit rate {v:.2%} is {word} the minimum {minimum:.2%}")
+
+
+def _breakers_of(f: RunFacts, gate: str) -> tuple[Breaker, ...]:
+    if f.breakers is None:
+        raise UsageError(f"{gate} needs findings, and run {f.path} has none (analysed with --no-findings or "
+                         "from a hashed trace)")
+    return f.breakers
+
+
+def _breaker_gate(f: RunFacts, maximum: int) -> Gate:
+    total = sum(b.tokens_lost for b in _breakers_of(f, "--max-breaker-tokens"))
+    ok = total <= maximum
+    return Gate("max-breaker-tokens", float(total), float(maximum), ok,
+                f"cache breakers cost {total:,} prompt tokens of reuse "
+                f"({'within' if ok else 'over'} the maximum {maximum:,})")
+
+
+def _severity_gate(f: RunFacts, level: str) -> Gate:
+    floor = SEVERITIES.index(level)
+    worst = [b for b in _breakers_of(f, "--fail-on") if SEVERITIES.index(severity(b.tokens_lost, f.prompt_tokens))
+             >= floor]
+    msg = (f"no breaker of severity {level} or above" if not worst else
+           f"{len(worst)} breaker(s) of severity {level} or above; worst: {worst[0].kind}"
+           f"{' (' + worst[0].label + ')' if worst[0].label else ''}, tenant {worst[0].tenant or '(none)'}, "
+           f"{worst[0].tokens_lost:,} tokens ({severity(worst[0].tokens_lost, f.prompt_tokens)})")
+    return Gate(f"fail-on {level}", float(len(worst)), 0.0, not worst, msg)
+
+
+def check_run(run_dir: str | os.PathLike[str], min_hit_rate: float | None = None,
+              definition: str = "token_weighted", max_breaker_tokens: int | None = None,
+              fail_on: str | None = None) -> CheckResult:
+    """Evaluate the gates asked for; at least one must be asked (a check of nothing passes nothing)."""
+    if definition not in DEFINITIONS:
+        raise UsageError(f"--definition must be one of {', '.join(DEFINITIONS)}")
+    if min_hit_rate is not None and not 0.0 <= min_hit_rate <= 1.0:
+        raise UsageError("--min-hit-rate is a fraction between 0 and 1 (e.g. 0.4 for 40%)")
+    if max_breaker_tokens is not None and max_breaker_tokens < 0:
+        raise UsageError("--max-breaker-tokens must be 0 or more")
+    if fail_on is not None and fail_on not in SEVERITIES:
+        raise UsageError(f"--fail-on must be one of {', '.join(SEVERITIES)}")
+    if min_hit_rate is None and max_breaker_tokens is None and fail_on is None:
+        raise UsageError("nothing to check: give --min-hit-rate, --max-breaker-tokens or --fail-on")
+    f = load_facts(run_dir)
+    gates = []
+    if min_hit_rate is not None:
+        gates.append(_hit_gate(f, min_hit_rate, definition))
+    if max_breaker_tokens is not None:
+        gates.append(_breaker_gate(f, max_breaker_tokens))
+    if fail_on is not None:
+        gates.append(_severity_gate(f, fail_on))
+    return CheckResult(str(run_dir), tuple(gates))

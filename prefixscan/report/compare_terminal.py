@@ -1,0 +1,127 @@
+"""Terminal and JSON rendering of `check` gates and `diff` comparisons (prefixscan.compare results)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from prefixscan.compare.check import CheckResult
+from prefixscan.compare.diff import DiffResult
+from prefixscan.report.fmt import pct, plain
+from prefixscan.report.fmt import tokens as tok
+
+
+def check_lines(result: CheckResult, quiet: bool = False) -> list[str]:
+    """One line per gate (only the failed ones when quiet), then a verdict line."""
+    lines = [f"{'PASS' if g.passed else 'FAIL'} {g.name}: {plain(g.message)}"
+             for g in result.gates if not (quiet and g.passed)]
+    n_fail = len(result.failed)
+    lines.append(f"check passed: {len(result.gates)} gate(s) held" if result.passed else
+                 f"check failed: {n_fail} of {len(result.gates)} gate(s) failed")
+    return lines
+
+
+def _points(a: float | None, b: float | None) -> str:
+    if a is None or b is None:
+        return "-"
+    d = 100 * (b - a)
+    return f"{d:+.1f} pts"
+
+
+def _opt_pct(x: float | None) -> str:
+    return "-" if x is None else pct(x)
+
+
+def _rates_table(r: DiffResult) -> Table:
+    t = Table(title="Ideal-cache hit rate (B - A)", title_justify="left", show_edge=False)
+    for c in ("definition", "A", "B", "change"):
+        t.add_column(c, justify="left" if c == "definition" else "right")
+    for name, a, b in r.rates:
+        t.add_row(name.replace("_", " "), _opt_pct(a), _opt_pct(b), _points(a, b))
+    return t
+
+
+def _groups_table(r: DiffResult, dimension: str) -> Table | None:
+    rows = [g for g in r.groups if g.dimension == dimension]
+    if not rows:
+        return None
+    t = Table(title=f"Token-weighted hit rate by {dimension.replace('_', ' ')}", title_justify="left",
+              show_edge=False)
+    for c in ("key", "requests A", "requests B", "A", "B", "change"):
+        t.add_column(c, justify="left" if c == "key" else "right", overflow="fold")
+    for g in rows:
+        t.add_row(Text(plain(g.key)), "-" if g.requests_a is None else f"{g.requests_a:,}",
+                  "-" if g.requests_b is None else f"{g.requests_b:,}", _opt_pct(g.rate_a), _opt_pct(g.rate_b),
+                  _points(g.rate_a, g.rate_b))
+    return t
+
+
+def _breakers_table(r: DiffResult) -> Table | None:
+    if not r.breakers:
+        return None
+    t = Table(title="Cache breakers", title_justify="left", show_edge=False)
+    for c in ("status", "kind", "tenant", "where", "tokens lost A", "tokens lost B"):
+        t.add_column(c, justify="right" if c.startswith("tokens") else "left", overflow="fold")
+    for c in r.breakers:
+        b = c.breaker
+        where = "tools" if b.message_index == -1 else (
+            "-" if b.message_index is None else f"message {b.message_index} ({b.role})")
+        label = f"{b.kind} ({plain(b.label)})" if b.label else b.kind
+        t.add_row(c.status, Text(label), Text(plain(b.tenant or "(none)")), where, tok(c.tokens_lost_a),
+                  tok(c.tokens_lost_b))
+    return t
+
+
+def prefill_line(r: DiffResult) -> str:
+    """Computed prefill per request (ideal cache) in each run, and GPUs when a scenario was given."""
+    a, b = r.prefill_a, r.prefill_b
+    line = (f"prefill computed (ideal cache): A {tok(a.computed_tokens)} of {tok(a.prompt_tokens)} tokens "
+            f"({a.computed_per_request:,.0f}/request), B {tok(b.computed_tokens)} of {tok(b.prompt_tokens)} "
+            f"({b.computed_per_request:,.0f}/request)")
+    if a.gpus is not None and b.gpus is not None:
+        line += f"; prefill GPUs at {r.scenario}: A {a.gpus:,.1f}, B {b.gpus:,.1f} ({b.gpus - a.gpus:+,.1f})"
+    return line
+
+
+def render_diff(r: DiffResult, console: Console) -> None:
+    """The comparison as tables: rates, per tenant and class, breakers, prefill."""
+    console.print(f"diff  A = {plain(r.a.path)} ({r.a.requests:,} requests)  B = {plain(r.b.path)} "
+                  f"({r.b.requests:,} requests)", markup=False)
+    for w in r.warnings:
+        console.print(f"warning: {plain(w)}", markup=False)
+    console.print(_rates_table(r))
+    for dim in ("tenant", "prefix_class"):
+        t = _groups_table(r, dim)
+        if t is not None:
+            console.print(t)
+    bt = _breakers_table(r)
+    if bt is not None:
+        console.print(bt)
+    elif r.breakers is None:
+        console.print("cache breakers: not compared (a run has no findings table)", markup=False)
+    else:
+        console.print("cache breakers: none in either run", markup=False)
+    console.print(prefill_line(r), markup=False)
+
+
+def diff_json(r: DiffResult) -> dict[str, Any]:
+    """The comparison as plain data (what `diff --json` prints)."""
+    def prefill(p: Any) -> dict[str, Any]:
+        return {"requests": p.requests, "prompt_tokens": p.prompt_tokens, "computed_tokens": p.computed_tokens,
+                "computed_per_request": p.computed_per_request, "gpus": p.gpus}
+
+    return {
+        "a": r.a.path, "b": r.b.path, "warnings": list(r.warnings), "scenario": r.scenario,
+        "hit_rates": [{"definition": k, "a": a, "b": b, "delta": None if a is None or b is None else b - a}
+                      for k, a, b in r.rates],
+        "groups": [{"dimension": g.dimension, "key": g.key, "requests_a": g.requests_a, "requests_b": g.requests_b,
+                    "a": g.rate_a, "b": g.rate_b, "delta": g.delta} for g in r.groups],
+        "breakers": None if r.breakers is None else [
+            {"status": c.status, "kind": c.breaker.kind, "tenant": c.breaker.tenant, "label": c.breaker.label,
+             "message_index": c.breaker.message_index, "role": c.breaker.role, "tokens_lost_a": c.tokens_lost_a,
+             "tokens_lost_b": c.tokens_lost_b} for c in r.breakers],
+        "prefill": {"a": prefill(r.prefill_a), "b": prefill(r.prefill_b)},
+    }
