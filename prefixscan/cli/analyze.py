@@ -69,6 +69,12 @@ def register(app: typer.Typer) -> None:
                  "main process). Default: one per spare core, up to 3, when the input is 64 MiB or more."),
         no_findings: bool = typer.Option(False, "--no-findings",
                                          help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
+        metrics: list[str] = typer.Option(
+            [], "--metrics", help="A Prometheus scrape of the engine's /metrics: once (after the logged window) or "
+                                  "twice (before, then after); compares the served hit rate with the prediction."),
+        kv_events: str = typer.Option(None, "--kv-events",
+                                      help="KV events from `prefixscan record-events`: per request, predicted vs "
+                                           "stored blocks (needs --hash vllm:... matching the engine)."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
     ) -> None:
@@ -87,6 +93,10 @@ def register(app: typer.Typer) -> None:
             quiet=quiet, findings=not no_findings, streaming=stream, workers=workers,
             command_line="prefixscan " + shlex.join(sys.argv[1:]),
         )
+        if (metrics or kv_events) and not output:
+            from prefixscan.errors import UsageError
+
+            raise UsageError("--metrics and --kv-events are saved in the run: give -o RUN_DIR")
         console = stderr_console(quiet)
         if show_progress(quiet):
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -102,16 +112,23 @@ def register(app: typer.Typer) -> None:
                 result = run_analysis(cfg, update)
         else:
             result = run_analysis(cfg)
+        evidence = None
+        if metrics or kv_events:
+            from prefixscan.evidence.attach import attach_evidence
+
+            evidence = attach_evidence(output, metrics, kv_events)
         if json_out:
             import json
 
-            typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=False, default=str))
-            if not quiet:
-                from prefixscan.report.analyze_terminal import render_summary
+            data = result.to_json()
+            if evidence is not None:
+                data["evidence"] = evidence.to_json()
+            typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+        from prefixscan.cli.common import stdout_console
+        from prefixscan.report.analyze_terminal import render_evidence, render_summary
 
-                render_summary(result, stderr_console(False))
-        else:
-            from prefixscan.cli.common import stdout_console
-            from prefixscan.report.analyze_terminal import render_summary
-
-            render_summary(result, stdout_console())
+        if not json_out or not quiet:
+            out = stderr_console(False) if json_out else stdout_console()
+            render_summary(result, out)
+            if evidence is not None:
+                render_evidence(evidence.sentences(), out)

@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "check",
     "diff",
     "export",
+    "record_events",
 ]
 
 for _name in COMMAND_MODULES:

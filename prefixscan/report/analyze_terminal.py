@@ -106,3 +106,9 @@ def render_summary(result: Any, console: Console) -> None:
     if result.run_dir:
         console.print(f"run directory: [bold]{result.run_dir}[/bold]  (query it: prefixscan query "
                       f"{result.run_dir} \"select * from summaries\")")
+
+
+def render_evidence(sentences: list[str], console: Console) -> None:
+    """The engine's own evidence (metrics, KV events) after the summary, one line each."""
+    for s in sentences:
+        console.print("evidence: " + s, markup=False, highlight=False)

@@ -1,0 +1,54 @@
+"""Attach engine evidence (metrics scrapes, KV events) to a finished run: tables and a manifest section."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from prefixscan.evidence.join import EventsJoin, join_events
+from prefixscan.evidence.metrics import MetricsComparison, served
+from prefixscan.io.rundir import add_tables, load_run
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the engine's own evidence says about a run."""
+
+    metrics: MetricsComparison | None
+    kv_events: EventsJoin | None
+
+    def sentences(self) -> list[str]:
+        out: list[str] = []
+        for part in (self.metrics, self.kv_events):
+            if part is not None:
+                out += part.sentences()
+        return out
+
+    def to_json(self) -> dict:
+        return {"metrics": None if self.metrics is None else self.metrics.to_json(),
+                "kv_events": None if self.kv_events is None else self.kv_events.to_json()}
+
+
+def _measured(run) -> float | None:  # noqa: ANN001 - rundir.Run
+    t = run.table("requests").select(["prompt_tokens", "actual_cached_tokens"]).to_pylist()
+    rows = [r for r in t if r["actual_cached_tokens"] is not None]
+    total = sum(r["prompt_tokens"] for r in rows)
+    return sum(r["actual_cached_tokens"] for r in rows) / total if rows and total else None
+
+
+def attach_evidence(run_dir: str | os.PathLike[str], metrics: list[str] | None = None,
+                    kv_events: str | None = None) -> Evidence:
+    """Compare the run with the engine's counters and/or KV events, and save the result in the run."""
+    run = load_run(run_dir)
+    analyze = run.manifest.get("analyze") or {}
+    comparison = None
+    if metrics:
+        summary = analyze.get("summary") or {}
+        comparison = MetricsComparison(served(list(metrics)), int((summary.get("tokens") or {}).get("prompt", 0)),
+                                       float((analyze.get("hit_rate") or {}).get("token_weighted", 0.0)),
+                                       _measured(run))
+    joined = join_events(run_dir, kv_events) if kv_events else None
+    ev = Evidence(comparison, joined)
+    tables = {"kv_events_join": joined.table} if joined is not None else {}
+    add_tables(run_dir, tables, "evidence", ev.to_json())
+    return ev
