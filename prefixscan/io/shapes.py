@@ -13,15 +13,28 @@ from typing import Any
 import numpy as np
 import orjson
 
+from prefixscan.io.ecosystem import (
+    ShapeError,
+    anthropic_to_chat,
+    is_anthropic,
+    is_genai_span,
+    is_responses,
+    otel_to_chat,
+    responses_to_chat,
+)
 from prefixscan.io.timestamps import parse_timestamp
 
-FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian")
+FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian", "otel",
+           "anthropic", "responses")
+# Shapes with no clock of their own: input order is their time (one request a second, said in the summary).
+CLOCKLESS = ("openai-batch",)
+NO_CLOCK = object()
 
 # Candidate paths per field, tried in order on the unwrapped record and then on the outer record.
 FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
-    "request_id": ("request_id", "requestId", "id", "custom_id", "litellm_call_id", "chat_id"),
-    "timestamp": ("timestamp", "startTime", "start_time", "created_at", "createdAt", "request_time",
-                  "time", "ts", "created"),
+    "request_id": ("request_id", "requestId", "id", "custom_id", "litellm_call_id", "chat_id", "response.id"),
+    "timestamp": ("timestamp", "@timestamp", "event_time", "startTime", "start_time", "created_at", "createdAt",
+                  "request_time", "time", "ts", "created"),
     "tenant": ("tenant", "tenant_id", "team_id", "org_id", "organization", "metadata.tenant",
                "metadata.user_api_key_team_id", "metadata.team_id", "metadata.user_api_key_org_id"),
     "conversation_id": ("conversation_id", "conversationId", "session_id", "sessionId", "thread_id",
@@ -37,6 +50,8 @@ FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
     "actual_cached_tokens": ("actual_cached_tokens", "num_cached_tokens", "cached_tokens",
                              "usage.prompt_tokens_details.cached_tokens",
                              "response.usage.prompt_tokens_details.cached_tokens"),
+    "reported_prompt_tokens": ("reported_prompt_tokens", "prompt_tokens", "usage.prompt_tokens",
+                               "response.usage.prompt_tokens"),
 }
 FIELDS = tuple(FIELD_CANDIDATES)
 
@@ -69,6 +84,7 @@ class Record:
     turn_index: int | None = None
     output_tokens: int | None = None
     actual_cached_tokens: int | None = None
+    reported_prompt_tokens: int | None = None  # the log's own prompt token count (a tokenizer/template check)
     messages: list[dict[str, Any]] | None = None
     tools: list[Any] | None = None
     prompt: str | None = None
@@ -100,6 +116,13 @@ def detect(obj: dict[str, Any]) -> str:
         return "bailian" if "chat_id" in obj or "parent_chat_id" in obj else "mooncake"
     if "custom_id" in obj and isinstance(obj.get("body"), (dict, str)):
         return "openai-batch"
+    if is_genai_span(obj):
+        return "otel"
+    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    if "messages" in obj and is_anthropic(obj, usage):
+        return "anthropic"
+    if is_responses(obj, usage):
+        return "responses"
     if isinstance(obj.get("request"), (dict, str)) and ("response" in obj or "messages" not in obj):
         return "gateway"
     if "messages" in obj:
@@ -212,7 +235,12 @@ def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, An
 
 def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
               overrides: dict[str, str], bailian_roots: dict[Any, Any] | None = None) -> Record:
-    """Map one parsed record of a known shape to a Record, or raise RecordError saying why not."""
+    """Map one parsed record of a known shape to a Record, or raise RecordError saying why not.
+
+    A record of a shape with no clock (CLOCKLESS) and no timestamp gets NaN: ingest gives it its place in
+    input order as its time."""
+    clockless = shape in CLOCKLESS
+    obj, shape = _convert(obj, shape, bailian_roots if bailian_roots is not None else {})
     body, resp = _unwrap(obj, shape)
     holders = (body,) if body is obj else (body, obj)
     if resp:
@@ -225,6 +253,8 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         kind, content = "hashed", {"hash_ids": hash_ids, "input_length": n}
     elif shape in ("chat", "openai-batch", "gateway") and "messages" in body:
         tools = body.get("tools")
+        if tools is None:  # LiteLLM's StandardLoggingPayload keeps them with the call's parameters
+            tools = get_path(body, "model_parameters.tools")
         if isinstance(tools, str):
             tools = orjson.loads(tools) if tools.strip() else None
         if tools is not None and not isinstance(tools, list):
@@ -253,11 +283,13 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     if kind == "hashed" and not overrides:
         return _trace_record(obj, shape, source_file, line, content, bailian_roots)
     ts_raw = _lookup("timestamp", holders, obj, overrides)
-    if ts_raw is None:
+    if ts_raw is None and clockless:
+        ts_raw = NO_CLOCK
+    elif ts_raw is None:
         raise RecordError("missing_timestamp", "no timestamp field (tried "
                           f"{', '.join(FIELD_CANDIDATES['timestamp'][:5])}...); map one with --field timestamp=PATH")
     try:
-        ts = parse_timestamp(ts_raw)
+        ts = float("nan") if ts_raw is NO_CLOCK else parse_timestamp(ts_raw)
         if shape == "mooncake" and "timestamp" not in overrides:
             ts = float(ts_raw) / 1000.0  # Mooncake timestamps are relative milliseconds
         elif shape == "bailian" and "timestamp" not in overrides:
@@ -278,7 +310,35 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     rec.output_tokens = _int_or_none(_lookup("output_tokens", holders, obj, overrides), "output_tokens")
     rec.actual_cached_tokens = _int_or_none(
         _lookup("actual_cached_tokens", holders, obj, overrides), "actual_cached_tokens")
+    rec.reported_prompt_tokens = _int_or_none(
+        _lookup("reported_prompt_tokens", holders, obj, overrides), "reported_prompt_tokens")
     return rec
+
+
+def _convert(obj: dict[str, Any], shape: str, roots: dict[Any, Any]) -> tuple[dict[str, Any], str]:
+    """Ecosystem shapes (OTel spans, Anthropic, Responses; also inside gateway or batch wrappers) as chat."""
+    if shape == "chat":  # the hot path: a bare chat file is never converted
+        return obj, shape
+    try:
+        if shape == "otel":
+            return {**obj, **_present(otel_to_chat(obj))}, "chat"
+        if shape not in ("anthropic", "responses", "gateway", "openai-batch"):
+            return obj, shape
+        body, resp = _unwrap(obj, shape)
+        usage = next((u for u in (resp.get("usage"), body.get("usage"), obj.get("usage")) if isinstance(u, dict)), {})
+        if shape == "anthropic" or ("messages" in body and is_anthropic(body, usage)):
+            return {**obj, **_present(anthropic_to_chat(body, usage))}, "chat"
+        if shape == "responses" or is_responses(body, usage):
+            return {**obj, **_present(responses_to_chat(body, usage, resp or obj, roots))}, "chat"
+    except ShapeError as exc:
+        raise RecordError(exc.reason, exc.detail) from None
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise RecordError("wrong_type", f"a {shape} record has an unexpected structure ({exc})") from None
+    return obj, shape
+
+
+def _present(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
 
 
 def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, content: dict[str, Any],

@@ -1,4 +1,4 @@
-"""Timestamp parsing: ISO-8601 strings or epoch numbers in s, ms, us or ns (detected by magnitude)."""
+"""Timestamp parsing: ISO-8601 or RFC 2822 strings, or epoch numbers in s, ms, us or ns (by magnitude)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,16 @@ def epoch_number_to_seconds(value: float) -> float:
         if mag < limit:
             return value * scale
     return value * 1e-9  # pragma: no cover - unreachable
+
+
+def _rfc2822(s: str) -> datetime:
+    """An RFC 2822 date (`Mon, 20 Nov 2026 09:00:00 GMT`, as HTTP and mail headers write them)."""
+    from email.utils import parsedate_to_datetime
+
+    try:
+        return parsedate_to_datetime(s)
+    except (TypeError, ValueError, IndexError):
+        raise ValueError(f"timestamp {s[:40]!r} is neither ISO-8601, RFC 2822 nor an epoch number") from None
 
 
 def parse_timestamp(value: Any) -> float:
@@ -43,7 +53,7 @@ def parse_timestamp(value: Any) -> float:
         try:
             dt = datetime.fromisoformat(s.replace(" UTC", "+00:00"))
         except ValueError:
-            raise ValueError(f"timestamp {s[:40]!r} is neither ISO-8601 nor an epoch number") from None
+            dt = _rfc2822(s)
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
         return dt.timestamp()
