@@ -9,12 +9,13 @@ import polars as pl
 import pytest
 
 import prefixscan
+from prefixscan.errors import UsageError
 from prefixscan.io.ecosystem import otlp_value
 from tests.conftest import write_jsonl
 
 SYS = "You are the support assistant of a furniture shop. Answer from the catalogue only. " * 12
-TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a product",
-                                           "parameters": {"type": "object", "properties": {"sku": {"type": "string"}}}}}]
+SKU = {"type": "object", "properties": {"sku": {"type": "string"}}}
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a product", "parameters": SKU}}]
 
 
 def attr(key, value):
@@ -157,7 +158,7 @@ def test_order_input_overrides_timestamps(tmp_path) -> None:
         {"role": "user", "content": f"hello {i}"}]} for i in range(3)]
     r = prefixscan.analyze(str(write_jsonl(tmp_path / "o.jsonl", recs)), findings=False, order="input")
     assert pl.from_arrow(r.tables["requests"])["request_id"].to_list() == ["r0", "r1", "r2"]
-    with pytest.raises(prefixscan.errors.UsageError if hasattr(prefixscan, "errors") else Exception):
+    with pytest.raises(UsageError, match="--order must be time or input"):
         prefixscan.analyze(str(tmp_path / "o.jsonl"), findings=False, order="random")
 
 
