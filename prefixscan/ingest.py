@@ -328,6 +328,10 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     with stack:
         for src in sources:
             shape = None if cfg.format == "auto" else cfg.format
+            if shape is None and "messages" in overrides:  # the prompt is where --field says: a chat record
+                shape = "chat"
+            elif shape is None and "prompt" in overrides:
+                shape = "completion"
             pos.bytes = 0
             if FAST_MOONCAKE and src.kind == "jsonl" and not overrides and (shape or _peek_shape(src)) == "mooncake":
                 shapes[src.path] = "mooncake"

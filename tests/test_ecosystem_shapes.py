@@ -175,3 +175,24 @@ def test_malformed_ecosystem_records_are_rejects(tmp_path, bad, reason) -> None:
     s = r.summary["requests"]
     assert s["read"] == s["accepted"] + s["rejected"]
     assert s["accepted"] == 0 and s["rejects_by_reason"] == {reason: 2, "invalid_json": 1}, s
+
+
+def test_field_paths_quote_dotted_keys_and_map_messages(tmp_path) -> None:
+    from prefixscan.io.shapes import get_path, split_path
+
+    assert split_path('attributes."gen_ai.request.model"') == ("attributes", "gen_ai.request.model")
+    assert split_path("a.'b.c'.d") == ("a", "b.c", "d")
+    assert get_path({"a": {"x.y": {"z": 3}}}, 'a."x.y".z') == 3
+    with pytest.raises(ValueError, match="unclosed quote"):
+        split_path('a."b')
+    recs = [{"span": {"start": 1_795_000_000 + i, "attributes": {
+        "llm.model_name": "m", "session.id": "sess",
+        "llm.input_messages": json.dumps([{"role": "system", "content": SYS},
+                                          {"role": "user", "content": f"Turn {i}"}])}}} for i in range(3)]
+    log = write_jsonl(tmp_path / "openinference.jsonl", recs)
+    r = prefixscan.analyze(str(log), findings=False, fields=(
+        ("messages", 'span.attributes."llm.input_messages"'), ("timestamp", "span.start"),
+        ("model", 'span.attributes."llm.model_name"'), ("conversation_id", 'span.attributes."session.id"')))
+    req = pl.from_arrow(r.tables["requests"])
+    assert r.summary["requests"]["accepted"] == 3 and req["conversation_id"].to_list() == ["sess"] * 3
+    assert req["model"].to_list() == ["m"] * 3 and req["cached_tokens"].to_list()[1] > 0

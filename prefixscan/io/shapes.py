@@ -8,6 +8,7 @@ traces (Mooncake, Alibaba bailian). Field names were checked against each format
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,9 @@ FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
     "reported_prompt_tokens": ("reported_prompt_tokens", "prompt_tokens", "usage.prompt_tokens",
                                "response.usage.prompt_tokens"),
 }
-FIELDS = tuple(FIELD_CANDIDATES)
+# Where the prompt itself is: mapped with --field like the fields above, never looked up by name.
+CONTENT_FIELDS = ("messages", "tools", "prompt")
+FIELDS = tuple(FIELD_CANDIDATES) + CONTENT_FIELDS
 
 
 class RecordError(ValueError):
@@ -93,10 +96,37 @@ class Record:
     input_length: int | None = None
 
 
+@lru_cache(maxsize=256)
+def split_path(path: str) -> tuple[str, ...]:
+    """`a.b.c` -> (a, b, c); a part in double or single quotes keeps its dots: `attributes."gen_ai.request.model"`."""
+    parts, cur, quote, i = [], [], None, 0
+    while i < len(path):
+        ch = path[i]
+        if quote:
+            if ch == quote:
+                quote = None
+            else:
+                cur.append(ch)
+        elif ch in "\"'" and not cur:
+            quote = ch
+        elif ch == ".":
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    if quote:
+        raise ValueError(f"unclosed quote in field path {path!r}")
+    parts.append("".join(cur))
+    return tuple(parts)
+
+
 def get_path(obj: Any, path: str) -> Any:
-    """Follow a dotted path through dicts (and JSON strings met on the way); None when absent."""
+    """Follow a dotted path through dicts (and JSON strings met on the way); None when absent.
+
+    Parts may be quoted to hold dots (OpenTelemetry attribute keys): `attributes."gen_ai.input.messages"`."""
     cur = obj
-    for part in path.split("."):
+    for part in (split_path(path) if ("'" in path or '"' in path) else path.split(".")):
         if isinstance(cur, str) and cur[:1] in "{[":
             try:
                 cur = orjson.loads(cur)
@@ -242,6 +272,8 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     clockless = shape in CLOCKLESS
     obj, shape = _convert(obj, shape, bailian_roots if bailian_roots is not None else {})
     body, resp = _unwrap(obj, shape)
+    if any(k in overrides for k in CONTENT_FIELDS):
+        body = {**body, **{k: get_path(obj, overrides[k]) for k in CONTENT_FIELDS if k in overrides}}
     holders = (body,) if body is obj else (body, obj)
     if resp:
         holders += ({"usage": resp.get("usage")},)
