@@ -39,6 +39,29 @@ for _name in COMMAND_MODULES:
     importlib.import_module(f"prefixscan.cli.{_name}").register(app)
 
 
+def _scenario_keys() -> set[str]:
+    """Option names of the commands that take the shared [scenario] table of prefixscan.toml."""
+    import inspect
+
+    from prefixscan.projectconfig import SCENARIO_COMMANDS
+
+    return {p for c in app.registered_commands if (c.name or c.callback.__name__) in SCENARIO_COMMANDS
+            for p in inspect.signature(c.callback).parameters}
+
+
+def _hook_project_config() -> None:
+    from prefixscan.cli.common import with_project_config
+    from prefixscan.projectconfig import COMMANDS
+
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__
+        if name in COMMANDS:
+            info.callback = with_project_config(name, info.callback, _scenario_keys)
+
+
+_hook_project_config()
+
+
 def _version(value: bool) -> None:
     if value:
         from prefixscan import __version__
@@ -49,10 +72,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
                                  callback=_version),
+    config: str = typer.Option(None, "--config", help="Project settings file (default: prefixscan.toml beside "
+                                                      "the logs, recorded in the run, or in this directory)."),
 ) -> None:
     """prefixscan: how much prefill repeats in your logs, what breaks it, and what routing would capture."""
+    ctx.obj = {"config": config}
 
 
 def main() -> None:
