@@ -50,11 +50,11 @@ def estimate(run_dir: str | None = None, **options: Any):  # noqa: ANN201
 
 
 def write_report(run_dir: str, output: str | None = None, **options: Any):  # noqa: ANN201
-    """Write report.md and report.html for a run; see `prefixscan.report.model.write_report`.
+    """Write report.md and report.html for a run; see `prefixscan.report.write.write_report`.
 
     (Not named `report`: that is the subpackage of reporters.)
     """
-    from prefixscan.report.model import write_report as _write
+    from prefixscan.report.write import write_report as _write
 
     return _write(run_dir, output, **options)
 

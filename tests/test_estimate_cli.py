@@ -12,8 +12,6 @@ from typer.testing import CliRunner
 
 from prefixscan.cli import estimate as estimate_cli
 
-from .test_cost import make_run
-
 WORKED = ["estimate", "--model", "llama-3.1-70b", "--dtype", "fp8", "--gpu", "h100", "--replicas", "32",
           "--rps", "200", "--context-tokens", "10000", "--new-tokens", "500", "--hit-rate", "0.85",
           "--usd-per-gpu-hour", "2.5", "--linear"]
@@ -100,18 +98,6 @@ def test_model_config_flag(app, tmp_path):
 def test_flags_only_requires_workload(app):
     res = run(app, ["estimate", "--replicas", "8", "--hit-rate", "0.5"])
     assert res.exit_code == 2 and "--rps" in res.output and "--context-tokens" in res.output
-
-
-def test_run_directory(app, tmp_path):
-    rundir = make_run(tmp_path, policies=True)
-    res = run(app, ["estimate", str(rundir), "--model", "llama-3.1-8b", "--replicas", "16", "--json"])
-    assert res.exit_code == 0, res.output
-    d = json.loads(res.stdout)
-    assert d["workload"]["rps"] == pytest.approx(1.01)
-    assert [p["name"] for p in d["policies"]] == ["round_robin", "cache_aware", "dynamo_kv"]
-    assert d["scenarios"][2]["source"] == "best simulated policy cache_aware"
-    text = run(app, ["estimate", str(rundir), "--model", "llama-3.1-8b", "--replicas", "16"])
-    assert text.exit_code == 0 and "Simulated policies" in text.stdout and "cache_aware" in text.stdout
 
 
 def test_missing_run_directory(app, tmp_path):

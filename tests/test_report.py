@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from prefixscan.cli import report as report_cli
 from prefixscan.io.rundir import add_tables, load_run
 from prefixscan.report import html as html_report
-from prefixscan.report.model import build, write_report
+from prefixscan.report.model import build
+from prefixscan.report.write import write_report
 from tests.conftest import chat, write_jsonl
 
 SECTIONS = (
@@ -184,10 +185,15 @@ def test_almost_empty_run_names_the_missing_commands(empty_run: Path, tmp_path: 
 
 
 def test_options_reach_the_cost_section(sample_run: Path, empty_run: Path) -> None:
-    data = build(sample_run, replicas=16, model="llama-3.1-8b")
+    from prefixscan.cost.estimator import EstimateOptions
+
+    data = build(sample_run, EstimateOptions(replicas=16, model="llama-3.1-8b"))
     assert data.estimate is not None and data.estimate["assumptions"]["replicas"] == 16
-    assert data.kv.model == "llama-3.1-8b" and data.kv.source == "--model"
-    empty = build(empty_run, replicas=16)
+    assert data.kv.model == "llama-3.1-8b" and data.kv.source == "the report's scenario"
+    assert data.scenario is not None and data.scenario.startswith("16 replicas of llama-3.1-8b")
+    assert data.estimate["baselines"]["basis"] == "replay"  # the saved simulation ran 2 replicas
+    assert [p["policy"] for p in data.policies] == ["round_robin", "sglang_cache_aware"]
+    empty = build(empty_run, EstimateOptions(replicas=16))
     assert empty.estimate is None and empty.estimate_error  # one request: no rate to cost
 
 

@@ -65,7 +65,7 @@ def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import pyarrow as pa
 
     from prefixscan.io.rundir import add_tables
-    from prefixscan.report.model import write_report
+    from prefixscan.report.write import write_report
     from prefixscan.sim import SimConfig, simulate
 
     d = tmp_path_factory.mktemp("browser")

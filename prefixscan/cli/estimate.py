@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 
 import typer
 
 from prefixscan.cli.common import handle_errors, stdout_console
 from prefixscan.errors import UsageError
+
+ROUTER_POLICIES = ("sglang_cache_aware",)  # prefixscan.cost.replay.ROUTER_POLICIES (not imported: CLI stays light)
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 
@@ -42,22 +46,29 @@ def register(app: typer.Typer) -> None:
         model_config: str | None = typer.Option(None, "--model-config", help="Local HF config.json."),
         params: str | None = typer.Option(None, "--params", help="Total parameters, e.g. 70e9 or 70B."),
         active_params: str | None = typer.Option(None, "--active-params", help="Active parameters (MoE)."),
-        gpu: str = typer.Option("h100", "--gpu", help="GPU: h100, h200, b200, a100, l40s, mi300x."),
+        gpu: str | None = typer.Option(None, "--gpu", help="GPU: h100, h200, b200, a100, l40s, mi300x "
+                                       "(default: the simulation's, else h100)."),
         gpu_flops: str | None = typer.Option(None, "--gpu-flops", help="Peak dense FLOP/s for --dtype."),
         gpu_memory_gb: float | None = typer.Option(None, "--gpu-memory-gb", help="HBM per GPU in GB."),
         usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
-        dtype: str = typer.Option("bf16", "--dtype", help="Weights/compute dtype: bf16 or fp8."),
+        dtype: str | None = typer.Option(None, "--dtype", help="Weights/compute dtype: bf16 or fp8 "
+                                         "(default: the simulation's, else bf16)."),
         kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: --dtype)."),
-        mfu: float = typer.Option(0.5, "--mfu", help="Model FLOPs utilisation during prefill."),
+        mfu: float | None = typer.Option(None, "--mfu", help="Model FLOPs utilisation during prefill "
+                                         "(default: the simulation's, else 0.5)."),
         linear: bool = typer.Option(False, "--linear", help="Drop the attention term (2 x params/token)."),
         replicas: int | None = typer.Option(None, "--replicas", help="Engine replicas serving the traffic."),
         tensor_parallel: int | None = typer.Option(None, "--tensor-parallel", "--tp",
                                                    help="GPUs per replica (default: fits weights)."),
-        gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization",
-                                                     help="Share of HBM the engine may use (vLLM default)."),
+        gpu_memory_utilization: float | None = typer.Option(
+            None, "--gpu-memory-utilization", help="Share of HBM the engine may use (default 0.9, vLLM's)."),
+        kv_blocks: int | None = typer.Option(None, "--kv-blocks",
+                                             help="KV blocks per replica for the replay (default: from model, "
+                                                  "GPU, TP and memory, or the simulation's)."),
         rps: float | None = typer.Option(None, "--rps", help="Requests (turns) per second."),
         scale_to_rps: float | None = typer.Option(None, "--scale-to-rps",
-                                                  help="Project the measured traffic to this rate."),
+                                                  help="Price the run's traffic at this rate (the replay "
+                                                       "compresses its arrival times to it)."),
         context_tokens: float | None = typer.Option(None, "--context-tokens", help="Mean prompt tokens."),
         new_tokens: float | None = typer.Option(None, "--new-tokens", help="Mean uncachable tokens/turn."),
         output_tokens: float | None = typer.Option(None, "--output-tokens", help="Mean output tokens."),
@@ -70,11 +81,17 @@ def register(app: typer.Typer) -> None:
         ttft_overhead_s: float = typer.Option(0.03, "--ttft-overhead-s", help="Fixed TTFT overhead (s)."),
         decode_batch: int = typer.Option(64, "--decode-batch", help="Decode batch for the prefill share."),
         hours_per_month: float = typer.Option(730.0, "--hours-per-month", help="Hours in a month."),
+        policies: str = typer.Option(",".join(ROUTER_POLICIES), "--policies",
+                                     help="Router policies to replay when no saved simulation matches "
+                                          "the scenario (comma-separated)."),
+        save: bool = typer.Option(True, "--save/--no-save",
+                                  help="Write the result to RUN_DIR/estimate.json (read by `report`)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     ) -> None:
-        """Prefill GPUs and $ under no reuse, round robin, prefix-aware routing and an ideal cache.
+        """Prefill GPUs and $ under no reuse, the status quo, prefix-aware routing and an ideal cache.
 
-        Give a run directory to measure traffic and hit rates, or flags alone for a what-if.
+        Give a run directory to measure traffic and replay round robin and the router on its requests
+        (the saved simulation when it matches the scenario), or flags alone for an analytic what-if.
         """
         from prefixscan.cost.estimator import EstimateOptions
         from prefixscan.cost.estimator import estimate as run_estimate
@@ -85,12 +102,17 @@ def register(app: typer.Typer) -> None:
             gpu_flops=parse_count(gpu_flops, "--gpu-flops"), gpu_memory_gb=gpu_memory_gb,
             usd_per_gpu_hour=usd_per_gpu_hour, dtype=dtype, kv_dtype=kv_dtype, mfu=mfu, linear=linear,
             replicas=replicas, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
+            kv_blocks=kv_blocks, policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
             rps=rps, scale_to_rps=scale_to_rps, context_tokens=context_tokens, new_tokens=new_tokens,
             output_tokens=output_tokens, hit_rate=hit_rate, token_hit_rate=token_hit_rate,
             ttft_gpus=ttft_gpus,
             ttft_overhead_s=ttft_overhead_s, decode_batch=decode_batch, hours_per_month=hours_per_month,
         )
         result = run_estimate(options, run_dir)
+        if run_dir is not None and save:
+            from prefixscan.cost.saved import save_estimate
+
+            save_estimate(result, run_dir, "prefixscan " + shlex.join(sys.argv[1:]))
         if as_json:
             typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
             return

@@ -16,40 +16,39 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     @handle_errors
     def report(
-        run_dir: str = typer.Argument(
-            ..., help="Run directory from `prefixscan analyze` (and simulate, ...)."
-        ),
-        output: str | None = typer.Option(
-            None, "--output", "-o", help="Directory to write to (default: RUN_DIR)."
-        ),
+        run_dir: str = typer.Argument(..., help="Run directory from `prefixscan analyze` (and simulate, ...)."),
+        output: str | None = typer.Option(None, "--output", "-o", help="Directory to write to (default: RUN_DIR)."),
         fmt: str = typer.Option("both", "--format", "-f", help="md, html or both."),
-        model: str | None = typer.Option(
-            None,
-            "--model",
-            "-m",
-            help="Model for KV GiB and cost (default: the simulation's, else llama-3.1-70b).",
-        ),
-        gpu: str | None = typer.Option(
-            None, "--gpu", help="GPU for the cost section (default: the simulation's, else h100)."
-        ),
-        dtype: str | None = typer.Option(
-            None, "--dtype", help="Weights/KV dtype: bf16 or fp8 (default bf16)."
-        ),
-        replicas: int | None = typer.Option(
-            None, "--replicas", help="Replicas for the cost section when the run has no simulation."
-        ),
+        model: str | None = typer.Option(None, "--model", "-m",
+                                         help="Model (default: the saved estimate's, else the simulation's, "
+                                              "else llama-3.1-70b)."),
+        gpu: str | None = typer.Option(None, "--gpu", help="GPU (default: the saved estimate's, else the "
+                                                           "simulation's, else h100)."),
+        dtype: str | None = typer.Option(None, "--dtype", help="Weights/KV dtype: bf16 or fp8."),
+        replicas: int | None = typer.Option(None, "--replicas", help="Engine replicas serving the traffic."),
+        tensor_parallel: int | None = typer.Option(None, "--tensor-parallel", "--tp", help="GPUs per replica."),
+        kv_blocks: int | None = typer.Option(None, "--kv-blocks", help="KV blocks per replica."),
+        rps: float | None = typer.Option(None, "--rps", help="Price the traffic at this rate (req/s)."),
+        scale_to_rps: float | None = typer.Option(None, "--scale-to-rps",
+                                                  help="Project the run's traffic to this rate (req/s)."),
+        usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
+        mfu: float | None = typer.Option(None, "--mfu", help="Model FLOPs utilisation during prefill."),
     ) -> None:
         """Write report.md (figures in report_figures/) and a self-contained report.html for a run.
 
-        Re-renders from the run's tables and manifest without re-analysing; a section whose data is
-        missing names the command that produces it.
+        Re-renders from the run's tables without re-analysing. Every section uses one scenario, named at
+        the top: the one saved by `prefixscan estimate` (estimate.json), or, when any scenario option is
+        given, that scenario (round robin and the router are replayed for it when the saved simulation
+        ran another one). A section whose data is missing names the command that produces it.
         """
-        from prefixscan.report.model import write_report
+        from prefixscan.report.write import write_report
 
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
         written = write_report(
-            run_dir, output, FORMATS[fmt], model=model, gpu=gpu, dtype=dtype, replicas=replicas
+            run_dir, output, FORMATS[fmt], model=model, gpu=gpu, dtype=dtype, replicas=replicas,
+            tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps, scale_to_rps=scale_to_rps,
+            usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
         )
         for kind in ("md", "html"):
             if kind in written:

@@ -1,7 +1,8 @@
 """Workload numbers the estimate needs, measured from a run directory instead of typed in.
 
-Reads `requests` (rate, context, new tokens, ideal-cache hit rate) and, when the later stages have run,
-`capacity_curve` (LRU hit rate vs KV capacity) and `sim_policies` (one row per simulated policy).
+Reads `requests` (rate, context, new tokens, ideal-cache hit rate, and the engine's own cached-token
+counts when the log carried them) and the manifest's `simulate` section (the saved simulation's
+scenario). Hit rates are token-weighted (REFERENCE.md 9).
 """
 
 from __future__ import annotations
@@ -9,23 +10,34 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from prefixscan.errors import InputError
 
 
 @dataclass(frozen=True)
-class PolicyHit:
-    """One simulated routing policy: its token-weighted cluster hit rate and simulated TTFT."""
+class EngineReported:
+    """What the serving engine said it cached, over the requests whose log line carries the number."""
 
-    policy: str
-    hit_rate_token_weighted: float
-    ttft_p50_s: float | None
-    ttft_p95_s: float | None
+    requests: int  # rows with `actual_cached_tokens`
+    prompt_tokens: int  # prompt tokens of those rows
+    cached_tokens: int  # engine-reported cached tokens of those rows
+    ideal_cached_tokens: int  # what an ideal cache (this tokenizer, this block size) hits on those rows
+    hit_requests: int  # rows whose engine-reported cached tokens are > 0
+    above_ideal_requests: int  # rows where the engine cached more than an ideal cache could
+
+    @property
+    def hit_rate_token_weighted(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def ideal_hit_rate_token_weighted(self) -> float:
+        return self.ideal_cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
 @dataclass(frozen=True)
 class MeasuredWorkload:
-    """Averages over the requests table; hit rates are token-weighted (REFERENCE.md 9)."""
+    """Averages over the requests table plus the saved simulation's settings."""
 
     requests: int
     span_s: float
@@ -34,27 +46,46 @@ class MeasuredWorkload:
     new_tokens: float
     output_tokens: float | None
     ideal_hit_rate_token_weighted: float
-    capacity_curve: tuple[tuple[float, float], ...] | None  # (capacity_tokens, lru_hit_rate), sorted
-    policies: tuple[PolicyHit, ...]
-    replicas: int | None  # from the manifest's simulate section, when present
+    ideal_hit_requests: int  # requests an ideal cache hits at all (cached_tokens > 0)
+    engine: EngineReported | None
+    block_size: int
+    replayable: str | None  # None when the simulator can replay the table, else why not
+    sim_config: dict[str, Any] | None  # manifest["simulate"]["config"], when a simulation was saved
+    sim_workload: dict[str, Any] | None  # manifest["simulate"]["workload"]
 
-    def lru_hit_rate_at(self, capacity_tokens: float) -> float | None:
-        """LRU token-weighted hit rate at a cache capacity, linearly interpolated (clamped at the ends)."""
-        if not self.capacity_curve:
-            return None
-        pts = self.capacity_curve
-        if capacity_tokens <= pts[0][0]:
-            return pts[0][1]
-        for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
-            if capacity_tokens <= x1:
-                return y0 + (y1 - y0) * (capacity_tokens - x0) / (x1 - x0) if x1 > x0 else y1
-        return pts[-1][1]
+    @property
+    def replicas(self) -> int | None:
+        r = (self.sim_config or {}).get("replicas")
+        return int(r) if isinstance(r, int | float) else None
 
 
-def _col(table, name: str) -> list:  # noqa: ANN001 - pyarrow table
+def _col(table, name: str) -> Any:  # noqa: ANN001 - pyarrow table
     if name not in table.column_names:
         raise InputError(f"requests table lacks column {name!r} (has {', '.join(table.column_names)})")
     return table.column(name)
+
+
+def _engine(req: Any) -> EngineReported | None:
+    """Engine-reported cached tokens (`actual_cached_tokens`), when any row has them."""
+    import pyarrow.compute as pc
+
+    if "actual_cached_tokens" not in req.column_names:
+        return None
+    rows = req.filter(pc.is_valid(req.column("actual_cached_tokens")))
+    if rows.num_rows == 0:
+        return None
+    actual = pc.cast(rows.column("actual_cached_tokens"), "int64")
+    ideal = pc.cast(rows.column("cached_tokens"), "int64")
+
+    def total(a: Any) -> int:
+        return int(pc.sum(a).as_py() or 0)
+
+    return EngineReported(
+        requests=rows.num_rows, prompt_tokens=total(pc.cast(rows.column("prompt_tokens"), "int64")),
+        cached_tokens=total(actual), ideal_cached_tokens=total(ideal),
+        hit_requests=total(pc.cast(pc.greater(actual, 0), "int64")),
+        above_ideal_requests=total(pc.cast(pc.greater(actual, ideal), "int64")),
+    )
 
 
 def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
@@ -81,35 +112,19 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
         out = req.column("output_tokens")
         if out.null_count < n:
             output = float(pc.mean(pc.cast(out, "float64")).as_py())
-    curve = None
-    if run.has("capacity_curve"):
-        cc = run.table("capacity_curve")
-        caps = cc.column("capacity_tokens").to_pylist()
-        lru = cc.column("lru_hit_rate").to_pylist()
-        curve = tuple(sorted((float(c), float(h)) for c, h in zip(caps, lru, strict=True)
-                             if c is not None and h is not None)) or None
-    policies: list[PolicyHit] = []
-    if run.has("sim_policies"):
-        sp = run.table("sim_policies").to_pylist()
-        for row in sp:
-            if row.get("hit_rate_token_weighted") is None:  # a policy that served no prompt tokens
-                continue
-            policies.append(PolicyHit(str(row["policy"]), float(row["hit_rate_token_weighted"]),
-                                      _opt(row.get("ttft_p50_s")), _opt(row.get("ttft_p95_s"))))
-    sim = run.manifest.get("simulate") or {}
-    # `prefixscan simulate` records its config under manifest["simulate"]["config"].
-    cfg = sim.get("config") if isinstance(sim, dict) else None
-    replicas = (sim.get("replicas") if isinstance(sim, dict) else None) or (
-        cfg.get("replicas") if isinstance(cfg, dict) else None)
+    from prefixscan.sim.workload import REQUIRED
+
+    lacking = [c for c in REQUIRED if c not in req.column_names]
+    sim = run.manifest.get("simulate") if isinstance(run.manifest.get("simulate"), dict) else {}
     return MeasuredWorkload(
         requests=n, span_s=span, rps=rps, context_tokens=sum_prompt / n,
         new_tokens=(sum_prompt - sum_cached) / n,
         output_tokens=output,
         ideal_hit_rate_token_weighted=sum_cached / sum_prompt if sum_prompt > 0 else 0.0,
-        capacity_curve=curve, policies=tuple(policies),
-        replicas=int(replicas) if isinstance(replicas, int | float) else None,
+        ideal_hit_requests=int(pc.sum(pc.cast(pc.greater(cached, 0), "int64")).as_py() or 0),
+        engine=_engine(req),
+        block_size=int((run.manifest.get("config") or {}).get("block_size") or 16),
+        replayable=(f"the requests table lacks {', '.join(lacking)}" if lacking else None),
+        sim_config=sim.get("config") if isinstance(sim.get("config"), dict) else None,
+        sim_workload=sim.get("workload") if isinstance(sim.get("workload"), dict) else None,
     )
-
-
-def _opt(v: object) -> float | None:
-    return None if v is None else float(v)  # type: ignore[arg-type]

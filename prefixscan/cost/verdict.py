@@ -1,19 +1,24 @@
-"""Is prefix-aware routing worth it here, and which open-source router to adopt.
+"""Is prefix-aware routing worth it here, and which open-source router to adopt: one rule, one computation.
 
-The seeds' rule: worth it when repetition is proven (measured, not assumed), there are more than about
-8 replicas (with few replicas round robin already lands on the warm replica often), and prefill is a
-large share of GPU time (otherwise saved prefill is a small share of the bill). Adopt an open-source
-router before building one.
+The seeds' rule: worth it when repetition is proven (measured, not assumed), routing saves a real share
+of the status quo's prefill GPUs (with few replicas round robin is often already warm), prefill is a
+large share of GPU time, and the router does not create hot spots. `decide` evaluates each condition on
+the very numbers the estimate prints (`VerdictInputs`), so a reason can never contradict the table; the
+reasons listed are only those that support the headline. Adopt an open-source router before building one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-MIN_REPLICAS = 8  # "more than ~8 replicas" (seed 000)
+MIN_REPLICAS = 8  # "more than ~8 replicas" (seed 000): below this analytic round robin is not trusted
 MIN_PREFILL_SHARE = 0.3  # below this, prefill savings are a small slice of GPU time
 MIN_IDEAL_HIT = 0.2  # token-weighted ideal-cache hit rate below which repetition is not there
-MIN_SAVED_FRACTION = 0.1  # prefix-aware must save at least this share of round-robin prefill GPUs
+MIN_SAVED_FRACTION = 0.1  # prefix-aware must save at least this share of the status quo's prefill GPUs
+MIN_SAVED_GPUS = 1.0  # ... and at least one GPU: less is not worth running a router for
+HOT_SPOT_IMBALANCE = 1.5  # busiest replica / mean load under the router
+HOT_SPOT_TTFT = 1.25  # router TTFT p95 / round robin TTFT p95
 
 # Open-source routers and the simulated policy each one implements (REFERENCE.md 2-5).
 ROUTERS = {
@@ -26,18 +31,31 @@ ROUTERS = {
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """Decision plus the reasons, each a sentence a design review can quote."""
+class Check:
+    """One condition: "pass", "fail" or "unknown", the sentence, and the numbers the sentence cites."""
 
-    worth_it: bool | None  # None: undecided because a criterion could not be checked
+    name: str
+    status: str
+    text: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Decision plus the reasons that support it, each a sentence a design review can quote."""
+
+    worth_it: bool | None  # None: undecided because a condition could not be checked
     headline: str
     reasons: tuple[str, ...]
     router: str
     router_policy: str | None
+    checks: tuple[Check, ...] = ()
 
     def to_json(self) -> dict:
         return {"worth_it": self.worth_it, "headline": self.headline, "reasons": list(self.reasons),
-                "router": self.router, "router_policy": self.router_policy}
+                "router": self.router, "router_policy": self.router_policy,
+                "checks": [{"name": c.name, "status": c.status, "text": c.text, "numbers": c.numbers}
+                           for c in self.checks]}
 
 
 # Simulated policies that are baselines or bounds, not routers one could adopt (prefixscan.sim.policies).
@@ -65,47 +83,112 @@ def router_for_policy(policy: str | None) -> str:
     return ROUTERS["sglang"]  # sglang_cache_aware, radix-style policies, or no simulation
 
 
-def decide(*, repetition_measured: bool, ideal_hit_rate: float | None, replicas: int,
-           prefill_share: float | None, gpus_round_robin: float, gpus_prefix_aware: float,
-           best_policy: str | None) -> Verdict:
-    """Apply the seeds' three conditions plus a minimum saving; say which failed or is unchecked."""
-    failed: list[str] = []
-    passed: list[str] = []
-    unknown: list[str] = []
-    if ideal_hit_rate is not None and ideal_hit_rate < MIN_IDEAL_HIT:
-        failed.append(f"little repetition: an ideal cache would hit only {ideal_hit_rate:.0%} of prompt "
-                      "tokens, so no router can save much")
-    elif repetition_measured:
-        passed.append(f"repetition is measured: an ideal cache hits {ideal_hit_rate:.0%} of prompt tokens")
-    else:
-        unknown.append("repetition is assumed (hit rate given on the command line), not measured; run "
-                       "`prefixscan analyze` on real logs to prove it")
-    if replicas <= MIN_REPLICAS:
-        failed.append(f"only {replicas} replicas: round robin already lands on the warm replica about "
-                      f"1 time in {replicas}, and routing by prefix risks hot spots for little gain")
-    else:
-        passed.append(f"{replicas} replicas: round robin finds the warm replica only ~1/{replicas} "
-                      "of the time")
-    if prefill_share is None:
-        unknown.append("prefill share of GPU time unknown (pass --output-tokens to estimate decode time)")
-    elif prefill_share < MIN_PREFILL_SHARE:
-        failed.append(f"prefill is only {prefill_share:.0%} of GPU time under round robin; decode dominates, "
-                      "so saved prefill is a small share of the bill")
-    else:
-        passed.append(f"prefill is {prefill_share:.0%} of GPU time under round robin")
-    saved = gpus_round_robin - gpus_prefix_aware
-    if gpus_round_robin <= 0 or saved < max(1.0, MIN_SAVED_FRACTION * gpus_round_robin):
-        failed.append(f"prefix-aware routing saves only {saved:.1f} prefill GPUs of {gpus_round_robin:.1f}")
-    else:
-        passed.append(f"prefix-aware routing saves {saved:.0f} of {gpus_round_robin:.0f} prefill GPUs")
-    router = router_for_policy(best_policy)
+@dataclass(frozen=True)
+class VerdictInputs:
+    """The numbers the estimate shows, exactly as shown: the verdict reads nothing else."""
+
+    repetition_measured: bool
+    ideal_hit_rate: float | None  # token-weighted, whole log (None: not measured)
+    replicas: int
+    basis: str  # "analytic", "replay" or "saved simulation": where round robin and the router come from
+    rps: float
+    status_quo: str  # "round robin" or "today (engine-reported)"
+    status_quo_gpus: float
+    status_quo_hit: float  # token-weighted
+    router: str  # the policy or flag the prefix-aware scenario comes from
+    router_gpus: float
+    router_hit: float  # token-weighted
+    round_robin_hit: float  # token-weighted
+    prefill_share: float | None
+    router_imbalance: float | None = None
+    router_ttft_p95_s: float | None = None
+    round_robin_ttft_p95_s: float | None = None
+    best_policy: str | None = None
+
+
+def _repetition(v: VerdictInputs) -> Check:
+    h = v.ideal_hit_rate
+    if h is not None and h < MIN_IDEAL_HIT:
+        return Check("repetition", "fail", f"little repetition: an ideal cache would hit only {h:.0%} of prompt "
+                     "tokens, so no router can save much", {"ideal_hit_rate": h})
+    if v.repetition_measured and h is not None:
+        return Check("repetition", "pass", f"repetition is measured: an ideal cache hits {h:.0%} of prompt "
+                     "tokens", {"ideal_hit_rate": h})
+    return Check("repetition", "unknown", "repetition is assumed (hit rate given on the command line), not "
+                 "measured; run `prefixscan analyze` on real logs to prove it", {})
+
+
+def _saving(v: VerdictInputs) -> Check:
+    sq, saved = v.status_quo_gpus, v.status_quo_gpus - v.router_gpus
+    frac = saved / sq if sq > 0 else 0.0
+    nums = {"saved_gpus": saved, "status_quo_gpus": sq, "saved_fraction": frac, "router_hit": v.router_hit,
+            "status_quo_hit": v.status_quo_hit, "replicas": v.replicas, "rps": v.rps}
+    said = (f"{v.router} caches {v.router_hit:.1%} of prompt tokens against {v.status_quo_hit:.1%} for "
+            f"{v.status_quo} on {v.replicas} replicas")
+    if sq > 0 and frac >= MIN_SAVED_FRACTION and saved >= MIN_SAVED_GPUS:
+        return Check("saving", "pass", f"{said}: it saves {saved:.1f} of {sq:.1f} prefill GPUs ({frac:.0%})",
+                     nums)
+    if sq > 0 and frac >= MIN_SAVED_FRACTION:
+        return Check("saving", "fail", f"{said}: it saves {frac:.0%} of prefill GPUs, but only {saved:.2f} GPUs at "
+                     f"{v.rps:,.4g} req/s, too little to run a router for (price production traffic with "
+                     "--scale-to-rps)", nums)
+    warm = ""
+    if v.basis != "analytic" and v.router_hit > 0 and v.round_robin_hit >= 0.8 * v.router_hit:
+        warm = (f"; round robin already caches {v.round_robin_hit:.1%} because shared prefixes end up warm "
+                "on every replica")
+    return Check("saving", "fail", f"{said}{warm}: it saves only {saved:.2f} of {sq:.2f} prefill GPUs "
+                 f"({frac:.0%})", nums)
+
+
+def _replicas(v: VerdictInputs) -> Check | None:
+    if v.basis != "analytic":
+        return None  # replayed: the replica count acts through the round-robin hit rate above
+    n = v.replicas
+    if n <= MIN_REPLICAS:
+        return Check("replicas", "unknown", f"round robin is modelled analytically as a 1/{n} hit chance; with "
+                     f"only {n} replicas a shared prefix is often warm on every replica, so replay a log "
+                     "(`prefixscan estimate RUN_DIR`) to measure it", {"replicas": n})
+    return Check("replicas", "pass", f"{n} replicas: round robin finds the warm replica only ~1/{n} of the "
+                 "time (analytic)", {"replicas": n})
+
+
+def _prefill_share(v: VerdictInputs) -> Check:
+    s = v.prefill_share
+    if s is None:
+        return Check("prefill_share", "unknown", "prefill share of GPU time unknown (pass --output-tokens to "
+                     "estimate decode time)", {})
+    if s < MIN_PREFILL_SHARE:
+        return Check("prefill_share", "fail", f"prefill is only {s:.0%} of GPU time under {v.status_quo}; "
+                     "decode dominates, so saved prefill is a small share of the bill", {"prefill_share": s})
+    return Check("prefill_share", "pass", f"prefill is {s:.0%} of GPU time under {v.status_quo}",
+                 {"prefill_share": s})
+
+
+def _hot_spots(v: VerdictInputs) -> Check | None:
+    imb, a, b = v.router_imbalance, v.router_ttft_p95_s, v.round_robin_ttft_p95_s
+    if imb is None or a is None or not b:
+        return None
+    nums = {"router_imbalance": imb, "router_ttft_p95_s": a, "round_robin_ttft_p95_s": b}
+    if imb > HOT_SPOT_IMBALANCE and a > HOT_SPOT_TTFT * b:
+        return Check("hot_spots", "fail", f"hot spots: under {v.router} the busiest replica carries {imb:.2f}x "
+                     f"the mean load and TTFT p95 rises to {a:.3f} s from {b:.3f} s under round robin", nums)
+    return Check("hot_spots", "pass", f"no hot spots: under {v.router} the busiest replica carries {imb:.2f}x "
+                 f"the mean load, TTFT p95 {a:.3f} s against {b:.3f} s under round robin", nums)
+
+
+def decide(v: VerdictInputs) -> Verdict:
+    """Evaluate every condition on `v`; the headline follows from them and lists only agreeing reasons."""
+    checks = tuple(c for c in (_repetition(v), _saving(v), _replicas(v), _prefill_share(v), _hot_spots(v))
+                   if c is not None)
+    failed = [c.text for c in checks if c.status == "fail"]
+    unknown = [c.text for c in checks if c.status == "unknown"]
+    passed = [c.text for c in checks if c.status == "pass"]
+    router = router_for_policy(v.best_policy)
     if failed:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return Verdict(False, f"Not worth it: {failed[0]}{more}.", tuple(failed + unknown + passed),
-                       router, best_policy)
+        return Verdict(False, f"Not worth it: {failed[0]}{more}.", tuple(failed), router, v.best_policy, checks)
     adopt = f"Adopt {router} rather than building a router."
     if unknown:
         headline = f"Likely worth it if the {len(unknown)} unchecked condition(s) below hold. {adopt}"
-        return Verdict(None, headline,
-                       tuple(passed + unknown), router, best_policy)
-    return Verdict(True, f"Worth it. {adopt}", tuple(passed), router, best_policy)
+        return Verdict(None, headline, tuple(passed + unknown), router, v.best_policy, checks)
+    return Verdict(True, f"Worth it. {adopt}", tuple(passed), router, v.best_policy, checks)

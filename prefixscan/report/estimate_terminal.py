@@ -9,8 +9,11 @@ if TYPE_CHECKING:
 
     from prefixscan.cost.estimator import EstimateResult, Scenario
 
-_LABELS = {"no_reuse": "no reuse", "round_robin": "round robin", "prefix_aware": "prefix-aware",
-           "ideal": "ideal cache"}
+_LABELS = {"no_reuse": "no reuse", "today": "today (engine)", "round_robin": "round robin",
+           "prefix_aware": "prefix-aware", "ideal": "ideal cache"}
+# Column headers say what the cells hold (docs/estimate.md, "Columns").
+COLUMNS = ("routing", "requests with a hit", "prompt tokens cached", "of ideal", "prefill tok/s", "GPUs",
+           "$/month", "basis")
 
 
 def _usd(x: float) -> str:
@@ -21,9 +24,14 @@ def _usd(x: float) -> str:
     return f"${x:,.0f}"
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
 def _row(s: Scenario) -> list[str]:
-    return [_LABELS.get(s.name, s.name), f"{s.hit_rate:.1%}", f"{s.hit_rate_token_weighted:.1%}",
-            f"{s.prefill_tokens_s:,.0f}", f"{s.gpus:,.1f}", _usd(s.usd_per_month)]
+    return [_LABELS.get(s.name, s.name), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted),
+            _pct(s.capture_of_ideal), f"{s.prefill_tokens_s:,.0f}", f"{s.gpus:,.1f}", _usd(s.usd_per_month),
+            s.basis]
 
 
 def render(result: EstimateResult, console: Console) -> None:
@@ -33,6 +41,7 @@ def render(result: EstimateResult, console: Console) -> None:
 
     r, wl, m, g = result, result.workload, result.model, result.gpu
     out = wl.output_tokens
+    console.print(f"[bold]Scenario:[/] {r.spec.describe()}", highlight=False)
     console.print(
         f"[bold]{m.name}[/] ({m.active_params / 1e9:.1f}B active) in {r.dtype} on {g.name}, MFU {r.mfu:.0%}"
         f"{', linear FLOPs (no attention term)' if r.linear else ''}: "
@@ -49,31 +58,37 @@ def render(result: EstimateResult, console: Console) -> None:
     console.print(f"KV cache: {r.kv_bytes_per_token / 1024:,.1f} KiB/token in {r.kv_dtype}, "
                   f"{r.kv_capacity_tokens_per_replica:,} tokens per replica")
 
+    console.print(f"Round robin and router from: {r.baseline_basis} ({r.baseline_detail})", highlight=False)
     t = Table(title="Prefill GPUs by routing", title_justify="left")
-    for col in ("routing", "hit (requests)", "hit (tokens)", "prefill tok/s", "GPUs", "$/month"):
-        t.add_column(col, justify="left" if col == "routing" else "right")
+    for col in COLUMNS:
+        t.add_column(col, justify="left" if col in ("routing", "basis") else "right")
     for s in r.scenarios:
         t.add_row(*_row(s))
     console.print(t)
-    pa = r.scenario("prefix_aware")
-    console.print(f"Prefix-aware hit rate from: {pa.source}")
+    pa, sq = r.scenario("prefix_aware"), r.scenario(r.status_quo)
+    console.print(f"Prefix-aware from: {pa.source}")
+    if r.engine is not None:
+        console.print("Today vs modelled round robin: " + " ".join(r.engine.explanation), highlight=False)
+    vs_rr = "" if r.status_quo == "round_robin" else f"vs round robin {_usd(r.monthly_savings_vs_round_robin_usd)}; "
     console.print(
-        f"[bold]Saving vs round robin: {r.scenario('round_robin').gpus - pa.gpus:,.1f} GPUs = "
+        f"[bold]Saving vs {_LABELS[r.status_quo]}: {sq.gpus - pa.gpus:,.1f} GPUs = "
         f"{r.monthly_gpu_hours_saved:,.0f} GPU-hours = {_usd(r.monthly_savings_usd)} per month[/] "
-        f"({r.hours_per_month:g} h/month; vs no reuse {_usd(r.monthly_savings_vs_no_reuse_usd)})")
+        f"({vs_rr}vs no reuse {_usd(r.monthly_savings_vs_no_reuse_usd)}; {r.hours_per_month:g} h/month)")
     console.print(
         f"TTFT under load: hit {r.ttft_hit_s:.2f} s, miss {r.ttft_miss_s:.2f} s; "
         f"idle replica (TP{r.tensor_parallel}): hit {r.ttft_idle_hit_s:.2f} s, "
         f"miss {r.ttft_idle_miss_s:.2f} s")
     if r.prefill_share is not None:
-        console.print(f"Prefill share of GPU time under round robin: {r.prefill_share:.0%}")
+        console.print(f"Prefill share of GPU time under {_LABELS[r.status_quo]}: {r.prefill_share:.0%}")
 
     if r.policies:
-        pt = Table(title="Simulated policies", title_justify="left")
-        for col in ("policy", "hit (tokens)", "GPUs", "$/month", "TTFT p50", "TTFT p95"):
+        pt = Table(title=f"Replayed policies ({r.baseline_basis})", title_justify="left")
+        for col in ("policy", "requests with a hit", "prompt tokens cached", "GPUs", "$/month", "TTFT p50",
+                    "TTFT p95"):
             pt.add_column(col, justify="left" if col == "policy" else "right")
         for s in r.policies:
-            pt.add_row(s.name, f"{s.hit_rate_token_weighted:.1%}", f"{s.gpus:,.1f}", _usd(s.usd_per_month),
+            pt.add_row(s.name, _pct(s.hit_rate), _pct(s.hit_rate_token_weighted), f"{s.gpus:,.1f}",
+                       _usd(s.usd_per_month),
                        "-" if s.ttft_p50_s is None else f"{s.ttft_p50_s:.2f} s",
                        "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f} s")
         console.print(pt)
@@ -81,9 +96,10 @@ def render(result: EstimateResult, console: Console) -> None:
     st = Table(title="Sensitivity (one assumption moved at a time)", title_justify="left")
     for col in ("assumption", "value", "prefix-aware GPUs", "saving/month"):
         st.add_column(col, justify="left" if col == "assumption" else "right")
-    fmt = {"hit_rate": lambda v: f"{v:.0%}", "mfu": lambda v: f"{v:.0%}",
+    fmt = {"capture_of_ideal": lambda v: f"{v:.0%}", "mfu": lambda v: f"{v:.0%}",
            "usd_per_gpu_hour": lambda v: f"${v:.2f}"}
-    names = {"hit_rate": "hit rate (requests)", "mfu": "MFU", "usd_per_gpu_hour": "$/GPU-hour"}
+    names = {"capture_of_ideal": "prefix-aware: share of ideal hits", "mfu": "MFU",
+             "usd_per_gpu_hour": "$/GPU-hour"}
     for row in r.sensitivity:
         st.add_row(names[row.parameter], fmt[row.parameter](row.value), f"{row.gpus_prefix_aware:,.1f}",
                    _usd(row.monthly_savings_usd))

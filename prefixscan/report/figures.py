@@ -26,6 +26,7 @@ RC = {
 BLUE, ORANGE, GREEN, GREY, RED = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#d62728"
 SCENARIO_LABELS = {
     "no_reuse": "no reuse",
+    "today": "today (engine-reported)",
     "round_robin": "round robin",
     "prefix_aware": "prefix-aware",
     "ideal": "ideal cache",
@@ -197,7 +198,8 @@ def gpus(data: ReportData) -> Figure | None:
     sc = est["scenarios"]
     labels = [SCENARIO_LABELS.get(s["name"], s["name"]) for s in sc]
     fig, ax = plt.subplots(figsize=(8, 3.2))
-    colors = [GREY, BLUE, ORANGE, GREEN][: len(sc)]
+    by_name = {"no_reuse": GREY, "today": RED, "round_robin": BLUE, "prefix_aware": ORANGE, "ideal": GREEN}
+    colors = [by_name.get(s["name"], GREY) for s in sc]
     ax.bar(labels, [s["gpus"] for s in sc], color=colors)
     for i, s in enumerate(sc):
         ax.text(

@@ -7,6 +7,7 @@ read from the ReportData; nothing is computed here beyond formatting.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prefixscan.report.figures import SCENARIO_LABELS, Figure
@@ -16,6 +17,18 @@ Block = (
     tuple  # ("h", level, text) | ("p", text) | ("ul"/"ol", [text]) | ("table", head, rows) | ("fig", name)
 )
 #                ("code", text) | ("missing", text)
+
+# What each cost-table column holds (docs/report.md): per-request share, token-weighted, capture of ideal.
+COST_COLUMNS = (
+    "scenario",
+    "requests with a hit",
+    "prompt tokens cached",
+    "of ideal",
+    "prefill tok/s",
+    "prefill GPUs",
+    "$ / month",
+    "basis",
+)
 
 DIMENSION_TITLES = {
     "tenant": "tenant",
@@ -104,17 +117,19 @@ def _summary(data: ReportData) -> list[Block]:
         line = (
             f"Best simulated router policy `{best['policy']}` caches "
             f"**{pct(best['hit_rate_token_weighted'])}** "
-            f"of prompt tokens on {data.sim.get('replicas')} replicas (token-weighted, cluster-wide)"
+            f"of prompt tokens on {data.sim.get('replicas')} replicas (token-weighted, cluster-wide; "
+            f"{data.policies_source})"
         )
         if rr:
             line += f", against {pct(rr['hit_rate_token_weighted'])} for round robin"
         bullets.append(line + f"; TTFT p50 {sec(best['ttft_p50_s'])}, p95 {sec(best['ttft_p95_s'])}.")
     if est:
-        g = est["gpus"]
+        g, sq = est["gpus"], est.get("status_quo", "round_robin")
+        today = f"{gpus(g['today'])} today (engine-reported), " if "today" in g else ""
         bullets.append(
-            f"Prefill GPUs: {gpus(g['round_robin'])} under round robin, "
+            f"Prefill GPUs: {today}{gpus(g['round_robin'])} under round robin, "
             f"{gpus(g['prefix_aware'])} prefix-aware, {gpus(g['ideal'])} with an ideal cache: "
-            f"**{usd(est['monthly_savings_usd'])}/month saved** against round robin."
+            f"**{usd(est['monthly_savings_usd'])}/month saved** against {SCENARIO_LABELS.get(sq, sq)}."
         )
     if data.findings_total:
         bullets.append(
@@ -136,7 +151,7 @@ def _traffic(data: ReportData) -> list[Block]:
         ["accepted", num(t.requests_accepted)],
         ["rejected", num(t.requests_rejected)],
         ["time span", sec(t.span_s)],
-        ["mean rate", f"{num(t.rps, 2)} req/s"],
+        ["mean rate (measured in the log)", f"{num(t.rps, 2)} req/s"],
         ["prompt tokens (total)", tok(t.prompt_tokens)],
         ["prompt tokens p50 / p90 / p99", f"{tok(t.prompt_p50)} / {tok(t.prompt_p90)} / {tok(t.prompt_p99)}"],
         ["output tokens (mean)", num(t.output_tokens_mean, 1)],
@@ -376,8 +391,9 @@ def _policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
             "p",
             f"Simulated on {s.get('replicas')} replicas of {s.get('model')} on {s.get('gpu')}, "
             f"{num(s.get('kv_blocks_per_replica'))} KV blocks of {s.get('block_size')} tokens per replica, "
-            f"router knowledge `{s.get('knowledge')}`. Hit rate is token-weighted over all replicas; the "
-            f"chosen policy is **{data.best_policy}**.",
+            f"router knowledge `{s.get('knowledge')}`; from {data.policies_source}. \"prompt tokens "
+            f"cached\" is token-weighted over all replicas; \"of ideal\" is the share of an unbounded "
+            f"single cache's hits; the chosen policy is **{data.best_policy}**.",
         )
     )
     out.append(
@@ -385,7 +401,7 @@ def _policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
             "table",
             [
                 "policy",
-                "hit rate",
+                "prompt tokens cached",
                 "of ideal",
                 "TTFT p50",
                 "TTFT p95",
@@ -449,32 +465,27 @@ def _cost(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
     if not est:
         return out + [("missing", _estimate_missing(data))]
     a, m, w = est["assumptions"], est["model"], est["workload"]
+    base = est.get("baselines") or {}
     out.append(
         (
             "p",
             f"Source: {data.estimate_source}. {m['name']} ({a['dtype']}, TP {a['tensor_parallel']}) on "
             f"{est['gpu']['name']}, MFU {pct(a['mfu'], 0)}, ${a['usd_per_gpu_hour']:.2f}/GPU-hour, "
             f"{num(a['replicas'])} replicas; traffic {num(w['rps'], 2)} req/s, mean context "
-            f"{tok(w['context_tokens'])} tokens of which {tok(w['new_tokens'])} new per request.",
+            f"{tok(w['context_tokens'])} tokens of which {tok(w['new_tokens'])} new per request. Round "
+            f"robin and the router: {base.get('basis', 'analytic')} ({base.get('detail', '')}).",
         )
     )
     out.append(
         (
             "table",
-            [
-                "scenario",
-                "hit rate (per request)",
-                "hit rate (token-weighted)",
-                "prefill tok/s",
-                "prefill GPUs",
-                "$ / month",
-                "basis",
-            ],
+            list(COST_COLUMNS),
             [
                 [
                     SCENARIO_LABELS.get(s["name"], s["name"]),
-                    pct(s["hit_rate"]),
+                    pct(s.get("hit_rate")),
                     pct(s["hit_rate_token_weighted"]),
+                    pct(s.get("capture_of_ideal")),
                     num(s["prefill_tokens_s"]),
                     gpus(s["gpus"]),
                     usd(s["usd_per_month"]),
@@ -485,22 +496,25 @@ def _cost(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
         )
     )
     out.append(("fig", "gpus"))
-    share = est.get("prefill_share")
-    out.append(
-        (
-            "ul",
-            [
-                f"Saving against round robin: **{usd(est['monthly_savings_usd'])}/month** "
-                f"({num(est['monthly_gpu_hours_saved'])} GPU-hours); against no reuse "
-                f"{usd(est['monthly_savings_vs_no_reuse_usd'])}/month.",
-                f"TTFT under load: {sec(est['ttft_s']['hit'])} on a hit, "
-                f"{sec(est['ttft_s']['miss'])} on a miss "
-                f"(idle replica: {sec(est['ttft_idle_s']['hit'])} / {sec(est['ttft_idle_s']['miss'])}).",
-                f"Prefill share of GPU time under round robin: {pct(share, 0)}.",
-            ]
-            + [f"Note: {n}" for n in est.get("notes", [])],
-        )
+    share, sq = est.get("prefill_share"), est.get("status_quo", "round_robin")
+    label = SCENARIO_LABELS.get(sq, sq)
+    vs_rr = (
+        "" if sq == "round_robin" else
+        f"; against round robin {usd(est.get('monthly_savings_vs_round_robin_usd'))}/month"
     )
+    bullets = [
+        f"Saving against {label}: **{usd(est['monthly_savings_usd'])}/month** "
+        f"({num(est['monthly_gpu_hours_saved'])} GPU-hours){vs_rr}; against no reuse "
+        f"{usd(est['monthly_savings_vs_no_reuse_usd'])}/month.",
+        f"TTFT under load: {sec(est['ttft_s']['hit'])} on a hit, "
+        f"{sec(est['ttft_s']['miss'])} on a miss "
+        f"(idle replica: {sec(est['ttft_idle_s']['hit'])} / {sec(est['ttft_idle_s']['miss'])}).",
+        f"Prefill share of GPU time under {label}: {pct(share, 0)}.",
+    ]
+    engine = est.get("engine_reported")
+    if engine:
+        bullets.append("Today against the modelled round robin: " + " ".join(engine["explanation"]))
+    out.append(("ul", bullets + [f"Note: {n}" for n in est.get("notes", [])]))
     return out
 
 
@@ -642,23 +656,39 @@ def _appendix(data: ReportData) -> list[Block]:
     return out
 
 
-def document(data: ReportData, figures: dict[str, Figure]) -> list[Block]:
+def _scenario(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
+    """The one scenario every section is priced at, first thing in the report."""
+    if not data.scenario:
+        return []
+    return [("p", f"**Scenario:** {data.scenario}. Every section below uses it.")]
+
+
+Section = Callable[[ReportData, dict[str, Figure]], list[Block]]
+
+# The report's sections in order; each is one function (data, figures) -> blocks. A new section is one
+# more function in this tuple.
+SECTIONS: tuple[Section, ...] = (
+    _scenario,
+    lambda d, f: _summary(d),
+    lambda d, f: _traffic(d),
+    _reuse,
+    _capacity,
+    lambda d, f: _prefixes(d),
+    lambda d, f: _findings(d),
+    _policies,
+    _cost,
+    lambda d, f: _plan(d),
+    lambda d, f: _rollout(d),
+    lambda d, f: _appendix(d),
+)
+
+
+def document(data: ReportData, figures: dict[str, Figure],
+             sections: tuple[Section, ...] = SECTIONS) -> list[Block]:
     """The report's content as blocks; figure blocks whose figure is absent are dropped."""
     blocks: list[Block] = [("h", 1, f"prefixscan report: {data.run_path}")]
-    for part in (
-        _summary(data),
-        _traffic(data),
-        _reuse(data, figures),
-        _capacity(data, figures),
-        _prefixes(data),
-        _findings(data),
-        _policies(data, figures),
-        _cost(data, figures),
-        _plan(data),
-        _rollout(data),
-        _appendix(data),
-    ):
-        blocks.extend(b for b in part if b[0] != "fig" or b[1] in figures)
+    for section in sections:
+        blocks.extend(b for b in section(data, figures) if b[0] != "fig" or b[1] in figures)
     return blocks
 
 

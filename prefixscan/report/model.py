@@ -1,8 +1,10 @@
 """ReportData: everything `prefixscan report` shows, assembled from a run directory without re-analysing.
 
 Numbers come from the run's tables (summaries, capacity_curve, prefixes, sim_*, findings) and manifest;
-the cost section comes from the estimator reading the same run (cheap: it reads tables) or from a stored
-`manifest["estimate"]`. The Markdown and HTML renderers only format what is here.
+the cost section comes from the saved `estimate.json` or, when the report is given scenario options, from
+the estimator run at that scenario (it replays round robin and the router when the saved simulation
+does not match). One scenario serves every section and is named at the top. This module never imports
+its renderers (markdown, html, figures); `prefixscan.report.write` puts the two together.
 """
 
 from __future__ import annotations
@@ -119,9 +121,15 @@ DEFINITIONS = (
         "share of requests routed to a replica holding less of their prefix than the best replica did.",
     ),
     (
-        "per-request hit rate (estimate)",
-        "share of requests that hit, the seeds' convention; converts to "
-        "token-weighted as H = h x (context - new) / context.",
+        "requests with a hit (cost table)",
+        "share of requests with at least one prompt token cached: in a replay the simulator's warm + "
+        "partial requests, for the ideal cache the requests it hits, for today the requests whose "
+        "engine-reported cached tokens are above zero.",
+    ),
+    (
+        "prompt tokens cached / of ideal (cost table)",
+        "token-weighted hit rate H, and H over the ideal cache's rate: the h of the seeds' formula "
+        "prefill tokens/s = rps x (h x new + (1 - h) x context) that prices each scenario.",
     ),
 )
 
@@ -197,6 +205,8 @@ class ReportData:
     queue_by_decision: list[dict[str, Any]] = field(default_factory=list)
     estimate: dict[str, Any] | None = None
     estimate_source: str = ""
+    scenario: str | None = None  # the one deployment every section is priced at (estimate's scenario)
+    policies_source: str = ""  # where the policy table comes from: the saved simulation or the estimate
     estimate_error: str | None = None
     rollout: tuple[str, ...] = ROLLOUT
     definitions: tuple[tuple[str, str], ...] = DEFINITIONS
@@ -365,9 +375,25 @@ def _findings(data: ReportData, run: Run) -> None:
     data.findings = rows[:TOP_FINDINGS]
 
 
+def _estimate_policies(data: ReportData) -> bool:
+    """Use the estimate's own replay for the policy table when it did not come from the saved simulation."""
+    est = data.estimate or {}
+    if (est.get("baselines") or {}).get("basis") != "replay" or not est.get("policy_rows"):
+        return False
+    data.policies = [{k: r.get(k) for k in POLICY_COLUMNS} for r in est["policy_rows"]]
+    sc = est["scenario"]
+    data.sim = {"replicas": sc["replicas"], "model": sc["model"], "gpu": sc["gpu"],
+                "kv_blocks_per_replica": sc["kv_blocks_per_replica"], "block_size": sc["block_size"],
+                "knowledge": "exact"}
+    data.policies_source = f"replayed by the estimate at the report's scenario ({est['baselines']['detail']})"
+    data.best_policy = (est.get("verdict") or {}).get("router_policy")
+    return True
+
+
 def _sim(data: ReportData, run: Run) -> None:
     rows = _rows(run.table("sim_policies"), POLICY_COLUMNS)
     data.policies = rows
+    data.policies_source = "the run's saved simulation"
     sec = run.manifest.get("simulate", {})
     cfg, wl = sec.get("config", {}), sec.get("workload", {})
     data.sim = {
@@ -413,35 +439,47 @@ def _sim(data: ReportData, run: Run) -> None:
         ]
 
 
-def _kv(run: Run, model: str | None, gpu: str | None, dtype: str | None) -> KvBasis:
+def _kv(run: Run, est: dict[str, Any] | None) -> KvBasis:
+    """KV bytes per token for the scenario's model and KV dtype (the saved simulation's, else defaults)."""
     from prefixscan.cost.flops import dtype_bytes
     from prefixscan.cost.models import get_model
 
+    sc = (est or {}).get("scenario") or {}
     cfg = run.manifest.get("simulate", {}).get("config", {})
-    src = "--model" if model else ("the simulation's model" if cfg.get("model") else "default")
-    model = model or cfg.get("model") or DEFAULT_MODEL
-    gpu = gpu or cfg.get("gpu") or DEFAULT_GPU
-    dtype = dtype or cfg.get("dtype") or DEFAULT_DTYPE
-    spec = get_model(model)
-    return KvBasis(spec.name, dtype, gpu, spec.kv_bytes_per_token(dtype_bytes(dtype)), src)
-
-
-def _estimate(data: ReportData, run: Run, overrides: bool, replicas: int | None) -> None:
-    stored = run.manifest.get("estimate")
-    if isinstance(stored, dict) and "gpus" in stored and not overrides:
-        data.estimate, data.estimate_source = stored, "stored by `prefixscan estimate` in the manifest"
-        return
-    from prefixscan.cost.estimator import EstimateOptions, estimate
-
-    opts = EstimateOptions(model=data.kv.model, gpu=data.kv.gpu, dtype=data.kv.dtype, replicas=replicas)
+    if sc:
+        model, dtype, gpu, src = sc["model"], sc["kv_dtype"], sc["gpu"], "the report's scenario"
+    else:
+        src = "the simulation's model" if cfg.get("model") else "default"
+        model, dtype = cfg.get("model") or DEFAULT_MODEL, cfg.get("dtype") or DEFAULT_DTYPE
+        gpu = cfg.get("gpu") or DEFAULT_GPU
     try:
-        data.estimate = estimate(opts, run.path).to_json()
-        data.estimate_source = (
-            f"`prefixscan estimate` defaults on this run (model {data.kv.model}, "
-            f"{data.kv.dtype}, GPU {data.kv.gpu})"
-        )
-    except PrefixscanError as exc:
-        data.estimate_error = str(exc)
+        spec = get_model(model)
+        per_token = spec.kv_bytes_per_token(dtype_bytes(dtype))
+    except PrefixscanError:  # a --model-config model: the estimate carries its KV bytes
+        spec, per_token = None, float((est or {}).get("kv_bytes_per_token") or 0.0)
+    return KvBasis(spec.name if spec else model, dtype, gpu, per_token, src)
+
+
+def _estimate(data: ReportData, run: Run, options: Any | None) -> None:
+    """The saved estimate when the report was given no scenario option, else a fresh one at the options."""
+    from prefixscan.cost.saved import load_estimate
+
+    saved = load_estimate(run.path) if options is None else None
+    if saved is not None:
+        data.estimate = saved["result"]
+        line = saved.get("command_line") or "prefixscan estimate"
+        data.estimate_source = f"saved by `{line}` (estimate.json)"
+    else:
+        from prefixscan.cost.estimator import EstimateOptions, estimate
+
+        try:
+            data.estimate = estimate(options or EstimateOptions(), run.path).to_json()
+        except PrefixscanError as exc:
+            data.estimate_error = str(exc)
+            return
+        data.estimate_source = ("`prefixscan estimate` at the report's options" if options is not None else
+                                "`prefixscan estimate` defaults on this run")
+    data.scenario = (data.estimate.get("scenario") or {}).get("description")
 
 
 def _config_note(stage: str, manifest: dict[str, Any]) -> str:
@@ -457,19 +495,17 @@ def _config_note(stage: str, manifest: dict[str, Any]) -> str:
     return f"# {stage} settings that differ from the defaults: {', '.join(diffs) or 'none'}"
 
 
-def build(
-    run_dir: str | os.PathLike[str],
-    model: str | None = None,
-    gpu: str | None = None,
-    dtype: str | None = None,
-    replicas: int | None = None,
-) -> ReportData:
-    """Assemble the report for a run directory (reads tables and the manifest; never re-analyses)."""
+def build(run_dir: str | os.PathLike[str], options: Any | None = None) -> ReportData:
+    """Assemble the report for a run directory (reads tables and the manifest; never re-analyses).
+
+    `options` (an `EstimateOptions`) sets the scenario; None reuses the saved estimate.json, else prices
+    the run with the estimator's defaults (the saved simulation's scenario when there is one).
+    """
     run = load_run(run_dir)
     m = run.manifest
     cfg = m.get("config", {})
     commands = [("analyze", m["command_line"])] if m.get("command_line") else []
-    for stage in ("findings", "simulate", "estimate"):
+    for stage in ("findings", "simulate"):
         line = (m.get(stage) or {}).get("command_line") if isinstance(m.get(stage), dict) else None
         if line:
             commands.append((stage, line))
@@ -483,8 +519,12 @@ def build(
         setup={
             k: cfg.get(k) for k in ("tokenizer", "block_size", "hit_rule", "granularity", "isolate_tenants")
         },
-        kv=_kv(run, model, gpu, dtype),
+        kv=KvBasis("", "", "", 0.0, ""),
     )
+    _estimate(data, run, options)
+    data.kv = _kv(run, data.estimate)
+    if data.estimate_source.startswith("saved by"):
+        data.commands.append(("estimate", data.estimate_source.split("`")[1]))
     rd = data.run_path
     if run.has("requests"):
         data.traffic = _traffic(run)
@@ -494,9 +534,6 @@ def build(
         _summaries(data, run)
     else:
         data.missing["reuse"] = f"prefixscan analyze LOGS -o {rd}"
-    _estimate(
-        data, run, overrides=any(x is not None for x in (model, gpu, dtype, replicas)), replicas=replicas
-    )
     if data.estimate_error:
         data.missing["estimate"] = f"prefixscan simulate {rd}"
     replica_kv = (data.estimate or {}).get("kv_capacity_tokens_per_replica")
@@ -511,7 +548,9 @@ def build(
         _findings(data, run)
     else:
         data.missing["findings"] = f"prefixscan analyze LOGS -o {rd} --force"  # analyze writes findings
-    if run.has("sim_policies"):
+    if _estimate_policies(data):
+        pass
+    elif run.has("sim_policies"):
         _sim(data, run)
     else:
         data.missing["policies"] = f"prefixscan simulate {rd}"
@@ -525,47 +564,3 @@ def build(
 def figure_dir(output: str | os.PathLike[str]) -> Path:
     """Where report.md's figures live (report.html embeds them)."""
     return Path(output) / "report_figures"
-
-
-def write_report(
-    run_dir: str | os.PathLike[str],
-    output: str | os.PathLike[str] | None = None,
-    formats: tuple[str, ...] = ("md", "html"),
-    model: str | None = None,
-    gpu: str | None = None,
-    dtype: str | None = None,
-    replicas: int | None = None,
-) -> dict[str, Path]:
-    """Build the report data once and write report.md (+ report_figures/*.svg) and/or report.html.
-
-    Returns the written paths by kind ("md", "html", "figures"). Same run directory and options give
-    byte-identical files.
-    """
-    from prefixscan.report import html, markdown
-    from prefixscan.report.figures import render_all
-
-    unknown = set(formats) - {"md", "html"}
-    if unknown:
-        from prefixscan.errors import UsageError
-
-        raise UsageError(f"--format must be md, html or both, got {', '.join(sorted(unknown))}")
-    data = build(run_dir, model=model, gpu=gpu, dtype=dtype, replicas=replicas)
-    figures = render_all(data)
-    out = Path(output) if output is not None else Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    if "md" in formats:
-        fdir = figure_dir(out)
-        fdir.mkdir(exist_ok=True)
-        for f in figures.values():
-            (fdir / f"{f.name}.svg").write_text(f.svg)
-        for stale in sorted(fdir.glob("*.svg")):
-            if stale.stem not in figures:
-                stale.unlink()
-        written["figures"] = fdir
-        written["md"] = out / "report.md"
-        written["md"].write_text(markdown.render(data, figures, fdir.name))
-    if "html" in formats:
-        written["html"] = out / "report.html"
-        written["html"].write_text(html.render(data, figures))
-    return written

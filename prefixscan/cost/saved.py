@@ -1,0 +1,66 @@
+"""`estimate.json` in a run directory: the last estimate's scenario and result, so `report` reuses them.
+
+Written atomically (temp file in the same directory, then rename) so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from prefixscan.cost.result import EstimateResult
+from prefixscan.errors import RunDirError
+
+FILE = "estimate.json"
+FORMAT = 1
+
+
+def save_estimate(result: EstimateResult, run_dir: str | os.PathLike[str], command_line: str = "") -> Path:
+    """Write `estimate.json` (sorted keys, so the same estimate gives the same bytes)."""
+    run = Path(run_dir)
+    doc = {"format": FORMAT, "command_line": command_line, "result": _finite(result.to_json())}
+    text = json.dumps(doc, indent=2, sort_keys=True, default=_plain, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=run, prefix=f".{FILE}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, run / FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return run / FILE
+
+
+def load_estimate(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The saved estimate document ({"command_line", "result"}), or None when the run has none."""
+    path = Path(run_dir) / FILE
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{path} is unreadable ({exc}); re-run `prefixscan estimate {run_dir}`") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("result"), dict):
+        raise RunDirError(f"{path} is not a saved estimate; re-run `prefixscan estimate {run_dir}`")
+    return doc
+
+
+def _finite(x: Any) -> Any:
+    """NaN and infinities -> None, so the file is strict JSON."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _plain(x: Any) -> Any:
+    if hasattr(x, "item"):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")

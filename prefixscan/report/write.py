@@ -1,0 +1,69 @@
+"""Write a run's report: build the ReportData once, then render Markdown (+ SVG figures) and HTML.
+
+This is the one module that knows both the results model and its renderers, so neither imports the
+other (`model` never imports `markdown`, `html` or `figures`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from prefixscan.errors import UsageError
+from prefixscan.report import html, markdown
+from prefixscan.report.figures import render_all
+from prefixscan.report.model import build, figure_dir
+
+
+def scenario_options(**scenario: Any) -> Any | None:
+    """EstimateOptions from the scenario keywords given (None values dropped); None when none is given."""
+    from dataclasses import fields
+
+    from prefixscan.cost.estimator import EstimateOptions
+
+    given = {k: v for k, v in scenario.items() if v is not None}
+    if not given:
+        return None
+    known = {f.name for f in fields(EstimateOptions)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise UsageError(f"unknown scenario option(s) {', '.join(unknown)}")
+    return EstimateOptions(**given)
+
+
+def write_report(
+    run_dir: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    formats: tuple[str, ...] = ("md", "html"),
+    **scenario: Any,
+) -> dict[str, Path]:
+    """Build the report data once and write report.md (+ report_figures/*.svg) and/or report.html.
+
+    `scenario` takes `EstimateOptions` fields (replicas, rps, scale_to_rps, usd_per_gpu_hour, model, gpu,
+    dtype, kv_blocks, ...); without any, the saved estimate.json is reused. Returns the written paths by
+    kind ("md", "html", "figures"). Same run directory and options give byte-identical files.
+    """
+    unknown = set(formats) - {"md", "html"}
+    if unknown:
+        raise UsageError(f"--format must be md, html or both, got {', '.join(sorted(unknown))}")
+    data = build(run_dir, scenario_options(**scenario))
+    figures = render_all(data)
+    out = Path(output) if output is not None else Path(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    if "md" in formats:
+        fdir = figure_dir(out)
+        fdir.mkdir(exist_ok=True)
+        for f in figures.values():
+            (fdir / f"{f.name}.svg").write_text(f.svg)
+        for stale in sorted(fdir.glob("*.svg")):
+            if stale.stem not in figures:
+                stale.unlink()
+        written["figures"] = fdir
+        written["md"] = out / "report.md"
+        written["md"].write_text(markdown.render(data, figures, fdir.name))
+    if "html" in formats:
+        written["html"] = out / "report.html"
+        written["html"].write_text(html.render(data, figures))
+    return written

@@ -1,0 +1,185 @@
+"""estimate and report on runs: baselines replayed at the scenario, agreement with the simulator, the
+engine-reported status quo, estimate.json and the report's one scenario."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from prefixscan.cost import EstimateOptions, estimate, load_estimate, save_estimate
+from prefixscan.sim import SimConfig, simulate
+
+BS = 16
+OPTS = EstimateOptions(model="llama-3.1-8b", gpu="h100", tensor_parallel=1, kv_blocks=4000)
+
+
+def make_run(d: Path, *, n: int = 240, shared_blocks: int = 60, convs: int = 40, tenants: int = 3,
+             actual: list[int] | None = None) -> Path:
+    """A requests table built by hand: every prompt starts with one shared system prompt
+    (`shared_blocks` blocks), then its conversation's history (grows one block a turn), then a new turn."""
+    ids: dict[tuple, int] = {}
+
+    def block(parent: int, key: object) -> int:
+        return ids.setdefault((parent, key), len(ids) + 1)
+
+    rows, seen = [], set()
+    for i in range(n):
+        c = i % convs
+        chain, parent = [], 0
+        keys = [("sys", b) for b in range(shared_blocks)] + [("conv", c, t) for t in range(i // convs)]
+        keys.append(("new", i))
+        for k in keys:
+            parent = block(parent, k)
+            chain.append(parent)
+        hit = 0
+        while hit < len(chain) and chain[hit] in seen:
+            hit += 1
+        seen.update(chain)
+        rows.append({"seq": i, "request_id": f"r{i}", "arrival_s": i * 0.5, "tenant": f"t{c % tenants}",
+                     "conversation_id": f"c{c}", "prompt_tokens": len(chain) * BS,
+                     "cached_tokens": min(hit * BS, len(chain) * BS - 1), "output_tokens": 50,
+                     "block_hashes": chain})
+    table = pa.Table.from_pylist(rows, schema=pa.schema([
+        ("seq", pa.int64()), ("request_id", pa.string()), ("arrival_s", pa.float64()), ("tenant", pa.string()),
+        ("conversation_id", pa.string()), ("prompt_tokens", pa.int64()), ("cached_tokens", pa.int64()),
+        ("output_tokens", pa.int64()), ("block_hashes", pa.list_(pa.uint64()))]))
+    if actual is not None:
+        table = table.append_column("actual_cached_tokens", pa.array(actual, pa.int64()))
+    run = d / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"format_version": 1, "config": {"block_size": BS,
+                                                                                   "hit_rule": "vllm"}}))
+    pq.write_table(table, run / "requests.parquet")
+    return run
+
+
+def _sim(run: Path, replicas: int, **kw) -> dict:
+    cfg = SimConfig(replicas=replicas, policies=("round_robin", "sglang_cache_aware"), kv_blocks=4000,
+                    model="llama-3.1-8b", gpu="h100", decision_log=True, **kw)
+    return simulate(run, cfg)
+
+
+def test_round_robin_is_replayed_not_one_over_replicas(tmp_path):
+    """A shared system prompt is warm on every replica: replayed round robin is far above 1/replicas."""
+    run = make_run(tmp_path)
+    r = estimate(dataclasses.replace(OPTS, replicas=8), run)
+    rr, pa_ = r.scenario("round_robin"), r.scenario("prefix_aware")
+    assert r.baseline_basis == "replay" and rr.basis == "replay"
+    sim = _sim(run, 8).policies
+    assert rr.hit_rate_token_weighted == pytest.approx(sim["round_robin"]["hit_rate_token_weighted"], abs=0)
+    assert pa_.hit_rate_token_weighted == pytest.approx(sim["sglang_cache_aware"]["hit_rate_token_weighted"], abs=0)
+    assert rr.capture_of_ideal > 0.5 > 1 / 8  # analytic would say 1/8 of the ideal
+    analytic = r.workload.reusable_fraction / 8
+    assert rr.hit_rate_token_weighted > 4 * analytic
+
+
+def test_saved_simulation_is_reused_when_it_matches(tmp_path):
+    run = make_run(tmp_path)
+    res = _sim(run, 4, target_rps=20.0)
+    res.save(run)
+    r = estimate(dataclasses.replace(OPTS, kv_blocks=None), run)  # every scenario option from the simulation
+    assert r.baseline_basis == "saved simulation" and r.replicas == 4 and r.workload.rps == 20.0
+    assert r.spec.rps_source == "the saved simulation's rate"
+    assert r.scenario("round_robin").hit_rate_token_weighted == res.policies["round_robin"]["hit_rate_token_weighted"]
+    assert r.verdict.router_policy == "sglang_cache_aware"
+    other = estimate(dataclasses.replace(OPTS, replicas=2), run)  # another scenario: replayed on the fly
+    assert other.baseline_basis == "replay" and "ran 4 replicas" in other.baseline_detail
+    fresh = _sim(run, 2).policies["round_robin"]["hit_rate_token_weighted"]
+    # the saved simulation ran at 20 req/s; the new scenario keeps it (same rate, 2 replicas)
+    at_rate = _sim(run, 2, target_rps=20.0).policies["round_robin"]["hit_rate_token_weighted"]
+    assert other.scenario("round_robin").hit_rate_token_weighted == at_rate
+    assert 0 < fresh <= 1
+
+
+def test_report_gives_the_simulation_figures(tmp_path):
+    """estimate and report agree with the simulation at the same scenario."""
+    from prefixscan.report.model import build
+
+    run = make_run(tmp_path)
+    res = _sim(run, 4)
+    res.save(run)
+    data = build(run)
+    est = data.estimate
+    rr = next(s for s in est["scenarios"] if s["name"] == "round_robin")
+    assert rr["hit_rate_token_weighted"] == res.policies["round_robin"]["hit_rate_token_weighted"]
+    assert data.scenario.startswith("4 replicas of llama-3.1-8b")
+    sim_rr = data.policy("round_robin")
+    assert sim_rr["hit_rate_token_weighted"] == rr["hit_rate_token_weighted"]
+
+
+def test_engine_reported_status_quo_from_fewer_replicas(tmp_path):
+    """The "engine" ran round robin on 2 replicas; estimated at 8 replicas, today is what it reported and
+    the explanation names about 2 replicas."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    base = make_run(tmp_path / "a")
+    dec = _sim(base, 2).tables["sim_decisions"].to_pylist()
+    rr_rows = sorted((r for r in dec if r["policy"] == "round_robin"), key=lambda r: r["seq"])
+    actual = [int(r["actual_cached_tokens"]) for r in rr_rows]
+    run = make_run(tmp_path / "b", actual=actual)
+    r = estimate(dataclasses.replace(OPTS, replicas=8), run)
+    today = r.scenario("today")
+    assert r.status_quo == "today" and today.basis == "engine-reported"
+    total = pq.read_table(run / "requests.parquet")
+    expect = sum(actual) / sum(total.column("prompt_tokens").to_pylist())
+    assert today.hit_rate_token_weighted == pytest.approx(expect)
+    assert r.engine is not None and dict(r.engine.sweep)[2] == pytest.approx(expect)
+    text = " ".join(r.engine.explanation)
+    assert f"{expect:.1%}" in text and "about 2 replicas" in text and "fewer than the 8 assumed" in text
+    sq = r.scenario("today").gpus - r.scenario("prefix_aware").gpus
+    assert r.monthly_savings_usd == pytest.approx(sq * r.hours_per_month * r.usd_per_gpu_hour)
+    saving = next(c for c in r.verdict.checks if c.name == "saving")
+    assert "today (engine-reported)" in saving.text and saving.numbers["status_quo_hit"] == pytest.approx(expect)
+
+
+def test_estimate_json_is_saved_and_reused_by_report(tmp_path):
+    from prefixscan.report.model import build
+
+    run = make_run(tmp_path)
+    r = estimate(dataclasses.replace(OPTS, replicas=4, scale_to_rps=100.0, usd_per_gpu_hour=4.0), run)
+    path = save_estimate(r, run, "prefixscan estimate RUN --replicas 4 --scale-to-rps 100")
+    assert path.name == "estimate.json" and not list(run.glob(".estimate.json.*"))
+    assert load_estimate(run)["result"]["monthly_savings_usd"] == pytest.approx(r.monthly_savings_usd)
+    data = build(run)  # no options: the saved estimate, one scenario
+    assert "estimate.json" in data.estimate_source
+    assert data.scenario == r.spec.describe() and "100 req/s (--scale-to-rps)" in data.scenario
+    assert "$4.00/GPU-hour" in data.scenario
+    assert [p["policy"] for p in data.policies] == ["round_robin", "sglang_cache_aware"]
+    again = build(run, dataclasses.replace(OPTS, replicas=2))  # options win over the saved estimate
+    assert again.estimate["assumptions"]["replicas"] == 2
+
+
+def test_flags_only_stays_analytic():
+    r = estimate(EstimateOptions(model="llama-3.1-70b", dtype="fp8", gpu="h100", replicas=32, rps=200,
+                                 context_tokens=10_000, new_tokens=500, hit_rate=0.85, usd_per_gpu_hour=2.5,
+                                 linear=True))
+    rr = r.scenario("round_robin")
+    assert r.baseline_basis == "analytic" and rr.basis == "analytic" and "1/32" in rr.source
+    assert rr.hit_rate == pytest.approx(1 / 32)
+
+
+def test_cli_writes_estimate_json_and_report_names_the_scenario(tmp_path):
+    from typer.testing import CliRunner
+
+    from prefixscan.cli.app import app
+
+    run = make_run(tmp_path)
+    args = ["estimate", str(run), "--model", "llama-3.1-8b", "--tp", "1", "--kv-blocks", "4000", "--replicas", "4",
+            "--scale-to-rps", "50"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    first = res.output.splitlines()[0]
+    assert first.startswith("Scenario: 4 replicas of llama-3.1-8b (bf16, TP1) on h100-sxm, 64,000 KV tokens")
+    assert "Round robin and router from: replay" in res.output
+    assert (run / "estimate.json").exists()
+    out = CliRunner().invoke(app, ["report", str(run), "-o", str(tmp_path / "rep"), "-f", "md"])
+    assert out.exit_code == 0, out.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "**Scenario:** 4 replicas of llama-3.1-8b" in md and "50 req/s (--scale-to-rps)" in md
+    assert "| scenario | requests with a hit | prompt tokens cached | of ideal |" in md
+    assert "hit (requests)" not in md
