@@ -41,12 +41,21 @@ def simulate(run_dir: str, save: bool = True, **options: Any):  # noqa: ANN201
     return result
 
 
-def estimate(run_dir: str | None = None, **options: Any):  # noqa: ANN201
-    """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`."""
+def estimate(run_dir: str | None = None, save: bool = False, **options: Any):  # noqa: ANN201
+    """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`.
+
+    With `save` (and a run directory) the result is written to RUN_DIR/estimate.json, as the CLI does,
+    so `write_report` reuses its scenario.
+    """
     from prefixscan.cost.estimator import EstimateOptions
     from prefixscan.cost.estimator import estimate as _estimate
 
-    return _estimate(EstimateOptions(**options), run_dir=run_dir)
+    result = _estimate(EstimateOptions(**options), run_dir=run_dir)
+    if save and run_dir is not None:
+        from prefixscan.cost.saved import save_estimate
+
+        save_estimate(result, run_dir)
+    return result
 
 
 def write_report(run_dir: str, output: str | None = None, **options: Any):  # noqa: ANN201

@@ -56,6 +56,28 @@ def test_worked_example_text(app):
         assert expected in out, expected
 
 
+WORKED_TABLE = """\
+┏━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━┳━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━┓
+┃ routing      ┃ requests with a hit ┃ prompt tokens cached ┃ of ideal ┃ prefill tok/s ┃  GPUs ┃ $/month ┃ basis    ┃
+┡━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━┩
+│ no reuse     │                0.0% │                 0.0% │     0.0% │     2,000,000 │ 285.4 │   $521k │ model    │
+│ round robin  │                3.1% │                 3.0% │     3.1% │     1,940,625 │ 276.9 │   $505k │ analytic │
+│ prefix-aware │               85.0% │                80.8% │    85.0% │       385,000 │  54.9 │   $100k │ flags    │
+│ ideal cache  │              100.0% │                95.0% │   100.0% │       100,000 │  14.3 │    $26k │ model    │
+└──────────────┴─────────────────────┴──────────────────────┴──────────┴───────────────┴───────┴─────────┴──────────┘
+"""
+
+
+def test_worked_example_exact_table_and_scenario(app):
+    """The flags-only mode is analytic and says so; its table is byte-stable."""
+    out = run(app, WORKED).stdout
+    flat = " ".join(out.split())  # rich wraps long lines at the console width
+    assert flat.startswith("Scenario: 32 replicas of llama-3.1-70b (fp8, TP2) on h100-sxm, 447,998 KV tokens per "
+                           "replica, 200 req/s (--rps), $2.50/GPU-hour ")
+    assert WORKED_TABLE in out
+    assert "Round robin and router from: analytic (no run to replay: round robin is a 1/32 hit chance" in flat
+
+
 def test_unknown_model_is_a_usage_error(app):
     res = run(app, [*WORKED, "--model", "gpt-5"])
     assert res.exit_code == 2

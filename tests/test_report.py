@@ -234,3 +234,38 @@ def test_markdown_cells_keep_redaction_markers_visible() -> None:
     from prefixscan.report.markdown import _cell
 
     assert _cell("mail <email> | id\n<id>") == "mail &lt;email&gt; \\| id &lt;id&gt;"
+
+
+def test_results_model_never_imports_its_renderers() -> None:
+    """model.py builds the data; markdown/html/figures render it; only write.py knows both."""
+    import ast
+
+    import prefixscan.report.model as model
+
+    tree = ast.parse(Path(model.__file__).read_text())
+    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    for renderer in ("markdown", "html", "figures", "write"):
+        assert f"prefixscan.report.{renderer}" not in names
+    assert not any(n == "prefixscan.report" for n in names)
+
+
+def test_a_new_section_is_one_function(sample_run: Path) -> None:
+    from prefixscan.report import markdown
+
+    data = build(sample_run)
+
+    def extra(d, figs):
+        return [("h", 2, "Extra section"), ("p", f"{len(d.policies or [])} policies")]
+
+    blocks = markdown.document(data, {}, (*markdown.SECTIONS, extra))
+    assert blocks[-2:] == [("h", 2, "Extra section"), ("p", f"{len(data.policies)} policies")]
+
+
+def test_report_names_one_scenario_and_the_columns_say_what_they_hold(sample_report: dict[str, Path]) -> None:
+    md = sample_report["md"].read_text()
+    first = md.splitlines()[2]
+    assert first.startswith("**Scenario:** 2 replicas of llama-3.1-8b (bf16, TP1) on h100-sxm")
+    assert "(the saved simulation's" not in first or "req/s" in first
+    assert "| scenario | requests with a hit | prompt tokens cached | of ideal | prefill tok/s |" in md
+    assert "hit (requests)" not in md and "| policy | prompt tokens cached | of ideal |" in md

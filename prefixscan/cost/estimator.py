@@ -123,6 +123,11 @@ def _workload(o: EstimateOptions, m: MeasuredWorkload | None, spec: ScenarioSpec
                     ideal_hit_rate_token_weighted=m.ideal_hit_rate_token_weighted if m else None)
 
 
+_ANALYTIC = ("no run to replay: round robin is a 1/{n} hit chance, which assumes each request's prefix is "
+             "cached on one replica only (a prefix many requests share is usually warm on all of them; give a "
+             "run directory to replay it)")
+
+
 class _Calc:
     """The arithmetic shared by scenarios and the sensitivity table."""
 
@@ -233,7 +238,7 @@ def estimate(options: EstimateOptions, run_dir: str | os.PathLike[str] | None = 
     wl = _workload(o, m, spec, str(run_dir) if run_dir is not None else "flags")
     calc = _Calc(wl, spec, o.linear, o.hours_per_month)
     base = (baselines(run_dir, m, spec, tuple(o.policies)) if m is not None and run_dir is not None else
-            Baselines("analytic", "no run: round robin hits 1/replicas of requests", ()))
+            Baselines("analytic", _ANALYTIC.format(n=spec.replicas), ()))
     rr = _round_robin(calc, base, spec.replicas)
     pa, best_policy = _prefix_aware(o, calc, base, m)
     engine = _engine_status(run_dir, m, spec, rr, base) if m is not None and run_dir is not None else None
@@ -279,7 +284,8 @@ def _verdict_inputs(m: MeasuredWorkload | None, spec: ScenarioSpec, base: Baseli
         replicas=spec.replicas, basis=base.basis, rps=wl.rps,
         status_quo="today (engine-reported)" if status.name == "today" else "round robin",
         status_quo_gpus=status.gpus, status_quo_hit=status.hit_rate_token_weighted,
-        router=(router.policy if router else (pa.source if pa.basis == "flags" else "an ideal cache")),
+        router=(router.policy if router else (f"prefix-aware routing ({pa.source})" if pa.basis == "flags"
+                                              else "an ideal cache")),
         router_gpus=pa.gpus, router_hit=pa.hit_rate_token_weighted, round_robin_hit=rr.hit_rate_token_weighted,
         prefill_share=share, router_imbalance=router.imbalance_max_mean if router else None,
         router_ttft_p95_s=router.ttft_p95_s if router else None,
