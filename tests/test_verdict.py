@@ -65,7 +65,7 @@ def test_few_replicas_round_robin_already_warm():
     _consistent(v, inputs)
     assert v.worth_it is False
     assert "round robin already caches 60.0%" in v.headline
-    assert "saves only 0.60 of 10.00 prefill GPUs (6%)" in v.headline
+    assert "saves only 0.60 of 10.0 prefill GPUs (6%)" in v.headline
 
 
 def test_round_robin_warm_just_below_the_saving_threshold():
@@ -77,7 +77,7 @@ def test_round_robin_warm_just_below_the_saving_threshold():
     _consistent(vb, below)
     _consistent(va, above)
     assert vb.worth_it is False and "already caches 55.0%" in vb.headline
-    assert va.worth_it is True and "saves 4.0 of 40.0 prefill GPUs (10%)" in " ".join(va.reasons)
+    assert va.worth_it is True and "saves 4.01 of 40.0 prefill GPUs (10%)" in " ".join(va.reasons)
 
 
 def test_big_share_but_too_few_gpus_points_to_production_scale():

@@ -158,5 +158,5 @@ def baselines(run_dir: str | os.PathLike[str], m: MeasuredWorkload, spec: Scenar
     if spec.kv_tokens_per_replica <= 0:
         return Baselines("analytic", "cannot replay: the weights leave no KV memory", ())
     pols = replay(run_dir, spec, m, ("round_robin", *router_policies))
-    why = "" if mismatch == "the run has no saved simulation" else f" ({mismatch})"
+    why = "" if mismatch == "the run has no saved simulation" else f"; {mismatch}"
     return Baselines("replay", f"replayed the run's {m.requests:,} requests at this scenario{why}", pols)

@@ -118,6 +118,11 @@ def _repetition(v: VerdictInputs) -> Check:
                  "measured; run `prefixscan analyze` on real logs to prove it", {})
 
 
+def gpus_text(x: float) -> str:
+    """GPU counts as every printer shows them: one decimal from 10 up, two below."""
+    return f"{x:,.1f}" if abs(x) >= 10 else f"{x:,.2f}"
+
+
 def _saving(v: VerdictInputs) -> Check:
     sq, saved = v.status_quo_gpus, v.status_quo_gpus - v.router_gpus
     frac = saved / sq if sq > 0 else 0.0
@@ -126,18 +131,18 @@ def _saving(v: VerdictInputs) -> Check:
     said = (f"{v.router} caches {v.router_hit:.1%} of prompt tokens against {v.status_quo_hit:.1%} for "
             f"{v.status_quo} on {v.replicas} replicas")
     if sq > 0 and frac >= MIN_SAVED_FRACTION and saved >= MIN_SAVED_GPUS:
-        return Check("saving", "pass", f"{said}: it saves {saved:.1f} of {sq:.1f} prefill GPUs ({frac:.0%})",
-                     nums)
+        return Check("saving", "pass", f"{said}: it saves {gpus_text(saved)} of {gpus_text(sq)} prefill GPUs "
+                     f"({frac:.0%})", nums)
     if sq > 0 and frac >= MIN_SAVED_FRACTION:
-        return Check("saving", "fail", f"{said}: it saves {frac:.0%} of prefill GPUs, but only {saved:.2f} GPUs at "
-                     f"{v.rps:,.4g} req/s, too little to run a router for (price production traffic with "
-                     "--scale-to-rps)", nums)
+        return Check("saving", "fail", f"{said}: it saves {frac:.0%} of prefill GPUs, but only "
+                     f"{gpus_text(saved)} GPUs at {v.rps:,.4g} req/s, too little to run a router for (price "
+                     "production traffic with --scale-to-rps)", nums)
     warm = ""
     if v.basis != "analytic" and v.router_hit > 0 and v.round_robin_hit >= 0.8 * v.router_hit:
         warm = (f"; round robin already caches {v.round_robin_hit:.1%} because shared prefixes end up warm "
                 "on every replica")
-    return Check("saving", "fail", f"{said}{warm}: it saves only {saved:.2f} of {sq:.2f} prefill GPUs "
-                 f"({frac:.0%})", nums)
+    return Check("saving", "fail", f"{said}{warm}: it saves only {gpus_text(saved)} of {gpus_text(sq)} "
+                 f"prefill GPUs ({frac:.0%})", nums)
 
 
 def _replicas(v: VerdictInputs) -> Check | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from prefixscan.cost.verdict import gpus_text
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -30,7 +32,7 @@ def _pct(x: float | None) -> str:
 
 def _row(s: Scenario) -> list[str]:
     return [_LABELS.get(s.name, s.name), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted),
-            _pct(s.capture_of_ideal), f"{s.prefill_tokens_s:,.0f}", f"{s.gpus:,.1f}", _usd(s.usd_per_month),
+            _pct(s.capture_of_ideal), f"{s.prefill_tokens_s:,.0f}", gpus_text(s.gpus), _usd(s.usd_per_month),
             s.basis]
 
 
@@ -71,7 +73,7 @@ def render(result: EstimateResult, console: Console) -> None:
         console.print("Today vs modelled round robin: " + " ".join(r.engine.explanation), highlight=False)
     vs_rr = "" if r.status_quo == "round_robin" else f"vs round robin {_usd(r.monthly_savings_vs_round_robin_usd)}; "
     console.print(
-        f"[bold]Saving vs {_LABELS[r.status_quo]}: {sq.gpus - pa.gpus:,.1f} GPUs = "
+        f"[bold]Saving vs {_LABELS[r.status_quo]}: {gpus_text(sq.gpus - pa.gpus)} GPUs = "
         f"{r.monthly_gpu_hours_saved:,.0f} GPU-hours = {_usd(r.monthly_savings_usd)} per month[/] "
         f"({vs_rr}vs no reuse {_usd(r.monthly_savings_vs_no_reuse_usd)}; {r.hours_per_month:g} h/month)")
     console.print(
@@ -87,7 +89,7 @@ def render(result: EstimateResult, console: Console) -> None:
                     "TTFT p95"):
             pt.add_column(col, justify="left" if col == "policy" else "right")
         for s in r.policies:
-            pt.add_row(s.name, _pct(s.hit_rate), _pct(s.hit_rate_token_weighted), f"{s.gpus:,.1f}",
+            pt.add_row(s.name, _pct(s.hit_rate), _pct(s.hit_rate_token_weighted), gpus_text(s.gpus),
                        _usd(s.usd_per_month),
                        "-" if s.ttft_p50_s is None else f"{s.ttft_p50_s:.2f} s",
                        "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f} s")
@@ -101,7 +103,7 @@ def render(result: EstimateResult, console: Console) -> None:
     names = {"capture_of_ideal": "prefix-aware: share of ideal hits", "mfu": "MFU",
              "usd_per_gpu_hour": "$/GPU-hour"}
     for row in r.sensitivity:
-        st.add_row(names[row.parameter], fmt[row.parameter](row.value), f"{row.gpus_prefix_aware:,.1f}",
+        st.add_row(names[row.parameter], fmt[row.parameter](row.value), gpus_text(row.gpus_prefix_aware),
                    _usd(row.monthly_savings_usd))
     console.print(st)
 

@@ -385,7 +385,7 @@ def _estimate_policies(data: ReportData) -> bool:
     data.sim = {"replicas": sc["replicas"], "model": sc["model"], "gpu": sc["gpu"],
                 "kv_blocks_per_replica": sc["kv_blocks_per_replica"], "block_size": sc["block_size"],
                 "knowledge": "exact"}
-    data.policies_source = f"replayed by the estimate at the report's scenario ({est['baselines']['detail']})"
+    data.policies_source = f"the estimate's replay: {est['baselines']['detail']}"
     data.best_policy = (est.get("verdict") or {}).get("router_policy")
     return True
 
