@@ -183,3 +183,83 @@ def test_cli_writes_estimate_json_and_report_names_the_scenario(tmp_path):
     assert "**Scenario:** 4 replicas of llama-3.1-8b" in md and "50 req/s (--scale-to-rps)" in md
     assert "| scenario | requests with a hit | prompt tokens cached | of ideal |" in md
     assert "hit (requests)" not in md
+
+
+def _rewrite(run: Path, **cols) -> None:
+    t = pq.read_table(run / "requests.parquet")
+    for name, values in cols.items():
+        t = t.set_column(t.schema.get_field_index(name), name, pa.array(values, t.schema.field(name).type))
+    pq.write_table(t, run / "requests.parquet")
+
+
+def test_run_measures_traffic(tmp_path):
+    run = make_run(tmp_path, n=120, convs=40)
+    r = estimate(dataclasses.replace(OPTS, replicas=4), run)
+    wl, t = r.workload, pq.read_table(run / "requests.parquet").to_pydict()
+    assert wl.requests == 120 and wl.rps == pytest.approx(120 / (119 * 0.5))
+    assert wl.context_tokens == pytest.approx(sum(t["prompt_tokens"]) / 120)
+    assert wl.new_tokens == pytest.approx((sum(t["prompt_tokens"]) - sum(t["cached_tokens"])) / 120)
+    assert wl.ideal_hit_rate_token_weighted == pytest.approx(sum(t["cached_tokens"]) / sum(t["prompt_tokens"]))
+    assert wl.output_tokens == 50 and r.scenario("ideal").prefill_tokens_s == pytest.approx(wl.rps * wl.new_tokens)
+    ideal = r.scenario("ideal")
+    assert ideal.hit_rate == pytest.approx(sum(c > 0 for c in t["cached_tokens"]) / 120)
+
+
+def test_scale_to_rps_prices_the_replay_at_that_rate(tmp_path):
+    run = make_run(tmp_path)
+    base = estimate(dataclasses.replace(OPTS, replicas=4), run)
+    scaled = estimate(dataclasses.replace(OPTS, replicas=4, scale_to_rps=200.0), run)
+    assert scaled.workload.rps == 200.0 and scaled.spec.rps_source == "--scale-to-rps"
+    ratio = scaled.scenario("no_reuse").gpus / base.scenario("no_reuse").gpus
+    assert ratio == pytest.approx(200.0 / base.workload.rps)
+    at = _sim(run, 4, target_rps=200.0).policies["round_robin"]["hit_rate_token_weighted"]
+    assert scaled.scenario("round_robin").hit_rate_token_weighted == at
+
+
+def test_one_arrival_instant_needs_rps(tmp_path):
+    from prefixscan.errors import UsageError
+
+    run = make_run(tmp_path, n=6, convs=3)
+    _rewrite(run, arrival_s=[0.0] * 6)
+    with pytest.raises(UsageError, match="--rps"):
+        estimate(dataclasses.replace(OPTS, replicas=2), run)
+    assert estimate(dataclasses.replace(OPTS, replicas=2, rps=5.0), run).workload.rps == 5.0
+
+
+def test_empty_prompts_are_a_clear_error(tmp_path):
+    from prefixscan.errors import UsageError
+
+    run = make_run(tmp_path, n=4, convs=2)
+    _rewrite(run, prompt_tokens=[0] * 4, cached_tokens=[0] * 4)
+    with pytest.raises(UsageError, match="nothing to prefill"):
+        estimate(dataclasses.replace(OPTS, replicas=2), run)
+
+
+def test_nothing_repeats_is_not_worth_it(tmp_path):
+    run = make_run(tmp_path, n=40, shared_blocks=0, convs=40)  # every prompt unique: one new block each
+    r = estimate(dataclasses.replace(OPTS, replicas=4), run)
+    assert r.workload.ideal_hit_rate_token_weighted == 0.0
+    assert r.verdict.worth_it is False and r.verdict.headline.startswith("Not worth it: little repetition")
+    assert r.monthly_savings_usd == pytest.approx(0.0, abs=1e-6)
+
+
+def test_unknown_router_policy_is_a_usage_error(tmp_path):
+    from prefixscan.errors import UsageError
+
+    run = make_run(tmp_path, n=20, convs=5)
+    with pytest.raises(UsageError):
+        estimate(dataclasses.replace(OPTS, replicas=2, policies=("no_such_router",)), run)
+
+
+def test_a_stale_estimate_json_is_re_estimated_at_its_scenario(tmp_path):
+    from prefixscan.report.model import build
+
+    run = make_run(tmp_path)
+    r = estimate(dataclasses.replace(OPTS, replicas=4, scale_to_rps=100.0), run)
+    save_estimate(r, run, "prefixscan estimate RUN --replicas 4 --scale-to-rps 100")
+    _sim(run, 2).save(run)  # the run changes after the estimate
+    data = build(run)
+    assert data.estimate_source.startswith("re-estimated at the scenario")
+    assert data.scenario == r.spec.describe()  # same scenario, recomputed on the changed run
+    rr = next(s for s in data.estimate["scenarios"] if s["name"] == "round_robin")
+    assert rr["hit_rate_token_weighted"] == r.scenario("round_robin").hit_rate_token_weighted

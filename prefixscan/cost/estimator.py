@@ -271,7 +271,7 @@ def estimate(options: EstimateOptions, run_dir: str | os.PathLike[str] | None = 
         ttft_hit_s=hit_s, ttft_miss_s=miss_s, ttft_idle_hit_s=idle_hit_s, ttft_idle_miss_s=idle_miss_s,
         kv_bytes_per_token=spec.model.kv_bytes_per_token(F.dtype_bytes(spec.kv_dtype)),
         prefill_share=share, sensitivity=_sensitivity(calc, status, pa.capture_of_ideal, spec.mfu, price),
-        verdict=verdict, notes=tuple(_notes(o, m, spec, base)),
+        verdict=verdict, notes=tuple(_notes(o, m, spec, base) + _overload(spec, status)),
     )
 
 
@@ -307,6 +307,16 @@ def _notes(o: EstimateOptions, m: MeasuredWorkload | None, spec: ScenarioSpec, b
     if m is not None and m.engine is not None:
         notes.append("savings are against what the engine reported (today), assumed to hold at this rate")
     return notes
+
+
+def _overload(spec: ScenarioSpec, status: Scenario) -> list[str]:
+    """The scenario's GPUs cannot even carry the status quo's prefill: replayed TTFTs are queueing."""
+    have = spec.replicas * spec.tensor_parallel
+    if status.gpus <= have:
+        return []
+    return [f"the {have} GPUs of this scenario ({spec.replicas} x TP{spec.tensor_parallel}) are fewer than the "
+            f"{status.gpus:,.1f} prefill GPUs the status quo needs at {spec.rps:,.4g} req/s: the cluster is "
+            "overloaded, so replayed TTFTs are mostly queueing; add replicas or lower the rate"]
 
 
 def _sensitivity(calc: _Calc, status: Scenario, h: float, mfu: float, price: float) -> tuple[SensitivityRow, ...]:

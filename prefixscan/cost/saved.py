@@ -5,6 +5,7 @@ Written atomically (temp file in the same directory, then rename) so a reader ne
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -19,10 +20,20 @@ FILE = "estimate.json"
 FORMAT = 1
 
 
+def run_fingerprint(run_dir: str | os.PathLike[str]) -> str:
+    """What the estimate read from the run: its inputs, analysis settings and saved simulation."""
+    from prefixscan.io.rundir import read_manifest
+
+    m = read_manifest(run_dir)
+    basis = {k: m.get(k) for k in ("inputs", "config", "simulate")}
+    return hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def save_estimate(result: EstimateResult, run_dir: str | os.PathLike[str], command_line: str = "") -> Path:
     """Write `estimate.json` (sorted keys, so the same estimate gives the same bytes)."""
     run = Path(run_dir)
-    doc = {"format": FORMAT, "command_line": command_line, "result": _finite(result.to_json())}
+    doc = {"format": FORMAT, "command_line": command_line, "run_fingerprint": run_fingerprint(run),
+           "result": _finite(result.to_json())}
     text = json.dumps(doc, indent=2, sort_keys=True, default=_plain, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(dir=run, prefix=f".{FILE}.", suffix=".tmp")
     try:
@@ -35,8 +46,27 @@ def save_estimate(result: EstimateResult, run_dir: str | os.PathLike[str], comma
     return run / FILE
 
 
+def is_stale(doc: dict[str, Any], run_dir: str | os.PathLike[str]) -> bool:
+    """True when the run changed (re-analysed, re-simulated) after the estimate was saved."""
+    return doc.get("run_fingerprint") != run_fingerprint(run_dir)
+
+
+def scenario_options(scenario: dict[str, Any]) -> Any:
+    """EstimateOptions that re-run a saved estimate's scenario (catalogue model and GPU names)."""
+    from prefixscan.cost.estimator import EstimateOptions
+
+    source = scenario.get("rps_source")
+    rate = {"rps": scenario["rps"]} if source == "--rps" else (
+        {} if source == "measured" else {"scale_to_rps": scenario["rps"]})
+    return EstimateOptions(
+        model=scenario["model"], gpu=scenario["gpu"], dtype=scenario["dtype"], kv_dtype=scenario["kv_dtype"],
+        tensor_parallel=scenario["tensor_parallel"], gpu_memory_utilization=scenario["gpu_memory_utilization"],
+        replicas=scenario["replicas"], kv_blocks=scenario["kv_blocks_per_replica"],
+        usd_per_gpu_hour=scenario["usd_per_gpu_hour"], mfu=scenario["mfu"], **rate)
+
+
 def load_estimate(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The saved estimate document ({"command_line", "result"}), or None when the run has none."""
+    """The saved estimate document ({"command_line", "result", ...}), or None when the run has none."""
     path = Path(run_dir) / FILE
     if not path.exists():
         return None

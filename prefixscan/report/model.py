@@ -462,13 +462,23 @@ def _kv(run: Run, est: dict[str, Any] | None) -> KvBasis:
 
 def _estimate(data: ReportData, run: Run, options: Any | None) -> None:
     """The saved estimate when the report was given no scenario option, else a fresh one at the options."""
-    from prefixscan.cost.saved import load_estimate
+    from prefixscan.cost.saved import is_stale, load_estimate, scenario_options
 
     saved = load_estimate(run.path) if options is None else None
-    if saved is not None:
+    line = (saved or {}).get("command_line") or "prefixscan estimate"
+    if saved is not None and not is_stale(saved, run.path):
         data.estimate = saved["result"]
-        line = saved.get("command_line") or "prefixscan estimate"
         data.estimate_source = f"saved by `{line}` (estimate.json)"
+    elif saved is not None and saved["result"].get("scenario"):
+        from prefixscan.cost.estimator import estimate
+
+        try:
+            data.estimate = estimate(scenario_options(saved["result"]["scenario"]), run.path).to_json()
+        except PrefixscanError as exc:
+            data.estimate_error = str(exc)
+            return
+        data.estimate_source = (f"re-estimated at the scenario `{line}` saved in estimate.json (the run "
+                                "changed since: re-analysed or re-simulated)")
     else:
         from prefixscan.cost.estimator import EstimateOptions, estimate
 
@@ -523,7 +533,7 @@ def build(run_dir: str | os.PathLike[str], options: Any | None = None) -> Report
     )
     _estimate(data, run, options)
     data.kv = _kv(run, data.estimate)
-    if data.estimate_source.startswith("saved by"):
+    if "estimate.json" in data.estimate_source:
         data.commands.append(("estimate", data.estimate_source.split("`")[1]))
     rd = data.run_path
     if run.has("requests"):
