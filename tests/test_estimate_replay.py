@@ -110,6 +110,9 @@ def test_report_gives_the_simulation_figures(tmp_path):
     assert data.scenario.startswith("4 replicas of llama-3.1-8b")
     sim_rr = data.policy("round_robin")
     assert sim_rr["hit_rate_token_weighted"] == rr["hit_rate_token_weighted"]
+    router = next(s for s in est["scenarios"] if s["name"] == "prefix_aware")
+    assert router["hit_rate_token_weighted"] == res.policies["sglang_cache_aware"]["hit_rate_token_weighted"]
+    assert est["baselines"]["basis"] == "saved simulation" and data.policies_source == "the run's saved simulation"
 
 
 def test_engine_reported_status_quo_from_fewer_replicas(tmp_path):
