@@ -11,6 +11,7 @@ quo ("today"). GPUs = prefill FLOP/s / (peak dense FLOP/s x MFU).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -159,8 +160,6 @@ class _Calc:
 
 
 def _with(s: Scenario, **kw: object) -> Scenario:
-    import dataclasses
-
     return dataclasses.replace(s, **kw)
 
 
