@@ -266,3 +266,18 @@ def test_a_stale_estimate_json_is_re_estimated_at_its_scenario(tmp_path):
     assert data.scenario == r.spec.describe()  # same scenario, recomputed on the changed run
     rr = next(s for s in data.estimate["scenarios"] if s["name"] == "round_robin")
     assert rr["hit_rate_token_weighted"] == r.scenario("round_robin").hit_rate_token_weighted
+
+
+def test_engine_counters_are_today_when_the_log_has_no_per_request_counts(tmp_path):
+    """`analyze --metrics` attaches vLLM's prefix-cache counters; without per-request counts they are today."""
+    run = make_run(tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["evidence"] = {"metrics": {"engine": "vllm", "queries": 100_000, "hits": 41_000, "coverage": 1.0,
+                                        "same_window": True, "predicted_ideal_hit_rate": 0.9, "scrapes": 2}}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    r = estimate(dataclasses.replace(OPTS, replicas=8), run)
+    today = r.scenario("today")
+    assert r.status_quo == "today" and today.hit_rate_token_weighted == pytest.approx(0.41)
+    assert today.hit_rate is None and "counters" in today.source
+    assert r.engine.explanation[0] == ("The engine's vllm prefix-cache counters covering the same window as the log "
+                                       "report 41.0% of prompt tokens cached (41,000 of 100,000).")

@@ -208,8 +208,9 @@ def _engine_status(run_dir: str | os.PathLike[str], m: MeasuredWorkload, spec: S
         unbounded = replay(run_dir, spec, m, ("round_robin",), unbounded_kv=True,
                            kv_blocks=None)[0].hit_rate_token_weighted
     text = explain(e, m.requests, rr_h, spec.replicas, spec.kv_tokens_per_replica, sweep, unbounded)
-    return StatusQuo(e.requests, m.requests, today, e.hit_requests / e.requests, rr_h, spec.replicas, sweep,
-                     unbounded, e.above_ideal_requests, text)
+    share = None if e.hit_requests is None else e.hit_requests / e.requests
+    return StatusQuo(e.requests, m.requests, today, share, rr_h, spec.replicas, sweep, unbounded,
+                     e.above_ideal_requests, text, e.source)
 
 
 def _prefill_share(wl: Workload, spec: ScenarioSpec, o: EstimateOptions, status_gpus: float) -> float | None:
@@ -243,8 +244,10 @@ def estimate(options: EstimateOptions, run_dir: str | os.PathLike[str] | None = 
     engine = _engine_status(run_dir, m, spec, rr, base) if m is not None and run_dir is not None else None
     today = None
     if engine is not None:
+        where = "the engine's prefix-cache counters" if engine.source == "counters" else \
+            "engine-reported cached tokens in the log"
         today = calc.scenario("today", calc.capture(engine.hit_rate_token_weighted), engine.hit_share_requests,
-                              "engine-reported cached tokens in the log", "engine-reported")
+                              where, "engine-reported")
         today = _with(today, hit_rate_token_weighted=engine.hit_rate_token_weighted)
     ideal_share = m.ideal_hit_requests / m.requests if m is not None else 1.0
     no_reuse = calc.scenario("no_reuse", 0.0, 0.0, "every prompt prefilled in full", "model")

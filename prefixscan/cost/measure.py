@@ -23,8 +23,10 @@ class EngineReported:
     prompt_tokens: int  # prompt tokens of those rows
     cached_tokens: int  # engine-reported cached tokens of those rows
     ideal_cached_tokens: int  # what an ideal cache (this tokenizer, this block size) hits on those rows
-    hit_requests: int  # rows whose engine-reported cached tokens are > 0
+    hit_requests: int | None  # rows whose engine-reported cached tokens are > 0 (None: counters only)
     above_ideal_requests: int  # rows where the engine cached more than an ideal cache could
+    source: str = "log"  # "log": per-request counts in the log; "counters": the engine's metrics (evidence)
+    detail: str = ""  # for counters: which engine, whether the scrapes cover the log's window
 
     @property
     def hit_rate_token_weighted(self) -> float:
@@ -88,6 +90,22 @@ def _engine(req: Any) -> EngineReported | None:
     )
 
 
+def _counters(manifest: dict[str, Any], requests: int) -> EngineReported | None:
+    """The engine's prefix-cache counters attached by `analyze --metrics` (manifest["evidence"]["metrics"])."""
+    ev = ((manifest.get("evidence") or {}).get("metrics") or {}) if isinstance(manifest.get("evidence"), dict) \
+        else {}
+    queries, hits = ev.get("queries"), ev.get("hits")
+    if not queries or hits is None:
+        return None
+    window = "the same window as the log" if ev.get("same_window") else (
+        f"{float(ev.get('coverage') or 0):.0%} of the log's prompt tokens: another window, compare rates only")
+    ideal = float(ev.get("predicted_ideal_hit_rate") or 0.0)
+    return EngineReported(requests=requests, prompt_tokens=int(queries), cached_tokens=int(hits),
+                          ideal_cached_tokens=int(round(ideal * queries)), hit_requests=None,
+                          above_ideal_requests=0, source="counters",
+                          detail=f"{ev.get('engine') or 'engine'} prefix-cache counters covering {window}")
+
+
 def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
     """Measure rate, mean context, mean new tokens and hit rates from a run directory."""
     import pyarrow.compute as pc
@@ -122,7 +140,7 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
         output_tokens=output,
         ideal_hit_rate_token_weighted=sum_cached / sum_prompt if sum_prompt > 0 else 0.0,
         ideal_hit_requests=int(pc.sum(pc.cast(pc.greater(cached, 0), "int64")).as_py() or 0),
-        engine=_engine(req),
+        engine=_engine(req) or _counters(run.manifest, n),
         block_size=int((run.manifest.get("config") or {}).get("block_size") or 16),
         replayable=(f"the requests table lacks {', '.join(lacking)}" if lacking else None),
         sim_config=sim.get("config") if isinstance(sim.get("config"), dict) else None,

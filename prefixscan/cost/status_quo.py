@@ -23,13 +23,14 @@ class StatusQuo:
     requests: int
     of_requests: int
     hit_rate_token_weighted: float
-    hit_share_requests: float
+    hit_share_requests: float | None  # None when only the engine's counters are known
     round_robin_token_weighted: float | None
     replicas: int
     sweep: tuple[tuple[int, float], ...]  # (replicas, replayed round-robin token-weighted hit rate)
     round_robin_unbounded: float | None
     above_ideal_requests: int
     explanation: tuple[str, ...]
+    source: str = "log"  # "log" (per-request counts) or "counters" (the engine's metrics)
 
 
 def sweep_counts(replicas: int) -> list[int]:
@@ -47,7 +48,11 @@ def explain(e: EngineReported, of_requests: int, rr: float | None, replicas: int
     today = e.hit_rate_token_weighted
     subset = f" over the {e.requests:,} of {of_requests:,} requests that carry it" if e.requests < of_requests \
         else f" over all {e.requests:,} requests"
-    out = [f"The engine reported {today:.1%} of prompt tokens cached{subset}."]
+    if e.source == "counters":
+        out = [f"The engine's {e.detail} report {today:.1%} of prompt tokens cached ({e.cached_tokens:,} of "
+               f"{e.prompt_tokens:,})."]
+    else:
+        out = [f"The engine reported {today:.1%} of prompt tokens cached{subset}."]
     if e.above_ideal_requests:
         out.append(
             f"{e.above_ideal_requests:,} of them ({e.above_ideal_requests / e.requests:.0%}) report more cached "
