@@ -273,7 +273,8 @@ def estimate(options: EstimateOptions, run_dir: str | os.PathLike[str] | None = 
         ttft_hit_s=hit_s, ttft_miss_s=miss_s, ttft_idle_hit_s=idle_hit_s, ttft_idle_miss_s=idle_miss_s,
         kv_bytes_per_token=spec.model.kv_bytes_per_token(F.dtype_bytes(spec.kv_dtype)),
         prefill_share=share, sensitivity=_sensitivity(calc, status, pa.capture_of_ideal, spec.mfu, price),
-        verdict=verdict, notes=tuple(_notes(o, m, spec, base) + _overload(spec, status)),
+        verdict=verdict, notes=tuple(_notes(o, m, spec, base) + (_overload(spec, status) if base.policies
+                                                                    else [])),
     )
 
 

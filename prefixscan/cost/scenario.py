@@ -129,6 +129,8 @@ def resolve_scenario(o: EstimateOptions, m: MeasuredWorkload | None) -> Scenario
     bs = m.block_size if m else 16
     kv_tokens = _kv_tokens(o, m, sim, same_hw and tp == sim.get("tensor_parallel") and gmu == sim.get(
         "gpu_memory_utilization"), bs, lambda: F.kv_capacity_tokens(model, gpu, kvbytes, tp, gmu, wbytes))
+    if m is not None:  # a run is replayed in whole blocks: price the memory the replay has
+        kv_tokens = kv_tokens // bs * bs
     rps, source = _rate(o, m)
     mfu = o.mfu or sim.get("mfu") or DEFAULT_MFU
     return ScenarioSpec(model, gpu, dtype, kv_dtype, tp, float(gmu), int(replicas), int(kv_tokens), bs, rps,
