@@ -24,6 +24,8 @@ from prefixscan.io.ecosystem import (
     responses_to_chat,
 )
 from prefixscan.io.timestamps import parse_timestamp
+from prefixscan.media import has_media
+from prefixscan.render import content_text
 
 FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian", "otel",
            "anthropic", "responses")
@@ -226,6 +228,10 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
         c = m.get("content")
         if c is not None and not isinstance(c, (str, list)):
             raise RecordError("bad_message", f"message {i} content should be a string or a list of parts")
+        if has_media(c):
+            # Media parts become placeholders with their content id here, for every tokenizer and stage,
+            # and the bytes and URLs go no further (media.py).
+            messages[i] = {**m, "content": content_text(c)}
     return messages
 
 
