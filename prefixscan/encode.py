@@ -37,7 +37,7 @@ from prefixscan.hashing import BytesLRU, ChainCache, namespace_hash
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import content_text
 from prefixscan.tokenize.base import SegmentMemo
-from prefixscan.vllm_hash import RequestKeys, hasher_for, request_keys
+from prefixscan.vllm_hash import RequestKeys, has_lora_path, hasher_for, request_keys
 
 POOL_MIN_BYTES = 64 << 20  # below this much input the workers' start-up (~1-2 s) costs more than they save
 MAX_AUTO_WORKERS = 3  # the ingesting process itself is the bottleneck beyond a few encoders
@@ -96,7 +96,7 @@ def record_keys(chains: ChainCache, r: Record) -> RequestKeys | None:
     """A record's vLLM extra-key inputs (LoRA, cache_salt), or None with prefixscan's own hash."""
     if chains.hasher is None:
         return None
-    return request_keys(getattr(chains, "lora_paths", {}), r.adapter, r.cache_salt)
+    return request_keys(chains.lora_paths, r.adapter, r.cache_salt)
 
 
 def chain_hashes(chains: ChainCache, r: Record, toks: np.ndarray, enc: Any, root: int, bs: int,
@@ -168,7 +168,7 @@ class RecordEncoder:
                 continue
             root = root_of(self.cfg, r, tok.id, tok.template_version)
             h = chain_hashes(self.chains, r, toks, e, root, bs)
-            if r.adapter and self.chains.hasher is not None and r.adapter not in dict(self.cfg.lora_paths):
+            if r.adapter and self.chains.hasher is not None and not has_lora_path(self.chains.lora_paths, r.adapter):
                 self.lora_without_path += 1
             out.append(Hashed(root, len(toks), e.head_tokens, h, toks if self.keep_tokens else None))
         return out

@@ -163,6 +163,7 @@ class ChainCache:
         self.blocks_reused = 0
         # None: prefixscan's xxh3-64 chain; else a `vllm_hash.VllmHasher` (vLLM's own values, --hash vllm:*)
         self.hasher = hasher
+        self.lora_paths: dict[str, str] = {}  # adapter name -> path, for vLLM's ("lora", name, path) key
 
     def plain(self, tokens: np.ndarray, block_size: int, root: int, keys: Any = None) -> np.ndarray:
         """Block hashes of a whole prompt without resuming (prompts that come without pieces)."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 import xxhash
 
 from prefixscan.config import AnalyzeConfig
@@ -219,5 +220,27 @@ def request_keys(lora_paths: dict[str, str], adapter: str | None, salt: str | No
                  mm: tuple[MediaSpan, ...] = ()) -> RequestKeys:
     """A record's extra-key inputs. vLLM keys a LoRA by (name, path); a name without a --lora-path
     keeps its name as the path, so those blocks cannot equal the engine's (counted, docs/analyze.md)."""
-    lora = (adapter, lora_paths.get(adapter, adapter)) if adapter else None
-    return RequestKeys(lora, salt or None, mm)
+    if not adapter:
+        return RequestKeys(None, salt or None, mm)
+    name, path = _lora_fields(adapter)
+    return RequestKeys((name, lora_paths.get(name, path or name)), salt or None, mm)
+
+
+def _lora_fields(adapter: str) -> tuple[str, str | None]:
+    """(name, path) of a logged adapter: a bare name, or a `lora_request` object the reader kept as JSON."""
+    if adapter.startswith("{"):
+        try:
+            d = orjson.loads(adapter)
+        except orjson.JSONDecodeError:
+            return adapter, None
+        name = d.get("lora_name") or d.get("name")
+        if isinstance(name, str):
+            path = d.get("lora_path") or d.get("path")
+            return name, path if isinstance(path, str) else None
+    return adapter, None
+
+
+def has_lora_path(lora_paths: dict[str, str], adapter: str) -> bool:
+    """Whether vLLM's ("lora", name, path) key of this adapter is known (from --lora-path or the log)."""
+    name, path = _lora_fields(adapter)
+    return path is not None or name in lora_paths

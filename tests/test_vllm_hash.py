@@ -121,3 +121,40 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert out.exit_code == 2 and "needs --hash-seed" in out.output and "Traceback" not in out.output
     out = CliRunner().invoke(app, ["analyze", str(log), "--hash", "vllm:sha256", "--isolate-tenants", "-q"])
     assert out.exit_code == 2 and "cache_salt" in out.output
+
+
+def test_workers_and_rewrites_hash_alike(chat_log: Path) -> None:
+    """Encode workers and the findings' rewrites use the same vLLM hasher as the main process."""
+    one = analyze(str(chat_log), workers=0, hash="vllm:xxhash", hash_seed="5")
+    two = analyze(str(chat_log), workers=1, hash="vllm:xxhash", hash_seed="5")
+    fast = analyze(str(chat_log), workers=0)
+    col = "block_hashes"
+    assert one.tables["requests"].column(col).to_pylist() == two.tables["requests"].column(col).to_pylist()
+    assert one.tables["requests"].column(col).to_pylist() != fast.tables["requests"].column(col).to_pylist()
+    assert one.summary.get("counterfactual") == fast.summary.get("counterfactual")
+
+
+ENGINE = Path(__file__).parent / "data" / "vllm_engine_blocks.json"
+
+
+@pytest.mark.parametrize("run", json.loads(ENGINE.read_text())["runs"], ids=lambda r: r["algo"])
+def test_equals_the_real_engines_block_pool(run: dict) -> None:
+    """The block hashes the real vLLM engine held after serving the log, and its cached tokens, per request."""
+    doc = json.loads(ENGINE.read_text())
+    res = analyze(str(ENGINE.parent / "vllm_engine_tokens.jsonl"), tokenizer="none", block_size=doc["block_size"],
+                  hash=f"vllm:{run['algo']}", hash_seed=doc["pythonhashseed"], workers=0, findings=False)
+    req = res.tables["requests"]
+    ours = {h for row in req.column("block_hashes").to_pylist() for h in row}
+    assert ours == set(run["block_hashes"])
+    assert req.column("cached_tokens").to_pylist() == run["cached_tokens"]
+
+
+def test_lora_key_from_options_or_log() -> None:
+    from prefixscan.vllm_hash import has_lora_path, request_keys
+
+    assert request_keys({"sql": "/a"}, "sql", "").lora == ("sql", "/a") and request_keys({}, None, "").salt is None
+    logged = json.dumps({"lora_name": "sql", "lora_int_id": 1, "lora_path": "/b"})
+    assert request_keys({}, logged, None).lora == ("sql", "/b")
+    assert request_keys({"sql": "/a"}, logged, None).lora == ("sql", "/a")  # --lora-path wins
+    assert request_keys({}, "sql", None).lora == ("sql", "sql") and not has_lora_path({}, "sql")
+    assert has_lora_path({}, logged) and has_lora_path({"sql": "/a"}, "sql")
