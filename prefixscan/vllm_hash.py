@@ -159,10 +159,15 @@ class VllmHasher:
         ids = np.asarray(tokens).tolist()  # Python ints: pickle and CBOR encode numpy scalars differently
         out = []
         mm_idx = 0
+        later = extra_keys(block_size, 2 * block_size, k.lora, k.salt)[0]  # every block after 0, without media
+        fn = self.fn
         for b in range(len(ids) // block_size):
             start = (first_block + b) * block_size
-            extra, mm_idx = extra_keys(start, start + block_size, k.lora, k.salt, k.mm, mm_idx)
-            parent = self.fn((parent or self.none_hash, tuple(ids[b * block_size:(b + 1) * block_size]), extra))
+            if k.mm or start == 0:
+                extra, mm_idx = extra_keys(start, start + block_size, k.lora, k.salt, k.mm, mm_idx)
+            else:
+                extra = later
+            parent = fn((parent or self.none_hash, tuple(ids[b * block_size:(b + 1) * block_size]), extra))
             out.append(parent)
         self.blocks += len(out)
         return out
