@@ -158,3 +158,26 @@ def test_lora_key_from_options_or_log() -> None:
     assert request_keys({"sql": "/a"}, logged, None).lora == ("sql", "/a")  # --lora-path wins
     assert request_keys({}, "sql", None).lora == ("sql", "sql") and not has_lora_path({}, "sql")
     assert has_lora_path({}, logged) and has_lora_path({"sql": "/a"}, "sql")
+
+
+CONFORMANCE = Path(__file__).resolve().parent.parent / "conformance" / "fixtures"
+FAMILIES = sorted(p.parent for p in CONFORMANCE.glob("*/vllm.jsonl.gz") if (p.parent / "tokenizer").is_dir())
+
+
+@pytest.mark.skipif(not FAMILIES, reason="no recorded conformance fixtures with a tokenizer dir in this checkout")
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda p: p.name)
+def test_equals_the_conformance_suites_engine_hashes(fam: Path) -> None:
+    """Every full-block hash the engine (and vLLM's scheduler driver) reported per request, on the
+    conformance suite's chat workload (`make conformance`, docs/conformance.md)."""
+    import gzip
+
+    for run in (json.loads(line) for line in gzip.open(fam / "vllm.jsonl.gz", "rt")):
+        if "block_hashes" not in run:
+            continue
+        h = run["header"]
+        res = analyze(str(fam / "workload.jsonl.gz"), tokenizer=f"hf:{fam / 'tokenizer'}", block_size=h["block_size"],
+                      hash=f"vllm:{h['hash_algo']}", hash_seed=h["pythonhashseed"], workers=0, findings=False)
+        t = res.tables["requests"]
+        ours = dict(zip(t.column("request_id").to_pylist(), t.column("block_hashes").to_pylist(), strict=True))
+        for rid, want in zip(run["request_id"], run["block_hashes"], strict=True):
+            assert [f"{x:016x}" for x in ours[rid]] == want, (run["run"], rid)
