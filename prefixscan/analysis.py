@@ -309,6 +309,9 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
     if ing.tokenizer_stats.get("vllm_lora_without_path"):
         notes.append(f"{ing.tokenizer_stats['vllm_lora_without_path']} LoRA requests had no --lora-path: vLLM hashes "
                      "the adapter's name and path, so their block hashes are not the engine's (hits are unaffected).")
+    if cfg.hash != "xxh3" and {"mooncake", "bailian"} & set(ing.shapes.values()):
+        notes.append(f"Hashed traces keep their own block ids: --hash {cfg.hash} applies to token and text "
+                     "prompts only.")
     models = by_dimension(summaries, "model")
     if cfg.hash != "xxh3" and len(models) > 1:
         notes.append(f"{len(models)} models in one log under --hash {cfg.hash}: vLLM's hash has no model in it, so "

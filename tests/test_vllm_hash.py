@@ -181,3 +181,15 @@ def test_equals_the_conformance_suites_engine_hashes(fam: Path) -> None:
         ours = dict(zip(t.column("request_id").to_pylist(), t.column("block_hashes").to_pylist(), strict=True))
         for rid, want in zip(run["request_id"], run["block_hashes"], strict=True):
             assert [f"{x:016x}" for x in ours[rid]] == want, (run["run"], rid)
+
+
+def test_summary_says_what_the_values_are(tmp_path: Path) -> None:
+    recs = [chat(i, f"c{i}", 1, model="m1" if i % 2 else "m2", adapter="sql" if i == 0 else None) for i in range(4)]
+    log = write_jsonl(tmp_path / "c.jsonl", recs)
+    out = CliRunner().invoke(app, ["analyze", str(log), "--hash", "vllm:sha256", "--hash-seed", "0", "--no-findings"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "hash vllm:sha256 seed 0" in text
+    assert "2 models in one log" in text and "1 LoRA requests had no --lora-path" in text
+    plain = CliRunner().invoke(app, ["analyze", str(log), "--no-findings"])
+    assert "hash " not in " ".join(plain.output.split()).split("records read")[0]
