@@ -306,6 +306,10 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
     notes += input_notes(ing, n)
     if ing.tokenizer_stats.get("fallback_reason"):
         notes.append("Tokenisation fell back to the direct path: " + str(ing.tokenizer_stats["fallback_reason"]))
+    if ing.tokenizer_stats.get("media_items"):
+        notes.append(f"{ing.tokenizer_stats['media_items']:,} media items (images, audio, files) were keyed by "
+                     "content and counted as a short placeholder: the model's processor expands each to its own "
+                     "number of tokens, so prompt token counts of those requests are prefixscan's, not the engine's.")
     if ing.tokenizer_stats.get("vllm_lora_without_path"):
         notes.append(f"{ing.tokenizer_stats['vllm_lora_without_path']} LoRA requests had no --lora-path: vLLM hashes "
                      "the adapter's name and path, so their block hashes are not the engine's (hits are unaffected).")

@@ -126,6 +126,7 @@ class RecordEncoder:
         self.tokenizer: Any = None
         self.chains = shared_chain_cache(1.0, cfg)
         self.lora_without_path = 0
+        self.media_items = 0
         self.cache_share = 1.0
         self.share_caches(cache_share)
 
@@ -159,6 +160,7 @@ class RecordEncoder:
         bs = self.cfg.block_size
         out: list[Hashed | Rejected] = []
         for r, e in zip(records, tok.encode_batch(records), strict=True):
+            self.media_items += r.media_items
             if isinstance(e, RecordError):
                 out.append(Rejected(e.reason, e.detail))
                 continue
@@ -183,6 +185,8 @@ class RecordEncoder:
         out.update(blocks_hashed=self.chains.blocks_hashed, blocks_reused=self.chains.blocks_reused)
         if self.chains.hasher is not None:
             out.update(vllm_lora_without_path=self.lora_without_path)
+        if self.media_items:
+            out.update(media_items=self.media_items)
         return out
 
 

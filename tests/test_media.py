@@ -111,7 +111,9 @@ def test_no_media_bytes_or_urls_in_outputs(tmp_path: Path) -> None:
     recs = [record(i, MEDIA["http_url"](i % 2)) for i in range(6)] + \
            [record(6 + i, image_url(i % 2)) for i in range(6)]
     log = write_jsonl(tmp_path / "mm.jsonl", recs)
-    analyze(str(log), output=str(tmp_path / "run"), workers=0)
+    res = analyze(str(log), output=str(tmp_path / "run"), workers=0)
+    assert res.summary["input"]["tokenizer_stats"]["media_items"] == 12
+    assert any("12 media items" in n for n in res.summary["notes"])  # their token counts are not the engine's
     for f in (tmp_path / "run").rglob("*"):
         if f.is_file():
             data = f.read_bytes()

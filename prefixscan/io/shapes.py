@@ -24,7 +24,7 @@ from prefixscan.io.ecosystem import (
     responses_to_chat,
 )
 from prefixscan.io.timestamps import parse_timestamp
-from prefixscan.media import has_media
+from prefixscan.media import has_media, is_text_part
 from prefixscan.render import content_text
 
 FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian", "otel",
@@ -96,6 +96,7 @@ class Record:
     token_ids: list[int] | np.ndarray | None = None
     hash_ids: np.ndarray | None = None
     input_length: int | None = None
+    media_items: int = 0  # media parts in the messages, each now a placeholder (media.py)
 
 
 @lru_cache(maxsize=256)
@@ -228,11 +229,19 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
         c = m.get("content")
         if c is not None and not isinstance(c, (str, list)):
             raise RecordError("bad_message", f"message {i} content should be a string or a list of parts")
-        if has_media(c):
-            # Media parts become placeholders with their content id here, for every tokenizer and stage,
-            # and the bytes and URLs go no further (media.py).
-            messages[i] = {**m, "content": content_text(c)}
     return messages
+
+
+def _flatten_media(messages: list[dict[str, Any]]) -> int:
+    """Media parts become placeholders with their content id here, for every tokenizer and stage, and
+    the bytes and URLs go no further (media.py). Returns how many media items there were."""
+    n = 0
+    for i, m in enumerate(messages):
+        c = m.get("content")
+        if has_media(c):
+            n += sum(1 for p in c if isinstance(p, dict) and not is_text_part(p))
+            messages[i] = {**m, "content": content_text(c)}
+    return n
 
 
 def _int_list(value: Any, field: str) -> np.ndarray:
@@ -297,7 +306,8 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
             tools = orjson.loads(tools) if tools.strip() else None
         if tools is not None and not isinstance(tools, list):
             raise RecordError("wrong_type", "`tools` should be a list")
-        kind, content = "chat", {"messages": _check_messages(body.get("messages")), "tools": tools or None}
+        msgs = _check_messages(body.get("messages"))
+        kind, content = "chat", {"messages": msgs, "tools": tools or None, "media_items": _flatten_media(msgs)}
     elif "prompt" in body and shape in ("completion", "openai-batch", "gateway", "chat"):
         p = body.get("prompt")
         if isinstance(p, list) and p and all(isinstance(t, int) for t in p):
