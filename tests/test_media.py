@@ -11,6 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prefixscan import analyze
 from prefixscan.media import media_identifier, placeholder
@@ -118,3 +120,17 @@ def test_no_media_bytes_or_urls_in_outputs(tmp_path: Path) -> None:
         if f.is_file():
             data = f.read_bytes()
             assert b"cdn.example.com" not in data and PNG[0][:24].encode() not in data, f.name
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=1, max_size=64), st.binary(min_size=1, max_size=64), st.sampled_from(["low", "high", None]))
+def test_identifier_property(a: bytes, b: bytes, detail: str | None) -> None:
+    """Equal media in any of the shapes have one id; different media have different ids."""
+    b64 = base64.b64encode(a).decode()
+    shapes = [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64}", "detail": detail}},
+              {"type": "input_audio", "input_audio": {"data": b64, "format": "wav"}},
+              {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}},
+              {"type": "input_image", "image_url": f"data:image/jpeg;base64,{b64}"}]
+    assert len({media_identifier(p) for p in shapes}) == 1
+    other = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b).decode()}}
+    assert (media_identifier(other) == media_identifier(shapes[0])) == (a == b)
