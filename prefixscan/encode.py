@@ -132,7 +132,8 @@ class RecordEncoder:
 
     def _caches(self) -> list[BytesLRU]:
         seg = getattr(self.tokenizer, "seg", None)
-        return [self.chains._d] + ([seg.memo._memo, seg.pieces] if seg is not None else [])
+        digests = [self.chains.hasher.digest_memo] if self.chains.hasher is not None else []
+        return [self.chains._d, *digests] + ([seg.memo._memo, seg.pieces] if seg is not None else [])
 
     def share_caches(self, share: float) -> None:
         """Scale the byte budgets of this encoder's caches (chain cache, and the tokenizer's segment memo

@@ -17,7 +17,6 @@ which is what the requests table stores. tests/data/vllm_hash_vectors.json pins 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import pickle
 from collections.abc import Callable, Sequence
@@ -38,6 +37,7 @@ HASH_CHOICES = ("xxh3",) + tuple(f"vllm:{a}" for a in VLLM_ALGOS)
 DEFAULT_NONE_HASH_SEED = "vllm-none-hash"  # vLLM's seed for the sha256 algorithms without PYTHONHASHSEED
 NON_CRYPTO = ("xxhash", "xxhash_cbor")
 DIGEST_MEMO_BYTES = 64 << 20  # low-64 value -> full digest, so a resumed chain finds its parent
+DIGEST_ENTRY = 230  # bytes a remembered digest costs besides its own (int key, LRU links, bytes header; measured)
 MASK64 = (1 << 64) - 1
 
 
@@ -147,10 +147,10 @@ class VllmHasher:
     def __post_init__(self) -> None:
         self.fn = hash_function(self.algo)
         self.none_hash = self.fn(self.seed)
-        self._digests = BytesLRU(DIGEST_MEMO_BYTES)
+        self.digest_memo = BytesLRU(DIGEST_MEMO_BYTES)
 
     def knows(self, parent: int) -> bool:
-        return self._digests.get(parent) is not None
+        return self.digest_memo.get(parent) is not None
 
     def digests(self, tokens: np.ndarray, block_size: int, parent: bytes | None = None, first_block: int = 0,
                 keys: RequestKeys | None = None) -> list[bytes]:
@@ -175,20 +175,14 @@ class VllmHasher:
     def hashes(self, tokens: np.ndarray, block_size: int, parent: int | None = None, first_block: int = 0,
                keys: RequestKeys | None = None) -> np.ndarray:
         """Low-64 values (uint64) of `digests`; `parent` is the stored value of the block before."""
-        p = None if parent is None else self._digests.get(parent)
+        p = None if parent is None else self.digest_memo.get(parent)
         if parent is not None and p is None:
             raise KeyError(parent)
         ds = self.digests(tokens, block_size, p, first_block, keys)
         out = np.fromiter((low64(d) for d in ds), dtype=np.uint64, count=len(ds))
         for v, d in zip(out.tolist(), ds, strict=True):
-            self._digests.put(v, d, len(d) + 100)
+            self.digest_memo.put(v, d, len(d) + DIGEST_ENTRY)
         return out
-
-
-@functools.lru_cache(maxsize=8)
-def get_hasher(algo: str, seed: str) -> VllmHasher:
-    """One hasher per process and setting, so the encoder's and the detector's chains share digests."""
-    return VllmHasher(algo, seed)
 
 
 def check_hash_options(cfg: AnalyzeConfig) -> None:
@@ -216,9 +210,10 @@ def hash_description(cfg: AnalyzeConfig) -> dict[str, Any]:
 
 
 def hasher_for(cfg: AnalyzeConfig) -> VllmHasher | None:
-    """The process's hasher for this run's `--hash`, or None for prefixscan's own chain."""
+    """A hasher for this run's `--hash` (each chain cache its own, freed with the run), or None for
+    prefixscan's own chain."""
     algo, seed = parse_hash(cfg.hash, cfg.hash_seed)
-    return None if algo == "xxh3" or seed is None else get_hasher(algo, seed)
+    return None if algo == "xxh3" or seed is None else VllmHasher(algo, seed)
 
 
 def request_keys(lora_paths: dict[str, str], adapter: str | None, salt: str | None,
