@@ -24,7 +24,7 @@ from prefixscan.io.ecosystem import (
     responses_to_chat,
 )
 from prefixscan.io.timestamps import parse_timestamp
-from prefixscan.media import has_media, is_text_part
+from prefixscan.media import MEDIA_KINDS, has_media, is_text_part
 from prefixscan.render import content_text
 
 FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian", "otel",
@@ -234,12 +234,12 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
 
 def _flatten_media(messages: list[dict[str, Any]]) -> int:
     """Media parts become placeholders with their content id here, for every tokenizer and stage, and
-    the bytes and URLs go no further (media.py). Returns how many media items there were."""
+    the bytes and URLs go no further (media.py). Returns how many were of a known media kind."""
     n = 0
     for i, m in enumerate(messages):
         c = m.get("content")
         if has_media(c):
-            n += sum(1 for p in c if isinstance(p, dict) and not is_text_part(p))
+            n += sum(1 for p in c if isinstance(p, dict) and not is_text_part(p) and p.get("type") in MEDIA_KINDS)
             messages[i] = {**m, "content": content_text(c)}
     return n
 
