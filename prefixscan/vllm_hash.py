@@ -71,9 +71,7 @@ def low64(digest: bytes) -> int:
 
 def parse_hash(spec: str, seed: str | None) -> tuple[str, str | None]:
     """Check `--hash` / `--hash-seed`: (algorithm or "xxh3", the seed NONE_HASH is derived from)."""
-    if spec == "xxh3":
-        if seed is not None:
-            raise UsageError("--hash-seed applies only to --hash vllm:ALGO")
+    if spec == "xxh3":  # a seed (from prefixscan.toml, say, under a --hash xxh3 flag) does not apply
         return "xxh3", None
     if spec not in HASH_CHOICES:
         raise UsageError(f"--hash {spec!r} is not known; expected one of {', '.join(HASH_CHOICES)}")
@@ -189,8 +187,6 @@ def check_hash_options(cfg: AnalyzeConfig) -> None:
     """Refuse option sets that cannot give vLLM's values (one-line errors before any work)."""
     algo, _ = parse_hash(cfg.hash, cfg.hash_seed)
     if algo == "xxh3":
-        if cfg.lora_paths:
-            raise UsageError("--lora-path applies only to --hash vllm:ALGO")
         return
     if cfg.isolate_tenants:
         raise UsageError("--isolate-tenants salts prefixscan's own chain; with --hash vllm:* the chain is vLLM's, "

@@ -68,8 +68,8 @@ def test_low64_is_big_endian_tail() -> None:
 def test_seed_rules() -> None:
     assert parse_hash("vllm:sha256", None) == ("sha256", "vllm-none-hash")
     assert parse_hash("vllm:xxhash_cbor", "7") == ("xxhash_cbor", "7")
-    assert parse_hash("xxh3", None) == ("xxh3", None)
-    for spec, seed in (("vllm:xxhash", None), ("vllm:xxhash_cbor", None), ("xxh3", "1"), ("vllm:md5", "1")):
+    assert parse_hash("xxh3", None) == parse_hash("xxh3", "1") == ("xxh3", None)  # no seed in prefixscan's hash
+    for spec, seed in (("vllm:xxhash", None), ("vllm:xxhash_cbor", None), ("vllm:md5", "1"), ("sha256", "1")):
         with pytest.raises(UsageError):
             parse_hash(spec, seed)
 
@@ -193,3 +193,17 @@ def test_summary_says_what_the_values_are(tmp_path: Path) -> None:
     assert "2 models in one log" in text and "1 LoRA requests had no --lora-path" in text
     plain = CliRunner().invoke(app, ["analyze", str(log), "--no-findings"])
     assert "hash " not in " ".join(plain.output.split()).split("records read")[0]
+
+
+def test_project_config_sets_the_hash(tmp_path: Path) -> None:
+    log = write_jsonl(tmp_path / "c.jsonl", [chat(i, "c", 1 + i) for i in range(3)])
+    (tmp_path / "prefixscan.toml").write_text('[analyze]\nhash = "vllm:xxhash"\nhash_seed = "7"\n'
+                                              'lora_path = { sql = "/adapters/sql" }\n')
+    out = CliRunner().invoke(app, ["analyze", str(log), "-o", str(tmp_path / "run"), "-q", "--no-findings"])
+    assert out.exit_code == 0, out.output
+    m = read_manifest(tmp_path / "run")
+    assert (m["config"]["hash"], m["config"]["hash_seed"], m["config"]["lora_paths"]) == \
+        ("vllm:xxhash", "7", {"sql": "/adapters/sql"})
+    # a --hash flag wins over the file, and the file's seed then does not apply
+    out = CliRunner().invoke(app, ["analyze", str(log), "--hash", "xxh3", "-q", "--no-findings", "--json"])
+    assert out.exit_code == 0 and json.loads(out.stdout)["input"]["hash"]["algorithm"] == "xxh3"
