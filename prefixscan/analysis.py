@@ -33,6 +33,7 @@ from prefixscan.reuse.capacity import capacity_curve, capacity_targets
 from prefixscan.reuse.ideal import IdealStream, TokenPrefixIndex, scope_salts
 from prefixscan.reuse.prefixes import prefixes_table
 from prefixscan.schema import REJECTS_SCHEMA
+from prefixscan.vllm_hash import check_hash_options, hash_description
 
 SUMMARY_DIMENSIONS = {"tenant": "tenant", "model": "model", "prefix_class": "prefix_class",
                       "hit_source": "hit_source", "turn_index": "_turn_bucket", "category": "category"}
@@ -67,6 +68,7 @@ def _validate(cfg: AnalyzeConfig) -> None:
         raise UsageError(f"--granularity must be block or token, got {cfg.granularity!r}")
     if cfg.capacities is not None and any(c <= 0 for c in cfg.capacities):
         raise UsageError("--capacities must be positive token counts")
+    check_hash_options(cfg)
 
 
 STREAM_MIN_BYTES = 256 << 20  # smaller logs are analysed in memory, where they run faster
@@ -304,6 +306,20 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
     notes += input_notes(ing, n)
     if ing.tokenizer_stats.get("fallback_reason"):
         notes.append("Tokenisation fell back to the direct path: " + str(ing.tokenizer_stats["fallback_reason"]))
+    if ing.tokenizer_stats.get("media_items"):
+        notes.append(f"{ing.tokenizer_stats['media_items']:,} media items (images, audio, files) were keyed by "
+                     "content and counted as a short placeholder: the model's processor expands each to its own "
+                     "number of tokens, so prompt token counts of those requests are prefixscan's, not the engine's.")
+    if ing.tokenizer_stats.get("vllm_lora_without_path"):
+        notes.append(f"{ing.tokenizer_stats['vllm_lora_without_path']} LoRA requests had no --lora-path: vLLM hashes "
+                     "the adapter's name and path, so their block hashes are not the engine's (hits are unaffected).")
+    if cfg.hash != "xxh3" and {"mooncake", "bailian"} & set(ing.shapes.values()):
+        notes.append(f"Hashed traces keep their own block ids: --hash {cfg.hash} applies to token and text "
+                     "prompts only.")
+    models = by_dimension(summaries, "model")
+    if cfg.hash != "xxh3" and len(models) > 1:
+        notes.append(f"{len(models)} models in one log under --hash {cfg.hash}: vLLM's hash has no model in it, so "
+                     "equal token prefixes of different models count as shared; analyse one model at a time.")
     curve_py = curve.to_pydict()
     capacity: dict[str, Any] = {}
     if curve.num_rows:
@@ -326,7 +342,7 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
         "by_tenant": by_dimension(summaries, "tenant"),
         "by_prefix_class": by_dimension(summaries, "prefix_class"),
         "by_hit_source": by_dimension(summaries, "hit_source"),
-        "by_model": by_dimension(summaries, "model"),
+        "by_model": models,
         "by_turn": by_dimension(summaries, "turn_index"),
         "conversations": {"share_with_id": has_conv / n if n else 0.0,
                           "distinct": distinct_conv},
@@ -344,7 +360,8 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
         "input": {"files": len(ing.sources), "shapes": ing.shapes, "tokenizer": ing.tokenizer_id,
                   "template": ing.template_version, "approximate_template": ing.approximate_template,
                   "block_size": ing.block_size, "hit_rule": ing.hit_rule, "granularity": cfg.granularity,
-                  "isolate_tenants": cfg.isolate_tenants, "tokenizer_stats": ing.tokenizer_stats},
+                  "isolate_tenants": cfg.isolate_tenants, "tokenizer_stats": ing.tokenizer_stats,
+                  "hash": hash_description(cfg)},
         "top_prefixes": [
             {k: r[k] for k in ("rank", "prefix_tokens", "hits", "tokens_saved", "tenants", "snippet")}
             for r in prefixes.head(5).iter_rows(named=True)],

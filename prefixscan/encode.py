@@ -33,10 +33,11 @@ import xxhash
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
-from prefixscan.hashing import BytesLRU, ChainCache, block_hashes, namespace_hash
+from prefixscan.hashing import BytesLRU, ChainCache, namespace_hash
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import content_text
 from prefixscan.tokenize.base import SegmentMemo
+from prefixscan.vllm_hash import RequestKeys, has_lora_path, hasher_for, request_keys
 
 POOL_MIN_BYTES = 64 << 20  # below this much input the workers' start-up (~1-2 s) costs more than they save
 MAX_AUTO_WORKERS = 3  # the ingesting process itself is the bottleneck beyond a few encoders
@@ -82,11 +83,33 @@ def _scale(lru: BytesLRU, factor: float) -> None:
     lru.max_bytes = max(1, int(lru.max_bytes * factor))
 
 
-def shared_chain_cache(share: float) -> ChainCache:
-    """A chain cache with `share` of the default budget (the detector's rewrites in a pool)."""
-    out = ChainCache()
+def shared_chain_cache(share: float, cfg: AnalyzeConfig | None = None) -> ChainCache:
+    """A chain cache for this run's `--hash` (prefixscan's own without `cfg`), with `share` of the default
+    budget (the detector's rewrites in a pool)."""
+    out = ChainCache(hasher=hasher_for(cfg) if cfg is not None else None)
+    out.lora_paths = dict(cfg.lora_paths) if cfg is not None else {}
     _scale(out._d, share)
     return out
+
+
+def record_keys(chains: ChainCache, r: Record) -> RequestKeys | None:
+    """A record's vLLM extra-key inputs (LoRA, cache_salt), or None with prefixscan's own hash."""
+    if chains.hasher is None:
+        return None
+    return request_keys(chains.lora_paths, r.adapter, r.cache_salt)
+
+
+def chain_hashes(chains: ChainCache, r: Record, toks: np.ndarray, enc: Any, root: int, bs: int,
+                 parts: bool = False) -> Any:
+    """A record's block hashes (or, with `parts`, their consecutive parts), resuming a remembered chain
+    when the tokenizer gave pieces; vLLM's values when the chain cache has a vLLM hasher."""
+    keys = record_keys(chains, r)
+    if enc.piece_keys is not None:
+        if parts:
+            return chains.segments(toks, bs, root, enc.piece_keys, enc.piece_lens, enc.checkpoints, keys)
+        return chains.hashes(toks, bs, root, enc.piece_keys, enc.piece_lens, enc.checkpoints, keys)
+    h = chains.plain(toks, bs, root, keys)
+    return [h] if parts else h
 
 
 def root_of(cfg: AnalyzeConfig, r: Record, tokenizer_id: str, template: str) -> int:
@@ -101,13 +124,16 @@ class RecordEncoder:
     def __init__(self, cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float = 1.0) -> None:
         self.cfg, self.keep_tokens = cfg, keep_tokens
         self.tokenizer: Any = None
-        self.chains = ChainCache()
+        self.chains = shared_chain_cache(1.0, cfg)
+        self.lora_without_path = 0
+        self.media_items = 0
         self.cache_share = 1.0
         self.share_caches(cache_share)
 
     def _caches(self) -> list[BytesLRU]:
         seg = getattr(self.tokenizer, "seg", None)
-        return [self.chains._d] + ([seg.memo._memo, seg.pieces] if seg is not None else [])
+        digests = [self.chains.hasher.digest_memo] if self.chains.hasher is not None else []
+        return [self.chains._d, *digests] + ([seg.memo._memo, seg.pieces] if seg is not None else [])
 
     def share_caches(self, share: float) -> None:
         """Scale the byte budgets of this encoder's caches (chain cache, and the tokenizer's segment memo
@@ -135,6 +161,7 @@ class RecordEncoder:
         bs = self.cfg.block_size
         out: list[Hashed | Rejected] = []
         for r, e in zip(records, tok.encode_batch(records), strict=True):
+            self.media_items += r.media_items
             if isinstance(e, RecordError):
                 out.append(Rejected(e.reason, e.detail))
                 continue
@@ -143,10 +170,9 @@ class RecordEncoder:
                 out.append(Rejected("empty_prompt", "prompt has no tokens"))
                 continue
             root = root_of(self.cfg, r, tok.id, tok.template_version)
-            if e.piece_keys is not None:
-                h = self.chains.hashes(toks, bs, root, e.piece_keys, e.piece_lens, e.checkpoints)
-            else:
-                h = block_hashes(toks, bs, root)
+            h = chain_hashes(self.chains, r, toks, e, root, bs)
+            if r.adapter and self.chains.hasher is not None and not has_lora_path(self.chains.lora_paths, r.adapter):
+                self.lora_without_path += 1
             out.append(Hashed(root, len(toks), e.head_tokens, h, toks if self.keep_tokens else None))
         return out
 
@@ -158,6 +184,10 @@ class RecordEncoder:
         """Work counters for the manifest (tokenizer memo, chain cache)."""
         out: dict[str, Any] = dict(vars(self.tokenizer.stats)) if self.tokenizer is not None else {}
         out.update(blocks_hashed=self.chains.blocks_hashed, blocks_reused=self.chains.blocks_reused)
+        if self.chains.hasher is not None:
+            out.update(vllm_lora_without_path=self.lora_without_path)
+        if self.media_items:
+            out.update(media_items=self.media_items)
         return out
 
 
@@ -178,14 +208,12 @@ def rewrite_hashes(tok: Any, chains: ChainCache, block_size: int, items: list[tu
     consecutive parts, prompt tokens). Parts, because a rewritten conversation's turns share their history
     (`ChainCache.segments`), which is then held once. Requests that do not encode are left out."""
     out = []
-    for (rid, _, root), enc in zip(items, tok.encode_batch([r for _, r, _ in items]), strict=True):
+    for (rid, r, root), enc in zip(items, tok.encode_batch([r for _, r, _ in items]), strict=True):
         toks = getattr(enc, "tokens", None)
         if toks is None or not len(toks):
             continue
-        if enc.piece_keys is not None:  # resume the chain where an earlier rewrite with the same head stopped
-            parts = chains.segments(toks, block_size, root, enc.piece_keys, enc.piece_lens, enc.checkpoints)
-        else:
-            parts = [block_hashes(toks, block_size, root)]
+        # resumes the chain where an earlier rewrite with the same head stopped
+        parts = chain_hashes(chains, r, toks, enc, root, block_size, parts=True)
         out.append((rid, parts, len(toks)))
     return out
 
@@ -381,7 +409,7 @@ class EncodePool:
         self._inflight: deque[_Job] = deque()
         self._receivers = [_Receiver() for _ in range(workers)]
         self._packers = [_Packer() for _ in range(workers)]
-        self._local_rewrites = shared_chain_cache(share)
+        self._local_rewrites = shared_chain_cache(share, cfg)
         self.share = INITIAL_SHARE  # fraction of conversations encoded here (adapted in `collect`)
         self.local_items = 0
         self.closed = False
@@ -545,7 +573,7 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
     fixed_mmap_threshold()
     enc = RecordEncoder(cfg, keep_tokens, cache_share)
     # the detector's rewrites have their own chain cache, as in-process
-    rewrites, shipper = shared_chain_cache(cache_share), _Shipper()
+    rewrites, shipper = shared_chain_cache(cache_share, cfg), _Shipper()
     unpacker = _Unpacker()
     busy = 0.0
     try:

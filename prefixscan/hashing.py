@@ -157,21 +157,31 @@ class ChainCache:
     The result is identical to `block_hashes` on the whole prompt (tests check it); only the work shrinks.
     """
 
-    def __init__(self, max_bytes: int | None = None) -> None:
+    def __init__(self, max_bytes: int | None = None, hasher: Any = None) -> None:
         self._d = BytesLRU(CHAIN_CACHE_BYTES if max_bytes is None else max_bytes)
         self.blocks_hashed = 0
         self.blocks_reused = 0
+        # None: prefixscan's xxh3-64 chain; else a `vllm_hash.VllmHasher` (vLLM's own values, --hash vllm:*)
+        self.hasher = hasher
+        self.lora_paths: dict[str, str] = {}  # adapter name -> path, for vLLM's ("lora", name, path) key
+
+    def plain(self, tokens: np.ndarray, block_size: int, root: int, keys: Any = None) -> np.ndarray:
+        """Block hashes of a whole prompt without resuming (prompts that come without pieces)."""
+        if self.hasher is None:
+            return block_hashes(tokens, block_size, root)
+        return self.hasher.hashes(tokens, block_size, None, 0, keys)
 
     def hashes(self, tokens: np.ndarray, block_size: int, root: int, piece_keys: list[bytes],
-               piece_lens: list[int], checkpoints: list[int]) -> np.ndarray:
+               piece_lens: list[int], checkpoints: list[int], keys: Any = None) -> np.ndarray:
         """Block hashes of `tokens` (the concatenation of the pieces), reusing remembered chain prefixes."""
-        segs = self.segments(tokens, block_size, root, piece_keys, piece_lens, checkpoints)
+        segs = self.segments(tokens, block_size, root, piece_keys, piece_lens, checkpoints, keys)
         return segs[0] if len(segs) == 1 and segs[0].flags.writeable else np.concatenate(segs)
 
     def segments(self, tokens: np.ndarray, block_size: int, root: int, piece_keys: list[bytes],
-                 piece_lens: list[int], checkpoints: list[int]) -> list[np.ndarray]:
+                 piece_lens: list[int], checkpoints: list[int], keys: Any = None) -> list[np.ndarray]:
         """`hashes` as consecutive parts: views of remembered prefixes (shared, read-only) and the
-        freshly hashed rest. Holding these instead of one array keeps a conversation's history once."""
+        freshly hashed rest. Holding these instead of one array keeps a conversation's history once.
+        `keys` are the request's vLLM extra keys (`vllm_hash.RequestKeys`) when `hasher` is set."""
         rolls = []
         r = root
         for k in piece_keys:
@@ -185,7 +195,13 @@ class ChainCache:
                 prefix, start, used = hit[0], hit[1], rolls[j]
                 break
         parent = int(prefix[-1][-1]) if start else root
-        new = block_hashes(tokens[start * block_size:], block_size, parent)
+        if self.hasher is None:
+            new = block_hashes(tokens[start * block_size:], block_size, parent)
+        else:
+            if start and not self.hasher.knows(parent):  # its full digest was let go: hash from block 0
+                start, prefix, used, parent = 0, (), None, root
+            new = self.hasher.hashes(tokens[start * block_size:], block_size, parent if start else None,
+                                     start, keys)
         segs = [*prefix, new] if len(new) or not start else list(prefix)
         self.blocks_hashed += len(new)
         self.blocks_reused += start

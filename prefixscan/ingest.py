@@ -25,6 +25,7 @@ from prefixscan.encode import (
     auto_workers,
     merge_stats,
     root_of,
+    shared_chain_cache,
 )
 from prefixscan.errors import InputError, RejectError, UsageError
 from prefixscan.hashing import mix_ids, mix_ids_per
@@ -167,6 +168,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
         from prefixscan.detect import Detector
 
         detector = Detector(cfg.block_size)
+        detector.chains = shared_chain_cache(1.0, cfg)  # its rewrites hash as the run does (--hash)
 
     def reject(src: str, line: int, reason: str, detail: str) -> None:
         if cfg.strict:  # an earlier record may fail to encode: report the first bad record in the file

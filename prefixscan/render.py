@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from prefixscan.media import is_text_part, placeholder
+
 TEMPLATE_VERSION = "chatml-v1"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -31,7 +33,8 @@ class Rendered:
 
 
 def content_text(content: Any) -> str:
-    """Text of a message's content: a string, or the text parts of a list (images become stable ids)."""
+    """Text of a message's content: a string, or its parts in order, each media item as a placeholder
+    with its content identifier (`media.placeholder`)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -39,12 +42,12 @@ def content_text(content: Any) -> str:
     out = []
     for part in content:
         if isinstance(part, dict):
-            if part.get("type") == "text" or "text" in part:
-                out.append(str(part.get("text", "")))
+            if is_text_part(part):
+                out.append(str(part.get("text") or ""))
             else:
-                # Multimodal item: vLLM keys it by a content hash; a stable placeholder keeps equality.
-                out.append("<" + str(part.get("type", "part")) + ":" +
-                           orjson.dumps(part, option=orjson.OPT_SORT_KEYS).hex()[:32] + ">")
+                # Multimodal item: vLLM keys it by a hash of its content, so the placeholder carries one
+                # (different images diverge here, equal ones still share; no bytes or URL enter the prompt).
+                out.append(placeholder(part))
         else:
             out.append(str(part))
     return "".join(out)

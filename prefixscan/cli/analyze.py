@@ -20,6 +20,16 @@ def _parse_fields(values: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _parse_lora_paths(values: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise typer.BadParameter(f"--lora-path expects NAME=PATH, got {v!r}")
+        out.append((name.strip(), path.strip()))
+    return tuple(out)
+
+
 def _parse_capacities(value: str | None) -> tuple[int, ...] | None:
     if not value:
         return None
@@ -57,6 +67,17 @@ def register(app: typer.Typer) -> None:
         isolate_tenants: bool = typer.Option(False, "--isolate-tenants",
                                              help="Salt every tenant's hashes, to measure what isolation costs."),
         strict: bool = typer.Option(False, "--strict", help="Stop at the first malformed record."),
+        hash: str = typer.Option(  # `hash`, as the AnalyzeConfig field and the prefixscan.toml key
+            "xxh3", "--hash",
+            help="Block hash values: xxh3 (fast, prefixscan's own) or vLLM 0.32's own values: vllm:sha256, "
+                 "vllm:sha256_cbor, vllm:xxhash, vllm:xxhash_cbor (slower; hits are the same either way)."),
+        hash_seed: str = typer.Option(
+            None, "--hash-seed",
+            help="PYTHONHASHSEED of the engine to match (vLLM derives its root hash from it). Required for "
+                 "vllm:xxhash*, whose root is random per process without it; sha256* default to vLLM's "
+                 "fixed seed; ignored with xxh3."),
+        lora_path: list[str] = typer.Option(
+            [], "--lora-path", help="NAME=PATH of a LoRA adapter (repeatable): vLLM hashes (name, path)."),
         capacities: str = typer.Option(None, "--capacities",
                                        help="Capacity-curve points in tokens, comma-separated (default: a "
                                             "log-spaced grid up to the working set)."),
@@ -93,7 +114,8 @@ def register(app: typer.Typer) -> None:
         cfg = AnalyzeConfig(
             inputs=tuple(logs), output=output, force=force, format=fmt, fields=_parse_fields(field),
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
-            granularity=granularity, isolate_tenants=isolate_tenants, strict=strict,
+            granularity=granularity, isolate_tenants=isolate_tenants, strict=strict, hash=hash,
+            hash_seed=hash_seed, lora_paths=_parse_lora_paths(lora_path),
             capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
             quiet=quiet, findings=not no_findings, streaming=stream, workers=workers, order=order,
             command_line="prefixscan " + shlex.join(sys.argv[1:]),

@@ -24,6 +24,8 @@ from prefixscan.io.ecosystem import (
     responses_to_chat,
 )
 from prefixscan.io.timestamps import parse_timestamp
+from prefixscan.media import MEDIA_KINDS, has_media, is_text_part
+from prefixscan.render import content_text
 
 FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian", "otel",
            "anthropic", "responses")
@@ -94,6 +96,7 @@ class Record:
     token_ids: list[int] | np.ndarray | None = None
     hash_ids: np.ndarray | None = None
     input_length: int | None = None
+    media_items: int = 0  # media parts in the messages, each now a placeholder (media.py)
 
 
 @lru_cache(maxsize=256)
@@ -229,6 +232,18 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
     return messages
 
 
+def _flatten_media(messages: list[dict[str, Any]]) -> int:
+    """Media parts become placeholders with their content id here, for every tokenizer and stage, and
+    the bytes and URLs go no further (media.py). Returns how many were of a known media kind."""
+    n = 0
+    for i, m in enumerate(messages):
+        c = m.get("content")
+        if has_media(c):
+            n += sum(1 for p in c if isinstance(p, dict) and not is_text_part(p) and p.get("type") in MEDIA_KINDS)
+            messages[i] = {**m, "content": content_text(c)}
+    return n
+
+
 def _int_list(value: Any, field: str) -> np.ndarray:
     """A JSON list of integers as an int64 array (validated in C: no per-element Python checks)."""
     if isinstance(value, str):
@@ -291,7 +306,8 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
             tools = orjson.loads(tools) if tools.strip() else None
         if tools is not None and not isinstance(tools, list):
             raise RecordError("wrong_type", "`tools` should be a list")
-        kind, content = "chat", {"messages": _check_messages(body.get("messages")), "tools": tools or None}
+        msgs = _check_messages(body.get("messages"))
+        kind, content = "chat", {"messages": msgs, "tools": tools or None, "media_items": _flatten_media(msgs)}
     elif "prompt" in body and shape in ("completion", "openai-batch", "gateway", "chat"):
         p = body.get("prompt")
         if isinstance(p, list) and p and all(isinstance(t, int) for t in p):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from prefixscan.report.fmt import pct as _pct
@@ -38,6 +39,13 @@ def _group_table(title: str, rows: dict[str, Any], limit: int = 8) -> Table:
     return t
 
 
+def _hash_label(h: dict[str, Any]) -> str:
+    """", hash vllm:ALGO seed S" when the block hashes are vLLM's values (nothing for prefixscan's own)."""
+    if not h or h.get("algorithm", "xxh3") == "xxh3":
+        return ""
+    return escape(f", hash {h['algorithm']} seed {h.get('seed')}")
+
+
 def render_summary(result: Any, console: Console) -> None:
     """Print the analysis summary."""
     s = result.summary
@@ -45,7 +53,8 @@ def render_summary(result: Any, console: Console) -> None:
     console.print(f"[bold]prefixscan analyze[/bold]  {s['input']['files']} file(s), "
                   f"shape {', '.join(sorted(set(s['input']['shapes'].values()))) or '-'}, "
                   f"tokenizer {s['input']['tokenizer']}, block {s['input']['block_size']}, "
-                  f"hit rule {s['input']['hit_rule']}, granularity {s['input']['granularity']}")
+                  f"hit rule {s['input']['hit_rule']}, granularity {s['input']['granularity']}"
+                  + _hash_label(s['input'].get("hash") or {}))
     console.print(f"records read {rq['read']:,} = accepted {rq['accepted']:,} + rejected {rq['rejected']:,}"
                   + (f"  (rejects: {', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items()))})"
                      if rq["rejected"] else ""))

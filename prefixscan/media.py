@@ -1,0 +1,108 @@
+"""Multimodal content parts: which parts are media, and a content identifier for each.
+
+vLLM keys a media item by a hash of its content (its `mm_hash`, computed from the decoded item) and puts
+it into the extra keys of the blocks its placeholder tokens overlap, so two prompts with the same text
+and different images never share a block after the first image. prefixscan cannot decode media the way
+the model's processor does, nor know how many placeholder tokens an item expands to (that depends on
+the processor and the image size), so it renders each item as a short placeholder that carries its own
+content identifier (`render.content_text`): equal media give equal text, different media diverge there.
+
+The identifier is xxh3-128 of the media bytes (base64 data and data URLs decoded), or of the URL or file
+id when the log holds no bytes. Only the identifier enters prompts and outputs; media bytes and URLs never do.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import orjson
+import xxhash
+
+TEXT_TYPES = ("text", "input_text", "output_text")
+# part type -> media kind, for the OpenAI chat / Responses, vLLM and Anthropic part shapes
+MEDIA_KINDS = {
+    "image_url": "image", "input_image": "image", "image": "image", "image_pil": "image", "image_embeds": "image",
+    "input_audio": "audio", "audio_url": "audio", "audio": "audio",
+    "video_url": "video", "video": "video",
+    "file": "file", "input_file": "file", "document": "file",
+}
+# where a part's payload lives, most specific first (nested objects are searched with the same names)
+PAYLOAD_KEYS = ("data", "file_data", "url", "image_url", "audio_url", "video_url", "input_audio", "file",
+                "source", "file_id", "image", "audio", "video", "uuid")
+ID_HEX = 16  # hex characters of the identifier in a placeholder (64 bits)
+
+
+def drop_nulls(part: dict[str, Any]) -> dict[str, Any]:
+    """A part without its null fields: Parquet struct columns give every part every field of the union."""
+    return {k: v for k, v in part.items() if v is not None}
+
+
+def is_text_part(part: dict[str, Any]) -> bool:
+    """A text part (its `text` is what the template renders)."""
+    t = part.get("type")
+    return t in TEXT_TYPES or (t not in MEDIA_KINDS and isinstance(part.get("text"), str))
+
+
+def has_media(content: Any) -> bool:
+    """Whether a message's content (a list of parts) holds a media part."""
+    return isinstance(content, list) and any(isinstance(p, dict) and not is_text_part(p) for p in content)
+
+
+def media_kind(part: dict[str, Any]) -> str:
+    """"image", "audio", "video", "file", or the part's own type for kinds prefixscan does not know."""
+    t = str(part.get("type") or "part")
+    return MEDIA_KINDS.get(t, t)
+
+
+def _payload(obj: Any) -> tuple[str, Any] | None:
+    """(field, value) of the innermost payload of a part or of a nested object."""
+    if isinstance(obj, str) or isinstance(obj, bytes):
+        return "value", obj
+    if not isinstance(obj, dict):
+        return None
+    obj = drop_nulls(obj)
+    for k in PAYLOAD_KEYS:
+        if k in obj:
+            inner = _payload(obj[k])
+            if inner is not None:
+                return (k if inner[0] == "value" else inner[0]), inner[1]
+    return None
+
+
+def _bytes_of(field: str, value: str | bytes) -> bytes:
+    """The media bytes a payload names: base64 decoded (data URLs too), else the string itself (a URL)."""
+    if isinstance(value, bytes):
+        return value
+    if value.startswith("data:"):
+        _, sep, data = value.partition(",")
+        if sep and ";base64" in value[: len(value) - len(data)]:
+            try:
+                return base64.b64decode(data, validate=False)
+            except (binascii.Error, ValueError):
+                pass
+        return value.encode("utf-8", "surrogatepass")
+    if field in ("data", "file_data"):
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    return value.encode("utf-8", "surrogatepass")
+
+
+def media_identifier(part: dict[str, Any]) -> str:
+    """Hex xxh3-128 of the part's media content: equal media, equal id; options such as `detail` or a
+    `filename` do not change it (vLLM's mm hash depends on the content, not on how it was asked for)."""
+    part = drop_nulls(part)
+    found = _payload({k: v for k, v in part.items() if k != "type"})
+    if found is None:  # an unknown shape: the whole part, keys sorted, stands for its content
+        raw = orjson.dumps(part, option=orjson.OPT_SORT_KEYS, default=str)
+    else:
+        raw = _bytes_of(*found)
+    return xxhash.xxh3_128_hexdigest(raw)
+
+
+def placeholder(part: dict[str, Any]) -> str:
+    """The text a media part renders as: its kind and identifier, e.g. `<image:3f2a9c0d41b7e655>`."""
+    return f"<{media_kind(part)}:{media_identifier(part)[:ID_HEX]}>"
