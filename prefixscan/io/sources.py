@@ -9,7 +9,7 @@ from pathlib import Path
 
 import xxhash
 
-from prefixscan.errors import InputError
+from prefixscan.errors import InputError, UsageError
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz", ".parquet", ".pq")
 
@@ -82,3 +82,32 @@ def expand(inputs: list[str]) -> list[Source]:
         size = os.path.getsize(p)
         out.append(Source(p, size, fingerprint(p, size), kind))
     return out
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check_output(output: str | os.PathLike[str], inputs: list[str] | tuple[str, ...], sources: list[Source],
+                 what: str = "-o") -> None:
+    """Refuse, before any work, an output that is an input (symlinks and hard links followed), holds an
+    input (replacing it would delete the input), or lies inside an input directory (a later run over that
+    directory would read the outputs as logs)."""
+    out = os.path.realpath(output)
+    try:
+        out_id = os.stat(out)[1:3] if os.path.exists(out) else None  # (inode, device)
+    except OSError:
+        out_id = None
+    for src in sources:
+        real = os.path.realpath(src.path)
+        same = real == out or (out_id is not None and os.stat(real)[1:3] == out_id)
+        if same:
+            raise UsageError(f"{what} {output} is the input {src.path}: writing it would destroy the input; "
+                             "choose another output path")
+        if _inside(real, out):
+            raise UsageError(f"{what} {output} contains the input {src.path}: replacing it would delete the "
+                             "input; choose an output outside the inputs")
+    for arg in inputs:
+        if os.path.isdir(arg) and _inside(out, os.path.realpath(arg)):
+            raise UsageError(f"{what} {output} is inside the input directory {arg}: a later run over that "
+                             "directory would read the outputs as logs; choose an output outside it")
