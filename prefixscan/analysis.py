@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
-from prefixscan.errors import UsageError
+from prefixscan.errors import EnvError, UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
 from prefixscan.io.sources import Source, check_output, expand
@@ -124,6 +124,11 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
     new = rundir.NewRun(cfg.output, cfg.force) if cfg.output else None
     try:
         result = _analyse(cfg, sources, stream_it, new.path if new is not None else None, progress)
+    except EnvError as exc:
+        if new is None:
+            raise
+        new.abort()
+        raise EnvError(str(exc).replace(str(new.path), str(new.target))) from None  # name the run, not its temp
     except BaseException:
         if new is not None:
             new.abort()
