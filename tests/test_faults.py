@@ -236,3 +236,23 @@ def test_fix_never_writes_over_its_input(tmp_path: Path) -> None:
     r = subprocess.run([*CLI, "fix", str(log), "-o", str(log), "--force"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1  # the real command line too
     assert log.read_bytes() == original and sorted(p.name for p in logs.iterdir()) == ["chat.jsonl"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_exits_130_and_leaves_nothing(synth_log: Path, tmp_path: Path, sig: int) -> None:
+    out = tmp_path / "run"
+    mark = "i-" + uuid.uuid4().hex
+    p = _cli(["analyze", str(synth_log), "-o", str(out), "--workers", "1", "-q", "--json"], mark)
+    deadline = time.monotonic() + 120
+    while not lock_path(out).exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(sig)
+    assert p.wait(timeout=60) == 130
+    err = p.stderr.read().decode()
+    assert err.startswith("prefixscan: error: interrupted") and err.count("\n") == 1, err
+    deadline = time.monotonic() + 10
+    while _marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _marked(mark) == []
+    assert list(tmp_path.iterdir()) == []  # no run, no temporary, no lock

@@ -37,7 +37,7 @@ def handle_errors(func: F) -> F:
         except OSError as exc:
             from prefixscan.io.atomic import env_error
 
-            err = env_error(exc)
+            err = env_error(exc, action="use")
             fail(str(err), err.exit_code)
         except MemoryError:
             fail("out of memory; pass --stream (analyze) or run on a larger machine", EnvError.exit_code)

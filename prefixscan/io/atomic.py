@@ -40,7 +40,7 @@ _FIXES = {
 }
 
 
-def env_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> EnvError:
+def env_error(exc: OSError, path: str | os.PathLike[str] | None = None, action: str = "write") -> EnvError:
     """A one-line EnvError for an operating-system failure on `path` (or the path the error names)."""
     where = exc.filename if exc.filename is not None else path
     code = exc.errno
@@ -52,7 +52,7 @@ def env_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> EnvEr
     why = _FIXES.get(code) if code is not None else None  # type: ignore[arg-type]
     if why is None:
         why = (exc.strerror or str(exc) or type(exc).__name__).splitlines()[0][:200]
-    return EnvError(f"cannot write {where}: {why}" if where is not None else why)
+    return EnvError(f"cannot {action} {where}: {why}" if where is not None else why)
 
 
 def temp_path(target: str | os.PathLike[str], kind: str = "") -> Path:

@@ -68,10 +68,11 @@ def parse_line(line: bytes) -> dict[str, Any] | RawError | None:
 DECODE_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError)
 
 
-def corrupt(what: str, exc: BaseException) -> RawError:
+def corrupt(what: str, exc: BaseException, rest: str = "the records before it were read, the rest was not"
+            ) -> RawError:
     """The reject of a file that cannot be read on from some point: where it broke and why."""
     why = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-    return RawError("corrupt_file", f"{what}: {why}; the records before it were read, the rest of the file was not")
+    return RawError("corrupt_file", f"{what}: {why}; {rest}")
 
 
 def read_jsonl(path: str, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
@@ -122,7 +123,7 @@ def read_parquet(path: str, pos: Position | None = None) -> Iterator[tuple[int, 
     except (pa.ArrowException, OSError, *DECODE_ERRORS) as exc:
         if isinstance(exc, OSError) and exc.errno is not None:
             raise
-        yield 1, corrupt("not a readable Parquet file (footer or metadata)", exc)
+        yield 1, corrupt("not a readable Parquet file (footer or metadata)", exc, "no record could be read")
         return
     rows = max(sum(sizes), 1)
     size = os.path.getsize(path)
@@ -139,7 +140,8 @@ def read_parquet(path: str, pos: Position | None = None) -> Iterator[tuple[int, 
         except (pa.ArrowException, OSError, *DECODE_ERRORS) as exc:
             if isinstance(exc, OSError) and exc.errno is not None:
                 raise
-            yield row + 1, corrupt(f"row group {g} (rows {start + 1}-{start + sizes[g]}) cannot be decoded", exc)
+            yield row + 1, corrupt(f"row group {g} (rows {start + 1}-{start + sizes[g]}) cannot be decoded", exc,
+                                   "its rows were not read; the other row groups were")
             row = start + sizes[g]  # the next group's rows keep their numbers
 
 

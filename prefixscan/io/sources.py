@@ -77,10 +77,16 @@ def expand(inputs: list[str]) -> list[Source]:
         kind = _kind(p)
         if kind is None:
             # Unknown suffix given explicitly: sniff the first byte (PAR1 magic for Parquet).
-            with open(p, "rb") as f:
-                kind = "parquet" if f.read(4) == b"PAR1" else "jsonl"
-        size = os.path.getsize(p)
-        out.append(Source(p, size, fingerprint(p, size), kind))
+            try:
+                with open(p, "rb") as f:
+                    kind = "parquet" if f.read(4) == b"PAR1" else "jsonl"
+            except OSError as exc:
+                raise InputError(f"cannot read input {p}: {exc.strerror or exc}; check its permissions") from None
+        try:
+            size = os.path.getsize(p)
+            out.append(Source(p, size, fingerprint(p, size), kind))
+        except OSError as exc:
+            raise InputError(f"cannot read input {p}: {exc.strerror or exc}; check its permissions") from None
     return out
 
 
@@ -105,8 +111,8 @@ def check_output(output: str | os.PathLike[str], inputs: list[str] | tuple[str, 
             raise UsageError(f"{what} {output} is the input {src.path}: writing it would destroy the input; "
                              "choose another output path")
         if _inside(real, out):
-            raise UsageError(f"{what} {output} contains the input {src.path}: replacing it would delete the "
-                             "input; choose an output outside the inputs")
+            raise UsageError(f"{what} {output} holds the input {src.path}: writing there could overwrite or "
+                             "delete the input; choose an output outside the inputs")
     for arg in inputs:
         if os.path.isdir(arg) and _inside(out, os.path.realpath(arg)):
             raise UsageError(f"{what} {output} is inside the input directory {arg}: a later run over that "
