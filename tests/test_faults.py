@@ -256,3 +256,18 @@ def test_an_interrupted_run_exits_130_and_leaves_nothing(synth_log: Path, tmp_pa
         time.sleep(0.2)
     assert _marked(mark) == []
     assert list(tmp_path.iterdir()) == []  # no run, no temporary, no lock
+
+
+def test_an_unexpected_error_is_one_line_naming_a_bug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import prefixscan.analysis as analysis_mod
+
+    def broken(*_a: object, **_k: object) -> None:
+        raise TypeError("something unforeseen")
+
+    monkeypatch.setattr(analysis_mod, "build_summary", broken)
+    err = _one_line_error(["analyze", SAMPLE, "-o", str(tmp_path / "run"), "-q"], 1)
+    assert "internal error: TypeError: something unforeseen" in err and "bug" in err
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("PREFIXSCAN_TRACEBACK", "1")
+    r = runner.invoke(app, ["analyze", SAMPLE, "-q"])
+    assert isinstance(r.exception, TypeError)

@@ -12,7 +12,6 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
-import click
 import typer
 
 from prefixscan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvError, PrefixscanError
@@ -41,11 +40,9 @@ def handle_errors(func: F) -> F:
             fail(str(err), err.exit_code)
         except MemoryError:
             fail("out of memory; pass --stream (analyze) or run on a larger machine", EnvError.exit_code)
-        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
-            raise
         except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback on request
-            if os.environ.get("PREFIXSCAN_TRACEBACK"):
-                raise
+            if type(exc).__module__.split(".")[0] in ("typer", "click") or os.environ.get("PREFIXSCAN_TRACEBACK"):
+                raise  # the command line's own errors (bad parameter, exit) are typer's to print
             where = traceback.extract_tb(exc.__traceback__)[-1]
             fail(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''} "
                  f"(at {os.path.basename(where.filename)}:{where.lineno}); this is a bug: please report it "
