@@ -271,3 +271,17 @@ def test_an_unexpected_error_is_one_line_naming_a_bug(tmp_path: Path, monkeypatc
     monkeypatch.setenv("PREFIXSCAN_TRACEBACK", "1")
     r = runner.invoke(app, ["analyze", SAMPLE, "-q"])
     assert isinstance(r.exception, TypeError)
+
+
+def test_extending_a_run_removes_a_killed_writers_temporaries(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    out = tmp_path / "run"
+    run_analysis(AnalyzeConfig(inputs=(SAMPLE,), output=str(out), quiet=True, findings=False))
+    (out / ".sim_policies.parquet.0badc0de.prefixscan-tmp").write_bytes(b"half a table")
+    (out / ".manifest.json.12345678.prefixscan-tmp").write_bytes(b"{")
+    rundir.add_tables(out, {"extra": pa.table({"x": [1, 2]})}, section="test", info={"ok": True})
+    manifest = _assert_complete(out)
+    assert manifest["tables"]["extra"]["rows"] == 2 and manifest["test"] == {"ok": True}
+    assert rundir.run_containing(out / "anything" / "deeper.csv") == out.resolve()
+    assert rundir.run_containing(tmp_path) is None

@@ -14,7 +14,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
-from prefixscan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvError, PrefixscanError
+from prefixscan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvError, PrefixscanError, RunDirError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,8 +41,13 @@ def handle_errors(func: F) -> F:
         except MemoryError:
             fail("out of memory; pass --stream (analyze) or run on a larger machine", EnvError.exit_code)
         except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback on request
-            if type(exc).__module__.split(".")[0] in ("typer", "click") or os.environ.get("PREFIXSCAN_TRACEBACK"):
+            origin = type(exc).__module__.split(".")[0]
+            if origin in ("typer", "click") or os.environ.get("PREFIXSCAN_TRACEBACK"):
                 raise  # the command line's own errors (bad parameter, exit) are typer's to print
+            if origin == "pyarrow" and "arquet" in str(exc):  # a table read outside rundir's checks
+                fail(f"a Parquet file is damaged or unreadable: {str(exc).splitlines()[0][:200]}; if it belongs to "
+                     "a run directory, re-create the run with `prefixscan analyze LOGS -o RUN --force`",
+                     RunDirError.exit_code)
             where = traceback.extract_tb(exc.__traceback__)[-1]
             fail(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''} "
                  f"(at {os.path.basename(where.filename)}:{where.lineno}); this is a bug: please report it "

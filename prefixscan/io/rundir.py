@@ -157,6 +157,16 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def run_containing(path: str | os.PathLike[str]) -> Path | None:
+    """The run directory `path` is (or lies inside), if any: a command writing a file of its own (e.g.
+    `query -o`) must not write into a run, whose files only prefixscan's writers replace."""
+    p = Path(os.path.realpath(path))
+    for d in (p, *p.parents):
+        if (d / MANIFEST).is_file():
+            return d
+    return None
+
+
 @contextmanager
 def extending(run: str | os.PathLike[str]) -> Iterator[tuple[Path, dict[str, Any]]]:
     """Hold the lock of an existing run for a command that adds to it; yields (path, manifest read under
