@@ -42,6 +42,19 @@ BASE = {
     "mooncake": {"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2]},
     "bailian": {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 32, "output_length": 4,
                 "type": "text", "turn": 1, "hash_ids": [7, 8]},
+    "otel": {"name": "chat", "context": {"trace_id": "t", "span_id": "x"}, "start_time": "2026-11-20T09:00:00Z",
+             "attributes": {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                            "gen_ai.conversation.id": "c", "gen_ai.usage.input_tokens": 50,
+                            "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [
+                                {"type": "text", "content": "Is the oak table in stock?"}]}])}},
+    "anthropic": {"model": "claude-x", "system": [{"type": "text", "text": "You sell furniture. " * 4}],
+                  "messages": [{"role": "user", "content": [{"type": "text", "text": "Chairs?"}]}],
+                  "usage": {"input_tokens": 30, "output_tokens": 9, "cache_read_input_tokens": 0},
+                  "id": "msg", "@timestamp": 1_795_000_000},
+    "responses": {"created_at": 1_795_000_000, "id": "resp", "object": "response", "model": "gpt-x",
+                  "instructions": "You sell furniture. " * 4,
+                  "input": [{"role": "user", "content": [{"type": "input_text", "text": "Chairs?"}]}],
+                  "usage": {"input_tokens": 30, "output_tokens": 5, "input_tokens_details": {"cached_tokens": 0}}},
 }
 
 # Every top-level field a shape reads, plus every candidate name of the mapped fields.
@@ -63,7 +76,7 @@ VALUE = st.one_of(EXTREME, EXTREME, JSON)  # the named extremes half the time
 
 @st.composite
 def records(draw: st.DrawFn) -> list[dict]:
-    """Three records of one shape, the middle one with up to four fields replaced or removed."""
+    """Three records of one shape, the first or the middle one with up to four fields replaced or removed."""
     shape = draw(st.sampled_from(sorted(BASE)))
     base = BASE[shape]
     out = []
@@ -75,10 +88,11 @@ def records(draw: st.DrawFn) -> list[dict]:
         if "timestamp" in rec and isinstance(rec["timestamp"], (int, float)):
             rec["timestamp"] += i
         out.append(rec)
+    victim = draw(st.sampled_from([0, 1]))  # the first record also decides the file's shape
     for _ in range(draw(st.integers(1, 4))):
         own = sorted(base) + (["messages", "tools"] if shape in ("openai-batch", "gateway") else [])
         field = draw(st.sampled_from(own) | st.sampled_from(FIELDS))  # the shape's own fields more often
-        target = out[1]
+        target = out[victim]
         if field in ("messages", "tools", "model") and shape in ("openai-batch", "gateway") and draw(st.booleans()):
             target = target["body" if shape == "openai-batch" else "request"]
             if not isinstance(target, dict):
@@ -167,3 +181,29 @@ def test_named_extremes_are_rejects_with_reasons(tmp_path: Path) -> None:
         reasons = res.tables["rejects"].column("reason").to_pylist()
         assert set(reasons) <= {"out_of_range", "bad_timestamp", "wrong_type", "invalid_json"}, reasons
         assert all(res.tables["rejects"].column("detail").to_pylist())
+
+
+EXTREMES = EXTREME.wrapped_strategy.elements if hasattr(EXTREME, "wrapped_strategy") else EXTREME.elements
+
+
+def test_every_extreme_in_every_field_of_every_shape_is_a_record_error() -> None:
+    """The whole grid, record by record (no analysis): detecting the shape and normalising the record
+    either succeed or raise RecordError, whatever one field holds; and the same for the file's first
+    record, whose shape decides the file's."""
+    from prefixscan.io.shapes import RecordError, detect, normalise
+
+    inner = {"openai-batch": ("body",), "gateway": ("request", "response"), "otel": ("attributes",),
+             "anthropic": ("usage",), "responses": ("usage",)}
+    for shape, base in BASE.items():
+        places = [(None, f) for f in sorted(set(base) | set(FIELDS))]
+        places += [(key, f) for key in inner.get(shape, ()) for f in sorted(set(base[key]) | set(FIELDS)
+                                                                          | {"messages", "tools", "input"})]
+        for holder, field in places:
+            for value in EXTREMES:
+                rec = copy.deepcopy(base)
+                (rec if holder is None else rec[holder])[field] = copy.deepcopy(value)
+                for fmt in (shape, None):
+                    try:
+                        normalise(rec, fmt or detect(rec), "f.jsonl", 1, {}, {})
+                    except RecordError:
+                        pass
