@@ -77,7 +77,7 @@ def _cli(args: list[str], mark: str, **kw: object) -> subprocess.Popen:
 @pytest.fixture(scope="module")
 def synth_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("faults") / "log.jsonl"
-    subprocess.run([*CLI, "synth", "-o", str(path), "-n", "400", "--no-truth", "-q"], check=True)
+    subprocess.run([*CLI, "synth", "-o", str(path), "-n", "250", "--no-truth", "-q"], check=True)
     return path
 
 
