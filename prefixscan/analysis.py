@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 
 from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
-from prefixscan.errors import UsageError
+from prefixscan.errors import EnvError, UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
-from prefixscan.io.sources import Source, expand
+from prefixscan.io.sources import Source, check_output, expand
 from prefixscan.memory import peak_rss_mib
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state, summaries_table
@@ -118,7 +118,32 @@ def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] |
     _validate(cfg)
     sources = expand(list(cfg.inputs))  # once: ingest reads these, and their size decides streaming
     stream_it = streams(cfg, sources)
-    run_path = rundir.prepare(cfg.output, cfg.force) if cfg.output else None  # fail before the long work
+    if cfg.output:
+        check_output(cfg.output, cfg.inputs, sources)
+    # Built beside the target and swapped in on success (fails here, before the long work, if it cannot)
+    new = rundir.NewRun(cfg.output, cfg.force) if cfg.output else None
+    try:
+        result = _analyse(cfg, sources, stream_it, new.path if new is not None else None, progress)
+    except EnvError as exc:
+        if new is None:
+            raise
+        new.abort()
+        raise EnvError(str(exc).replace(str(new.path), str(new.target))) from None  # name the run, not its temp
+    except BaseException:
+        if new is not None:
+            new.abort()
+        raise
+    if new is not None:
+        result.run_dir = str(new.commit())
+        for name, t in dict.items(result.tables):
+            if isinstance(t, _OnDisk):
+                t.path = new.target / f"{name}.parquet"
+    return result
+
+
+def _analyse(cfg: AnalyzeConfig, sources: list[Source], stream_it: bool, run_path: Path | None,
+             progress: Callable[[int, int, int], None] | None) -> AnalysisResult:
+    """The analysis proper; a run directory's files go to `run_path` (the run being built)."""
     timings: dict[str, float] = {}
 
     def done(stage: str, since: float) -> float:
@@ -296,7 +321,8 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
         reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
     side = side if side is not None else SideStats.of(req)
     has_conv, distinct_conv, gaps, actual = side.with_conversation, side.conversations, side.gaps, side.actual
-    notes = []
+    notes = [f"{r['source_file']} could not be read to its end: {r['detail']} (--strict makes this fatal)"
+             for r in ing.rejects if r["reason"] == "corrupt_file"]
     if n and has_conv == 0:
         notes.append("The log has no conversation id: same-conversation reuse cannot be told apart from "
                      "same-tenant reuse (none was invented). Map one with --field conversation_id=PATH.")

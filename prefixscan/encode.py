@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import signal
 import sys
+import threading
 import time
 import traceback
 import types
@@ -401,7 +403,8 @@ class EncodePool:
         local.share_caches(share)
         self._in = [ctx.Queue(maxsize=DEPTH) for _ in range(workers)]
         self._out = [ctx.Queue(maxsize=DEPTH) for _ in range(workers)]
-        self._procs = [ctx.Process(target=_serve, args=(cfg, keep_tokens, share, self._in[w], self._out[w]),
+        me = os.getpid()  # each worker watches for this process's death (`die_with_parent`)
+        self._procs = [ctx.Process(target=_serve, args=(cfg, keep_tokens, share, self._in[w], self._out[w], me),
                                    name=f"prefixscan-encode-{w}", daemon=True) for w in range(workers)]
         with _main_not_reimported():
             for p in self._procs:
@@ -566,10 +569,40 @@ class EncodePool:
                 "Re-run with --workers 0 (Python: workers=0) to encode in the main process.")
 
 
-def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, outq: Any) -> None:
+def die_with_parent(parent_pid: int) -> None:
+    """End this worker when the process that started it dies, however it dies (SIGKILL included): the
+    kernel's parent-death signal on Linux, and everywhere a thread that sees the parent change. Ctrl-C
+    reaches the whole process group: the parent handles it and stops the workers, so they ignore it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform == "linux":
+        try:
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl: the thread below still works
+            pass
+    if os.getppid() != parent_pid:  # it died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prefixscan-parent-watch", daemon=True).start()
+
+
+PARENT_POLL_S = 0.5
+
+
+def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, outq: Any,
+           parent_pid: int | None = None) -> None:
     """A worker's loop: encode batches until told to close, then report identity, counters, peak RSS."""
     from prefixscan.memory import fixed_mmap_threshold, peak_rss_mib
 
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     fixed_mmap_threshold()
     enc = RecordEncoder(cfg, keep_tokens, cache_share)
     # the detector's rewrites have their own chain cache, as in-process

@@ -1,7 +1,13 @@
 """Errors prefixscan raises on purpose.
 
 Every error carries a message that says what was wrong, where, and what to do; the CLI maps each class
-to an exit code and prints the message on one line, never a traceback.
+to an exit code and prints the message on one line, never a traceback. The exit codes (docs/analyze.md):
+
+    0  success            1  internal error (a bug: please report it)
+    2  usage              3  input (unreadable input, or no record accepted)
+    4  a reject under --strict                  5  run directory (missing, damaged, in use, would be lost)
+    6  tokenizer          7  environment (disk full, read-only file system, permission denied)
+  130  interrupted (Ctrl-C or SIGTERM)
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ class InputError(PrefixscanError):
     exit_code = 3
 
 
+class NothingAcceptedError(InputError):
+    """Every record read was rejected (or there was none): there is nothing to measure."""
+
+
 class RejectError(PrefixscanError):
     """A malformed record met under `--strict`."""
 
@@ -37,7 +47,21 @@ class RunDirError(PrefixscanError):
     exit_code = 5
 
 
+class RunLockedError(RunDirError):
+    """Another prefixscan process is writing the same run directory."""
+
+
 class TokenizerError(PrefixscanError):
     """A tokenizer could not be loaded or used."""
 
     exit_code = 6
+
+
+class EnvError(PrefixscanError):
+    """The machine refused: disk full, read-only file system, permission denied, too many open files."""
+
+    exit_code = 7
+
+
+EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 1

@@ -30,7 +30,7 @@ from prefixscan.encode import (
 from prefixscan.errors import InputError, RejectError, UsageError
 from prefixscan.hashing import mix_ids, mix_ids_per
 from prefixscan.io.mooncake_fast import iter_chunks
-from prefixscan.io.readers import Position, RawError, open_bytes, parse_line, read_source
+from prefixscan.io.readers import Position, RawError, parse_line, read_jsonl, read_source
 from prefixscan.io.shapes import FIELDS, FORMATS, Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source, expand
 from prefixscan.render import content_text
@@ -315,7 +315,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                 trace.add(src.path, chunk.line, chunk.timestamp_ms / 1000.0, chunk.input_length, np.uint64(root),
                           chunk.lengths, mix_ids(chunk.ids, root), ints={"output_tokens": chunk.output_length})
             for line, raw in chunk.slow:
-                obj = parse_line(raw)
+                obj = raw if isinstance(raw, RawError) else parse_line(raw)  # RawError: a damaged file
                 if obj is None:
                     read -= 1
                     continue
@@ -401,16 +401,14 @@ def _mooncake_root(cfg: AnalyzeConfig, path: str) -> int:
 
 def _peek_shape(src: Source, max_lines: int = 1000) -> str | None:
     """The shape the ordinary path would detect for this file (its first parsable object), or None."""
-    with open_bytes(src.path) as f:
-        for i, line in enumerate(f):
-            if i >= max_lines:
+    for i, (_, obj) in enumerate(read_jsonl(src.path)):  # a damaged file yields a RawError, not an error
+        if i >= max_lines:
+            return None
+        if isinstance(obj, dict):
+            try:
+                return detect(obj)
+            except RecordError:
                 return None
-            obj = parse_line(line)
-            if isinstance(obj, dict):
-                try:
-                    return detect(obj)
-                except RecordError:
-                    return None
     return None
 
 

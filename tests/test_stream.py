@@ -279,8 +279,8 @@ def test_group_ends_greedy(lengths: list, rows: int, blocks: int) -> None:
 
 
 def test_a_failure_after_streaming_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The streamed requests table is a temporary file until the end; a failure removes it, so the run
-    directory can be replaced with --force."""
+    """The run is built beside its target and swapped in at the end; a failure removes it whole, so the
+    target never appears and the corrected re-run needs no --force."""
     import prefixscan.detect.run as run_mod
 
     def boom(*_a: object, **_k: object) -> None:
@@ -291,6 +291,6 @@ def test_a_failure_after_streaming_leaves_no_temporary_file(tmp_path: Path, monk
     log = str(ROOT / "sample_logs" / "mooncake_small.jsonl")
     with pytest.raises(RuntimeError, match="findings failed"):
         run_analysis(AnalyzeConfig(inputs=(log,), output=str(out), streaming=True))
-    assert list(out.iterdir()) == []
+    assert not out.exists() and list(tmp_path.iterdir()) == []
     monkeypatch.undo()
-    assert run_analysis(AnalyzeConfig(inputs=(log,), output=str(out), streaming=True, force=True)).run_dir
+    assert run_analysis(AnalyzeConfig(inputs=(log,), output=str(out), streaming=True)).run_dir

@@ -159,3 +159,16 @@ def register(app: typer.Typer) -> None:
             render_summary(result, out)
             if evidence is not None:
                 render_evidence(evidence.sentences(), out)
+        _check_accepted(result.summary["requests"], result.run_dir)
+
+
+def _check_accepted(counts: dict, run_dir: str | None) -> None:
+    """Exit 3 when no record was accepted: a run that measured nothing must not look like a success."""
+    if counts["accepted"]:
+        return
+    from prefixscan.errors import NothingAcceptedError
+
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejects_by_reason"].items(), key=lambda kv: -kv[1]))
+    where = f"; the rejects are in {run_dir}/rejects.parquet" if run_dir else "; pass -o RUN to keep the rejects"
+    raise NothingAcceptedError(f"no record accepted: {counts['read']:,} read, {counts['rejected']:,} rejected"
+                               f"{' (' + reasons + ')' if reasons else ''}{where}")

@@ -17,6 +17,10 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
+    epilog="Exit codes: 0 ok; 1 internal error (a bug); 2 usage; 3 input (unreadable, or no record accepted); "
+           "4 a reject under --strict; 5 run directory (missing, damaged, or in use by another prefixscan); "
+           "6 tokenizer; 7 environment (disk full, read-only file system, permission denied); 130 interrupted. "
+           "Errors are one line on stderr (docs/analyze.md).",
 )
 
 # One module per command, in the order `--help` lists them.

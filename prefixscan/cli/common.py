@@ -2,34 +2,81 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import os
+import signal
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
 
 import typer
 
-from prefixscan.errors import PrefixscanError
+from prefixscan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvError, PrefixscanError, RunDirError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(func: F) -> F:
-    """Turn expected errors into a one-line message on stderr and the error's exit code."""
+    """Turn every failure into one line on stderr and its class's exit code (prefixscan/errors.py):
+    expected errors print their message; operating-system errors name the path and the fix; anything
+    else is a bug, reported in one line (PREFIXSCAN_TRACEBACK=1 shows the traceback)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with _sigterm_interrupts():
+                return func(*args, **kwargs)
         except PrefixscanError as exc:
-            typer.echo(f"prefixscan: error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+            fail(str(exc), exc.exit_code)
         except KeyboardInterrupt:
-            typer.echo("prefixscan: interrupted", err=True)
-            raise typer.Exit(130) from None
+            fail("interrupted (every file is written whole or not at all; re-run the command)", EXIT_INTERRUPTED)
+        except OSError as exc:
+            from prefixscan.io.atomic import env_error
+
+            err = env_error(exc, action="use")
+            fail(str(err), err.exit_code)
+        except MemoryError:
+            fail("out of memory; pass --stream (analyze) or run on a larger machine", EnvError.exit_code)
+        except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback on request
+            origin = type(exc).__module__.split(".")[0]
+            if origin in ("typer", "click") or os.environ.get("PREFIXSCAN_TRACEBACK"):
+                raise  # the command line's own errors (bad parameter, exit) are typer's to print
+            if origin == "pyarrow" and "arquet" in str(exc):  # a table read outside rundir's checks
+                fail(f"a Parquet file is damaged or unreadable: {str(exc).splitlines()[0][:200]}; if it belongs to "
+                     "a run directory, re-create the run with `prefixscan analyze LOGS -o RUN --force`",
+                     RunDirError.exit_code)
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            fail(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''} "
+                 f"(at {os.path.basename(where.filename)}:{where.lineno}); this is a bug: please report it "
+                 "(PREFIXSCAN_TRACEBACK=1 shows the traceback)", EXIT_INTERNAL)
 
     return wrapper  # type: ignore[return-value]
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print `message` as one line on stderr and exit with `code`."""
+    typer.echo(f"prefixscan: error: {' '.join(message.split())}", err=True)
+    raise typer.Exit(code) from None
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so temporaries are removed and workers stopped."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def stderr_console(quiet: bool = False):  # noqa: ANN201 - rich is imported lazily

@@ -9,7 +9,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +34,11 @@ def save_estimate(result: EstimateResult, run_dir: str | os.PathLike[str], comma
     doc = {"format": FORMAT, "command_line": command_line, "run_fingerprint": run_fingerprint(run),
            "result": _finite(result.to_json())}
     text = json.dumps(doc, indent=2, sort_keys=True, default=_plain, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=run, prefix=f".{FILE}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, run / FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return run / FILE
+    from prefixscan.io.atomic import write_text
+    from prefixscan.io.rundir import extending
+
+    with extending(run):  # under the run's lock, written whole (temporary name, then rename)
+        return write_text(run / FILE, text)
 
 
 def is_stale(doc: dict[str, Any], run_dir: str | os.PathLike[str]) -> bool:

@@ -18,9 +18,10 @@ from prefixscan.analysis import run_analysis
 from prefixscan.config import AnalyzeConfig
 from prefixscan.detect.rewrite import apply_ops
 from prefixscan.errors import UsageError
+from prefixscan.io.atomic import env_error, refuse_existing, replacing
 from prefixscan.io.readers import RawError, read_source
 from prefixscan.io.shapes import RecordError, normalise
-from prefixscan.io.sources import expand
+from prefixscan.io.sources import check_output, expand
 
 
 @dataclass
@@ -73,25 +74,36 @@ def _rewrite(obj: dict[str, Any], shape: str, ops: list[tuple]) -> bool:
 
 
 def _targets(paths: list[str], output: str) -> list[str]:
+    """One input: the output file (or that name inside an existing directory); several: a directory."""
     if len(paths) == 1:
-        return [output]
-    os.makedirs(output, exist_ok=True)
+        return [os.path.join(output, os.path.basename(paths[0])) if os.path.isdir(output) else output]
     names = [os.path.basename(p) for p in paths]
     if len(set(names)) != len(names):
         raise UsageError("input files share a file name; fix them one at a time")
+    if os.path.lexists(output) and not os.path.isdir(output):
+        raise UsageError(f"{output} is a file; several inputs need an output directory")
     return [os.path.join(output, n) for n in names]
 
 
 def fix_logs(cfg: AnalyzeConfig, output: str, force: bool = False) -> FixResult:
-    """Analyse `cfg.inputs`, write the rewritten log(s) to `output`, re-analyse them."""
+    """Analyse `cfg.inputs`, write the rewritten log(s) to `output`, re-analyse them. Every output is
+    checked before any work: none may be (or be inside a directory given as) an input, and an existing
+    one needs `force`; each file is written under a temporary name and renamed, so a failure leaves no
+    partial file and an input is never opened for writing."""
+    sources = expand(list(cfg.inputs))
+    targets = _targets([s.path for s in sources], output)
+    check_output(output, cfg.inputs, sources)
+    for t in targets:
+        check_output(t, cfg.inputs, sources)
+        refuse_existing(t, force)
     before = run_analysis(replace(cfg, output=None, findings=True))
     fres = before.findings
     ops = fres.ops if fres is not None else {}
-    sources = expand(list(cfg.inputs))
-    targets = _targets([s.path for s in sources], output)
-    for t in targets:
-        if os.path.exists(t) and not force:
-            raise UsageError(f"{t} already exists; pass --force to replace it")
+    if len(targets) > 1:
+        try:
+            os.makedirs(output, exist_ok=True)
+        except OSError as exc:
+            raise env_error(exc, output) from None
     overrides = dict(cfg.fields)
     shapes = before.summary["input"]["shapes"]
     rewritten = requests = 0
@@ -128,6 +140,11 @@ def fix_logs(cfg: AnalyzeConfig, output: str, force: bool = False) -> FixResult:
 
 def _write(src: Any, target: str, rows: list[tuple[Any, bool]]) -> None:
     """Write rows in the source's own format; JSONL records that were not rewritten are copied byte for byte."""
+    with replacing(target) as tmp:
+        _write_to(src, str(tmp), rows)
+
+
+def _write_to(src: Any, target: str, rows: list[tuple[Any, bool]]) -> None:
     if src.kind == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq

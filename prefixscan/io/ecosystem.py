@@ -208,8 +208,9 @@ def is_anthropic(body: dict[str, Any], usage: dict[str, Any]) -> bool:
         return True
     if "system" in body and "messages" in body:
         return True
+    msgs = body.get("messages")
     return any(isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result") and "messages" in body
-               for m in body.get("messages") or [] if isinstance(m, dict)
+               for m in (msgs if isinstance(msgs, list) else []) if isinstance(m, dict)
                for b in (m.get("content") if isinstance(m.get("content"), list) else []))
 
 

@@ -164,8 +164,8 @@ def export_trace(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
 
 
 def _write_lines(out: Path, lines: list[bytes]) -> None:
-    tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "wb") as f:
+    from prefixscan.io.atomic import open_atomic
+
+    with open_atomic(out, "wb") as f:  # temporary name, then rename: never a partial trace
         for line in lines:
             f.write(line + b"\n")
-    os.replace(tmp, out)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from prefixscan.io.readers import Position, open_bytes
+from prefixscan.io.readers import DECODE_ERRORS, Position, RawError, corrupt, open_bytes
 
 CHUNK_BYTES = 16 << 20
 ACCEPTED, BLANK, SLOW = 0, 1, 2
@@ -236,27 +236,44 @@ def parse_chunk(data: bytes, first_line: int, newline_after: bool = False) -> Ch
     return Chunk(lines[ok], ts[ok], inl[ok], outl[ok], cnt[ok], ids, slow, int((st != BLANK).sum()))
 
 
-def _whole_lines(path: str, pos: Position | None, chunk_bytes: int) -> Iterator[tuple[bytes, int, bool]]:
-    """(bytes of whole lines, number of the first line, whether a newline followed) in file order."""
+def _whole_lines(path: str, pos: Position | None,
+                 chunk_bytes: int) -> Iterator[tuple[bytes | RawError, int, bool]]:
+    """(bytes of whole lines, number of the first line, whether a newline followed) in file order; a
+    file that cannot be decompressed to its end ends with (RawError, its line number, False) after every
+    whole line decompressed before the damage (a gzip file is read in single decompression steps, so
+    none of those is lost with the failing step)."""
     line = 1
     with open_bytes(path) as f:
         raw = getattr(f, "fileobj", None) or f
+        read = f.read1 if raw is not f else f.read
         carry = b""
         while True:
-            block = f.read(chunk_bytes)
-            if not block:
+            parts, got, broken = [carry], 0, None
+            while got < chunk_bytes:  # new bytes this round
+                try:
+                    piece = read(chunk_bytes - got)
+                except DECODE_ERRORS as exc:
+                    broken = exc
+                    break
+                if not piece:
+                    break
+                parts.append(piece)
+                got += len(piece)
+            data = b"".join(parts)
+            if got == 0 and broken is None:  # end of file
                 break
-            data = carry + block
             cut = data.rfind(b"\n")
-            if cut < 0:
-                carry = data
-                continue
             carry = data[cut + 1:]
-            whole = data[:cut]  # without the final newline: lines = count("\n") + 1
-            if pos is not None:
-                pos.bytes = raw.tell()
-            yield whole, line, True
-            line += whole.count(b"\n") + 1
+            if cut >= 0:
+                whole = data[:cut]  # without the final newline: lines = count("\n") + 1
+                if pos is not None:
+                    pos.bytes = raw.tell()
+                yield whole, line, True
+                line += whole.count(b"\n") + 1
+            if broken is not None:
+                at = f"gzip data broken after line {line - 1} (compressed byte offset {raw.tell():,})"
+                yield corrupt(at, broken), line, False
+                return
         if carry:
             yield carry, line, False
 
@@ -273,6 +290,12 @@ def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int | None 
     with ThreadPoolExecutor(max_workers=2) as pool:
         pending = []
         for whole, line, nl in _whole_lines(path, pos, size):
+            if isinstance(whole, RawError):
+                yield from (fut.result() for fut in pending)
+                pending = []
+                e = np.zeros(0, np.int64)
+                yield Chunk(e, e, e, e, e, e, [(line, whole)], 1)  # type: ignore[list-item]
+                break
             pending.append(pool.submit(parse_chunk, whole, line, nl))
             if len(pending) >= 2:
                 yield pending.pop(0).result()

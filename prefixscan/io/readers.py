@@ -7,6 +7,7 @@ whatever the file size.
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,42 +64,99 @@ def parse_line(line: bytes) -> dict[str, Any] | RawError | None:
     return obj
 
 
+# What a damaged compressed or Parquet file raises while it is read (besides pyarrow's ArrowException)
+DECODE_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError)
+
+
+def corrupt(what: str, exc: BaseException, rest: str = "the records before it were read, the rest was not"
+            ) -> RawError:
+    """The reject of a file that cannot be read on from some point: where it broke and why."""
+    why = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+    return RawError("corrupt_file", f"{what}: {why}; {rest}")
+
+
 def read_jsonl(path: str, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
-    """Yield (1-based line number, parsed object or RawError); blank lines are skipped, not records."""
+    """Yield (1-based line number, parsed object or RawError); blank lines are skipped, not records. A file
+    that cannot be decompressed to its end yields one `corrupt_file` RawError where it broke, then stops."""
+    lineno = 0
     with open_bytes(path) as f:
         raw = getattr(f, "fileobj", None) or f
-        for lineno, line in enumerate(f, start=1):
-            if pos is not None and lineno % 1024 == 0:
-                pos.bytes = raw.tell()
-            obj = parse_line(line)
-            if obj is None:
-                continue
-            spans = expand_otlp(obj) if isinstance(obj, dict) and "resourceSpans" in obj else None
-            if spans is None:
-                yield lineno, obj
-                continue
-            if not spans:
-                yield lineno, RawError("empty_otlp_batch", "an OTLP export line with no spans")
-            for span in spans:  # an OTLP JSON export: every span of the line is a record of that line
-                yield lineno, span
+        try:
+            for lineno, line in enumerate(f, start=1):
+                if pos is not None and lineno % 1024 == 0:
+                    pos.bytes = raw.tell()
+                obj = parse_line(line)
+                if obj is None:
+                    continue
+                spans = expand_otlp(obj) if isinstance(obj, dict) and "resourceSpans" in obj else None
+                if spans is None:
+                    yield lineno, obj
+                    continue
+                if not spans:
+                    yield lineno, RawError("empty_otlp_batch", "an OTLP export line with no spans")
+                for span in spans:  # an OTLP JSON export: every span of the line is a record of that line
+                    yield lineno, span
+        except DECODE_ERRORS as exc:
+            where = f"gzip data broken after line {lineno} (compressed byte offset {_tell(raw)})"
+            yield lineno + 1, corrupt(where, exc)
+
+
+def _tell(f: Any) -> str:
+    try:
+        return f"{f.tell():,}"
+    except (OSError, ValueError):
+        return "?"
 
 
 def read_parquet(path: str, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
-    """Yield (1-based row number, row as a dict) batch by batch."""
+    """Yield (1-based row number, row as a dict) batch by batch. An unreadable file (no footer, not
+    Parquet) is one `corrupt_file` RawError; a damaged row group is one, and reading goes on after it."""
     import os
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
-    rows = max(pf.metadata.num_rows, 1)
+    try:
+        pf = pq.ParquetFile(path)
+        groups = pf.metadata.num_row_groups
+        sizes = [pf.metadata.row_group(g).num_rows for g in range(groups)]
+    except (pa.ArrowException, OSError, *DECODE_ERRORS) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise
+        yield 1, corrupt("not a readable Parquet file (footer or metadata)", exc, "no record could be read")
+        return
+    rows = max(sum(sizes), 1)
     size = os.path.getsize(path)
     row = 0
-    for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-        if pos is not None:
-            pos.bytes = int(size * row / rows)
-        for rec in batch.to_pylist():
-            row += 1
-            yield row, rec
+    for g in range(groups):
+        start = row
+        try:
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g]):
+                if pos is not None:
+                    pos.bytes = int(size * row / rows)
+                for rec in _rows(batch):
+                    row += 1
+                    yield row, rec
+        except (pa.ArrowException, OSError, *DECODE_ERRORS) as exc:
+            if isinstance(exc, OSError) and exc.errno is not None:
+                raise
+            yield row + 1, corrupt(f"row group {g} (rows {start + 1}-{start + sizes[g]}) cannot be decoded", exc,
+                                   "its rows were not read; the other row groups were")
+            row = start + sizes[g]  # the next group's rows keep their numbers
+
+
+def _rows(batch: Any) -> list[dict[str, Any] | RawError]:
+    """A batch as dicts; a row whose values Python cannot hold (a date beyond year 9999) is a RawError."""
+    try:
+        return batch.to_pylist()
+    except (ValueError, OverflowError, TypeError):
+        out: list[dict[str, Any] | RawError] = []
+        for i in range(batch.num_rows):
+            try:
+                out.append(batch.slice(i, 1).to_pylist()[0])
+            except (ValueError, OverflowError, TypeError) as exc:
+                out.append(RawError("bad_value", f"a value cannot be read: {str(exc)[:160]}"))
+        return out
 
 
 def read_source(src: Source, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:

@@ -6,10 +6,13 @@ directory instead of recomputing, so results can be re-rendered and queried with
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
-import tempfile
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,29 +23,159 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from prefixscan.errors import RunDirError
+from prefixscan.io.atomic import (
+    TMP_SUFFIX,
+    clean_temps,
+    env_error,
+    fsync_dir,
+    fsync_file,
+    is_temp_name,
+    replacing,
+    temp_path,
+    write_text,
+)
+from prefixscan.io.lock import RunLock
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 
 
 def prepare(path: str | os.PathLike[str], force: bool = False) -> Path:
-    """Create an empty run directory, refusing to replace an existing one unless `force`."""
-    run = Path(path)
-    if run.exists():
-        if not force:
-            raise RunDirError(
-                f"run directory {run} already exists; pass --force to replace it or choose another -o"
-            )
-        if run.is_dir() and not (run / MANIFEST).exists() and any(run.iterdir()):
-            raise RunDirError(
-                f"{run} exists and is not a prefixscan run directory (no {MANIFEST}); refusing to delete it"
-            )
-        if run.is_dir():
-            shutil.rmtree(run)
-        else:
-            raise RunDirError(f"{run} exists and is a file; choose another -o")
-    run.mkdir(parents=True)
-    return run
+    """Create an empty run directory in place, refusing to replace an existing one unless `force`.
+
+    Kept for callers that build a run by hand; `NewRun` is the safe way (the old run survives a failure)."""
+    new = NewRun(path, force)
+    return new.commit()
+
+
+class NewRun:
+    """A run directory being built: it is written in a hidden sibling of its target (`path`) under the
+    target's lock, and `commit` swaps it in whole, so the target is at every moment either the complete
+    old run, the complete new one, or absent, and a failed `--force` run leaves the old one untouched.
+    Leftovers of killed runs (hidden siblings, temporaries inside) are removed here first."""
+
+    def __init__(self, target: str | os.PathLike[str], force: bool = False) -> None:
+        self.target = Path(target)
+        parent = self.target.absolute().parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise env_error(exc, parent) from None
+        self.lock = RunLock(self.target).acquire()
+        try:
+            _restore_orphan(self.target)
+            clean_temps(parent, only_prefix=f".{self.target.name}.", legacy=False)
+            _check_replaceable(self.target, force)
+            self.path = temp_path(self.target, "new-")
+            self.path.mkdir()
+        except OSError as exc:
+            self.lock.release()
+            raise env_error(exc, self.target) from None
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def commit(self) -> Path:
+        """Make the built run the target (flushed to disk first); releases the lock."""
+        try:
+            for f in sorted(self.path.iterdir()):
+                if f.is_file():
+                    fsync_file(f)
+            fsync_dir(self.path)
+            self.commit_empty()
+        except OSError as exc:
+            self.abort()
+            raise env_error(exc, self.target) from None
+        return self.target
+
+    def commit_empty(self) -> None:
+        old = temp_path(self.target, "old-")
+        try:
+            if self.target.exists():
+                if not _exchange(self.path, self.target):
+                    os.rename(self.target, old)  # a moment without the target: the next NewRun restores it
+                    os.rename(self.path, self.target)
+                else:
+                    os.rename(self.path, old)  # it now holds the old run
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(self.path, self.target)
+            fsync_dir(self.target.absolute().parent)
+        finally:
+            self.lock.release()
+
+    def abort(self) -> None:
+        """Remove what was built; the target is as it was. Releases the lock."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.lock.release()
+
+
+def _check_replaceable(run: Path, force: bool) -> None:
+    if not os.path.lexists(run):
+        return
+    if not force:
+        raise RunDirError(f"run directory {run} already exists; pass --force to replace it or choose another -o")
+    if not run.is_dir():
+        raise RunDirError(f"{run} exists and is not a directory; choose another -o")
+    if (run / MANIFEST).exists():
+        return
+    others = [p.name for p in run.iterdir() if not is_temp_name(p.name)]
+    if others:  # only a killed run's temporaries (or nothing): safe to replace
+        raise RunDirError(f"{run} exists and is not a prefixscan run directory (no {MANIFEST}); "
+                          "refusing to delete it")
+
+
+def _restore_orphan(run: Path) -> None:
+    """A run killed between the two renames of a swap (systems without an atomic exchange) left the old
+    run under a hidden name and no target: put it back before anything else."""
+    if os.path.lexists(run):
+        return
+    for p in sorted(run.absolute().parent.glob(f".{run.name}.old-*{TMP_SUFFIX}")):
+        if (p / MANIFEST).exists():
+            os.rename(p, run)
+            return
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if sys.platform != "linux":
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EXDEV):  # the file system cannot exchange: fall back
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def run_containing(path: str | os.PathLike[str]) -> Path | None:
+    """The run directory `path` is (or lies inside), if any: a command writing a file of its own (e.g.
+    `query -o`) must not write into a run, whose files only prefixscan's writers replace."""
+    p = Path(os.path.realpath(path))
+    for d in (p, *p.parents):
+        if (d / MANIFEST).is_file():
+            return d
+    return None
+
+
+@contextmanager
+def extending(run: str | os.PathLike[str]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Hold the lock of an existing run for a command that adds to it; yields (path, manifest read under
+    the lock), after removing a killed writer's temporaries."""
+    path = Path(run)
+    read_manifest(path)  # a clear error before taking a lock beside something that is not a run
+    with RunLock(path):
+        clean_temps(path)
+        yield path, read_manifest(path)
 
 
 ROW_GROUP_SIZE = 64 * 1024
@@ -92,43 +225,64 @@ def write_group(writer: pq.ParquetWriter, rows: pa.Table) -> None:
 def write_table(run: Path, name: str, table: pa.Table) -> Path:
     """Write one table atomically (temp file + rename) with deterministic settings."""
     target = run / f"{name}.parquet"
-    fd, tmp = tempfile.mkstemp(dir=run, prefix=f".{name}.", suffix=".tmp")
-    os.close(fd)
-    write_parquet(table, tmp)
-    os.replace(tmp, target)
+    with replacing(target) as tmp:
+        write_parquet(table, tmp)
     return target
 
 
 def write_manifest(run: Path, manifest: dict[str, Any]) -> None:
-    """Write `manifest.json` with sorted keys so identical runs give identical bytes."""
+    """Write `manifest.json` atomically, with sorted keys so identical runs give identical bytes."""
     manifest = dict(manifest)
     manifest.setdefault("format_version", FORMAT_VERSION)
     text = json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n"
-    (run / MANIFEST).write_text(text)
+    write_text(run / MANIFEST, text)
+
+
+def _redo(run: str | os.PathLike[str]) -> str:
+    return f"re-create it with `prefixscan analyze LOGS -o {run} --force`"
 
 
 def read_manifest(run: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load a run's manifest, with a clear error when the directory is not a run."""
+    """Load a run's manifest, with a clear error when the directory is not a run or the file is damaged."""
     path = Path(run) / MANIFEST
     if not path.exists():
         raise RunDirError(
             f"{run} is not a prefixscan run directory (no {MANIFEST}); "
             f"create one with `prefixscan analyze LOGS -o {run}`"
         )
-    return json.loads(path.read_text())
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise env_error(exc, path) from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise RunDirError(f"{path} is damaged ({str(exc).splitlines()[0][:80]}); {_redo(run)}") from None
+    if not isinstance(doc, dict):
+        raise RunDirError(f"{path} is damaged (not a JSON object); {_redo(run)}")
+    return doc
+
+
+def read_table_file(path: Path, run: str | os.PathLike[str], **kwargs: Any) -> pa.Table:
+    """A run's Parquet table, or a one-line RunDirError when it is truncated or not Parquet."""
+    try:
+        return pq.read_table(path, **kwargs)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise env_error(exc, path) from None
+        raise RunDirError(f"{path} is damaged ({str(exc).splitlines()[0][:100]}); {_redo(run)}") from None
 
 
 def add_tables(run: str | os.PathLike[str], tables: dict[str, pa.Table], section: str,
                info: dict[str, Any] | None = None) -> None:
-    """Add the tables of a later stage (findings, simulate, ...) and record them in the manifest."""
-    run = Path(run)
-    manifest = read_manifest(run)
-    for name, table in tables.items():
-        write_table(run, name, table)
-        manifest.setdefault("tables", {})[name] = {"rows": table.num_rows, "stage": section}
-    if info is not None:
-        manifest[section] = info
-    write_manifest(run, manifest)
+    """Add the tables of a later stage (findings, simulate, ...) and record them in the manifest. Each
+    file is replaced atomically under the run's lock, the manifest last, so a failure (a full disk) leaves
+    the run as it was, or with a new table the manifest does not list yet."""
+    with extending(run) as (path, manifest):
+        for name, table in tables.items():
+            write_table(path, name, table)
+            manifest.setdefault("tables", {})[name] = {"rows": table.num_rows, "stage": section}
+        if info is not None:
+            manifest[section] = info
+        write_manifest(path, manifest)
 
 
 @dataclass
@@ -150,7 +304,7 @@ class Run:
             p = self.path / f"{name}.parquet"
             if not p.exists():
                 raise RunDirError(f"run {self.path} has no table {name!r} (tables: {', '.join(self.tables())})")
-            self._cache[name] = pq.read_table(p)
+            self._cache[name] = read_table_file(p, self.path)
         return self._cache[name]
 
 

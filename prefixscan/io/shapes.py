@@ -179,20 +179,57 @@ def _as_obj(value: Any, name: str) -> dict[str, Any]:
     return value
 
 
+MAX_COUNT = 2**31 - 1  # token counts and turn numbers: no context holds more; sums stay far inside int64
+MAX_TIMESTAMP_S = 253402300799.0  # 9999-12-31T23:59:59Z: anything later is a unit or parse mistake
+
+
 def _int_or_none(value: Any, field: str) -> int | None:
+    """A count field: None, or an integer in [0, MAX_COUNT] (integral floats and digit strings too)."""
     if value is None:
         return None
     if isinstance(value, bool):
         raise RecordError("wrong_type", f"`{field}` should be an integer, got a boolean")
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, int):
-        if value < 0:
-            raise RecordError("wrong_type", f"`{field}` is negative ({value})")
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    raise RecordError("wrong_type", f"`{field}` should be an integer, got {type(value).__name__}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise RecordError("wrong_type", f"`{field}` should be an integer, got {value!r}")
+        value = int(value)
+    elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
+        value = int(value)
+    elif not isinstance(value, int):
+        raise RecordError("wrong_type", f"`{field}` should be an integer, got {type(value).__name__}")
+    if value < 0:
+        raise RecordError("out_of_range", f"`{field}` is negative ({value})")
+    if value > MAX_COUNT:
+        raise RecordError("out_of_range", f"`{field}` is {value:.3g}, beyond {MAX_COUNT:,}")
+    return value
+
+
+def check_timestamp(ts: float, raw: Any) -> float:
+    """A parsed timestamp must be finite, not negative, and before year 10000: NaN or 1e300 would poison
+    every later duration and rate."""
+    if ts != ts or ts in (float("inf"), float("-inf")):
+        raise RecordError("bad_timestamp", f"timestamp {str(raw)[:40]!r} is not finite")
+    if ts < 0:
+        raise RecordError("bad_timestamp", f"timestamp {str(raw)[:40]!r} is negative")
+    if ts > MAX_TIMESTAMP_S:
+        raise RecordError("bad_timestamp", f"timestamp {str(raw)[:40]!r} is after year 9999 (wrong unit?)")
+    return ts
+
+
+def _tools(body: dict[str, Any]) -> list[Any] | None:
+    tools = body.get("tools")
+    if tools is None:  # LiteLLM's StandardLoggingPayload keeps them with the call's parameters
+        tools = get_path(body, "model_parameters.tools")
+    if isinstance(tools, str):
+        if not tools.strip():
+            return None
+        try:
+            tools = orjson.loads(tools)
+        except orjson.JSONDecodeError:
+            raise RecordError("wrong_type", "`tools` is a string that is not JSON") from None
+    if tools is not None and not isinstance(tools, list):
+        raise RecordError("wrong_type", "`tools` should be a list")
+    return tools or None
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -299,19 +336,12 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
             raise RecordError("missing_field", "hashed trace record has no `input_length`")
         kind, content = "hashed", {"hash_ids": hash_ids, "input_length": n}
     elif shape in ("chat", "openai-batch", "gateway") and "messages" in body:
-        tools = body.get("tools")
-        if tools is None:  # LiteLLM's StandardLoggingPayload keeps them with the call's parameters
-            tools = get_path(body, "model_parameters.tools")
-        if isinstance(tools, str):
-            tools = orjson.loads(tools) if tools.strip() else None
-        if tools is not None and not isinstance(tools, list):
-            raise RecordError("wrong_type", "`tools` should be a list")
         msgs = _check_messages(body.get("messages"))
-        kind, content = "chat", {"messages": msgs, "tools": tools or None, "media_items": _flatten_media(msgs)}
+        kind, content = "chat", {"messages": msgs, "tools": _tools(body), "media_items": _flatten_media(msgs)}
     elif "prompt" in body and shape in ("completion", "openai-batch", "gateway", "chat"):
         p = body.get("prompt")
-        if isinstance(p, list) and p and all(isinstance(t, int) for t in p):
-            kind, content = "tokens", {"token_ids": p}
+        if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+            kind, content = "tokens", {"token_ids": _int_list(p, "prompt")}
         elif isinstance(p, str):
             if not p:
                 raise RecordError("empty_prompt", "`prompt` is empty")
@@ -342,8 +372,10 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
             ts = float(ts_raw) / 1000.0  # Mooncake timestamps are relative milliseconds
         elif shape == "bailian" and "timestamp" not in overrides:
             ts = float(ts_raw)  # bailian timestamps are relative seconds
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:
         raise RecordError("bad_timestamp", str(exc)) from None
+    if ts_raw is not NO_CLOCK:  # no clock: NaN on purpose, ingest gives it its place in input order
+        check_timestamp(ts, ts_raw)
 
     rid = _lookup("request_id", holders, obj, overrides)
     rec = Record(source_file=source_file, source_line=line,
@@ -398,7 +430,11 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
         raise RecordError("missing_timestamp", f"{shape} record has no `timestamp`")
     if isinstance(ts_raw, bool) or not isinstance(ts_raw, (int, float)):
         raise RecordError("bad_timestamp", f"{shape} `timestamp` should be a number, got {type(ts_raw).__name__}")
-    ts = float(ts_raw) / 1000.0 if shape == "mooncake" else float(ts_raw)  # ms vs s (REFERENCE.md 8)
+    try:
+        ts = float(ts_raw) / 1000.0 if shape == "mooncake" else float(ts_raw)  # ms vs s (REFERENCE.md 8)
+    except OverflowError:
+        raise RecordError("bad_timestamp", f"{shape} `timestamp` {ts_raw:.3g} is out of range") from None
+    check_timestamp(ts, ts_raw)
     rid = obj.get("request_id")
     rec = Record(source_file=source_file, source_line=line,
                  request_id=str(rid) if rid is not None else f"{source_file}:{line}", timestamp_s=ts,
@@ -424,6 +460,9 @@ def _bailian_root(obj: dict[str, Any], roots: dict[Any, Any]) -> str | None:
     chat, parent = obj.get("chat_id"), obj.get("parent_chat_id")
     if chat is None:
         return None
+    for name, v in (("chat_id", chat), ("parent_chat_id", parent)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
+            raise RecordError("wrong_type", f"bailian `{name}` should be an integer or a string")
     root = roots.get(parent, parent) if parent not in (None, -1, "-1", "") else chat
     roots[chat] = root
     return str(root)

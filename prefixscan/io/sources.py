@@ -9,7 +9,7 @@ from pathlib import Path
 
 import xxhash
 
-from prefixscan.errors import InputError
+from prefixscan.errors import InputError, UsageError
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz", ".parquet", ".pq")
 
@@ -77,8 +77,43 @@ def expand(inputs: list[str]) -> list[Source]:
         kind = _kind(p)
         if kind is None:
             # Unknown suffix given explicitly: sniff the first byte (PAR1 magic for Parquet).
-            with open(p, "rb") as f:
-                kind = "parquet" if f.read(4) == b"PAR1" else "jsonl"
-        size = os.path.getsize(p)
-        out.append(Source(p, size, fingerprint(p, size), kind))
+            try:
+                with open(p, "rb") as f:
+                    kind = "parquet" if f.read(4) == b"PAR1" else "jsonl"
+            except OSError as exc:
+                raise InputError(f"cannot read input {p}: {exc.strerror or exc}; check its permissions") from None
+        try:
+            size = os.path.getsize(p)
+            out.append(Source(p, size, fingerprint(p, size), kind))
+        except OSError as exc:
+            raise InputError(f"cannot read input {p}: {exc.strerror or exc}; check its permissions") from None
     return out
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check_output(output: str | os.PathLike[str], inputs: list[str] | tuple[str, ...], sources: list[Source],
+                 what: str = "-o") -> None:
+    """Refuse, before any work, an output that is an input (symlinks and hard links followed), holds an
+    input (replacing it would delete the input), or lies inside an input directory (a later run over that
+    directory would read the outputs as logs)."""
+    out = os.path.realpath(output)
+    try:
+        out_id = os.stat(out)[1:3] if os.path.exists(out) else None  # (inode, device)
+    except OSError:
+        out_id = None
+    for src in sources:
+        real = os.path.realpath(src.path)
+        same = real == out or (out_id is not None and os.stat(real)[1:3] == out_id)
+        if same:
+            raise UsageError(f"{what} {output} is the input {src.path}: writing it would destroy the input; "
+                             "choose another output path")
+        if _inside(real, out):
+            raise UsageError(f"{what} {output} holds the input {src.path}: writing there could overwrite or "
+                             "delete the input; choose an output outside the inputs")
+    for arg in inputs:
+        if os.path.isdir(arg) and _inside(out, os.path.realpath(arg)):
+            raise UsageError(f"{what} {output} is inside the input directory {arg}: a later run over that "
+                             "directory would read the outputs as logs; choose an output outside it")

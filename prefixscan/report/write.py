@@ -6,11 +6,14 @@ other (`model` never imports `markdown`, `html` or `figures`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
 
 from prefixscan.errors import UsageError
+from prefixscan.io.atomic import env_error, write_text
+from prefixscan.io.rundir import extending
 from prefixscan.report import html, markdown
 from prefixscan.report.figures import render_all
 from prefixscan.report.model import build, figure_dir
@@ -50,20 +53,24 @@ def write_report(
     data = build(run_dir, scenario_options(**scenario))
     figures = render_all(data)
     out = Path(output) if output is not None else Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    if "md" in formats:
-        fdir = figure_dir(out)
-        fdir.mkdir(exist_ok=True)
-        for f in figures.values():
-            (fdir / f"{f.name}.svg").write_text(f.svg)
-        for stale in sorted(fdir.glob("*.svg")):
-            if stale.stem not in figures:
-                stale.unlink()
-        written["figures"] = fdir
-        written["md"] = out / "report.md"
-        written["md"].write_text(markdown.render(data, figures, fdir.name))
-    if "html" in formats:
-        written["html"] = out / "report.html"
-        written["html"].write_text(html.render(data, figures))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise env_error(exc, out) from None
+    # into the run itself: under its lock; every file is written whole (temporary name, then renamed)
+    in_run = out.resolve() == Path(run_dir).resolve()
+    with extending(run_dir) if in_run else contextlib.nullcontext():
+        written: dict[str, Path] = {}
+        if "md" in formats:
+            fdir = figure_dir(out)
+            fdir.mkdir(exist_ok=True)
+            for f in figures.values():
+                write_text(fdir / f"{f.name}.svg", f.svg)
+            for stale in sorted(fdir.glob("*.svg")):
+                if stale.stem not in figures:
+                    stale.unlink()
+            written["figures"] = fdir
+            written["md"] = write_text(out / "report.md", markdown.render(data, figures, fdir.name))
+        if "html" in formats:
+            written["html"] = write_text(out / "report.html", html.render(data, figures))
     return written

@@ -11,11 +11,14 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+from prefixscan.io.atomic import replacing
 from prefixscan.synth.breakers import REGISTRY, BreakerKind, register
 from prefixscan.synth.config import FORMATS, SynthConfig, parse_breakers, parse_scenarios
 from prefixscan.synth.engine import Engine
@@ -98,7 +101,19 @@ def write(config: SynthConfig, path: str, fmt: str = "jsonl", truth_path: str | 
     mapper = BlockMapper()
     result = SynthResult(path=path, truth_path=truth_path, format=fmt)
     # Generation allocates millions of short-lived acyclic objects; frequent cyclic GC passes over the
-    # long-lived prefix trie cost ~10 % of the run, so collect less often while writing.
+    # long-lived prefix trie cost ~10 % of the run, so `_write_all` collects less often while writing.
+    # Both files are written under temporary names and renamed when complete (io/atomic.py); not flushed
+    # to disk first: a synthetic log is cheap to make again, and bench logs are gigabytes.
+    truth_ctx = replacing(truth_path, durable=False) if truth_path is not None else nullcontext()
+    with replacing(path, durable=False) as tmp, truth_ctx as tmp_truth:
+        _write_all(engine, mapper, config, fmt, str(tmp), tmp_truth, result)
+    result.blocks, result.hit_blocks = mapper.total_blocks, mapper.hit_blocks
+    result.bytes = os.path.getsize(path)
+    return result
+
+
+def _write_all(engine: Engine, mapper: BlockMapper, config: SynthConfig, fmt: str, path: str,
+               truth_path: Path | None, result: SynthResult) -> None:
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], 50_000), *thresholds[1:])
     sink = open_sink(path, fmt)
@@ -122,9 +137,6 @@ def write(config: SynthConfig, path: str, fmt: str = "jsonl", truth_path: str | 
         sink.close()
         if truth_f is not None:
             truth_f.close()
-    result.blocks, result.hit_blocks = mapper.total_blocks, mapper.hit_blocks
-    result.bytes = os.path.getsize(path)
-    return result
 
 
 def _count(result: SynthResult, plan: Any, truth_rec: dict[str, Any] | None) -> None:
