@@ -25,7 +25,7 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError, UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
-from prefixscan.io.sources import Source, check_output, expand
+from prefixscan.io.sources import Source, check_output, expand, skipped_in
 from prefixscan.memory import peak_rss_mib
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state, summaries_table
@@ -200,6 +200,16 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], stream_it: bool, run_pat
         raise
 
 
+def skipped_note(inputs: tuple[str, ...]) -> list[str]:
+    """Files inside input directories that were not read (no .jsonl/.json/.ndjson/.parquet suffix)."""
+    skipped = skipped_in(inputs)
+    if not skipped:
+        return []
+    shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5:,} more" if len(skipped) > 5 else "")
+    return [f"{len(skipped):,} file(s) in the input directories were skipped (not a known log suffix): {shown}; "
+            "name them on the command line to read them."]
+
+
 def input_notes(ing: Ingested, n: int) -> list[str]:
     """What the summary must say about the input's clock and its own prompt token counts."""
     out = []
@@ -329,7 +339,7 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
     if ing.approximate_template:
         notes.append(f"Chat prompts were rendered with prefixscan's ChatML-style template ({ing.template_version}),"
                      " an approximation of the engine's; pass --tokenizer hf:<model dir> for exact token counts.")
-    notes += input_notes(ing, n)
+    notes += input_notes(ing, n) + skipped_note(cfg.inputs)
     if ing.tokenizer_stats.get("fallback_reason"):
         notes.append("Tokenisation fell back to the direct path: " + str(ing.tokenizer_stats["fallback_reason"]))
     if ing.tokenizer_stats.get("media_items"):

@@ -196,3 +196,27 @@ def test_field_paths_quote_dotted_keys_and_map_messages(tmp_path) -> None:
     req = pl.from_arrow(r.tables["requests"])
     assert r.summary["requests"]["accepted"] == 3 and req["conversation_id"].to_list() == ["sess"] * 3
     assert req["model"].to_list() == ["m"] * 3 and req["cached_tokens"].to_list()[1] > 0
+
+
+def test_zstd_files_and_directory_skips(tmp_path) -> None:
+    import pyarrow as pa
+
+    from tests.conftest import ROOT
+
+    data = (ROOT / "sample_logs" / "chat.jsonl").read_bytes()
+    d = tmp_path / "logs"
+    d.mkdir()
+    with pa.output_stream(str(d / "chat.jsonl.zst"), compression="zstd") as f:
+        f.write(data)
+    (d / "notes.txt").write_text("not a log")
+    (d / "export.csv").write_text("a,b\n")
+    r = prefixscan.analyze(str(d), findings=False)
+    assert r.summary["requests"]["accepted"] == 400
+    note = next(n for n in r.summary["notes"] if "were skipped" in n)
+    assert "2 file(s)" in note and "notes.txt" in note and "export.csv" in note
+    whole = (d / "chat.jsonl.zst").read_bytes()
+    (tmp_path / "cut.jsonl.zst").write_bytes(whole[: len(whole) // 2])
+    r = prefixscan.analyze(str(tmp_path / "cut.jsonl.zst"), findings=False)
+    s = r.summary["requests"]
+    assert s["rejects_by_reason"] == {"corrupt_file": 1} and 100 < s["accepted"] < 400
+    assert s["read"] == s["accepted"] + s["rejected"]

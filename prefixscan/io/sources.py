@@ -11,7 +11,8 @@ import xxhash
 
 from prefixscan.errors import InputError, UsageError
 
-SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz", ".parquet", ".pq")
+SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst", ".ndjson", ".ndjson.gz",
+            ".ndjson.zst", ".parquet", ".pq")
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ def _kind(path: str) -> str | None:
     low = path.lower()
     if low.endswith((".parquet", ".pq")):
         return "parquet"
-    if low.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json", ".json.gz")):
+    if low.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson", ".ndjson.gz", ".ndjson.zst", ".json",
+                     ".json.gz", ".json.zst")):
         return "jsonl"
     return None
 
@@ -46,6 +48,15 @@ def fingerprint(path: str, size: int) -> str:
             f.seek(size - (1 << 20))
             h.update(f.read(1 << 20))
     return h.hexdigest()
+
+
+def skipped_in(inputs: list[str] | tuple[str, ...]) -> list[str]:
+    """Files a directory walk passes over (no known log suffix), so the summary can list them."""
+    out: list[str] = []
+    for arg in inputs:
+        if os.path.isdir(arg):
+            out += sorted(str(p) for p in Path(arg).rglob("*") if p.is_file() and not _kind(str(p)))
+    return out
 
 
 def expand(inputs: list[str]) -> list[Source]:
