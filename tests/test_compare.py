@@ -117,3 +117,20 @@ def test_diff_terminal(runs) -> None:
 def test_diff_usage(runs) -> None:
     r = runner.invoke(app, ["diff", runs[0], runs[1], "--rps", "10"])
     assert r.exit_code == 2 and "need both --model and --rps" in r.output
+
+
+def test_check_exact_output_on_the_sample_log(tmp_path) -> None:
+    from tests.conftest import ROOT
+
+    run = str(tmp_path / "run")
+    prefixscan.analyze(str(ROOT / "sample_logs" / "chat.jsonl"), output=run)
+    r = runner.invoke(app, ["check", run, "--min-hit-rate", "0.5", "--fail-on", "high", "--max-breaker-tokens",
+                            "20000"])
+    assert r.exit_code == 1
+    assert r.output.splitlines() == [
+        "FAIL min-hit-rate (token_weighted): token_weighted hit rate 47.63% is below the minimum 50.00%",
+        "FAIL max-breaker-tokens: cache breakers cost 24,608 prompt tokens of reuse (over the maximum 20,000)",
+        "FAIL fail-on high: 1 breaker(s) of severity high or above; worst: random_token (Signature), tenant acme, "
+        "11,056 tokens (high)",
+        "check failed: 3 of 3 gate(s) failed",
+    ]
