@@ -38,7 +38,10 @@ $(CVENV)/.installed:
 	$(CVENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 
-conformance: $(STAMP) $(CVENV)/.installed  ## prefixscan vs the real vLLM engine (slow); rewrites docs/conformance.md
+conformance/.sglang/.installed: $(CVENV)/.installed
+	$(CVENV)/bin/python -m conformance.sglang_setup conformance/.sglang
+
+conformance: $(STAMP) conformance/.sglang/.installed  ## prefixscan vs the real vLLM engine and SGLang's radix cache (slow); rewrites docs/conformance.md
 	$(BIN)/python -m conformance.run --vllm-python $(CVENV)/bin/python
 
 clean:  ## remove the venv and demo runs

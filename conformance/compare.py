@@ -77,6 +77,8 @@ class Prefixscan:
         key = (block_size, hash_algo)
         if key not in self._runs:
             opts: dict[str, Any] = {"tokenizer": self.tokenizer, "block_size": block_size, "findings": False}
+            if block_size == 1:  # SGLang's page size 1: prefixscan's token granularity
+                opts |= {"granularity": "token", "block_size": 16}
             if self.pools.get(block_size) and not hash_algo:
                 opts["capacities"] = tuple(sorted(p * block_size for p in self.pools[block_size]))
             if hash_algo:
@@ -138,6 +140,8 @@ def compare_file(ps: Prefixscan, path: Path) -> dict[str, Any]:
 def compare_hashes(ps: Prefixscan, head: dict[str, Any], rows: list[dict[str, Any]], tok_eq: list[bool],
                    diffs: list[dict[str, Any]]) -> int | str:
     """Requests whose full-block hashes equal the engine's, or why that cannot be checked."""
+    if head["hash_algo"] is None:
+        return "n/a (SGLang's radix tree keys on tokens, not block hashes)"
     if not has_vllm_hash():
         return "not available (this prefixscan has no --hash vllm:ALGO)"
     try:
@@ -168,9 +172,9 @@ def family_results(root: Path, fam: str) -> list[dict[str, Any]]:
         return [{"family": fam} | compare_file(ps, f) for f in files]
 
 
-def _order(p: Path) -> tuple[str, int, int]:
+def _order(p: Path) -> tuple[int, int, int]:
     kind, b, pool = p.stem.split("-")
-    return kind, int(b[1:]), int(pool[1:])
+    return ("engine", "driver", "sglang").index(kind), -int(b[1:]), int(pool[1:])
 
 
 def table(rows: list[dict[str, Any]]) -> str:

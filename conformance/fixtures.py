@@ -30,7 +30,7 @@ def run_line(path: Path) -> dict:
     out = {"run": path.stem, "header": head, "request_id": [r["request_id"] for r in rows],
            "prompt_tokens": [r["prompt_tokens"] for r in rows], "digest": [r["digest"] for r in rows],
            "cached_tokens": [r["cached_tokens"] for r in rows]}
-    if not head["bounded"]:
+    if not head["bounded"] and head["hash_algo"]:
         out["block_hashes"] = [r["block_hashes"] for r in rows]
     return out
 

@@ -74,6 +74,11 @@ def run_family(a: argparse.Namespace, fam: str) -> dict[str, Any]:
             "--max-model-len", str(size["max_model_len"]), "--unbounded", str(size["32"]["unbounded_pool"])],
            env={"PYTHONHASHSEED": SEED})
         size["engine_seconds"] = round(time.time() - t0)
+    sgl = Path(a.sglang)
+    if not a.skip_engine and (sgl / ".installed").exists():
+        path = f"{ROOT}:{sgl / 'pkg'}:{sgl / 'deps'}"
+        sh([a.vllm_python, "-m", "conformance.sglang_driver", str(models / fam), str(famdir / "workload.jsonl"),
+            str(famdir / "results" / "engine-b32-p0.jsonl"), str(famdir / "results")], env={"PYTHONPATH": path})
     return size
 
 
@@ -84,6 +89,8 @@ def main() -> None:
     ap.add_argument("--families", default="bpe,deepseek,mistral")
     ap.add_argument("--skip-engine", action="store_true", help="reuse the engine results already in --out")
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--sglang", default=str(ROOT / "conformance/.sglang"),
+                    help="SGLang unpacked by conformance.sglang_setup (its radix cache is compared when present)")
     ap.add_argument("--engine-bounded", type=int, default=len(FRACTIONS),
                     help="how many of the bounded pools also run on the real engine (the driver runs all)")
     a = ap.parse_args()
