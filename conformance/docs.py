@@ -9,7 +9,7 @@ from typing import Any
 BEGIN, END = "<!-- conformance:begin (written by make conformance) -->", "<!-- conformance:end -->"
 
 
-def differences(rows: list[dict[str, Any]], limit: int = 12) -> list[str]:
+def differences(rows: list[dict[str, Any]], limit: int = 4) -> list[str]:
     """Every run with differences: counts per (what, cause), and the first few requests."""
     out = []
     for r in rows:
@@ -26,10 +26,13 @@ def differences(rows: list[dict[str, Any]], limit: int = 12) -> list[str]:
     return out or ["- none: every request of every run agrees."]
 
 
-def section(rows: list[dict[str, Any]], sizes: dict[str, Any]) -> str:
+def section(rows: list[dict[str, Any]], sizes: dict[str, Any], dve: dict[str, Any]) -> str:
     from conformance.compare import table, tokenizer_table
 
-    lines = [BEGIN, "", table(rows), "", "Prompt tokens, per family:", "", tokenizer_table(rows), "",
+    lines = [BEGIN, "", table(rows), "",
+             f"vLLM's scheduler driver against the real engine, both at block 32 with the same pools: "
+             f"{dve['equal']:,} of {dve['requests']:,} requests equal (prompt ids, cached tokens, block hashes) "
+             f"in {dve['runs']} runs.", "", "Prompt tokens, per family:", "", tokenizer_table(rows), "",
              "Pools per family (blocks; the engine refuses a pool smaller than max_model_len / block + 1):", ""]
     for fam, s in sizes.items():
         for bs in (32, 16):
@@ -41,10 +44,10 @@ def section(rows: list[dict[str, Any]], sizes: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write(path: Path, rows: list[dict[str, Any]], sizes: dict[str, Any]) -> None:
+def write(path: Path, rows: list[dict[str, Any]], sizes: dict[str, Any], dve: dict[str, Any]) -> None:
     text = path.read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{path}: the markers of the measured section are missing")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    path.write_text(head + section(rows, sizes) + tail, encoding="utf-8")
+    path.write_text(head + section(rows, sizes, dve) + tail, encoding="utf-8")

