@@ -142,3 +142,28 @@ def test_one_replica_one_request_at_a_time_equals_the_pool() -> None:
         got.append(k * b)
         kv.release(0, table, float(i) + 0.5)
     assert got == vllm.tolist()
+
+
+@pytest.mark.parametrize("engine", ["reference", "fast"])
+@pytest.mark.parametrize("case", [ONE_AT_A_TIME[i] for i in (1, 7, 13, 17)], ids=case_id)
+def test_one_replica_simulation_without_overlap_equals_vllm(case: dict, engine: str) -> None:
+    """simulate() with one replica of N blocks and requests that never overlap (each finishes long before
+    the next arrives, max_tokens=1) gives every request what vLLM's scheduler gave it."""
+    import pyarrow as pa
+
+    from prefixscan.sim import SimConfig, simulate
+
+    reqs = case["requests"]
+    table = pa.table({
+        "seq": list(range(len(reqs))),
+        "request_id": [f"r{i}" for i in range(len(reqs))],
+        "arrival_s": [1000.0 * i for i in range(len(reqs))],
+        "prompt_tokens": [r["prompt_tokens"] for r in reqs],
+        "output_tokens": [1] * len(reqs),
+        "block_hashes": pa.array([r["blocks"] for r in reqs], pa.list_(pa.uint64())),
+    })
+    cfg = SimConfig(replicas=1, kv_blocks=case["num_blocks"], policies=("round_robin",), prefill_model="preble",
+                    tpot_s=0.01)
+    res = simulate(table, cfg, block_size=case["block_size"], engine=engine)
+    got = res.tables["sim_decisions"].sort_by("seq")["actual_cached_tokens"].to_pylist()
+    assert got == [r["cached_tokens"] for r in reqs]

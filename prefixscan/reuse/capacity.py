@@ -477,7 +477,8 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
-    ideal = int(lru_curves(prep)[0][-1])
+    keyed = lru_curves(prep)[0]  # the keyed LRU over listed blocks: the ideal, and guesses for the targets
+    ideal = int(keyed[-1])
 
     def evaluate(sizes: Sequence[int]) -> np.ndarray:
         return pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule, sizes)[0]
@@ -491,20 +492,29 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
         opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
         opt_tok[small] = opt_hits(prep, held[small])[0]
     never = never_evicting_size(len(prep.ids), len(prompts), rule)
-    targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, block_size)
+    targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, block_size, target_guesses(keyed))
     return curve_table(cap_tok, cap_blk, pool_tok, ideal, prep.total_prompt_tokens, opt_tok, targets)
 
 
+def target_guesses(keyed: np.ndarray) -> list[int]:
+    """Where the pool should reach each target fraction: one block past the keyed LRU curve's crossing
+    (`lru_curves`; the pool's null block holds nothing), which it follows closely."""
+    ideal = int(keyed[-1])
+    return [int(np.searchsorted(keyed, hit_target(f, ideal), side="left")) + 1 for f in TARGET_FRACTIONS]
+
+
 def pool_size_targets(evaluate: Callable[[Sequence[int]], Sequence[int]], cap_blk: np.ndarray,
-                      pool_tok: np.ndarray, ideal: int, never_evicts: int, block_size: int) -> dict[str, int | None]:
+                      pool_tok: np.ndarray, ideal: int, never_evicts: int, block_size: int,
+                      guesses: list[int] | None = None) -> dict[str, int | None]:
     """The smallest pool (tokens) whose hit reaches 50% and 90% of the ideal hit, searched between the
-    grid points (`pool.smallest_pools`), kept as table metadata for the summary."""
+    grid points (`pool.smallest_pools`), kept as table metadata for the summary. `guesses`: pool sizes
+    to try first (`target_guesses`)."""
     names = [f"lru_tokens_for_{int(f * 100)}pct_of_ideal" for f in TARGET_FRACTIONS]
     if ideal <= 0:
         return dict.fromkeys(names)
     goals = [hit_target(f, ideal) for f in TARGET_FRACTIONS]
     brackets = [target_brackets(cap_blk, pool_tok, g, never_evicts) for g in goals]
-    sizes = smallest_pools(evaluate, goals, brackets)
+    sizes = smallest_pools(evaluate, goals, brackets, guesses)
     return {name: n * block_size for name, n in zip(names, sizes, strict=True)}
 
 

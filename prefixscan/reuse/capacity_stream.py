@@ -40,6 +40,7 @@ from prefixscan.reuse.capacity import (
     opt_heap_slots,
     pool_size_targets,
     resolve_capacities,
+    target_guesses,
 )
 from prefixscan.reuse.pool import HIT_TOK, never_evicting_size, new_state, run_chunk
 
@@ -206,6 +207,7 @@ class CapacityStream:
         self._tok_hist = np.zeros(0, np.int64)
         del hist
         ideal = int(lru_tok[-1])
+        guesses = target_guesses(lru_tok)
         del lru_tok
         pool_tok = self._pool_hits(cap_blk, n, lengths)
         opt_tok = None
@@ -218,7 +220,7 @@ class CapacityStream:
                 opt_tok[small] = self._opt_hits(held[small], n, lengths)
         never = never_evicting_size(int(lengths.sum()), len(lengths), self.rule)
         targets = pool_size_targets(lambda sizes: self._pool_hits(np.asarray(sizes, np.int64), n, lengths),
-                                    cap_blk, pool_tok, ideal, never, self.block_size)
+                                    cap_blk, pool_tok, ideal, never, self.block_size, guesses)
         return curve_table(cap_tok, cap_blk, pool_tok, ideal, self._total_prompt_tokens, opt_tok, targets)
 
     # ------------------------------------------------------------ vLLM's block pool from the spills

@@ -42,16 +42,17 @@ class KVState:
 
     def __init__(self, replicas: int, n_blocks: int, capacity: int,
                  zeroed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
-        """`capacity`: blocks per replica including the null block. `zeroed`: optional all-zero (res
-        [blocks, replicas] int8, kf [replicas, blocks, 2] int32, sl [replicas, capacity, 6] int32) to use
-        instead of allocating (the compiled replay reuses them across replays)."""
+        """`capacity`: blocks per replica including the null block. `zeroed`: optional (res [blocks,
+        replicas] int8 and kf [replicas, blocks, 2] int32, all zero; sl [replicas, capacity, 6] int32, any
+        content: a slot's record is written when the slot is first used) to use instead of allocating (the
+        compiled replay reuses them across replays)."""
         r, u, n = replicas, max(n_blocks, 1), max(capacity, 1)
         res, kf, sl = zeroed if zeroed is not None else (None, None, None)
         # indexed res[r, b] everywhere, stored block-major: matching one request probes the same blocks on
         # every replica, so those bytes share cache lines
         self.res = (np.zeros((u, r), dtype=np.int8) if res is None else res).T
         self.kf = np.zeros((r, u, 2), dtype=np.int32) if kf is None else kf
-        self.sl = np.zeros((r, n, 6), dtype=np.int32) if sl is None else sl
+        self.sl = np.empty((r, n, 6), dtype=np.int32) if sl is None else sl  # never-used slots: not read
         self.slf = self.sl.view(np.float32)  # column REL read as float32: last release time
         self.meta = np.zeros((r, 5), dtype=np.int64)
         self.meta[:, CAP] = n - 1
@@ -203,7 +204,10 @@ def _take_slot(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, now
     (if any) is dropped. Returns (slot, ids evicted so far)."""
     if meta[r, USED] < meta[r, CAP]:
         meta[r, USED] += 1
-        return meta[r, USED], ne
+        s = meta[r, USED]
+        for f in range(REL):  # a never-used slot's record may be uninitialised memory (`KVState`)
+            sl[r, s, f] = 0
+        return s, ne
     s = meta[r, HEAD]
     _unlink(sl, meta, r, s)
     b = _drop(res, kf, sl, r, s)

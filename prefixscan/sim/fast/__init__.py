@@ -82,7 +82,7 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
     n_pool = max(capacity, 1)
     kv = KVState(slots, w.n_unique, capacity, zeroed=(
         buffers.take("res", (u, slots), np.int8, 0), buffers.take("kf", (slots, u, 2), np.int32, 0),
-        buffers.take("sl", (slots, n_pool, 6), np.int32, 0)))
+        buffers.take("sl", (slots, n_pool, 6), np.int32, None)))
     toff = table_offsets(pin, extra)
     tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
     kmode = policy.knowledge_mode(cfg.knowledge)
