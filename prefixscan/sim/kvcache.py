@@ -116,7 +116,7 @@ def match_all(res, blocks, out):  # noqa: ANN001, ANN201
         out[r] = match_len(res, r, blocks)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _unlink(sl, meta, r, s):  # noqa: ANN001, ANN202
     p, q = sl[r, s, PRV], sl[r, s, NXT]
     if p:
@@ -132,7 +132,7 @@ def _unlink(sl, meta, r, s):  # noqa: ANN001, ANN202
     meta[r, NFREE] -= 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _append(sl, meta, r, s):  # noqa: ANN001, ANN202
     t = meta[r, TAIL]
     sl[r, s, PRV] = t
@@ -145,7 +145,7 @@ def _append(sl, meta, r, s):  # noqa: ANN001, ANN202
     meta[r, NFREE] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _prepend(sl, meta, r, s):  # noqa: ANN001, ANN202
     h = meta[r, HEAD]
     sl[r, s, PRV] = 0
@@ -158,7 +158,7 @@ def _prepend(sl, meta, r, s):  # noqa: ANN001, ANN202
     meta[r, NFREE] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _drop(res, kf, sl, r, s):  # noqa: ANN001, ANN202
     """Slot s loses its hash; returns the id if that was its last copy (no longer cached), else -1."""
     b = sl[r, s, KEY] - 1
@@ -183,7 +183,7 @@ def _drop(res, kf, sl, r, s):  # noqa: ANN001, ANN202
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _cache(res, kf, sl, r, s, b):  # noqa: ANN001, ANN202
     """Slot s gets id b's hash, as its last copy; returns True if b was not cached before."""
     sl[r, s, KEY] = b + 1
@@ -198,7 +198,7 @@ def _cache(res, kf, sl, r, s, b):  # noqa: ANN001, ANN202
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _take_slot(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, now, ne):  # noqa: ANN001, ANN202
     """A slot for a new block: a never-used one while any remain, else the free queue's head, whose hash
     (if any) is dropped. Returns (slot, ids evicted so far)."""
