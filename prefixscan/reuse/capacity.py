@@ -25,7 +25,7 @@ from numba import njit, prange
 
 from prefixscan.dense import dense_ids
 from prefixscan.hashing import HIT_RULES
-from prefixscan.reuse.pool import hit_target, never_evicting_size, pool_curve, smallest_pools, target_brackets
+from prefixscan.reuse.pool import hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
 
 SCHEMA = pa.schema([
     ("capacity_tokens", pa.int64()),
@@ -491,7 +491,7 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
         small = held < prep.n_distinct
         opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
         opt_tok[small] = opt_hits(prep, held[small])[0]
-    never = never_evicting_size(len(prep.ids), len(prompts), rule)
+    never = occupied_blocks(prep.offsets, prompts, block_size) + 1
     targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, block_size, target_guesses(keyed))
     return curve_table(cap_tok, cap_blk, pool_tok, ideal, prep.total_prompt_tokens, opt_tok, targets)
 
@@ -527,14 +527,6 @@ def resolve_capacities(capacities_tokens: Sequence[int] | None, n_distinct: int,
     if np.any(cap_tok < 0):
         raise ValueError("capacities must be non-negative token counts")
     return cap_tok, cap_tok // block_size
-
-
-def lru_targets(lru_tok: np.ndarray, block_size: int) -> dict[str, int | None]:
-    """The exact smallest LRU capacity (tokens) for 50% and 90% of the ideal hit, from the every-capacity
-    curve (not rounded up to a grid point), kept as table metadata for the summary."""
-    ideal_tok = int(lru_tok[-1])
-    return {f"lru_tokens_for_{int(f * 100)}pct_of_ideal": capacity_for_fraction(lru_tok, f) * block_size
-            if ideal_tok > 0 else None for f in TARGET_FRACTIONS}
 
 
 def curve_table(cap_tok: np.ndarray, cap_blk: np.ndarray, lru: np.ndarray, ideal_tok: int, total: int,

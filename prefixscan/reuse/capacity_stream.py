@@ -42,7 +42,7 @@ from prefixscan.reuse.capacity import (
     resolve_capacities,
     target_guesses,
 )
-from prefixscan.reuse.pool import HIT_TOK, never_evicting_size, new_state, run_chunk
+from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
 
 _NO_BLOCK_HIST = np.zeros(0, np.int64)
 _INT32_MAX = np.iinfo(np.int32).max
@@ -95,6 +95,7 @@ class CapacityStream:
         self._lengths: list[np.ndarray] = []  # int32 listed blocks per request, one array per chunk
         self._total_prompt_tokens = 0
         self._max_prompt = 0
+        self._occupied = 0  # blocks all requests occupy (pool.occupied_blocks): a pool that never evicts
         # LRU state (capacity._lru_chunk): Fenwick tree, latest time per block, token histogram, [marked, clock]
         self._tree = np.zeros(lru_tree_slots(0, self._tree_floor) + 1, np.int32)
         self._last = np.zeros(0, np.int32)
@@ -128,6 +129,7 @@ class CapacityStream:
         self._lengths.append(np.diff(offsets).astype(np.int32))
         self._total_prompt_tokens += int(prompts.sum())
         self._max_prompt = max(self._max_prompt, int(prompts.max()) if len(prompts) else 0)
+        self._occupied += occupied_blocks(offsets, prompts, self.block_size)
         self._total_blocks += len(ids)
 
     def _lru(self, offsets: np.ndarray, ids: np.ndarray, prompts: np.ndarray) -> None:
@@ -218,7 +220,7 @@ class CapacityStream:
             opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
             if small.any():
                 opt_tok[small] = self._opt_hits(held[small], n, lengths)
-        never = never_evicting_size(int(lengths.sum()), len(lengths), self.rule)
+        never = self._occupied + 1
         targets = pool_size_targets(lambda sizes: self._pool_hits(np.asarray(sizes, np.int64), n, lengths),
                                     cap_blk, pool_tok, ideal, never, self.block_size, guesses)
         return curve_table(cap_tok, cap_blk, pool_tok, ideal, self._total_prompt_tokens, opt_tok, targets)

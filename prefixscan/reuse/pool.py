@@ -140,11 +140,10 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
         a = offsets[r]
         nb = offsets[r + 1] - a
         n = prompts[r]
+        total = max(nb, (n + block_size - 1) // block_size) if n > 0 else nb
         if trace:
-            total = nb
-            cap = nb
+            cap = min(nb, (n + block_size - 1) // block_size) if n > 0 else 0
         else:
-            total = max(nb, (n + block_size - 1) // block_size) if n > 0 else nb
             cap = min(nb, (n - 1) // block_size) if n > 0 else 0
         k = 0
         while k < cap and first[ids[a + k]] >= 0:
@@ -217,7 +216,7 @@ def longest_request(offsets: np.ndarray, prompts: np.ndarray, block_size: int) -
     if len(prompts) == 0:
         return 0
     listed = int(np.diff(offsets).max())
-    return max(listed, int(-(-int(prompts.max()) // block_size)))
+    return max(listed, int(-(-int(prompts.max()) // block_size)))  # both rules: see pool_ref.request_shape
 
 
 def run_chunk(state: PoolState, offsets: np.ndarray, ids: np.ndarray, prompts: np.ndarray, block_size: int,
@@ -339,8 +338,10 @@ def hit_target(fraction: float, ideal: int) -> int:
     return int(np.ceil(t - 1e-9 * max(1.0, t)))
 
 
-def never_evicting_size(listed_blocks: int, n_requests: int, rule: str) -> int:
-    """A pool size that never evicts: every block any request occupies (its listing, plus a partial
-    block under "vllm"), plus the null block. `capacity_stream` uses the same bound, so that the target
+def occupied_blocks(offsets: np.ndarray, prompts: np.ndarray, block_size: int) -> int:
+    """Blocks all requests occupy in total (each its listing, or ceil(n/B) if more): a pool of this many
+    blocks plus the null block never evicts. `capacity_stream` adds it up chunk by chunk, so the target
     searches, and so the targets, are the same."""
-    return int(listed_blocks) + (int(n_requests) if rule == "vllm" else 0) + 1
+    listed = np.diff(np.asarray(offsets, dtype=np.int64))
+    need = -(-np.maximum(np.asarray(prompts, dtype=np.int64), 0) // block_size)
+    return int(np.maximum(listed, need).sum())

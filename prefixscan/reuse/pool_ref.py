@@ -176,16 +176,18 @@ class ReferencePool:
 def request_shape(n_listed: int, prompt_tokens: int, block_size: int, rule: str) -> tuple[int, int]:
     """(blocks a prefill of the request occupies, most blocks its hit may cover).
 
-    "vllm": the listed blocks are the full ones; a partial last block (n not a multiple of B) occupies
-    one more; the hit is capped at floor((n-1)/B). "trace": a hashed trace lists its partial last block
-    itself, and every listed block may hit (the trace's own accounting).
+    Occupied: its listing, or ceil(n/B) blocks if more (the blocks past the listing hold no hash).
+    "vllm": the listed blocks are the full ones, so a partial last block (n not a multiple of B) is one
+    more; the hit is capped at floor((n-1)/B). "trace": a hashed trace lists its partial last block
+    itself, and every listed block within the prompt's ceil(n/B) blocks may hit (the trace's own
+    accounting; the cap only matters for records whose length disagrees with their listing).
     """
-    if rule == "trace":
-        return n_listed, n_listed
-    if rule != "vllm":
+    if rule not in ("vllm", "trace"):
         raise ValueError(f"unknown hit rule {rule!r}")
     n = max(prompt_tokens, 0)
     total = max(n_listed, -(-n // block_size))
+    if rule == "trace":
+        return total, min(n_listed, -(-n // block_size))
     return total, min(n_listed, (n - 1) // block_size) if n > 0 else 0
 
 
