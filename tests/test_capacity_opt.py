@@ -187,6 +187,7 @@ def test_long_unchained_workload_compacts_heap() -> None:
 
 def test_capacity_curve_uses_bypass_opt() -> None:
     offsets, hashes = csr([[1, 2], [3], [1, 2], [3]])
-    table = capacity_curve(offsets, hashes, np.array([2, 1, 2, 1]), 1, "trace", [2, 3])
+    # pools of 3 and 4 blocks: block 0 is vLLM's null block, so 2 and 3 blocks hold cache
+    table = capacity_curve(offsets, hashes, np.array([2, 1, 2, 1]), 1, "trace", [3, 4])
     assert table["opt_hit_tokens"].to_pylist() == [2, 3]
     assert table["lru_hit_tokens"].to_pylist() == [1, 3]

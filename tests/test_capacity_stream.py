@@ -193,7 +193,7 @@ def test_opt_groups_cover_every_capacity_within_budget(caps: list, budget: int) 
     cs = CapacityStream(16, "vllm", tempfile.gettempdir(), opt_budget_bytes=budget)
     try:
         cs._total_blocks = 10_000
-        groups = list(cs._groups(caps, 5000))
+        groups = list(cs._groups(caps, 5000, cs._opt_bytes))
     finally:
         cs.close()
     assert sorted(c for g in groups for c in g) == sorted(caps)

@@ -283,4 +283,6 @@ def test_generated_blocks_are_cached_for_the_next_turn() -> None:
     off = simulate(table, SimConfig(**cfg)).tables["sim_decisions"]["actual_cached_tokens"].to_pylist()
     on = simulate(table, SimConfig(cache_generated=True, **cfg)).tables["sim_decisions"]
     assert off == [0, 160]
-    assert on["actual_cached_tokens"].to_pylist() == [0, 224]  # (160 + 64) // 16 = 14 blocks
+    # vLLM computes the KV of prompt + output - 1 tokens (the last generated token is never fed back):
+    # (160 + 63) // 16 = 13 blocks, as vLLM 0.32's scheduler reports for this exact case (208)
+    assert on["actual_cached_tokens"].to_pylist() == [0, 208]

@@ -17,18 +17,19 @@ def test_delayed_view_is_the_past_state() -> None:
     kv = KVState(1, n_blocks, 30)
     view = DelayedView(kv, delay_s=5.0)
     snapshots: dict[float, np.ndarray] = {}
-    running: list[np.ndarray] = []
+    running: list[np.ndarray] = []  # block tables of running requests
     out = np.zeros(1, dtype=np.int64)
     for t, path in enumerate(reqs):
         now = float(t)
         blocks = np.array(path, dtype=np.int32)
         if len(running) > 2:
-            kv.release(0, running.pop(0), 0, now)
-        k, ne = kv.admit(0, blocks, 0, now)
+            kv.release(0, running.pop(0), now)
+        table = np.zeros(len(blocks), dtype=np.int32)
+        k, ne = kv.admit(0, blocks, len(blocks), len(blocks), now, table)
         if k >= 0:
             view.on_store(0, blocks[k:], now)
             view.on_evict(0, kv.scratch[:ne], now)
-            running.append(blocks)
+            running.append(table)
         snapshots[now] = kv.res[0].copy()
         if now >= 5:
             view.advance(now)

@@ -35,8 +35,9 @@ def cluster(n: int = 3) -> tuple[ClusterView, Req, Req]:
     w = build_workload(table, B)
     kv = KVState(n, w.n_unique, 1000)
     first = w.req_blocks(0)
-    kv.admit(1, first, 0, 0.0)
-    kv.release(1, first, 0, 0.5)
+    table = np.zeros(len(first), dtype=np.int32)
+    kv.admit(1, first, len(first), len(first), 0.0, table)
+    kv.release(1, table, 0.5)
     view = ClusterView(n, ServingModel(preble_fit()), ExactView(kv), w, 1000, np.random.default_rng(0))
     view.set_active(np.arange(n))
     view.now = 1.0

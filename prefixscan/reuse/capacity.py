@@ -16,7 +16,7 @@ measured numbers are in `docs/capacity.md`; the slow reference these are tested 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -25,6 +25,7 @@ from numba import njit, prange
 
 from prefixscan.dense import dense_ids
 from prefixscan.hashing import HIT_RULES
+from prefixscan.reuse.pool import hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
 
 SCHEMA = pa.schema([
     ("capacity_tokens", pa.int64()),
@@ -464,24 +465,57 @@ def _rate(hit: np.ndarray, total: int) -> np.ndarray:
 def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
                    rule: str, capacities_tokens: Sequence[int] | None = None, opt: bool = True,
                    ids: tuple[np.ndarray, int] | None = None) -> pa.Table:
-    """Token-weighted hit rate of one cache (LRU with vLLM's order, OPT with bypass, infinite) per capacity.
+    """Token-weighted hit rate of one cache per capacity: vLLM's block pool (the `lru_*` columns, exact,
+    `pool.py`), OPT with bypass, infinite.
 
-    Requests are taken in the given (analysis) order, one at a time. A capacity in tokens holds
-    floor(tokens / block_size) blocks. Without `capacities_tokens`, a log-spaced grid up to the working
-    set is used. With `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
+    Requests are taken in the given (analysis) order, one at a time. A capacity in tokens is a pool of
+    N = floor(tokens / block_size) blocks, block 0 of which is vLLM's null block; OPT gets the same N - 1
+    blocks. Without `capacities_tokens`, a log-spaced grid up to the working set is used. With
+    `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
     `capacity_stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
     """
     prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
+    prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
-    lru_tok, _ = lru_curves(prep)
+    keyed = lru_curves(prep)[0]  # the keyed LRU over listed blocks: the ideal, and guesses for the targets
+    ideal = int(keyed[-1])
+
+    def evaluate(sizes: Sequence[int]) -> np.ndarray:
+        return pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule, sizes)[0]
+
+    pool_tok = evaluate(cap_blk)
     opt_tok = None
     if opt:
         # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate.
-        small = cap_blk < prep.n_distinct
-        opt_tok = np.full(len(cap_tok), lru_tok[-1], dtype=np.int64)
-        opt_tok[small] = opt_hits(prep, cap_blk[small])[0]
-    return curve_table(cap_tok, cap_blk, lru_tok[np.minimum(cap_blk, prep.n_distinct)], int(lru_tok[-1]),
-                       prep.total_prompt_tokens, opt_tok, lru_targets(lru_tok, block_size))
+        held = np.maximum(cap_blk - 1, 0)
+        small = held < prep.n_distinct
+        opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
+        opt_tok[small] = opt_hits(prep, held[small])[0]
+    never = occupied_blocks(prep.offsets, prompts, block_size) + 1
+    targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, block_size, target_guesses(keyed))
+    return curve_table(cap_tok, cap_blk, pool_tok, ideal, prep.total_prompt_tokens, opt_tok, targets)
+
+
+def target_guesses(keyed: np.ndarray) -> list[int]:
+    """Where the pool should reach each target fraction: one block past the keyed LRU curve's crossing
+    (`lru_curves`; the pool's null block holds nothing), which it follows closely."""
+    ideal = int(keyed[-1])
+    return [int(np.searchsorted(keyed, hit_target(f, ideal), side="left")) + 1 for f in TARGET_FRACTIONS]
+
+
+def pool_size_targets(evaluate: Callable[[Sequence[int]], Sequence[int]], cap_blk: np.ndarray,
+                      pool_tok: np.ndarray, ideal: int, never_evicts: int, block_size: int,
+                      guesses: list[int] | None = None) -> dict[str, int | None]:
+    """The smallest pool (tokens) whose hit reaches 50% and 90% of the ideal hit, searched between the
+    grid points (`pool.smallest_pools`), kept as table metadata for the summary. `guesses`: pool sizes
+    to try first (`target_guesses`)."""
+    names = [f"lru_tokens_for_{int(f * 100)}pct_of_ideal" for f in TARGET_FRACTIONS]
+    if ideal <= 0:
+        return dict.fromkeys(names)
+    goals = [hit_target(f, ideal) for f in TARGET_FRACTIONS]
+    brackets = [target_brackets(cap_blk, pool_tok, g, never_evicts) for g in goals]
+    sizes = smallest_pools(evaluate, goals, brackets, guesses)
+    return {name: n * block_size for name, n in zip(names, sizes, strict=True)}
 
 
 def resolve_capacities(capacities_tokens: Sequence[int] | None, n_distinct: int,
@@ -493,14 +527,6 @@ def resolve_capacities(capacities_tokens: Sequence[int] | None, n_distinct: int,
     if np.any(cap_tok < 0):
         raise ValueError("capacities must be non-negative token counts")
     return cap_tok, cap_tok // block_size
-
-
-def lru_targets(lru_tok: np.ndarray, block_size: int) -> dict[str, int | None]:
-    """The exact smallest LRU capacity (tokens) for 50% and 90% of the ideal hit, from the every-capacity
-    curve (not rounded up to a grid point), kept as table metadata for the summary."""
-    ideal_tok = int(lru_tok[-1])
-    return {f"lru_tokens_for_{int(f * 100)}pct_of_ideal": capacity_for_fraction(lru_tok, f) * block_size
-            if ideal_tok > 0 else None for f in TARGET_FRACTIONS}
 
 
 def curve_table(cap_tok: np.ndarray, cap_blk: np.ndarray, lru: np.ndarray, ideal_tok: int, total: int,

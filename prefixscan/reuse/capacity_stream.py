@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import BinaryIO, NamedTuple
@@ -36,11 +36,13 @@ from prefixscan.reuse.capacity import (
     _renumber,
     block_weights,
     curve_table,
-    lru_targets,
     lru_tree_slots,
     opt_heap_slots,
+    pool_size_targets,
     resolve_capacities,
+    target_guesses,
 )
+from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
 
 _NO_BLOCK_HIST = np.zeros(0, np.int64)
 _INT32_MAX = np.iinfo(np.int32).max
@@ -92,6 +94,8 @@ class CapacityStream:
         self._prompts_path, self._prompts_file = self._spill("capacity-prompts-")  # int64 per request
         self._lengths: list[np.ndarray] = []  # int32 listed blocks per request, one array per chunk
         self._total_prompt_tokens = 0
+        self._max_prompt = 0
+        self._occupied = 0  # blocks all requests occupy (pool.occupied_blocks): a pool that never evicts
         # LRU state (capacity._lru_chunk): Fenwick tree, latest time per block, token histogram, [marked, clock]
         self._tree = np.zeros(lru_tree_slots(0, self._tree_floor) + 1, np.int32)
         self._last = np.zeros(0, np.int32)
@@ -124,6 +128,8 @@ class CapacityStream:
         prompts.tofile(self._prompts_file)
         self._lengths.append(np.diff(offsets).astype(np.int32))
         self._total_prompt_tokens += int(prompts.sum())
+        self._max_prompt = max(self._max_prompt, int(prompts.max()) if len(prompts) else 0)
+        self._occupied += occupied_blocks(offsets, prompts, self.block_size)
         self._total_blocks += len(ids)
 
     def _lru(self, offsets: np.ndarray, ids: np.ndarray, prompts: np.ndarray) -> None:
@@ -202,18 +208,66 @@ class CapacityStream:
                   out=lru_tok[1:])
         self._tok_hist = np.zeros(0, np.int64)
         del hist
-        lru = lru_tok[np.minimum(cap_blk, n)]
         ideal = int(lru_tok[-1])
-        targets = lru_targets(lru_tok, self.block_size)
+        guesses = target_guesses(lru_tok)
         del lru_tok
+        pool_tok = self._pool_hits(cap_blk, n, lengths)
         opt_tok = None
         if opt:
             # A cache that holds the whole working set never evicts: OPT = ideal there (as capacity_curve).
-            small = cap_blk < n
+            held = np.maximum(cap_blk - 1, 0)
+            small = held < n
             opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
             if small.any():
-                opt_tok[small] = self._opt_hits(cap_blk[small], n, lengths)
-        return curve_table(cap_tok, cap_blk, lru, ideal, self._total_prompt_tokens, opt_tok, targets)
+                opt_tok[small] = self._opt_hits(held[small], n, lengths)
+        never = self._occupied + 1
+        targets = pool_size_targets(lambda sizes: self._pool_hits(np.asarray(sizes, np.int64), n, lengths),
+                                    cap_blk, pool_tok, ideal, never, self.block_size, guesses)
+        return curve_table(cap_tok, cap_blk, pool_tok, ideal, self._total_prompt_tokens, opt_tok, targets)
+
+    # ------------------------------------------------------------ vLLM's block pool from the spills
+
+    def _pool_hits(self, sizes: np.ndarray, n: int, lengths: np.ndarray) -> np.ndarray:
+        """Hit tokens of vLLM's block pool at each size in blocks (`pool.pool_curve`), a few sizes per
+        forward read of the spills, their kernels in two threads."""
+        if self._total_blocks == 0 or len(sizes) == 0:
+            return np.zeros(len(sizes), np.int64)
+        chunks = _plan(lengths, self._chunk_blocks)
+        uniq = np.unique(sizes)
+        hits = dict.fromkeys(uniq.tolist(), 0)
+        longest = self._longest(lengths)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for group in self._groups(uniq.tolist(), n, self._pool_bytes):
+                states = [(c, new_state(c, n, longest)) for c in group]
+                for offsets, ids, prompts in self._forward_ids(chunks, lengths):
+                    args = [(st, offsets, ids, prompts, self.block_size, self.rule) for _, st in states]
+                    if len(ids) < _THREADED_BLOCKS:
+                        for a in args:
+                            run_chunk(*a)
+                    else:
+                        for f in [pool.submit(run_chunk, *a) for a in args]:
+                            f.result()
+                hits.update({c: int(st.st[HIT_TOK]) for c, st in states})
+        return np.array([hits[int(c)] for c in sizes], np.int64)
+
+    def _pool_bytes(self, size: int, n: int) -> int:
+        return 8 * n + 20 * size
+
+    def _longest(self, lengths: np.ndarray) -> int:
+        """Most blocks one request occupies (its longest listing, or its prompt in blocks)."""
+        most = int(lengths.max()) if len(lengths) else 0
+        return max(most, -(-self._max_prompt // self.block_size))
+
+    def _forward_ids(self, chunks: list[_Chunk],
+                     lengths: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(local offsets, ids, prompt tokens) chunk by chunk into reused buffers (the caller is done with a
+        chunk before asking for the next)."""
+        ids_buf = np.empty(max(c.b1 - c.b0 for c in chunks), np.int32)
+        prompts = np.empty(max(c.r1 - c.r0 for c in chunks), np.int64)
+        with open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp:
+            for c in chunks:
+                yield (_local_offsets(lengths, c), _read_at(fi, c.b0, ids_buf[: c.b1 - c.b0]),
+                       _read_at(fp, c.r0, prompts[: c.r1 - c.r0]))
 
     # ------------------------------------------------------------ OPT from the spills
 
@@ -228,7 +282,7 @@ class CapacityStream:
         uniq = np.unique(caps)
         hits = dict.fromkeys(uniq.tolist(), 0)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            for group in self._groups(uniq.tolist(), n):
+            for group in self._groups(uniq.tolist(), n, self._opt_bytes):
                 hits.update(self._opt_pass(pool, group, n, chunks, lengths, width, never))
         return np.array([hits[int(c)] for c in caps], np.int64)
 
@@ -250,7 +304,7 @@ class CapacityStream:
                 fo.seek(c.b0 * 8)
                 _write_all(fo, keys_buf[:m])
 
-    def _groups(self, caps: list[int], n: int) -> Iterator[list[int]]:
+    def _groups(self, caps: list[int], n: int, cost: Callable[[int, int], int]) -> Iterator[list[int]]:
         """Capacities to run together, up to OPT_GROUP per read of the spills: the largest left, then the
         smallest, largest, ... while their states fit the budget together (per capacity: 8 bytes per
         distinct block plus a heap of 12 bytes per slot). Reading and weighing the spills once for more
@@ -258,13 +312,13 @@ class CapacityStream:
         caps = sorted(caps)
         while caps:
             group = [caps.pop()]
-            used = self._opt_bytes(group[0], n)
+            used = cost(group[0], n)
             while caps and len(group) < OPT_GROUP:
                 nxt = caps[0] if len(group) % 2 else caps[-1]
-                if used + self._opt_bytes(nxt, n) > self._opt_budget:
+                if used + cost(nxt, n) > self._opt_budget:
                     break
                 group.append(caps.pop(0) if len(group) % 2 else caps.pop())
-                used += self._opt_bytes(nxt, n)
+                used += cost(nxt, n)
             yield group
 
     def _opt_bytes(self, cap: int, n: int) -> int:

@@ -82,17 +82,39 @@ def _capacity(cfg: SimConfig, w: Workload) -> int:
 
 
 def request_budget(w: Workload, cfg: SimConfig, capacity: int) -> tuple[np.ndarray, ...]:
-    """(blocks, pinned prompt blocks, reserved decode blocks, oversized count) per request.
+    """(listed blocks, pinned prompt blocks, other blocks of the table, oversized count) per request.
 
-    A request pins its prompt blocks (truncated if it exceeds a whole replica) plus, with
-    `reserve_decode_blocks`, the blocks its output will fill.
+    A request's block table (vLLM's block pool, `kvcache.py`) holds its full prompt blocks (truncated if
+    they exceed a whole replica, whose block 0 is the null block), then its partial last prompt block
+    and, with `reserve_decode_blocks`, the blocks of the tokens it computes while decoding: vLLM computes
+    the KV of prompt + output - 1 tokens (the last generated token is never fed back).
     """
+    usable = max(capacity - 1, 0)
     nb = np.diff(w.offsets)
-    total = -(-(w.prompt_tokens + w.output_tokens) // w.block_size)
-    extra = np.maximum(total - nb, 0) if cfg.reserve_decode_blocks else np.zeros(w.n, dtype=np.int64)
-    pin_n = np.minimum(nb, capacity)
-    extra = np.minimum(extra, capacity - pin_n)
-    return nb, pin_n, extra, int((nb > capacity).sum())
+    computed = w.prompt_tokens + (np.maximum(w.output_tokens - 1, 0) if cfg.reserve_decode_blocks else 0)
+    total = np.maximum(nb, -(-computed // w.block_size))
+    pin_n = np.minimum(nb, usable)
+    extra = np.minimum(total - nb, usable - pin_n)
+    return nb, pin_n, extra, int((nb > usable).sum())
+
+
+def max_hit_blocks(w: Workload, pin: np.ndarray) -> np.ndarray:
+    """Most leading blocks a request's lookup may use: its hit cap in whole blocks (vLLM stops at
+    floor((n-1)/B) blocks; a trace's partial last block may hit), within its pinned blocks."""
+    return np.minimum(pin, -(-w.hit_cap // max(w.block_size, 1)))
+
+
+def table_offsets(pin: np.ndarray, extra: np.ndarray) -> np.ndarray:
+    """Where each request's block table starts in one flat int32 array (the last entry is its size)."""
+    off = np.zeros(len(pin) + 1, dtype=np.int64)
+    np.cumsum(pin + extra, out=off[1:])
+    return off
+
+
+def generated_blocks(prompt: int, output: int, block_size: int) -> int:
+    """Full blocks a finished request's KV covers: prompt + output - 1 tokens (the last generated token's
+    KV is never computed)."""
+    return max(prompt + output - 1, 0) // block_size
 
 
 def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, capacity: int) -> Outcome:
@@ -107,6 +129,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     rng = np.random.default_rng([cfg.seed, sum(map(ord, policy.name))])
     cv = ClusterView(slots, serving, know, w, capacity, rng)
     cv.set_active(np.arange(cfg.replicas))
+    cv.kv_available[:] = kv.available(0)
     n = w.n
     B = w.block_size
     replica = np.full(n, -1, dtype=np.int32)
@@ -125,6 +148,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     reason_code: dict[str, int] = {}
     cands: list[tuple[int, ...]] = [()] * n
     nb, pin_n, extra, oversized = request_budget(w, cfg, capacity)
+    toff = table_offsets(pin_n, extra)
+    tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
+    maxhit_l, toff_l = max_hit_blocks(w, pin_n).tolist(), toff.tolist()
     # plain Python lists for per-request constants: indexing numpy arrays in the hot loop costs ~10x more
     off_l, pin_l, extra_l, nb_l = w.offsets.tolist(), pin_n.tolist(), extra.tolist(), nb.tolist()
     prompt_l, out_l, cap_l = w.prompt_tokens.tolist(), w.output_tokens.tolist(), w.hit_cap.tolist()
@@ -163,7 +189,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         i = q[0]
         s = off_l[i]
         blocks = wb[s : s + pin_l[i]]
-        k, ne = kv.admit(r, blocks, extra_l[i], now)
+        k, ne = kv.admit(r, blocks, maxhit_l[i], pin_l[i] + extra_l[i], now, tbl[toff_l[i] : toff_l[i + 1]])
         if k < 0:
             return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
         cv.kv_available[r] = kv.available(r)
@@ -230,26 +256,25 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
 
     def release(r: int, i: int, now: float) -> None:
         s = off_l[i]
-        blocks = wb[s : s + pin_l[i]]
+        table = tbl[toff_l[i] : toff_l[i + 1]]
         j = nxt_l[i] if gen_on and pin_l[i] == nb_l[i] else -1
         if j >= 0:
             # the next turn's blocks inside this request's prompt + output are what it generated, provided
             # that turn extends this prompt (chained hashes: equal last block <=> equal prefix)
             nbi, sj = nb_l[i], off_l[j]
-            m = min(nb_l[j], (prompt_l[i] + out_l[i]) // B)
+            m = min(nb_l[j], generated_blocks(prompt_l[i], out_l[i], B))
             if m > nbi and (nbi == 0 or wb[sj + nbi - 1] == wb[s + nbi - 1]):
-                stored = kv.release_gen(r, blocks, wb[sj + nbi : sj + m], extra_l[i], now)
+                stored = kv.release_gen(r, table, nbi, wb[sj + nbi : sj + m], now)
                 if stored:
                     know.on_store(r, kv.scratch[:stored].copy(), now)
                 return
-        kv.release(r, blocks, extra_l[i], now)
+        kv.release(r, table, now)
 
     def scenario(ev, now: float) -> None:  # noqa: ANN001
         nonlocal next_add
         if ev.action == "restart":
             r = ev.replica
-            ids = np.flatnonzero((kv.res[r] == 1) & (kv.ref[r] == 0)).astype(np.int32)
-            kv.clear_free(r)
+            ids = kv.scratch[: kv.clear_free(r)].copy()
             cv.kv_available[r] = kv.available(r)
             know.on_clear(r, ids, now)
         elif ev.action == "add":

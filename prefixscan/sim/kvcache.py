@@ -1,21 +1,27 @@
-"""Per-replica KV block caches with vLLM v1 prefix-caching semantics, compiled with numba.
+"""Per-replica KV block pools with vLLM v1 prefix-caching semantics, compiled with numba.
 
-The rules (REFERENCE.md 1, vllm/v1/core/block_pool.py and kv_cache_utils.py):
-- a request pins the blocks it uses (ref counts) for as long as it runs;
-- on finish its blocks go to the tail of an LRU free queue *in reverse order*, so a chain's tail is
-  evicted before its head;
-- eviction is lazy: a freed block stays hittable until its slot is needed for a new block.
-Together these keep every replica's cached set prefix-closed per chain (a block is only resident while
-its parent is), so the hit length is found by binary search over the request's blocks. `reference.py`
-is the brute-force model the property tests compare against.
+Each replica is vLLM's block pool (`prefixscan/reuse/pool_ref.py` states the rules, from
+vllm/v1/core/block_pool.py and kv_cache_manager.py; `reference.py` is the brute-force model the property
+tests compare against). Physical blocks have identities, as in the engine:
+- block 0 is the null block: a pool of N blocks holds at most N - 1;
+- a request's block table holds its hit blocks (pinned: ref counts), then new blocks for the rest of its
+  prompt, its partial last block and its reserved decode blocks, taken from the head of the free queue
+  (a taken block that held a hash loses it: lazy eviction); every new full block gets its hash, even if
+  another block holds it (after a capped full hit the recomputed last block is a second copy);
+- on finish the table is freed in reverse order: blocks no longer used that hold a hash go to the tail
+  of the LRU free queue, so a chain's tail is evicted before its head, and blocks without a hash
+  (partial, unused decode blocks) to its front, reused first; generated tokens that filled a block get
+  its hash first (`release_gen`).
+Every path that frees a block frees its parent after it, so the hashes held stay prefix-closed per chain
+and the hit length is found by binary search.
 
-State for R replicas over U distinct blocks: `res[r, b]` (resident, read by matching; a transposed view
-of block-major memory) and one 16-byte
-record per block `node[r, b]` = (ref count, prev + 1, next + 1, release time as float32 bits), so a
-block's bookkeeping shares one cache line. The free queue is a doubly linked list threaded through the
-records, exactly like vLLM's FreeKVCacheBlockQueue. Per-replica scalars live in `meta[r]` = (head,
-tail, used, capacity, n_free). `used` counts resident blocks plus reserved decode blocks; the replica is
-full when used == capacity.
+State for R replicas over U distinct blocks and pools of N blocks: `res[r, b]` (block b is cached; a
+transposed view of block-major memory, read by matching), `kf[r, b]` = (first copy, last copy) slots of
+block b, and one 24-byte record per slot `sl[r, s]` = (block + 1, prev, next slot in the free queue,
+next copy of the same block, ref count, release time as float32 bits); slot 0 is the null block, so 0
+means "none" in every link. Never-used slots are the ones above `USED` (vLLM's free queue starts with
+them, in id order, so they are always taken first). Per-replica scalars `meta[r]` = (head, tail, used,
+usable slots N - 1, slots in the free queue).
 """
 
 from __future__ import annotations
@@ -26,37 +32,34 @@ from numba import njit
 from prefixscan.dense import dense_ids  # noqa: F401 - re-exported for the simulator's callers
 
 HEAD, TAIL, USED, CAP, NFREE = 0, 1, 2, 3, 4
+KEY, PRV, NXT, CNX, SREF, REL = 0, 1, 2, 3, 4, 5
+FIRST, LAST = 0, 1
 N_AGE_BUCKETS = 40  # log2 buckets of evicted-block age in ms: bucket i holds [2^(i-1), 2^i) ms
 
 
 class KVState:
     """Arrays for R replicas; every operation is a compiled kernel below."""
 
-    def __init__(
-        self, replicas: int, n_blocks: int, capacity: int, zeroed: tuple[np.ndarray, np.ndarray] | None = None
-    ) -> None:
-        """`zeroed`: optional all-zero (res [blocks, replicas] int8, node [replicas, blocks, 4] int32) to use
-        instead of allocating (the compiled replay reuses them across replays)."""
-        r, u = replicas, max(n_blocks, 1)
-        res, node = zeroed if zeroed is not None else (None, None)
+    def __init__(self, replicas: int, n_blocks: int, capacity: int,
+                 zeroed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+        """`capacity`: blocks per replica including the null block. `zeroed`: optional (res [blocks,
+        replicas] int8 and kf [replicas, blocks, 2] int32, all zero; sl [replicas, capacity, 6] int32, any
+        content: a slot's record is written when the slot is first used) to use instead of allocating (the
+        compiled replay reuses them across replays)."""
+        r, u, n = replicas, max(n_blocks, 1), max(capacity, 1)
+        res, kf, sl = zeroed if zeroed is not None else (None, None, None)
         # indexed res[r, b] everywhere, stored block-major: matching one request probes the same blocks on
         # every replica, so those bytes share cache lines
         self.res = (np.zeros((u, r), dtype=np.int8) if res is None else res).T
-        self.node = np.zeros((r, u, 4), dtype=np.int32) if node is None else node  # zeros = unreferenced, unlinked
-        self.nodef = self.node.view(np.float32)  # slot 3 read as float32: last release time
+        self.kf = np.zeros((r, u, 2), dtype=np.int32) if kf is None else kf
+        self.sl = np.empty((r, n, 6), dtype=np.int32) if sl is None else sl  # never-used slots: not read
+        self.slf = self.sl.view(np.float32)  # column REL read as float32: last release time
         self.meta = np.zeros((r, 5), dtype=np.int64)
-        self.meta[:, HEAD] = -1
-        self.meta[:, TAIL] = -1
-        self.meta[:, CAP] = capacity
+        self.meta[:, CAP] = n - 1
         self.evictions = np.zeros(r, dtype=np.int64)
         self.evict_age_sum = np.zeros(r, dtype=np.float64)
         self.evict_hist = np.zeros((r, N_AGE_BUCKETS), dtype=np.int64)
-        self.scratch = np.zeros(u + 8, dtype=np.int32)  # evicted ids of the last admit
-
-    @property
-    def ref(self) -> np.ndarray:
-        """Pin counts [R, U] (a view)."""
-        return self.node[:, :, REF]
+        self.scratch = np.zeros(max(u, n) + 8, dtype=np.int32)  # ids evicted by the last admit / clear
 
     def match(self, r: int, blocks: np.ndarray) -> int:
         return int(match_len(self.res, r, blocks))
@@ -65,35 +68,27 @@ class KVState:
         match_all(self.res, blocks, out)
         return out
 
-    def admit(self, r: int, blocks: np.ndarray, extra: int, now: float) -> tuple[int, int]:
-        """Pin a request's blocks; returns (matched blocks, evicted count) or (-1, 0) if memory is short."""
-        return admit(
-            self.res,
-            self.node,
-            self.nodef,
-            self.meta,
-            self.evictions,
-            self.evict_age_sum,
-            self.evict_hist,
-            self.scratch,
-            r,
-            blocks,
-            extra,
-            now,
-        )
+    def admit(self, r: int, blocks: np.ndarray, max_hit: int, total: int, now: float,
+              table: np.ndarray) -> tuple[int, int]:
+        """Start a request: `blocks` its full prompt blocks, at most `max_hit` of them may hit, `total`
+        blocks in its table (full, partial and reserved), written to `table`. Returns (hit blocks, ids
+        evicted into `scratch`) or (-1, 0) when memory is short."""
+        return admit(self.res, self.kf, self.sl, self.slf, self.meta, self.evictions, self.evict_age_sum,
+                     self.evict_hist, self.scratch, r, blocks, max_hit, total, now, table)
 
-    def release(self, r: int, blocks: np.ndarray, extra: int, now: float) -> None:
-        release(self.node, self.nodef, self.meta, r, blocks, extra, now)
+    def release(self, r: int, table: np.ndarray, now: float) -> None:
+        release(self.sl, self.slf, self.meta, r, table, now)
 
-    def release_gen(self, r: int, blocks: np.ndarray, gen: np.ndarray, extra: int, now: float) -> int:
-        """Release and cache the generated blocks `gen`; returns how many were newly cached."""
-        return int(
-            release_gen(self.res, self.node, self.nodef, self.meta, self.scratch, r, blocks, gen, extra, now)
-        )
+    def release_gen(self, r: int, table: np.ndarray, first_gen: int, gen: np.ndarray, now: float) -> int:
+        """Give table blocks first_gen.. the hashes `gen` (generated tokens filled them), then release;
+        returns how many ids became cached (in `scratch`)."""
+        return int(release_gen(self.res, self.kf, self.sl, self.slf, self.meta, self.scratch, r, table,
+                               first_gen, gen, now))
 
     def clear_free(self, r: int) -> int:
-        """Drop every unpinned cached block of replica r (a restart); returns how many."""
-        return int(clear_free(self.res, self.node, self.meta, r))
+        """Drop the hash of every free block of replica r (a restart); returns how many ids are no longer
+        cached (in `scratch`)."""
+        return int(clear_free(self.res, self.kf, self.sl, self.meta, self.scratch, r))
 
     def available(self, r: int) -> int:
         m = self.meta[r]
@@ -101,9 +96,6 @@ class KVState:
 
     def resident_count(self, r: int) -> int:
         return int(self.res[r].sum())
-
-
-REF, PRV, NXT, REL = 0, 1, 2, 3
 
 
 @njit(cache=True)
@@ -124,135 +116,187 @@ def match_all(res, blocks, out):  # noqa: ANN001, ANN201
         out[r] = match_len(res, r, blocks)
 
 
-@njit(cache=True)
-def _unlink(node, meta, r, b):  # noqa: ANN001, ANN202
-    p, q = node[r, b, PRV] - 1, node[r, b, NXT] - 1
-    if p >= 0:
-        node[r, p, NXT] = q + 1
+@njit(cache=True, inline="always")
+def _unlink(sl, meta, r, s):  # noqa: ANN001, ANN202
+    p, q = sl[r, s, PRV], sl[r, s, NXT]
+    if p:
+        sl[r, p, NXT] = q
     else:
         meta[r, HEAD] = q
-    if q >= 0:
-        node[r, q, PRV] = p + 1
+    if q:
+        sl[r, q, PRV] = p
     else:
         meta[r, TAIL] = p
-    node[r, b, PRV] = 0
-    node[r, b, NXT] = 0
+    sl[r, s, PRV] = 0
+    sl[r, s, NXT] = 0
     meta[r, NFREE] -= 1
 
 
-@njit(cache=True)
-def _append(node, meta, r, b):  # noqa: ANN001, ANN202
+@njit(cache=True, inline="always")
+def _append(sl, meta, r, s):  # noqa: ANN001, ANN202
     t = meta[r, TAIL]
-    node[r, b, PRV] = t + 1
-    node[r, b, NXT] = 0
-    if t >= 0:
-        node[r, t, NXT] = b + 1
+    sl[r, s, PRV] = t
+    sl[r, s, NXT] = 0
+    if t:
+        sl[r, t, NXT] = s
     else:
-        meta[r, HEAD] = b
-    meta[r, TAIL] = b
+        meta[r, HEAD] = s
+    meta[r, TAIL] = s
     meta[r, NFREE] += 1
 
 
-@njit(cache=True)
-def _take_slot(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, now, ne):  # noqa: ANN001, ANN202
-    """One free slot for a new block: an empty one while any remain, else evict the LRU head."""
+@njit(cache=True, inline="always")
+def _prepend(sl, meta, r, s):  # noqa: ANN001, ANN202
+    h = meta[r, HEAD]
+    sl[r, s, PRV] = 0
+    sl[r, s, NXT] = h
+    if h:
+        sl[r, h, PRV] = s
+    else:
+        meta[r, TAIL] = s
+    meta[r, HEAD] = s
+    meta[r, NFREE] += 1
+
+
+@njit(cache=True, inline="always")
+def _drop(res, kf, sl, r, s):  # noqa: ANN001, ANN202
+    """Slot s loses its hash; returns the id if that was its last copy (no longer cached), else -1."""
+    b = sl[r, s, KEY] - 1
+    if b < 0:
+        return -1
+    sl[r, s, KEY] = 0
+    if kf[r, b, FIRST] == s:
+        kf[r, b, FIRST] = sl[r, s, CNX]
+        if sl[r, s, CNX] == 0:
+            kf[r, b, LAST] = 0
+    else:
+        p = kf[r, b, FIRST]
+        while sl[r, p, CNX] != s:
+            p = sl[r, p, CNX]
+        sl[r, p, CNX] = sl[r, s, CNX]
+        if kf[r, b, LAST] == s:
+            kf[r, b, LAST] = p
+    sl[r, s, CNX] = 0
+    if kf[r, b, FIRST] == 0:
+        res[r, b] = 0
+        return b
+    return -1
+
+
+@njit(cache=True, inline="always")
+def _cache(res, kf, sl, r, s, b):  # noqa: ANN001, ANN202
+    """Slot s gets id b's hash, as its last copy; returns True if b was not cached before."""
+    sl[r, s, KEY] = b + 1
+    sl[r, s, CNX] = 0
+    last = kf[r, b, LAST]
+    kf[r, b, LAST] = s
+    if last:
+        sl[r, last, CNX] = s
+        return False
+    kf[r, b, FIRST] = s
+    res[r, b] = 1
+    return True
+
+
+@njit(cache=True, inline="always")
+def _take_slot(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, now, ne):  # noqa: ANN001, ANN202
+    """A slot for a new block: a never-used one while any remain, else the free queue's head, whose hash
+    (if any) is dropped. Returns (slot, ids evicted so far)."""
     if meta[r, USED] < meta[r, CAP]:
         meta[r, USED] += 1
-        return ne
-    b = meta[r, HEAD]
-    _unlink(node, meta, r, b)
-    res[r, b] = 0
-    age = now - nodef[r, b, REL]
-    evictions[r] += 1
-    age_sum[r] += age
-    ms = age * 1000.0
-    k = 0
-    while ms >= 1.0 and k < hist.shape[1] - 1:
-        ms /= 2.0
-        k += 1
-    hist[r, k] += 1
-    scratch[ne] = b
-    return ne + 1
+        s = meta[r, USED]
+        for f in range(REL):  # a never-used slot's record may be uninitialised memory (`KVState`)
+            sl[r, s, f] = 0
+        return s, ne
+    s = meta[r, HEAD]
+    _unlink(sl, meta, r, s)
+    b = _drop(res, kf, sl, r, s)
+    if b >= 0:
+        age = now - slf[r, s, REL]
+        evictions[r] += 1
+        age_sum[r] += age
+        ms = age * 1000.0
+        k = 0
+        while ms >= 1.0 and k < hist.shape[1] - 1:
+            ms /= 2.0
+            k += 1
+        hist[r, k] += 1
+        scratch[ne] = b
+        ne += 1
+    return s, ne
 
 
 @njit(cache=True)
-def admit(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, blocks, extra, now):  # noqa: ANN001, ANN201
-    k = match_len(res, r, blocks)
+def admit(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, blocks, max_hit, total, now, table):  # noqa: ANN001, ANN201
+    k = min(match_len(res, r, blocks), max(max_hit, 0))
     hit_free = 0
     for i in range(k):
-        if node[r, blocks[i], REF] == 0:
+        if sl[r, kf[r, blocks[i], FIRST], SREF] == 0:
             hit_free += 1
-    need = len(blocks) - k + extra
-    if need > meta[r, CAP] - meta[r, USED] + meta[r, NFREE] - hit_free:
+    if total - k + hit_free > meta[r, CAP] - meta[r, USED] + meta[r, NFREE]:
         return -1, 0
-    for i in range(k):
-        b = blocks[i]
-        if node[r, b, REF] == 0:
-            _unlink(node, meta, r, b)
-        node[r, b, REF] += 1
+    for i in range(k):  # touch the hits (the first copy of each)
+        s = kf[r, blocks[i], FIRST]
+        if sl[r, s, SREF] == 0:
+            _unlink(sl, meta, r, s)
+        sl[r, s, SREF] += 1
+        table[i] = s
     ne = 0
-    for i in range(k, len(blocks)):
-        ne = _take_slot(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, now, ne)
-        b = blocks[i]
-        res[r, b] = 1
-        node[r, b, REF] = 1
-    for _ in range(extra):
-        ne = _take_slot(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, now, ne)
-    return k, ne
+    for i in range(k, total):
+        s, ne = _take_slot(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, now, ne)
+        sl[r, s, SREF] = 1
+        table[i] = s
+    for i in range(k, min(len(blocks), total)):  # new full blocks get their hash, duplicates included
+        _cache(res, kf, sl, r, table[i], blocks[i])
+    m = 0
+    for j in range(ne):  # an id evicted and cached again by this request is not reported evicted
+        if res[r, scratch[j]] == 0:
+            scratch[m] = scratch[j]
+            m += 1
+    return k, m
 
 
 @njit(cache=True)
-def release(node, nodef, meta, r, blocks, extra, now):  # noqa: ANN001, ANN201
-    for i in range(len(blocks) - 1, -1, -1):  # reverse order: tail blocks become the oldest
-        b = blocks[i]
-        node[r, b, REF] -= 1
-        if node[r, b, REF] == 0:
-            nodef[r, b, REL] = now
-            _append(node, meta, r, b)
-    meta[r, USED] -= extra
+def release(sl, slf, meta, r, table, now):  # noqa: ANN001, ANN201
+    """Free a block table in reverse order (tail blocks become the oldest); a block without a hash goes to
+    the front of the free queue instead (vLLM reuses those first)."""
+    for i in range(len(table) - 1, -1, -1):
+        s = table[i]
+        sl[r, s, SREF] -= 1
+        if sl[r, s, SREF] == 0:
+            slf[r, s, REL] = now
+            if sl[r, s, KEY]:
+                _append(sl, meta, r, s)
+            else:
+                _prepend(sl, meta, r, s)
 
 
 @njit(cache=True)
-def clear_free(res, node, meta, r):  # noqa: ANN001, ANN201
+def clear_free(res, kf, sl, meta, scratch, r):  # noqa: ANN001, ANN201
     n = 0
-    b = meta[r, HEAD]
-    while b >= 0:
-        q = node[r, b, NXT] - 1
-        node[r, b, PRV] = 0
-        node[r, b, NXT] = 0
-        res[r, b] = 0
-        n += 1
-        b = q
-    meta[r, HEAD] = -1
-    meta[r, TAIL] = -1
-    meta[r, NFREE] = 0
-    meta[r, USED] -= n
+    s = meta[r, HEAD]
+    while s:
+        b = _drop(res, kf, sl, r, s)
+        if b >= 0:
+            scratch[n] = b
+            n += 1
+        s = sl[r, s, NXT]
     return n
 
 
 @njit(cache=True)
-def release_gen(res, node, nodef, meta, scratch, r, blocks, gen, extra, now):  # noqa: ANN001, ANN201
-    """Release like `release`, but first turn reserved decode slots into cached blocks `gen`.
+def release_gen(res, kf, sl, slf, meta, scratch, r, table, first_gen, gen, now):  # noqa: ANN001, ANN201
+    """Release like `release`, but first give the blocks that generated tokens filled their hashes.
 
     vLLM caches generated tokens once they fill a block, so the next turn of a conversation can hit the
-    previous answer (REFERENCE.md 1). `gen` are the hashes of those blocks in chain order (they extend
-    `blocks`); each takes over one reserved decode slot. Returns how many were newly cached (ids in
-    `scratch`).
+    previous answer (REFERENCE.md 1). `gen` are the hashes of those blocks in chain order; they go to
+    table positions first_gen, first_gen + 1, ... (the partial prompt block first, then decode blocks).
+    Returns how many ids became cached (ids in `scratch`).
     """
-    m = min(len(gen), extra)
     stored = 0
-    for i in range(m - 1, -1, -1):  # the whole block table is released tail first
-        b = gen[i]
-        if res[r, b] == 0:
-            res[r, b] = 1
-            node[r, b, REF] = 0
-            nodef[r, b, REL] = now
-            _append(node, meta, r, b)
-            scratch[stored] = b
+    for j in range(min(len(gen), len(table) - first_gen)):
+        if _cache(res, kf, sl, r, table[first_gen + j], gen[j]):
+            scratch[stored] = gen[j]
             stored += 1
-        elif node[r, b, REF] == 0:  # cached and free: touched again
-            _unlink(node, meta, r, b)
-            nodef[r, b, REL] = now
-            _append(node, meta, r, b)
-    release(node, nodef, meta, r, blocks, extra - stored, now)
+    release(sl, slf, meta, r, table, now)
     return stored

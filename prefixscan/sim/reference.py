@@ -1,85 +1,54 @@
-"""Brute-force replica cache: the vLLM rules written as plainly as possible, for property tests.
+"""Brute-force replica cache for the property tests: vLLM's block pool as `pool_ref.ReferencePool`.
 
-Linear-scan matching (no prefix-closure assumption), a Python list as the free queue, dicts for ref
-counts. `kvcache.KVState` must agree with it on every hit length, eviction and resident set.
+Linear-scan matching (no prefix-closure assumption), physical blocks with identities, dicts and an
+ordered dict as the free queue. `kvcache.KVState` must agree with it on every hit length, eviction and
+resident set; this class only adapts the pool to the simulator's calls (a request id per admission).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+
+from prefixscan.reuse.pool_ref import ReferencePool
 
 
 class ReferenceReplica:
-    """One replica: `capacity` block slots, LRU free queue, lazy eviction, reverse-order release."""
+    """One replica: a pool of `capacity` blocks (block 0 is the null block)."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.cached: set[int] = set()
-        self.ref: dict[int, int] = {}
-        self.free_queue: list[int] = []  # index 0 is evicted first
-        self.anonymous = 0  # reserved decode blocks
-        self.evicted: list[int] = []
+        self.pool = ReferencePool(max(capacity, 1))
 
-    def used(self) -> int:
-        return len(self.cached) + self.anonymous
+    @property
+    def cached(self) -> set[Hashable]:
+        return set(self.pool.copies)
+
+    @property
+    def evicted(self) -> list[Hashable]:
+        return self.pool.evicted
+
+    def available(self) -> int:
+        return len(self.pool.free)
 
     def match(self, blocks: Sequence[int]) -> int:
-        k = 0
-        while k < len(blocks) and blocks[k] in self.cached:
-            k += 1
-        return k
+        return len(self.pool.lookup(list(blocks), len(blocks)))
 
-    def admit(self, blocks: Sequence[int], extra: int) -> int:
-        """Returns matched blocks, or -1 (and changes nothing) when memory is short."""
-        k = self.match(blocks)
-        hit_in_queue = sum(1 for b in blocks[:k] if self.ref.get(b, 0) == 0)
-        free_slots = self.capacity - self.used() + len(self.free_queue) - hit_in_queue
-        if len(blocks) - k + extra > free_slots:
-            return -1
-        for b in blocks[:k]:
-            if self.ref.get(b, 0) == 0:
-                self.free_queue.remove(b)
-            self.ref[b] = self.ref.get(b, 0) + 1
-        for b in list(blocks[k:]) + [None] * extra:
-            if self.used() >= self.capacity:
-                victim = self.free_queue.pop(0)
-                self.cached.discard(victim)
-                del self.ref[victim]
-                self.evicted.append(victim)
-            if b is None:
-                self.anonymous += 1
-            else:
-                self.cached.add(b)
-                self.ref[b] = 1
-        return k
+    def admit(self, rid: Hashable, blocks: Sequence[int], max_hit: int, total: int) -> int:
+        """Returns hit blocks, or -1 (and changes nothing) when memory is short."""
+        return self.pool.start(rid, list(blocks), total, max_hit)
 
-    def release(self, blocks: Sequence[int], extra: int) -> None:
-        for b in reversed(list(blocks)):
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                self.free_queue.append(b)
-        self.anonymous -= extra
+    def release(self, rid: Hashable) -> None:
+        self.pool.finish(rid)
 
-    def release_gen(self, blocks: Sequence[int], gen: Sequence[int], extra: int) -> int:
-        """Cache generated blocks in reserved decode slots, then release; returns how many were new."""
-        stored = 0
-        for b in reversed(list(gen)[:extra]):
-            if b not in self.cached:
-                self.cached.add(b)
-                self.ref[b] = 0
-                self.free_queue.append(b)
-                self.anonymous -= 1
-                stored += 1
-            elif self.ref[b] == 0:
-                self.free_queue.remove(b)
-                self.free_queue.append(b)
-        self.release(blocks, extra - stored)
+    def release_gen(self, rid: Hashable, gen: Sequence[int]) -> int:
+        """Give the blocks generated tokens filled their hashes, then release; returns how many ids
+        became cached."""
+        before = set(self.pool.copies)
+        self.pool.extend(rid, list(gen))
+        stored = len(set(self.pool.copies) - before)
+        self.pool.finish(rid)
         return stored
 
     def clear_free(self) -> int:
-        n = len(self.free_queue)
-        for b in self.free_queue:
-            self.cached.discard(b)
-            del self.ref[b]
-        self.free_queue = []
-        return n
+        before = set(self.pool.copies)
+        self.pool.clear_free()
+        return len(before - set(self.pool.copies))

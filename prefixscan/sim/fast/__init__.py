@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from prefixscan.sim.config import SimConfig
-from prefixscan.sim.engine import Outcome, request_budget
+from prefixscan.sim.engine import Outcome, max_hit_blocks, request_budget, table_offsets
 from prefixscan.sim.fast import arrays as A
 from prefixscan.sim.fast import buffers
 from prefixscan.sim.fast import layout as L
@@ -79,12 +79,12 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
     n = w.n
     nb, pin, extra, oversized = request_budget(w, cfg, capacity)
     u = max(w.n_unique, 1)
-    kv = KVState(
-        slots,
-        w.n_unique,
-        capacity,
-        zeroed=(buffers.take("res", (u, slots), np.int8, 0), buffers.take("node", (slots, u, 4), np.int32, 0)),
-    )
+    n_pool = max(capacity, 1)
+    kv = KVState(slots, w.n_unique, capacity, zeroed=(
+        buffers.take("res", (u, slots), np.int8, 0), buffers.take("kf", (slots, u, 2), np.int32, 0),
+        buffers.take("sl", (slots, n_pool, 6), np.int32, None)))
+    toff = table_offsets(pin, extra)
+    tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
     kmode = policy.knowledge_mode(cfg.knowledge)
     vopts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
     vopts.update(policy.view_options())
@@ -94,17 +94,17 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
     pa: PolicyArrays = SETUP[policy.name](policy, w, slots)
     rng = np.random.default_rng([cfg.seed, sum(map(ord, policy.name))])
     uni = rng.random(max(n, 1))  # the stream ClusterView.uniform draws, 4096 at a time
-    rq, rf = A.request_rows(w, nb, pin, extra)
+    rq, rf = A.request_rows(w, nb, pin, extra, toff, max_hit_blocks(w, pin))
     cand = np.zeros((max(n, 1), pa.width), dtype=np.int32)
     hcap = min(n, slots * cfg.max_num_seqs) + 1
     ht, hm = np.zeros(hcap), np.zeros((hcap, 3), dtype=np.int64)
     ev_t, ev_a, ev_r = A.events(cfg)
     horizon = run(
-        pa.code, w.offsets, w.blocks, rq, rf, cand, ci, cf, g, fp, kv.res.T, kv.node, kv.nodef, kv.meta,
-        kv.evictions, kv.evict_age_sum, kv.evict_hist, kv.scratch, items, dids, dres, last, ht, hm,
+        pa.code, w.offsets, w.blocks, rq, rf, cand, ci, cf, g, fp, kv.res.T, kv.kf, kv.sl, kv.slf, kv.meta,
+        kv.evictions, kv.evict_age_sum, kv.evict_hist, kv.scratch, tbl, items, dids, dres, last, ht, hm,
         pa.pf, pa.pi, pa.sf, pa.si, pa.pu, uni, ev_t, ev_a, ev_r,
     )
-    for name, a in (("res", kv.res.T), ("node", kv.node), ("dres", dres), ("last", last)):
+    for name, a in (("res", kv.res.T), ("kf", kv.kf), ("sl", kv.sl), ("dres", dres), ("last", last)):
         if a.size > 1:
             buffers.give(name, a)
     reason, reasons = _reasons(rq[:, L.RQ_REASON], pa.reasons)

@@ -59,13 +59,15 @@ def events(cfg: SimConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def request_rows(w: Workload, nb: np.ndarray, pin: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, ...]:
+def request_rows(w: Workload, nb: np.ndarray, pin: np.ndarray, extra: np.ndarray, toff: np.ndarray,
+                 maxhit: np.ndarray) -> tuple[np.ndarray, ...]:
     """The per-request matrices: inputs in their columns, results initialised as the reference does."""
     n = w.n
     rq = np.zeros((n, L.N_RQ), dtype=np.int64)
     for col, vals in (
         (L.RQ_NB, nb), (L.RQ_PIN, pin), (L.RQ_EXTRA, extra), (L.RQ_PROMPT, w.prompt_tokens),
         (L.RQ_OUT, w.output_tokens), (L.RQ_CAP, w.hit_cap), (L.RQ_NXT, w.next_in_conv),
+        (L.RQ_TOFF, toff[:-1]), (L.RQ_MAXHIT, maxhit),
     ):
         rq[:, col] = vals
     rq[:, L.RQ_REPLICA] = -1
@@ -78,7 +80,7 @@ def request_rows(w: Workload, nb: np.ndarray, pin: np.ndarray, extra: np.ndarray
 def cluster(cfg: SimConfig, slots: int, capacity: int, serving: ServingModel, block: int) -> tuple[np.ndarray, ...]:
     """(ci, cf, g, fp): counters as a fresh `ClusterView` holds them, globals, the serving model."""
     ci = np.zeros((L.N_CI, slots), dtype=np.int64)
-    ci[L.KV_AVAIL] = capacity
+    ci[L.KV_AVAIL] = max(capacity - 1, 0)  # block 0 of every pool is vLLM's null block
     ci[[L.WQ_HEAD, L.WQ_TAIL, L.REC_HEAD, L.REC_TAIL]] = -1
     ci[L.ACTIVE, : cfg.replicas] = 1
     ci[L.ACT, : cfg.replicas] = np.arange(cfg.replicas)

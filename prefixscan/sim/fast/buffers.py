@@ -15,12 +15,16 @@ import numpy as np
 _pool: dict[str, np.ndarray] = {}
 
 
-def take(name: str, shape: tuple[int, ...], dtype: type, fill: float) -> np.ndarray:
-    """An array of this shape and dtype filled with `fill`, reused when the pool holds one."""
+def take(name: str, shape: tuple[int, ...], dtype: type, fill: float | None) -> np.ndarray:
+    """An array of this shape and dtype filled with `fill` (None: left as it is, for arrays whose
+    entries are written before they are read), reused when the pool holds one."""
     a = _pool.pop(name, None)
     if a is not None and a.shape == shape and a.dtype == dtype:
-        a.fill(fill)
+        if fill is not None:
+            a.fill(fill)
         return a
+    if fill is None:
+        return np.empty(shape, dtype=dtype)
     return np.zeros(shape, dtype=dtype) if fill == 0 else np.full(shape, fill, dtype=dtype)
 
 

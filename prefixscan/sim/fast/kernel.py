@@ -2,11 +2,12 @@
 
 Arrays (see `layout.py` for rows and columns): `off`/`wb` the requests' dense block ids, `rq`/`rf` one
 row of inputs and results per request, `cand` candidate replicas, `ci`/`cf`/`g`/`fp` the cluster's
-counters, globals and model parameters; `res`..`scratch` are `KVState`'s arrays, driven by the same
-`kvcache` kernels the reference calls; `items`/`dids`/`dres` the delayed view, `last` the approximate
-view; `ht`/`hm` the event heap; `pf`..`uni` the policy's arrays (`policies/base.py`); `ev_*` the
-scenario events sorted by time. Helpers take the arrays they use one by one: numba updates a reference
-count per array argument, so passing tuples of every array would cost more than the work itself.
+counters, globals and model parameters; `res`..`scratch` are `KVState`'s arrays and `tbl` the
+requests' block tables (from `RQ_TOFF`), driven by the same `kvcache` kernels the reference calls;
+`items`/`dids`/`dres` the delayed view, `last` the approximate view; `ht`/`hm` the event heap;
+`pf`..`uni` the policy's arrays (`policies/base.py`); `ev_*` the scenario events sorted by time.
+Helpers take the arrays they use one by one: numba updates a reference count per array argument, so
+passing tuples of every array would cost more than the work itself.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from prefixscan.sim.fast.layout import (
     RQ_CAND_N,
     RQ_CAP,
     RQ_EXTRA,
+    RQ_MAXHIT,
     RQ_NB,
     RQ_NXT,
     RQ_OUT,
@@ -67,6 +69,7 @@ from prefixscan.sim.fast.layout import (
     RQ_REPLICA,
     RQ_ROUTED,
     RQ_ROUTED_K,
+    RQ_TOFF,
     RQ_WQ_NEXT,
     RUNNING,
     SV_SLOW,
@@ -123,8 +126,8 @@ def _set_active(ci, g):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, node, nodef, meta, evictions, age_sum, hist, scratch,  # noqa: ANN001, ANN202
-               items, dids, ht, hm):
+def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN202
+               scratch, tbl, items, dids, ht, hm):
     """Admit replica r's queue head if the lane is free and its blocks fit, and start its prefill."""
     i = ci[WQ_HEAD, r]
     if ci[LANE_BUSY, r] or i < 0 or ci[RUNNING, r] >= g[G_MAX_SEQS]:
@@ -132,7 +135,10 @@ def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, node, nodef, meta, e
     s = off[i]
     blocks = wb[s : s + rq[i, RQ_PIN]]
     extra = rq[i, RQ_EXTRA]
-    k, ne = admit(res, node, nodef, meta, evictions, age_sum, hist, scratch, r, blocks, extra, now)
+    t0 = rq[i, RQ_TOFF]
+    total = rq[i, RQ_PIN] + extra
+    k, ne = admit(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, blocks, rq[i, RQ_MAXHIT], total, now,
+                  tbl[t0 : t0 + total])
     if k < 0:
         return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
     ci[KV_AVAIL, r] = _available(meta, r)
@@ -161,37 +167,32 @@ def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, node, nodef, meta, e
 
 
 @njit(cache=True)
-def _release(r, i, now, off, wb, rq, g, fp, res, node, nodef, meta, scratch, items, dids):  # noqa: ANN001, ANN202
-    """Unpin request i's blocks; with cached generation, first cache the blocks its answer filled."""
+def _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids):  # noqa: ANN001, ANN202
+    """Free request i's block table; with cached generation, first hash the blocks its answer filled."""
     s = off[i]
     pin, nb, extra = rq[i, RQ_PIN], rq[i, RQ_NB], rq[i, RQ_EXTRA]
-    blocks = wb[s : s + pin]
+    t0 = rq[i, RQ_TOFF]
+    table = tbl[t0 : t0 + pin + extra]
     j = rq[i, RQ_NXT] if g[G_GEN_ON] and pin == nb else -1
     if j >= 0:
         # the next turn's blocks inside this prompt + output are what this request generated
         sj = off[j]
-        m = min(rq[j, RQ_NB], (rq[i, RQ_PROMPT] + rq[i, RQ_OUT]) // g[G_BLOCK])
+        m = min(rq[j, RQ_NB], max(rq[i, RQ_PROMPT] + rq[i, RQ_OUT] - 1, 0) // g[G_BLOCK])
         if m > nb and (nb == 0 or wb[sj + nb - 1] == wb[s + nb - 1]):
-            stored = release_gen(res, node, nodef, meta, scratch, r, blocks, wb[sj + nb : sj + m], extra, now)
+            stored = release_gen(res, kf, sl, slf, meta, scratch, r, table, nb, wb[sj + nb : sj + m], now)
             if stored and g[G_VMODE] == V_DELAYED:
                 delayed_push(g, items, dids, r, 1, scratch[:stored], now + fp[VP_DELAY])
             return
-    release(node, nodef, meta, r, blocks, extra, now)
+    release(sl, slf, meta, r, table, now)
 
 
 @njit(cache=True)
-def _scenario(action, rep, now, ci, cf, g, fp, res, node, meta, items, dids):  # noqa: ANN001, ANN202
+def _scenario(action, rep, now, ci, cf, g, fp, res, kf, sl, meta, scratch, items, dids):  # noqa: ANN001, ANN202
     if action == EV_RESTART:
-        n = 0
-        ids = np.empty(res.shape[1], dtype=np.int32)
-        for b in range(res.shape[1]):
-            if res[rep, b] == 1 and node[rep, b, 0] == 0:
-                ids[n] = b
-                n += 1
-        clear_free(res, node, meta, rep)
+        n = clear_free(res, kf, sl, meta, scratch, rep)
         ci[KV_AVAIL, rep] = _available(meta, rep)
         if g[G_VMODE] == V_DELAYED:
-            delayed_push(g, items, dids, rep, 0, ids[:n], now + fp[VP_DELAY])
+            delayed_push(g, items, dids, rep, 0, scratch[:n], now + fp[VP_DELAY])
     elif action == EV_ADD:
         r = g[G_NEXT_ADD]
         ci[ACTIVE, r] = 1
@@ -259,8 +260,8 @@ def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids,
 
 
 @njit(cache=True)
-def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, node, nodef, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN201
-        scratch, items, dids, dres_bm, last_bm, ht, hm, pf, pi, sf, si, pu, uni, ev_t, ev_a, ev_r):
+def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN201
+        scratch, tbl, items, dids, dres_bm, last_bm, ht, hm, pf, pi, sf, si, pu, uni, ev_t, ev_a, ev_r):
     """Replay every request; fills `rq`/`rf`/`cand` and the counters in place, returns the last event time.
 
     The residency matrices arrive block-major ([block, replica], C order) and are indexed [replica,
@@ -286,7 +287,7 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, node, nodef, meta, e
                 g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], t_done, DECODE_DONE, g[G_COUNTER], r, i)
             else:
                 rf[i, RF_FINISH] = now
-                _release(r, i, now, off, wb, rq, g, fp, res, node, nodef, meta, scratch, items, dids)
+                _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids)
                 ci[KV_AVAIL, r] = _available(meta, r)
                 _account(ci, cf, r, now)
                 ci[DECODING, r] -= 1
@@ -296,7 +297,7 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, node, nodef, meta, e
                 ci[INFL_OUT, r] -= rq[i, RQ_OUT]
         elif t_ev <= t_arr:
             now = t_ev
-            _scenario(ev_a[ev_i], ev_r[ev_i], now, ci, cf, g, fp, res, node, meta, items, dids)
+            _scenario(ev_a[ev_i], ev_r[ev_i], now, ci, cf, g, fp, res, kf, sl, meta, scratch, items, dids)
             ev_i += 1
             continue
         else:
@@ -305,8 +306,8 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, node, nodef, meta, e
                        pf, pi, sf, si, pu, uni)
             ai += 1
         if ci[WQ_HEAD, r] >= 0 and not ci[LANE_BUSY, r]:  # checked here too: the call itself is not free
-            _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, node, nodef, meta, evictions, age_sum, hist,
-                       scratch, items, dids, ht, hm)
+            _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,
+                       scratch, tbl, items, dids, ht, hm)
     for r in range(ci.shape[1]):
         _account(ci, cf, r, now)
     return now

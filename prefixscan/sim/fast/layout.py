@@ -33,7 +33,8 @@ RQ_NB, RQ_PIN, RQ_EXTRA, RQ_PROMPT, RQ_OUT, RQ_CAP, RQ_NXT, RQ_WQ_NEXT, RQ_REC_N
 RQ_REPLICA, RQ_CACHED, RQ_BEST, RQ_ROUTED, RQ_ROUTED_K, RQ_REASON, RQ_PREDICTED, RQ_CAND_N = (
     9, 10, 11, 12, 13, 14, 15, 16
 )
-N_RQ = 17
+RQ_TOFF, RQ_MAXHIT = 17, 18  # where the request's block table starts in `tbl`; most blocks its lookup may hit
+N_RQ = 19
 # rf: float64 [n, N_RF]
 RF_ARRIVAL, RF_START, RF_FIRST, RF_FINISH, RF_PRE_S, RF_PRED_S, RF_REC_NOW, RF_REC_T = 0, 1, 2, 3, 4, 5, 6, 7
 N_RF = 8
