@@ -4,9 +4,9 @@ conformance/fixtures/ holds workloads and, per request, what vLLM 0.32.0 (CPU en
 own Scheduler driven with the engine's prompt ids at 16 and 32) reported: prompt length and digest, cached
 tokens, full-block hashes (PYTHONHASHSEED=0). `make conformance` records them again (docs/conformance.md).
 
-Checked here: prompt token ids (digest) and unbounded cached tokens on every request of every family, and,
-marked where prefixscan is not there yet (strict xfail, so they flip when that work lands), the cached
-tokens of bounded pools and vLLM's hash values.
+Checked here, on every request of every family: prompt token ids (digest), unbounded cached tokens, the
+cached tokens of every bounded pool (a one-replica simulation and the capacity curve's pool model), and
+vLLM's hash values.
 """
 
 from __future__ import annotations
@@ -24,14 +24,12 @@ import pytest
 
 import prefixscan
 from prefixscan.config import AnalyzeConfig
+from prefixscan.reuse.pool import pool_hits
 from prefixscan.sim import SimConfig
 from prefixscan.sim import simulate as sim_simulate
 
 FIX = Path(__file__).resolve().parent.parent / "conformance" / "fixtures"
 FAMILIES = ("bpe", "deepseek", "mistral")
-POOL_MODEL = ("prefixscan's one-replica pool does not yet follow vLLM's block pool (null block, partial-block "
-              "occupancy, duplicate copies after capped hits: issue 12 item 4)")
-
 
 @cache
 def runs(fam: str) -> dict[str, dict[str, Any]]:
@@ -114,16 +112,8 @@ def test_unbounded_cached_tokens_equal_vllm(fam, run, analyses) -> None:
     assert mismatches(ours, rec["cached_tokens"], rec["request_id"]) == []
 
 
-# Bounded runs where prefixscan's pool already gives vLLM's cached tokens on every request (measured with
-# `make conformance`, docs/conformance.md); every other bounded run differs on a few requests today. When
-# prefixscan's pool follows vLLM's, the strict xfails below fail as XPASS: then drop the mark.
-AGREE_TODAY = {("deepseek", "driver-b32-p230")}
-
-
 def bounded_cases() -> list[Any]:
-    return [pytest.param(fam, run, marks=() if (fam, run) in AGREE_TODAY else
-                         pytest.mark.xfail(strict=True, reason=POOL_MODEL))
-            for fam, run in run_ids() if "-p0" not in run]
+    return [(fam, run) for fam, run in run_ids() if "-p0" not in run]
 
 
 @pytest.mark.parametrize(("fam", "run"), bounded_cases())
@@ -135,6 +125,11 @@ def test_bounded_pool_cached_tokens_equal_vllm(fam, run, analyses) -> None:
     sim = sim_simulate(table, SimConfig(replicas=1, policies=("round_robin",), kv_blocks=pool), block_size=bs)
     ours = sim.tables["sim_decisions"]["actual_cached_tokens"].to_pylist()
     assert mismatches(ours, rec["cached_tokens"], rec["request_id"]) == []
+    # the capacity curve's pool model, request by request, at the same pool
+    off = np.concatenate([[0], np.cumsum([len(x) for x in table["block_hashes"].to_pylist()])]).astype(np.int64)
+    flat = np.concatenate([np.asarray(x, np.uint64) for x in table["block_hashes"].to_pylist()])
+    curve = pool_hits(off, flat, np.asarray(table["prompt_tokens"].to_pylist(), np.int64), bs, pool)
+    assert mismatches([int(x) for x in curve], rec["cached_tokens"], rec["request_id"]) == []
 
 
 def has_vllm_hash() -> bool:
