@@ -1,0 +1,172 @@
+"""Every miss attributed: breaker, routing, eviction, unexplained, checked against a brute-force replica model."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pyarrow as pa
+
+import prefixscan
+from prefixscan.detect.attribution import MISSES_SCHEMA
+from tests.conftest import write_jsonl
+from tests.test_findings_detect import DOC, SYS, question, rec, ts
+
+B = 16
+
+
+def hit(k: int, n: int) -> int:
+    return min(k, (n - 1) // B) * B if k and n else 0
+
+
+def lead(blocks: list[int], has) -> int:
+    k = 0
+    while k < len(blocks) and has(blocks[k]):
+        k += 1
+    return k
+
+
+def oracle(hashes: list[list[int]], prompt: list[int], replicas: list[str], lru_blocks: int):
+    """(global ideal, per-replica ideal, per-replica LRU of `lru_blocks` blocks) hit per request, by brute force."""
+    seen: set[int] = set()
+    per: dict[str, set[int]] = {}
+    lru: dict[str, OrderedDict] = {}
+    out = []
+    for h, n, r in zip(hashes, prompt, replicas, strict=True):
+        s, c = per.setdefault(r, set()), lru.setdefault(r, OrderedDict())
+        out.append((hit(lead(h, seen.__contains__), n), hit(lead(h, s.__contains__), n),
+                    hit(lead(h, c.__contains__), n)))
+        seen.update(h)
+        s.update(h)
+        for b in h:  # in use while it runs
+            c.pop(b, None)
+        for b in reversed(h):  # vLLM frees a request's blocks tail first: the head is evicted last
+            c[b] = True
+        while len(c) > lru_blocks:
+            c.popitem(last=False)
+    return out
+
+
+def gateway(i: int, system: str, user: str, replica: str | None, cached: int | None, tenant: str = "acme") -> dict:
+    body = rec(i, system, user, tenant=tenant)
+    out = {"request_id": body.pop("request_id"), "timestamp": body.pop("timestamp"), "tenant": body.pop("tenant"),
+           "request": body, "response": {"usage": {}}}
+    if cached is not None:
+        out["response"]["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+    if replica is not None:
+        out["upstream_addr"] = replica
+    return out
+
+
+def base_log(tmp_path, n: int = 48):
+    """Two tenants, a timestamp breaker on half of one tenant's system prompts, a shared document."""
+    parts = []
+    for i in range(n):
+        tenant = "acme" if i % 3 else "globex"
+        system = (f"Request time: {ts(i)}\n" + SYS) if tenant == "acme" and i % 2 else SYS
+        parts.append((i, system, DOC + question(i), tenant))
+    return parts
+
+
+def test_four_replica_gateway_log_attributes_the_gap_to_routing_and_eviction(tmp_path) -> None:
+    parts = base_log(tmp_path)
+    plain = write_jsonl(tmp_path / "plain.jsonl", [gateway(i, s, u, None, None, t) for i, s, u, t in parts])
+    r0 = prefixscan.analyze(str(plain))
+    req = r0.tables["requests"]
+    hashes, prompt = req["block_hashes"].to_pylist(), req["prompt_tokens"].to_pylist()
+    reps = [f"10.0.0.{1 + i % 4}:8000" for i in range(len(parts))]  # round robin over 4 replicas
+    truth = oracle(hashes, prompt, reps, lru_blocks=60)
+    logged = [gateway(i, s, u, reps[i], truth[i][2], t) for i, s, u, t in parts]
+    r = prefixscan.analyze(str(write_jsonl(tmp_path / "gw.jsonl", logged)))
+    assert "actual_below_predicted" not in {f.kind for f in r.findings.findings}
+    assert r.tables["requests"]["replica"].to_pylist() == reps  # upstream_addr auto-detected
+    m = r.tables["misses"]
+    assert m.schema == MISSES_SCHEMA
+    ideal = np.array(m["ideal_cached_tokens"].to_pylist())
+    same = np.array(m["replica_cached_tokens"].to_pylist())
+    actual = np.array(m["actual_cached_tokens"].to_pylist())
+    assert ideal.tolist() == [t[0] for t in truth] and same.tolist() == [t[1] for t in truth]
+    assert actual.tolist() == [t[2] for t in truth]
+    routing, ev, un = (np.array(m[c].to_pylist()) for c in ("lost_routing_tokens", "lost_eviction_tokens",
+                                                           "lost_unexplained_tokens"))
+    assert (routing == ideal - same).all() and (ev + un == same - actual).all()
+    assert routing.sum() > 0 and ev.sum() > 0 and un.sum() == 0  # an LRU engine: nothing unexplained
+    assert m["engine_excess_tokens"].to_pylist() == [0] * len(parts)
+    # the breaker part is the findings' credit, and it is the only part the findings count
+    brk = np.array(m["lost_breaker_tokens"].to_pylist())
+    fr = r.tables["finding_requests"]
+    credit: dict[str, int] = {}
+    for rid, g in zip(fr["request_id"].to_pylist(), fr["tokens_gained"].to_pylist(), strict=True):
+        credit[rid] = credit.get(rid, 0) + g
+    assert brk.tolist() == [max(credit.get(x, 0), 0) for x in m["request_id"].to_pylist()]
+    assert brk.sum() > 0 and sum(f.tokens_lost for f in r.findings.findings) == sum(credit.values())
+    s = r.summary["miss_attribution"]
+    assert s["replica_field"] and s["replicas"] == 4
+    w = s["with_actual"]
+    assert w["counterfactual_cached_tokens"] - w["actual_cached_tokens"] == (
+        w["lost_breaker_tokens"] + w["lost_routing_tokens"] + w["lost_eviction_tokens"]
+        + w["lost_unexplained_tokens"] - w["engine_excess_tokens"])
+    print(f"\n4-replica gateway log: breaker {w['lost_breaker_tokens']}, routing {w['lost_routing_tokens']}, "
+          f"eviction {w['lost_eviction_tokens']}, unexplained {w['lost_unexplained_tokens']} tokens")
+
+
+def test_shortfall_on_the_same_replica_right_after_is_unexplained(tmp_path) -> None:
+    """The engine misses 64 tokens the previous request on the same replica had just computed: eviction
+    cannot explain it (nothing came between), so it is unexplained (a template or tokenizer mismatch)."""
+    recs = [rec(i, SYS, DOC + question(i), replica="r1") for i in range(20)]
+    r0 = prefixscan.analyze(str(write_jsonl(tmp_path / "base.jsonl", recs)))
+    pred = dict(zip(r0.tables["requests"]["request_id"].to_pylist(),
+                    r0.tables["requests"]["cached_tokens"].to_pylist(), strict=True))
+    for i, x in enumerate(recs):
+        x["actual_cached_tokens"] = max(0, pred[x["request_id"]] - (64 if i % 2 else 0))
+    r = prefixscan.analyze(str(write_jsonl(tmp_path / "actual.jsonl", recs)))
+    m = r.tables["misses"]
+    un = m["lost_unexplained_tokens"].to_pylist()
+    assert un == [min(64, pred[f"r{i:03d}"]) if i % 2 else 0 for i in range(20)]
+    assert m["lost_eviction_tokens"].to_pylist() == [0] * 20
+    assert m["lost_routing_tokens"].to_pylist() == [0] * 20  # one replica: routing loses nothing
+    assert not r.findings.findings  # the shortfall is not a cache breaker
+
+
+def test_without_replica_field_the_gap_is_unexplained(tmp_path) -> None:
+    recs = [rec(i, SYS, DOC + question(i)) for i in range(20)]
+    r0 = prefixscan.analyze(str(write_jsonl(tmp_path / "base.jsonl", recs)))
+    pred = r0.tables["requests"]["cached_tokens"].to_pylist()
+    for i, x in enumerate(recs):
+        x["actual_cached_tokens"] = max(0, pred[i] - (64 if i % 2 else 0))
+    r = prefixscan.analyze(str(write_jsonl(tmp_path / "actual.jsonl", recs)))
+    m = r.tables["misses"]
+    assert m["replica_cached_tokens"].null_count == 20 and m["lost_routing_tokens"].null_count == 20
+    assert m["lost_eviction_tokens"].null_count == 20
+    assert sum(m["lost_unexplained_tokens"].to_pylist()) == sum(min(64, p) if i % 2 else 0
+                                                                 for i, p in enumerate(pred))
+    s = r.summary["miss_attribution"]
+    assert s["replica_field"] is False and s["lost_routing_tokens"] is None
+    assert r.findings.findings == []
+
+
+def test_engine_above_the_replica_ideal_marks_the_model_mismatched(tmp_path) -> None:
+    """An engine that reports more than an ideal per-replica cache could hold sees other tokens: every
+    shortfall of that model is then unexplained, not eviction."""
+    recs = [rec(i, SYS, DOC + question(i), replica=f"r{i % 2}") for i in range(20)]
+    r0 = prefixscan.analyze(str(write_jsonl(tmp_path / "base.jsonl", recs)))
+    pred = r0.tables["requests"]["cached_tokens"].to_pylist()
+    for i, x in enumerate(recs):
+        x["actual_cached_tokens"] = pred[i] + 32 if i % 3 == 0 else max(0, pred[i] - 48)
+    r = prefixscan.analyze(str(write_jsonl(tmp_path / "mm.jsonl", recs)))
+    m = r.tables["misses"]
+    assert sum(m["engine_excess_tokens"].to_pylist()) > 0
+    assert sum(m["lost_eviction_tokens"].to_pylist()) == 0 and sum(m["lost_unexplained_tokens"].to_pylist()) > 0
+    assert r.summary["miss_attribution"]["with_actual"]["requests_mismatched_model"] == 20
+
+
+def test_misses_table_on_a_trace_and_empty_log(tmp_path) -> None:
+    from tests.conftest import ROOT
+
+    r = prefixscan.analyze(str(ROOT / "sample_logs" / "mooncake_small.jsonl"))
+    m = r.tables["misses"]
+    assert m.num_rows == 2000 and m["lost_breaker_tokens"].to_pylist() == [0] * 2000
+    assert m["ideal_cached_tokens"].to_pylist() == r.tables["requests"]["cached_tokens"].to_pylist()
+    empty = write_jsonl(tmp_path / "empty.jsonl", [])
+    assert prefixscan.analyze(str(empty)).tables["misses"].num_rows == 0
+    assert isinstance(m, pa.Table)
