@@ -99,6 +99,8 @@ def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size
                 continue
             kind = _kind(acc) or "pattern_free"
             detail = None
+            if acc.detail == "inline" and kind in ("timestamp", "date"):
+                detail = "written inside a sentence: no safe automatic rewrite"
             if kind == "template_churn":
                 counts = sorted(acc.values.values(), reverse=True)
                 detail = f"{len(counts)} versions serve {'/'.join(map(str, counts))} requests"
