@@ -171,8 +171,11 @@ class Explainer:
         j = self.row_of[src_id]
         recs = self._records([i, j])
         if recs is None:
-            d.note = ("blocks only: the run holds no text and the log is not at its recorded path"
-                      if self.shapes else "blocks only: a hashed trace carries no text")
+            files = {self._cols["source_file"][r] for r in (i, j)}
+            hashed = all(self.shapes.get(f) in ("mooncake", "bailian") for f in files)
+            d.note = ("blocks only: a hashed trace carries no text" if hashed else
+                      "blocks only: the run holds no text and the log is not at its recorded path (or has no "
+                      "messages)")
             return d
         a, b = recs
         _locate(d, a, b, include_text)
