@@ -170,3 +170,24 @@ def test_misses_table_on_a_trace_and_empty_log(tmp_path) -> None:
     empty = write_jsonl(tmp_path / "empty.jsonl", [])
     assert prefixscan.analyze(str(empty)).tables["misses"].num_rows == 0
     assert isinstance(m, pa.Table)
+
+
+def test_findings_cli_shows_the_split_and_json_has_it(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from prefixscan.cli.app import app
+
+    recs = [rec(i, f"Request time: {ts(i)}\n" + SYS, DOC + question(i), replica=f"r{i % 2}",
+                actual_cached_tokens=0) for i in range(20)]
+    run = tmp_path / "run"
+    prefixscan.analyze(str(write_jsonl(tmp_path / "a.jsonl", recs)), output=str(run))
+    out = CliRunner().invoke(app, ["findings", str(run)])
+    assert out.exit_code == 0 and "why requests miss (20 with an engine value, 2 replicas)" in out.stdout
+    assert "routing" in out.stdout and "eviction" in out.stdout
+    j = json.loads(CliRunner().invoke(app, ["findings", str(run), "--json"]).stdout)
+    w = j["miss_attribution"]["with_actual"]
+    assert w["actual_cached_tokens"] == 0 and w["counterfactual_cached_tokens"] == (
+        w["lost_breaker_tokens"] + w["lost_routing_tokens"] + w["lost_eviction_tokens"] + w["lost_unexplained_tokens"])
+    assert [f["kind"] for f in j["findings"]] == ["timestamp"]
