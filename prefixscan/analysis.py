@@ -240,7 +240,8 @@ def _finish(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.
 
     t_att = time.perf_counter()
     src = str(requests_table.path) if isinstance(requests_table, _OnDisk) else requests_table
-    attribution = attribute_table(src, ing.block_size, ing.hit_rule, fres.findings if fres is not None else [])
+    attribution = attribute_table(src, ing.block_size, ing.hit_rule, fres.findings if fres is not None else [],
+                                  block_granular=cfg.granularity == "block")
     tables["misses"] = attribution.table
     timings["attribution_s"] = time.perf_counter() - t_att
     summary = build_summary(cfg, ing, req, summaries, prefixes, curve, side)

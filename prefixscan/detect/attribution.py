@@ -123,15 +123,16 @@ def replica_pass(req: pl.DataFrame, chunks: Chunks, block_size: int, rule: str
 
 
 def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: str,
-              findings: list[Any]) -> Attribution:
+              findings: list[Any], block_granular: bool = True) -> Attribution:
     """The misses table of a finished analysis. `req`: seq, request_id, model, replica, prompt_tokens,
     cached_tokens (block-granular), actual_cached_tokens, in analysis order; `chunks`: every request's
-    block hashes (needed only when the log names replicas)."""
+    block hashes (read only when the log names replicas, has engine values, or `cached_tokens` is not
+    block-granular, i.e. `--granularity token`)."""
     n = req.height
     ids = req["request_id"].to_list()
     gain, rank = breaker_credit(findings, ids)
     has_replica = n > 0 and req["replica"].null_count() < n
-    if (has_replica or req["actual_cached_tokens"].null_count() < n) and chunks is not None:
+    if (has_replica or not block_granular or req["actual_cached_tokens"].null_count() < n) and chunks is not None:
         ideal, same, prev_hit = replica_pass(req, chunks, block_size, rule)  # block-granular I as well
     else:
         ideal = req["cached_tokens"].to_numpy().astype(np.int64)
@@ -190,10 +191,12 @@ def table_chunks(requests: pa.Table | str) -> Iterator[tuple[np.ndarray, np.ndar
         yield offsets - offsets[0], lists.values.to_numpy()[offsets[0]:offsets[-1]]
 
 
-def attribute_table(requests: pa.Table | str, block_size: int, rule: str, findings: list[Any]) -> Attribution:
+def attribute_table(requests: pa.Table | str, block_size: int, rule: str, findings: list[Any],
+                    block_granular: bool = True) -> Attribution:
     """`attribute` over a requests table (REQUESTS_SCHEMA) in memory or a Parquet file."""
     t = requests.select(COLUMNS) if isinstance(requests, pa.Table) else pq.read_table(requests, columns=COLUMNS)
-    return attribute(pl.from_arrow(t), table_chunks(requests), block_size, rule, findings)  # type: ignore[arg-type]
+    return attribute(pl.from_arrow(t), table_chunks(requests), block_size, rule, findings,  # type: ignore[arg-type]
+                     block_granular)
 
 
 def _mismatched(model: pl.Series, has_a: np.ndarray, over: np.ndarray) -> np.ndarray:
