@@ -6,6 +6,8 @@ from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import prefixscan
 from prefixscan.detect.attribution import MISSES_SCHEMA
@@ -191,3 +193,51 @@ def test_findings_cli_shows_the_split_and_json_has_it(tmp_path) -> None:
     assert w["actual_cached_tokens"] == 0 and w["counterfactual_cached_tokens"] == (
         w["lost_breaker_tokens"] + w["lost_routing_tokens"] + w["lost_eviction_tokens"] + w["lost_unexplained_tokens"])
     assert [f["kind"] for f in j["findings"]] == ["timestamp"]
+
+
+def _chain(tokens: list[int]) -> list[int]:
+    """Chained 'hashes' of a list of block contents (prefix-closed like the real ones)."""
+    out, h = [], 7
+    for t in tokens:
+        h = hash((h, t)) & (2**63 - 1)
+        out.append(h)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 2), min_size=1, max_size=6), st.integers(0, 2),
+                          st.integers(0, 3)), min_size=1, max_size=25))
+def test_split_matches_brute_force(reqs) -> None:
+    """Random block logs, replicas and engine values: I, R and P from sets, the split from the definitions."""
+    import polars as pl
+
+    from prefixscan.detect.attribution import attribute
+
+    hashes = [_chain(b) for b, _, _ in reqs]
+    prompt = [len(h) * B + 5 for h in hashes]
+    reps = [f"r{r}" for _, r, _ in reqs]
+    seen: set[int] = set()
+    per: dict[str, set[int]] = {}
+    last: dict[str, list[int]] = {}
+    rows = []
+    for h, n, r, (_, _, cut) in zip(hashes, prompt, reps, reqs, strict=True):
+        i_hit = hit(lead(h, seen.__contains__), n)
+        r_hit = hit(lead(h, per.setdefault(r, set()).__contains__), n)
+        prev = last.get(r, [])
+        p_hit = hit(next((k for k in range(min(len(h), len(prev))) if h[k] != prev[k]), min(len(h), len(prev))), n)
+        actual = max(r_hit - cut * B, 0)
+        rows.append((i_hit, r_hit, p_hit, actual))
+        seen.update(h)
+        per[r].update(h)
+        last[r] = h
+    frame = pl.DataFrame({"seq": list(range(len(reqs))), "request_id": [f"q{i}" for i in range(len(reqs))],
+                          "model": ["m"] * len(reqs), "replica": reps, "prompt_tokens": prompt,
+                          "cached_tokens": [x[0] for x in rows], "actual_cached_tokens": [x[3] for x in rows]})
+    offsets = np.concatenate([[0], np.cumsum([len(h) for h in hashes])]).astype(np.int64)
+    flat = np.array([x for h in hashes for x in h], dtype=np.uint64)
+    m = attribute(frame, [(offsets, flat)], B, "vllm", []).table.to_pydict()
+    for k, (i_hit, r_hit, p_hit, actual) in enumerate(rows):
+        assert m["ideal_cached_tokens"][k] == i_hit and m["replica_cached_tokens"][k] == r_hit
+        assert m["lost_routing_tokens"][k] == i_hit - r_hit
+        assert m["lost_unexplained_tokens"][k] == max(min(p_hit, r_hit) - actual, 0)
+        assert m["lost_eviction_tokens"][k] + m["lost_unexplained_tokens"][k] == r_hit - actual
