@@ -14,7 +14,8 @@ so the tokens the fixed, ideal cache would have hit split exactly into
                            model's engine values regularly exceed R (its tokenizer or chat template differ
                            from the analysis': the engine sees other tokens than prefixscan does).
 Only `breaker` is a cache breaker. Without a replica field, routing and eviction cannot be told from a
-mismatch: R is taken as I and the whole I - A gap is `unexplained`. When A > R the excess is reported,
+mismatch: R is taken as I and the whole I - A gap is `unexplained`. A replica field with a single value
+counts as absent. When A > R the excess is reported,
 not subtracted (`engine_excess_tokens`).
 """
 
@@ -131,9 +132,12 @@ def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: s
     n = req.height
     ids = req["request_id"].to_list()
     gain, rank = breaker_credit(findings, ids)
-    has_replica = n > 0 and req["replica"].null_count() < n
+    # One distinct value says nothing about routing (a gateway often logs its one upstream URL): as absent.
+    has_replica = n > 0 and req["replica"].drop_nulls().n_unique() >= 2
     if (has_replica or not block_granular or req["actual_cached_tokens"].null_count() < n) and chunks is not None:
         ideal, same, prev_hit = replica_pass(req, chunks, block_size, rule)  # block-granular I as well
+        if not has_replica:
+            same = ideal
     else:
         ideal = req["cached_tokens"].to_numpy().astype(np.int64)
         same, prev_hit = ideal, np.zeros(n, np.int64)

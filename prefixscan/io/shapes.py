@@ -50,8 +50,8 @@ FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
     # StandardLoggingPayload names the deployment `model_id` and its URL `api_base`; nginx logs
     # `upstream_addr`, Envoy `upstream_host`; Kubernetes-side logs a pod or instance.
     "replica": ("replica", "replica_id", "server", "server_id", "backend", "worker", "worker_id", "upstream",
-                "upstream_addr", "upstream_host", "pod", "pod_name", "instance", "instance_id", "host",
-                "api_base", "metadata.replica", "hidden_params.api_base"),
+                "upstream_addr", "upstream_host", "pod", "pod_name", "instance", "instance_id", "api_base",
+                "metadata.replica", "hidden_params.api_base"),
     "category": ("category", "type", "task_type"),
     "turn_index": ("turn_index", "turn"),
     "output_tokens": ("output_tokens", "completion_tokens", "output_length", "usage.completion_tokens",
