@@ -131,3 +131,16 @@ def test_text_breakers_precision_recall_against_synth_truth(tmp_path, capsys) ->
     assert precision >= 0.95 and recall >= 0.85
     inline = collections.Counter(f["detail"] or "" for f in found)
     assert any(k.startswith("written inside a sentence") for k in inline)
+
+
+def test_sentence_style_renders_its_value_without_a_label() -> None:
+    from prefixscan.synth.breakers import REGISTRY, SENTENCE_STYLES, TEXT_KINDS, BreakerSpec, Context, render
+
+    ctx = Context(1_795_000_000.25, 5, 42, "acme", "conv-000001", 17, random.Random(0))
+    for kind in TEXT_KINDS:
+        entry = REGISTRY[kind]
+        for form in entry.forms:
+            for style in SENTENCE_STYLES:
+                line, value, offset = render(BreakerSpec(kind, entry.labels[0], form, style, "top"), ctx)
+                assert line[offset:].startswith(value) and entry.labels[0] not in line
+                assert date_span(line)[1] == offset  # the detector's date starts where the truth says

@@ -65,7 +65,9 @@ LINE_STYLES: dict[str, str] = {
     "equals": "{label}={value}\n",
     "json": '{{"{label}": "{value}"}}\n',
     "heading": "### {label}\n{value}\n\n",
-    # In text, not a field: an unlabelled sentence (only kinds that list it in `styles` use it).
+}
+# In text, not a field: unlabelled sentences (only kinds that list them in `styles` use them).
+SENTENCE_STYLES: dict[str, str] = {
     "sentence": "Today is {value}, and you answer for this team only from the material below.\n",
 }
 CLASSIC_STYLES = ("colon", "bracket", "equals", "json", "heading")
@@ -86,7 +88,7 @@ def register(kind: BreakerKind) -> BreakerKind:
 def render(spec: BreakerSpec, ctx: Context) -> tuple[str, str, int]:
     """Render one injected line; returns (line, value, offset of value inside line)."""
     value = REGISTRY[spec.kind].forms[spec.form](ctx)
-    template = LINE_STYLES[spec.style]
+    template = LINE_STYLES.get(spec.style) or SENTENCE_STYLES[spec.style]
     before = template.split("{value}", 1)[0].format(label=spec.label)
     line = template.format(label=spec.label, value=value)
     return line, value, len(before)
@@ -312,7 +314,7 @@ TEXT_STYLES = ("colon", "bracket", "sentence", "sentence")
 
 register(BreakerKind(
     name="date_words",
-    labels=("Today's date", "Datum", "Date du jour", "Fecha"),
+    labels=("Today's date", "Datum", "Date du jour", "Fecha del día"),
     forms={f"words_{lang}": (lambda c, lang=lang: words_date(lang, c.time)) for lang in _MONTHS_L},
     stability="day",
     description="today's date written in words (en, de, fr, es), in a line or a sentence",
@@ -321,7 +323,7 @@ register(BreakerKind(
 
 register(BreakerKind(
     name="timestamp_words",
-    labels=("Current time", "Aktuelle Zeit", "Heure actuelle", "Fecha y hora"),
+    labels=("Current time", "Aktuelle Zeit", "Heure de la requête", "Fecha y hora"),
     forms={f"words_{lang}": (lambda c, lang=lang: words_time(lang, c.time)) for lang in _MONTHS_L},
     stability="request",
     description="the date and time in words to the minute (en, de, fr, es), in a line or a sentence",
