@@ -240,8 +240,10 @@ def _finish(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.
 
     t_att = time.perf_counter()
     src = str(requests_table.path) if isinstance(requests_table, _OnDisk) else requests_table
+    pc = ing.prompt_check
     attribution = attribute_table(src, ing.block_size, ing.hit_rule, fres.findings if fres is not None else [],
-                                  block_granular=cfg.granularity == "block")
+                                  block_granular=cfg.granularity == "block",
+                                  tokenizer_mismatch=bool(pc.compared and pc.differ > 0.1 * pc.compared))
     tables["misses"] = attribution.table
     timings["attribution_s"] = time.perf_counter() - t_att
     summary = build_summary(cfg, ing, req, summaries, prefixes, curve, side)

@@ -171,6 +171,26 @@ def test_engine_above_the_replica_ideal_marks_the_model_mismatched(tmp_path) -> 
     assert r.summary["miss_attribution"]["with_actual"]["requests_mismatched_model"] == 20
 
 
+def test_log_prompt_counts_disagreeing_make_every_shortfall_unexplained(tmp_path) -> None:
+    """The log's own prompt token counts are twice prefixscan's: the engine tokenises differently, so the
+    gap cannot be eviction."""
+    parts = base_log(tmp_path, 24)
+    plain = write_jsonl(tmp_path / "plain.jsonl", [gateway(i, s, u, None, None, t) for i, s, u, t in parts])
+    req = prefixscan.analyze(str(plain), findings=False).tables["requests"]
+    prompt = req["prompt_tokens"].to_pylist()
+    reps = [f"r{i % 2}" for i in range(len(parts))]
+    logged = []
+    for i, s, u, t in parts:
+        g = gateway(i, s, u, reps[i], 0, t)
+        g["response"]["usage"]["prompt_tokens"] = 2 * prompt[i]
+        logged.append(g)
+    r = prefixscan.analyze(str(write_jsonl(tmp_path / "mm.jsonl", logged)), findings=False)
+    m = r.tables["misses"]
+    assert r.summary["miss_attribution"]["tokenizer_mismatch"] is True
+    assert sum(m["lost_eviction_tokens"].to_pylist()) == 0
+    assert m["lost_unexplained_tokens"].to_pylist() == m["replica_cached_tokens"].to_pylist()
+
+
 def test_misses_table_on_a_trace_and_empty_log(tmp_path) -> None:
     from tests.conftest import ROOT
 

@@ -12,7 +12,8 @@ so the tokens the fixed, ideal cache would have hit split exactly into
     unexplained            the part of R - A that eviction cannot explain: the previous request on the
                            same replica had just computed those blocks (nothing came between them), or the
                            model's engine values regularly exceed R (its tokenizer or chat template differ
-                           from the analysis': the engine sees other tokens than prefixscan does).
+                           from the analysis': the engine sees other tokens than prefixscan does), or
+                           the log's own prompt token counts disagree with prefixscan's.
 Only `breaker` is a cache breaker. Without a replica field, routing and eviction cannot be told from a
 mismatch: R is taken as I and the whole I - A gap is `unexplained`. A replica field with a single value
 counts as absent. When A > R the excess is reported,
@@ -124,11 +125,12 @@ def replica_pass(req: pl.DataFrame, chunks: Chunks, block_size: int, rule: str
 
 
 def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: str,
-              findings: list[Any], block_granular: bool = True) -> Attribution:
+              findings: list[Any], block_granular: bool = True, tokenizer_mismatch: bool = False) -> Attribution:
     """The misses table of a finished analysis. `req`: seq, request_id, model, replica, prompt_tokens,
     cached_tokens (block-granular), actual_cached_tokens, in analysis order; `chunks`: every request's
     block hashes (read only when the log names replicas, has engine values, or `cached_tokens` is not
-    block-granular, i.e. `--granularity token`)."""
+    block-granular, i.e. `--granularity token`). `tokenizer_mismatch`: the log's own prompt token counts
+    disagree with prefixscan's (ingest's check): every shortfall is then unexplained."""
     n = req.height
     ids = req["request_id"].to_list()
     gain, rank = breaker_credit(findings, ids)
@@ -146,7 +148,7 @@ def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: s
     actual = actual_s.fill_null(0).to_numpy().astype(np.int64)
     gap = same - actual
     excess = np.maximum(-gap, 0)
-    mismatch = _mismatched(req["model"], has_a, excess > 0)
+    mismatch = _mismatched(req["model"], has_a, excess > 0) | tokenizer_mismatch
     short = np.maximum(gap, 0)
     if has_replica:
         unexplained = np.where(mismatch, short, np.clip(np.minimum(prev_hit, same) - actual, 0, None))
@@ -196,11 +198,11 @@ def table_chunks(requests: pa.Table | str) -> Iterator[tuple[np.ndarray, np.ndar
 
 
 def attribute_table(requests: pa.Table | str, block_size: int, rule: str, findings: list[Any],
-                    block_granular: bool = True) -> Attribution:
+                    block_granular: bool = True, tokenizer_mismatch: bool = False) -> Attribution:
     """`attribute` over a requests table (REQUESTS_SCHEMA) in memory or a Parquet file."""
     t = requests.select(COLUMNS) if isinstance(requests, pa.Table) else pq.read_table(requests, columns=COLUMNS)
     return attribute(pl.from_arrow(t), table_chunks(requests), block_size, rule, findings,  # type: ignore[arg-type]
-                     block_granular)
+                     block_granular, tokenizer_mismatch)
 
 
 def _mismatched(model: pl.Series, has_a: np.ndarray, over: np.ndarray) -> np.ndarray:
@@ -232,6 +234,7 @@ def _summary(req: pl.DataFrame, has_replica: bool, ideal: np.ndarray, same: np.n
         "lost_breaker_tokens": int(gain.sum()),
         "lost_routing_tokens": int((ideal - same).sum()) if has_replica else None,
         "requests_with_actual": int(a.sum()),
+        "tokenizer_mismatch": bool(mismatch.all()) if len(mismatch) else False,
     }
     if a.any():
         out["with_actual"] = {
