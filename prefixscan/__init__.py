@@ -1,7 +1,7 @@
 """prefixscan: measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.
 
 Public API (each mirrors a CLI command): `analyze()`, `simulate()`, `estimate()`, `write_report()`, `check()`,
-`diff()`, `export()`, `load_run()`.
+`diff()`, `export()`, `explain()`, `load_run()`.
 """
 
 from __future__ import annotations
@@ -89,6 +89,13 @@ def export(run_dir: str, output: str, to: str = "mooncake", **options: Any):  # 
     return export_trace(run_dir, output, to, **options)
 
 
+def explain(run_dir: str, request_id: str, include_text: bool = False):  # noqa: ANN201
+    """Why one request hit or missed, block by block; see `prefixscan.explain.explain`."""
+    from prefixscan.explain import explain as _explain
+
+    return _explain(run_dir, request_id, include_text)
+
+
 def load_run(path: str):  # noqa: ANN201
     """Open a run directory; see `prefixscan.io.rundir.load_run`."""
     from prefixscan.io.rundir import load_run as _load
@@ -96,4 +103,5 @@ def load_run(path: str):  # noqa: ANN201
     return _load(path)
 
 
-__all__ = ["__version__", "analyze", "check", "diff", "estimate", "export", "load_run", "simulate", "write_report"]
+__all__ = ["__version__", "analyze", "check", "diff", "estimate", "explain", "export", "load_run", "simulate",
+           "write_report"]

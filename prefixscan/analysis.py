@@ -236,7 +236,18 @@ def _finish(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.
                      "prefixes": prefixes.to_arrow(), "capacity_curve": curve})
     if fres is not None:
         tables.update(fres.tables())
+    from prefixscan.detect.attribution import attribute_table
+
+    t_att = time.perf_counter()
+    src = str(requests_table.path) if isinstance(requests_table, _OnDisk) else requests_table
+    pc = ing.prompt_check
+    attribution = attribute_table(src, ing.block_size, ing.hit_rule, fres.findings if fres is not None else [],
+                                  block_granular=cfg.granularity == "block",
+                                  tokenizer_mismatch=bool(pc.compared and pc.differ > 0.1 * pc.compared))
+    tables["misses"] = attribution.table
+    timings["attribution_s"] = time.perf_counter() - t_att
     summary = build_summary(cfg, ing, req, summaries, prefixes, curve, side)
+    summary["miss_attribution"] = attribution.summary
     summary["notes"] += notes
     if fres is not None:
         summary["findings"] = fres.to_json()
@@ -336,6 +347,11 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
     if n and has_conv == 0:
         notes.append("The log has no conversation id: same-conversation reuse cannot be told apart from "
                      "same-tenant reuse (none was invented). Map one with --field conversation_id=PATH.")
+    elif n and ing.conversations_inferred:
+        notes.append(f"{ing.conversations_inferred:,} chat requests had no conversation id: their conversations "
+                     f"were inferred from message-prefix continuity ({ing.conversations_continued:,} continue an "
+                     "earlier request; requests table column conversation_inferred). Map a real id with --field "
+                     "conversation_id=PATH, or turn inference off with --no-infer-conversations.")
     if ing.approximate_template:
         notes.append(f"Chat prompts were rendered with prefixscan's ChatML-style template ({ing.template_version}),"
                      " an approximation of the engine's; pass --tokenizer hf:<model dir> for exact token counts.")
@@ -381,7 +397,8 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
         "by_model": models,
         "by_turn": by_dimension(summaries, "turn_index"),
         "conversations": {"share_with_id": has_conv / n if n else 0.0,
-                          "distinct": distinct_conv},
+                          "distinct": distinct_conv, "inferred_requests": ing.conversations_inferred,
+                          "inferred_continuing": ing.conversations_continued},
         "cross_tenant": {"prefixes_shared": cross.height,
                          "tokens_lost_if_isolated": cached - tenant_cached,
                          "token_weighted_isolated": tenant_cached / prompt if prompt else 0.0},

@@ -29,6 +29,7 @@ class AnalyzeConfig:
     hash_tenants: bool = False
     threads: int | None = None
     workers: int | None = None  # encode processes; None: one per spare core on large text inputs (encode.py)
+    infer_conversations: bool = True  # conversation ids from message-prefix continuity when the log has none
     findings: bool = True  # cache-breaker findings (docs/findings.md); --no-findings skips them
     order: str = "time"  # "time": the log's timestamps; "input": input order is time (one request a second)
     streaming: bool | None = None  # None: stream when writing a run directory at block granularity

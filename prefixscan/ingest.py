@@ -63,6 +63,8 @@ class Ingested:
     input_ordered: int = 0  # records whose time is their place in input order (no clock, or --order input)
     prompt_check: PromptCheck = field(default_factory=lambda: PromptCheck())
     detector: Any = None  # prefixscan.detect.Detector when findings are on (fed below, finalised in analysis)
+    conversations_inferred: int = 0  # chat requests given an inferred conversation id
+    conversations_continued: int = 0  # of those, requests found to continue an earlier request
     # Hashed traces arrive as arrays instead of `cols`/`hashes` lists: the ingest columns as a frame,
     # plus the CSR blocks (offsets into the namespaced hashes).
     frame: Any = None
@@ -87,9 +89,9 @@ class PromptCheck:
         self.differ += d > 2 and d > 0.02 * max(reported, ours)
 
 
-COLS = ("request_id", "source_file", "source_line", "timestamp_s", "tenant", "conversation_id", "user",
-        "model", "adapter", "cache_salt", "category", "turn_index", "prompt_tokens", "head_tokens",
-        "output_tokens", "actual_cached_tokens", "namespace")
+COLS = ("request_id", "source_file", "source_line", "timestamp_s", "tenant", "conversation_id",
+        "conversation_inferred", "user", "model", "adapter", "cache_salt", "replica", "category", "turn_index",
+        "prompt_tokens", "head_tokens", "output_tokens", "actual_cached_tokens", "namespace")
 
 
 def _user_turns(messages: list[dict[str, Any]]) -> int:
@@ -169,6 +171,11 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
 
         detector = Detector(cfg.block_size)
         detector.chains = shared_chain_cache(1.0, cfg)  # its rewrites hash as the run does (--hash)
+    infer = None
+    if cfg.infer_conversations:
+        from prefixscan.reuse.conversations import ConversationInference
+
+        infer = ConversationInference()
 
     def reject(src: str, line: int, reason: str, detail: str) -> None:
         if cfg.strict:  # an earlier record may fail to encode: report the first bad record in the file
@@ -184,8 +191,12 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
                 continue
             if r.turn_index is None and r.messages:
                 r.turn_index = _user_turns(r.messages) - 1 if _user_turns(r.messages) else None
+            inferred = infer is not None and r.conversation_id is None and bool(r.messages)
+            if inferred:
+                r.conversation_id = infer.assign(r.request_id, r.tenant, r.model, r.messages)  # type: ignore[union-attr]
+            cols["conversation_inferred"].append(inferred)
             for c in COLS:
-                if c in ("prompt_tokens", "head_tokens", "namespace"):
+                if c in ("prompt_tokens", "head_tokens", "namespace", "conversation_inferred"):
                     continue
                 cols[c].append(getattr(r, c))
             cols["prompt_tokens"].append(e.n_tokens)
@@ -390,6 +401,8 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
         tokenizer_stats=tokenizer_stats,
         input_ordered=ordered, prompt_check=prompt_check,
         detector=detector,
+        conversations_inferred=infer.inferred if infer is not None else 0,
+        conversations_continued=infer.continued if infer is not None else 0,
     )
 
 

@@ -20,7 +20,7 @@ from prefixscan.reuse.ideal import IdealResult
 from prefixscan.schema import REQUESTS_SCHEMA
 from prefixscan.tracecols import permute_csr
 
-STRING_COLS = ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "category")
+STRING_COLS = ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category")
 
 
 def hash_tenant(t: str | None) -> str | None:
@@ -44,6 +44,8 @@ def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray,
         if cfg.hash_tenants and frame["tenant"].null_count() < n:
             frame = frame.with_columns(pl.Series("tenant", [hash_tenant(t) for t in frame["tenant"].to_list()],
                                                  dtype=pl.String))
+        if "conversation_inferred" not in frame.columns:  # traces carry ids (bailian) or none: never inferred
+            frame = frame.with_columns(pl.lit(False).alias("conversation_inferred"))
         return _typed(frame), offsets, flat, snippets, None, order
     cols = ing.cols
     n = len(cols["request_id"])
@@ -74,6 +76,7 @@ def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray,
         "source_line": np.asarray(data["source_line"], dtype=np.int64),
         "timestamp_s": ts[order] if n else ts,
         **{c: pl.Series(c, data[c], dtype=pl.String) for c in STRING_COLS},
+        "conversation_inferred": pl.Series("conversation_inferred", data["conversation_inferred"], dtype=pl.Boolean),
         "turn_index": pl.Series("turn_index", data["turn_index"], dtype=pl.Int32),
         "prompt_tokens": np.asarray(data["prompt_tokens"], dtype=np.int64),
         "head_tokens": pl.Series("head_tokens", data["head_tokens"], dtype=pl.Int64),
@@ -92,6 +95,7 @@ def _typed(frame: pl.DataFrame) -> pl.DataFrame:
         pl.col("prompt_tokens").cast(pl.Int64), pl.col("head_tokens").cast(pl.Int64),
         pl.col("output_tokens").cast(pl.Int64), pl.col("actual_cached_tokens").cast(pl.Int64),
         pl.col("namespace").cast(pl.UInt64), pl.col("request_id").cast(pl.String),
+        pl.col("conversation_inferred").cast(pl.Boolean),
         pl.col("source_file").cast(pl.String))
 
 

@@ -15,7 +15,8 @@ import polars as pl
 
 from prefixscan.io.shapes import Record
 
-STRING_COLS = ("request_id", "tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "category")
+STRING_COLS = ("request_id", "tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica",
+               "category")
 INT_COLS = ("turn_index", "output_tokens", "actual_cached_tokens")  # nullable: -1 stands for null
 NUM_DTYPES = {"file": np.int32, "line": np.int64, "ts": np.float64, "prompt": np.int64, "root": np.uint64,
               "len": np.int64, **dict.fromkeys(INT_COLS, np.int64)}

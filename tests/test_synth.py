@@ -26,7 +26,7 @@ from prefixscan.synth import (
     parse_scenarios,
     write,
 )
-from prefixscan.synth.breakers import LINE_STYLES, BreakerSpec, Context, render
+from prefixscan.synth.breakers import CLASSIC_KINDS, LINE_STYLES, TEXT_KINDS, BreakerSpec, Context, render
 
 SMALL = SynthConfig(requests=300, seed=7, prompt_tokens=300, tenants=3, breaker_rate=0.5,
                     breakers=tuple(REGISTRY))
@@ -297,7 +297,8 @@ def test_bad_config_raises_usage_error(bad: dict) -> None:
 def test_parse_options() -> None:
     assert parse_scenarios(["chat=3,rag", "agent"]) == (("chat", 3.0), ("rag", 1.0), ("agent", 1.0))
     assert {n for n, _ in parse_scenarios(["all"])} == set(SCENARIOS)
-    assert parse_breakers("off") == () and parse_breakers("all") == tuple(REGISTRY)
+    assert parse_breakers("off") == () and parse_breakers("all") == CLASSIC_KINDS
+    assert parse_breakers("text") == TEXT_KINDS and set(parse_breakers("all,text")) == set(REGISTRY)
     assert parse_breakers("timestamp,email") == ("timestamp", "email")
     for bad in (["chat=x"], ["foo"]):
         with pytest.raises(UsageError):

@@ -101,6 +101,10 @@ def register(app: typer.Typer) -> None:
         kv_events: str = typer.Option(None, "--kv-events",
                                       help="KV events from `prefixscan record-events`: per request, predicted vs "
                                            "stored blocks (needs --hash vllm:... matching the engine)."),
+        no_infer_conversations: bool = typer.Option(
+            False, "--no-infer-conversations",
+            help="Do not infer conversations from message-prefix continuity for chat requests without a "
+                 "conversation id (inferred ids are flagged in the requests table's conversation_inferred)."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
     ) -> None:
@@ -117,7 +121,8 @@ def register(app: typer.Typer) -> None:
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict, hash=hash,
             hash_seed=hash_seed, lora_paths=_parse_lora_paths(lora_path),
             capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
-            quiet=quiet, findings=not no_findings, streaming=stream, workers=workers, order=order,
+            quiet=quiet, findings=not no_findings, infer_conversations=not no_infer_conversations,
+            streaming=stream, workers=workers, order=order,
             command_line="prefixscan " + shlex.join(sys.argv[1:]),
         )
         if (metrics or kv_events) and not output:

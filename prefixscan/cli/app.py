@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "diff",
     "export",
     "record_events",
+    "explain",
 ]
 
 for _name in COMMAND_MODULES:

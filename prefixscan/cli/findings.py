@@ -22,14 +22,17 @@ def register(app: typer.Typer) -> None:
         """List what breaks prefix reuse in the logs: dynamic fields, varying spans, normalisation drift.
 
         Each finding says where it sits (message, character, token, block), how many requests it affects,
-        the prompt tokens of reuse it costs (from a counterfactual re-analysis without it) and the fix.
+        the prompt tokens of reuse it costs (from a counterfactual re-analysis without it) and the fix. When
+        the log has engine-reported cached tokens, a last line splits the gap into prompt breakers, routing,
+        eviction and unexplained (the `misses` table); only the first are cache breakers.
         Example: prefixscan findings runs/demo --kind timestamp
         """
         import json
 
-        from prefixscan.detect.reader import read_findings
+        from prefixscan.detect.reader import read_findings, read_miss_attribution
 
         rows, cf = read_findings(run_dir)
+        misses = read_miss_attribution(run_dir)
         if kind:
             rows = [r for r in rows if r["kind"] in kind]
         if tenant:
@@ -37,9 +40,15 @@ def register(app: typer.Typer) -> None:
         if limit > 0:
             rows = rows[:limit]
         if json_out:
-            typer.echo(json.dumps({"findings": rows, "counterfactual": cf}, indent=2, default=str))
+            typer.echo(json.dumps({"findings": rows, "counterfactual": cf, "miss_attribution": misses}, indent=2,
+                                  default=str))
             return
         from prefixscan.cli.common import stdout_console
+        from prefixscan.report.analyze_terminal import miss_line
         from prefixscan.report.findings_terminal import render_findings
 
-        render_findings(rows, cf, stdout_console())
+        console = stdout_console()
+        render_findings(rows, cf, console)
+        line = miss_line(misses)
+        if line:
+            console.print(line, highlight=False, soft_wrap=True)

@@ -1,4 +1,7 @@
-"""Cache-breaker findings: dynamic fields, pattern-free spans, normalisation drift, predicted vs actual.
+"""Cache-breaker findings: dynamic fields, pattern-free spans, normalisation drift.
+
+The engine's shortfall against the prediction is not a breaker: `attribution` splits it into routing,
+eviction and unexplained (a tokenizer or template mismatch).
 
 `Detector` is fed by ingest; `finalize` runs after the reuse analysis and returns a FindingsResult
 (findings ranked by tokens lost, the counterfactual hit rate, and the tables for the run directory).
@@ -16,7 +19,6 @@ import pyarrow as pa
 import xxhash
 
 from prefixscan.detect.accumulate import Acc, merge_aliases, token_offset
-from prefixscan.detect.actual_vs_predicted import actual_findings
 from prefixscan.detect.counterfactual import Blocks, Counterfactual, run_counterfactual
 from prefixscan.detect.detector import Detector
 from prefixscan.detect.findings import Finding, finding_requests_table, findings_table, fix_sentence, rank
@@ -97,6 +99,8 @@ def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size
                 continue
             kind = _kind(acc) or "pattern_free"
             detail = None
+            if acc.detail == "inline" and kind in ("timestamp", "date"):
+                detail = "written inside a sentence: no safe automatic rewrite"
             if kind == "template_churn":
                 counts = sorted(acc.values.values(), reverse=True)
                 detail = f"{len(counts)} versions serve {'/'.join(map(str, counts))} requests"
@@ -121,7 +125,6 @@ def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size
                 ops[rid] = shared[sid]
         if det.errors:
             cf.detector_errors = det.errors
-    findings += actual_findings(req, block_size)
     findings = rank(findings)
     return FindingsResult(findings, cf, ops, (det.seconds if det else 0.0) + time.perf_counter() - t0)
 

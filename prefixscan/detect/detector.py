@@ -20,7 +20,7 @@ import xxhash
 
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.accumulate import Acc, _example, _prefix_record
-from prefixscan.detect.dynamic_fields import SlotLine, read_line, tool_field
+from prefixscan.detect.dynamic_fields import SlotLine, inline_date, read_line, tool_field
 from prefixscan.detect.pattern_free import PROSE, Alignment, Family, FamilyIndex, align, covered, is_edit
 from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.rewrite import _tool_hash, apply_ops
@@ -83,6 +83,7 @@ class Detector:
         self.seconds = 0.0
         self.errors = 0  # records the detector could not read (reported in the counterfactual summary)
         self.fed = 0
+        self._seeded: set[tuple] = set()  # (finding key, family, exemplar unit) whose exemplar value was counted
 
     # ------------------------------------------------------------------ feeding
     def feed(self, rec: Record, root: int) -> None:
@@ -211,11 +212,25 @@ class Detector:
                            if units[t].mi == units[ri].mi and units[t].length >= nz.BIG), None)
             if anchor is None:
                 anchor = self._anchor(units, j)
-            key = ("span", fam.tenant, sl.mi, sl.label.lower(), anchor)
+            # Unlabelled dates in sentences are told apart by kind (two such sentences may share an anchor).
+            lab = "\x00" + (sl.kind or "") if sl.inline else sl.label.lower()
+            key = ("span", fam.tenant, sl.mi, lab, anchor)
             acc = self._acc(key, fam.tenant, sl.mi, role, sl.label, _example(sl, sl.kind), rid, sl.value_offset, rec)
             acc.observe(sl.kind, sl.value)
             acc.add_request(rid)
             acc.fids.add(fam.fid)
+            if sl.inline:  # a date inside a sentence: measured with the exemplar's line, never moved by `fix`
+                acc.detail = "inline"
+                if other is not None and (key, fam.fid, ei) not in self._seeded:
+                    self._seeded.add((key, fam.fid, ei))  # the exemplar's date counts too (once)
+                    got = inline_date(other, texts[sl.mi][units[ri].start:units[ri].end].rstrip("\n"))
+                    if got is not None:
+                        acc.observe(got[0], other[got[1]:got[2]])
+                if other is not None:
+                    u = units[ri]
+                    end = u.end - 1 if texts[u.mi][u.end - 1:u.end] == "\n" else u.end
+                    ops.append((("replace", sl.mi, u.start, end, other), key))
+                continue
             if sl.prose:
                 acc.prose += 1
                 if ei is not None and other is not None and ("prose", ei) not in fam.slots:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from prefixscan.detect.normalisation import BIG, Unit, common_affixes
-from prefixscan.detect.patterns import classify, heading_label, split_label
+from prefixscan.detect.patterns import DATE_SPAN_RES, classify, heading_label, split_label
 
 _TOOL_LABEL = re.compile(r"([A-Za-z\u00C0-\uFFFF][\w \-#'\u00C0-\uFFFF]{0,40}?)\s*[:=]\s*$")
 
@@ -30,6 +30,7 @@ class SlotLine:
     block: tuple[int, int]  # characters to move: heading label (if any), the line, its newline
     kind: str | None  # a field kind, or None when no pattern names it
     prose: bool  # an unlabelled long line: a template edit rather than a field
+    inline: bool = False  # a date or time inside a sentence: no safe rewrite moves it (see `inline_date`)
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -65,8 +66,39 @@ def read_line(texts: dict[int, str], units: list[Unit], idx: int, other: str | N
             cp -= 1
         value_start, value = cp, line[cp:]
     prose = not label and u.length >= BIG
+    if not label and other is not None:
+        found = inline_date(line, other.rstrip("\r"))
+        if found is not None:
+            kind, vs, ve = found
+            return SlotLine(u.mi, "", line[vs:ve], u.start + vs, (start, u.end), kind, False, inline=prose)
     kind = None if prose else classify(label, value, numbers_increase)
     return SlotLine(u.mi, label, value, u.start + value_start, (start, u.end), kind, prose)
+
+
+def _covering(text: str, lo: int, hi: int) -> tuple[str, int, int] | None:
+    """(kind, start, end) of a date or time in `text` that covers the characters [lo, hi)."""
+    for kind, pats in DATE_SPAN_RES:
+        for p in pats:
+            for m in p.finditer(text):
+                if m.start() <= lo and m.end() >= hi:
+                    return kind, m.start(), m.end()
+                if m.start() > lo:
+                    break
+    return None
+
+
+def inline_date(line: str, other: str) -> tuple[str, int, int] | None:
+    """When two versions of an unlabelled line differ only inside a date or time written out (in words or
+    digits, in any supported language), (kind, start, end) of that date in `line`; else None. A date in
+    a sentence ("Today is Monday, 20 November 2026, 09:00, and ...") is a dynamic field, not an edit."""
+    cp, cs = common_affixes(line, other)
+    if cp >= len(line) - cs and cp >= len(other) - cs:
+        return None
+    mine = _covering(line, cp, len(line) - cs)
+    theirs = _covering(other, cp, len(other) - cs)
+    if mine is None or theirs is None:
+        return None
+    return mine
 
 
 def int_value(value: str) -> int | None:

@@ -20,9 +20,8 @@ CATEGORIES = {
     "phone": "dynamic_field", "counter": "dynamic_field", "random_token": "dynamic_field",
     "pattern_free": "pattern_free",
     "whitespace": "normalisation", "line_endings": "normalisation", "unicode": "normalisation",
-    "json_key_order": "normalisation", "rag_order": "normalisation", "tool_order": "normalisation",
-    "template_churn": "normalisation",
-    "actual_below_predicted": "actual_vs_predicted",
+    "json_key_order": "normalisation", "json_spacing": "normalisation", "rag_order": "normalisation",
+    "tool_order": "normalisation", "template_churn": "normalisation",
 }
 
 FINDINGS_SCHEMA = pa.schema([
@@ -125,6 +124,20 @@ def from_rows(rows: list[dict[str, Any]]) -> list[Finding]:
     return [Finding(**{k: r.get(k) for k in names}) for r in rows]
 
 
+FIELD_KINDS_MOVABLE = ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
+                       "random_token", "pattern_free")
+
+
+def fixable(f: Finding) -> bool:
+    """Whether `fix` rewrites this finding's requests: not a date inside a sentence (no safe rewrite), not
+    a template version (which version to keep is the team's call), not a field inside a tool schema."""
+    if f.detail and f.detail.startswith("written inside a sentence"):
+        return False
+    if f.kind == "template_churn":
+        return False
+    return not (f.message_index == -1 and f.kind in FIELD_KINDS_MOVABLE)
+
+
 _WHERE = {"system": "the system message", "user": "the user message", "developer": "the developer message",
           "tools": "the tool list"}
 
@@ -133,6 +146,10 @@ def fix_sentence(kind: str, label: str | None, role: str | None, detail: str | N
     """The fix in one sentence."""
     lab = f"`{label}:`" if label else "the varying text"
     where = _WHERE.get(role or "", "its message")
+    if detail and detail.startswith("written inside a sentence"):
+        return (f"No safe automatic rewrite (`fix` leaves it): the {kind} is written inside a sentence of {where}; "
+                "reword it so the date comes after the shared content (the end of the last user message), or "
+                "round it to the day if the time is not needed.")
     if kind in ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
                 "random_token", "pattern_free"):
         extra = " (or pass it in headers/metadata)" if kind in ("request_id", "session_id", "random_token",
@@ -144,13 +161,12 @@ def fix_sentence(kind: str, label: str | None, role: str | None, detail: str | N
                       "line between paragraphs) before building the prompt.",
         "line_endings": "Convert CRLF to LF in every service before building the prompt.",
         "unicode": "Normalise text to Unicode NFC in every service before building the prompt.",
-        "json_key_order": "Serialise JSON (tool schemas, payloads) with sorted keys.",
+        "json_key_order": "Serialise JSON (tool schemas, payloads, JSON in message text) with sorted keys.",
+        "json_spacing": "Serialise JSON in message text with one fixed layout (the same indent and separators in "
+                        "every service, e.g. json.dumps(obj, sort_keys=True, separators=(',', ':'))).",
         "rag_order": "Order retrieved chunks with a stable tie-breaker (source id, position), not by score "
                      "alone.",
         "tool_order": "Send tools in a fixed order (e.g. sorted by name).",
         "template_churn": "Pin one version of this system prompt per deploy and retire the others"
                           + (f" ({detail})" if detail else "") + ".",
-        "actual_below_predicted": "Find what the engine sees that the log does not (a field a gateway or "
-                                  "template adds, a different tokenizer or chat template, another normaliser) "
-                                  "by comparing the engine's prompt for the example request.",
     }.get(kind, "Move the varying content after the shared content.")

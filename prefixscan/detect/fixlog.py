@@ -16,6 +16,7 @@ import orjson
 
 from prefixscan.analysis import run_analysis
 from prefixscan.config import AnalyzeConfig
+from prefixscan.detect.findings import fixable
 from prefixscan.detect.rewrite import apply_ops
 from prefixscan.errors import UsageError
 from prefixscan.io.atomic import env_error, refuse_existing, replacing
@@ -36,13 +37,15 @@ class FixResult:
     predicted: float
     findings_before: int
     findings_after: int
-    by_kind: dict[str, int] = field(default_factory=dict)
+    by_kind: dict[str, int] = field(default_factory=dict)  # findings `fix` rewrote, by kind
+    not_fixed: dict[str, int] = field(default_factory=dict)  # findings with no safe rewrite, by kind
 
     def to_json(self) -> dict[str, Any]:
         return {"outputs": self.outputs, "requests": self.requests, "requests_rewritten": self.rewritten,
                 "token_weighted_before": round(self.before, 6), "token_weighted_after": round(self.after, 6),
                 "token_weighted_predicted": round(self.predicted, 6), "findings_before": self.findings_before,
-                "findings_after": self.findings_after, "findings_by_kind": self.by_kind}
+                "findings_after": self.findings_after, "findings_by_kind": self.by_kind,
+                "findings_not_fixed_by_kind": self.not_fixed}
 
 
 def _container(obj: dict[str, Any], shape: str) -> tuple[dict[str, Any], str | None]:
@@ -128,14 +131,17 @@ def fix_logs(cfg: AnalyzeConfig, output: str, force: bool = False) -> FixResult:
         _write(src, target, rows)
     after = run_analysis(replace(cfg, inputs=tuple(targets), output=None, findings=True))
     by_kind: dict[str, int] = {}
+    not_fixed: dict[str, int] = {}
     for f in fres.findings if fres is not None else []:
-        by_kind[f.kind] = by_kind.get(f.kind, 0) + 1
+        into = by_kind if fixable(f) else not_fixed
+        into[f.kind] = into.get(f.kind, 0) + 1
     return FixResult(
         outputs=targets, requests=requests, rewritten=rewritten,
         before=before.summary["hit_rate"]["token_weighted"], after=after.summary["hit_rate"]["token_weighted"],
         predicted=before.summary.get("counterfactual", {}).get("token_weighted_after_fixes", 0.0),
         findings_before=len(fres.findings) if fres is not None else 0,
-        findings_after=len(after.findings.findings) if after.findings is not None else 0, by_kind=by_kind)
+        findings_after=len(after.findings.findings) if after.findings is not None else 0, by_kind=by_kind,
+        not_fixed=not_fixed)
 
 
 def _write(src: Any, target: str, rows: list[tuple[Any, bool]]) -> None:

@@ -21,7 +21,7 @@ MAX_CHARS = 32_000  # leading characters of each early message that detectors lo
 BIG = 48  # units at least this long identify content (family anchors, resync points)
 
 CR, NONNFC, WS, JSON = 1, 2, 4, 8
-DRIFT_KINDS = ("line_endings", "unicode", "whitespace", "json_key_order")
+DRIFT_KINDS = ("line_endings", "unicode", "whitespace", "json_key_order", "json_spacing")
 ORDER_KINDS = ("rag_order", "tool_order")
 
 _WS_RUN = re.compile(r"[ \t\u00a0]{2,}|\t")
@@ -88,6 +88,49 @@ def normal_line(line: str) -> tuple[str, int, int]:
     return t, flags, 0
 
 
+MAX_JSON_LINES = 400
+MAX_JSON_CHARS = 16_000
+
+
+def _json_block(text: str, pos: int, end: int, line: str, n: int) -> tuple[int, str] | None:
+    """(end, text) of a multi-line JSON object or array starting at this line, when the line opens one
+    (`{` or `[` alone or with its first member) and a later line at the same indentation closes it; the
+    block must parse. None otherwise (a one-line JSON value is a line like any other)."""
+    t = line.strip()
+    if not t or t[0] not in "{[" or (t[-1] in "}]" and len(t) > 1):
+        return None
+    indent = len(line) - len(line.lstrip())
+    close = "}" if t[0] == "{" else "]"
+    cur = end
+    for _ in range(MAX_JSON_LINES):
+        if cur >= n or cur - pos > MAX_JSON_CHARS:
+            return None
+        nl = text.find("\n", cur)
+        nxt = len(text) if nl < 0 else nl + 1
+        ln = text[cur:nxt].rstrip("\n").rstrip("\r")
+        s = ln.strip()
+        if s[:1] == close and len(ln) - len(ln.lstrip()) == indent and s.rstrip(",") == close:
+            body = text[pos:cur] + ln
+            try:
+                orjson.loads(body.strip())
+            except orjson.JSONDecodeError:
+                return None
+            return nxt, body
+        cur = nxt
+    return None
+
+
+def _normal_json(block: str) -> tuple[str, int, int]:
+    """normal_line for a multi-line JSON block: keys sorted, compact; flags say what else it took."""
+    flags = JSON
+    if "\r" in block:
+        flags |= CR
+    if not block.isascii() and not unicodedata.is_normalized("NFC", block):
+        flags |= NONNFC
+    obj = orjson.loads(unicodedata.normalize("NFC", block.replace("\r", "")).strip())
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode(), flags, _h(orjson.dumps(obj).decode())
+
+
 def early_messages(messages: list[dict[str, Any]]) -> list[int]:
     """Indexes of the messages detectors read: system/developer messages and the first user message."""
     out = []
@@ -117,7 +160,10 @@ def message_units(mi: int, text: str, seed: int) -> list[Unit]:
             pending_blank += text[pos:end]
             pos = end
             continue
-        norm, flags, nosort = normal_line(line)
+        block = _json_block(text, pos, end, line, n)
+        if block is not None:  # a pretty-printed JSON value spanning lines: one unit, compared as JSON
+            end, line = block
+        norm, flags, nosort = normal_line(line) if block is None else _normal_json(line)
         if pending_blank and (pending_blank.count("\n") != 1 or pending_blank.strip("\n")):
             flags |= WS
         nh = _h(norm, seed)
@@ -146,8 +192,8 @@ def drift_kind(a: Unit, b: Unit) -> str:
         return "line_endings"
     if diff & NONNFC:
         return "unicode"
-    if a.flags & b.flags & JSON and a.nosort != b.nosort:
-        return "json_key_order"
+    if a.flags & b.flags & JSON:
+        return "json_key_order" if a.nosort != b.nosort else "json_spacing"
     return "whitespace"
 
 

@@ -38,6 +38,51 @@ DATE_RES: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     r"\b" + _MON + r"\s+\d{1,2},?\s+\d{4}\b",
     r"\d{4}年\d{1,2}月\d{1,2}日",
 ))
+# Dates and times written in words, in English, German, French and Spanish ("Monday, 20 November 2026,
+# 09:00", "Montag, 20. November 2026 um 09:00 Uhr", "le lundi 20 novembre 2026 à 9h00", "lunes, 20 de
+# noviembre de 2026, 09:00"). Names are matched case-insensitively; a year or a clock time is required, so a
+# month name in prose ("in May we...") is not a date.
+_MONTHS_W = ("january|february|march|april|may|june|july|august|september|october|november|december"
+             "|januar|jänner|februar|märz|maerz|mai|juni|juli|oktober|dezember"
+             "|janvier|février|fevrier|mars|avril|juin|juillet|août|aout|septembre|octobre|novembre|décembre"
+             "|decembre|enero|febrero|marzo|abril|mayo|junio|julio|agosto|septiembre|setiembre|octubre"
+             "|noviembre|diciembre"
+             "|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|mär|okt|dez|janv|févr|avr|juil|déc|ene|abr|ago"
+             "|dic")
+_DAYS_W = ("monday|tuesday|wednesday|thursday|friday|saturday|sunday|montag|dienstag|mittwoch|donnerstag"
+           "|freitag|samstag|sonnabend|sonntag|lundi|mardi|mercredi|jeudi|vendredi|samedi|dimanche|lunes|martes"
+           "|miércoles|miercoles|jueves|viernes|sábado|sabado|domingo|mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun")
+_MON_W = r"(?:" + _MONTHS_W + r")\.?"
+_DOW_W = r"(?:(?:" + _DAYS_W + r")\.?,?\s+(?:(?:le|den|der|el)\s+)?)"
+_TIME_W = (r"(?:,?\s*(?:at|um|à|a\s+las|a\s+la|las)?\s*\d{1,2}(?:[:.]\d{2}|\s?h\s?\d{2}|h)(?::\d{2})?"
+           r"(?:\s?(?:uhr|[ap]\.?m\.?))?(?:\s?(?:utc|gmt|[+-]\d{2}:?\d{2}|[a-z]{2,4}t))?)")
+_DMY_W = r"\b" + _DOW_W + r"?\d{1,2}(?:\.|er|º|°)?\s+(?:de\s+)?" + _MON_W + r"(?:\s+(?:de\s+)?|,\s*)\d{4}"
+_MDY_W = r"\b" + _DOW_W + r"?" + _MON_W + r"\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}"
+_DM_W = r"\b" + _DOW_W + r"\d{1,2}(?:\.|er)?\s+(?:de\s+)?" + _MON_W  # weekday, no year: "Montag, 20. November"
+WORD_TIMESTAMP_RES: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"(?:" + _DMY_W + r"|" + _MDY_W + r"|" + _DM_W + r")" + _TIME_W + r"(?![\w:])",
+))
+WORD_DATE_RES: tuple[re.Pattern[str], ...] = tuple(re.compile(p + r"(?!\w)", re.IGNORECASE)
+                                                   for p in (_DMY_W, _MDY_W, _DM_W))
+
+
+def date_span(text: str) -> tuple[str, int, int] | None:
+    """(kind, start, end) of the first timestamp or date in `text`, in any supported surface form."""
+    best: tuple[str, int, int] | None = None
+    for kind, pats in (("timestamp", TIMESTAMP_RES + WORD_TIMESTAMP_RES), ("date", DATE_RES + WORD_DATE_RES)):
+        for p in pats:
+            m = p.search(text)
+            if m and (best is None or m.start() < best[1] or (m.start() == best[1] and m.end() > best[2])):
+                best = (kind, m.start(), m.end())
+        if best is not None and kind == "timestamp":
+            return best
+    return best
+
+
+# Dates and times in any form, timestamps first (a date with a clock time is a timestamp).
+DATE_SPAN_RES: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...] = (
+    ("timestamp", TIMESTAMP_RES + WORD_TIMESTAMP_RES), ("date", DATE_RES + WORD_DATE_RES))
+
 EPOCH_RE = re.compile(r"^(?:1[5-9]\d{8}|1[5-9]\d{11})(?:\.\d+)?$")  # 2017..2033 in s or ms
 HEX_RE = re.compile(r"^(?:0x)?(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{12,}$")
 ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
@@ -127,11 +172,11 @@ def value_kind(value: str) -> str | None:
         return None
     if EMAIL_RE.search(v):
         return "email"
-    if any(p.search(v) for p in TIMESTAMP_RES):
+    if any(p.search(v) for p in TIMESTAMP_RES) or any(p.search(v) for p in WORD_TIMESTAMP_RES):
         return "timestamp"
     if EPOCH_RE.match(v):
         return "timestamp"
-    if any(p.search(v) for p in DATE_RES):
+    if any(p.search(v) for p in DATE_RES) or any(p.search(v) for p in WORD_DATE_RES):
         return "date"
     if UUID_RE.search(v):
         return "uuid"

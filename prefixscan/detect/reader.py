@@ -18,3 +18,9 @@ def read_findings(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]]
     rows = sorted(run.table("findings").to_pylist(), key=lambda r: r["rank"])
     summary = (run.manifest.get("analyze") or {}).get("summary") or {}
     return rows, summary.get("counterfactual")
+
+
+def read_miss_attribution(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The summary's `miss_attribution` (the `misses` table's totals) of a run, None for older runs."""
+    summary = (load_run(run_dir).manifest.get("analyze") or {}).get("summary") or {}
+    return summary.get("miss_attribution")

@@ -46,6 +46,12 @@ FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
     "model": ("model", "model_group", "body.model"),
     "adapter": ("adapter", "lora", "lora_name", "lora_request"),
     "cache_salt": ("cache_salt",),
+    # The replica (engine instance) that served the request, for routing/eviction attribution. LiteLLM's
+    # StandardLoggingPayload names the deployment `model_id` and its URL `api_base`; nginx logs
+    # `upstream_addr`, Envoy `upstream_host`; Kubernetes-side logs a pod or instance.
+    "replica": ("replica", "replica_id", "server", "server_id", "backend", "worker", "worker_id", "upstream",
+                "upstream_addr", "upstream_host", "pod", "pod_name", "instance", "instance_id", "api_base",
+                "metadata.replica", "hidden_params.api_base"),
     "category": ("category", "type", "task_type"),
     "turn_index": ("turn_index", "turn"),
     "output_tokens": ("output_tokens", "completion_tokens", "output_length", "usage.completion_tokens",
@@ -85,6 +91,7 @@ class Record:
     model: str | None = None
     adapter: str | None = None
     cache_salt: str | None = None
+    replica: str | None = None
     category: str | None = None
     turn_index: int | None = None
     output_tokens: int | None = None
@@ -381,7 +388,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     rec = Record(source_file=source_file, source_line=line,
                  request_id=str(rid) if rid is not None else f"{source_file}:{line}",
                  timestamp_s=ts, kind=kind, **content)
-    for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "category"):
+    for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category"):
         setattr(rec, name, _str_or_none(_lookup(name, holders, obj, overrides)))
     if shape == "bailian":
         rec.category = _str_or_none(obj.get("type"))
@@ -442,7 +449,7 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
     rec.output_tokens = _int_or_none(obj.get("output_length"), "output_length")
     if len(obj) > len(TRACE_FIELDS[shape]) or rid is not None:
         holders = (obj,)
-        for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "category"):
+        for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category"):
             setattr(rec, name, _str_or_none(_lookup(name, holders, obj, {})))
         rec.actual_cached_tokens = _int_or_none(_lookup("actual_cached_tokens", holders, obj, {}),
                                                 "actual_cached_tokens")

@@ -106,6 +106,9 @@ def render_summary(result: Any, console: Console) -> None:
         console.print(f"engine-reported cached tokens on {av['requests_with_actual']:,} requests: "
                       f"{_tok(av['actual_cached'])} actual vs {_tok(av['predicted_cached'])} predicted; "
                       f"{av['requests_short']:,} requests fell short of the prediction")
+    line = miss_line(s.get("miss_attribution"))
+    if line:
+        console.print(line, highlight=False, soft_wrap=True)
     if "findings" in s:  # cache-breaker findings (prefixscan.report.findings_terminal)
         from prefixscan.report.findings_terminal import render_top
 
@@ -121,3 +124,23 @@ def render_evidence(sentences: list[str], console: Console) -> None:
     """The engine's own evidence (metrics, KV events) after the summary, one line each."""
     for s in sentences:
         console.print("evidence: " + s, markup=False, highlight=False)
+
+
+def miss_line(m: dict | None) -> str | None:
+    """Why requests miss, in tokens (the `misses` table's totals over requests with an engine value):
+    only the breaker part is a cache breaker."""
+    if not m or not m.get("with_actual"):
+        return None
+    w = m["with_actual"]
+    parts = [f"prompt breakers {_tok(w['lost_breaker_tokens'])}"]
+    if m["replica_field"]:
+        parts += [f"routing {_tok(w['lost_routing_tokens'])}", f"eviction {_tok(w['lost_eviction_tokens'])}"]
+    parts.append(f"unexplained {_tok(w['lost_unexplained_tokens'])}"
+                 + ("" if m["replica_field"] else " (no replica field: routing and eviction are in here; map "
+                    "one with --field replica=PATH)"))
+    extra = f"; the engine beat the per-replica ideal by {_tok(w['engine_excess_tokens'])}" \
+        if w["engine_excess_tokens"] else ""
+    return (f"why requests miss ({m['requests_with_actual']:,} with an engine value, {m['replicas']} replicas): "
+            f"{_tok(w['counterfactual_cached_tokens'])} hittable with breakers fixed vs "
+            f"{_tok(w['actual_cached_tokens'])} "
+            f"the engine reported; lost to " + ", ".join(parts) + extra + " (table misses)")

@@ -43,6 +43,7 @@ class BreakerKind:
     forms: Mapping[str, Callable[[Context], str]]
     stability: str
     description: str
+    styles: tuple[str, ...] = ()  # line styles this kind uses; () = every LINE_STYLES entry
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,11 @@ LINE_STYLES: dict[str, str] = {
     "json": '{{"{label}": "{value}"}}\n',
     "heading": "### {label}\n{value}\n\n",
 }
+# In text, not a field: unlabelled sentences (only kinds that list them in `styles` use them).
+SENTENCE_STYLES: dict[str, str] = {
+    "sentence": "Today is {value}, and you answer for this team only from the material below.\n",
+}
+CLASSIC_STYLES = ("colon", "bracket", "equals", "json", "heading")
 
 # top: first thing in the system message (breaks everything); after_intro: after the first paragraph of
 # the system prompt (breaks most of it); user_tail: end of the last user message (harmless).
@@ -82,7 +88,7 @@ def register(kind: BreakerKind) -> BreakerKind:
 def render(spec: BreakerSpec, ctx: Context) -> tuple[str, str, int]:
     """Render one injected line; returns (line, value, offset of value inside line)."""
     value = REGISTRY[spec.kind].forms[spec.form](ctx)
-    template = LINE_STYLES[spec.style]
+    template = LINE_STYLES.get(spec.style) or SENTENCE_STYLES[spec.style]
     before = template.split("{value}", 1)[0].format(label=spec.label)
     line = template.format(label=spec.label, value=value)
     return line, value, len(before)
@@ -96,7 +102,7 @@ def choose_spec(rng: random.Random, kinds: tuple[str, ...]) -> BreakerSpec:
         kind=kind.name,
         label=rng.choice(kind.labels),
         form=rng.choice(sorted(kind.forms)),
-        style=rng.choice(list(LINE_STYLES)),
+        style=rng.choice(list(kind.styles or CLASSIC_STYLES)),
         position=rng.choices(positions, weights=[POSITIONS[p] for p in positions])[0],
     )
 
@@ -271,4 +277,61 @@ register(BreakerKind(
     description="an opaque random token (signatures, cache-busters, API nonces)",
 ))
 
+# Dates and times written in words (en, de, fr, es), in a labelled line or inside a sentence.
+_MONTHS_L = {
+    "en": _MONTHS,
+    "de": "Januar Februar März April Mai Juni Juli August September Oktober November Dezember".split(),
+    "fr": "janvier février mars avril mai juin juillet août septembre octobre novembre décembre".split(),
+    "es": "enero febrero marzo abril mayo junio julio agosto septiembre octubre noviembre diciembre".split(),
+}
+_DAYS_L = {
+    "en": "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split(),
+    "de": "Montag Dienstag Mittwoch Donnerstag Freitag Samstag Sonntag".split(),
+    "fr": "lundi mardi mercredi jeudi vendredi samedi dimanche".split(),
+    "es": "lunes martes miércoles jueves viernes sábado domingo".split(),
+}
+
+
+def words_date(lang: str, t: float) -> str:
+    """`Monday, 20 November 2026` / `Montag, 20. November 2026` / `lundi 20 novembre 2026` /
+    `lunes, 20 de noviembre de 2026`."""
+    g = _gm(t)
+    day, month = _DAYS_L[lang][g.tm_wday], _MONTHS_L[lang][g.tm_mon - 1]
+    return {"en": f"{day}, {g.tm_mday} {month} {g.tm_year}", "de": f"{day}, {g.tm_mday}. {month} {g.tm_year}",
+            "fr": f"{day} {g.tm_mday} {month} {g.tm_year}",
+            "es": f"{day}, {g.tm_mday} de {month} de {g.tm_year}"}[lang]
+
+
+def words_time(lang: str, t: float) -> str:
+    """The date in words with the time to the minute, as each language writes it."""
+    g = _gm(t)
+    d = words_date(lang, t)
+    return {"en": f"{d}, {g.tm_hour:02d}:{g.tm_min:02d}", "de": f"{d}, {g.tm_hour:02d}:{g.tm_min:02d} Uhr",
+            "fr": f"{d} à {g.tm_hour:02d}h{g.tm_min:02d}", "es": f"{d}, {g.tm_hour:02d}:{g.tm_min:02d}"}[lang]
+
+
+TEXT_STYLES = ("colon", "bracket", "sentence", "sentence")
+
+register(BreakerKind(
+    name="date_words",
+    labels=("Today's date", "Datum", "Date du jour", "Fecha del día"),
+    forms={f"words_{lang}": (lambda c, lang=lang: words_date(lang, c.time)) for lang in _MONTHS_L},
+    stability="day",
+    description="today's date written in words (en, de, fr, es), in a line or a sentence",
+    styles=TEXT_STYLES,
+))
+
+register(BreakerKind(
+    name="timestamp_words",
+    labels=("Current time", "Aktuelle Zeit", "Heure de la requête", "Fecha y hora"),
+    forms={f"words_{lang}": (lambda c, lang=lang: words_time(lang, c.time)) for lang in _MONTHS_L},
+    stability="request",
+    description="the date and time in words to the minute (en, de, fr, es), in a line or a sentence",
+    styles=TEXT_STYLES,
+))
+
+# Kinds that live in message text rather than in a labelled field line; `--breakers all` keeps to the
+# classic kinds (so the sample logs' commands reproduce them), `text` selects these.
+TEXT_KINDS: tuple[str, ...] = ("date_words", "timestamp_words")
+CLASSIC_KINDS: tuple[str, ...] = tuple(k for k in REGISTRY if k not in TEXT_KINDS)
 DEFAULT_KINDS: tuple[str, ...] = ("timestamp", "request_id", "user_name")

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from prefixscan.errors import UsageError
-from prefixscan.synth.breakers import DEFAULT_KINDS, REGISTRY
+from prefixscan.synth.breakers import CLASSIC_KINDS, DEFAULT_KINDS, REGISTRY, TEXT_KINDS
 from prefixscan.synth.scenarios import SCENARIOS
 
 DEFAULT_MIX: tuple[tuple[str, float], ...] = (
@@ -125,16 +125,17 @@ def parse_drift(value: str) -> tuple[str, ...]:
 
 
 def parse_breakers(value: str) -> tuple[str, ...]:
-    """Parse --breakers: 'on' (the default kinds), 'all' (every registered kind), 'off', or a comma list."""
+    """Parse --breakers: 'on' (the default kinds), 'all' (every field-line kind), 'text' (dates and times in
+    words, in lines or sentences), 'off', or a comma list (which may include 'all' and 'text')."""
     v = value.strip().lower()
     if v in ("on", "default", "yes", "true"):
         return DEFAULT_KINDS
     if v in ("off", "none", "no", "false", ""):
         return ()
-    if v == "all":
-        return tuple(REGISTRY)
-    kinds = tuple(k.strip() for k in v.split(",") if k.strip())
+    groups = {"all": CLASSIC_KINDS, "text": TEXT_KINDS}
+    kinds = tuple(dict.fromkeys(x for k in v.split(",") if k.strip()
+                                for x in groups.get(k.strip(), (k.strip(),))))
     for kind in kinds:
         if kind not in REGISTRY:
-            raise UsageError(f"unknown breaker kind {kind!r}; choose from: on, off, all, {', '.join(REGISTRY)}")
+            raise UsageError(f"unknown breaker kind {kind!r}; choose from: on, off, all, text, {', '.join(REGISTRY)}")
     return kinds
