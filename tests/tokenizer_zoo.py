@@ -153,3 +153,21 @@ def with_stripping_token(src: Path, d: Path) -> Path:
             t["rstrip"] = True
     (d / "tokenizer.json").write_text(json.dumps(spec))
     return d
+
+
+def with_overlapping_token(src: Path, d: Path, content: str = "x<|im") -> Path:
+    """A copy with a normalised added token that overlaps a special one ("x<|im" against "<|im_end|>")."""
+    import shutil
+
+    shutil.copytree(src, d)
+    spec = json.loads((d / "tokenizer.json").read_text())
+    new_id = max(len(spec["model"]["vocab"]), 1 + max(t["id"] for t in spec["added_tokens"]))
+    spec["added_tokens"].append({"id": new_id, "content": content, "single_word": False, "lstrip": False,
+                                 "rstrip": False, "normalized": True, "special": False})
+    (d / "tokenizer.json").write_text(json.dumps(spec))
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg.setdefault("added_tokens_decoder", {})[str(new_id)] = {
+        "content": content, "single_word": False, "lstrip": False, "rstrip": False, "normalized": True,
+        "special": False}
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return d

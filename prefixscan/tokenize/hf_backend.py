@@ -20,7 +20,7 @@ import orjson
 from prefixscan.errors import TokenizerError
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, SegmentMemo, Tokenizer
-from prefixscan.tokenize.cuts import no_cuts, rule_for_hf
+from prefixscan.tokenize.cuts import CutRule, rule_for_hf
 from prefixscan.tokenize.tiktoken_backend import token_array
 
 
@@ -58,10 +58,15 @@ class HFTokenizer(Tokenizer):
         vocab = len(self.tok)
         super().__init__(id=f"hf:{os.path.basename(os.path.normpath(name))}:{vocab}",
                          template_version=f"hf-{self.template_hash}", approximate_template=False)
-        added = sorted((t.content if hasattr(t, "content") else str(t)
-                        for t in self.tok.added_tokens_decoder.values()), key=len, reverse=True)
+        decoder = list(self.tok.added_tokens_decoder.values())
+        added = sorted((t.content if hasattr(t, "content") else str(t) for t in decoder), key=len, reverse=True)
         self.added = {a: self.tok.convert_tokens_to_ids(a) for a in added if a}
-        self.split_re = re.compile("(" + "|".join(re.escape(a) for a in self.added) + ")") if self.added else None
+        # The Rust tokenizer splits at added tokens in two passes: those not normalised, on the raw text,
+        # then those normalised, in what is left (with an identity normaliser, the same text). Leftmost,
+        # longest first within a pass, as its Aho-Corasick matcher.
+        normed = {t.content for t in decoder if getattr(t, "normalized", False)}
+        passes = ([a for a in self.added if a not in normed], [a for a in self.added if a in normed])
+        self.split_res = [re.compile("(" + "|".join(map(re.escape, g)) + ")") for g in passes if g]
         backend = getattr(self.tok, "backend_tokenizer", None)
         self.backend = backend if backend is not None and hasattr(backend, "encode_batch") else None
         self.head_memo: dict[bytes, int] = {}
@@ -74,7 +79,7 @@ class HFTokenizer(Tokenizer):
         if self.backend is None:
             self.direct = True
             self.stats.fallback_reason = "slow (Python) tokenizer: every request is tokenised directly"
-            return SegmentEncoder(self._encode_many, self.added, self.stats, no_cuts("direct"))
+            return SegmentEncoder(self._encode_many, self.added, self.stats, CutRule("direct", "slow tokenizer", None))
         self.backend.no_truncation()  # the direct path never truncates or pads; neither may the memo
         self.backend.no_padding()
         spec = orjson.loads(self.backend.to_str())
@@ -82,7 +87,7 @@ class HFTokenizer(Tokenizer):
         if problem:
             self.direct = True
             self.stats.fallback_reason = f"{problem}: every request is tokenised directly"
-            return SegmentEncoder(self._encode_many, self.added, self.stats, no_cuts("direct"))
+            return SegmentEncoder(self._encode_many, self.added, self.stats, CutRule("direct", problem, None))
         first = _never_prepend(spec)
         encode_first = None
         if first is not None:  # Metaspace "first": later pieces are tokenised as the prompt's later pieces
@@ -108,7 +113,10 @@ class HFTokenizer(Tokenizer):
             raise RecordError("template_error", f"chat template rejected the request: {str(exc)[:160]}") from None
 
     def _split(self, text: str) -> list[str]:
-        return [p for p in self.split_re.split(text) if p] if self.split_re else [text]
+        pieces = [text]
+        for rx in self.split_res:
+            pieces = [q for p in pieces for q in ([p] if p in self.added else rx.split(p)) if q]
+        return pieces
 
     def _encode_many(self, texts: list[str]) -> list[list[int]]:
         """One call into the Rust tokenizer for a whole batch of new units (it parallelises across them).
