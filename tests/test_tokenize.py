@@ -135,15 +135,13 @@ def test_hf_missing_directory_is_a_clear_error(tmp_path) -> None:
         load_tokenizer(f"hf:{tmp_path / 'nope'}")
 
 
-def test_hf_template_mismatch_falls_back(hf_dir, tmp_path) -> None:
-    """A template that emits text the segment path cannot reproduce forces the direct path."""
+def test_hf_template_without_special_tokens(hf_dir, tmp_path) -> None:
+    """A template that emits no special token: the whole prompt is one segment, cut only by the rule."""
     import shutil
 
     d = tmp_path / "tok2"
     shutil.copytree(hf_dir, d)
     cfg = json.loads((d / "tokenizer_config.json").read_text())
-    # Strip whitespace around special tokens in the template's output only in the direct path is not
-    # expressible; instead make a segment boundary that BPE merges across: no special tokens at all.
     cfg["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     if (d / "chat_template.jinja").exists():

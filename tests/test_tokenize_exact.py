@@ -9,6 +9,7 @@ what is tested is the memo itself.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from prefixscan.io.shapes import Record
 from prefixscan.tokenize import load_tokenizer
 from prefixscan.tokenize.base import SELF_CHECK_FIRST, TokenizerStats
-from prefixscan.tokenize.cuts import CL100K_PATS, GPT2_PATS, O200K_PAT, rule_for_pattern
+from prefixscan.tokenize.cuts import CL100K_PATS, GPT2_PATS, O200K_PAT, CutRule, rule_for_pattern
 from tests import tokenizer_zoo as zoo
 
 ATOMS = [
@@ -88,7 +89,14 @@ def tok_dirs(tmp_path_factory):
 
 
 def get_tok(name: str, tok_dirs):
-    """A fresh backend (empty memo) of the named family; the model directory is built once."""
+    """A fresh backend (empty memo) of the named family, cutting at every place its rule allows (no
+    joining of short parts, so that short test texts are cut too); the model directory is built once."""
+    tok = _get_tok(name, tok_dirs)
+    tok.seg.rule = dataclasses.replace(tok.seg.rule, min_unit=1)
+    return tok
+
+
+def _get_tok(name: str, tok_dirs):
     if name in TIKTOKEN:
         return tiktoken_with(TIKTOKEN[name])
     if name not in _CACHE:
@@ -269,3 +277,11 @@ def test_added_tokens_split_in_two_passes_like_the_rust_tokenizer(tok_dirs, tmp_
     recs = [rec([("user", "say x"), ("assistant", "x<|im at the start and x"), ("user", "x<|imx<|im_start|>")], 0)]
     for r, e in zip(recs, tok.encode_batch(recs), strict=True):
         assert e.tokens.tolist() == tok.encode_direct(r).tolist()
+
+
+def test_short_parts_are_joined() -> None:
+    rule = dataclasses.replace(rule_for_pattern(CL100K_PATS[1]), min_unit=10)
+    assert rule.parts("ab.\n\ncd.\n\nlonger paragraph.\n\nx") == ["ab.\n\ncd.\n\n", "longer paragraph.\n\nx"]
+    assert CutRule("segments", "", None).parts("a.\n\nb" * 900) == ["a.\n\nb" * 900]
+    text = "word " * 300 + "\n\n" + "more " * 300
+    assert rule_for_pattern(CL100K_PATS[1]).parts(text) == ["word " * 300 + "\n\n", "more " * 300]

@@ -63,6 +63,10 @@ class SegmentMemo:
     def get(self, key: bytes) -> np.ndarray | None:
         return self._memo.get(key)
 
+    def __contains__(self, key: bytes) -> bool:
+        """Held, without counting as a use (planning checks; assembly then uses)."""
+        return key in self._memo._d
+
     def put(self, key: bytes, ids: np.ndarray) -> None:
         self._memo.put(key, ids, ids.nbytes + MEMO_ENTRY)
 
@@ -167,7 +171,7 @@ class SegmentEncoder:
         self.stats.segments_seen += 1
         if self.spells_special is not None and self.spells_special(text):
             p.poisoned = True
-        elif self.memo.get(k) is None:
+        elif k not in self.memo:
             self.pending_first[k] = text
 
     def _plan_text(self, text: str, p: Planned) -> None:
@@ -183,7 +187,7 @@ class SegmentEncoder:
                 # tokenised again with this batch's new text.
                 for j in range(len(units) - n, len(units)):
                     k = keys[j]
-                    if self.memo.get(k) is None and k not in self.pending:
+                    if k not in self.memo and k not in self.pending:
                         self.pending[k] = units[j][1]
                 return
         parts = self.rule.parts(text) if multi else [text]
@@ -197,7 +201,7 @@ class SegmentEncoder:
             if k in self.poison:
                 p.poisoned = True
                 clean = False
-            elif self.memo.get(k) is None and k not in self.pending:
+            elif k not in self.memo and k not in self.pending:
                 # Only new text is checked: text that spells a special token would tokenise
                 # differently inside the whole prompt.
                 if self.spells_special is not None and self.spells_special(part):

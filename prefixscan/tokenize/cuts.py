@@ -40,6 +40,12 @@ _NONSPACE = rf"[^\s{_ODD_SPACE}]"
 _BLANK = r"\n[^\S\n]*\n"  # two newlines with only other whitespace between them (a blank line)
 
 
+# Cut parts shorter than this (characters) are joined to the next; any subset of safe cuts is safe. Each
+# unit costs a memo look-up and an array on every resend, which outweighs tokenising a few more words
+# (a 4,000-request synth chat log: 200 -> 105k units, 1,000 -> 70k, no cut inside segments -> 61k).
+MIN_UNIT = 1000
+
+
 def _assigned(c: str) -> bool:
     return c < "\x80" or unicodedata.category(c) not in ("Cn", "Co", "Cs")
 
@@ -51,9 +57,25 @@ class CutRule:
     name: str
     why: str
     split: Callable[[str], list[str]] | None  # None: never cut inside a segment
+    min_unit: int = MIN_UNIT
 
     def parts(self, text: str) -> list[str]:
-        return self.split(text) if self.split is not None and text.count("\n") >= 2 else [text]
+        """The text cut at this rule's places, parts shorter than `min_unit` joined to the next."""
+        if self.split is None or len(text) < 2 * self.min_unit or text.count("\n") < 2:
+            return [text]
+        out: list[str] = []
+        acc = ""
+        for part in self.split(text):
+            acc += part
+            if len(acc) >= self.min_unit:
+                out.append(acc)
+                acc = ""
+        if acc:
+            if out:
+                out[-1] += acc
+            else:
+                out.append(acc)
+        return out
 
 
 def _cutter(pattern: str, before: bool) -> Callable[[str], list[str]]:
