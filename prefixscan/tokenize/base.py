@@ -176,7 +176,8 @@ class SegmentEncoder:
 
     def _plan_text(self, text: str, p: Planned) -> None:
         units, keys = p.units, p.keys
-        multi = self.rule.split is not None and text.count("\n") >= 2  # every cut is at a blank line
+        rule = self.rule  # texts the rule would not cut skip the piece cache
+        multi = rule.split is not None and len(text) >= 2 * rule.min_unit and text.count("\n") >= 2
         if multi:
             pk = self.memo.key(text)
             known = self.pieces.get(pk)

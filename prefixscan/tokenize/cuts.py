@@ -3,16 +3,16 @@
 tokenise(A + B) == tokenise(A) + tokenise(B) holds when the pre-tokeniser puts a boundary at the cut in
 A + B, splits A alone and B alone into the same pre-tokens as A + B, and every later stage (normaliser,
 model) works within a pre-token (BPE, WordPiece, Unigram and tiktoken's BPE all do). So the rule is a
-property of the pre-tokeniser's definition, decided once per tokenizer at load time (`rule_for_tiktoken`,
+property of the pre-tokeniser's definition, decided once per tokenizer at load time (`rule_for_pattern`,
 `rule_for_hf`). Two rules are proven here, each for a listed set of pre-tokenisers (docs/analyze.md):
 
-- BEFORE_BLANK: cut before a blank line (`\\n` + whitespace + `\\n`) whose previous character is surely not
+- before-blank-line: cut before a blank line (`\\n` + whitespace + `\\n`) whose previous character is surely not
   whitespace. GPT-2/r50k regex: no alternative that contains a non-space character continues into
   whitespace, the whitespace run then starts a fresh match, and no alternative looks behind. Whitespace-
   delimited pre-tokenisers (BERT, Whitespace): whitespace always ends a word. A `\\n` on the right of the
   cut is a normalisation starter that composes with nothing, so NFC/NFD (and, for BERT, its normaliser)
   never act across it.
-- AFTER_BLANK: cut after a blank line, before a character that is surely not whitespace (and not `/` for
+- after-blank-line: cut after a blank line, before a character that is surely not whitespace (and not `/` for
   o200k). cl100k, o200k, Llama 3, Qwen 2, DeepSeek V3: a character before newlines can be absorbed by them
   (`_\\n\\n` and `.\\n\\n` are single tokens), so the old cut before the newlines was wrong; but no
   alternative continues from a newline into a non-space character, the whitespace-and-newline
@@ -22,7 +22,8 @@ property of the pre-tokeniser's definition, decided once per tokenizer at load t
 "Surely not whitespace" is decided conservatively, since the regex engine's Unicode tables (Rust regex,
 Oniguruma) may differ from Python's: the character is not whitespace for Python, not Unicode White_Space,
 not one of the characters that were once in Zs, and is assigned in Python's Unicode database.
-Any other pre-tokeniser gets no cut inside a segment (NO_CUTS): exact, only less memo reuse.
+Any other pre-tokeniser gets no cut inside a segment (`no_cuts`): exact, only less memo reuse. Dropping
+safe cuts is always safe, so parts shorter than `MIN_UNIT` are joined to the next.
 """
 
 from __future__ import annotations
