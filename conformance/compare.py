@@ -45,7 +45,7 @@ class Tokens:
     fallback), the direct path, and the memo forced on (check switched off) to show what the check saved."""
 
     def __init__(self, workload: Path, tokenizer: str) -> None:
-        from prefixscan.tokenize.base import VERIFY_FIRST
+        from prefixscan.tokenize.base import SELF_CHECK_FIRST
 
         objs = [json.loads(x) for x in workload.read_text(encoding="utf-8").splitlines() if x.strip()]
         recs = [normalise(o, "chat", str(workload), i + 1, {}) for i, o in enumerate(objs)]
@@ -56,7 +56,7 @@ class Tokens:
         self.fallback = tok.stats.fallback_reason
         self.direct = [digest(tok.encode_direct(r)) for r in recs]
         forced = load_tokenizer(tokenizer)
-        forced.verified = VERIFY_FIRST  # no run-time comparison, hence no fallback
+        forced.checked = SELF_CHECK_FIRST  # no run-time comparison, hence no fallback
         self.forced = [digest(e.tokens) for e in forced.encode_batch(recs)]
 
 

@@ -372,6 +372,8 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
     if cfg.hash != "xxh3" and len(models) > 1:
         notes.append(f"{len(models)} models in one log under --hash {cfg.hash}: vLLM's hash has no model in it, so "
                      "equal token prefixes of different models count as shared; analyse one model at a time.")
+    if str(ing.tokenizer_stats.get("memo_rule") or "").startswith("segments ("):
+        notes.append("Tokenisation memo: " + str(ing.tokenizer_stats["memo_rule"]) + " (exact; less reuse).")
     curve_py = curve.to_pydict()
     capacity: dict[str, Any] = {}
     if curve.num_rows:

@@ -7,9 +7,9 @@ batches, results come back in the order they went out, so the output does not de
 workers. Each record goes to the worker its conversation is pinned to (conversation id, or else the start
 of its prompt), so a conversation's turns meet a warm segment memo and chain cache.
 
-A worker holds its own tokenizer, and each tokenizer proves its segment memo exact on its own first chat
-requests (`tokenize.base.VERIFY_FIRST`): when the memo is exact, which that check exists to establish, the
-hashes are the same bytes whatever the number of workers (tests/test_encode.py).
+A worker holds its own tokenizer and segment memo. The memo is exact by construction (it cuts text only
+where the tokenizer cannot merge across, `tokenize.cuts`), so the hashes are the same bytes whatever the
+number of workers (tests/test_encode.py); only the work counters depend on it.
 """
 
 from __future__ import annotations

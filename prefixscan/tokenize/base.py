@@ -11,9 +11,13 @@ import xxhash
 
 from prefixscan.hashing import BytesLRU
 from prefixscan.io.shapes import Record
+from prefixscan.tokenize.cuts import CutRule
 
 EMPTY = np.zeros(0, dtype=np.uint32)
-VERIFY_FIRST = 32  # chat requests also tokenised directly at the start of a run, to prove the memo exact
+# Chat requests also tokenised directly at the start of a run. Not what makes the memo exact (its cuts are
+# proven per tokenizer, `cuts.py`); a cheap alarm: a difference means a defect here, and the run goes on
+# with direct tokenisation and says so.
+SELF_CHECK_FIRST = 8
 # Bound of the whole-piece cache (paragraph cuts and keys of text pieces seen before). A dynamic system
 # prompt is a new piece on every request, so without a bound it grew with the request count. Only speed
 # depends on it: a piece that fell out is split and hashed again (tests run with a tiny bound).
@@ -35,6 +39,7 @@ class TokenizerStats:
     segments_tokenised: int = 0
     tokens_tokenised: int = 0
     memo_evictions: int = 0
+    memo_rule: str | None = None  # where the memo cuts text, and for which pre-tokeniser that was proven
     fallback_reason: str | None = None
 
 
@@ -57,6 +62,10 @@ class SegmentMemo:
 
     def get(self, key: bytes) -> np.ndarray | None:
         return self._memo.get(key)
+
+    def __contains__(self, key: bytes) -> bool:
+        """Held, without counting as a use (planning checks; assembly then uses)."""
+        return key in self._memo._d
 
     def put(self, key: bytes, ids: np.ndarray) -> None:
         self._memo.put(key, ids, ids.nbytes + MEMO_ENTRY)
@@ -94,30 +103,6 @@ class Tokenizer:
         raise NotImplementedError
 
 
-# Split text pieces further before a blank line that follows a letter or digit: for BPE tokenizers
-# whose pre-tokeniser never joins a word and the following newlines (GPT-2/ByteLevel, cl100k, o200k,
-# Llama 3 patterns), this boundary is a pre-token boundary, so tokenising paragraphs apart is exact.
-# A system prompt with a dynamic field in its first paragraph then costs one paragraph, not the whole
-# prompt. Backends verify the first requests against direct tokenisation and switch it off otherwise.
-def split_paragraphs(text: str) -> list[str]:
-    """Cut before each blank-line run that follows a letter, digit or underscore (str.find, no regex)."""
-    out: list[str] = []
-    start = 0
-    i = text.find("\n\n")
-    n = len(text)
-    while i != -1:
-        prev = text[i - 1] if i > 0 else "\n"
-        if i > start and (prev.isalnum() or prev == "_"):
-            out.append(text[start:i])
-            start = i
-        j = i
-        while j < n and text[j] == "\n":
-            j += 1
-        i = text.find("\n\n", j)
-    out.append(text[start:])
-    return out
-
-
 def _replay(text: str, starts: bytes, blob: bytes, units: list[tuple[bool, str]], keys: list[bytes]) -> int:
     """Append a remembered piece's paragraphs (cut from `text` again) and their keys; return how many."""
     cuts = memoryview(starts).cast("I").tolist()
@@ -141,16 +126,23 @@ class SegmentEncoder:
     """Tokenise prompts given as pieces, each distinct text unit once, new units in one batched call."""
 
     def __init__(self, encode_many: Callable[[list[str]], list[list[int]]], special_ids: dict[str, int],
-                 stats: TokenizerStats, paragraphs: bool = True,
+                 stats: TokenizerStats, rule: CutRule,
                  spells_special: Callable[[str], bool] | None = None,
-                 piece_bytes: int | None = None) -> None:
+                 piece_bytes: int | None = None,
+                 encode_first: Callable[[list[str]], list[list[int]]] | None = None) -> None:
         self.encode_many = encode_many
+        # A tokenizer that treats text at the very start of the prompt differently (Metaspace with
+        # prepend_scheme "first"): `encode_many` then tokenises as the prompt's later segments are, and
+        # a first text piece is tokenised whole by `encode_first`, memoised under its own key.
+        self.encode_first = encode_first
+        self.pending_first: dict[bytes, str] = {}
         self.spells_special = spells_special
         self.poison: set[bytes] = set()
         self.special = {t: np.array([i], dtype=np.uint32) for t, i in special_ids.items()}
         self.memo = SegmentMemo()
         self.stats = stats
-        self.paragraphs = paragraphs
+        self.rule = rule
+        stats.memo_rule = f"{rule.name} ({rule.why})"
         self.pending: dict[bytes, str] = {}
         # Whole text pieces seen before (a conversation's earlier messages come back every turn): where
         # their paragraphs start (uint32) and their keys (joined); paragraphs the memo no longer holds are
@@ -159,54 +151,68 @@ class SegmentEncoder:
         self.pieces = BytesLRU(PIECE_CACHE_BYTES if piece_bytes is None else piece_bytes)
 
     def plan(self, pieces: list[tuple[bool, str]]) -> Planned:
-        units: list[tuple[bool, str]] = []
-        keys: list[bytes] = []
-        ends: list[int] = []
-        poisoned = False
-        for special, text in pieces:
+        """Units and memo keys of one prompt; text not seen before is queued for `run_pending`."""
+        p = Planned([], [], [])
+        for j, (special, text) in enumerate(pieces):
             if special:
-                units.append((True, text))
-                keys.append(text.encode("utf-8"))
+                p.units.append((True, text))
+                p.keys.append(text.encode("utf-8"))
+            elif j == 0 and self.encode_first is not None:
+                self._plan_first(text, p)
             else:
-                multi = self.paragraphs and "\n\n" in text
-                if multi:
-                    pk = self.memo.key(text)
-                    known = self.pieces.get(pk)
-                    if known is not None:
-                        n = _replay(text, known[0], known[1], units, keys)
-                        self.stats.segments_seen += n
-                        # Its paragraphs were checked when first seen (clean); any the memo has since
-                        # let go are tokenised again with this batch's new text.
-                        for j in range(len(units) - n, len(units)):
-                            k = keys[j]
-                            if self.memo.get(k) is None and k not in self.pending:
-                                self.pending[k] = units[j][1]
-                        ends.append(len(units))
-                        continue
-                parts = split_paragraphs(text) if multi else [text]
-                start = len(units)
-                clean = True
-                for part in parts:
-                    k = self.memo.key(part)
-                    units.append((False, part))
-                    keys.append(k)
-                    self.stats.segments_seen += 1
-                    if k in self.poison:
-                        poisoned = True
-                        clean = False
-                    elif self.memo.get(k) is None and k not in self.pending:
-                        # Only new text is checked: text that spells a special token would tokenise
-                        # differently inside the whole prompt.
-                        if self.spells_special is not None and self.spells_special(part):
-                            self.poison.add(k)
-                            poisoned = True
-                            clean = False
-                        else:
-                            self.pending[k] = part
-                if multi and clean:
-                    self._remember(pk, parts, keys[start:])
-            ends.append(len(units))
-        return Planned(units, keys, ends, poisoned)
+                self._plan_text(text, p)
+            p.piece_end.append(len(p.units))
+        return p
+
+    def _plan_first(self, text: str, p: Planned) -> None:
+        k = xxhash.xxh3_128_digest(b"\x00first\x00" + text.encode("utf-8", "surrogatepass"))
+        p.units.append((False, text))
+        p.keys.append(k)
+        self.stats.segments_seen += 1
+        if self.spells_special is not None and self.spells_special(text):
+            p.poisoned = True
+        elif k not in self.memo:
+            self.pending_first[k] = text
+
+    def _plan_text(self, text: str, p: Planned) -> None:
+        units, keys = p.units, p.keys
+        rule = self.rule  # texts the rule would not cut skip the piece cache
+        multi = rule.split is not None and len(text) >= 2 * rule.min_unit and text.count("\n") >= 2
+        if multi:
+            pk = self.memo.key(text)
+            known = self.pieces.get(pk)
+            if known is not None:
+                n = _replay(text, known[0], known[1], units, keys)
+                self.stats.segments_seen += n
+                # Its parts were checked when first seen (clean); any the memo has since let go are
+                # tokenised again with this batch's new text.
+                for j in range(len(units) - n, len(units)):
+                    k = keys[j]
+                    if k not in self.memo and k not in self.pending:
+                        self.pending[k] = units[j][1]
+                return
+        parts = self.rule.parts(text) if multi else [text]
+        start = len(units)
+        clean = True
+        for part in parts:
+            k = self.memo.key(part)
+            units.append((False, part))
+            keys.append(k)
+            self.stats.segments_seen += 1
+            if k in self.poison:
+                p.poisoned = True
+                clean = False
+            elif k not in self.memo and k not in self.pending:
+                # Only new text is checked: text that spells a special token would tokenise
+                # differently inside the whole prompt.
+                if self.spells_special is not None and self.spells_special(part):
+                    self.poison.add(k)
+                    p.poisoned = True
+                    clean = False
+                else:
+                    self.pending[k] = part
+        if multi and clean:
+            self._remember(pk, parts, keys[start:])
 
     def _remember(self, pk: bytes, parts: list[str], keys: list[bytes]) -> None:
         starts = np.cumsum([0, *map(len, parts[:-1])], dtype=np.uint32).tobytes()
@@ -214,14 +220,15 @@ class SegmentEncoder:
         self.pieces.put(pk, (starts, blob), len(starts) + len(blob) + 200)
 
     def run_pending(self) -> None:
-        if not self.pending:
-            return
-        ks = list(self.pending)
-        for k, ids in zip(ks, self.encode_many([self.pending[k] for k in ks]), strict=True):
-            self.memo.put(k, np.asarray(ids, dtype=np.uint32))
-            self.stats.segments_tokenised += 1
-            self.stats.tokens_tokenised += len(ids)
-        self.pending.clear()
+        for pending, encode in ((self.pending, self.encode_many), (self.pending_first, self.encode_first)):
+            if not pending or encode is None:
+                continue
+            ks = list(pending)
+            for k, ids in zip(ks, encode([pending[k] for k in ks]), strict=True):
+                self.memo.put(k, np.asarray(ids, dtype=np.uint32))
+                self.stats.segments_tokenised += 1
+                self.stats.tokens_tokenised += len(ids)
+            pending.clear()
         self.stats.memo_evictions = self.memo.evictions
 
     def assemble(self, p: Planned) -> tuple[np.ndarray, list[int]]:
@@ -233,14 +240,8 @@ class SegmentEncoder:
                 continue
             arr = self.memo.get(k)
             if arr is None:  # evicted between planning and assembly
-                arr = np.asarray(self.encode_many([text])[0], dtype=np.uint32)
+                first = self.encode_first is not None and not arrs
+                arr = np.asarray((self.encode_first if first else self.encode_many)([text])[0], dtype=np.uint32)
             arrs.append(arr)
         toks = np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.uint32)
         return toks, [len(a) for a in arrs]
-
-    def reset(self, paragraphs: bool) -> None:
-        """Start over with another splitting rule (after a failed verification)."""
-        self.paragraphs = paragraphs
-        self.memo = SegmentMemo()
-        self.pending.clear()
-        self.pieces.clear()

@@ -2,8 +2,10 @@
 
 The template is applied with `add_generation_prompt=True` and the request's tools. The rendered text is
 split at the tokenizer's added tokens and each distinct segment is tokenised once (batched into the Rust
-tokenizer). The first requests are also tokenised directly; if the two paths ever differ the backend
-falls back to direct tokenisation for the rest of the run and the summary says so.
+tokenizer). That is exact by construction: the Rust tokenizer itself splits its input at added tokens and
+normalises and pre-tokenises each piece on its own. Where that does not hold for a tokenizer (added tokens
+that strip whitespace, normalised added tokens under a normaliser, a slow tokenizer) every request is
+tokenised directly; cuts inside a piece follow `cuts.rule_for_hf`. The summary reports both.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import orjson
 
 from prefixscan.errors import TokenizerError
 from prefixscan.io.shapes import Record, RecordError
-from prefixscan.tokenize.base import VERIFY_FIRST, Encoded, SegmentEncoder, SegmentMemo, Tokenizer
+from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, SegmentMemo, Tokenizer
+from prefixscan.tokenize.cuts import CutRule, rule_for_hf
 from prefixscan.tokenize.tiktoken_backend import token_array
 
 
@@ -55,16 +58,47 @@ class HFTokenizer(Tokenizer):
         vocab = len(self.tok)
         super().__init__(id=f"hf:{os.path.basename(os.path.normpath(name))}:{vocab}",
                          template_version=f"hf-{self.template_hash}", approximate_template=False)
-        added = sorted((t.content if hasattr(t, "content") else str(t)
-                        for t in self.tok.added_tokens_decoder.values()), key=len, reverse=True)
+        decoder = list(self.tok.added_tokens_decoder.values())
+        added = sorted((t.content if hasattr(t, "content") else str(t) for t in decoder), key=len, reverse=True)
         self.added = {a: self.tok.convert_tokens_to_ids(a) for a in added if a}
-        self.split_re = re.compile("(" + "|".join(re.escape(a) for a in self.added) + ")") if self.added else None
+        # The Rust tokenizer splits at added tokens in two passes: those not normalised, on the raw text,
+        # then those normalised, in what is left (with an identity normaliser, the same text). Leftmost,
+        # longest first within a pass, as its Aho-Corasick matcher.
+        normed = {t.content for t in decoder if getattr(t, "normalized", False)}
+        passes = ([a for a in self.added if a not in normed], [a for a in self.added if a in normed])
+        self.split_res = [re.compile("(" + "|".join(map(re.escape, g)) + ")") for g in passes if g]
         backend = getattr(self.tok, "backend_tokenizer", None)
         self.backend = backend if backend is not None and hasattr(backend, "encode_batch") else None
-        self.seg = SegmentEncoder(self._encode_many, self.added, self.stats)
         self.head_memo: dict[bytes, int] = {}
+        self.checked = 0
         self.direct = False
-        self.verified = 0
+        self.seg = self._segment_encoder()
+
+    def _segment_encoder(self) -> SegmentEncoder:
+        """The memo for this tokenizer, or direct tokenisation (reported) where segments are not exact."""
+        if self.backend is None:
+            self.direct = True
+            self.stats.fallback_reason = "slow (Python) tokenizer: every request is tokenised directly"
+            return SegmentEncoder(self._encode_many, self.added, self.stats, CutRule("direct", "slow tokenizer", None))
+        self.backend.no_truncation()  # the direct path never truncates or pads; neither may the memo
+        self.backend.no_padding()
+        spec = orjson.loads(self.backend.to_str())
+        problem = segment_problem(spec, self.tok)
+        if problem:
+            self.direct = True
+            self.stats.fallback_reason = f"{problem}: every request is tokenised directly"
+            return SegmentEncoder(self._encode_many, self.added, self.stats, CutRule("direct", problem, None))
+        first = _never_prepend(spec)
+        encode_first = None
+        if first is not None:  # Metaspace "first": later pieces are tokenised as the prompt's later pieces
+            from tokenizers import Tokenizer as RustTokenizer
+
+            self.later = RustTokenizer.from_str(orjson.dumps(first).decode())
+            encode_first = self._encode_many
+            many = self._encode_later
+        else:
+            many = self._encode_many
+        return SegmentEncoder(many, self.added, self.stats, rule_for_hf(spec), encode_first=encode_first)
 
     # -- rendering ---------------------------------------------------------------------------------
     def _render(self, messages: list[dict[str, Any]], tools: list[Any] | None, gen: bool = True) -> str:
@@ -79,7 +113,10 @@ class HFTokenizer(Tokenizer):
             raise RecordError("template_error", f"chat template rejected the request: {str(exc)[:160]}") from None
 
     def _split(self, text: str) -> list[str]:
-        return [p for p in self.split_re.split(text) if p] if self.split_re else [text]
+        pieces = [text]
+        for rx in self.split_res:
+            pieces = [q for p in pieces for q in ([p] if p in self.added else rx.split(p)) if q]
+        return pieces
 
     def _encode_many(self, texts: list[str]) -> list[list[int]]:
         """One call into the Rust tokenizer for a whole batch of new units (it parallelises across them).
@@ -90,6 +127,9 @@ class HFTokenizer(Tokenizer):
         if self.backend is not None:
             return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
         return self.tok(texts, add_special_tokens=False)["input_ids"]
+
+    def _encode_later(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.later.encode_batch(texts, add_special_tokens=False)]
 
     def _pieces(self, text: str) -> list[tuple[bool, str]]:
         return [(p in self.added, p) for p in self._split(text)]
@@ -123,8 +163,7 @@ class HFTokenizer(Tokenizer):
     def encode_batch(self, records: list[Record]) -> list[Encoded | RecordError]:
         """Render every chat record with the model's template, tokenise new units in one call, assemble."""
         plans: list[Any] = []
-        check: dict[int, str] = {}  # rendered text of the requests still to verify
-        for i, r in enumerate(records):
+        for r in records:
             if r.kind != "chat":
                 plans.append(None)
             elif self.direct:
@@ -132,52 +171,48 @@ class HFTokenizer(Tokenizer):
             else:
                 try:
                     text = self._render(r.messages or [], r.tools)
-                    plans.append(self.seg.plan(self._pieces(text)))
-                    if self.verified + len(check) < VERIFY_FIRST:
-                        check[i] = text
+                    plans.append((text, self.seg.plan(self._pieces(text))))
                 except RecordError as exc:
                     plans.append(exc)
         self.seg.run_pending()
-        # Direct tokenisation of the same rendered text, in one batch: apply_chat_template(tokenize=True)
-        # is render + tokenise without added special tokens (tests/test_tokenize.py checks the equality).
-        truth = dict(zip(check, self._encode_many(list(check.values())), strict=True)) if check else {}
         out: list[Encoded | RecordError] = []
-        for i, (r, p) in enumerate(zip(records, plans, strict=True)):
+        for r, p in zip(records, plans, strict=True):
             try:
-                if p is None:
-                    out.append(Encoded(self._encode_plain(r), None))
-                    continue
-                if isinstance(p, RecordError):
-                    out.append(p)
-                    continue
-                if isinstance(p, str):
-                    full = self.encode_direct(r)
-                    out.append(Encoded(full, self._head_tokens(r, full)))
-                    continue
-                toks, lens = self.seg.assemble(p)
-                if i in truth:
-                    self.verified += 1
-                    if not np.array_equal(toks, np.asarray(truth[i], dtype=np.uint32)):
-                        if self.seg.paragraphs:
-                            self.seg.reset(paragraphs=False)
-                            self.stats.fallback_reason = "paragraph-level memo was not exact; segment-level used"
-                        else:
-                            self.direct = True
-                            self.stats.fallback_reason = (
-                                "segment-wise tokenisation differed from direct tokenisation on request "
-                                f"{r.request_id}; every request is tokenised directly")
-                        return self.encode_batch(records)
-                head = self._head_tokens(r, toks)
-                ends = np.cumsum(lens)
-                cps = {len(lens) - 3}
-                if head:
-                    j = int(np.searchsorted(ends, head))
-                    if j < len(ends) and ends[j] == head:
-                        cps.add(j)
-                out.append(Encoded(toks, head, p.keys, lens, sorted(c for c in cps if c >= 0)))
+                out.append(self._encode_one(r, p))
             except RecordError as exc:
                 out.append(exc)
         return out
+
+    def _encode_one(self, r: Record, p: Any) -> Encoded | RecordError:
+        if p is None:
+            return Encoded(self._encode_plain(r), None)
+        if isinstance(p, RecordError):
+            return p
+        if isinstance(p, str) or self.direct:
+            full = self.encode_direct(r)
+            return Encoded(full, self._head_tokens(r, full))
+        text, plan = p
+        toks, lens = self.seg.assemble(plan)
+        if self.checked < SELF_CHECK_FIRST:
+            # Direct tokenisation of the same rendered text: apply_chat_template(tokenize=True) is render +
+            # tokenise without added special tokens (tests/test_tokenize.py checks the equality).
+            self.checked += 1
+            truth = np.asarray(self._encode_many([text])[0], dtype=np.uint32)
+            if not np.array_equal(toks, truth):
+                self.direct = True
+                self.stats.fallback_reason = (
+                    f"memo self-check differed from direct tokenisation on request {r.request_id} (a defect "
+                    "in prefixscan's segment or cut rule, please report it); every later request is "
+                    "tokenised directly")
+                return Encoded(truth, self._head_tokens(r, truth))
+        head = self._head_tokens(r, toks)
+        ends = np.cumsum(lens)
+        cps = {len(lens) - 3}
+        if head:
+            j = int(np.searchsorted(ends, head))
+            if j < len(ends) and ends[j] == head:
+                cps.add(j)
+        return Encoded(toks, head, plan.keys, lens, sorted(c for c in cps if c >= 0))
 
     def _encode_plain(self, r: Record) -> np.ndarray:
         if r.kind == "completion":
@@ -195,3 +230,37 @@ class HFTokenizer(Tokenizer):
         except Exception as exc:  # noqa: BLE001
             raise RecordError("template_error", f"chat template rejected the request: {str(exc)[:160]}") from None
         return np.asarray(_ids(ids), dtype=np.uint32)
+
+
+def segment_problem(spec: dict[str, Any], tok: Any) -> str | None:
+    """Why the text between added tokens would not tokenise on its own as it does in the whole prompt."""
+    norm = spec.get("normalizer")
+    identity = norm is None or (norm.get("type") == "Sequence" and not norm.get("normalizers"))
+    for t in spec.get("added_tokens", []):
+        if t.get("lstrip") or t.get("rstrip") or t.get("single_word"):
+            return f"added token {t.get('content')!r} strips whitespace or matches whole words only"
+        if t.get("normalized") and not identity:
+            return f"added token {t.get('content')!r} is matched after normalisation"
+    if getattr(tok, "split_special_tokens", False):
+        return "split_special_tokens is set"
+    return None
+
+
+def _never_prepend(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """A copy of the pipeline with Metaspace's prepend_scheme "first" made "never"; None if it has none."""
+    found = False
+
+    def walk(x: Any) -> Any:
+        nonlocal found
+        if isinstance(x, dict):
+            y = {k: walk(v) for k, v in x.items()}
+            if y.get("type") == "Metaspace" and y.get("prepend_scheme") == "first":
+                y["prepend_scheme"] = "never"
+                found = True
+            return y
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+
+    out = {**spec, "normalizer": walk(spec.get("normalizer")), "pre_tokenizer": walk(spec.get("pre_tokenizer"))}
+    return out if found else None

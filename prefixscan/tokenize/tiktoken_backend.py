@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
 from prefixscan.errors import TokenizerError
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import IM_END, IM_START, TEMPLATE_VERSION, render_chatml, rendered_text
-from prefixscan.tokenize.base import VERIFY_FIRST, Encoded, SegmentEncoder, Tokenizer
+from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, Tokenizer
+from prefixscan.tokenize.cuts import rule_for_pattern
 
 PARALLEL_MIN_CHARS = 200_000  # below this, thread hand-off costs more than it saves
 
@@ -26,11 +28,12 @@ def token_array(ids: list[int] | np.ndarray) -> np.ndarray:
 
 
 class TiktokenTokenizer(Tokenizer):
-    def __init__(self, encoding: str, threads: int | None = None) -> None:
+    def __init__(self, encoding: str | Any, threads: int | None = None) -> None:
+        """`encoding`: a tiktoken encoding name, or a `tiktoken.Encoding` (tests build ones with other regexes)."""
         import tiktoken
 
         try:
-            base = tiktoken.get_encoding(encoding)
+            base = tiktoken.get_encoding(encoding) if isinstance(encoding, str) else encoding
         except Exception as exc:  # noqa: BLE001 - tiktoken raises several types when offline
             names = ", ".join(tiktoken.list_encoding_names())
             raise TokenizerError(
@@ -45,11 +48,16 @@ class TiktokenTokenizer(Tokenizer):
             mergeable_ranks=base._mergeable_ranks,
             special_tokens={**base._special_tokens, **SPECIAL_IDS},
         )
-        super().__init__(id=f"tiktoken:{encoding}", template_version=TEMPLATE_VERSION, approximate_template=True)
+        name = encoding if isinstance(encoding, str) else base.name
+        super().__init__(id=f"tiktoken:{name}", template_version=TEMPLATE_VERSION, approximate_template=True)
         self.threads = threads or os.cpu_count() or 1
         self._pool = None
-        self.seg = SegmentEncoder(self._encode_texts, SPECIAL_IDS, self.stats, spells_special=self._spells_special)
-        self.verified = 0
+        # tiktoken encodes the text between two special tokens on its own (a slice), so segments are exact
+        # by construction; cuts inside a segment follow the rule proven for this encoding's regex.
+        self.seg = SegmentEncoder(self._encode_texts, SPECIAL_IDS, self.stats, rule_for_pattern(base._pat_str),
+                                  spells_special=self._spells_special)
+        self.checked = 0
+        self.direct = False
 
     def _encode_texts(self, texts: list[str]) -> list[list[int]]:
         """Encode new segments; large batches are split into one chunk per thread (tiktoken drops the GIL)."""
@@ -74,7 +82,7 @@ class TiktokenTokenizer(Tokenizer):
         """Render every chat record, tokenise only text units not seen before (one threaded call), assemble."""
         plans = []
         for r in records:
-            if r.kind == "chat":
+            if r.kind == "chat" and not self.direct:
                 rr = render_chatml(r.messages or [], r.tools)
                 plans.append((rr, self.seg.plan(list(rr.pieces))))
             else:
@@ -83,35 +91,41 @@ class TiktokenTokenizer(Tokenizer):
         out: list[Encoded | RecordError] = []
         for r, item in zip(records, plans, strict=True):
             try:
-                if item is None:
-                    out.append(Encoded(self._encode_plain(r), None))
-                    continue
-                rr, p = item
-                if p.poisoned:
-                    self.stats.fallback_reason = "control-token strings inside message text (those requests direct)"
-                    out.append(Encoded(self.encode_direct(r), None))
-                    continue
-                toks, lens = self.seg.assemble(p)
-                if self.verified < VERIFY_FIRST:
-                    self.verified += 1
-                    if not np.array_equal(toks, self.encode_direct(r)) and self.seg.paragraphs:
-                        # Paragraph splitting is not exact for this tokenizer: segments only, from scratch.
-                        self.seg.reset(paragraphs=False)
-                        self.stats.fallback_reason = "paragraph-level memo was not exact; segment-level used"
-                        return self.encode_batch(records)
-                n = len(rr.pieces)
-                head_end = p.piece_end[rr.head_pieces - 1] if rr.head_pieces else 0
-                # Remember the chain after the head and after the history (before the generation prompt).
-                cps = sorted({head_end - 1, p.piece_end[n - 3] - 1} - {-1})
-                out.append(Encoded(toks, int(sum(lens[:head_end])), p.keys, lens, cps))
+                out.append(self._encode_one(r, item))
             except RecordError as exc:
                 out.append(exc)
         return out
 
+    def _encode_one(self, r: Record, item: tuple[Any, Any] | None) -> Encoded:
+        if item is None:
+            if r.kind == "chat":  # after a failed self-check
+                return Encoded(self.encode_direct(r), None)
+            return Encoded(self._encode_plain(r), None)
+        rr, p = item
+        if p.poisoned:
+            self.stats.fallback_reason = "control-token strings inside message text (those requests direct)"
+            return Encoded(self.encode_direct(r), None)
+        toks, lens = self.seg.assemble(p)
+        if self.checked < SELF_CHECK_FIRST:
+            self.checked += 1
+            direct = self.encode_direct(r)
+            if not np.array_equal(toks, direct):
+                self.direct = True
+                self.stats.fallback_reason = (
+                    f"memo self-check differed from direct tokenisation on request {r.request_id} (a defect in "
+                    "prefixscan's cut rule, please report it); every later request is tokenised directly")
+                return Encoded(direct, None)
+        n = len(rr.pieces)
+        head_end = p.piece_end[rr.head_pieces - 1] if rr.head_pieces else 0
+        # Remember the chain after the head and after the history (before the generation prompt).
+        cps = sorted({head_end - 1, p.piece_end[n - 3] - 1} - {-1})
+        return Encoded(toks, int(sum(lens[:head_end])), p.keys, lens, cps)
+
     def _encode_plain(self, r: Record) -> np.ndarray:
         if r.kind == "completion":
-            self.stats.tokens_tokenised += len(r.prompt or "")
-            return np.asarray(self.enc.encode_ordinary(r.prompt or ""), dtype=np.uint32)
+            ids = np.asarray(self.enc.encode_ordinary(r.prompt or ""), dtype=np.uint32)
+            self.stats.tokens_tokenised += len(ids)
+            return ids
         if r.kind == "tokens":
             return token_array(r.token_ids if r.token_ids is not None else [])
         raise RecordError("wrong_kind", f"cannot tokenise a {r.kind} record")
