@@ -274,3 +274,24 @@ def test_split_matches_brute_force(reqs) -> None:
         assert m["lost_routing_tokens"][k] == i_hit - r_hit
         assert m["lost_unexplained_tokens"][k] == max(min(p_hit, r_hit) - actual, 0)
         assert m["lost_eviction_tokens"][k] + m["lost_unexplained_tokens"][k] == r_hit - actual
+
+
+def test_report_shows_why_requests_miss(tmp_path) -> None:
+    from prefixscan.report.write import write_report
+
+    parts = base_log(tmp_path)
+    plain = write_jsonl(tmp_path / "plain.jsonl", [gateway(i, s, u, None, None, t) for i, s, u, t in parts])
+    req = prefixscan.analyze(str(plain)).tables["requests"]
+    reps = [f"10.0.0.{1 + i % 4}:8000" for i in range(len(parts))]
+    truth = oracle(req["block_hashes"].to_pylist(), req["prompt_tokens"].to_pylist(), reps, lru_blocks=60)
+    log = write_jsonl(tmp_path / "gw.jsonl", [gateway(i, s, u, reps[i], truth[i][2], t) for i, s, u, t in parts])
+    run = tmp_path / "run"
+    w = prefixscan.analyze(str(log), output=str(run)).summary["miss_attribution"]["with_actual"]
+    write_report(str(run))
+    md = (run / "report.md").read_text()
+    section = md.split("## Why requests miss", 1)[1].split("\n## ", 1)[0]
+    assert f"served by 4 replicas: {w['counterfactual_cached_tokens']:,} prompt tokens" in section
+    for label, key in (("prompt breakers", "lost_breaker_tokens"), ("routing", "lost_routing_tokens"),
+                       ("eviction", "lost_eviction_tokens")):
+        row = next(x for x in section.splitlines() if x.startswith(f"| {label}"))
+        assert row.rstrip(" |").endswith(f"{w[key]:,}"), row

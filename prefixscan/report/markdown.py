@@ -663,6 +663,39 @@ def _scenario(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
     return [("p", f"**Scenario:** {data.scenario}. Every section below uses it.")]
 
 
+def _misses(data: ReportData) -> list[Block]:
+    """Why requests miss: the ideal-cache hit each request could have had, split by cause (`misses` table).
+
+    Only the prompt-breaker part is a cache breaker; routing, eviction and the unexplained rest are not."""
+    m = data.misses
+    if not m:
+        return []
+    out: list[Block] = [("h", 2, "Why requests miss")]
+    w = m.get("with_actual")
+    if not w:
+        out.append(("p", f"The log has no engine-reported cached tokens, so only the prompt breakers' part can be "
+                         f"measured: fixing them would add {num(m['lost_breaker_tokens'])} cached prompt tokens to "
+                         f"the ideal cache's {num(m['ideal_cached_tokens'])}. Log the engine's "
+                         "`usage.prompt_tokens_details.cached_tokens` (and the replica that served each request) to "
+                         "split the rest into routing, eviction and unexplained."))
+        return out
+    rows = [["prompt breakers (the findings above)", num(w["lost_breaker_tokens"])]]
+    if m.get("replica_field"):
+        rows += [["routing (a replica that lacked the prefix)", num(w["lost_routing_tokens"])],
+                 ["eviction (the replica had it, the engine did not report it)", num(w["lost_eviction_tokens"])]]
+    rows.append(["unexplained (tokenizer or template mismatch" + ("" if m.get("replica_field") else
+                 "; with no replica field, routing and eviction too") + ")", num(w["lost_unexplained_tokens"])])
+    out += [("p", f"Over the {num(m['requests_with_actual'])} requests with an engine value"
+                  + (f", served by {m['replicas']} replicas" if m.get("replica_field") else "")
+                  + f": {num(w['counterfactual_cached_tokens'])} prompt tokens were hittable with the breakers fixed, "
+                  f"the engine reported {num(w['actual_cached_tokens'])} cached. The difference, by cause:"),
+            ("table", ["lost to", "prompt tokens"], rows)]
+    if w.get("engine_excess_tokens"):
+        out.append(("p", f"The engine reported {num(w['engine_excess_tokens'])} more cached tokens than the "
+                         "per-replica ideal allows on some requests: it saw traffic outside the log."))
+    return out
+
+
 Section = Callable[[ReportData, dict[str, Figure]], list[Block]]
 
 # The report's sections in order; each is one function (data, figures) -> blocks. A new section is one
@@ -675,6 +708,7 @@ SECTIONS: tuple[Section, ...] = (
     _capacity,
     lambda d, f: _prefixes(d),
     lambda d, f: _findings(d),
+    lambda d, f: _misses(d),
     _policies,
     _cost,
     lambda d, f: _plan(d),

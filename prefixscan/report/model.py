@@ -212,6 +212,7 @@ class ReportData:
     definitions: tuple[tuple[str, str], ...] = DEFINITIONS
     missing: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    misses: dict[str, Any] | None = None  # analyze's miss attribution (summary["miss_attribution"])
 
     def policy(self, name: str | None) -> dict[str, Any] | None:
         return next((p for p in self.policies or [] if p["policy"] == name), None)
@@ -568,6 +569,7 @@ def build(run_dir: str | os.PathLike[str], options: Any | None = None) -> Report
     if data.traffic and data.traffic.requests_accepted == 0:
         notes.append("The run has no accepted requests: every section below is empty.")
     data.notes = notes
+    data.misses = (m.get("analyze", {}).get("summary") or {}).get("miss_attribution")
     return data
 
 
