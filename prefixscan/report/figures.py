@@ -68,7 +68,7 @@ def capacity(data: ReportData) -> Figure | None:
     x = [p["capacity_tokens"] for p in cap.points]
     fig, ax = plt.subplots(figsize=(8, 4.2))
     ax.plot(
-        x, [p["lru_hit_rate"] for p in cap.points], color=BLUE, marker="o", ms=3, label="LRU (vLLM order)"
+        x, [p["lru_hit_rate"] for p in cap.points], color=BLUE, marker="o", ms=3, label="vLLM block pool (LRU)"
     )
     ax.plot(
         x, [p["opt_hit_rate"] for p in cap.points], color=GREEN, marker="s", ms=3, label="optimal (Belady)"
