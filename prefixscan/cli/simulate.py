@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from prefixscan.cli.common import handle_errors, show_progress, stderr_console, stdout_console
+from prefixscan.cli.common import handle_errors, safe, show_progress, stderr_console, stdout_console
 from prefixscan.errors import UsageError
 
 
@@ -234,7 +234,7 @@ def register(app: typer.Typer) -> None:
         if not quiet and save and tmp is None:
             console.print(
                 f"wrote sim_policies, sim_replicas, sim_timeline{', sim_decisions' if decision_log else ''} "
-                f"to {run_path}"
+                f"to {safe(run_path)}"
             )
 
 

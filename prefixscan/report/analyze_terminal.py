@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from prefixscan.report.fmt import pct as _pct
+from prefixscan.report.fmt import plain, safe
 from prefixscan.report.fmt import tokens as _tok
 
 
@@ -32,7 +33,7 @@ def _group_table(title: str, rows: dict[str, Any], limit: int = 8) -> Table:
     for c in ("key", "requests", "prompt tok", "cached tok", "token-wt", "block-wt", "req mean"):
         t.add_column(c, justify="left" if c == "key" else "right")
     for key, r in list(rows.items())[:limit]:
-        t.add_row(str(key), f"{r['requests']:,}", _tok(r["prompt_tokens"]), _tok(r["cached_tokens"]),
+        t.add_row(safe(key), f"{r['requests']:,}", _tok(r["prompt_tokens"]), _tok(r["cached_tokens"]),
                   _pct(r["token_weighted"]), _pct(r["block_weighted"]), _pct(r["request_mean"]))
     if len(rows) > limit:
         t.caption = f"{len(rows) - limit} more in the summaries table"
@@ -51,12 +52,12 @@ def render_summary(result: Any, console: Console) -> None:
     s = result.summary
     rq = s["requests"]
     console.print(f"[bold]prefixscan analyze[/bold]  {s['input']['files']} file(s), "
-                  f"shape {', '.join(sorted(set(s['input']['shapes'].values()))) or '-'}, "
-                  f"tokenizer {s['input']['tokenizer']}, block {s['input']['block_size']}, "
+                  f"shape {safe(', '.join(sorted(set(s['input']['shapes'].values()))) or '-')}, "
+                  f"tokenizer {safe(s['input']['tokenizer'])}, block {s['input']['block_size']}, "
                   f"hit rule {s['input']['hit_rule']}, granularity {s['input']['granularity']}"
-                  + _hash_label(s['input'].get("hash") or {}))
+                  + safe(_hash_label(s['input'].get("hash") or {})))
     console.print(f"records read {rq['read']:,} = accepted {rq['accepted']:,} + rejected {rq['rejected']:,}"
-                  + (f"  (rejects: {', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items()))})"
+                  + (f"  (rejects: {safe(', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items())))})"
                      if rq["rejected"] else ""))
     console.print(f"[bold]{headline(s)}[/bold]")
     hr = s["hit_rate"]
@@ -99,7 +100,7 @@ def render_summary(result: Any, console: Console) -> None:
             tp.add_column(c, justify="left" if c == "starts with" else "right")
         for r in s["top_prefixes"]:
             tp.add_row(str(r["rank"]), _tok(r["prefix_tokens"]), f"{r['hits']:,}", _tok(r["tokens_saved"]),
-                       str(r["tenants"]), r["snippet"] or "(hashed trace: no text)")
+                       str(r["tenants"]), safe(r["snippet"] or "(hashed trace: no text)"))
         console.print(tp)
     av = s["actual_vs_predicted"]
     if av["requests_with_actual"]:
@@ -111,13 +112,13 @@ def render_summary(result: Any, console: Console) -> None:
 
         render_top(s, console)
     for note in s["notes"]:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {safe(note)}")
     if result.run_dir:
-        console.print(f"run directory: [bold]{result.run_dir}[/bold]  (query it: prefixscan query "
-                      f"{result.run_dir} \"select * from summaries\")")
+        console.print(f"run directory: [bold]{safe(result.run_dir)}[/bold]  (query it: prefixscan query "
+                      f"{safe(result.run_dir)} \"select * from summaries\")")
 
 
 def render_evidence(sentences: list[str], console: Console) -> None:
     """The engine's own evidence (metrics, KV events) after the summary, one line each."""
     for s in sentences:
-        console.print("evidence: " + s, markup=False, highlight=False)
+        console.print("evidence: " + plain(s), markup=False, highlight=False)
