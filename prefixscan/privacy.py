@@ -15,8 +15,10 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # polars is imported where used: the CLI imports this module for `scrub_argv`
+    import polars as pl
 
 DEFAULT_SNIPPET_K = 5
 TENANT_KEY_ENV = "PREFIXSCAN_TENANT_KEY"
@@ -25,12 +27,16 @@ _KEY_OPTION = re.compile(r"(--tenant-key)(=|\s+)('[^']*'|\S+)")
 
 def sharer_key() -> pl.Expr:
     """Who a request belongs to, for counting sharers: its conversation, else its user, else its tenant."""
+    import polars as pl
+
     return pl.coalesce(pl.lit("c:") + pl.col("conversation_id"), pl.lit("u:") + pl.col("user"),
                        pl.lit("t:") + pl.col("tenant"))
 
 
 def sharer_keys(frame: pl.DataFrame) -> pl.Series:
     """`sharer_key()` per row of a frame that may lack some of the identity columns (they count as absent)."""
+    import polars as pl
+
     missing = [c for c in ("conversation_id", "user", "tenant") if c not in frame.columns]
     if missing:
         frame = frame.with_columns(*[pl.lit(None, dtype=pl.String).alias(c) for c in missing])

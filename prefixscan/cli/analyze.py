@@ -8,6 +8,7 @@ import sys
 import typer
 
 from prefixscan.cli.common import handle_errors, show_progress, stderr_console
+from prefixscan.privacy import scrub_argv
 
 
 def _parse_fields(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -81,9 +82,20 @@ def register(app: typer.Typer) -> None:
         capacities: str = typer.Option(None, "--capacities",
                                        help="Capacity-curve points in tokens, comma-separated (default: a "
                                             "log-spaced grid up to the working set)."),
-        hash_tenants: bool = typer.Option(False, "--hash-tenants", help="Replace tenant names by hashes."),
+        hash_tenants: bool = typer.Option(False, "--hash-tenants",
+                                          help="Replace tenant and user names by keyed hashes (HMAC-SHA256 "
+                                               "under --tenant-key, else a random key per run)."),
+        tenant_key: str = typer.Option(None, "--tenant-key", envvar="PREFIXSCAN_TENANT_KEY", show_envvar=True,
+                                       help="Key of --hash-tenants, to get the same hashes in every run (prefer "
+                                            "the environment variable: a command line is visible to others). "
+                                            "Never written to the run."),
         include_text: bool = typer.Option(False, "--include-text",
-                                          help="Keep prompt snippets unredacted in outputs (off by default)."),
+                                          help="Show prompt text in snippets and examples even when fewer than "
+                                               "--snippet-k conversations share it (off by default)."),
+        snippet_k: int = typer.Option(5, "--snippet-k", min=1,
+                                      help="Show a text (redacted) only when at least this many distinct "
+                                           "conversations (else users, else tenants) share it; otherwise a "
+                                           "hash and a length."),
         stream: bool | None = typer.Option(
             None, "--stream/--in-memory",
             help="Stream the log to the run directory (memory grows with distinct blocks, not with the log) "
@@ -116,9 +128,10 @@ def register(app: typer.Typer) -> None:
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict, hash=hash,
             hash_seed=hash_seed, lora_paths=_parse_lora_paths(lora_path),
-            capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
+            capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, tenant_key=tenant_key,
+            include_text=include_text, snippet_k=snippet_k,
             quiet=quiet, findings=not no_findings, streaming=stream, workers=workers, order=order,
-            command_line="prefixscan " + shlex.join(sys.argv[1:]),
+            command_line="prefixscan " + shlex.join(scrub_argv(sys.argv[1:])),
         )
         if (metrics or kv_events) and not output:
             from prefixscan.errors import UsageError
