@@ -114,7 +114,8 @@ def register(app: typer.Typer) -> None:
                                       help="KV events from `prefixscan record-events`: per request, predicted vs "
                                            "stored blocks (needs --hash vllm:... matching the engine)."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
+        quiet: bool = typer.Option(False, "--quiet", "-q",
+                                   help="No progress and no summary: only what --json asks for is printed."),
     ) -> None:
         """Measure how much prompt prefill repeats: exact block hashes, ideal-cache reuse, capacity curve.
 
@@ -167,7 +168,7 @@ def register(app: typer.Typer) -> None:
         from prefixscan.cli.common import stdout_console
         from prefixscan.report.analyze_terminal import render_evidence, render_summary
 
-        if not json_out or not quiet:
+        if not quiet:  # -q: nothing on stdout but what --json asks for
             out = stderr_console(False) if json_out else stdout_console()
             render_summary(result, out)
             if evidence is not None:

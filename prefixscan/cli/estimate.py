@@ -87,6 +87,7 @@ def register(app: typer.Typer) -> None:
         save: bool = typer.Option(True, "--save/--no-save",
                                   help="Write the result to RUN_DIR/estimate.json (read by `report`)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but what --json asks for."),
     ) -> None:
         """Prefill GPUs and $ under no reuse, the status quo, prefix-aware routing and an ideal cache.
 
@@ -115,6 +116,8 @@ def register(app: typer.Typer) -> None:
             save_estimate(result, run_dir, "prefixscan " + shlex.join(sys.argv[1:]))
         if as_json:
             typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+            return
+        if quiet:
             return
         from prefixscan.report.estimate_terminal import render
 

@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
         tenant: str = typer.Option(None, "--tenant", help="Only this tenant's findings."),
         limit: int = typer.Option(0, "--limit", help="Show at most this many (0: all)."),
         json_out: bool = typer.Option(False, "--json", help="Print findings and counterfactual as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but what --json asks for."),
     ) -> None:
         """List what breaks prefix reuse in the logs: dynamic fields, varying spans, normalisation drift.
 
@@ -38,6 +39,8 @@ def register(app: typer.Typer) -> None:
             rows = rows[:limit]
         if json_out:
             typer.echo(json.dumps({"findings": rows, "counterfactual": cf}, indent=2, default=str))
+            return
+        if quiet:
             return
         from prefixscan.cli.common import stdout_console
         from prefixscan.report.findings_terminal import render_findings

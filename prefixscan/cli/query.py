@@ -63,7 +63,7 @@ def _print_table(cols: list, rows: list, limit: int, target) -> None:  # noqa: A
     shown = rows if limit <= 0 else rows[:limit]
     buf = io.StringIO() if target is not None else None
     console = Console(file=buf, width=200, emoji=False) if buf is not None else stdout_console()
-    console.print(result_table(cols, shown))
+    console.print(result_table(cols, shown, None if buf is not None else console.width))
     if len(shown) < len(rows):
         console.print(f"({len(rows) - len(shown)} more rows; use --limit 0 or --format csv)")
     if buf is not None:

@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
                                                   help="Project the run's traffic to this rate (req/s)."),
         usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
         mfu: float | None = typer.Option(None, "--mfu", help="Model FLOPs utilisation during prefill."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the paths written."),
     ) -> None:
         """Write report.md (figures in report_figures/) and a self-contained report.html for a run.
 
@@ -51,5 +52,5 @@ def register(app: typer.Typer) -> None:
             usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
         )
         for kind in ("md", "html"):
-            if kind in written:
+            if kind in written and not quiet:
                 typer.echo(str(written[kind]))

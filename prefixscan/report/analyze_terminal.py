@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from prefixscan.report.fmt import numbers_table, plain, safe
 from prefixscan.report.fmt import pct as _pct
-from prefixscan.report.fmt import plain, safe
 from prefixscan.report.fmt import tokens as _tok
 
 
@@ -29,12 +29,11 @@ def headline(s: dict[str, Any]) -> str:
 
 
 def _group_table(title: str, rows: dict[str, Any], limit: int = 8) -> Table:
-    t = Table(title=title, title_justify="left", show_edge=False)
-    for c in ("key", "requests", "prompt tok", "cached tok", "token-wt", "block-wt", "req mean"):
-        t.add_column(c, justify="left" if c == "key" else "right")
-    for key, r in list(rows.items())[:limit]:
-        t.add_row(safe(key), f"{r['requests']:,}", _tok(r["prompt_tokens"]), _tok(r["cached_tokens"]),
-                  _pct(r["token_weighted"]), _pct(r["block_weighted"]), _pct(r["request_mean"]))
+    cells = [[safe(key), f"{r['requests']:,}", _tok(r["prompt_tokens"]), _tok(r["cached_tokens"]),
+              _pct(r["token_weighted"]), _pct(r["block_weighted"]), _pct(r["request_mean"])]
+             for key, r in list(rows.items())[:limit]]
+    t = numbers_table(title, ["key", "requests", "prompt tok", "cached tok", "token-wt", "block-wt", "req mean"],
+                      cells, text={"key"})
     if len(rows) > limit:
         t.caption = f"{len(rows) - limit} more in the summaries table"
     return t
@@ -61,18 +60,16 @@ def render_summary(result: Any, console: Console) -> None:
                      if rq["rejected"] else ""))
     console.print(f"[bold]{headline(s)}[/bold]")
     hr = s["hit_rate"]
-    t = Table(title="Ideal-cache hit rate (three definitions)", title_justify="left", show_edge=False)
-    t.add_column("definition")
-    t.add_column("whole log", justify="right")
-    t.add_column("steady state (2nd half)", justify="right")
-    t.add_row("token-weighted (cached / prompt tokens; what vLLM counters show)", _pct(hr["token_weighted"]),
-              _pct(hr["steady_state_token_weighted"]))
-    t.add_row("block-weighted (hit blocks / all blocks)", _pct(hr["block_weighted"]),
-              _pct(hr["steady_state_block_weighted"]))
-    t.add_row("mean of per-request hit fractions (AIPerf)", _pct(hr["request_mean"]),
-              _pct(hr["steady_state_request_mean"]))
-    t.add_row("token-weighted with tenants isolated", _pct(hr["tenant_isolated_token_weighted"]), "")
-    console.print(t)
+    console.print(numbers_table("Ideal-cache hit rate (three definitions)",
+                                ["definition", "whole log", "steady state (2nd half)"], [
+        ["token-weighted (cached / prompt tokens; what vLLM counters show)", _pct(hr["token_weighted"]),
+         _pct(hr["steady_state_token_weighted"])],
+        ["block-weighted (hit blocks / all blocks)", _pct(hr["block_weighted"]),
+         _pct(hr["steady_state_block_weighted"])],
+        ["mean of per-request hit fractions (AIPerf)", _pct(hr["request_mean"]),
+         _pct(hr["steady_state_request_mean"])],
+        ["token-weighted with tenants isolated", _pct(hr["tenant_isolated_token_weighted"]), ""]],
+        text={"definition"}))
     tk = s["tokens"]
     console.print(f"avoidable prefill: {_tok(tk['cached'])} tokens; still computed: {_tok(tk['uncached'])}. "
                   f"prompt length p50/p90/p99 {_tok(tk['prompt_percentiles']['p50'])}/"
@@ -95,13 +92,11 @@ def render_summary(result: Any, console: Console) -> None:
                       f"{_tok(ct['tokens_lost_if_isolated'])} cached tokens "
                       f"({_pct(hr['token_weighted'])} -> {_pct(ct['token_weighted_isolated'])})")
     if s["top_prefixes"]:
-        tp = Table(title="Top shared prefixes (redacted)", title_justify="left", show_edge=False)
-        for c in ("#", "length", "hits", "saved", "tenants", "starts with"):
-            tp.add_column(c, justify="left" if c == "starts with" else "right")
-        for r in s["top_prefixes"]:
-            tp.add_row(str(r["rank"]), _tok(r["prefix_tokens"]), f"{r['hits']:,}", _tok(r["tokens_saved"]),
-                       str(r["tenants"]), safe(r["snippet"] or "(hashed trace: no text)"))
-        console.print(tp)
+        cells = [[str(r["rank"]), _tok(r["prefix_tokens"]), f"{r['hits']:,}", _tok(r["tokens_saved"]),
+                  str(r["tenants"]), safe(r["snippet"] or "(hashed trace: no text)")] for r in s["top_prefixes"]]
+        console.print(numbers_table("Top shared prefixes (shared text only, redacted)",
+                                    ["#", "length", "hits", "saved", "tenants", "starts with"], cells,
+                                    text={"starts with"}))
     av = s["actual_vs_predicted"]
     if av["requests_with_actual"]:
         console.print(f"engine-reported cached tokens on {av['requests_with_actual']:,} requests: "

@@ -4,6 +4,7 @@ made safe to print (`safe`, `clean`)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 
 def pct(x: float) -> str:
@@ -54,3 +55,20 @@ def safe(value: object) -> str:
 def plain(value: object) -> str:
     """`clean(value)` for text printed with markup off (or in a `rich.text.Text`); None prints as "None"."""
     return clean(str(value))
+
+
+def numbers_table(title: str | None, columns: list[str], rows: list[list[str]], text: set[str]) -> Any:
+    """A rich table whose number columns never wrap or shrink below their widest cell (a narrow terminal
+    folds the `text` columns onto more lines instead: a cut number would be a wrong number)."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_edge=False)
+    for i, c in enumerate(columns):
+        if c in text:
+            t.add_column(c, overflow="fold")
+        else:
+            widest = max([len(r[i]) for r in rows], default=0)
+            t.add_column(c, justify="right", no_wrap=True, min_width=max(widest, min(len(c), 8)))
+    for r in rows:
+        t.add_row(*r)
+    return t
