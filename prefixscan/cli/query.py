@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import Literal
 
 import typer
 
+from prefixscan.cli.choices import QUERY_FORMATS, one_of
 from prefixscan.cli.common import handle_errors, stdout_console
 from prefixscan.errors import UsageError
 
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
         sql: str = typer.Argument(None, help="SQL, @path/to/file.sql, or @NAME of a canned query (see --list)."),
         canned: str = typer.Option(None, "--canned", help="Run the canned query NAME (see --list)."),
         list_canned: bool = typer.Option(False, "--list", help="List the canned queries and exit."),
-        fmt: Literal["table", "csv", "json", "parquet"] = typer.Option("table", "--format",
+        fmt: str = typer.Option("table", "--format", metavar=one_of(QUERY_FORMATS),
                                 help="table (rich), csv, json or parquet (parquet needs -o)."),
         output: str = typer.Option(None, "-o", "--output",
                                    help="Write the result to this file (never inside a run directory)."),

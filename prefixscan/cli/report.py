@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from prefixscan.cli.choices import REPORT_FORMATS, one_of
 from prefixscan.cli.common import handle_errors
 from prefixscan.errors import UsageError
 
@@ -18,7 +19,8 @@ def register(app: typer.Typer) -> None:
     def report(
         run_dir: str = typer.Argument(..., help="Run directory from `prefixscan analyze` (and simulate, ...)."),
         output: str | None = typer.Option(None, "--output", "-o", help="Directory to write to (default: RUN_DIR)."),
-        fmt: str = typer.Option("both", "--format", "-f", help="md, html or both."),
+        fmt: str = typer.Option("both", "--format", "-f", metavar=one_of(REPORT_FORMATS),
+                                help="Markdown, HTML or both."),
         model: str | None = typer.Option(None, "--model", "-m",
                                          help="Model (default: the saved estimate's, else the simulation's, "
                                               "else llama-3.1-70b)."),

@@ -11,6 +11,7 @@ import time
 
 import typer
 
+from prefixscan.cli.choices import SYNTH_FORMATS, one_of
 from prefixscan.cli.common import handle_errors, safe, stderr_console
 
 _FORMAT_HELP = "Output format: jsonl, jsonl.gz, parquet, or mooncake (hashed trace, 512-token blocks)."
@@ -31,7 +32,7 @@ def register(app: typer.Typer) -> None:
             "Scenarios: chat, shared_prompt, doc_qa, template, rag, agent, viral. Default: all.",
         ),
         tenants: int = typer.Option(3, "--tenants", help="Number of tenants."),
-        fmt: str = typer.Option("jsonl", "--format", "-f", help=_FORMAT_HELP),
+        fmt: str = typer.Option("jsonl", "--format", "-f", metavar=one_of(SYNTH_FORMATS), help=_FORMAT_HELP),
         rps: float = typer.Option(5.0, "--rps", help="Mean request rate (requests per second), bursts included."),
         prompt_tokens: int = typer.Option(
             2000, "--prompt-tokens", help="Approximate size of the shared part of a prompt, in tokens."),
