@@ -52,6 +52,11 @@ def _log(path: Path) -> Path:
                          "model": "m", "messages": msgs, "tools": tools})
             msgs = msgs + [{"role": "assistant", "content": f"Dear {w['name']}, parcel {w['account']} is on its "
                                                             "way and arrives tomorrow."}]
+    w = _who(0)  # malformed records quoting customer text: their reject details must not
+    recs += ['{"messages": [{"role": "user", "content": "' + w["name"] + '"',
+             {"request_id": "bad-1", "timestamp": w["name"], "messages": [{"role": "user", "content": w["email"]}]},
+             {"request_id": "bad-2", "timestamp": 1_795_000_500, "messages": f"{w['name']} {w['email']}"},
+             {"request_id": "bad-3", "timestamp": 1_795_000_501, "prompt": "", "user": w["account"]}]
     return write_jsonl(path, recs)
 
 
@@ -60,7 +65,7 @@ def _text_canaries() -> list[str]:
     for c in range(CONVERSATIONS):
         w = _who(c)
         out += [w["name"], f"Blemkat{c}x", w["email"], f"canary{c}", w["account"], f"QZX{c}Q{c}W",
-                f"9{c}0{c}{c}{c}"]
+                w["phone"]]
     return out
 
 
@@ -91,7 +96,9 @@ def _all_commands(log: Path, run: Path, *extra: str) -> dict[str, str]:
         "findings": _invoke(["findings", str(run)]),
         "findings --json": _invoke(["findings", str(run), "--json"]),
         "simulate": _invoke(["simulate", str(run), "-n", "2", "--kv-blocks", "400"]),
+        "simulate --json": _invoke(["simulate", str(run), "-n", "2", "--kv-blocks", "400", "--json", "--no-save"]),
         "estimate": _invoke(["estimate", str(run)]),
+        "estimate --json": _invoke(["estimate", str(run), "--json"]),
         "report": _invoke(["report", str(run)]),
         "query": _invoke(["query", str(run), "select * from prefixes"]),
     }
