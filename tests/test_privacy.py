@@ -90,3 +90,20 @@ def test_safe_values_print_literally_through_rich() -> None:
     with raw.capture() as cap:
         raw.print(safe("\x1b]8;;http://evil\x1b\\x\x1b]8;;\x1b\\"))
     assert "\x1b]8" not in cap.get() and "evil" not in cap.get()
+
+
+def test_tenant_key_from_a_project_file_is_used_but_never_recorded(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from prefixscan.cli.app import app
+    from tests.conftest import chat, write_jsonl
+
+    log = write_jsonl(tmp_path / "log.jsonl", [chat(i, f"c{i}", 1, tenant="acme") for i in range(3)])
+    (tmp_path / "prefixscan.toml").write_text('[analyze]\nhash_tenants = true\ntenant_key = "k-from-file-91"\n')
+    r = CliRunner().invoke(app, ["analyze", str(log), "-o", str(tmp_path / "run"), "-q", "--json"])
+    assert r.exit_code == 0, r.output
+    assert list(json.loads(r.stdout)["by_tenant"]) == [tenant_hasher("k-from-file-91")("acme")]
+    text = "".join(p.read_text(errors="replace") for p in (tmp_path / "run").iterdir() if p.is_file())
+    assert "k-from-file-91" not in text and "acme" not in text
