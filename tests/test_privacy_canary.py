@@ -1,9 +1,10 @@
 """Canary test: unique customer strings in every text field never reach a default output.
 
 The log holds, per conversation, a made-up customer name, email, account id and phone number in the system
-prompt, the user and assistant messages and a tool description, plus canary tenant and user names. Every
-command runs with its defaults; every file of the run (Parquet decoded to text, manifest, Markdown, HTML)
-and everything printed is scanned. Tenant and user names are identities the operator asked to keep
+prompt, the user and assistant messages, a tool description and malformed records, plus canary tenant and
+user names. Every command (analyze, findings, simulate, estimate, report, query, check, diff, export) runs
+with its defaults; every file of the run (Parquet decoded to text, manifest, Markdown, HTML), the exported
+trace and everything printed is scanned. Tenant and user names are identities the operator asked to keep
 (`--hash-tenants` hashes them): by default they may appear only as tenant/user values, never in a snippet
 or an example; with `--hash-tenants` they appear nowhere. `--include-text` lets the text through.
 """
@@ -101,8 +102,12 @@ def _all_commands(log: Path, run: Path, *extra: str) -> dict[str, str]:
         "estimate --json": _invoke(["estimate", str(run), "--json"]),
         "report": _invoke(["report", str(run)]),
         "query": _invoke(["query", str(run), "select * from prefixes"]),
+        "check": _invoke(["check", str(run), "--min-hit-rate", "0"]),
+        "diff": _invoke(["diff", str(run), str(run)]),
+        "export": _invoke(["export", str(run), "-o", str(run.parent / "exported.jsonl")]),
     }
-    return {**{f"printed by {k}": v for k, v in printed.items()}, **_run_files_text(run)}
+    exported = {"exported.jsonl": (run.parent / "exported.jsonl").read_text()}
+    return {**{f"printed by {k}": v for k, v in printed.items()}, **_run_files_text(run), **exported}
 
 
 def _leaks(outputs: dict[str, str], canaries: list[str]) -> list[tuple[str, str]]:
