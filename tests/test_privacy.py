@@ -107,3 +107,24 @@ def test_tenant_key_from_a_project_file_is_used_but_never_recorded(tmp_path) -> 
     assert list(json.loads(r.stdout)["by_tenant"]) == [tenant_hasher("k-from-file-91")("acme")]
     text = "".join(p.read_text(errors="replace") for p in (tmp_path / "run").iterdir() if p.is_file())
     assert "k-from-file-91" not in text and "acme" not in text
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_TERMINAL_ALPHABET = st.sampled_from(["\x1b", "[", "]", "\\", "\x07", "\x9b", "\x9d", "\r", "\b", "\n", "\t", "\u202e",
+                                      "\u2066", "8", ";", "J", "m", "a", " ", "/", ":", "é"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(_TERMINAL_ALPHABET, max_size=40), st.text(max_size=40)))
+def test_clean_never_lets_a_control_character_through(text: str) -> None:
+    out = clean(text)
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                   "\u2066\u2067\u2068\u2069" for c in out)
+    assert clean(out) == out  # idempotent
+    console = Console(width=500, emoji=False, color_system=None, record=True, force_terminal=False)
+    console.print(safe(text), end="")  # markup in the data never breaks or styles the output
+    # Every character of the data is shown (none read as markup); only backslashes may differ: Rich's escape
+    # doubles a trailing one (so `[b]{value}[/b]` still closes) and reads `\[` as an escaped bracket.
+    assert console.export_text().replace("\\", "") == out.replace("\\", "")
