@@ -54,7 +54,7 @@ def render_summary(result: Any, console: Console) -> None:
                   f"shape {safe(', '.join(sorted(set(s['input']['shapes'].values()))) or '-')}, "
                   f"tokenizer {safe(s['input']['tokenizer'])}, block {s['input']['block_size']}, "
                   f"hit rule {s['input']['hit_rule']}, granularity {s['input']['granularity']}"
-                  + safe(_hash_label(s['input'].get("hash") or {})))
+                  + _hash_label(s['input'].get("hash") or {}))  # already escaped
     console.print(f"records read {rq['read']:,} = accepted {rq['accepted']:,} + rejected {rq['rejected']:,}"
                   + (f"  (rejects: {safe(', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items())))})"
                      if rq["rejected"] else ""))
