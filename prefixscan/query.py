@@ -163,18 +163,8 @@ def check_output(output: str, force: bool) -> Path:
 
 
 def write_output(target: Path, data: bytes) -> None:
-    """Write a result file atomically: a temporary name beside it, then a rename (a failed write leaves the
-    old file, or none). Minimal stand-in until the shared atomic-write module lands on main."""
-    import os
-    import secrets
+    """Write a result file atomically (prefixscan.io.atomic: a temporary name beside it, then a rename), so a
+    failed write leaves the old file, or none; `check_output` already refused what must not be replaced."""
+    from prefixscan.io.atomic import write_bytes
 
-    tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.prefixscan-tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
+    write_bytes(target, data, force=True)
