@@ -25,8 +25,11 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError, UsageError
 from prefixscan.ingest import Ingested, ingest
 from prefixscan.io import rundir
+from prefixscan.io.modes import MANIFEST_KEY as MODE_KEY
+from prefixscan.io.modes import apply_mode, input_mode
 from prefixscan.io.sources import Source, check_output, expand, skipped_in
 from prefixscan.memory import peak_rss_mib
+from prefixscan.privacy import resolve_tenant_key, scrub_command_line
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state, summaries_table
 from prefixscan.reuse.capacity import capacity_curve, capacity_targets
@@ -66,6 +69,8 @@ def _validate(cfg: AnalyzeConfig) -> None:
         raise UsageError(f"--hash-block-size must be >= 1, got {cfg.hash_block_size}")
     if cfg.granularity not in ("block", "token"):
         raise UsageError(f"--granularity must be block or token, got {cfg.granularity!r}")
+    if cfg.snippet_k < 1:
+        raise UsageError(f"--snippet-k must be >= 1, got {cfg.snippet_k}")
     if cfg.capacities is not None and any(c <= 0 for c in cfg.capacities):
         raise UsageError("--capacities must be positive token counts")
     check_hash_options(cfg)
@@ -116,6 +121,8 @@ class Tables(dict):
 def run_analysis(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None) -> AnalysisResult:
     """Run the whole analysis for a config; write the run directory when `cfg.output` is set."""
     _validate(cfg)
+    if cfg.hash_tenants:  # one key for the whole run: every chunk, the findings and the summary hash alike
+        cfg = replace(cfg, tenant_key=resolve_tenant_key(cfg.tenant_key))
     sources = expand(list(cfg.inputs))  # once: ingest reads these, and their size decides streaming
     stream_it = streams(cfg, sources)
     if cfg.output:
@@ -180,7 +187,7 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], stream_it: bool, run_pat
         req, offsets, flat, deepest, snippets, ids = _reuse(cfg, ing)
         t = done("reuse", t)
         summaries = summaries_table(req, SUMMARY_DIMENSIONS)
-        prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text)
+        prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text, k=cfg.snippet_k)
         t = done("aggregate", t)
         curve = _capacity(cfg, ing, req, offsets, flat, ids)
         done("capacity", t)
@@ -262,7 +269,9 @@ def _finish(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.
                 t.path = run_path / f"{name}.parquet"
             else:
                 rundir.write_table(run_path, name, t)
-        rundir.write_manifest(run_path, _manifest(cfg, ing, tables, summary))
+        mode = input_mode(s.path for s in ing.sources)
+        rundir.write_manifest(run_path, {**_manifest(cfg, ing, tables, summary), MODE_KEY: f"{mode:04o}"})
+        apply_mode(run_path, mode)  # every file of the run as private as the least readable input
         result.run_dir = str(run_path)
     return result
 
@@ -427,7 +436,7 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
 def _manifest(cfg: AnalyzeConfig, ing: Ingested, tables: dict[str, pa.Table], summary: dict[str, Any]) -> dict:
     return {
         "tool": "prefixscan", "version": __version__,
-        "command_line": cfg.command_line or shlex.join(sys.argv),
+        "command_line": scrub_command_line(cfg.command_line or shlex.join(sys.argv)),
         "config": {**replace(cfg, extras={}).to_json(), "block_size": ing.block_size, "hit_rule": ing.hit_rule,
                    "token_block_size": cfg.block_size},
         "inputs": [s.to_json() for s in ing.sources],

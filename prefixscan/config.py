@@ -26,7 +26,9 @@ class AnalyzeConfig:
     strict: bool = False
     capacities: tuple[int, ...] | None = None
     include_text: bool = False
+    snippet_k: int = 5  # text is shown only when this many conversations share it (prefixscan.privacy)
     hash_tenants: bool = False
+    tenant_key: str | None = field(default=None, repr=False)  # HMAC key of --hash-tenants; never written
     threads: int | None = None
     workers: int | None = None  # encode processes; None: one per spare core on large text inputs (encode.py)
     infer_conversations: bool = True  # conversation ids from message-prefix continuity when the log has none
@@ -39,6 +41,7 @@ class AnalyzeConfig:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("tenant_key")  # the key must never be stored next to the hashes it makes
         d["inputs"] = list(self.inputs)
         d["fields"] = dict(self.fields)
         d["lora_paths"] = dict(self.lora_paths)

@@ -38,6 +38,9 @@ COMMANDS = ("analyze", "simulate", "estimate", "report")
 SCENARIO_COMMANDS = ("simulate", "estimate", "report")
 
 
+SECRET_KEYS = {"tenant_key"}
+
+
 @dataclass(frozen=True)
 class ProjectConfig:
     """The parsed file: one table per command, plus the shared scenario."""
@@ -52,7 +55,9 @@ class ProjectConfig:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "sections": self.sections}
+        """What a run records: everything but secrets (the `--hash-tenants` key is never written)."""
+        return {"path": self.path, "sections": {name: {k: v for k, v in table.items() if k not in SECRET_KEYS}
+                                                for name, table in self.sections.items()}}
 
 
 def parse(path: str | os.PathLike[str]) -> ProjectConfig:

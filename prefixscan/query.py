@@ -1,91 +1,170 @@
-"""DuckDB over a run directory: one view per Parquet table, SQL in, rows out."""
+"""DuckDB over a run directory: one read-only view per table of the run, SQL in, rows out.
+
+The connection is a sandbox: the views are created, then DuckDB's external access is switched off (only
+the run's own table files stay readable, through `allowed_paths`), extensions are neither installed nor
+loaded, and the configuration is locked, so SQL cannot read other files, write files, ATTACH databases or
+turn the settings back. Only read-only statements run (SELECT, EXPLAIN, DESCRIBE, SHOW, SUMMARIZE). View
+names come from the run's manifest, checked and quoted, never from arbitrary file names. docs/query.md.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import sys
+import re
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from prefixscan.errors import UsageError
-from prefixscan.io.rundir import load_run
+from prefixscan.io.rundir import MANIFEST, Run, load_run
 
 FORMATS = ("table", "csv", "json", "parquet")
+READ_ONLY = ("SELECT", "EXPLAIN")  # DESCRIBE, SHOW, SUMMARIZE and VALUES are SELECT statements to DuckDB
+_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def run_tables(run: Run) -> dict[str, Path]:
+    """The run's tables by name: those the manifest lists (else the Parquet files present) whose name is a
+    plain identifier and whose file is a regular file inside the run directory (no symlink out)."""
+    listed = run.manifest.get("tables")
+    names = sorted(listed) if isinstance(listed, dict) else run.tables()
+    root = run.path.resolve()
+    out: dict[str, Path] = {}
+    for name in names:
+        p = run.path / f"{name}.parquet"
+        if _TABLE_NAME.fullmatch(name) and p.is_file() and p.resolve().parent == root:
+            out[name] = p.resolve()
+    return out
+
+
+def ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def connect(run_dir: str):  # noqa: ANN201 - duckdb is imported lazily
-    """An in-memory DuckDB connection with a view per table of the run."""
+    """An in-memory, sandboxed DuckDB connection with a view per table of the run."""
     import duckdb
 
-    run = load_run(run_dir)
-    con = duckdb.connect(":memory:")
-    for name in run.tables():
-        path = str(run.path / f"{name}.parquet").replace("'", "''")
-        con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet(\'{path}\')')
+    tables = run_tables(load_run(run_dir))
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                             "autoload_known_extensions": False})
+    for name, path in tables.items():
+        con.execute(f"CREATE VIEW {ident(name)} AS SELECT * FROM read_parquet({literal(str(path))})")
+    con.execute(f"SET allowed_paths = [{', '.join(literal(str(p)) for p in tables.values())}]")
+    con.execute("SET allow_community_extensions = false")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
     return con
 
 
+def canned_queries() -> dict[str, str]:
+    """The canned queries shipped in the package: name -> the question (the file's first comment line)."""
+    out = {}
+    for f in sorted(resources.files("prefixscan").joinpath("queries").iterdir(), key=lambda f: f.name):
+        if f.name.endswith(".sql"):
+            first = f.read_text().splitlines()[0] if f.read_text() else ""
+            out[f.name[:-4]] = first.removeprefix("--").strip()
+    return out
+
+
+def canned_sql(name: str) -> str:
+    if name not in canned_queries():
+        raise UsageError(f"no canned query named {name!r}; `prefixscan query --list` shows them")
+    return resources.files("prefixscan").joinpath("queries", f"{name}.sql").read_text()
+
+
 def load_sql(sql: str) -> str:
-    if sql.startswith("@"):
-        p = Path(sql[1:])
-        if not p.exists():
-            raise UsageError(f"SQL file {p} does not exist")
+    """SQL text, `@path/to/file.sql`, or `@name` of a canned query (`@queries/name.sql` too)."""
+    if not sql.startswith("@"):
+        return sql
+    ref = sql[1:]
+    p = Path(ref)
+    if p.is_file():
         return p.read_text()
-    return sql
+    name = p.stem if ref.endswith(".sql") else ref
+    if name in canned_queries():
+        return canned_sql(name)
+    raise UsageError(f"SQL file {ref} does not exist and no canned query is named {name!r} "
+                     "(`prefixscan query --list` shows them)")
 
 
 def run_query(run_dir: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Column names and rows of a query over the run."""
+    """Column names and rows of a read-only query over the run (the last statement's, given several)."""
     import duckdb
 
     con = connect(run_dir)
     try:
-        rel = con.execute(load_sql(sql))
+        statements = con.extract_statements(load_sql(sql))
+        for st in statements:
+            kind = st.type.name
+            if kind not in READ_ONLY:
+                raise UsageError(f"query is read-only: {kind} statements are refused (SELECT, EXPLAIN, DESCRIBE, "
+                                 "SHOW and SUMMARIZE run); write results elsewhere with --format and -o")
+        rel = None
+        for st in statements:
+            rel = con.execute(st.query)
     except duckdb.Error as exc:
         raise UsageError(f"query failed: {str(exc).splitlines()[0]}") from None
+    if rel is None:
+        raise UsageError("no SQL statement given")
     cols = [d[0] for d in rel.description or []]
     return cols, rel.fetchall()
 
 
-def render_result(cols: list[str], rows: list[tuple[Any, ...]], fmt: str, output: str | None, limit: int) -> None:
-    """Print or write a query result in the requested format."""
-    if fmt not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
-    if fmt == "parquet":
-        if not output:
-            raise UsageError("--format parquet needs -o FILE")
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.Table.from_pylist([dict(zip(cols, r, strict=True)) for r in rows]), output)
-        return
+def encode_result(cols: list[str], rows: list[tuple[Any, ...]], fmt: str) -> bytes:
+    """A result as CSV, JSON or Parquet bytes (`table` is rendered by report.query_terminal)."""
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf)
         w.writerow(cols)
         w.writerows(rows)
-        text = buf.getvalue()
-    elif fmt == "json":
-        text = json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str, indent=2) + "\n"
-    else:
-        from rich.console import Console
-        from rich.table import Table
+        return buf.getvalue().encode()
+    if fmt == "json":
+        return (json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str, indent=2) + "\n").encode()
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-        t = Table(show_edge=False)
-        for c in cols:
-            t.add_column(c)
-        shown = rows if limit <= 0 else rows[:limit]
-        for r in shown:
-            t.add_row(*("" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v)) for v in r))
-        wide = output or not sys.stdout.isatty()
-        console = Console(file=open(output, "w") if output else sys.stdout, width=200 if wide else None)
-        console.print(t)
-        if len(shown) < len(rows):
-            console.print(f"({len(rows) - len(shown)} more rows; use --limit 0 or --format csv)")
-        return
-    if output:
-        Path(output).write_text(text)
-    else:
-        sys.stdout.write(text)
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist([dict(zip(cols, r, strict=True)) for r in rows]), sink)
+        return sink.getvalue().to_pybytes()
+    raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The run directory (a directory holding manifest.json) that `path` is, or is inside, if any."""
+    p = path.resolve()
+    for d in (p, *p.parents):
+        if d.is_dir() and (d / MANIFEST).is_file():
+            return d
+    return None
+
+
+def check_output(output: str, force: bool) -> Path:
+    """Refuse an output file that exists (without `force`), is a directory, or lies in a run directory."""
+    target = Path(output)
+    run = enclosing_run(target.parent if not target.is_dir() else target)
+    if run is not None:
+        raise UsageError(f"-o {output} is inside the run directory {run}: query never writes into a run; "
+                         "choose a path outside it")
+    if target.is_dir():
+        raise UsageError(f"-o {output} is a directory; give a file name")
+    if target.exists() and not force:
+        raise UsageError(f"-o {output} exists; pass --force to replace it")
+    if not target.parent.is_dir():
+        raise UsageError(f"-o {output}: directory {target.parent} does not exist")
+    return target
+
+
+def write_output(target: Path, data: bytes) -> None:
+    """Write a result file atomically (prefixscan.io.atomic: a temporary name beside it, then a rename), so a
+    failed write leaves the old file, or none; `check_output` already refused what must not be replaced."""
+    from prefixscan.io.atomic import write_bytes
+
+    write_bytes(target, data, force=True)

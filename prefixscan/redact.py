@@ -1,4 +1,9 @@
-"""Redaction of customer text in examples: digits, emails, ids and long tokens are masked, then truncated."""
+"""Redaction of customer text in examples: digits, emails, ids and long tokens are masked, then truncated.
+
+Redaction is the second line of defence: what may be shown at all is decided first by how many
+conversations share the text (`prefixscan.privacy`); what is shown is then redacted. Text that may not be
+shown is replaced by `hidden()`, a marker that redaction leaves alone.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,34 @@ import re
 
 EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 UUID_RE = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+_CUT_EMAIL = re.compile(r"[\w.+-]*@[\w.-]*")  # what is left of an email cut by truncation ("bob@exa")
 _HEXID = re.compile(r"\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b")
 _LONGTOK = re.compile(r"\b[A-Za-z0-9_\-+/=]{24,}\b")
 _DIGITS = re.compile(r"\d")
 _WS = re.compile(r"\s+")
+_HIDDEN = re.compile(r"<text (?:[0-9a-f]{6}… )?\d+ (?:tokens|chars)>")
+
+
+def hidden(length: int, unit: str = "chars", ident: str | None = None) -> str:
+    """The marker shown instead of text that too few conversations share: `<text 2f9a1c… 412 tokens>`.
+
+    `ident` is an identifier already public in the same output (a prefix's block hash), never a hash of
+    the hidden text itself: an unkeyed hash of a short text is confirmed by guessing the text."""
+    return f"<text {ident[:6]}… {length} {unit}>" if ident else f"<text {length} {unit}>"
 
 
 def redact(text: str) -> str:
-    """Mask what could identify a customer: emails, UUIDs, hex/base64-like ids, every digit."""
+    """Mask what could identify a customer: emails (whole or cut), UUIDs, hex/base64-like ids, every digit.
+    `hidden()` markers pass through unchanged, so redacting twice is the same as once."""
+    parts = _HIDDEN.split(text)
+    marks = _HIDDEN.findall(text)
+    out = [_redact_plain(p) for p in parts]
+    return "".join(x for pair in zip(out, [*marks, ""], strict=True) for x in pair)
+
+
+def _redact_plain(text: str) -> str:
     text = EMAIL_RE.sub("<email>", text)
+    text = _CUT_EMAIL.sub("<email>", text)
     text = UUID_RE.sub("<uuid>", text)
     text = _HEXID.sub("<id>", text)
     text = _LONGTOK.sub("<token>", text)

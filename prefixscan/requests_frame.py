@@ -8,14 +8,15 @@ call these, which is what keeps their tables identical.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import xxhash
 
 from prefixscan.config import AnalyzeConfig
+from prefixscan.privacy import tenant_hasher
 from prefixscan.reuse.ideal import IdealResult
 from prefixscan.schema import REQUESTS_SCHEMA
 from prefixscan.tracecols import permute_csr
@@ -23,8 +24,19 @@ from prefixscan.tracecols import permute_csr
 STRING_COLS = ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category")
 
 
-def hash_tenant(t: str | None) -> str | None:
-    return None if t is None else "t-" + xxhash.xxh3_64_hexdigest(t.encode())[:10]
+def identity_hasher(cfg: AnalyzeConfig) -> Callable[[str | None], str | None] | None:
+    """The keyed hash `--hash-tenants` applies to tenant and user names (None: names are kept). The run
+    resolves its key once (`analysis.run_analysis`), so every chunk and the findings hash alike."""
+    if not cfg.hash_tenants:
+        return None
+    if not cfg.tenant_key:
+        raise ValueError("hash_tenants needs the run's tenant_key (resolved by run_analysis)")
+    return tenant_hasher(cfg.tenant_key)
+
+
+def _hash_names(frame: pl.DataFrame, digest: Callable[[str | None], str | None]) -> pl.DataFrame:
+    return frame.with_columns(*[pl.Series(c, [digest(t) for t in frame[c].to_list()], dtype=pl.String)
+                                for c in ("tenant", "user") if c in frame.columns])
 
 
 def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, list[str], Any,
@@ -41,9 +53,9 @@ def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray,
         if n and not bool((order == np.arange(n)).all()):
             frame = frame[order]
             offsets, flat = permute_csr(offsets, flat, order)
-        if cfg.hash_tenants and frame["tenant"].null_count() < n:
-            frame = frame.with_columns(pl.Series("tenant", [hash_tenant(t) for t in frame["tenant"].to_list()],
-                                                 dtype=pl.String))
+        digest = identity_hasher(cfg)
+        if digest is not None:
+            frame = _hash_names(frame, digest)
         if "conversation_inferred" not in frame.columns:  # traces carry ids (bailian) or none: never inferred
             frame = frame.with_columns(pl.lit(False).alias("conversation_inferred"))
         return _typed(frame), offsets, flat, snippets, None, order
@@ -52,8 +64,10 @@ def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray,
     ts = np.asarray(cols["timestamp_s"], dtype=np.float64)
     order = np.lexsort((np.arange(n), ts)) if n else np.zeros(0, np.int64)  # time, then input order
     tenants = cols["tenant"]
-    if cfg.hash_tenants:
-        tenants = [hash_tenant(t) for t in tenants]
+    digest = identity_hasher(cfg)
+    if digest is not None:
+        tenants = [digest(t) for t in tenants]
+        cols["user"] = [digest(u) for u in cols["user"]]
     if n and bool((order == np.arange(n)).all()):  # logs are usually in time order already: no copies
         data = {c: v for c, v in cols.items() if c != "tenant"}
         data["tenant"] = tenants

@@ -387,7 +387,11 @@ def _prefixes(cfg: AnalyzeConfig, path: Path, hits: pl.DataFrame, deepest: np.nd
         got = text.take(pa.array(np.maximum(src, 0))).to_pylist()
         return [g if s >= 0 else "" for g, s in zip(got, src.tolist(), strict=True)]
 
-    return aggregate_prefixes(df, first_ids, first_snippets, include_text=cfg.include_text)
+    def own_snippets(seqs: np.ndarray) -> list[str]:
+        return text.take(pa.array(seqs)).to_pylist() if text is not None else [""] * len(seqs)
+
+    return aggregate_prefixes(df, first_ids, first_snippets, include_text=cfg.include_text,
+                              own_snippets=own_snippets, k=cfg.snippet_k)
 
 
 def _rows(path: Path, rows: np.ndarray, columns: list[str]) -> pl.DataFrame:
@@ -408,7 +412,8 @@ def _findings_input(path: Path, ing: Ingested) -> tuple[pl.DataFrame, Iterator[t
     every request's blocks, one row group at a time, only when the detector saw chat records; otherwise
     only the rows with an engine value are needed."""
     if ing.detector is not None and ing.detector.fed:
-        req = _read(path, ["seq", "request_id", "tenant", "prompt_tokens", "cached_tokens", "actual_cached_tokens",
+        req = _read(path, ["seq", "request_id", "tenant", "conversation_id", "user", "prompt_tokens", "cached_tokens",
+                           "actual_cached_tokens",
                            "predicted_minus_actual"])
         return req, _block_groups(path)
     return _actual_rows(path), iter(())

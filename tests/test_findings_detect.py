@@ -28,7 +28,9 @@ SYS = "You are a careful analyst who answers only from the attached document.\n"
 
 
 def rec(i: int, system: str, user: str, tenant: str = "acme", **extra) -> dict:
-    r = {"request_id": f"r{i:03d}", "timestamp": 1_795_000_000 + i, "tenant": tenant, "model": "m",
+    # One conversation per request: labels are shown only when k = 5 conversations share them.
+    r = {"request_id": f"r{i:03d}", "conversation_id": f"c{i:03d}", "timestamp": 1_795_000_000 + i, "tenant": tenant,
+         "model": "m",
          "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
     r.update(extra)
     return r

@@ -7,7 +7,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.reuse.prefixes import prefixes_table
+from prefixscan.redact import redact_snippet
+from prefixscan.reuse.prefixes import common_prefix, prefixes_table, shared_text
 
 
 def _requests(rows: list[tuple[int, int, int]]) -> tuple[pl.DataFrame, np.ndarray]:
@@ -16,6 +17,8 @@ def _requests(rows: list[tuple[int, int, int]]) -> tuple[pl.DataFrame, np.ndarra
     req = pl.DataFrame({
         "seq": np.arange(n, dtype=np.int64),
         "tenant": [f"t{t}" for _, _, t in rows],
+        "conversation_id": [f"c{i}" for i in range(n)],
+        "user": pl.Series([None] * n, dtype=pl.String),
         "arrival_s": np.arange(n, dtype=np.float64) * 1.5,
         "cached_tokens": np.array([c for _, c, _ in rows], dtype=np.int64),
         "tenant_cached_tokens": np.array([c if t == 0 else 0 for _, c, t in rows], dtype=np.int64),
@@ -46,3 +49,65 @@ def test_hits_and_gaps_of_one_prefix() -> None:
     row = t[0]
     assert (row["hits"], row["tokens_saved"], row["tenants"], row["cross_tenant_hits"]) == (3, 80, 2, 1)
     assert row["median_reuse_gap_s"] == 2.25 and row["snippet"] == ""
+
+
+def _shared_log(texts: list[str], convs: list[str | None], tenants: list[str | None] | None = None):
+    """Every request hits the same prefix (id 7); request i has snippet texts[i] and conversation convs[i]."""
+    n = len(texts)
+    req, deepest = _requests([(7, 32, 0)] * n)
+    req = req.with_columns(pl.Series("conversation_id", convs, dtype=pl.String),
+                           pl.Series("tenant", tenants or [None] * n, dtype=pl.String))
+    return req, deepest
+
+
+SYSTEM = "You are the support assistant of Initech. Answer politely."
+
+
+def test_text_shared_by_k_conversations_is_shown_and_stops_where_they_differ() -> None:
+    texts = [f"{SYSTEM} | My name is {name}" for name in ("Zorblax", "Quenby", "Ildred", "Vashti", "Oriel")]
+    req, deepest = _shared_log(texts, [f"c{i}" for i in range(5)])
+    (row,) = prefixes_table(req, deepest, texts, k=5).to_dicts()
+    assert row["snippet"] == f"{SYSTEM} | My name is"
+    for name in ("Zorblax", "Quenby", "Ildred", "Vashti", "Oriel"):
+        assert name not in row["snippet"]
+
+
+def test_one_customers_text_is_hidden_however_often_it_repeats() -> None:
+    texts = [f"{SYSTEM} | I am Zorblax Quenby, account 4411"] * 40
+    req, deepest = _shared_log(texts, ["conv-z"] * 40)  # 40 turns of one conversation
+    (row,) = prefixes_table(req, deepest, texts, k=5).to_dicts()
+    assert row["snippet"] == f"<text {row['prefix_hash']:016x}"[:12] + f"… {row['prefix_tokens']} tokens>"
+    assert "Zorblax" not in row["snippet"] and "Initech" not in row["snippet"]
+    # four conversations are still fewer than k = 5; k = 4 lets the shared text through, redacted
+    req4, deepest4 = _shared_log(texts, [f"c{i % 4}" for i in range(40)])
+    assert prefixes_table(req4, deepest4, texts, k=5)["snippet"][0].startswith("<text ")
+    assert prefixes_table(req4, deepest4, texts, k=4)["snippet"][0] == redact_snippet(texts[0])
+    assert prefixes_table(req4, deepest4, texts, k=5, include_text=True)["snippet"][0] == texts[0][:96]
+
+
+def test_sharers_fall_back_to_tenants_and_requests_without_ids_count_for_nobody() -> None:
+    texts = [SYSTEM] * 10
+    req, deepest = _shared_log(texts, [None] * 10, [f"tenant{i % 5}" for i in range(10)])
+    assert prefixes_table(req, deepest, texts, k=5)["snippet"][0] == SYSTEM
+    req, deepest = _shared_log(texts, [None] * 10)  # no conversation, user or tenant: nobody vouches
+    assert prefixes_table(req, deepest, texts, k=5)["snippet"][0].startswith("<text ")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.text("ab| é", max_size=12)), min_size=1, max_size=60),
+       st.integers(1, 7))
+def test_shared_text_is_the_common_prefix_of_every_hit(rows, chunk) -> None:
+    n = len(rows)
+    df = pl.DataFrame({"seq": np.arange(n, dtype=np.int64),
+                       "prefix_hash": np.array([h for h, _ in rows], dtype=np.uint64)})
+    texts = [t for _, t in rows]
+    got = shared_text(df, lambda seqs: [texts[i] for i in seqs.tolist()], chunk=chunk)
+    if not any(texts):
+        assert got == {}
+        return
+    for h in {h for h, _ in rows}:
+        members = [t for g, t in rows if g == h]
+        want = members[0]
+        for t in members[1:]:
+            want = common_prefix(want, t)
+        assert got[h] == want and all(t.startswith(got[h]) for t in members)

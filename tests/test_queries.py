@@ -12,7 +12,7 @@ from prefixscan.cli.app import app
 from prefixscan.query import run_query
 from tests.conftest import ROOT, chat, write_jsonl
 
-QUERIES = sorted((ROOT / "queries").glob("*.sql"))
+QUERIES = sorted((ROOT / "prefixscan" / "queries").glob("*.sql"))
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_canned_query_runs(run, path) -> None:
 
 
 def test_hit_rate_by_tenant_matches_summary(run) -> None:
-    cols, rows = run_query(run, f"@{ROOT / 'queries' / 'hit_rate_by_tenant.sql'}")
+    cols, rows = run_query(run, "@hit_rate_by_tenant")
     total = sum(r[cols.index("cached_tokens")] for r in rows)
     s = prefixscan.load_run(run).manifest["analyze"]
     assert total == round(s["hit_rate"]["token_weighted"] * sum(r[cols.index("prompt_tokens")] for r in rows))

@@ -72,7 +72,8 @@ def _chat_log(path: Path, shuffle: int = 0) -> Path:
 
 
 @pytest.mark.usefixtures("tiny_chunks")
-@pytest.mark.parametrize("opts", [{}, {"isolate_tenants": True, "hash_tenants": True}, {"findings": False}])
+@pytest.mark.parametrize("opts", [{}, {"isolate_tenants": True, "hash_tenants": True, "tenant_key": "k"},
+                                  {"findings": False}])
 def test_chat_log_streams_to_the_same_bytes(tmp_path: Path, opts: dict) -> None:
     mem, streamed = _both(tmp_path, [str(_chat_log(tmp_path / "chat.jsonl"))], **opts)
     assert streamed.summary["requests"]["rejected"] == 2

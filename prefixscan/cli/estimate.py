@@ -8,6 +8,7 @@ import sys
 
 import typer
 
+from prefixscan.cli.choices import DTYPES, gpu_names, model_names
 from prefixscan.cli.common import handle_errors, stdout_console
 from prefixscan.errors import UsageError
 
@@ -40,20 +41,21 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def estimate(
         run_dir: str | None = typer.Argument(None, help="Run directory from `prefixscan analyze`."),
-        model: str | None = typer.Option(None, "--model", "-m",
-                                         help="Catalogue model name or alias (default: the simulated model of "
-                                              "the run, else llama-3.1-70b)."),
+        model: str | None = typer.Option(None, "--model", "-m", metavar="MODEL",
+                                         help=f"Catalogue model: {model_names()} (aliases and HF ids accepted; "
+                                              "default: the simulated model of the run, else llama-3.1-70b)."),
         model_config: str | None = typer.Option(None, "--model-config", help="Local HF config.json."),
         params: str | None = typer.Option(None, "--params", help="Total parameters, e.g. 70e9 or 70B."),
         active_params: str | None = typer.Option(None, "--active-params", help="Active parameters (MoE)."),
-        gpu: str | None = typer.Option(None, "--gpu", help="GPU: h100, h200, b200, a100, l40s, mi300x "
-                                       "(default: the simulation's, else h100)."),
+        gpu: str | None = typer.Option(None, "--gpu", metavar="GPU", help=f"GPU: {gpu_names()} (h100 = h100-sxm; "
+                                       "default: the simulation's, else h100)."),
         gpu_flops: str | None = typer.Option(None, "--gpu-flops", help="Peak dense FLOP/s for --dtype."),
         gpu_memory_gb: float | None = typer.Option(None, "--gpu-memory-gb", help="HBM per GPU in GB."),
         usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
-        dtype: str | None = typer.Option(None, "--dtype", help="Weights/compute dtype: bf16 or fp8 "
+        dtype: str | None = typer.Option(None, "--dtype", metavar="|".join(DTYPES), help="Weights/compute dtype "
                                          "(default: the simulation's, else bf16)."),
-        kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: --dtype)."),
+        kv_dtype: str | None = typer.Option(None, "--kv-dtype", metavar="|".join(DTYPES),
+                                            help="KV-cache dtype (default: --dtype)."),
         mfu: float | None = typer.Option(None, "--mfu", help="Model FLOPs utilisation during prefill "
                                          "(default: the simulation's, else 0.5)."),
         linear: bool = typer.Option(False, "--linear", help="Drop the attention term (2 x params/token)."),
@@ -87,6 +89,7 @@ def register(app: typer.Typer) -> None:
         save: bool = typer.Option(True, "--save/--no-save",
                                   help="Write the result to RUN_DIR/estimate.json (read by `report`)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but what --json asks for."),
     ) -> None:
         """Prefill GPUs and $ under no reuse, the status quo, prefix-aware routing and an ideal cache.
 
@@ -115,6 +118,8 @@ def register(app: typer.Typer) -> None:
             save_estimate(result, run_dir, "prefixscan " + shlex.join(sys.argv[1:]))
         if as_json:
             typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+            return
+        if quiet:
             return
         from prefixscan.report.estimate_terminal import render
 

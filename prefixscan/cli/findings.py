@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
         tenant: str = typer.Option(None, "--tenant", help="Only this tenant's findings."),
         limit: int = typer.Option(0, "--limit", help="Show at most this many (0: all)."),
         json_out: bool = typer.Option(False, "--json", help="Print findings and counterfactual as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but what --json asks for."),
     ) -> None:
         """List what breaks prefix reuse in the logs: dynamic fields, varying spans, normalisation drift.
 
@@ -42,6 +43,8 @@ def register(app: typer.Typer) -> None:
         if json_out:
             typer.echo(json.dumps({"findings": rows, "counterfactual": cf, "miss_attribution": misses}, indent=2,
                                   default=str))
+            return
+        if quiet:
             return
         from prefixscan.cli.common import stdout_console
         from prefixscan.report.analyze_terminal import miss_line

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from prefixscan.cli.common import handle_errors, stderr_console
+from prefixscan.cli.common import handle_errors, safe, stderr_console
 
 
 def register(app: typer.Typer) -> None:
@@ -51,11 +51,12 @@ def register(app: typer.Typer) -> None:
         console = stderr_console()
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(result.by_kind.items())) or "none"
         console.print(f"rewrote {result.rewritten:,} of {result.requests:,} records into "
-                      f"{', '.join(result.outputs)} (findings fixed: {kinds})", highlight=False, soft_wrap=True)
+                      f"{safe(', '.join(result.outputs))} (findings fixed: {safe(kinds)})", highlight=False,
+                      soft_wrap=True)
         if result.not_fixed:
             left = ", ".join(f"{k} {v}" for k, v in sorted(result.not_fixed.items()))
-            console.print(f"no safe rewrite, left as they are: {left} (see each finding's fix)", highlight=False,
-                          soft_wrap=True)
+            console.print(f"no safe rewrite, left as they are: {safe(left)} (see each finding's fix)",
+                          highlight=False, soft_wrap=True)
         console.print(f"ideal-cache token-weighted hit rate: before {100 * result.before:.1f}%, after "
                       f"{100 * result.after:.1f}% (the counterfactual predicted {100 * result.predicted:.1f}%); "
                       f"findings left: {result.findings_after}", highlight=False, soft_wrap=True)

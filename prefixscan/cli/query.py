@@ -1,27 +1,72 @@
-"""`prefixscan query RUN_DIR "SQL"`: DuckDB over the run's tables, one view per table."""
+"""`prefixscan query RUN_DIR "SQL"`: DuckDB over the run's tables, one read-only view per table."""
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
-from prefixscan.cli.common import handle_errors
+from prefixscan.cli.choices import QUERY_FORMATS, one_of
+from prefixscan.cli.common import handle_errors, stdout_console
+from prefixscan.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(no_args_is_help=True)
+    @app.command()
     @handle_errors
     def query(
-        run_dir: str = typer.Argument(..., help="Run directory written by `prefixscan analyze -o`."),
-        sql: str = typer.Argument(..., help="SQL, or @path/to/file.sql (e.g. @queries/hit_rate_by_tenant.sql)."),
-        fmt: str = typer.Option("table", "--format", help="table (rich), csv, json or parquet."),
-        output: str = typer.Option(None, "-o", "--output", help="Write the result to this file."),
+        run_dir: str = typer.Argument(None, help="Run directory written by `prefixscan analyze -o`."),
+        sql: str = typer.Argument(None, help="SQL, @path/to/file.sql, or @NAME of a canned query (see --list)."),
+        canned: str = typer.Option(None, "--canned", help="Run the canned query NAME (see --list)."),
+        list_canned: bool = typer.Option(False, "--list", help="List the canned queries and exit."),
+        fmt: str = typer.Option("table", "--format", metavar=one_of(QUERY_FORMATS),
+                                help="table (rich), csv, json or parquet (parquet needs -o)."),
+        output: str = typer.Option(None, "-o", "--output",
+                                   help="Write the result to this file (never inside a run directory)."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing -o file."),
         limit: int = typer.Option(200, "--limit", help="Rows shown in table format (0 = all)."),
     ) -> None:
-        """Run SQL over a run directory with DuckDB (tables: requests, rejects, summaries, prefixes, ...).
+        """Run read-only SQL over a run directory with DuckDB (tables: requests, rejects, summaries, prefixes,
+        ...). The query sees only the run's tables: no other file, no network, no writes (docs/query.md).
 
         Example: prefixscan query runs/demo "select tenant, sum(cached_tokens) from requests group by 1"
         """
-        from prefixscan.query import render_result, run_query
+        from prefixscan.query import canned_queries, check_output, encode_result, run_query, write_output
 
-        rel_cols, rows = run_query(run_dir, sql)
-        render_result(rel_cols, rows, fmt, output, limit)
+        if list_canned:
+            for name, question in canned_queries().items():
+                typer.echo(f"{name:34s} {question}")
+            return
+        if run_dir is None or (sql is None) == (canned is None):
+            raise UsageError("give RUN_DIR and either SQL or --canned NAME (`prefixscan query --help`)")
+        if fmt == "parquet" and not output:
+            raise UsageError("--format parquet needs -o FILE")
+        target = check_output(output, force) if output else None  # before the query runs
+        cols, rows = run_query(run_dir, f"@{canned}" if canned else sql)
+        if fmt != "table":
+            data = encode_result(cols, rows, fmt)
+            if target is None:
+                sys.stdout.write(data.decode())
+            else:
+                write_output(target, data)
+            return
+        _print_table(cols, rows, limit, target)
+
+
+def _print_table(cols: list, rows: list, limit: int, target) -> None:  # noqa: ANN001
+    import io
+
+    from rich.console import Console
+
+    from prefixscan.report.query_terminal import result_table
+
+    shown = rows if limit <= 0 else rows[:limit]
+    buf = io.StringIO() if target is not None else None
+    console = Console(file=buf, width=200, emoji=False) if buf is not None else stdout_console()
+    console.print(result_table(cols, shown, None if buf is not None else console.width))
+    if len(shown) < len(rows):
+        console.print(f"({len(rows) - len(shown)} more rows; use --limit 0 or --format csv)")
+    if buf is not None:
+        from prefixscan.query import write_output
+
+        write_output(target, buf.getvalue().encode())

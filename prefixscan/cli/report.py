@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from prefixscan.cli.choices import REPORT_FORMATS, one_of
 from prefixscan.cli.common import handle_errors
 from prefixscan.errors import UsageError
 
@@ -18,7 +19,8 @@ def register(app: typer.Typer) -> None:
     def report(
         run_dir: str = typer.Argument(..., help="Run directory from `prefixscan analyze` (and simulate, ...)."),
         output: str | None = typer.Option(None, "--output", "-o", help="Directory to write to (default: RUN_DIR)."),
-        fmt: str = typer.Option("both", "--format", "-f", help="md, html or both."),
+        fmt: str = typer.Option("both", "--format", "-f", metavar=one_of(REPORT_FORMATS),
+                                help="Markdown, HTML or both."),
         model: str | None = typer.Option(None, "--model", "-m",
                                          help="Model (default: the saved estimate's, else the simulation's, "
                                               "else llama-3.1-70b)."),
@@ -33,6 +35,7 @@ def register(app: typer.Typer) -> None:
                                                   help="Project the run's traffic to this rate (req/s)."),
         usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
         mfu: float | None = typer.Option(None, "--mfu", help="Model FLOPs utilisation during prefill."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the paths written."),
     ) -> None:
         """Write report.md (figures in report_figures/) and a self-contained report.html for a run.
 
@@ -51,5 +54,5 @@ def register(app: typer.Typer) -> None:
             usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
         )
         for kind in ("md", "html"):
-            if kind in written:
+            if kind in written and not quiet:
                 typer.echo(str(written[kind]))

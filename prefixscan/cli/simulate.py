@@ -9,7 +9,17 @@ from typing import Any
 
 import typer
 
-from prefixscan.cli.common import handle_errors, show_progress, stderr_console, stdout_console
+from prefixscan.cli.choices import (
+    DTYPES,
+    EVICTIONS,
+    KNOWLEDGE,
+    POLICIES,
+    PREFILL_MODELS,
+    gpu_names,
+    model_names,
+    one_of,
+)
+from prefixscan.cli.common import handle_errors, safe, show_progress, stderr_console, stdout_console
 from prefixscan.errors import UsageError
 
 
@@ -72,15 +82,17 @@ def register(app: typer.Typer) -> None:
     def simulate(
         inputs: list[str] = typer.Argument(..., help="A run directory, or log files to analyse first."),
         replicas: int = typer.Option(8, "--replicas", "-n", help="Engine replicas."),
-        policies: str = typer.Option("all", "--policies", "-p", help="Comma-separated policies, or all."),
+        policies: str = typer.Option("all", "--policies", "-p", metavar="all|POLICY,...",
+                                     help=f"Comma-separated policies, or all: {', '.join(POLICIES)}."),
         kv_blocks: str = typer.Option(
             None, "--kv-blocks", help="KV blocks per replica, or 'unbounded' (default: from --model/--gpu)."
         ),
         model: str = typer.Option(
-            "llama-3.1-8b", "--model", "-m", help="Catalogue model (KV size, prefill)."
+            "llama-3.1-8b", "--model", "-m", metavar="MODEL",
+            help=f"Catalogue model (KV size, prefill): {model_names()} (aliases and HF ids accepted)."
         ),
-        gpu: str = typer.Option("h100", "--gpu", help="GPU: h100, h200, b200, a100, l40s, mi300x."),
-        dtype: str = typer.Option("bf16", "--dtype", help="Weights/KV dtype: bf16 or fp8."),
+        gpu: str = typer.Option("h100", "--gpu", metavar="GPU", help=f"GPU: {gpu_names()} (h100 = h100-sxm)."),
+        dtype: str = typer.Option("bf16", "--dtype", metavar="|".join(DTYPES), help="Weights/KV dtype."),
         tensor_parallel: int = typer.Option(1, "--tensor-parallel", "--tp", help="GPUs per replica."),
         gpu_memory_utilization: float = typer.Option(
             0.9, "--gpu-memory-utilization", help="vLLM default 0.9."
@@ -88,9 +100,11 @@ def register(app: typer.Typer) -> None:
         eviction: str = typer.Option(
             "vllm",
             "--eviction",
+            metavar=one_of(EVICTIONS),
             help="vllm (LRU free queue) or radix (SGLang; same order at block granularity).",
         ),
-        prefill_model: str = typer.Option("cost", "--prefill-model", help="cost, preble or coeffs."),
+        prefill_model: str = typer.Option("cost", "--prefill-model", metavar=one_of(PREFILL_MODELS),
+                                                   help="Prefill time: cost (FLOPs), preble or coeffs."),
         prefill_coeffs: str = typer.Option(
             None, "--prefill-coeffs", help="a,b,c,d,e: ms = a + b*new + c*cached + d*new*cached + e*new^2."
         ),
@@ -106,7 +120,8 @@ def register(app: typer.Typer) -> None:
         default_output_tokens: int = typer.Option(
             128, "--default-output-tokens", help="Output length when the log has none."
         ),
-        knowledge: str = typer.Option(None, "--knowledge", help="exact, delayed or approximate router view."),
+        knowledge: str | None = typer.Option(None, "--knowledge", metavar=one_of(KNOWLEDGE),
+                                             help="The router's view of the caches."),
         event_delay: float = typer.Option(
             0.0, "--event-delay", help="KV-event delay in seconds (delayed view)."
         ),
@@ -234,7 +249,7 @@ def register(app: typer.Typer) -> None:
         if not quiet and save and tmp is None:
             console.print(
                 f"wrote sim_policies, sim_replicas, sim_timeline{', sim_decisions' if decision_log else ''} "
-                f"to {run_path}"
+                f"to {safe(run_path)}"
             )
 
 

@@ -11,7 +11,8 @@ import time
 
 import typer
 
-from prefixscan.cli.common import handle_errors, stderr_console
+from prefixscan.cli.choices import SYNTH_FORMATS, one_of
+from prefixscan.cli.common import handle_errors, safe, stderr_console
 
 _FORMAT_HELP = "Output format: jsonl, jsonl.gz, parquet, or mooncake (hashed trace, 512-token blocks)."
 
@@ -31,7 +32,7 @@ def register(app: typer.Typer) -> None:
             "Scenarios: chat, shared_prompt, doc_qa, template, rag, agent, viral. Default: all.",
         ),
         tenants: int = typer.Option(3, "--tenants", help="Number of tenants."),
-        fmt: str = typer.Option("jsonl", "--format", "-f", help=_FORMAT_HELP),
+        fmt: str = typer.Option("jsonl", "--format", "-f", metavar=one_of(SYNTH_FORMATS), help=_FORMAT_HELP),
         rps: float = typer.Option(5.0, "--rps", help="Mean request rate (requests per second), bursts included."),
         prompt_tokens: int = typer.Option(
             2000, "--prompt-tokens", help="Approximate size of the shared part of a prompt, in tokens."),
@@ -83,12 +84,12 @@ def register(app: typer.Typer) -> None:
         mix = ", ".join(f"{k} {v}" for k, v in sorted(result.by_scenario.items()))
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(result.fields_by_kind.items())) or "none"
         console.print(f"wrote {result.requests:,} requests ({result.conversations:,} conversations) to "
-                      f"{result.path} ({result.format}, {result.bytes:,} bytes) in {elapsed:.2f}s",
+                      f"{safe(result.path)} ({result.format}, {result.bytes:,} bytes) in {elapsed:.2f}s",
                       highlight=False, soft_wrap=True)
-        console.print(f"  scenarios: {mix}", highlight=False, soft_wrap=True)
-        console.print(f"  tenants: {len(result.by_tenant)}; dynamic fields: {result.fields:,} ({kinds})",
+        console.print(f"  scenarios: {safe(mix)}", highlight=False, soft_wrap=True)
+        console.print(f"  tenants: {len(result.by_tenant)}; dynamic fields: {result.fields:,} ({safe(kinds)})",
                       highlight=False, soft_wrap=True)
         console.print(f"  ideal-cache block hit rate (estimated 512-token blocks): {result.block_hit_rate:.3f}",
                       highlight=False, soft_wrap=True)
         if result.truth_path:
-            console.print(f"  ground truth: {result.truth_path}", highlight=False, soft_wrap=True)
+            console.print(f"  ground truth: {safe(result.truth_path)}", highlight=False, soft_wrap=True)

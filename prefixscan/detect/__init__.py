@@ -10,13 +10,13 @@ eviction and unexplained (a tokenizer or template mismatch).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import xxhash
 
 from prefixscan.detect.accumulate import Acc, merge_aliases, token_offset
 from prefixscan.detect.counterfactual import Blocks, Counterfactual, run_counterfactual
@@ -69,8 +69,10 @@ def _candidate(acc: Acc) -> bool:
 
 
 def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size: int,
-             rule: str, hash_tenants: bool = False, baseline: np.ndarray | None = None) -> FindingsResult:
-    """Findings for a finished analysis: counterfactual re-analysis, credit, thresholds, ranking."""
+             rule: str, hash_tenants: Callable[[str], str | None] | None = None,
+             baseline: np.ndarray | None = None) -> FindingsResult:
+    """Findings for a finished analysis: counterfactual re-analysis, credit, thresholds, ranking.
+    `hash_tenants`: the run's keyed tenant hash (`privacy.tenant_hasher`), None to keep names."""
     t0 = time.perf_counter()
     findings: list[Finding] = []
     cf = Counterfactual()
@@ -129,7 +131,7 @@ def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size
     return FindingsResult(findings, cf, ops, (det.seconds if det else 0.0) + time.perf_counter() - t0)
 
 
-def _tenant(tenant: str, hashed: bool) -> str | None:
+def _tenant(tenant: str, digest: Callable[[str], str | None] | None) -> str | None:
     if not tenant:
         return None
-    return "t-" + xxhash.xxh3_64_hexdigest(tenant.encode("utf-8", "surrogatepass"))[:10] if hashed else tenant
+    return digest(tenant) if digest is not None else tenant

@@ -9,6 +9,8 @@ import polars as pl
 from prefixscan.config import AnalyzeConfig
 from prefixscan.detect import FindingsResult, finalize
 from prefixscan.detect.counterfactual import Blocks
+from prefixscan.detect.shown import guard_findings
+from prefixscan.requests_frame import identity_hasher
 from prefixscan.reuse.ideal import ideal_reuse, scope_salts
 
 
@@ -24,4 +26,6 @@ def run_findings(cfg: AnalyzeConfig, ing: Any, req: pl.DataFrame, blocks: Blocks
         baseline = ideal_reuse(offsets, flat, req["prompt_tokens"].to_numpy(), ing.block_size, ing.hit_rule,
                                scope_salts(req["tenant"].to_list()),
                                scope_salts(req["conversation_id"].to_list())).cached_tokens
-    return finalize(ing.detector, req, blocks, ing.block_size, ing.hit_rule, cfg.hash_tenants, baseline)
+    res = finalize(ing.detector, req, blocks, ing.block_size, ing.hit_rule, identity_hasher(cfg), baseline)
+    guard_findings(res.findings, req, cfg.snippet_k, cfg.include_text)  # example text only as privacy allows
+    return res

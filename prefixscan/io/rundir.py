@@ -283,6 +283,9 @@ def add_tables(run: str | os.PathLike[str], tables: dict[str, pa.Table], section
         if info is not None:
             manifest[section] = info
         write_manifest(path, manifest)
+    from prefixscan.io.modes import apply_mode, run_mode
+
+    apply_mode(run, run_mode(run))  # the new files as private as the run's inputs
 
 
 @dataclass

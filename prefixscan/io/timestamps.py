@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 _UNITS = ((1e11, 1.0), (1e14, 1e-3), (1e17, 1e-6), (float("inf"), 1e-9))
+
+
+_TIME_LIKE = re.compile(r"[0-9\s:.,+\-/TZ]*")
 
 
 def epoch_number_to_seconds(value: float) -> float:
@@ -28,7 +32,15 @@ def _rfc2822(s: str) -> datetime:
     try:
         return parsedate_to_datetime(s)
     except (TypeError, ValueError, IndexError):
-        raise ValueError(f"timestamp {s[:40]!r} is neither ISO-8601, RFC 2822 nor an epoch number") from None
+        raise ValueError(f"timestamp {shown_value(s)} is neither ISO-8601, RFC 2822 nor an epoch number") from None
+
+
+def shown_value(s: str, limit: int = 40) -> str:
+    """A bad timestamp as a reject may quote it: time-like text as is, anything else (a name or a message
+    in the wrong field) only by its length, so rejects carry no customer text."""
+    if _TIME_LIKE.fullmatch(s[:limit]):
+        return repr(s[:limit])
+    return f"(a {len(s)}-character string, not shown)"
 
 
 def parse_timestamp(value: Any) -> float:

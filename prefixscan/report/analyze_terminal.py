@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from prefixscan.report.fmt import numbers_table, plain, safe
 from prefixscan.report.fmt import pct as _pct
 from prefixscan.report.fmt import tokens as _tok
 
@@ -28,12 +29,11 @@ def headline(s: dict[str, Any]) -> str:
 
 
 def _group_table(title: str, rows: dict[str, Any], limit: int = 8) -> Table:
-    t = Table(title=title, title_justify="left", show_edge=False)
-    for c in ("key", "requests", "prompt tok", "cached tok", "token-wt", "block-wt", "req mean"):
-        t.add_column(c, justify="left" if c == "key" else "right")
-    for key, r in list(rows.items())[:limit]:
-        t.add_row(str(key), f"{r['requests']:,}", _tok(r["prompt_tokens"]), _tok(r["cached_tokens"]),
-                  _pct(r["token_weighted"]), _pct(r["block_weighted"]), _pct(r["request_mean"]))
+    cells = [[safe(key), f"{r['requests']:,}", _tok(r["prompt_tokens"]), _tok(r["cached_tokens"]),
+              _pct(r["token_weighted"]), _pct(r["block_weighted"]), _pct(r["request_mean"])]
+             for key, r in list(rows.items())[:limit]]
+    t = numbers_table(title, ["key", "requests", "prompt tok", "cached tok", "token-wt", "block-wt", "req mean"],
+                      cells, text={"key"})
     if len(rows) > limit:
         t.caption = f"{len(rows) - limit} more in the summaries table"
     return t
@@ -51,27 +51,25 @@ def render_summary(result: Any, console: Console) -> None:
     s = result.summary
     rq = s["requests"]
     console.print(f"[bold]prefixscan analyze[/bold]  {s['input']['files']} file(s), "
-                  f"shape {', '.join(sorted(set(s['input']['shapes'].values()))) or '-'}, "
-                  f"tokenizer {s['input']['tokenizer']}, block {s['input']['block_size']}, "
+                  f"shape {safe(', '.join(sorted(set(s['input']['shapes'].values()))) or '-')}, "
+                  f"tokenizer {safe(s['input']['tokenizer'])}, block {s['input']['block_size']}, "
                   f"hit rule {s['input']['hit_rule']}, granularity {s['input']['granularity']}"
-                  + _hash_label(s['input'].get("hash") or {}))
+                  + _hash_label(s['input'].get("hash") or {}))  # already escaped
     console.print(f"records read {rq['read']:,} = accepted {rq['accepted']:,} + rejected {rq['rejected']:,}"
-                  + (f"  (rejects: {', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items()))})"
+                  + (f"  (rejects: {safe(', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items())))})"
                      if rq["rejected"] else ""))
     console.print(f"[bold]{headline(s)}[/bold]")
     hr = s["hit_rate"]
-    t = Table(title="Ideal-cache hit rate (three definitions)", title_justify="left", show_edge=False)
-    t.add_column("definition")
-    t.add_column("whole log", justify="right")
-    t.add_column("steady state (2nd half)", justify="right")
-    t.add_row("token-weighted (cached / prompt tokens; what vLLM counters show)", _pct(hr["token_weighted"]),
-              _pct(hr["steady_state_token_weighted"]))
-    t.add_row("block-weighted (hit blocks / all blocks)", _pct(hr["block_weighted"]),
-              _pct(hr["steady_state_block_weighted"]))
-    t.add_row("mean of per-request hit fractions (AIPerf)", _pct(hr["request_mean"]),
-              _pct(hr["steady_state_request_mean"]))
-    t.add_row("token-weighted with tenants isolated", _pct(hr["tenant_isolated_token_weighted"]), "")
-    console.print(t)
+    console.print(numbers_table("Ideal-cache hit rate (three definitions)",
+                                ["definition", "whole log", "steady state (2nd half)"], [
+        ["token-weighted (cached / prompt tokens; what vLLM counters show)", _pct(hr["token_weighted"]),
+         _pct(hr["steady_state_token_weighted"])],
+        ["block-weighted (hit blocks / all blocks)", _pct(hr["block_weighted"]),
+         _pct(hr["steady_state_block_weighted"])],
+        ["mean of per-request hit fractions (AIPerf)", _pct(hr["request_mean"]),
+         _pct(hr["steady_state_request_mean"])],
+        ["token-weighted with tenants isolated", _pct(hr["tenant_isolated_token_weighted"]), ""]],
+        text={"definition"}))
     tk = s["tokens"]
     console.print(f"avoidable prefill: {_tok(tk['cached'])} tokens; still computed: {_tok(tk['uncached'])}. "
                   f"prompt length p50/p90/p99 {_tok(tk['prompt_percentiles']['p50'])}/"
@@ -94,13 +92,11 @@ def render_summary(result: Any, console: Console) -> None:
                       f"{_tok(ct['tokens_lost_if_isolated'])} cached tokens "
                       f"({_pct(hr['token_weighted'])} -> {_pct(ct['token_weighted_isolated'])})")
     if s["top_prefixes"]:
-        tp = Table(title="Top shared prefixes (redacted)", title_justify="left", show_edge=False)
-        for c in ("#", "length", "hits", "saved", "tenants", "starts with"):
-            tp.add_column(c, justify="left" if c == "starts with" else "right")
-        for r in s["top_prefixes"]:
-            tp.add_row(str(r["rank"]), _tok(r["prefix_tokens"]), f"{r['hits']:,}", _tok(r["tokens_saved"]),
-                       str(r["tenants"]), r["snippet"] or "(hashed trace: no text)")
-        console.print(tp)
+        cells = [[str(r["rank"]), _tok(r["prefix_tokens"]), f"{r['hits']:,}", _tok(r["tokens_saved"]),
+                  str(r["tenants"]), safe(r["snippet"] or "(hashed trace: no text)")] for r in s["top_prefixes"]]
+        console.print(numbers_table("Top shared prefixes (shared text only, redacted)",
+                                    ["#", "length", "hits", "saved", "tenants", "starts with"], cells,
+                                    text={"starts with"}))
     av = s["actual_vs_predicted"]
     if av["requests_with_actual"]:
         console.print(f"engine-reported cached tokens on {av['requests_with_actual']:,} requests: "
@@ -114,16 +110,16 @@ def render_summary(result: Any, console: Console) -> None:
 
         render_top(s, console)
     for note in s["notes"]:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {safe(note)}")
     if result.run_dir:
-        console.print(f"run directory: [bold]{result.run_dir}[/bold]  (query it: prefixscan query "
-                      f"{result.run_dir} \"select * from summaries\")")
+        console.print(f"run directory: [bold]{safe(result.run_dir)}[/bold]  (query it: prefixscan query "
+                      f"{safe(result.run_dir)} \"select * from summaries\")")
 
 
 def render_evidence(sentences: list[str], console: Console) -> None:
     """The engine's own evidence (metrics, KV events) after the summary, one line each."""
     for s in sentences:
-        console.print("evidence: " + s, markup=False, highlight=False)
+        console.print("evidence: " + plain(s), markup=False, highlight=False)
 
 
 def miss_line(m: dict | None) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prefixscan.cost.verdict import gpus_text
+from prefixscan.report.fmt import safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,7 +32,7 @@ def _pct(x: float | None) -> str:
 
 
 def _row(s: Scenario) -> list[str]:
-    return [_LABELS.get(s.name, s.name), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted),
+    return [safe(_LABELS.get(s.name, s.name)), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted),
             _pct(s.capture_of_ideal), f"{s.prefill_tokens_s:,.0f}", gpus_text(s.gpus), _usd(s.usd_per_month),
             s.basis]
 
@@ -43,13 +44,14 @@ def render(result: EstimateResult, console: Console) -> None:
 
     r, wl, m, g = result, result.workload, result.model, result.gpu
     out = wl.output_tokens
-    console.print(f"[bold]Scenario:[/] {r.spec.describe()}", highlight=False)
+    console.print(f"[bold]Scenario:[/] {safe(r.spec.describe())}", highlight=False)
     console.print(
-        f"[bold]{m.name}[/] ({m.active_params / 1e9:.1f}B active) in {r.dtype} on {g.name}, MFU {r.mfu:.0%}"
+        f"[bold]{safe(m.name)}[/] ({m.active_params / 1e9:.1f}B active) in {safe(r.dtype)} on {safe(g.name)}, "
+        f"MFU {r.mfu:.0%}"
         f"{', linear FLOPs (no attention term)' if r.linear else ''}: "
         f"{r.per_gpu_prefill_tokens_s:,.0f} prefill tok/s per GPU, ${r.usd_per_gpu_hour:.2f}/GPU-hour")
     console.print(
-        f"Traffic ({'measured from ' + wl.source if wl.source != 'flags' else 'from flags'}): "
+        f"Traffic ({'measured from ' + safe(wl.source) if wl.source != 'flags' else 'from flags'}): "
         f"{wl.rps:,.4g} req/s, context {wl.context_tokens:,.0f} tokens, "
         f"new {wl.new_tokens:,.0f} tokens/request"
         + (f", output {out:,.0f} tokens" if out is not None else "")
@@ -57,10 +59,10 @@ def render(result: EstimateResult, console: Console) -> None:
     if wl.ideal_hit_rate_token_weighted is not None:
         console.print("Ideal-cache hit rate (token-weighted, whole log): "
                       f"{wl.ideal_hit_rate_token_weighted:.1%}")
-    console.print(f"KV cache: {r.kv_bytes_per_token / 1024:,.1f} KiB/token in {r.kv_dtype}, "
+    console.print(f"KV cache: {r.kv_bytes_per_token / 1024:,.1f} KiB/token in {safe(r.kv_dtype)}, "
                   f"{r.kv_capacity_tokens_per_replica:,} tokens per replica")
 
-    console.print(f"Round robin and router from: {r.baseline_basis} ({r.baseline_detail})", highlight=False)
+    console.print(f"Round robin and router from: {safe(r.baseline_basis)} ({safe(r.baseline_detail)})", highlight=False)
     t = Table(title="Prefill GPUs by routing", title_justify="left")
     for col in COLUMNS:
         t.add_column(col, justify="left" if col in ("routing", "basis") else "right")
@@ -68,9 +70,9 @@ def render(result: EstimateResult, console: Console) -> None:
         t.add_row(*_row(s))
     console.print(t)
     pa, sq = r.scenario("prefix_aware"), r.scenario(r.status_quo)
-    console.print(f"Prefix-aware from: {pa.source}")
+    console.print(f"Prefix-aware from: {safe(pa.source)}")
     if r.engine is not None:
-        console.print("Today vs modelled round robin: " + " ".join(r.engine.explanation), highlight=False)
+        console.print("Today vs modelled round robin: " + safe(" ".join(r.engine.explanation)), highlight=False)
     vs_rr = "" if r.status_quo == "round_robin" else f"vs round robin {_usd(r.monthly_savings_vs_round_robin_usd)}; "
     console.print(
         f"[bold]Saving vs {_LABELS[r.status_quo]}: {gpus_text(sq.gpus - pa.gpus)} GPUs = "
@@ -89,7 +91,7 @@ def render(result: EstimateResult, console: Console) -> None:
                     "TTFT p95"):
             pt.add_column(col, justify="left" if col == "policy" else "right")
         for s in r.policies:
-            pt.add_row(s.name, _pct(s.hit_rate), _pct(s.hit_rate_token_weighted), gpus_text(s.gpus),
+            pt.add_row(safe(s.name), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted), gpus_text(s.gpus),
                        _usd(s.usd_per_month),
                        "-" if s.ttft_p50_s is None else f"{s.ttft_p50_s:.2f} s",
                        "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f} s")
@@ -109,7 +111,7 @@ def render(result: EstimateResult, console: Console) -> None:
 
     v = r.verdict
     style = {True: "green", False: "red", None: "yellow"}[v.worth_it]
-    body = v.headline + "\n" + "\n".join(f"- {reason}" for reason in v.reasons)
+    body = safe(v.headline) + "\n" + "\n".join(f"- {safe(reason)}" for reason in v.reasons)
     console.print(Panel(body, title="Verdict", border_style=style))
     for note in r.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {safe(note)}[/]")

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from prefixscan.report.fmt import safe
 from prefixscan.report.fmt import tokens as _tok
 
 
@@ -15,7 +16,7 @@ def where(f: dict[str, Any]) -> str:
     parts = []
     if f.get("message_index") is not None:
         mi = f["message_index"]
-        parts.append("tools" if mi == -1 else f"message {mi} ({f.get('role')})")
+        parts.append("tools" if mi == -1 else f"message {mi} ({safe(f.get('role'))})")
     if f.get("char_offset") is not None:
         parts.append(f"char {f['char_offset']}")
     if f.get("token_offset") is not None:
@@ -48,11 +49,11 @@ def findings_table(findings: list[dict[str, Any]], title: str, full: bool = Fals
         per = f.get("tokens_lost_per_request")
         if per is None and f.get("requests_affected"):
             per = f["tokens_lost"] / f["requests_affected"]
-        row = [str(f.get("rank") or i), str(f["kind"]), str(f.get("tenant") or "-"), where(f),
-               f"{f['requests_affected']:,}", _tok(f["tokens_lost"]), _tok(per), str(f.get("example") or ""),
-               str(f.get("fix") or "")]
+        row = [str(f.get("rank") or i), safe(f["kind"]), safe(f.get("tenant") or "-"), where(f),
+               f"{f['requests_affected']:,}", _tok(f["tokens_lost"]), _tok(per), safe(f.get("example") or ""),
+               safe(f.get("fix") or "")]
         if full:
-            row.insert(4, str(f.get("label") or "-"))
+            row.insert(4, safe(f.get("label") or "-"))
         t.add_row(*row)
     return t
 
@@ -68,9 +69,10 @@ def render_top(summary: dict[str, Any], console: Console, limit: int = 5) -> Non
     console.print(f"[bold]Cache breakers: {len(findings)} findings, {_tok(lost)} prompt tokens of reuse lost[/bold]"
                   " (top by tokens lost)", soft_wrap=True)
     for i, f in enumerate(findings[:limit], start=1):
-        console.print(f" {i}. {f['kind']}, tenant {f.get('tenant') or '-'}, {where(f)}: {f['requests_affected']:,} "
-                      f"requests, {_tok(f['tokens_lost'])} tokens lost; e.g. {f.get('example') or '-'}. "
-                      f"{f.get('fix') or ''}", soft_wrap=True, highlight=False, markup=False)
+        console.print(f" {i}. {safe(f['kind'])}, tenant {safe(f.get('tenant') or '-')}, {where(f)}: "
+                      f"{f['requests_affected']:,} requests, {_tok(f['tokens_lost'])} tokens lost; "
+                      f"e.g. {safe(f.get('example') or '-')}. {safe(f.get('fix') or '')}", soft_wrap=True,
+                      highlight=False)
     line = counterfactual_line(summary.get("counterfactual"))
     if line:
         console.print(line, soft_wrap=True, highlight=False)
@@ -91,17 +93,17 @@ def render_findings(findings: list[dict[str, Any]], counterfactual: dict[str, An
         per = f.get("tokens_lost_per_request")
         if per is None and f.get("requests_affected"):
             per = f["tokens_lost"] / f["requests_affected"]
-        head = f"#{f.get('rank') or i} [bold]{f['kind']}[/bold] ({f.get('category') or '-'}), tenant " \
-               f"{f.get('tenant') or '-'}" + (f", family {f['family']}" if f.get("family") else "")
-        lines = [head, f"   where: {where(f)}" + (f"; label `{f['label']}`" if f.get("label") else ""),
+        head = f"#{f.get('rank') or i} [bold]{safe(f['kind'])}[/bold] ({safe(f.get('category') or '-')}), tenant " \
+               f"{safe(f.get('tenant') or '-')}" + (f", family {safe(f['family'])}" if f.get("family") else "")
+        lines = [head, f"   where: {where(f)}" + (f"; label `{safe(f['label'])}`" if f.get("label") else ""),
                  f"   requests affected: {f['requests_affected']:,}; tokens lost: {_tok(f['tokens_lost'])} "
                  f"({_tok(per)} per request)"
                  + (f"; distinct values: {f['distinct_values']}" if f.get("distinct_values") else ""),
-                 f"   example (redacted): {f.get('example') or '-'}"
-                 + (f"  (request {f['example_request_id']})" if f.get("example_request_id") else "")]
+                 f"   example (redacted): {safe(f.get('example') or '-')}"
+                 + (f"  (request {safe(f['example_request_id'])})" if f.get("example_request_id") else "")]
         if f.get("detail"):
-            lines.append(f"   detail: {f['detail']}")
-        lines.append(f"   fix: {f.get('fix') or '-'}")
+            lines.append(f"   detail: {safe(f['detail'])}")
+        lines.append(f"   fix: {safe(f.get('fix') or '-')}")
         for line in lines:
             console.print(line, soft_wrap=True, highlight=False)
     line = counterfactual_line(counterfactual)

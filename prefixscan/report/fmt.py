@@ -1,6 +1,10 @@
-"""Number formatting shared by the terminal reporters: absolute tokens first, percentages named."""
+"""Formatting shared by the terminal reporters: absolute tokens first, percentages named; data values
+made safe to print (`safe`, `clean`)."""
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 
 def pct(x: float) -> str:
@@ -19,13 +23,52 @@ def tokens(n: float | None) -> str:
     return f"{n:.0f}"
 
 
-# C0 and C1 control characters, DEL, and the bidi overrides/isolates that reorder what a terminal shows.
-_UNSAFE = dict.fromkeys([*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+# Terminal safety: a value from the data (tenant, file name, snippet, example, SQL result) is printed only
+# through `safe` (Rich markup) or `clean` (plain text): escape sequences from the data could otherwise clear
+# the screen, plant live hyperlinks (OSC 8), rewrite earlier output (\r, \b) or reorder it (bidi overrides),
+# and `[...]` would be read as Rich markup.
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves, screen clears)
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, OSC 8 hyperlinks), BEL- or ST-terminated
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
+    r"|\x1b[@-_]?"  # any other escape
+    r"|\x9b[0-?]*[ -/]*[@-~]|\x9d[^\x07\x9c]*[\x07\x9c]?"  # their 8-bit (C1) forms
+)
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_BREAKS = re.compile(r"[\t\n]")
+
+
+def clean(value: object) -> str:
+    """`value` as one line of plain printable text: escape sequences and control characters removed
+    (tabs and newlines become spaces)."""
+    s = _ESCAPES.sub("", "" if value is None else str(value))
+    return _INVISIBLE.sub("", _BREAKS.sub(" ", s))
+
+
+def safe(value: object) -> str:
+    """`clean(value)` escaped for Rich markup, for any data value inside a printed string or table cell."""
+    from rich.markup import escape
+
+    return escape(clean(value))
 
 
 def plain(value: object) -> str:
-    """A value from the data made safe to print: control characters (escape sequences) removed.
+    """`clean(value)` for text printed with markup off (or in a `rich.text.Text`); None prints as "None"."""
+    return clean(str(value))
 
-    Print it with markup off, or wrap it in `rich.text.Text`, so Rich markup in the data stays text.
-    """
-    return str(value).translate(_UNSAFE)
+
+def numbers_table(title: str | None, columns: list[str], rows: list[list[str]], text: set[str]) -> Any:
+    """A rich table whose number columns never wrap or shrink below their widest cell (a narrow terminal
+    folds the `text` columns onto more lines instead: a cut number would be a wrong number)."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_edge=False)
+    for i, c in enumerate(columns):
+        if c in text:
+            t.add_column(c, overflow="fold")
+        else:
+            widest = max([len(r[i]) for r in rows], default=0)
+            t.add_column(c, justify="right", no_wrap=True, min_width=max(widest, min(len(c), 8)))
+    for r in rows:
+        t.add_row(*r)
+    return t

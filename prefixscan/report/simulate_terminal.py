@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from prefixscan.report.fmt import safe
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -76,7 +78,7 @@ def render(result: SimResult, console: Console) -> None:
         f"Replayed {info['requests']:,} requests ({info['measured_requests']:,} measured) "
         f"over {info['span_s']:,.0f} s "
         f"on {cfg['replicas']} replicas, KV {kv} of {info['block_size']} tokens, prefill model "
-        f"{info['prefill_model']}, router knowledge {cfg['knowledge']}"
+        f"{safe(info['prefill_model'])}, router knowledge {safe(cfg['knowledge'])}"
         + (f" (delay {cfg['event_delay_s']} s)" if cfg["knowledge"] == "delayed" else "")
         + (", tenants isolated" if cfg.get("isolate_tenants") else "")
     )
@@ -99,7 +101,7 @@ def render(result: SimResult, console: Console) -> None:
             if name != "oracle" and key in best and s.get(key) == best[key]:
                 text = f"[bold green]{text}[/]"
             cells.append(text)
-        t.add_row(name + ("*" if name == "oracle" else ""), *cells)
+        t.add_row(safe(name) + ("*" if name == "oracle" else ""), *cells)
     console.print(t)
     split = Table(
         title="TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
@@ -113,7 +115,7 @@ def render(result: SimResult, console: Console) -> None:
         split.add_column(f"{label} p50", justify="right")
         split.add_column(f"{label} p95", justify="right")
     for name, s in result.policies.items():
-        row = [name]
+        row = [safe(name)]
         for _, key in SPLIT:
             row += [
                 fmt(s.get(f"{key}_requests"), "int"),
@@ -133,7 +135,7 @@ def render(result: SimResult, console: Console) -> None:
             iso.add_column(col, justify="left" if col == "policy" else "right")
         for name, s in result.policies.items():
             iso.add_row(
-                name,
+                safe(name),
                 fmt(s.get("isolation_cost_hit_rate"), "pct"),
                 fmt(s.get("isolation_cost_prefill_tokens"), "short"),
                 fmt(s.get("isolation_cost_ttft_p95_s"), "s"),

