@@ -84,7 +84,7 @@ def render_summary(result: Any, console: Console) -> None:
     if cap.get("points"):
         need90 = cap.get("lru_tokens_for_90pct_of_ideal")
         need50 = cap.get("lru_tokens_for_50pct_of_ideal")
-        console.print(f"capacity (one LRU cache, vLLM order): {_tok(need50)} tokens reach 50% of the ideal hit "
+        console.print(f"capacity (one replica, vLLM's block pool): {_tok(need50)} tokens reach 50% of the ideal hit "
                       f"rate, {_tok(need90)} reach 90%" + ("" if need90 else " (not reached on the grid)"))
     ct = s["cross_tenant"]
     if ct["tokens_lost_if_isolated"]:
