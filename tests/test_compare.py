@@ -134,3 +134,15 @@ def test_check_exact_output_on_the_sample_log(tmp_path) -> None:
         "11,056 tokens (high)",
         "check failed: 3 of 3 gate(s) failed",
     ]
+
+
+def test_report_compare_to_adds_a_before_after_section(runs, tmp_path) -> None:
+    a, b = runs
+    r = runner.invoke(app, ["report", b, "--compare-to", a, "-o", str(tmp_path / "rep"), "-f", "md", "-q"])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    section = md.split("## Before and after", 1)[1].split("\n## ", 1)[0]
+    d = prefixscan.diff(a, b)
+    tw = next((x, y) for k, x, y in d.rates if k == "token_weighted")
+    assert f"| token weighted | {100 * tw[0]:.1f}% | {100 * tw[1]:.1f}% | {100 * (tw[1] - tw[0]):+.1f} pts |" in section
+    assert "Cache breakers: 1 fixed, 0 new, 0 remaining" in section

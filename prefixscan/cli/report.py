@@ -35,6 +35,9 @@ def register(app: typer.Typer) -> None:
                                                   help="Project the run's traffic to this rate (req/s)."),
         usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
         mfu: float | None = typer.Option(None, "--mfu", help="Model FLOPs utilisation during prefill."),
+        compare_to: str | None = typer.Option(None, "--compare-to",
+                                              help="An earlier run (say, before a template change): adds a "
+                                                   "before/after section (`prefixscan diff`)."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the paths written."),
     ) -> None:
         """Write report.md (figures in report_figures/) and a self-contained report.html for a run.
@@ -49,7 +52,7 @@ def register(app: typer.Typer) -> None:
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
         written = write_report(
-            run_dir, output, FORMATS[fmt], model=model, gpu=gpu, dtype=dtype, replicas=replicas,
+            run_dir, output, FORMATS[fmt], compare_to=compare_to, model=model, gpu=gpu, dtype=dtype, replicas=replicas,
             tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps, scale_to_rps=scale_to_rps,
             usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
         )

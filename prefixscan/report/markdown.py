@@ -696,6 +696,36 @@ def _misses(data: ReportData) -> list[Block]:
     return out
 
 
+def _opt_pct(x: float | None) -> str:
+    return "-" if x is None else pct(x)
+
+
+def _points(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{100 * (b - a):+.1f} pts"
+
+
+def _comparison(data: ReportData) -> list[Block]:
+    """Before/after against an earlier run (`report --compare-to`): rates, breakers, prefill; B minus A."""
+    d = data.comparison
+    if d is None:
+        return []
+    out: list[Block] = [("h", 2, "Before and after"),
+                        ("p", f"This run (after) against `{d.a.path}` (before): {num(d.a.requests)} and "
+                              f"{num(d.b.requests)} requests." + "".join(f" {w}." for w in d.warnings)),
+                        ("table", ["hit rate (ideal cache)", "before", "after", "change"],
+                         [[k.replace("_", " "), _opt_pct(a), _opt_pct(b), _points(a, b)] for k, a, b in d.rates])]
+    if d.breakers is not None:
+        count = {s: sum(c.status == s for c in d.breakers) for s in ("fixed", "new", "remaining")}
+        out.append(("p", f"Cache breakers: {count['fixed']} fixed, {count['new']} new, {count['remaining']} "
+                         "remaining (matched by kind, tenant, field label and message)."))
+    pa_, pb = d.prefill_a, d.prefill_b
+    out.append(("p", f"Prefill still computed with an ideal cache: {num(pa_.computed_tokens)} of "
+                     f"{num(pa_.prompt_tokens)} prompt tokens before, {num(pb.computed_tokens)} of "
+                     f"{num(pb.prompt_tokens)} after ({pa_.computed_per_request:,.0f} and "
+                     f"{pb.computed_per_request:,.0f} per request)."))
+    return out
+
+
 Section = Callable[[ReportData, dict[str, Figure]], list[Block]]
 
 # The report's sections in order; each is one function (data, figures) -> blocks. A new section is one
@@ -703,6 +733,7 @@ Section = Callable[[ReportData, dict[str, Figure]], list[Block]]
 SECTIONS: tuple[Section, ...] = (
     _scenario,
     lambda d, f: _summary(d),
+    lambda d, f: _comparison(d),
     lambda d, f: _traffic(d),
     _reuse,
     _capacity,

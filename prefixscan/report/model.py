@@ -213,6 +213,7 @@ class ReportData:
     missing: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     misses: dict[str, Any] | None = None  # analyze's miss attribution (summary["miss_attribution"])
+    comparison: Any = None  # prefixscan.compare.diff.DiffResult against an earlier run (report --compare-to)
 
     def policy(self, name: str | None) -> dict[str, Any] | None:
         return next((p for p in self.policies or [] if p["policy"] == name), None)

@@ -39,18 +39,24 @@ def write_report(
     run_dir: str | os.PathLike[str],
     output: str | os.PathLike[str] | None = None,
     formats: tuple[str, ...] = ("md", "html"),
+    compare_to: str | os.PathLike[str] | None = None,
     **scenario: Any,
 ) -> dict[str, Path]:
     """Build the report data once and write report.md (+ report_figures/*.svg) and/or report.html.
 
     `scenario` takes `EstimateOptions` fields (replicas, rps, scale_to_rps, usd_per_gpu_hour, model, gpu,
     dtype, kv_blocks, ...); without any, the saved estimate.json is reused. Returns the written paths by
-    kind ("md", "html", "figures"). Same run directory and options give byte-identical files.
+    kind ("md", "html", "figures"). Same run directory and options give byte-identical files. With
+    `compare_to` (an earlier run, say before a template change) the report gains a before/after section.
     """
     unknown = set(formats) - {"md", "html"}
     if unknown:
         raise UsageError(f"--format must be md, html or both, got {', '.join(sorted(unknown))}")
     data = build(run_dir, scenario_options(**scenario))
+    if compare_to is not None:
+        from prefixscan.compare.diff import diff_runs
+
+        data.comparison = diff_runs(compare_to, run_dir)
     figures = render_all(data)
     out = Path(output) if output is not None else Path(run_dir)
     try:
