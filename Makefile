@@ -43,6 +43,7 @@ conformance/.sglang/.installed: $(CVENV)/.installed
 
 conformance: $(STAMP) conformance/.sglang/.installed  ## prefixscan vs the real vLLM engine and SGLang's radix cache (slow); rewrites docs/conformance.md
 	$(BIN)/python -m conformance.run --vllm-python $(CVENV)/bin/python
+	$(BIN)/python -m conformance.kv_events --vllm-python $(CVENV)/bin/python
 
 clean:  ## remove the venv and demo runs
 	rm -rf $(VENV) runs
