@@ -101,15 +101,17 @@ def locate(command: str, explicit: str | None, params: dict[str, Any]) -> Projec
 
 
 def _recorded(params: dict[str, Any]) -> ProjectConfig | None:
-    """The settings the run's analyze recorded, when the command is given a run directory."""
-    import json
+    """The settings the run's analyze recorded, when the command is given a run directory (a directory
+    that is not a readable run has none: the command itself then says what is wrong with it)."""
+    from prefixscan.errors import PrefixscanError
+    from prefixscan.io.rundir import read_manifest
 
     cand = params.get("run_dir") or (params.get("inputs") or [None])[0]
-    if not cand or not (Path(cand) / "manifest.json").is_file():
+    if not cand or not Path(cand).is_dir():
         return None
     try:
-        pc = json.loads((Path(cand) / "manifest.json").read_text()).get("project_config")
-    except (OSError, ValueError):
+        pc = read_manifest(cand).get("project_config")
+    except PrefixscanError:
         return None
     return ProjectConfig(pc["path"], pc["sections"]) if isinstance(pc, dict) and "sections" in pc else None
 

@@ -15,8 +15,9 @@ from prefixscan.io.rundir import load_run
 # The hit-rate definitions a run reports (REFERENCE.md 9), as named in the manifest.
 DEFINITIONS = ("token_weighted", "block_weighted", "request_mean", "steady_state_token_weighted",
                "steady_state_block_weighted", "steady_state_request_mean", "tenant_isolated_token_weighted")
-# Findings that are not prompt breakers: the gap between predicted and engine-reported cached tokens has
-# causes outside the prompt (routing, eviction, tokenizer), so gates and diffs never count it as one.
+# Findings that are not prompt breakers. Runs written before the miss attribution (the `misses` table)
+# listed the gap between predicted and engine-reported cached tokens as a finding of this category; its
+# causes are outside the prompt (routing, eviction, tokenizer), so gates and diffs of such runs skip it.
 NOT_BREAKERS = ("actual_vs_predicted",)
 GROUPS = ("tenant", "prefix_class", "hit_source", "model")
 

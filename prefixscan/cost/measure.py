@@ -67,7 +67,7 @@ def _col(table, name: str) -> Any:  # noqa: ANN001 - pyarrow table
     return table.column(name)
 
 
-def _engine(req: Any) -> EngineReported | None:
+def engine_reported(req: Any) -> EngineReported | None:
     """Engine-reported cached tokens (`actual_cached_tokens`), when any row has them."""
     import pyarrow.compute as pc
 
@@ -140,7 +140,7 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
         output_tokens=output,
         ideal_hit_rate_token_weighted=sum_cached / sum_prompt if sum_prompt > 0 else 0.0,
         ideal_hit_requests=int(pc.sum(pc.cast(pc.greater(cached, 0), "int64")).as_py() or 0),
-        engine=_engine(req) or _counters(run.manifest, n),
+        engine=engine_reported(req) or _counters(run.manifest, n),
         block_size=int((run.manifest.get("config") or {}).get("block_size") or 16),
         replayable=(f"the requests table lacks {', '.join(lacking)}" if lacking else None),
         sim_config=sim.get("config") if isinstance(sim.get("config"), dict) else None,

@@ -30,10 +30,11 @@ class Evidence:
 
 
 def _measured(run) -> float | None:  # noqa: ANN001 - rundir.Run
-    t = run.table("requests").select(["prompt_tokens", "actual_cached_tokens"]).to_pylist()
-    rows = [r for r in t if r["actual_cached_tokens"] is not None]
-    total = sum(r["prompt_tokens"] for r in rows)
-    return sum(r["actual_cached_tokens"] for r in rows) / total if rows and total else None
+    """The log's own engine-reported hit rate (token-weighted), as the estimator measures it."""
+    from prefixscan.cost.measure import engine_reported
+
+    e = engine_reported(run.table("requests"))
+    return e.hit_rate_token_weighted if e is not None and e.prompt_tokens else None
 
 
 def attach_evidence(run_dir: str | os.PathLike[str], metrics: list[str] | None = None,

@@ -21,7 +21,8 @@ import orjson
 import pyarrow.compute as pc
 
 from prefixscan.errors import UsageError
-from prefixscan.io.rundir import load_run
+from prefixscan.io.atomic import refuse_existing
+from prefixscan.io.rundir import load_run, run_containing
 
 FORMATS = {"mooncake": 512, "bailian": 16}  # target -> the block size its tooling expects
 COLUMNS = ["arrival_s", "prompt_tokens", "output_tokens", "block_hashes", "conversation_id", "turn_index",
@@ -127,12 +128,12 @@ def _records(target: str, t, ids: list[list[int]]) -> list[bytes]:  # noqa: ANN0
 
 
 def _check_output(out: Path, force: bool) -> None:
-    if out.exists() and not force:
-        raise UsageError(f"{out} exists; pass --force to replace it")
     if out.is_dir():
         raise UsageError(f"{out} is a directory; give a file name such as trace.jsonl")
-    if (out.parent / "manifest.json").exists():
-        raise UsageError(f"{out.parent} is a run directory; write the export outside it")
+    refuse_existing(out, force)
+    run = run_containing(out.parent)
+    if run is not None:
+        raise UsageError(f"{run} is a run directory; write the export outside it")
 
 
 def export_trace(run_dir: str | os.PathLike[str], output: str | os.PathLike[str], target: str = "mooncake",

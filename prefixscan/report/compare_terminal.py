@@ -10,7 +10,7 @@ from rich.text import Text
 
 from prefixscan.compare.check import CheckResult
 from prefixscan.compare.diff import DiffResult
-from prefixscan.report.fmt import pct, plain
+from prefixscan.report.fmt import opt_pct, plain, points
 from prefixscan.report.fmt import tokens as tok
 
 
@@ -24,23 +24,12 @@ def check_lines(result: CheckResult, quiet: bool = False) -> list[str]:
     return lines
 
 
-def _points(a: float | None, b: float | None) -> str:
-    if a is None or b is None:
-        return "-"
-    d = 100 * (b - a)
-    return f"{d:+.1f} pts"
-
-
-def _opt_pct(x: float | None) -> str:
-    return "-" if x is None else pct(x)
-
-
 def _rates_table(r: DiffResult) -> Table:
     t = Table(title="Ideal-cache hit rate (B - A)", title_justify="left", show_edge=False)
     for c in ("definition", "A", "B", "change"):
         t.add_column(c, justify="left" if c == "definition" else "right")
     for name, a, b in r.rates:
-        t.add_row(name.replace("_", " "), _opt_pct(a), _opt_pct(b), _points(a, b))
+        t.add_row(name.replace("_", " "), opt_pct(a), opt_pct(b), points(a, b))
     return t
 
 
@@ -54,8 +43,8 @@ def _groups_table(r: DiffResult, dimension: str) -> Table | None:
         t.add_column(c, justify="left" if c == "key" else "right", overflow="fold")
     for g in rows:
         t.add_row(Text(plain(g.key)), "-" if g.requests_a is None else f"{g.requests_a:,}",
-                  "-" if g.requests_b is None else f"{g.requests_b:,}", _opt_pct(g.rate_a), _opt_pct(g.rate_b),
-                  _points(g.rate_a, g.rate_b))
+                  "-" if g.requests_b is None else f"{g.requests_b:,}", opt_pct(g.rate_a), opt_pct(g.rate_b),
+                  points(g.rate_a, g.rate_b))
     return t
 
 

@@ -12,6 +12,16 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def opt_pct(x: float | None) -> str:
+    """A rate that one side of a comparison may lack: '-' when absent."""
+    return "-" if x is None else pct(x)
+
+
+def points(a: float | None, b: float | None) -> str:
+    """The change from a to b in percentage points: 0.476 -> 0.599 is '+12.3 pts'."""
+    return "-" if a is None or b is None else f"{100 * (b - a):+.1f} pts"
+
+
 def tokens(n: float | None) -> str:
     """Token counts with a unit: 57410 -> '57.41k'; None -> '-'."""
     if n is None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prefixscan.report.figures import SCENARIO_LABELS, Figure
+from prefixscan.report.fmt import opt_pct, points
 from prefixscan.report.model import ReportData
 
 Block = (
@@ -696,14 +697,6 @@ def _misses(data: ReportData) -> list[Block]:
     return out
 
 
-def _opt_pct(x: float | None) -> str:
-    return "-" if x is None else pct(x)
-
-
-def _points(a: float | None, b: float | None) -> str:
-    return "-" if a is None or b is None else f"{100 * (b - a):+.1f} pts"
-
-
 def _comparison(data: ReportData) -> list[Block]:
     """Before/after against an earlier run (`report --compare-to`): rates, breakers, prefill; B minus A."""
     d = data.comparison
@@ -713,7 +706,7 @@ def _comparison(data: ReportData) -> list[Block]:
                         ("p", f"This run (after) against `{d.a.path}` (before): {num(d.a.requests)} and "
                               f"{num(d.b.requests)} requests." + "".join(f" {w}." for w in d.warnings)),
                         ("table", ["hit rate (ideal cache)", "before", "after", "change"],
-                         [[k.replace("_", " "), _opt_pct(a), _opt_pct(b), _points(a, b)] for k, a, b in d.rates])]
+                         [[k.replace("_", " "), opt_pct(a), opt_pct(b), points(a, b)] for k, a, b in d.rates])]
     if d.breakers is not None:
         count = {s: sum(c.status == s for c in d.breakers) for s in ("fixed", "new", "remaining")}
         out.append(("p", f"Cache breakers: {count['fixed']} fixed, {count['new']} new, {count['remaining']} "
