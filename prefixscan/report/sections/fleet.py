@@ -1,0 +1,300 @@
+"""Report sections on the fleet and money: scenario, policies, cost, plan, rollout, appendix."""
+
+from __future__ import annotations
+
+from prefixscan.report.figures import SCENARIO_LABELS, Figure
+from prefixscan.report.model import ReportData
+from prefixscan.report.sections.blocks import (
+    COST_COLUMNS,
+    Block,
+    estimate_missing,
+    gpus,
+    missing_block,
+    num,
+    pct,
+    sec,
+    tok,
+    usd,
+)
+
+
+def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
+    out: list[Block] = [("h", 2, "Routing policy comparison")]
+    if data.policies is None:
+        return out + [missing_block(data, "policies", "simulation")]
+    s = data.sim
+    out.append(
+        (
+            "p",
+            f"Simulated on {s.get('replicas')} replicas of {s.get('model')} on {s.get('gpu')}, "
+            f"{num(s.get('kv_blocks_per_replica'))} KV blocks of {s.get('block_size')} tokens per replica, "
+            f"router knowledge `{s.get('knowledge')}`; from {data.policies_source}. \"prompt tokens "
+            f"cached\" is token-weighted over all replicas; \"of ideal\" is the share of an unbounded "
+            f"single cache's hits; the chosen policy is **{data.best_policy}**.",
+        )
+    )
+    out.append(
+        (
+            "table",
+            [
+                "policy",
+                "prompt tokens cached",
+                "of ideal",
+                "TTFT p50",
+                "TTFT p95",
+                "imbalance",
+                "spill",
+                "prefill tokens",
+                "evictions",
+            ],
+            [
+                [
+                    p["policy"],
+                    pct(p.get("hit_rate_token_weighted")),
+                    pct(p.get("capture_of_ideal")),
+                    sec(p.get("ttft_p50_s")),
+                    sec(p.get("ttft_p95_s")),
+                    num(p.get("imbalance_max_mean"), 2),
+                    pct(p.get("spill_rate")),
+                    tok(p.get("prefill_tokens")),
+                    num(p.get("evictions")),
+                ]
+                for p in data.policies
+            ],
+        )
+    )
+    out.append(("fig", "policies"))
+    out.append(("h", 3, "TTFT by cache outcome"))
+    out.append(
+        (
+            "table",
+            [
+                "policy",
+                "warm req",
+                "warm p50 / p95",
+                "partial req",
+                "partial p50 / p95",
+                "cold req",
+                "cold p50 / p95",
+            ],
+            [
+                [p["policy"]]
+                + sum(
+                    (
+                        [
+                            num(p.get(f"{k}_requests")),
+                            f"{sec(p.get(f'ttft_{k}_p50_s'))} / {sec(p.get(f'ttft_{k}_p95_s'))}",
+                        ]
+                        for k in ("warm", "partial", "cold")
+                    ),
+                    [],
+                )
+                for p in data.policies
+            ],
+        )
+    )
+    return out
+
+
+def cost(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
+    out: list[Block] = [("h", 2, "GPUs and dollars")]
+    est = data.estimate
+    if not est:
+        return out + [("missing", estimate_missing(data))]
+    a, m, w = est["assumptions"], est["model"], est["workload"]
+    base = est.get("baselines") or {}
+    out.append(
+        (
+            "p",
+            f"Source: {data.estimate_source}. {m['name']} ({a['dtype']}, TP {a['tensor_parallel']}) on "
+            f"{est['gpu']['name']}, MFU {pct(a['mfu'], 0)}, ${a['usd_per_gpu_hour']:.2f}/GPU-hour, "
+            f"{num(a['replicas'])} replicas; traffic {num(w['rps'], 2)} req/s, mean context "
+            f"{tok(w['context_tokens'])} tokens of which {tok(w['new_tokens'])} new per request. Round "
+            f"robin and the router: {base.get('basis', 'analytic')} ({base.get('detail', '')}).",
+        )
+    )
+    out.append(
+        (
+            "table",
+            list(COST_COLUMNS),
+            [
+                [
+                    SCENARIO_LABELS.get(s["name"], s["name"]),
+                    pct(s.get("hit_rate")),
+                    pct(s["hit_rate_token_weighted"]),
+                    pct(s.get("capture_of_ideal")),
+                    num(s["prefill_tokens_s"]),
+                    gpus(s["gpus"]),
+                    usd(s["usd_per_month"]),
+                    s.get("source") or "",
+                ]
+                for s in est["scenarios"]
+            ],
+        )
+    )
+    out.append(("fig", "gpus"))
+    share, sq = est.get("prefill_share"), est.get("status_quo", "round_robin")
+    label = SCENARIO_LABELS.get(sq, sq)
+    vs_rr = (
+        "" if sq == "round_robin" else
+        f"; against round robin {usd(est.get('monthly_savings_vs_round_robin_usd'))}/month"
+    )
+    bullets = [
+        f"Saving against {label}: **{usd(est['monthly_savings_usd'])}/month** "
+        f"({num(est['monthly_gpu_hours_saved'])} GPU-hours){vs_rr}; against no reuse "
+        f"{usd(est['monthly_savings_vs_no_reuse_usd'])}/month.",
+        f"TTFT under load: {sec(est['ttft_s']['hit'])} on a hit, "
+        f"{sec(est['ttft_s']['miss'])} on a miss "
+        f"(idle replica: {sec(est['ttft_idle_s']['hit'])} / {sec(est['ttft_idle_s']['miss'])}).",
+        f"Prefill share of GPU time under {label}: {pct(share, 0)}.",
+    ]
+    engine = est.get("engine_reported")
+    if engine:
+        bullets.append("Today against the modelled round robin: " + " ".join(engine["explanation"]))
+    out.append(("ul", bullets + [f"Note: {n}" for n in est.get("notes", [])]))
+    return out
+
+
+def plan(data: ReportData) -> list[Block]:
+    out: list[Block] = [("h", 2, "Measurement plan for the rollout")]
+    best = data.policy(data.best_policy) or {}
+    sim = bool(best)
+    t = data.traffic
+    ideal = data.hit_rates[0].whole if data.hit_rates else None
+
+    def pred(text: str) -> str:
+        return text if sim else "run `prefixscan simulate` for a prediction"
+
+    qd = "; ".join(
+        f"{q['decision']}: mean {sec(q['queue_wait_mean_s'])}, p95 {sec(q['queue_wait_p95_s'])} "
+        f"({num(q['requests'])} req)"
+        for q in data.queue_by_decision
+    )
+    actual = (
+        f"; in these logs the engine reported {tok(t.actual_cached_tokens)} cached vs "
+        f"{tok(t.predicted_cached_tokens_for_actual)} predicted over {num(t.with_actual_cached)} requests"
+        if t and t.with_actual_cached
+        else ""
+    )
+    rows = [
+        [
+            "cached-token rate (token-weighted) by model, pool and prefix class",
+            "`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`; "
+            "cached and uncached input tokens",
+            pred(
+                f"{pct(best.get('hit_rate_token_weighted'))} with `{data.best_policy}` (ideal {pct(ideal)})"
+            ),
+        ],
+        [
+            "TTFT p50 / p95 for warm, partial and cold requests",
+            "router log: `actual_cached_tokens` vs the full cold prefix classifies each request",
+            pred(
+                " · ".join(
+                    f"{k} {sec(best.get(f'ttft_{k}_p50_s'))} / {sec(best.get(f'ttft_{k}_p95_s'))}"
+                    for k in ("warm", "partial", "cold")
+                )
+            ),
+        ],
+        [
+            "queue wait by routing decision",
+            "router log: `queue_wait_ms` grouped by `decision`",
+            pred(qd or "no decision log in the run"),
+        ],
+        [
+            "KV evictions and age of evicted prefixes",
+            "engine KV events (`BlockRemoved`) or eviction counters",
+            pred(f"{num(best.get('evictions'))} evictions, mean age {sec(best.get('evicted_age_mean_s'))}"),
+        ],
+        [
+            "spill rate: requests that left a warm candidate because of the wait threshold",
+            "router log: selected worker vs best candidate",
+            pred(
+                f"{pct(best.get('spill_rate'))} of requests ({pct(best.get('spill_rate_of_warm'))} of those "
+                "with a warm candidate)"
+            ),
+        ],
+        [
+            "predicted vs actual cached tokens per request",
+            "router log: `predicted_cached_tokens` vs `actual_cached_tokens`; divergence means an "
+            "input-identification problem (hidden timestamp, template or tokenizer drift)",
+            pred(
+                f"{tok(best.get('predicted_cached_tokens'))} predicted vs {tok(best.get('cached_tokens'))} "
+                "cached in simulation"
+            )
+            + actual,
+        ],
+    ]
+    out.append(
+        (
+            "p",
+            "Track these from the first day of the pilot; the right-hand column is what this run "
+            "predicts, so a gap is a signal.",
+        )
+    )
+    out.append(("table", ["metric", "where it comes from", "this run predicts"], rows))
+    return out
+
+
+def rollout(data: ReportData) -> list[Block]:
+    status = [
+        f"done for this log: see the reuse and prefix sections (`{data.commands[0][1]}`)."
+        if data.commands
+        else "run `prefixscan analyze` on several days of logs.",
+        (
+            f"{data.findings_total.get('findings', 0)} cache breakers listed above, each with its fix."
+            if data.findings is not None
+            else f"run `{data.missing.get('findings')}` to list what to move."
+        ),
+        "compare the engine's cached-token counts with this report's ideal and LRU numbers.",
+        (
+            f"start from `{data.best_policy}` "
+            f"({(data.estimate or {}).get('verdict', {}).get('router', 'router')})."
+            if data.best_policy
+            else "run `prefixscan simulate` to choose the policy."
+        ),
+        "use the measurement plan above as the comparison sheet.",
+    ]
+    return [
+        ("h", 2, "Rollout order"),
+        (
+            "p",
+            "Introduce routing for one measurable traffic class, in this order (seed 002). If there are "
+            "almost no actual hits at step 3, go back to the prompt template before tuning the router.",
+        ),
+        ("ol", [f"{step} **This run:** {s}" for step, s in zip(data.rollout, status, strict=True)]),
+    ]
+
+
+def appendix(data: ReportData) -> list[Block]:
+    out: list[Block] = [
+        ("h", 2, "Appendix"),
+        ("h", 3, "Definitions"),
+        ("ul", [f"**{k}**: {v}" for k, v in data.definitions]),
+        ("h", 3, "Command lines"),
+    ]
+    lines = [f"# {stage}\n{line}" for stage, line in data.commands]
+    lines.append(
+        f"# report (re-renders from the run directory without re-analysing)\n"
+        f"prefixscan report {data.run_path}"
+    )
+    out.append(("code", "\n".join(lines)))
+    out.append(("h", 3, "Inputs"))
+    out.append(
+        (
+            "table",
+            ["file", "kind", "bytes", "fingerprint"],
+            [
+                [str(i.get("path")), str(i.get("kind")), num(i.get("size")), str(i.get("fingerprint"))]
+                for i in data.inputs
+            ],
+        )
+    )
+    out.append(("p", f"prefixscan {data.version}; run directory `{data.run_path}`."))
+    return out
+
+
+def scenario(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
+    """The one scenario every section is priced at, first thing in the report."""
+    if not data.scenario:
+        return []
+    return [("p", f"**Scenario:** {data.scenario}. Every section below uses it.")]
