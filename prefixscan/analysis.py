@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -23,18 +25,15 @@ import pyarrow.parquet as pq
 from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError, UsageError
-from prefixscan.ingest import Ingested, ingest
+from prefixscan.ingest import Ingested
 from prefixscan.io import rundir
 from prefixscan.io.modes import MANIFEST_KEY as MODE_KEY
 from prefixscan.io.modes import apply_mode, input_mode
 from prefixscan.io.sources import Source, check_output, expand, skipped_in
 from prefixscan.memory import peak_rss_mib
 from prefixscan.privacy import resolve_tenant_key, scrub_command_line
-from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame
-from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state, summaries_table
-from prefixscan.reuse.capacity import capacity_curve, capacity_targets
-from prefixscan.reuse.ideal import IdealStream, TokenPrefixIndex, scope_salts
-from prefixscan.reuse.prefixes import prefixes_table
+from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state
+from prefixscan.reuse.capacity import capacity_targets
 from prefixscan.schema import REJECTS_SCHEMA
 from prefixscan.vllm_hash import check_hash_options, hash_description
 
@@ -160,51 +159,50 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], stream_it: bool, run_pat
         timings[f"peak_rss_mib_{stage}"] = peak_rss_mib()
         return now
 
-    t0 = time.perf_counter()
     notes: list[str] = []
-    streamed = None
-    if stream_it:
-        from prefixscan.stream import OutOfOrder, run_stream
+    scratch = None if run_path is not None else Path(tempfile.mkdtemp(prefix="prefixscan-"))
+    try:
+        return _analyse_in(cfg, sources, stream_it, run_path, scratch, progress, done, timings, notes)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
-        try:
-            streamed = run_stream(cfg, run_path, progress, done, t0, sources)  # type: ignore[arg-type]
-        except OutOfOrder as exc:
-            notes.append(f"The log is not in time order ({exc}); it was analysed in memory instead of streamed, "
-                         "so memory grew with the whole log. Sort it by time to analyse it in bounded memory.")
-            timings.clear()
-            t0 = time.perf_counter()
-    if streamed is not None:
-        ing, req, summaries, prefixes, curve = (streamed.ing, streamed.agg, streamed.summaries,
-                                                streamed.prefixes, streamed.curve)
-        side: SideStats | None = streamed.side
-        requests_table: Any = _OnDisk(streamed.requests_path, streamed.rows)
-        freq, blocks = streamed.findings_input() if cfg.findings else (req, [])
-    else:
-        ing = ingest(cfg, progress, sources=sources)
-        if cfg.granularity == "token" and ing.hit_rule == "trace":
-            raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
-        t = done("ingest", t0)
-        req, offsets, flat, deepest, snippets, ids = _reuse(cfg, ing)
-        t = done("reuse", t)
-        summaries = summaries_table(req, SUMMARY_DIMENSIONS)
-        prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text, k=cfg.snippet_k)
-        t = done("aggregate", t)
-        curve = _capacity(cfg, ing, req, offsets, flat, ids)
-        done("capacity", t)
-        requests_table = requests_arrow(req, offsets, flat)
-        freq, side, blocks = req, None, [(offsets, flat)]
+
+def _analyse_in(cfg: AnalyzeConfig, sources: list[Source], stream_it: bool, run_path: Path | None,
+                scratch: Path | None, progress: Callable[[int, int, int], None] | None,
+                done: Callable[[str, float], float], timings: dict[str, float], notes: list[str]) -> AnalysisResult:
+    """One streamed path: chunk by chunk, or (not `stream_it`) the whole log as one chunk."""
+    from prefixscan.stream import OutOfOrder, run_stream
+
+    t0 = time.perf_counter()
+    work = run_path if run_path is not None else scratch
+    try:
+        streamed = run_stream(cfg, work, progress, done, t0, sources, one_chunk=not stream_it)  # type: ignore[arg-type]
+    except OutOfOrder as exc:
+        notes.append(f"The log is not in time order ({exc}); it was analysed in memory instead of streamed, "
+                     "so memory grew with the whole log. Sort it by time to analyse it in bounded memory.")
+        timings.clear()
+        t0 = time.perf_counter()
+        streamed = run_stream(cfg, work, progress, done, t0, sources, one_chunk=True)  # type: ignore[arg-type]
+    ing, req, summaries, prefixes, curve = (streamed.ing, streamed.agg, streamed.summaries,
+                                            streamed.prefixes, streamed.curve)
+    side: SideStats | None = streamed.side
+    requests_table: Any = _OnDisk(streamed.requests_path, streamed.rows)
+    freq, blocks = streamed.findings_input() if cfg.findings else (req, [])
     # Findings (issue 3): finalise the detector ingest fed; counterfactual re-analysis of rewritten requests.
     from prefixscan.detect.run import run_findings
 
     try:
-        return _finish(cfg, ing, req, summaries, prefixes, curve, side, requests_table,
-                       run_findings(cfg, ing, freq, blocks), timings, notes, t0, run_path)
+        result = _finish(cfg, ing, req, summaries, prefixes, curve, side, requests_table,
+                         run_findings(cfg, ing, freq, blocks), timings, notes, t0, run_path)
     except BaseException:
         # A streamed requests table is still a temporary file in the run directory: leave none behind
         # (a directory with stray files and no manifest would refuse a later --force).
-        if streamed is not None:
-            streamed.requests_path.unlink(missing_ok=True)
+        streamed.requests_path.unlink(missing_ok=True)
         raise
+    if run_path is None:  # no run directory: the requests table leaves the scratch directory in memory
+        result.tables["requests"]  # noqa: B018 - Tables reads it on access
+    return result
 
 
 def skipped_note(inputs: tuple[str, ...]) -> list[str]:
@@ -274,39 +272,6 @@ def _finish(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summaries: pl.
         apply_mode(run_path, mode)  # every file of the run as private as the least readable input
         result.run_dir = str(run_path)
     return result
-
-
-def _reuse(cfg: AnalyzeConfig, ing: Ingested):  # noqa: ANN202 - internal tuple
-    inp, offsets, flat, snippets, per_request, order = input_frame(cfg, ing)
-    n = inp.height
-    prompt = inp["prompt_tokens"].to_numpy()
-    scan = IdealStream()
-    res, gid = scan.add(offsets, flat, prompt, ing.block_size, ing.hit_rule,
-                        scope_salts(inp["tenant"]), scope_salts(inp["conversation_id"]))
-    ids = (gid, scan.n_distinct)  # the capacity curve indexes the same dense ids
-    scan.release()
-    cached, divergence = res.cached_tokens, res.divergence_token
-    if cfg.granularity == "token":
-        index = TokenPrefixIndex(ing.block_size)
-        toks = [ing.tokens[i] for i in order]  # type: ignore[index]
-        ns = inp["namespace"].to_list()
-        lcp = np.array([index.add(toks[i], per_request[i], ns[i]) for i in range(n)], dtype=np.int64)
-        divergence = lcp
-        cached = np.minimum(lcp, np.maximum(prompt - 1, 0))
-    rid = inp["request_id"]
-    source_ids = (rid.gather(pl.Series(np.maximum(res.source, 0))).set(pl.Series(res.source < 0), None) if n
-                  else pl.Series("source_request_id", [], dtype=pl.String))
-    ts0 = float(inp["timestamp_s"][0]) if n else 0.0
-    df, deepest = reuse_frame(inp, offsets, flat, res, cached, divergence, ing.block_size, ing.hit_rule,
-                              seq0=0, ts0=ts0, source_ids=source_ids, turn_counts=None)
-    return df, offsets, flat, deepest, snippets, ids
-
-
-def _capacity(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, offsets: np.ndarray,
-              flat: np.ndarray, ids: tuple[np.ndarray, int]) -> pa.Table:
-    prompt = req["prompt_tokens"].to_numpy()
-    caps = list(cfg.capacities) if cfg.capacities else None
-    return capacity_curve(offsets, flat, prompt, ing.block_size, ing.hit_rule, caps, ids=ids)
 
 
 @dataclass

@@ -118,7 +118,7 @@ class Batch:
     frame: Any = None
     offsets: np.ndarray | None = None
     flat: np.ndarray | None = None
-    tokens: None = None
+    tokens: list[np.ndarray] | None = None  # each request's token ids, for --granularity token only
 
 
 STREAM_TEXT_ROWS = 4096  # text requests per Batch (each carries hundreds of blocks)
@@ -126,13 +126,14 @@ STREAM_TRACE_ROWS = 65536  # hashed-trace requests per Batch on the ordinary pat
 
 
 def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None,
-           sink: Callable[[Batch], None] | None = None, sources: list[Source] | None = None) -> Ingested:
+           sink: Callable[[Batch], None] | None = None, sources: list[Source] | None = None,
+           one_chunk: bool = False) -> Ingested:
     """Read every input, reject what is malformed, tokenise and hash what is not.
 
     With a `sink`, accepted requests are handed over in input-order Batches as they are ready and not
     kept: the returned Ingested then carries only the rejects and what the summary says about the input.
     `sources`: the inputs already expanded (`io.sources.expand`), so a caller that looked at them first
-    does not fingerprint every file twice."""
+    does not fingerprint every file twice. `one_chunk`: the sink gets one Batch, at the end."""
     if cfg.order not in ("time", "input"):
         raise UsageError(f"--order must be time or input, not {cfg.order!r}")
     if cfg.format not in FORMATS:
@@ -279,16 +280,17 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     def emit(final: bool = False, chunk_done: bool = False) -> None:
         """Hand what is collected to the sink: a trace every compiled chunk (or STREAM_TRACE_ROWS
         requests), text every STREAM_TEXT_ROWS requests, and whatever is left at the end."""
-        nonlocal trace, cols, hashes, snippets
-        if sink is None:
+        nonlocal trace, cols, hashes, snippets, tokens_out
+        if sink is None or (one_chunk and not final):
             return
         if trace.n and (final or chunk_done or trace.n >= STREAM_TRACE_ROWS):
             frame, off, flat = trace.finish()
             trace = TraceColumns()
             sink(Batch(*block_rule(), cols={}, hashes=[], snippets=[], frame=frame, offsets=off, flat=flat))
         if hashes and (final or len(hashes) >= STREAM_TEXT_ROWS):
-            out = Batch(*block_rule(), cols=cols, hashes=hashes, snippets=snippets)
+            out = Batch(*block_rule(), cols=cols, hashes=hashes, snippets=snippets, tokens=tokens_out)
             cols, hashes, snippets = {c: [] for c in COLS}, [], []
+            tokens_out = [] if keep_tokens else None
             sink(out)
 
     def accept(src: Source, line: int, obj: dict[str, Any] | RawError, shape: str | None) -> Record | None:

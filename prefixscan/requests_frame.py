@@ -41,8 +41,8 @@ def _hash_names(frame: pl.DataFrame, digest: Callable[[str | None], str | None])
 
 def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, list[str], Any,
                                                        np.ndarray]:
-    """(input columns, CSR offsets, block hashes, snippets, per-request hashes for token granularity, the
-    permutation from input order) of the ingested requests in analysis order. Takes the requests out of
+    """(input columns, CSR offsets, block hashes, snippets, per-request (hashes, tokens) for token
+    granularity, the permutation from input order) of the ingested requests in analysis order. Takes the requests out of
     `ing` (its lists are released)."""
     if ing.frame is not None:  # hashed traces: arrays all the way
         frame, offsets, flat, snippets = ing.frame, ing.offsets, ing.flat, ing.snippets
@@ -71,19 +71,21 @@ def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray,
     if n and bool((order == np.arange(n)).all()):  # logs are usually in time order already: no copies
         data = {c: v for c, v in cols.items() if c != "tenant"}
         data["tenant"] = tenants
-        hashes, snippets = ing.hashes, ing.snippets
+        hashes, snippets, tokens = ing.hashes, ing.snippets, ing.tokens
     else:
         data = {c: [v[i] for i in order] for c, v in cols.items() if c != "tenant"}
         data["tenant"] = [tenants[i] for i in order]
         hashes = [ing.hashes[i] for i in order]
         snippets = [ing.snippets[i] for i in order]
+        tokens = [ing.tokens[i] for i in order] if ing.tokens is not None else None
     # The per-request Python lists are not needed once the frame below exists: let them go.
-    ing.cols, ing.hashes, ing.snippets = {}, [], []
+    ing.cols, ing.hashes, ing.snippets, ing.tokens = {}, [], [], None
     lengths = np.fromiter((len(h) for h in hashes), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = np.concatenate(hashes) if n else np.zeros(0, np.uint64)
-    per_request = hashes if cfg.granularity == "token" else None  # only token granularity needs them again
+    # only token granularity needs each request's hashes and tokens again
+    per_request = (hashes, tokens) if cfg.granularity == "token" else None
     frame = pl.DataFrame({
         "request_id": pl.Series("request_id", data["request_id"], dtype=pl.String),
         "source_file": pl.Series("source_file", data["source_file"], dtype=pl.String),

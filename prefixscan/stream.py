@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,14 @@ import pyarrow.parquet as pq
 
 from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
+from prefixscan.errors import UsageError
 from prefixscan.ingest import Batch, Ingested, ingest
 from prefixscan.io import rundir
+from prefixscan.io.atomic import env_error
 from prefixscan.io.sources import Source
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame, turn_bucket
 from prefixscan.reuse.aggregate import summaries_table
-from prefixscan.reuse.ideal import IdealStream, scope_salts
+from prefixscan.reuse.ideal import IdealStream, TokenPrefixIndex, scope_salts
 from prefixscan.reuse.prefixes import ROW_COLUMNS, aggregate_prefixes, member, top_prefix_hashes
 from prefixscan.schema import REQUESTS_SCHEMA
 
@@ -63,11 +66,12 @@ class _RowGroups:
     """requests.parquet written group by group, with the settings and group cuts of `rundir.write_table`
     (`rundir.group_ends`), so a streamed file has the bytes of one written at once."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, target: Path) -> None:
+        self.path, self.target = path, target  # the file written, and the name errors give (the run's table)
         self.parts: list[pa.Table] = []
         self.lengths: list[np.ndarray] = []
         self.writer: pq.ParquetWriter | None = None
+        self.file: Any = None
 
     def write(self, table: pa.Table, lengths: np.ndarray) -> None:
         """Buffer rows (with their block counts); write every group that can no longer grow."""
@@ -81,12 +85,17 @@ class _RowGroups:
         if not ends:
             return
         whole = pa.concat_tables(self.parts)
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, REQUESTS_SCHEMA, **rundir.parquet_options(REQUESTS_SCHEMA))
-        start = 0
-        for end in ends:
-            rundir.write_group(self.writer, whole.slice(start, end - start))
-            start = end
+        try:
+            if self.writer is None:
+                # through a Python file, so a full disk or file-size limit arrives with its errno
+                self.file = open(self.path, "wb")  # noqa: SIM115 - closed in close() or _discard
+                self.writer = pq.ParquetWriter(self.file, REQUESTS_SCHEMA, **rundir.parquet_options(REQUESTS_SCHEMA))
+            start = 0
+            for end in ends:
+                rundir.write_group(self.writer, whole.slice(start, end - start))
+                start = end
+        except OSError as exc:
+            raise env_error(exc, self.target) from None
         rest = whole.slice(start)
         lengths = np.concatenate(self.lengths)[start:]
         self.parts, self.lengths = ([rest], [lengths]) if rest.num_rows else ([], [])
@@ -94,10 +103,23 @@ class _RowGroups:
     def close(self) -> None:
         if self.parts:
             self._flush(rundir.group_ends(np.concatenate(self.lengths)))
-        if self.writer is not None:
-            self.writer.close()
-        else:  # no rows: the same empty file the in-memory path writes
-            rundir.write_parquet(REQUESTS_SCHEMA.empty_table(), self.path)
+        try:
+            if self.writer is not None:
+                self.writer.close()
+                self.file.close()
+            else:  # no rows: the same empty file a table written at once has
+                rundir.write_parquet(REQUESTS_SCHEMA.empty_table(), self.path)
+        except OSError as exc:
+            raise env_error(exc, self.target) from None
+
+    def abandon(self) -> None:
+        """Close what is open after a failure (the caller removes the file)."""
+        for f in (self.writer, self.file):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
 
 
 class _RequestIds:
@@ -151,7 +173,7 @@ class RequestStream:
 
     def __init__(self, cfg: AnalyzeConfig, path: Path, spill_dir: str) -> None:
         self.cfg = cfg
-        self.out = _RowGroups(path)
+        self.out = _RowGroups(path, path.parent / "requests.parquet")
         self.spill_dir = spill_dir
         self.ideal = IdealStream()
         self.ids = _RequestIds()
@@ -167,6 +189,8 @@ class RequestStream:
         self.deepest = _Spill(spill_dir, "deepest", np.uint64)
         self.blocks = _Spill(spill_dir, "blocks", np.int64)
         self.snippets: list[pa.Array] = []
+        # --granularity token (one chunk): exact token prefixes, the request's own tokens kept meanwhile
+        self.tokens = TokenPrefixIndex(cfg.block_size) if cfg.granularity == "token" else None
 
     def feed(self, batch: Batch) -> None:
         """Sort the batch in, write everything no later chunk can precede, hold back the rest."""
@@ -174,9 +198,14 @@ class RequestStream:
             from prefixscan.reuse.capacity_stream import CapacityStream
 
             self.block, self.rule = batch.block_size, batch.hit_rule
+            if self.cfg.granularity == "token" and self.rule == "trace":
+                raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
             self.capacity = CapacityStream(batch.block_size, batch.hit_rule, self.spill_dir, defer_lru=True)
-        inp, off, flat, snip, _, _ = input_frame(self.cfg, batch)
+        inp, off, flat, snip, per_request, _ = input_frame(self.cfg, batch)
         if inp.height == 0:
+            return
+        if per_request is not None:  # token granularity is never chunked: the batch is the whole log
+            self._process(inp, off, flat, snip, per_request)
             return
         ts = inp["timestamp_s"].to_numpy()
         first = float(ts[0])
@@ -194,17 +223,24 @@ class RequestStream:
         self._process(*_slice((inp, off, flat, snip), 0, cut))
         self.pending = _slice((inp, off, flat, snip), cut, inp.height) if cut < inp.height else None
 
-    def _process(self, inp: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray, snippets: list[str]) -> None:
+    def _process(self, inp: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray, snippets: list[str],
+                 per_request: tuple[list[np.ndarray], list[np.ndarray]] | None = None) -> None:
         n = inp.height
         if n == 0:
             return
         prompt = inp["prompt_tokens"].to_numpy()
         res, gid = self.ideal.add(offsets, flat, prompt, self.block, self.rule,
                                   scope_salts(inp["tenant"]), scope_salts(inp["conversation_id"]))
+        cached, divergence = res.cached_tokens, res.divergence_token
+        if per_request is not None and self.tokens is not None:
+            hashes, toks = per_request
+            ns = inp["namespace"].to_list()
+            divergence = np.array([self.tokens.add(toks[i], hashes[i], ns[i]) for i in range(n)], dtype=np.int64)
+            cached = np.minimum(divergence, np.maximum(prompt - 1, 0))
         if self.seq == 0:
             self.ts0 = float(inp["timestamp_s"][0])
         self.ids.add(self.seq, inp)
-        df, deepest = reuse_frame(inp, offsets, flat, res, res.cached_tokens, res.divergence_token, self.block,
+        df, deepest = reuse_frame(inp, offsets, flat, res, cached, divergence, self.block,
                                   self.rule, seq0=self.seq, ts0=self.ts0, source_ids=self.ids.lookup(res.source),
                                   turn_counts=self.turns)
         self.out.write(requests_arrow(df, offsets, flat), np.diff(offsets))
@@ -261,16 +297,24 @@ def _slice(part: tuple, a: int, b: int) -> tuple:
 
 
 def run_stream(cfg: AnalyzeConfig, run_path: Path, progress: Callable[[int, int, int], None] | None,
-               done: Callable[[str, float], float], t0: float, sources: list[Source]) -> StreamOutcome:
-    """Ingest, reuse and write requests in one streamed pass, then the aggregates and the capacity curve."""
+               done: Callable[[str, float], float], t0: float, sources: list[Source],
+               one_chunk: bool = False) -> StreamOutcome:
+    """Ingest, reuse and write requests in one streamed pass, then the aggregates and the capacity curve.
+    `one_chunk`: the whole log as one chunk (held in memory, any order)."""
     memory.fixed_mmap_threshold()
     fd, tmp = tempfile.mkstemp(dir=run_path, prefix=".requests.", suffix=".tmp")
     os.close(fd)
     spill = tempfile.mkdtemp(dir=run_path, prefix=".spill.")
     stream = RequestStream(cfg, Path(tmp), spill)
+
+    def feed(batch: Batch) -> None:
+        with _writing(run_path):
+            stream.feed(batch)
+
     try:
-        ing = ingest(cfg, progress, sink=stream.feed, sources=sources)
-        stream.close()
+        ing = ingest(cfg, progress, sink=feed, sources=sources, one_chunk=one_chunk)
+        with _writing(run_path):
+            stream.close()
     except BaseException:
         _discard(stream, tmp, spill)
         raise
@@ -287,7 +331,8 @@ def run_stream(cfg: AnalyzeConfig, run_path: Path, progress: Callable[[int, int,
             curve = capacity_curve(np.zeros(1, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64),
                                    ing.block_size, ing.hit_rule, list(cfg.capacities) if cfg.capacities else None)
         else:
-            curve = stream.capacity.finish(n_distinct, list(cfg.capacities) if cfg.capacities else None)
+            with _writing(run_path):
+                curve = stream.capacity.finish(n_distinct, list(cfg.capacities) if cfg.capacities else None)
         memory.trim()
         t = done("capacity", t)
         agg, side, summaries, prefixes = _aggregates(cfg, stream, Path(tmp))
@@ -301,6 +346,16 @@ def run_stream(cfg: AnalyzeConfig, run_path: Path, progress: Callable[[int, int,
                          lambda: _findings_input(Path(tmp), ing))
 
 
+@contextmanager
+def _writing(run_path: Path) -> Iterator[None]:
+    """A failed write of the run's working files (the requests table, spills) as a one-line EnvError
+    naming the run."""
+    try:
+        yield
+    except OSError as exc:
+        raise env_error(exc, run_path) from None
+
+
 def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
     if stream.capacity is not None:
         stream.capacity.close()
@@ -308,8 +363,7 @@ def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
         kept.f.close()
     shutil.rmtree(spill, ignore_errors=True)
     if tmp is not None and os.path.exists(tmp):
-        if stream.out.writer is not None:
-            stream.out.writer.close()
+        stream.out.abandon()
         os.remove(tmp)
 
 
