@@ -22,12 +22,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from prefixscan.analysis import run_analysis
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError, RunDirError, RunLockedError
 from prefixscan.io import rundir
 from prefixscan.io.lock import RunLock, lock_path
+from prefixscan.pipeline.run import run_analysis
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "prefixscan"]
@@ -260,7 +260,7 @@ def test_an_interrupted_run_exits_130_and_leaves_nothing(synth_log: Path, tmp_pa
 
 
 def test_an_unexpected_error_is_one_line_naming_a_bug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import prefixscan.analysis as analysis_mod
+    import prefixscan.pipeline.run as analysis_mod
 
     def broken(*_a: object, **_k: object) -> None:
         raise TypeError("something unforeseen")

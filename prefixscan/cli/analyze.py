@@ -125,8 +125,8 @@ def register(app: typer.Typer) -> None:
 
         Example: prefixscan analyze sample_logs/chat.jsonl -o runs/demo
         """
-        from prefixscan.analysis import run_analysis
         from prefixscan.config import AnalyzeConfig
+        from prefixscan.pipeline.run import run_analysis
 
         cfg = AnalyzeConfig(
             inputs=tuple(logs), output=output, force=force, format=fmt, fields=_parse_fields(field),

@@ -11,7 +11,7 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.detect import FindingsResult, finalize
 from prefixscan.detect.counterfactual import Blocks
 from prefixscan.detect.shown import guard_findings
-from prefixscan.requests_frame import identity_hasher
+from prefixscan.pipeline.frame import identity_hasher
 from prefixscan.reuse.ideal import ideal_reuse, scope_salts
 
 
