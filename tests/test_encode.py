@@ -139,7 +139,8 @@ def test_auto_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert enc_mod.auto_workers(cfg, enc_mod.POOL_MIN_BYTES - 1) == 0
     assert enc_mod.auto_workers(cfg, enc_mod.POOL_MIN_BYTES) == 1
     monkeypatch.setattr(enc_mod, "available_cores", lambda: 64)
-    assert enc_mod.auto_workers(cfg, 10 * enc_mod.POOL_MIN_BYTES) == enc_mod.MAX_AUTO_WORKERS
+    assert enc_mod.auto_workers(cfg, 10 * enc_mod.POOL_MIN_BYTES) == 10  # one per POOL_MIN_BYTES of input
+    assert enc_mod.auto_workers(cfg, 100 * enc_mod.POOL_MIN_BYTES) == 63  # one per spare core, no fixed cap
     monkeypatch.setattr(enc_mod, "available_cores", lambda: 1)
     assert enc_mod.auto_workers(cfg, 10 * enc_mod.POOL_MIN_BYTES) == 0
     assert enc_mod.auto_workers(AnalyzeConfig(inputs=(), workers=3), 0) == 3

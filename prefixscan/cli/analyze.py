@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(
             None, "--workers", min=0,
             help="Processes that render, tokenise and hash text prompts beside the main one (0: all in the "
-                 "main process). Default: one per spare core, up to 3, when the input is 64 MiB or more."),
+                 "main process). Default: one per spare core, at most one per 64 MiB of input (none below)."),
         no_findings: bool = typer.Option(False, "--no-findings",
                                          help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
         metrics: list[str] = typer.Option(

@@ -23,8 +23,6 @@ from prefixscan.render import content_text
 from prefixscan.vllm_hash import RequestKeys, has_lora_path, hasher_for, request_keys
 
 POOL_MIN_BYTES = 64 << 20  # below this much input the workers' start-up (~1-2 s) costs more than they save
-MAX_AUTO_WORKERS = 3  # the ingesting process itself is the bottleneck beyond a few encoders
-
 
 
 @dataclass(slots=True)
@@ -216,13 +214,15 @@ def available_cores() -> int:
 
 
 def auto_workers(cfg: AnalyzeConfig, input_bytes: int) -> int:
-    """Encode workers for this run: `cfg.workers` when set, else one per spare core (up to
-    MAX_AUTO_WORKERS) for inputs of POOL_MIN_BYTES or more, else none."""
+    """Encode workers for this run: `cfg.workers` (--workers) when set, else one per spare core, at most one
+    per POOL_MIN_BYTES of input (each worker's start-up and caches must pay for themselves), and none below
+    POOL_MIN_BYTES. No fixed cap: on a many-core box a large log gets many workers, though this process
+    (read, reuse, aggregate) then bounds the speed-up."""
     if cfg.workers is not None:
         return max(0, int(cfg.workers))
     if input_bytes < POOL_MIN_BYTES:
         return 0
-    return max(0, min(available_cores() - 1, MAX_AUTO_WORKERS))
+    return max(0, min(available_cores() - 1, input_bytes // POOL_MIN_BYTES))
 
 
 def pin_hash(r: Record) -> int:
