@@ -62,15 +62,20 @@ def read_rows(row: dict[str, Any], cfg: AnalyzeConfig, sources: list[Source], pa
         yield {"part": pin_hash(rec) % parts, "file": f, "line": rec.source_line, "rec": pickle.dumps(rec)}
 
 
+def in_input_order(batch: pa.Table) -> pa.Table:
+    """A conversation partition's records in input order (file, then line): its turns in order."""
+    order = np.lexsort((batch.column("line").to_numpy(), batch.column("file").to_numpy()))
+    return batch.take(pa.array(order))
+
+
 class EncodeGroup:
-    """A Ray actor's encoder: one partition of conversations at a time, in input order."""
+    """A Ray actor's encoder: whole partitions of conversations, in input order."""
 
     def __init__(self, cfg: AnalyzeConfig) -> None:
         self.encoder = RecordEncoder(cfg, keep_tokens=False)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        order = np.lexsort((batch.column("line").to_numpy(), batch.column("file").to_numpy()))
-        batch = batch.take(pa.array(order))
+        batch = in_input_order(batch)  # a block may hold several partitions
         recs = [pickle.loads(b) for b in batch.column("rec").to_pylist()]
         out: dict[str, list[Any]] = {f.name: [] for f in ENCODED_SCHEMA}
         out["file"], out["line"] = batch.column("file").to_pylist(), batch.column("line").to_pylist()
@@ -129,11 +134,12 @@ def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, addre
         files = ray.data.from_items([{"file": i} for i in range(len(sources))],
                                     override_num_blocks=max(1, len(sources)))
         recs = files.flat_map(read_rows, fn_kwargs={"cfg": cfg, "sources": sources, "parts": parts})
-        # The pool grows from one actor: the read and shuffle tasks need a core until the grouping is done
-        # (an actor per core from the start would hold every core and starve them).
-        pool = ray.data.ActorPoolStrategy(min_size=1, max_size=n)
-        encoded = recs.groupby("part", num_partitions=n).map_groups(
-            EncodeGroup, fn_constructor_args=(cfg,), compute=pool, batch_format="pyarrow")
+        # Grouped first, by tasks, and held in the object store; then one actor per worker encodes whole
+        # partitions. (Actors started beside the grouping would hold the cores its tasks need.)
+        grouped = recs.groupby("part", num_partitions=parts).map_groups(in_input_order, batch_format="pyarrow")
+        encoded = grouped.materialize().map_batches(
+            EncodeGroup, fn_constructor_args=(cfg,), compute=ray.data.ActorPoolStrategy(size=n), batch_size=None,
+            batch_format="pyarrow")
         encoded.write_parquet(out_dir)
         return n
     finally:
