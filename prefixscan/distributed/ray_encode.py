@@ -134,13 +134,15 @@ def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, addre
         files = ray.data.from_items([{"file": i} for i in range(len(sources))],
                                     override_num_blocks=max(1, len(sources)))
         recs = files.flat_map(read_rows, fn_kwargs={"cfg": cfg, "sources": sources, "parts": parts})
-        # Grouped first, by tasks, and held in the object store; then one actor per worker encodes whole
-        # partitions. (Actors started beside the grouping would hold the cores its tasks need.)
+        # Grouped first, by tasks, cut into `parts` blocks in partition order (a cut can fall inside a
+        # partition: its halves are encoded apart, to the same hashes) and held in the object store; then one
+        # actor per worker encodes whole blocks. Actors running beside those tasks would hold the cores the
+        # tasks need.
         grouped = recs.groupby("part", num_partitions=parts).map_groups(in_input_order, batch_format="pyarrow")
-        encoded = grouped.materialize().map_batches(
+        encoded = grouped.repartition(parts).materialize().map_batches(
             EncodeGroup, fn_constructor_args=(cfg,), compute=ray.data.ActorPoolStrategy(size=n), batch_size=None,
             batch_format="pyarrow")
-        encoded.write_parquet(out_dir)
+        encoded.materialize().write_parquet(out_dir)  # the write's tasks start once the actors are gone
         return n
     finally:
         if started:
