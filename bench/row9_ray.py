@@ -42,7 +42,7 @@ def per_core_rates(log: Path, work: Path) -> dict[str, float]:
     cfg = AnalyzeConfig(inputs=(str(log),))
     src = expand([str(log)])
     t = time.perf_counter()
-    recs = list(text_records(cfg, src[0]))
+    recs = [r for _, r in text_records(cfg, src[0])]
     read_s = time.perf_counter() - t
     enc = RecordEncoder(cfg, keep_tokens=False)
     enc.load()

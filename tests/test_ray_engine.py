@@ -47,6 +47,17 @@ def _log(path: Path) -> Path:
     return write_jsonl(path, recs)
 
 
+def _otlp(path: Path) -> Path:
+    """One OTLP export line of six GenAI spans (records that share a line), one of them twice (a duplicate)."""
+    from tests.test_ecosystem_shapes import attr, genai
+
+    spans = [{"traceId": "t1", "spanId": f"s{i}", "name": "chat",
+              "startTimeUnixNano": str(1_700_000_000_000_000_000 + i * 10**9),
+              "attributes": [attr(k, v) for k, v in genai(i, f"o{i % 2}", i // 2 + 1).items()]} for i in range(6)]
+    spans.insert(3, {**spans[1], "attributes": [attr(k, v) for k, v in genai(5, "o9", 1).items()]})
+    return write_jsonl(path, [{"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans}]}]}])
+
+
 def _same_tables(a: Path, b: Path) -> None:
     names = sorted(p.name for p in a.glob("*.parquet"))
     assert names == sorted(p.name for p in b.glob("*.parquet")) and "requests.parquet" in names
@@ -66,7 +77,8 @@ def _summary(run: Path) -> dict:
 @needs_ray
 @pytest.mark.usefixtures("ray_cluster")
 def test_ray_engine_writes_the_local_tables(tmp_path: Path) -> None:
-    inputs = (str(_log(tmp_path / "log.jsonl")), str(ROOT / "sample_logs" / "chat.parquet"))
+    inputs = (str(_log(tmp_path / "log.jsonl")), str(_otlp(tmp_path / "otlp.jsonl")),
+              str(ROOT / "sample_logs" / "chat.parquet"))
     local = run_analysis(AnalyzeConfig(inputs=inputs, output=str(tmp_path / "local")))
     ray_run = run_analysis(AnalyzeConfig(inputs=inputs, output=str(tmp_path / "ray"), engine="ray", workers=2))
     _same_tables(Path(local.run_dir), Path(ray_run.run_dir))
@@ -75,7 +87,8 @@ def test_ray_engine_writes_the_local_tables(tmp_path: Path) -> None:
     assert a == b  # everything but the work counters
     assert sb["engine"] == "ray" and sb["ray_encode_workers"] == 2 and sb["encoded_on_driver"] == 0
     assert sb["ray_encoded"] == local.summary["requests"]["accepted"]  # every accepted record came from Ray
-    assert b["requests"]["rejected"] == 2 and sa["memo_rule"] == sb["memo_rule"]
+    assert b["requests"]["rejects_by_reason"] == {"invalid_json": 1, "duplicate_id": 2}
+    assert sa["memo_rule"] == sb["memo_rule"]
 
 
 @needs_ray

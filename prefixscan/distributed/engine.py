@@ -65,8 +65,12 @@ class PrecomputedEncoder(RecordEncoder):
     def __init__(self, cfg: AnalyzeConfig, encoded: pa.Table, sources: list[Source], workers: int) -> None:
         super().__init__(cfg, keep_tokens=False)
         self.files = {s.path: i for i, s in enumerate(sources)}
-        keys = zip(encoded.column("file").to_pylist(), encoded.column("line").to_pylist(), strict=True)
-        self.row = {k: i for i, k in enumerate(keys)}
+        # Keyed by file, line and request id: a line can hold several records (OTLP spans); of records with
+        # one id on one line, the first is the one ingest keeps (later ones are duplicates, never looked up).
+        cols = [encoded.column(c).to_pylist() for c in ("file", "line", "request_id", "sub")]
+        self.row: dict[tuple[int, int, str], int] = {}
+        for i in sorted(range(encoded.num_rows), key=lambda i: cols[3][i], reverse=True):
+            self.row[(cols[0][i], cols[1][i], cols[2][i])] = i
         self.t = encoded
         self.hashes = encoded.column("block_hashes").combine_chunks()
         self.looked_up = self.fallback = 0
@@ -82,7 +86,7 @@ class PrecomputedEncoder(RecordEncoder):
 
     def encode(self, records: list[Record]) -> list[Hashed | Rejected]:
         self.load()  # the tokenizer's identity names the run (and the findings tokenise their rewrites)
-        rows = [self.row.get((self.files.get(r.source_file, -1), r.source_line)) for r in records]
+        rows = [self.row.get((self.files.get(r.source_file, -1), r.source_line, r.request_id)) for r in records]
         missing = [r for r, i in zip(records, rows, strict=True) if i is None]
         here = iter(super().encode(missing) if missing else [])
         self.fallback += len(missing)

@@ -14,6 +14,7 @@ a record (tests/test_ray_engine.py checks the run's tables against the local pat
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ from prefixscan.errors import EnvError
 ENCODED_SCHEMA = pa.schema([
     pa.field("file", pa.int32(), nullable=False),
     pa.field("line", pa.int64(), nullable=False),
+    pa.field("sub", pa.int32(), nullable=False),  # the record's place among those of its line (OTLP spans)
+    pa.field("request_id", pa.string(), nullable=False),
     pa.field("root", pa.uint64()),
     pa.field("n_tokens", pa.int64()),
     pa.field("head_tokens", pa.int64()),
@@ -58,13 +61,15 @@ def _cores() -> int:
 def read_rows(row: dict[str, Any], cfg: AnalyzeConfig, sources: list[Source], parts: int) -> Iterator[dict[str, Any]]:
     """One input file's text records, keyed by their conversation partition."""
     f = int(row["file"])
-    for rec in text_records(cfg, sources[f]):
-        yield {"part": pin_hash(rec) % parts, "file": f, "line": rec.source_line, "rec": pickle.dumps(rec)}
+    for sub, rec in text_records(cfg, sources[f]):
+        yield {"part": pin_hash(rec) % parts, "file": f, "line": rec.source_line, "sub": sub,
+               "request_id": rec.request_id, "rec": pickle.dumps(rec)}
 
 
 def in_input_order(batch: pa.Table) -> pa.Table:
     """A conversation partition's records in input order (file, then line): its turns in order."""
-    order = np.lexsort((batch.column("line").to_numpy(), batch.column("file").to_numpy()))
+    order = np.lexsort((batch.column("sub").to_numpy(), batch.column("line").to_numpy(),
+                        batch.column("file").to_numpy()))
     return batch.take(pa.array(order))
 
 
@@ -78,7 +83,8 @@ class EncodeGroup:
         batch = in_input_order(batch)  # a block may hold several partitions
         recs = [pickle.loads(b) for b in batch.column("rec").to_pylist()]
         out: dict[str, list[Any]] = {f.name: [] for f in ENCODED_SCHEMA}
-        out["file"], out["line"] = batch.column("file").to_pylist(), batch.column("line").to_pylist()
+        for c in ("file", "line", "sub", "request_id"):
+            out[c] = batch.column(c).to_pylist()
         for i in range(0, len(recs), ENCODE_BATCH):
             for e in self.encoder.encode(recs[i:i + ENCODE_BATCH]):
                 ok = isinstance(e, Hashed)
@@ -108,7 +114,7 @@ def start(ray: Any, address: str | None, workers: int | None) -> bool:
 
 def has_text(cfg: AnalyzeConfig, sources: list[Source]) -> bool:
     """Whether any input holds a text record (hashed traces have nothing to encode: no cluster is needed)."""
-    return any(next(text_records(cfg, s), None) is not None for s in sources)
+    return any(next(text_records(cfg, s), None) is not None for s in sources)  # stops at the first
 
 
 def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, address: str | None = None,
@@ -119,6 +125,9 @@ def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, addre
     if not has_text(cfg, sources):
         return 0
     started = start(ray, address, workers)
+    log = logging.getLogger("ray.data")
+    level = log.level
+    log.setLevel(logging.ERROR)  # Ray Data reports every execution at INFO on stderr
     try:
         import ray.data
         from ray.data.context import ShuffleStrategy
@@ -145,6 +154,7 @@ def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, addre
         encoded.materialize().write_parquet(out_dir)  # the write's tasks start once the actors are gone
         return n
     finally:
+        log.setLevel(level)
         if started:
             ray.shutdown()
 

@@ -39,14 +39,18 @@ def _file_shape(cfg: AnalyzeConfig) -> str | None:
     return None
 
 
-def text_records(cfg: AnalyzeConfig, src: Source) -> Iterator[Record]:
+def text_records(cfg: AnalyzeConfig, src: Source) -> Iterator[tuple[int, Record]]:
     """The records of one file that the encode stage will see: parsed and normalised as ingest does, text
     only (hashed traces need no encoding). What ingest would reject is skipped here; ingest rejects it
-    again with its file, line and reason, so nothing is lost by skipping."""
+    again with its file, line and reason, so nothing is lost by skipping. Yields (ordinal, record): an OTLP
+    export line holds several records, the ordinal tells them apart."""
     overrides = dict(cfg.fields)
     shape = _file_shape(cfg)
     roots: dict[Any, Any] = {}
+    last, sub = -1, 0
     for line, obj in read_source(src):
+        sub = sub + 1 if line == last else 0
+        last = line
         if isinstance(obj, RawError) or not isinstance(obj, dict):
             continue
         try:
@@ -58,4 +62,4 @@ def text_records(cfg: AnalyzeConfig, src: Source) -> Iterator[Record]:
         except RecordError:
             continue
         if rec.kind != "hashed":
-            yield rec
+            yield sub, rec
