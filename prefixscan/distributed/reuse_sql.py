@@ -98,8 +98,9 @@ def connect(memory_limit: str = "1GB", temp_directory: str | None = None, thread
     import duckdb
 
     with tempfile.TemporaryDirectory(prefix="prefixscan-reuse-", dir=temp_directory) as tmp:
-        con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
-                                                 "autoload_known_extensions": False})
+        # A database file, not :memory:, so what the query materialises (its shared CTEs) can leave memory
+        con = duckdb.connect(str(Path(tmp) / "reuse.duckdb"), config={"autoinstall_known_extensions": False,
+                                                                     "autoload_known_extensions": False})
         try:
             con.execute(f"SET memory_limit = '{_size(memory_limit)}'")
             con.execute(f"SET temp_directory = '{_quote(tmp)}'")
@@ -148,9 +149,40 @@ def _glob(path: str) -> str:
     return str(p / "**" / "*.parquet") if p.is_dir() else str(path)
 
 
+def steps(sql: str) -> tuple[list[tuple[str, str]], str]:
+    """A `WITH a AS (...), b AS (...) SELECT ...` statement as its named steps and the final SELECT."""
+    body = sql.strip()
+    if not body.upper().startswith("WITH "):
+        return [], body
+    i, out = 5, []
+    while True:
+        name_end = body.index(" AS (", i)
+        name = body[i:name_end].strip().lstrip(",").strip()
+        depth, j = 0, name_end + 4
+        while True:
+            depth += {"(": 1, ")": -1}.get(body[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        out.append((name, body[name_end + 5:j].strip()))
+        rest = body[j + 1:].lstrip()
+        if not rest.startswith(","):
+            return out, rest
+        i = j + 1
+
+
 def run_reuse(con: Any, block_size: int, rule: str) -> pa.Table:
-    """The per-request reuse columns (one row per position, in position order)."""
-    return con.sql(reuse_sql(block_size, rule)).to_arrow_table()
+    """The per-request reuse columns (one row per position, in position order). Each step of the query is
+    written to a table of the connection's database file first: a step that several later ones read stays
+    on disk instead of in memory, which is what keeps the whole query within `memory_limit`."""
+    named, final = steps(reuse_sql(block_size, rule))
+    for name, select in named:
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS {select}")
+    try:
+        return con.sql(final).to_arrow_table()
+    finally:
+        for name, _ in reversed(named):
+            con.execute(f"DROP TABLE IF EXISTS {name}")
 
 
 def reuse_of_requests(requests: pa.Table | str, block_size: int, rule: str, memory_limit: str = "1GB",
