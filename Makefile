@@ -12,10 +12,10 @@ help:  ## list targets
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,ray]'
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install prefixscan with test extras
+install: $(STAMP)  ## create .venv and install prefixscan with the test and ray extras
 
 demo: $(STAMP)  ## analyze the sample logs and print the summary and the run directory
 	$(BIN)/prefixscan analyze sample_logs/chat.jsonl sample_logs/chat.parquet -o runs/demo --force

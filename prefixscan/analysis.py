@@ -74,6 +74,12 @@ def _validate(cfg: AnalyzeConfig) -> None:
     if cfg.capacities is not None and any(c <= 0 for c in cfg.capacities):
         raise UsageError("--capacities must be positive token counts")
     check_hash_options(cfg)
+    if cfg.engine not in ("local", "ray"):
+        raise UsageError(f"--engine must be local or ray, got {cfg.engine!r}")
+    if cfg.engine == "ray":
+        from prefixscan.distributed.engine import check
+
+        check(cfg)
 
 
 STREAM_MIN_BYTES = 256 << 20  # smaller logs are analysed in memory, where they run faster
@@ -88,7 +94,7 @@ def streams(cfg: AnalyzeConfig, sources: list[Source]) -> bool:
     a log takes about 8x its JSONL size; streamed, memory grows with distinct blocks only, at some cost
     in time on small logs. Token granularity holds every prompt's tokens and cannot stream."""
     if cfg.streaming is None:
-        if not cfg.output or cfg.granularity != "block":
+        if not cfg.output or cfg.granularity != "block" or cfg.engine != "local":
             return False
         size = sum(s.size * next((k for ext, k in _PACKED.items() if s.path.endswith(ext)), 1) for s in sources)
         return size >= STREAM_MIN_BYTES
@@ -180,11 +186,17 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], stream_it: bool, run_pat
         requests_table: Any = _OnDisk(streamed.requests_path, streamed.rows)
         freq, blocks = streamed.findings_input() if cfg.findings else (req, [])
     else:
-        ing = ingest(cfg, progress, sources=sources)
-        if cfg.granularity == "token" and ing.hit_rule == "trace":
-            raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
-        t = done("ingest", t0)
-        req, offsets, flat, deepest, snippets, ids = _reuse(cfg, ing)
+        if cfg.engine == "ray":  # encode on a Ray cluster, reuse as SQL (prefixscan.distributed.engine)
+            from prefixscan.distributed.engine import ingest_and_reuse
+
+            ing, (req, offsets, flat, deepest, snippets, ids), t = ingest_and_reuse(cfg, progress, sources,
+                                                                                    run_path, done, t0)
+        else:
+            ing = ingest(cfg, progress, sources=sources)
+            if cfg.granularity == "token" and ing.hit_rule == "trace":
+                raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
+            t = done("ingest", t0)
+            req, offsets, flat, deepest, snippets, ids = _reuse(cfg, ing)
         t = done("reuse", t)
         summaries = summaries_table(req, SUMMARY_DIMENSIONS)
         prefixes = prefixes_table(req, deepest, snippets, include_text=cfg.include_text, k=cfg.snippet_k)

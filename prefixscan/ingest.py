@@ -126,13 +126,15 @@ STREAM_TRACE_ROWS = 65536  # hashed-trace requests per Batch on the ordinary pat
 
 
 def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None,
-           sink: Callable[[Batch], None] | None = None, sources: list[Source] | None = None) -> Ingested:
+           sink: Callable[[Batch], None] | None = None, sources: list[Source] | None = None,
+           encoder: RecordEncoder | None = None) -> Ingested:
     """Read every input, reject what is malformed, tokenise and hash what is not.
 
     With a `sink`, accepted requests are handed over in input-order Batches as they are ready and not
     kept: the returned Ingested then carries only the rejects and what the summary says about the input.
     `sources`: the inputs already expanded (`io.sources.expand`), so a caller that looked at them first
-    does not fingerprint every file twice."""
+    does not fingerprint every file twice. `encoder`: encodes text records in this process instead of
+    a RecordEncoder and worker processes (the Ray engine's, which looks up what the cluster encoded)."""
     if cfg.order not in ("time", "input"):
         raise UsageError(f"--order must be time or input, not {cfg.order!r}")
     if cfg.format not in FORMATS:
@@ -159,8 +161,8 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     trace = TraceColumns()
     # Text records are encoded here or, on large inputs, by worker processes (encode.py) while this
     # process reads on; their results are taken in submission order, DEPTH batches behind the reading.
-    encoder = RecordEncoder(cfg, keep_tokens)
-    n_workers = auto_workers(cfg, sum(s.size for s in sources))
+    n_workers = auto_workers(cfg, sum(s.size for s in sources)) if encoder is None else 0
+    encoder = encoder if encoder is not None else RecordEncoder(cfg, keep_tokens)
     pool: EncodePool | None = None
     pending: deque[list[Record]] = deque()
     ident, stats = None, []  # the workers' tokenizer identity and counters, once they are closed

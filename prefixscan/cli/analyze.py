@@ -105,6 +105,13 @@ def register(app: typer.Typer) -> None:
             None, "--workers", min=0,
             help="Processes that render, tokenise and hash text prompts beside the main one (0: all in the "
                  "main process). Default: one per spare core, up to 3, when the input is 64 MiB or more."),
+        engine: str = typer.Option(
+            "local", "--engine", metavar="local|ray",
+            help="local: this machine; ray: render, tokenise and hash on a Ray cluster (pip install "
+                 "'prefixscan[ray]'), then the reuse as SQL in DuckDB; same tables (docs/scale.md)."),
+        ray_address: str = typer.Option(
+            None, "--ray-address", help="The Ray cluster for --engine ray (e.g. ray://head:10001 or auto); "
+                                        "default: a local cluster of this machine's cores."),
         no_findings: bool = typer.Option(False, "--no-findings",
                                          help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
         metrics: list[str] = typer.Option(
@@ -136,7 +143,7 @@ def register(app: typer.Typer) -> None:
             capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, tenant_key=tenant_key,
             include_text=include_text, snippet_k=snippet_k,
             quiet=quiet, findings=not no_findings, infer_conversations=not no_infer_conversations,
-            streaming=stream, workers=workers, order=order,
+            streaming=stream, workers=workers, order=order, engine=engine, ray_address=ray_address,
             command_line="prefixscan " + shlex.join(scrub_argv(sys.argv[1:])),
         )
         if (metrics or kv_events) and not output:
