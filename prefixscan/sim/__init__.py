@@ -22,6 +22,7 @@ import pyarrow as pa
 from prefixscan.errors import UsageError
 from prefixscan.sim.config import ReplicaEvent, SimConfig
 from prefixscan.sim.engine import _capacity
+from prefixscan.sim.extmetrics import colocated_comparison, tier_columns, tier_summary
 from prefixscan.sim.fast import run_replay
 from prefixscan.sim.metrics import HEADLINE, decision_table, replica_table, summarize, timeline_table
 from prefixscan.sim.policies import POLICIES, make_policy, resolve_names
@@ -171,12 +172,16 @@ def simulate(
         out, engines[name] = run_replay(w, pol, cfg, serving, capacity, engine)
         timings[name] = time.perf_counter() - t0
         s = _clean(summarize(w, out, serving, cfg.replicas))
+        if out.tiers:
+            s.update(_clean(tier_summary(w, out, w.measured, cfg.tensor_parallel)))
         s["params"] = {k: getattr(pol.params, k) for k in getattr(pol.params, "__dataclass_fields__", {})}
         summaries[name] = s
         parts["sim_replicas"].append(replica_table(w, out, serving))
         parts["sim_timeline"].append(timeline_table(w, out, bucket))
         if cfg.decision_log:
-            parts["sim_decisions"].append(decision_table(w, out))
+            parts["sim_decisions"].append(_with_columns(decision_table(w, out), tier_columns(w, out)))
+    if cfg.disaggregated and cfg.compare_colocated:
+        _colocated(w, cfg, bs, names, serving, capacity, summaries, engine)
     if cfg.compare_isolation:
         _isolation_cost(table, cfg, bs, rule, names, serving, capacity, summaries, engine)
     rows = [
@@ -242,6 +247,32 @@ def _isolation_cost(
         mine["isolation_cost_hit_rate"] = hs - hi if hs is not None and hi is not None else None
         mine["isolation_cost_prefill_tokens"] = iso["prefill_tokens"] - shared["prefill_tokens"]
         mine["isolation_cost_ttft_p95_s"] = ti - ts if ti is not None and ts is not None else None
+
+
+def _with_columns(t: pa.Table, cols: dict[str, pa.Array]) -> pa.Table:
+    for name, col in cols.items():
+        t = t.append_column(name, col)
+    return t
+
+
+def _colocated(
+    w: Workload,
+    cfg: SimConfig,
+    bs: int,
+    names: list[str],
+    serving: ServingModel,
+    capacity: int,
+    summaries: dict[str, dict[str, Any]],
+    engine: str | None,
+) -> None:
+    """Replay each policy on a co-located fleet of prefill + decode replicas (same traffic, same tiers)
+    and add its headline to the disaggregated summary, `colocated_*`."""
+    n = cfg.replicas + cfg.decode_replicas
+    colo = dataclasses.replace(cfg, replicas=n, decode_replicas=0)
+    for name in names:
+        out, _ = run_replay(w, make_policy(name, cfg.params_for(name), cfg.seed, bs), colo, serving, capacity,
+                            engine)
+        colocated_comparison(summaries[name], _clean(summarize(w, out, serving, n)), n)
 
 
 def _nice_bucket(span: float) -> float:

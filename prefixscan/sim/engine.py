@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,7 @@ class Outcome:
     oversized: int
     knowledge: str
     extra: dict = field(default_factory=dict)
+    tiers: dict = field(default_factory=dict)  # per-request tier / disaggregation arrays and counters
 
     @property
     def candidates(self) -> list[tuple[int, ...]]:
@@ -122,6 +124,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     n_add = sum(1 for e in cfg.events if e.action == "add")
     slots = cfg.replicas + n_add
     kv = KVState(slots, w.n_unique, capacity)
+    tiers, pool, ext = _extensions(w, cfg, slots, capacity)
     kmode = policy.knowledge_mode(cfg.knowledge)
     vopts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
     vopts.update(policy.view_options())
@@ -147,7 +150,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     reasons: list[str] = []
     reason_code: dict[str, int] = {}
     cands: list[tuple[int, ...]] = [()] * n
-    nb, pin_n, extra, oversized = request_budget(w, cfg, capacity)
+    # a prefill worker of a disaggregated fleet computes the prompt only: no decode blocks reserved
+    nb, pin_n, extra, oversized = request_budget(w, replace(cfg, reserve_decode_blocks=False) if pool else cfg,
+                                                 capacity)
     toff = table_offsets(pin_n, extra)
     tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
     maxhit_l, toff_l = max_hit_blocks(w, pin_n).tolist(), toff.tolist()
@@ -189,6 +194,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         i = q[0]
         s = off_l[i]
         blocks = wb[s : s + pin_l[i]]
+        if tiers is not None:  # the lookup precedes allocation: what lower tiers hold before any eviction
+            nh, ns = tiers.extend(r, blocks, min(kv.match(r, blocks), maxhit_l[i]), maxhit_l[i], now)
         k, ne = kv.admit(r, blocks, maxhit_l[i], pin_l[i] + extra_l[i], now, tbl[toff_l[i] : toff_l[i + 1]])
         if k < 0:
             return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
@@ -203,8 +210,14 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         if ne:
             know.on_evict(r, kv.scratch[:ne], now)
         c = min(k * B, cap_l[i])
+        load = 0.0
+        if tiers is not None:
+            c, ext["host_tokens"][i], ext["shared_tokens"][i], load = tiers.admitted(
+                r, blocks, k, nh, ns, cap_l[i], kv.scratch[:ne], now
+            )
+            ext["load_s"][i] = load
         cached[i] = c
-        dur = serving.prefill_s(prompt_l[i] - c, c, int(cv.decoding[r]))
+        dur = load + serving.prefill_s(prompt_l[i] - c, c, int(cv.decoding[r]))
         pre_s[i] = dur
         start[i] = now
         running[r] += 1
@@ -219,6 +232,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         req = Req(i, blocks, prompt_l[i], out_l[i], tenant_l[i], conv_l[i], now)
         cv.now = now
         kv.match_all(blocks, exact_buf)
+        if see_tiers:  # Dynamo / llm-d score lower-tier residency too
+            for a in cv.active_idx.tolist():
+                exact_buf[a] += sum(tiers.extend(a, blocks, int(exact_buf[a]), len(blocks), now))
         if exact_view:
             cv._match_buf[:] = exact_buf
             cv._match_for = i
@@ -252,7 +268,12 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         try_start(r, now)
 
     nxt_l = w.next_in_conv.tolist()
-    gen_on = cfg.cache_generated
+    gen_on = cfg.cache_generated and pool is None  # a prefill worker never holds the answer
+    if cfg.router_sees_tiers and not exact_view:
+        from prefixscan.errors import UsageError
+
+        raise UsageError("--router-sees-tiers models exact KV events: use --knowledge exact")
+    see_tiers = cfg.router_sees_tiers
 
     def release(r: int, i: int, now: float) -> None:
         s = off_l[i]
@@ -267,6 +288,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 stored = kv.release_gen(r, table, nbi, wb[sj + nbi : sj + m], now)
                 if stored:
                     know.on_store(r, kv.scratch[:stored].copy(), now)
+                    if tiers is not None:
+                        tiers.on_compute(r, kv.scratch[:stored].copy(), now)
                 return
         kv.release(r, table, now)
 
@@ -275,6 +298,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         if ev.action == "restart":
             r = ev.replica
             ids = kv.scratch[: kv.clear_free(r)].copy()
+            if tiers is not None:
+                tiers.on_restart(r)
             cv.kv_available[r] = kv.available(r)
             know.on_clear(r, ids, now)
         elif ev.action == "add":
@@ -286,6 +311,49 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 return  # never remove the last replica: requests would have nowhere to go
             cv.set_active(cv.active_idx[cv.active_idx != ev.replica])
 
+    if pool is not None:
+        from prefixscan.sim.tiers import link_gbs
+        from prefixscan.sim.timing import kv_bytes_per_token, transfer_s
+
+        pd_bpt, pd_gbs = kv_bytes_per_token(cfg.model, cfg.dtype, cfg.tensor_parallel), link_gbs(cfg.pd_link)
+        pneed = [pool.need(p, o, B) for p, o in zip(prompt_l, out_l, strict=True)]
+        dec_rep, pdone = ext["decode_replica"], ext["prefill_done_s"]
+
+    def drain(now: float) -> None:
+        """Place the decode queue's head while a decode worker has room; start its KV transfer."""
+        nonlocal counter
+        pool.account(now)
+        q = pool.queue
+        while q:
+            i, r = q[0]
+            d = pool.place(pneed[i])
+            if d < 0:
+                return  # FIFO: the head waits for a decode worker to free memory or a slot
+            q.popleft()
+            dec_rep[i] = d
+            ext["decode_wait_s"][i] = now - pdone[i]
+            tx = ext["transfer_s"][i] = transfer_s(prompt_l[i], pd_bpt, pd_gbs, cfg.pd_latency_s)
+            counter += 1
+            push(heap, (now + tx, DECODE_DONE, counter, r, i))
+
+    def handed_over(r: int, i: int, now: float) -> None:
+        """The KV reached the decode worker: the prefill worker frees its blocks, decoding starts."""
+        nonlocal counter
+        kv.release(r, tbl[toff_l[i] : toff_l[i + 1]], now)
+        first[i] = now
+        d = int(dec_rep[i])
+        pool.account(now)
+        pool.decoding[d] += 1
+        counter += 1
+        push(heap, (now + serving.decode_s(out_l[i], pool.decoding[d]), DECODE_DONE, counter, slots + d, i))
+
+    def decoded(d: int, i: int, now: float) -> None:
+        finish[i] = now
+        pool.account(now)
+        pool.decoding[d] -= 1
+        pool.release(d, pneed[i])
+        drain(now)
+
     ai = 0
     now = 0.0
     arrivals = w.arrival_s.tolist()
@@ -294,20 +362,32 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         t_ev = events[ev_i].time_s if ev_i < len(events) else np.inf
         if heap and heap[0][0] <= min(t_arr, t_ev):
             now, kind, _, r, i = heapq.heappop(heap)
+            if r >= slots:
+                decoded(r - slots, i, now)
+                continue
             if kind == PREFILL_DONE:
-                first[i] = now
                 lane_busy[r] = False
-                cv.decoding[r] += 1
-                counter += 1
-                push(
-                    heap, (now + serving.decode_s(out_l[i], int(cv.decoding[r])), DECODE_DONE, counter, r, i)
-                )
+                if pool is not None:
+                    pdone[i] = now
+                    pool.enqueue(i, r, now)
+                    drain(now)
+                else:
+                    first[i] = now
+                    cv.decoding[r] += 1
+                    counter += 1
+                    push(
+                        heap,
+                        (now + serving.decode_s(out_l[i], int(cv.decoding[r])), DECODE_DONE, counter, r, i),
+                    )
             else:
-                finish[i] = now
-                release(r, i, now)
+                if pool is not None:
+                    handed_over(r, i, now)
+                else:
+                    finish[i] = now
+                    release(r, i, now)
+                    cv.decoding[r] -= 1
                 cv.kv_available[r] = kv.available(r)
                 account(r, now)
-                cv.decoding[r] -= 1
                 running[r] -= 1
                 n_inflight[r] -= 1
                 cv.inflight[r] = n_inflight[r]
@@ -352,4 +432,48 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         oversized=oversized,
         knowledge=kmode,
         extra=dict(getattr(policy, "stats", {})),
+        tiers=_extension_stats(ext, tiers, pool, now),
     )
+
+
+def _extensions(w: Workload, cfg: SimConfig, slots: int, capacity: int) -> tuple[Any, Any, dict]:
+    """Lower KV tiers and the decode pool a config asks for (None when not), with their per-request
+    arrays."""
+    from prefixscan.sim.disagg import DecodePool
+    from prefixscan.sim.tiers import TierState, tier_spec
+
+    n = w.n
+    spec = tier_spec(cfg, w.block_size)
+    tiers = TierState(spec, slots) if spec is not None else None
+    ext: dict[str, Any] = {}
+    if tiers is not None:
+        ext.update(host_tokens=np.zeros(n, np.int64), shared_tokens=np.zeros(n, np.int64), load_s=np.zeros(n))
+    pool = None
+    if cfg.decode_replicas:
+        pool = DecodePool(cfg.decode_replicas, cfg.decode_kv_blocks or capacity, cfg.max_num_seqs)
+        ext.update(
+            decode_replica=np.full(n, -1, np.int32),
+            decode_wait_s=np.full(n, np.nan),
+            transfer_s=np.zeros(n),
+            prefill_done_s=np.full(n, np.nan),
+        )
+    return tiers, pool, ext
+
+
+def _extension_stats(ext: dict, tiers: Any, pool: Any, now: float) -> dict:
+    """The per-request arrays plus the tiers' and the decode pool's counters at the end of the replay."""
+    if tiers is not None:
+        ext["host_evictions"], ext["shared_evictions"] = tiers.evictions()
+        ext["host_blocks_per_replica"] = tiers.spec.host_blocks
+        ext["shared_blocks"] = tiers.spec.shared_blocks
+    if pool is not None:
+        pool.account(now)
+        ext.update(
+            decode_area_running=pool.area_running.copy(),
+            decode_area_blocks=pool.area_blocks.copy(),
+            decode_area_queue=pool.area_queue,
+            decode_queue_peak=pool.peak_queue,
+            decode_usable_blocks=pool.usable,
+            decode_max_seqs=pool.max_seqs,
+        )
+    return ext
