@@ -141,6 +141,8 @@ class SimConfig:
             raise UsageError("--decode-replicas must be >= 0 and --decode-kv-blocks >= 2")
         if self.router_sees_tiers and not self.tiered:
             raise UsageError("--router-sees-tiers needs a lower tier (--host-kv-* or --shared-kv-*)")
+        if self.router_sees_tiers and (self.knowledge == "approximate" or self.event_delay_s > 0):
+            raise UsageError("--router-sees-tiers reads exact KV events (with tiers): use --knowledge exact")
 
     @property
     def tiered(self) -> bool:

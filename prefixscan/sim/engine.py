@@ -269,11 +269,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
 
     nxt_l = w.next_in_conv.tolist()
     gen_on = cfg.cache_generated and pool is None  # a prefill worker never holds the answer
-    if cfg.router_sees_tiers and not exact_view:
-        from prefixscan.errors import UsageError
-
-        raise UsageError("--router-sees-tiers models exact KV events: use --knowledge exact")
-    see_tiers = cfg.router_sees_tiers
+    # policies with a view of their own (SGLang's tree, approximate modes) never see lower tiers
+    see_tiers = cfg.router_sees_tiers and exact_view
 
     def release(r: int, i: int, now: float) -> None:
         s = off_l[i]
