@@ -141,6 +141,9 @@ def render(result: SimResult, console: Console) -> None:
                 fmt(s.get("isolation_cost_ttft_p95_s"), "s"),
             )
         console.print(iso)
+    from prefixscan.report.simulate_tiers_terminal import render_tiers
+
+    render_tiers(result.policies, console)
     console.print(
         "hit = cached / prompt tokens over the whole cluster (token-weighted); "
         "of ideal = share of an unbounded single cache's hits;\n"
