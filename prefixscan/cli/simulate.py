@@ -248,6 +248,9 @@ def register(app: typer.Typer) -> None:
             True, "--compare-colocated/--no-compare-colocated",
             help="Disaggregated: also replay a co-located fleet of prefill + decode replicas.",
         ),
+        tier_sweep: bool = typer.Option(
+            False, "--tier-sweep", help="Capacity view: hit rate over GPU x second-tier sizes (first policy)."
+        ),
     ) -> None:
         """Replay a run over N replicas with finite KV memory under each routing policy.
 
@@ -314,6 +317,7 @@ def register(app: typer.Typer) -> None:
                 shared_write, shared_latency_ms, router_sees_tiers, decode_replicas, decode_kv_blocks, pd_link,
                 pd_latency_ms, compare_colocated,
             ),
+            tier_sweep=tier_sweep,
         )
         console = stderr_console(quiet)
         tmp: str | None = None

@@ -143,7 +143,7 @@ def render(result: SimResult, console: Console) -> None:
         console.print(iso)
     from prefixscan.report.simulate_tiers_terminal import render_tiers
 
-    render_tiers(result.policies, console)
+    render_tiers(result.policies, console, result.tables.get("sim_tier_capacity"))
     console.print(
         "hit = cached / prompt tokens over the whole cluster (token-weighted); "
         "of ideal = share of an unbounded single cache's hits;\n"

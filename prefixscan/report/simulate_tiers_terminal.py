@@ -43,8 +43,8 @@ def _table(title: str, cols: list[str]) -> Any:
     return t
 
 
-def render_tiers(policies: dict[str, dict[str, Any]], console: Console) -> None:
-    """Cached tokens by tier, then the disaggregated fleet against the co-located one."""
+def render_tiers(policies: dict[str, dict[str, Any]], console: Console, sweep: Any = None) -> None:
+    """Cached tokens by tier, the disaggregated fleet against the co-located one, the capacity view."""
     if any("hit_rate_gpu" in s for s in policies.values()):
         t = _table("Cached tokens by KV tier (share of prompt tokens; load = lower-tier KV onto the GPU)",
                    ["policy"] + [c for c, _, _ in TIER_COLUMNS])
@@ -53,6 +53,23 @@ def render_tiers(policies: dict[str, dict[str, Any]], console: Console) -> None:
         console.print(t)
     if any("decode_replicas" in s for s in policies.values()):
         _render_pd(policies, console)
+    if sweep is not None and sweep.num_rows:
+        _render_sweep(sweep.to_pylist(), console)
+
+
+def _render_sweep(rows: list[dict[str, Any]], console: Console) -> None:
+    ratios = list(dict.fromkeys(r["second_tier_ratio"] for r in rows))
+    axis, policy = rows[0]["second_tier"], rows[0]["policy"]
+    t = _table(f"Capacity view ({safe(policy)}): hit rate by GPU KV blocks per replica (rows) and "
+               f"{axis} tier size as a multiple of the GPU's (columns); (gpu share)",
+               ["GPU blocks"] + [f"{axis} x{r:g}" for r in ratios])
+    for gpu in dict.fromkeys(r["gpu_kv_blocks"] for r in rows):
+        cells = {r["second_tier_ratio"]: r for r in rows if r["gpu_kv_blocks"] == gpu}
+        t.add_row(f"{gpu:,}", *[
+            f"{fmt(cells[x]['hit_rate_token_weighted'], 'pct')} ({fmt(cells[x]['hit_rate_gpu'], 'pct')})"
+            for x in ratios
+        ])
+    console.print(t)
 
 
 def _render_pd(policies: dict[str, dict[str, Any]], console: Console) -> None:

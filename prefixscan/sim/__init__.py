@@ -31,7 +31,7 @@ from prefixscan.sim.workload import Workload, build_workload
 
 __all__ = ["HEADLINE", "POLICIES", "ReplicaEvent", "SimConfig", "SimResult", "serving_model", "simulate"]
 
-TABLES = ("sim_policies", "sim_replicas", "sim_decisions", "sim_timeline")
+TABLES = ("sim_policies", "sim_replicas", "sim_decisions", "sim_timeline", "sim_tier_capacity")
 
 
 @dataclass
@@ -197,6 +197,8 @@ def simulate(
     for t, lst in parts.items():
         if lst:
             tables[t] = pa.concat_tables(lst)
+    if cfg.tier_sweep:
+        tables["sim_tier_capacity"] = _tier_sweep(table, cfg, bs, rule, names, capacity, engine)
     info = {
         "requests": w.n,
         "distinct_blocks": w.n_unique,
@@ -247,6 +249,20 @@ def _isolation_cost(
         mine["isolation_cost_hit_rate"] = hs - hi if hs is not None and hi is not None else None
         mine["isolation_cost_prefill_tokens"] = iso["prefill_tokens"] - shared["prefill_tokens"]
         mine["isolation_cost_ttft_p95_s"] = ti - ts if ti is not None and ts is not None else None
+
+
+def _tier_sweep(
+    table: pa.Table, cfg: SimConfig, bs: int, rule: str, names: list[str], capacity: int, engine: str | None
+) -> pa.Table:
+    """The capacity view for the first deployable policy (the oracle is a reference, not a router)."""
+    from prefixscan.sim.tiercapacity import capacity_grid
+
+    name = next((n for n in names if n != "oracle"), names[0])
+
+    def one(t: pa.Table, c: SimConfig) -> dict[str, Any]:
+        return simulate(t, c, block_size=bs, hit_rule=rule, engine=engine).policies[name]
+
+    return capacity_grid(table, cfg, name, capacity, one)
 
 
 def _with_columns(t: pa.Table, cols: dict[str, pa.Array]) -> pa.Table:

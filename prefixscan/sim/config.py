@@ -90,6 +90,8 @@ class SimConfig:
     pd_link: str = "rdma-400g"
     pd_latency_s: float = 0.0005
     compare_colocated: bool = True
+    # the capacity view (sim/tiercapacity.py): hit rate over a grid of GPU and second-tier sizes
+    tier_sweep: bool = False
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -171,6 +173,6 @@ class SimConfig:
 _EXTENSIONS = (
     "host_kv_blocks", "host_kv_gib", "host_link", "host_write", "shared_kv_blocks", "shared_kv_gib",
     "shared_read", "shared_write", "shared_latency_s", "router_sees_tiers", "decode_replicas",
-    "decode_kv_blocks", "pd_link", "pd_latency_s", "compare_colocated",
+    "decode_kv_blocks", "pd_link", "pd_latency_s", "compare_colocated", "tier_sweep",
 )
 _EXTENSION_DEFAULTS = {f.name: f.default for f in fields(SimConfig) if f.name in _EXTENSIONS}
