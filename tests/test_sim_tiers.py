@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.errors import UsageError
-from prefixscan.sim import SimConfig, serving_model, simulate
+from prefixscan.sim import SimConfig, SimResult, serving_model, simulate
 from prefixscan.sim.engine import _capacity, replay
 from prefixscan.sim.fast import replay_fast
 from prefixscan.sim.policies import POLICIES, make_policy
@@ -201,3 +202,30 @@ def test_plain_config_keeps_manifest_keys() -> None:
         SimConfig(router_sees_tiers=True)
     with pytest.raises(UsageError):
         SimConfig(host_link="warp-drive")
+
+
+def test_cli_tiers_pd_and_sweep(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from prefixscan.cli.app import app
+    from prefixscan.io import rundir
+
+    run = rundir.prepare(tmp_path / "run")
+    rundir.write_table(run, "requests", conversations_table(30, 4, rate_rps=20, seed=3))
+    rundir.write_manifest(run, {"config": {"block_size": 16, "hit_rule": "vllm"}})
+    args = ["simulate", str(run), "-p", "round_robin,dynamo_kv", "--kv-blocks", "80", "--host-kv-blocks", "160",
+            "--shared-kv-blocks", "unbounded", "--router-sees-tiers", "--prefill-replicas", "2",
+            "--decode-replicas", "1", "--tier-sweep"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "Cached tokens by KV tier" in res.output and "co-located" in res.output and "Capacity view" in res.output
+    loaded = SimResult.load(run)
+    assert loaded.config["host_kv_blocks"] == 160 and loaded.config["decode_replicas"] == 1 and loaded.config["replicas"] == 2
+    grid = loaded.tables["sim_tier_capacity"]
+    assert grid.num_rows == 20 and set(grid["second_tier"].to_pylist()) == {"host"}
+    zero = [r for r in grid.to_pylist() if r["second_tier_blocks"] == 0]
+    assert all(r["hit_rate_host"] == 0 for r in zero)
+    bad = CliRunner().invoke(app, ["simulate", str(run), "--host-link", "warp", "--host-kv-blocks", "5"])
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+    bad = CliRunner().invoke(app, ["simulate", str(run), "--prefill-replicas", "2"])
+    assert bad.exit_code != 0 and "--decode-replicas" in bad.output
