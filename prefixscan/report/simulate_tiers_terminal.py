@@ -26,10 +26,17 @@ TIER_COLUMNS = [
 ]
 
 PD_COLUMNS = [
-    ("TTFT p50", "ttft_p50_s", "colocated_ttft_p50_s", "s"),
-    ("TTFT p95", "ttft_p95_s", "colocated_ttft_p95_s", "s"),
-    ("TTFT p99", "ttft_p99_s", "colocated_ttft_p99_s", "s"),
-    ("hit", "hit_rate_token_weighted", "colocated_hit_rate_token_weighted", "pct"),
+    ("TTFT p50", "ttft_p50_s", "s"),
+    ("p95", "ttft_p95_s", "s"),
+    ("p99", "ttft_p99_s", "s"),
+    ("wait p95", "queue_wait_p95_s", "s"),
+    ("hit", "hit_rate_token_weighted", "pct"),
+    ("transfer p95", "kv_transfer_s_p95", "s"),
+    ("decode wait p95", "decode_queue_wait_p95_s", "s"),
+    ("decode q peak", "decode_queue_peak", "int"),
+    ("prefill util", "prefill_pool_utilization", "pct"),
+    ("decode KV util", "decode_kv_utilization", "pct"),
+    ("prefill GPUs needed", "prefill_gpus_needed", "int"),
 ]
 
 
@@ -39,7 +46,7 @@ def _table(title: str, cols: list[str]) -> Any:
 
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for i, c in enumerate(cols):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i < 2)
     return t
 
 
@@ -73,28 +80,15 @@ def _render_sweep(rows: list[dict[str, Any]], console: Console) -> None:
 
 
 def _render_pd(policies: dict[str, dict[str, Any]], console: Console) -> None:
-    cols = ["policy"] + [f"{c} P/D | co-loc" for c, *_ in PD_COLUMNS]
-    cols += ["transfer p95", "decode wait p95", "decode q peak", "prefill util", "decode KV util",
-             "prefill GPUs needed"]
     t = _table("Disaggregated prefill/decode vs a co-located fleet at the same traffic "
-               "(TTFT includes decode queue and KV transfer)", cols)
+               "(P/D TTFT includes the decode queue and the KV transfer)",
+               ["policy", "fleet"] + [c for c, _, _ in PD_COLUMNS])
     for name, s in policies.items():
-        row = [safe(name)]
-        for _, k, ck, kind in PD_COLUMNS:
-            row.append(f"{fmt(s.get(k), kind)} | {fmt(s.get(ck), kind)}")
-        row += [
-            fmt(s.get("kv_transfer_s_p95"), "s"),
-            fmt(s.get("decode_queue_wait_p95_s"), "s"),
-            fmt(s.get("decode_queue_peak"), "int"),
-            fmt(s.get("prefill_pool_utilization"), "pct"),
-            fmt(s.get("decode_kv_utilization"), "pct"),
-            fmt(s.get("prefill_gpus_needed"), "int"),
-        ]
-        t.add_row(*row)
+        fleet = f"{s.get('prefill_replicas')}P + {s.get('decode_replicas')}D"
+        t.add_row(safe(name), fleet, *[fmt(s.get(k), kind) for _, k, kind in PD_COLUMNS])
+        if s.get("colocated_replicas") is not None:
+            colo = [fmt(s.get(f"colocated_{k}"), kind) if f"colocated_{k}" in s else "" for _, k, kind in PD_COLUMNS]
+            t.add_row("", f"{s['colocated_replicas']} co-located", *colo)
     console.print(t)
-    s0 = next(iter(policies.values()), {})
-    if s0.get("colocated_replicas") is not None:
-        console.print(
-            f"co-located = {s0['colocated_replicas']} replicas serving both phases (prefill + decode pools); "
-            "prefill GPUs needed keeps the prefill pool at most 80% busy"
-        )
+    console.print("co-located = the same GPUs serving both phases; prefill GPUs needed keeps the prefill pool at "
+                  "most 80% busy")

@@ -55,6 +55,7 @@ def _pd_summary(w: Any, o: Any, m: np.ndarray, tp: int) -> dict[str, Any]:
     busy = float(o.prefill_s.sum())
     wait, tx = t["decode_wait_s"][m], t["transfer_s"][m]
     return {
+        "prefill_replicas": o.n_slots,
         "decode_replicas": d,
         "decode_queue_wait_mean_s": _mean(wait),
         "decode_queue_wait_p95_s": _pct(wait, 95),
