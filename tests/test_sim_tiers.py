@@ -220,7 +220,8 @@ def test_cli_tiers_pd_and_sweep(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "Cached tokens by KV tier" in res.output and "co-located" in res.output and "Capacity view" in res.output
     loaded = SimResult.load(run)
-    assert loaded.config["host_kv_blocks"] == 160 and loaded.config["decode_replicas"] == 1 and loaded.config["replicas"] == 2
+    assert loaded.config["host_kv_blocks"] == 160
+    assert loaded.config["decode_replicas"] == 1 and loaded.config["replicas"] == 2
     grid = loaded.tables["sim_tier_capacity"]
     assert grid.num_rows == 20 and set(grid["second_tier"].to_pylist()) == {"host"}
     zero = [r for r in grid.to_pylist() if r["second_tier_blocks"] == 0]
