@@ -67,8 +67,7 @@ def render_tiers(policies: dict[str, dict[str, Any]], console: Console, sweep: A
 def _render_sweep(rows: list[dict[str, Any]], console: Console) -> None:
     ratios = list(dict.fromkeys(r["second_tier_ratio"] for r in rows))
     axis, policy = rows[0]["second_tier"], rows[0]["policy"]
-    t = _table(f"Capacity view ({safe(policy)}): hit rate by GPU KV blocks per replica (rows) and "
-               f"{axis} tier size as a multiple of the GPU's (columns); (gpu share)",
+    t = _table(f"Capacity view ({safe(policy)}): hit rate (GPU's share)",
                ["GPU blocks"] + [f"{axis} x{r:g}" for r in ratios])
     for gpu in dict.fromkeys(r["gpu_kv_blocks"] for r in rows):
         cells = {r["second_tier_ratio"]: r for r in rows if r["gpu_kv_blocks"] == gpu}
@@ -77,6 +76,7 @@ def _render_sweep(rows: list[dict[str, Any]], console: Console) -> None:
             for x in ratios
         ])
     console.print(t)
+    console.print(f"rows: GPU KV blocks per replica; columns: {axis} tier size as a multiple of the GPU's (0 = none)")
 
 
 def _render_pd(policies: dict[str, dict[str, Any]], console: Console) -> None:
