@@ -230,3 +230,31 @@ def test_cli_tiers_pd_and_sweep(tmp_path: Path) -> None:
     assert bad.exit_code != 0 and "Traceback" not in bad.output
     bad = CliRunner().invoke(app, ["simulate", str(run), "--prefill-replicas", "2"])
     assert bad.exit_code != 0 and "--decode-replicas" in bad.output
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), gpu=st.integers(30, 120), host=st.integers(-1, 150),
+       shared=st.integers(-1, 300), write=st.sampled_from(["through", "back"]),
+       name=st.sampled_from(["round_robin", "dynamo_kv", "cost_based"]))
+def test_replay_with_reference_tiers_is_identical(
+    seed: int, gpu: int, host: int, shared: int, write: str, name: str
+) -> None:
+    """The whole tiered replay with the slow list-scan tiers equals the one with the O(1) LRU tiers."""
+    import prefixscan.sim.tiers as tiers
+
+    table = conversations_table(15, 4, rate_rps=30, think_s=1.0, system_prompts=2, seed=seed)
+    if host == 0 and shared == 0:
+        host = 40
+    cfg = SimConfig(replicas=2, kv_blocks=gpu, host_kv_blocks=host, shared_kv_blocks=shared, host_write=write,
+                    shared_write="5", cache_generated=seed % 2 == 0, router_sees_tiers=seed % 3 == 0, **BASE)
+    _, a = _run(table, name, cfg)
+    fast = tiers.LRUTier
+    try:
+        tiers.LRUTier = ReferenceLRU
+        _, b = _run(table, name, cfg)
+    finally:
+        tiers.LRUTier = fast
+    for f in SAME:
+        assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
+    for k in ("host_tokens", "shared_tokens", "load_s", "host_evictions", "shared_evictions"):
+        assert np.array_equal(a.tiers[k], b.tiers[k]), k

@@ -172,7 +172,10 @@ class TierSpec:
 class TierState:
     """Host tiers of R replicas and the shared store, with the per-request lookup the engine calls."""
 
-    def __init__(self, spec: TierSpec, replicas: int, make: type = LRUTier) -> None:
+    def __init__(self, spec: TierSpec, replicas: int, make: type | None = None) -> None:
+        """`make`: the tier class (default `LRUTier`, looked up at call time so tests can swap in the
+        reference)."""
+        make = make or LRUTier
         self.spec = spec
         host = None if spec.host_blocks < 0 else spec.host_blocks
         self.host = [make(host) for _ in range(replicas)]
