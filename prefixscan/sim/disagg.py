@@ -15,8 +15,13 @@ The decode pool keeps no prefix cache of its own (its blocks are freed at finish
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from prefixscan.sim.config import SimConfig
 
 
 class DecodePool:
@@ -69,3 +74,81 @@ class DecodePool:
         self.account(now)
         self.queue.append((i, r))
         self.peak_queue = max(self.peak_queue, len(self.queue))
+
+
+class Disaggregation:
+    """The prefill-to-decode handoff of one replay: the decode pool plus per-request arrays.
+
+    The engine calls `prefilled` when a prefill ends, `start_decode` when the transfer it scheduled ends
+    (after freeing the prefill worker's blocks) and `decoded` when a decode worker finishes;
+    `schedule(time, slot, request)` puts a handoff or finish event on the engine's heap.
+    """
+
+    def __init__(self, w: Any, cfg: SimConfig, capacity: int) -> None:
+        from prefixscan.sim.tiers import link_gbs
+        from prefixscan.sim.timing import kv_bytes_per_token
+
+        self.pool = DecodePool(cfg.decode_replicas, cfg.decode_kv_blocks or capacity, cfg.max_num_seqs)
+        self.prompt, self.out = w.prompt_tokens.tolist(), w.output_tokens.tolist()
+        self.need = [self.pool.need(p, o, w.block_size) for p, o in zip(self.prompt, self.out, strict=True)]
+        self.bpt = kv_bytes_per_token(cfg.model, cfg.dtype, cfg.tensor_parallel)
+        self.gbs, self.latency = link_gbs(cfg.pd_link), cfg.pd_latency_s
+        n = w.n
+        self.decode_replica = np.full(n, -1, np.int32)
+        self.decode_wait = np.full(n, np.nan)
+        self.transfer = np.zeros(n)
+        self.prefill_done = np.full(n, np.nan)
+
+    def prefilled(self, i: int, r: int, now: float, schedule: Callable[[float, int, int], None]) -> None:
+        """Request i's prefill on prefill worker r ended: it joins the decode queue."""
+        self.prefill_done[i] = now
+        self.pool.enqueue(i, r, now)
+        self.drain(now, schedule)
+
+    def drain(self, now: float, schedule: Callable[[float, int, int], None]) -> None:
+        """Place the decode queue's head while a decode worker has room; schedule its KV transfer."""
+        from prefixscan.sim.timing import transfer_s
+
+        pool = self.pool
+        pool.account(now)
+        q = pool.queue
+        while q:
+            i, r = q[0]
+            d = pool.place(self.need[i])
+            if d < 0:
+                return  # FIFO: the head waits for a decode worker to free memory or a slot
+            q.popleft()
+            self.decode_replica[i] = d
+            self.decode_wait[i] = now - self.prefill_done[i]
+            tx = self.transfer[i] = transfer_s(self.prompt[i], self.bpt, self.gbs, self.latency)
+            schedule(now + tx, r, i)
+
+    def start_decode(self, i: int, now: float, serving: Any) -> tuple[float, int]:
+        """The KV reached the decode worker: (finish time, decode worker)."""
+        d = int(self.decode_replica[i])
+        self.pool.account(now)
+        self.pool.decoding[d] += 1
+        return now + serving.decode_s(self.out[i], self.pool.decoding[d]), d
+
+    def decoded(self, d: int, i: int, now: float, schedule: Callable[[float, int, int], None]) -> None:
+        self.pool.account(now)
+        self.pool.decoding[d] -= 1
+        self.pool.release(d, self.need[i])
+        self.drain(now, schedule)
+
+    def outcome(self, now: float) -> dict:
+        """Per-request arrays and pool counters for `Outcome.tiers`."""
+        pool = self.pool
+        pool.account(now)
+        return {
+            "decode_replica": self.decode_replica,
+            "decode_wait_s": self.decode_wait,
+            "transfer_s": self.transfer,
+            "prefill_done_s": self.prefill_done,
+            "decode_area_running": pool.area_running.copy(),
+            "decode_area_blocks": pool.area_blocks.copy(),
+            "decode_area_queue": pool.area_queue,
+            "decode_queue_peak": pool.peak_queue,
+            "decode_usable_blocks": pool.usable,
+            "decode_max_seqs": pool.max_seqs,
+        }

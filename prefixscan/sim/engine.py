@@ -18,14 +18,15 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
 from prefixscan.sim.config import SimConfig
+from prefixscan.sim.disagg import Disaggregation
 from prefixscan.sim.knowledge import make_view
 from prefixscan.sim.kvcache import KVState
 from prefixscan.sim.policies.base import ClusterView, Policy, Req
+from prefixscan.sim.tiers import make_tiers
 from prefixscan.sim.timing import ServingModel
 from prefixscan.sim.workload import Workload
 
@@ -124,7 +125,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     n_add = sum(1 for e in cfg.events if e.action == "add")
     slots = cfg.replicas + n_add
     kv = KVState(slots, w.n_unique, capacity)
-    tiers, pool, ext = _extensions(w, cfg, slots, capacity)
+    tiers = make_tiers(cfg, w.block_size, slots, w.n)
+    pool = Disaggregation(w, cfg, capacity) if cfg.disaggregated else None
     kmode = policy.knowledge_mode(cfg.knowledge)
     vopts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
     vopts.update(policy.view_options())
@@ -212,10 +214,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         c = min(k * B, cap_l[i])
         load = 0.0
         if tiers is not None:
-            c, ext["host_tokens"][i], ext["shared_tokens"][i], load = tiers.admitted(
-                r, blocks, k, nh, ns, cap_l[i], kv.scratch[:ne], now
-            )
-            ext["load_s"][i] = load
+            c, load = tiers.admitted(i, r, blocks, k, nh, ns, cap_l[i], kv.scratch[:ne], now)
         cached[i] = c
         dur = load + serving.prefill_s(prompt_l[i] - c, c, int(cv.decoding[r]))
         pre_s[i] = dur
@@ -308,48 +307,11 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 return  # never remove the last replica: requests would have nowhere to go
             cv.set_active(cv.active_idx[cv.active_idx != ev.replica])
 
-    if pool is not None:
-        from prefixscan.sim.tiers import link_gbs
-        from prefixscan.sim.timing import kv_bytes_per_token, transfer_s
-
-        pd_bpt, pd_gbs = kv_bytes_per_token(cfg.model, cfg.dtype, cfg.tensor_parallel), link_gbs(cfg.pd_link)
-        pneed = [pool.need(p, o, B) for p, o in zip(prompt_l, out_l, strict=True)]
-        dec_rep, pdone = ext["decode_replica"], ext["prefill_done_s"]
-
-    def drain(now: float) -> None:
-        """Place the decode queue's head while a decode worker has room; start its KV transfer."""
+    def schedule(t: float, r: int, i: int) -> None:
+        """A disaggregated handoff (r: prefill worker) or decode finish (r: slots + decode worker)."""
         nonlocal counter
-        pool.account(now)
-        q = pool.queue
-        while q:
-            i, r = q[0]
-            d = pool.place(pneed[i])
-            if d < 0:
-                return  # FIFO: the head waits for a decode worker to free memory or a slot
-            q.popleft()
-            dec_rep[i] = d
-            ext["decode_wait_s"][i] = now - pdone[i]
-            tx = ext["transfer_s"][i] = transfer_s(prompt_l[i], pd_bpt, pd_gbs, cfg.pd_latency_s)
-            counter += 1
-            push(heap, (now + tx, DECODE_DONE, counter, r, i))
-
-    def handed_over(r: int, i: int, now: float) -> None:
-        """The KV reached the decode worker: the prefill worker frees its blocks, decoding starts."""
-        nonlocal counter
-        kv.release(r, tbl[toff_l[i] : toff_l[i + 1]], now)
-        first[i] = now
-        d = int(dec_rep[i])
-        pool.account(now)
-        pool.decoding[d] += 1
         counter += 1
-        push(heap, (now + serving.decode_s(out_l[i], pool.decoding[d]), DECODE_DONE, counter, slots + d, i))
-
-    def decoded(d: int, i: int, now: float) -> None:
-        finish[i] = now
-        pool.account(now)
-        pool.decoding[d] -= 1
-        pool.release(d, pneed[i])
-        drain(now)
+        push(heap, (t, DECODE_DONE, counter, r, i))
 
     ai = 0
     now = 0.0
@@ -360,14 +322,13 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         if heap and heap[0][0] <= min(t_arr, t_ev):
             now, kind, _, r, i = heapq.heappop(heap)
             if r >= slots:
-                decoded(r - slots, i, now)
+                finish[i] = now
+                pool.decoded(r - slots, i, now, schedule)
                 continue
             if kind == PREFILL_DONE:
                 lane_busy[r] = False
                 if pool is not None:
-                    pdone[i] = now
-                    pool.enqueue(i, r, now)
-                    drain(now)
+                    pool.prefilled(i, r, now, schedule)
                 else:
                     first[i] = now
                     cv.decoding[r] += 1
@@ -377,8 +338,11 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                         (now + serving.decode_s(out_l[i], int(cv.decoding[r])), DECODE_DONE, counter, r, i),
                     )
             else:
-                if pool is not None:
-                    handed_over(r, i, now)
+                if pool is not None:  # the KV reached the decode worker: free the prefill blocks, decode
+                    kv.release(r, tbl[toff_l[i] : toff_l[i + 1]], now)
+                    first[i] = now
+                    t_end, d = pool.start_decode(i, now, serving)
+                    schedule(t_end, slots + d, i)
                 else:
                     finish[i] = now
                     release(r, i, now)
@@ -429,48 +393,6 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         oversized=oversized,
         knowledge=kmode,
         extra=dict(getattr(policy, "stats", {})),
-        tiers=_extension_stats(ext, tiers, pool, now),
+        tiers={**(tiers.outcome() if tiers is not None else {}), **(pool.outcome(now) if pool is not None else {})},
     )
 
-
-def _extensions(w: Workload, cfg: SimConfig, slots: int, capacity: int) -> tuple[Any, Any, dict]:
-    """Lower KV tiers and the decode pool a config asks for (None when not), with their per-request
-    arrays."""
-    from prefixscan.sim.disagg import DecodePool
-    from prefixscan.sim.tiers import TierState, tier_spec
-
-    n = w.n
-    spec = tier_spec(cfg, w.block_size)
-    tiers = TierState(spec, slots) if spec is not None else None
-    ext: dict[str, Any] = {}
-    if tiers is not None:
-        ext.update(host_tokens=np.zeros(n, np.int64), shared_tokens=np.zeros(n, np.int64), load_s=np.zeros(n))
-    pool = None
-    if cfg.decode_replicas:
-        pool = DecodePool(cfg.decode_replicas, cfg.decode_kv_blocks or capacity, cfg.max_num_seqs)
-        ext.update(
-            decode_replica=np.full(n, -1, np.int32),
-            decode_wait_s=np.full(n, np.nan),
-            transfer_s=np.zeros(n),
-            prefill_done_s=np.full(n, np.nan),
-        )
-    return tiers, pool, ext
-
-
-def _extension_stats(ext: dict, tiers: Any, pool: Any, now: float) -> dict:
-    """The per-request arrays plus the tiers' and the decode pool's counters at the end of the replay."""
-    if tiers is not None:
-        ext["host_evictions"], ext["shared_evictions"] = tiers.evictions()
-        ext["host_blocks_per_replica"] = tiers.spec.host_blocks
-        ext["shared_blocks"] = tiers.spec.shared_blocks
-    if pool is not None:
-        pool.account(now)
-        ext.update(
-            decode_area_running=pool.area_running.copy(),
-            decode_area_blocks=pool.area_blocks.copy(),
-            decode_area_queue=pool.area_queue,
-            decode_queue_peak=pool.peak_queue,
-            decode_usable_blocks=pool.usable,
-            decode_max_seqs=pool.max_seqs,
-        )
-    return ext

@@ -172,11 +172,14 @@ class TierSpec:
 class TierState:
     """Host tiers of R replicas and the shared store, with the per-request lookup the engine calls."""
 
-    def __init__(self, spec: TierSpec, replicas: int, make: type | None = None) -> None:
+    def __init__(self, spec: TierSpec, replicas: int, n_requests: int = 0, make: type | None = None) -> None:
         """`make`: the tier class (default `LRUTier`, looked up at call time so tests can swap in the
-        reference)."""
+        reference). Per-request results go to `host_tokens`, `shared_tokens` and `load_s`."""
         make = make or LRUTier
         self.spec = spec
+        self.host_tokens = np.zeros(n_requests, np.int64)
+        self.shared_tokens = np.zeros(n_requests, np.int64)
+        self.load = np.zeros(n_requests)
         host = None if spec.host_blocks < 0 else spec.host_blocks
         self.host = [make(host) for _ in range(replicas)]
         self.shared = make(spec.shared_blocks) if spec.shared_blocks != 0 else None
@@ -199,10 +202,11 @@ class TierState:
         return nh, ns
 
     def admitted(
-        self, r: int, blocks: np.ndarray, k: int, nh: int, ns: int, cap: int, evicted: np.ndarray, now: float
-    ) -> tuple[int, int, int, float]:
-        """A request was admitted with GPU hit k and lower-tier hits (nh, ns): update the tiers; returns
-        (cached tokens, of them from host, from shared, load seconds)."""
+        self, i: int, r: int, blocks: np.ndarray, k: int, nh: int, ns: int, cap: int, evicted: np.ndarray,
+        now: float,
+    ) -> tuple[int, float]:
+        """Request i was admitted on r with GPU hit k and lower-tier hits (nh, ns): update the tiers and
+        record its tokens by tier; returns (cached tokens, load seconds)."""
         B = self.spec.block_size
         self.on_gpu_evict(r, evicted)
         self.on_hit(r, blocks, k, nh + ns)
@@ -211,7 +215,16 @@ class TierState:
         host = min((k + nh) * B, cap) - gpu
         total = min((k + nh + ns) * B, cap)
         shared = total - gpu - host
-        return total, host, shared, self.load_s(host, shared)
+        load = self.load_s(host, shared)
+        self.host_tokens[i], self.shared_tokens[i], self.load[i] = host, shared, load
+        return total, load
+
+    def outcome(self) -> dict:
+        """Per-request arrays and counters for `Outcome.tiers`."""
+        he, se = self.evictions()
+        return {"host_tokens": self.host_tokens, "shared_tokens": self.shared_tokens, "load_s": self.load,
+                "host_evictions": he, "shared_evictions": se, "host_blocks_per_replica": self.spec.host_blocks,
+                "shared_blocks": self.spec.shared_blocks}
 
     def on_hit(self, r: int, blocks: np.ndarray, k: int, n: int) -> None:
         """Loaded blocks k..k+n are recently used wherever they are held."""
@@ -263,6 +276,12 @@ def _blocks(n_blocks: int, gib: float, bytes_per_block: float) -> int | None:
     if n_blocks:
         return n_blocks
     return int(gib * 2**30 // bytes_per_block) if gib else 0
+
+
+def make_tiers(cfg: SimConfig, block_size: int, replicas: int, n_requests: int) -> TierState | None:
+    """The lower tiers of a replay (None: GPU only)."""
+    spec = tier_spec(cfg, block_size)
+    return TierState(spec, replicas, n_requests) if spec is not None else None
 
 
 def tier_spec(cfg: SimConfig, block_size: int) -> TierSpec | None:
