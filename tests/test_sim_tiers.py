@@ -258,3 +258,11 @@ def test_replay_with_reference_tiers_is_identical(
         assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
     for k in ("host_tokens", "shared_tokens", "load_s", "host_evictions", "shared_evictions"):
         assert np.array_equal(a.tiers[k], b.tiers[k]), k
+
+
+def test_plain_replay_has_no_tier_keys_or_columns(chats: pa.Table) -> None:
+    r = simulate(chats, SimConfig(replicas=2, kv_blocks=120, policies=("round_robin",), **BASE))
+    s = r.policies["round_robin"]
+    assert not {"hit_rate_gpu", "decode_replicas", "colocated_replicas"} & set(s)
+    assert "cached_gpu_tokens" not in r.tables["sim_decisions"].column_names
+    assert "sim_tier_capacity" not in r.tables and r.engines["round_robin"] == "fast"
