@@ -74,6 +74,43 @@ def parse_kv_blocks(text: str | None) -> tuple[int | None, bool]:
         raise UsageError(f"--kv-blocks expects a block count or 'unbounded', got {text!r}") from None
 
 
+def _tier_blocks(text: str | None, flag: str) -> int:
+    if text is None:
+        return 0
+    if text.strip().lower() in ("unbounded", "inf", "infinite"):
+        return -1
+    try:
+        return int(float(text))
+    except ValueError:
+        raise UsageError(f"{flag} expects a block count or 'unbounded', got {text!r}") from None
+
+
+def tier_options(
+    host_kv_blocks: str | None, host_kv_gib: float, host_link: str, host_write: str,
+    shared_kv_blocks: str | None, shared_kv_gib: float, shared_read: str, shared_write: str,
+    shared_latency_ms: float, router_sees_tiers: bool, decode_replicas: int, decode_kv_blocks: int | None,
+    pd_link: str, pd_latency_ms: float, compare_colocated: bool,
+) -> dict[str, Any]:
+    """The SimConfig fields of the KV-tier and disaggregation options."""
+    return {
+        "host_kv_blocks": _tier_blocks(host_kv_blocks, "--host-kv-blocks"),
+        "host_kv_gib": host_kv_gib,
+        "host_link": host_link,
+        "host_write": host_write,
+        "shared_kv_blocks": _tier_blocks(shared_kv_blocks, "--shared-kv-blocks"),
+        "shared_kv_gib": shared_kv_gib,
+        "shared_read": shared_read,
+        "shared_write": shared_write,
+        "shared_latency_s": shared_latency_ms / 1000.0,
+        "router_sees_tiers": router_sees_tiers,
+        "decode_replicas": decode_replicas,
+        "decode_kv_blocks": decode_kv_blocks,
+        "pd_link": pd_link,
+        "pd_latency_s": pd_latency_ms / 1000.0,
+        "compare_colocated": compare_colocated,
+    }
+
+
 def register(app: typer.Typer) -> None:
     """Add the `simulate` command to the application."""
 
@@ -169,6 +206,51 @@ def register(app: typer.Typer) -> None:
         ),
         json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or table on stderr."),
+        # --- KV tiers below the GPU and prefill/decode disaggregation (docs/simulator.md) ---
+        host_kv_blocks: str = typer.Option(
+            None, "--host-kv-blocks", help="Host-memory KV tier per replica, in blocks or 'unbounded'."
+        ),
+        host_kv_gib: float = typer.Option(0.0, "--host-kv-gib", help="Host-memory KV tier per replica, GiB."),
+        host_link: str = typer.Option(
+            "pcie5-x16", "--host-link", metavar="LINK|GB/s", help="Host-to-GPU link: pcie5-x16 (63 GB/s), "
+            "pcie4-x16, rdma-400g, rdma-200g, nvlink4, or GB/s."
+        ),
+        host_write: str = typer.Option(
+            "through", "--host-write", metavar="through|back",
+            help="Copy computed blocks to host (through: vLLM offloading, HiCache default) or on GPU eviction.",
+        ),
+        shared_kv_blocks: str = typer.Option(
+            None, "--shared-kv-blocks", help="Fleet-shared KV store, in blocks or 'unbounded'."
+        ),
+        shared_kv_gib: float = typer.Option(0.0, "--shared-kv-gib", help="Fleet-shared KV store, GiB."),
+        shared_read: str = typer.Option(
+            "rdma-400g", "--shared-read", metavar="LINK|GB/s", help="Store-to-GPU read link (per request)."
+        ),
+        shared_write: str = typer.Option(
+            "rdma-400g", "--shared-write", metavar="LINK|GB/s", help="The store's write link (all writes queue)."
+        ),
+        shared_latency_ms: float = typer.Option(1.0, "--shared-latency-ms", help="Per-request store latency."),
+        router_sees_tiers: bool = typer.Option(
+            False, "--router-sees-tiers", help="Routers with exact KV events score lower tiers too (Dynamo, llm-d)."
+        ),
+        prefill_replicas: int = typer.Option(
+            None, "--prefill-replicas", help="Disaggregated: prefill pool size (replaces --replicas)."
+        ),
+        decode_replicas: int = typer.Option(0, "--decode-replicas", help="Disaggregated: decode pool size."),
+        decode_kv_blocks: int = typer.Option(
+            None, "--decode-kv-blocks", help="KV blocks per decode worker (default: as a prefill worker)."
+        ),
+        pd_link: str = typer.Option(
+            "rdma-400g", "--pd-link", metavar="LINK|GB/s", help="Prefill-to-decode KV link (NIXL over RDMA)."
+        ),
+        pd_latency_ms: float = typer.Option(0.5, "--pd-latency-ms", help="Per-transfer latency."),
+        compare_colocated: bool = typer.Option(
+            True, "--compare-colocated/--no-compare-colocated",
+            help="Disaggregated: also replay a co-located fleet of prefill + decode replicas.",
+        ),
+        tier_sweep: bool = typer.Option(
+            False, "--tier-sweep", help="Capacity view: hit rate over GPU x second-tier sizes (first policy)."
+        ),
     ) -> None:
         """Replay a run over N replicas with finite KV memory under each routing policy.
 
@@ -193,6 +275,10 @@ def register(app: typer.Typer) -> None:
             if prefill_model == "cost":
                 prefill_model = "coeffs"
         know = knowledge or ("delayed" if event_delay > 0 else "exact")
+        if prefill_replicas is not None:
+            if not decode_replicas:
+                raise UsageError("--prefill-replicas needs --decode-replicas (a disaggregated fleet)")
+            replicas = prefill_replicas
         cfg = SimConfig(
             replicas=replicas,
             policies=(policies,),
@@ -226,6 +312,12 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             policy_params=parse_params(param),
             decision_log=decision_log,
+            **tier_options(
+                host_kv_blocks, host_kv_gib, host_link, host_write, shared_kv_blocks, shared_kv_gib, shared_read,
+                shared_write, shared_latency_ms, router_sees_tiers, decode_replicas, decode_kv_blocks, pd_link,
+                pd_latency_ms, compare_colocated,
+            ),
+            tier_sweep=tier_sweep,
         )
         console = stderr_console(quiet)
         tmp: str | None = None

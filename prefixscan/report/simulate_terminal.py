@@ -74,10 +74,11 @@ def render(result: SimResult, console: Console) -> None:
     info, cfg = result.info, result.config
     kv = "unbounded" if info.get("unbounded_kv") else f"{info['kv_blocks_per_replica']:,} blocks"
     ideal = info.get("ideal_hit_rate_token_weighted")
+    pools = f"prefill + {cfg['decode_replicas']} decode " if cfg.get("decode_replicas") else ""
     console.print(
         f"Replayed {info['requests']:,} requests ({info['measured_requests']:,} measured) "
         f"over {info['span_s']:,.0f} s "
-        f"on {cfg['replicas']} replicas, KV {kv} of {info['block_size']} tokens, prefill model "
+        f"on {cfg['replicas']} {pools}replicas, KV {kv} of {info['block_size']} tokens, prefill model "
         f"{safe(info['prefill_model'])}, router knowledge {safe(cfg['knowledge'])}"
         + (f" (delay {cfg['event_delay_s']} s)" if cfg["knowledge"] == "delayed" else "")
         + (", tenants isolated" if cfg.get("isolate_tenants") else "")
@@ -141,6 +142,9 @@ def render(result: SimResult, console: Console) -> None:
                 fmt(s.get("isolation_cost_ttft_p95_s"), "s"),
             )
         console.print(iso)
+    from prefixscan.report.simulate_tiers_terminal import render_tiers
+
+    render_tiers(result.policies, console, result.tables.get("sim_tier_capacity"))
     console.print(
         "hit = cached / prompt tokens over the whole cluster (token-weighted); "
         "of ideal = share of an unbounded single cache's hits;\n"

@@ -146,3 +146,25 @@ class ServingModel:
     def decode_s(self, output_tokens: int, decoding: int) -> float:
         """Time from first token to last for a request joining a batch of `decoding` sequences."""
         return max(output_tokens - 1, 0) * self.tpot(decoding)
+
+
+def load_s(tokens: float, bytes_per_token: float, gbs: float, latency_s: float = 0.0) -> float:
+    """Seconds to move `tokens` of KV over a link of `gbs` GB/s with a per-request latency (0 tokens: 0 s).
+
+    The load-time term for blocks taken from a slower KV tier (host memory, a shared store): it is added
+    to the request's prefill, so it enters TTFT.
+    """
+    if tokens <= 0:
+        return 0.0
+    return latency_s + tokens * bytes_per_token / (gbs * 1e9)
+
+
+def transfer_s(tokens: float, bytes_per_token: float, gbs: float, latency_s: float) -> float:
+    """Prefill-to-decode KV transfer (disaggregated serving): bytes / link bandwidth + latency."""
+    return latency_s + max(tokens, 0.0) * bytes_per_token / (gbs * 1e9)
+
+
+def kv_bytes_per_token(model: str, dtype: str, tensor_parallel: int = 1) -> float:
+    """KV bytes per token one GPU of a replica holds and moves (the model's KV split over TP ranks)."""
+    flops, _, models = _cost_api()
+    return models.get_model(model).kv_bytes_per_token(flops.dtype_bytes(dtype)) / max(tensor_parallel, 1)
