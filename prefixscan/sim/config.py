@@ -12,7 +12,7 @@ from typing import Any
 from prefixscan.errors import UsageError
 
 KNOWLEDGE_MODES = ("exact", "delayed", "approximate")
-PREFILL_MODELS = ("cost", "preble", "coeffs")
+PREFILL_MODELS = ("cost", "preble", "coeffs", "profile")
 EVICTION_MODES = ("vllm", "radix")
 
 
@@ -47,6 +47,8 @@ class SimConfig:
     # serving time
     prefill_model: str = "cost"
     prefill_coeffs: tuple[float, ...] = ()
+    # name of the hardware profile (timing.load_profile) the coeffs came from, when prefill_model="profile"
+    timing_profile: str | None = None
     mfu: float = 0.5
     tpot_s: float = 0.02
     decode_slowdown: float = 0.004
@@ -86,6 +88,8 @@ class SimConfig:
             raise UsageError(
                 f"--prefill-model must be one of {', '.join(PREFILL_MODELS)}, got {self.prefill_model!r}"
             )
+        if self.prefill_model == "profile" and (not self.timing_profile or len(self.prefill_coeffs) != 5):
+            raise UsageError("prefill model 'profile' needs timing_profile (its name) and its 5 prefill_coeffs")
         if self.prefill_model == "coeffs" and not 1 <= len(self.prefill_coeffs) <= 5:
             raise UsageError(
                 "--prefill-coeffs needs 1 to 5 numbers: ms = a + b*new + c*cached + d*new*cached + e*new^2"
