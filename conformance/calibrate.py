@@ -34,11 +34,11 @@ TOKDIR = ROOT / "conformance" / "fixtures" / "bpe" / "tokenizer"
 PROFILE = ROOT / "prefixscan" / "sim" / "profiles" / "vllm-cpu-tiny-llama.json"
 FIXTURE = ROOT / "tests" / "data" / "calibration.json"
 # one engine configuration for every pass; the simulator replays with the same limits
-ENGINE = {"block_size": 32, "max_num_seqs": 8, "max_num_batched_tokens": 2048, "max_model_len": 4096}
+ENGINE = {"block_size": 32, "max_num_seqs": 8, "max_num_batched_tokens": 16384, "max_model_len": 4096}
 WORKLOADS = {
     # name: (rate scale, pool blocks, output-token cap)
     "conformance": (60.0, 140, 1),
-    "synth": (2.5, 160, 8),
+    "synth": (2.5, 160, 4),
 }
 SYNTH_MAX = 2000  # longest synth prompt kept (tokens): one prefill fits the step budget
 

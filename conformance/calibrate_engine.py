@@ -70,6 +70,35 @@ def _row(rec: dict[str, Any], ids: list[int], out: Any, t0: float, arrival: floa
             "output_tokens": len(out.outputs[0].token_ids)}
 
 
+def watch_schedule(llm: Any) -> dict[str, list[int]]:
+    """Per request id, the tokens the scheduler gave it in each step it ran, plus the step's batch size
+    (how a prompt was split into chunks by the step token budget, and who it shared steps with)."""
+    from conformance.engine import engine_core
+
+    sched = engine_core(llm).scheduler
+    seen: dict[str, list[int]] = {}
+    orig = sched.schedule
+
+    def schedule(*args: Any, **kwargs: Any) -> Any:
+        so = orig(*args, **kwargs)
+        batch = len(so.num_scheduled_tokens)
+        for rid, n in so.num_scheduled_tokens.items():
+            seen.setdefault(rid, []).extend((int(n), batch))
+        return so
+
+    sched.schedule = schedule
+    return seen
+
+
+def chunks(steps: list[int], prompt: int, cached: int) -> tuple[int, int]:
+    """(steps the prompt's uncached tokens took, batch size of its first step) from watch_schedule."""
+    need, k = prompt - cached, 0
+    while need > 0 and 2 * k < len(steps):
+        need -= steps[2 * k]
+        k += 1
+    return k, steps[1] if steps else 0
+
+
 def run_pass(llm: Any, recs: list[dict[str, Any]], prompts: list[list[int]], arrivals: list[float] | None,
              ) -> list[dict[str, Any]]:
     """Submit every request at its arrival time (None: one at a time) and step the engine."""
@@ -77,6 +106,7 @@ def run_pass(llm: Any, recs: list[dict[str, Any]], prompts: list[list[int]], arr
 
     eng = llm.llm_engine
     llm.reset_prefix_cache()
+    steps = watch_schedule(llm)
     rows: dict[int, dict[str, Any]] = {}
     t0 = time.monotonic()
     i, n = 0, len(recs)
@@ -94,7 +124,19 @@ def run_pass(llm: Any, recs: list[dict[str, Any]], prompts: list[list[int]], arr
             if out.finished:
                 j = int(out.request_id[1:])  # our id "c{i}" (the engine's own id adds a suffix)
                 rows[j] = _row(recs[j], prompts[j], out, t0, arrivals[j] if arrivals is not None else None)
+    for j, r in rows.items():
+        rid = next(k for k in steps if k.split("-")[0] == f"c{j}")
+        r["prefill_steps"], r["first_step_batch"] = chunks(steps[rid], r["prompt_tokens"], r["cached_tokens"])
+    engine_core_reset(llm)
     return [rows[j] for j in range(n)]
+
+
+def engine_core_reset(llm: Any) -> None:
+    """Undo watch_schedule (the next pass wraps the scheduler again)."""
+    from conformance.engine import engine_core
+
+    sched = engine_core(llm).scheduler
+    sched.__dict__.pop("schedule", None)
 
 
 def arrival_times(recs: list[dict[str, Any]], rate_scale: float) -> list[float]:

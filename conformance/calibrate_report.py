@@ -10,6 +10,16 @@ from typing import Any
 import numpy as np
 
 PCTS = (50, 90, 99)
+SIM_KEYS = ("replicas", "policies", "kv_blocks", "prefill_model", "timing_profile", "prefill_coeffs", "tpot_s",
+            "decode_slowdown", "token_budget", "max_num_seqs", "rate_scale", "reserve_decode_blocks",
+            "default_output_tokens")
+
+
+def config_from(d: dict[str, Any]) -> Any:
+    """The SimConfig a fixture's `config` describes (lists back to tuples)."""
+    from prefixscan.sim import SimConfig
+
+    return SimConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 def write_profile(path: Path, fit: dict[str, Any], tpot: float | None, heads: list[dict[str, Any]]) -> Any:
@@ -76,19 +86,30 @@ def compare(workload: Path, tokdir: Path, passes: tuple[list, list], profile: An
     cfg = sim_config(profile, spec, engine)
     sim = simulate_rows(workload, tokdir, cfg)
     heads, rows = passes
-    out: dict[str, Any] = {"config": {k: v for k, v in cfg.to_dict().items() if k in (
-        "kv_blocks", "max_num_seqs", "token_budget", "rate_scale", "reserve_decode_blocks", "tpot_s",
-        "decode_slowdown")}, "passes": [], "sim_cached": {k: v["cached"] for k, v in sorted(sim.items())}}
+    out: dict[str, Any] = {"config": {k: v for k, v in cfg.to_dict().items() if k in SIM_KEYS}, "passes": [],
+                           "sim_cached": {k: v["cached"] for k, v in sorted(sim.items())}}
+    out["solo"] = []
+    solo = {r["request_id"]: r["cached_tokens"] for h, rs in zip(heads, rows, strict=True) if h["kind"] == "solo"
+            for r in rs}
     for h, rs in zip(heads, rows, strict=True):
+        if h["kind"] == "solo":  # the profile alone: prefill time of each request with the engine's own hit
+            out["solo"].append({"pass": h["pass"], "loadavg": h["loadavg_before"], "requests": len(rs),
+                                "engine": pct([r["first_token_s"] - r["scheduled_s"] for r in rs]),
+                                "sim": pct([profile.prefill.seconds(r["prompt_tokens"] - r["cached_tokens"],
+                                                                    r["cached_tokens"]) for r in rs])})
         if h["kind"] != "load":
             continue
         diffs = [{"request_id": r["request_id"], "engine": r["cached_tokens"], "sim": sim[r["request_id"]]["cached"],
-                  "arrival_s": r["arrival_s"], "preemptions": r["preemptions"]}
+                  "arrival_s": r["arrival_s"], "preemptions": r["preemptions"],
+                  "prefill_steps": r.get("prefill_steps"), "first_step_batch": r.get("first_step_batch"),
+                  "solo": solo.get(r["request_id"])}
                  for r in rs if r["cached_tokens"] != sim[r["request_id"]]["cached"]]
         out["passes"].append({
             "pass": h["pass"], "loadavg": h["loadavg_before"], "wall_s": h["wall_s"], "requests": len(rs),
             "prompt_tokens_equal": sum(r["prompt_tokens"] == sim[r["request_id"]]["prompt"] for r in rs),
             "cached_equal": len(rs) - len(diffs), "diffs": diffs,
+            "engine_vs_solo": sum(r["cached_tokens"] != solo.get(r["request_id"]) for r in rs),
+            "sim_vs_solo": sum(sim[r["request_id"]]["cached"] != solo.get(r["request_id"]) for r in rs),
             "engine_cached_total": sum(r["cached_tokens"] for r in rs),
             "engine_ttft": pct([r["first_token_s"] - r["arrival_s"] for r in rs]),
             "engine_queue": pct([r["scheduled_s"] - r["arrival_s"] for r in rs]),
@@ -114,18 +135,25 @@ def table(results: dict[str, dict[str, Any]], fit: dict[str, Any], profile: Any)
         f"({fit['outliers_dropped']} outliers dropped), RMSE {fit['rmse_ms']:.2f} ms, R^2 {fit['r2']:.3f}, "
         f"median prefill {fit['median_ms']:.2f} ms.",
         "",
-        "| workload | pass | load avg | requests | cached tokens equal | cached total engine / sim | "
+        "| workload | pass | load avg | requests | cached tokens equal (engine / sim differ from alone) | "
+        "cached total engine / sim | "
         "TTFT p50 / p90 / p99 ms, engine | simulated | error p50 / p90 / p99 | queue p50 / p90 / p99 ms, "
         "engine / sim |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, r in results.items():
+        for so in r["solo"]:
+            err = " / ".join(f"{(s - e) / e:+.0%}" for s, e in zip(so["sim"], so["engine"], strict=True))
+            lines.append(f"| {name} | {so['pass']} solo: prefill alone | {so['loadavg'][0]:.1f} | {so['requests']} | "
+                         f"- | - | {' / '.join(map(_ms, so['engine']))} | {' / '.join(map(_ms, so['sim']))} | "
+                         f"{err} | - |")
         for ps in r["passes"]:
             err = " / ".join(f"{(s - e) / e:+.0%}" if e > 0 else "n/a"
                              for s, e in zip(r["sim_ttft"], ps["engine_ttft"], strict=True))
             lines.append(
                 f"| {name} | {ps['pass']} | {ps['loadavg'][0]:.1f} | {ps['requests']} | "
-                f"{ps['cached_equal']} ({ps['cached_equal'] / ps['requests']:.1%}) | "
+                f"{ps['cached_equal']} ({ps['cached_equal'] / ps['requests']:.1%}; {ps['engine_vs_solo']} / "
+                f"{ps['sim_vs_solo']}) | "
                 f"{ps['engine_cached_total']:,} / {r['sim_cached_total']:,} | "
                 f"{' / '.join(map(_ms, ps['engine_ttft']))} | {' / '.join(map(_ms, r['sim_ttft']))} | {err} | "
                 f"{' / '.join(map(_ms, ps['engine_queue']))} / {' / '.join(map(_ms, r['sim_queue']))} |")
@@ -133,7 +161,9 @@ def table(results: dict[str, dict[str, Any]], fit: dict[str, Any], profile: Any)
         for ps in r["passes"]:
             for d in ps["diffs"][:20]:
                 lines.append(f"- {name} pass {ps['pass']}: {d['request_id']} at {d['arrival_s']:.3f} s: engine "
-                             f"{d['engine']}, sim {d['sim']} cached tokens (preemptions {d['preemptions']})")
+                             f"{d['engine']}, sim {d['sim']} cached tokens (engine: prefill in "
+                             f"{d['prefill_steps']} step(s), first step batch {d['first_step_batch']}, preemptions "
+                             f"{d['preemptions']}; alone on the engine: {d['solo']})")
     return "\n".join(lines)
 
 
@@ -142,6 +172,7 @@ def write_fixture(path: Path, results: dict[str, dict[str, Any]], profile: Any) 
     doc = {"profile": profile.name, "workloads": {
         n: {"config": r["config"], "sim_cached": r["sim_cached"],
             "engine_cached": [ps["engine_cached"] for ps in r["passes"]],
+            "equal": [ps["cached_equal"] for ps in r["passes"]],
             "loadavg": [ps["loadavg"] for ps in r["passes"]]} for n, r in results.items()}}
     path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n", encoding="utf-8")
 

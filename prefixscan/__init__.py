@@ -96,11 +96,11 @@ def explain(run_dir: str, request_id: str, include_text: bool = False):  # noqa:
     return _explain(run_dir, request_id, include_text)
 
 
-def load_run(path: str):  # noqa: ANN201
-    """Open a run directory; see `prefixscan.io.rundir.load_run`."""
+def load_run(path: str, simulation: str | None = None):  # noqa: ANN201
+    """Open a run directory (its `sim_*` tables: the named simulation's); see `prefixscan.io.rundir.load_run`."""
     from prefixscan.io.rundir import load_run as _load
 
-    return _load(path)
+    return _load(path, simulation)
 
 
 __all__ = ["__version__", "analyze", "check", "diff", "estimate", "explain", "export", "load_run", "simulate",

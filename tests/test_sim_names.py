@@ -127,7 +127,7 @@ def test_simulate_logs_takes_analyze_options(tmp_path: Path, chat_log: Path) -> 
     assert m["config"]["tokenizer"] == f"hf:{BPE}" and m["config"]["block_size"] == 32
     assert simstore.names(m) == ["bpe"]
     r = runner.invoke(app, ["simulate", str(out), "--tokenizer", "none", "--block-size", "16", "-q"])
-    assert r.exit_code != 0 and "--tokenizer, --block-size apply to logs" in r.output
+    assert r.exit_code != 0 and "options for logs (--tokenizer, --block-size)" in r.output
     r = runner.invoke(app, ["simulate", str(chat_log), "--tokenizer", "nope:x", "-q"])
     assert r.exit_code != 0 and "Traceback" not in r.output
 

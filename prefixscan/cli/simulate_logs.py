@@ -53,8 +53,8 @@ def refuse_on_run(run: str, options: dict[str, Any]) -> None:
     cfg = read_manifest(run).get("config", {})
     given = ", ".join(FLAGS[k] for k in options)
     had = f"tokenizer {cfg.get('tokenizer')}, block size {cfg.get('block_size')}"
-    raise UsageError(f"{given} apply to logs; {run} is a run directory analysed already ({had}): "
-                     "re-run `prefixscan analyze` with them, or pass the logs to simulate")
+    raise UsageError(f"options for logs ({given}) given with a run directory: {run} was analysed already "
+                     f"({had}); re-run `prefixscan analyze` with them, or pass the logs to simulate")
 
 
 def analyze_first(inputs: list[str], output: str | None, force: bool, quiet: bool, console: Any,

@@ -294,15 +294,18 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         t_ev = events[ev_i].time_s if ev_i < len(events) else np.inf
         if heap and heap[0][0] <= min(t_arr, t_ev):
             now, kind, _, r, i = heapq.heappop(heap)
+            dec = 0.0
             if kind == PREFILL_DONE:
                 first[i] = now
                 lane_busy[r] = False
                 cv.decoding[r] += 1
                 counter += 1
-                push(
-                    heap, (now + serving.decode_s(out_l[i], int(cv.decoding[r])), DECODE_DONE, counter, r, i)
-                )
-            else:
+                dec = serving.decode_s(out_l[i], int(cv.decoding[r]))
+                if dec > 0:
+                    push(heap, (now + dec, DECODE_DONE, counter, r, i))
+            if kind != PREFILL_DONE or dec <= 0:
+                # a request with nothing to decode finishes in its prefill step: vLLM frees its blocks
+                # before it schedules the next step, so it is released before the next admission
                 finish[i] = now
                 release(r, i, now)
                 cv.kv_available[r] = kv.available(r)

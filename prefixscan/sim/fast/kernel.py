@@ -278,14 +278,16 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, e
         if g[G_HEAP] > 0 and ht[0] <= min(t_arr, t_ev):
             now, kind, r, i, size = heap.pop(ht, hm, g[G_HEAP])
             g[G_HEAP] = size
+            dec = 0.0
             if kind == PREFILL_DONE:
                 rf[i, RF_FIRST] = now
                 ci[LANE_BUSY, r] = 0
                 ci[DECODING, r] += 1
                 g[G_COUNTER] += 1
-                t_done = now + _decode_s(fp, rq[i, RQ_OUT], ci[DECODING, r])
-                g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], t_done, DECODE_DONE, g[G_COUNTER], r, i)
-            else:
+                dec = _decode_s(fp, rq[i, RQ_OUT], ci[DECODING, r])
+                if dec > 0:
+                    g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], now + dec, DECODE_DONE, g[G_COUNTER], r, i)
+            if kind != PREFILL_DONE or dec <= 0:  # nothing to decode: released in its prefill step (engine.py)
                 rf[i, RF_FINISH] = now
                 _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids)
                 ci[KV_AVAIL, r] = _available(meta, r)
