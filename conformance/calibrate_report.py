@@ -114,6 +114,7 @@ def compare(workload: Path, tokdir: Path, passes: tuple[list, list], profile: An
             "engine_ttft": pct([r["first_token_s"] - r["arrival_s"] for r in rs]),
             "engine_queue": pct([r["scheduled_s"] - r["arrival_s"] for r in rs]),
             "engine_cached": {r["request_id"]: r["cached_tokens"] for r in rs},
+            "mean_first_step_batch": float(np.mean([r.get("first_step_batch") or 0 for r in rs])),
         })
     out["sim_cached_total"] = sum(v["cached"] for v in sim.values())
     out["sim_ttft"] = pct([v["ttft"] for v in sim.values()])
@@ -157,6 +158,17 @@ def table(results: dict[str, dict[str, Any]], fit: dict[str, Any], profile: Any)
                 f"{ps['engine_cached_total']:,} / {r['sim_cached_total']:,} | "
                 f"{' / '.join(map(_ms, ps['engine_ttft']))} | {' / '.join(map(_ms, r['sim_ttft']))} | {err} | "
                 f"{' / '.join(map(_ms, ps['engine_queue']))} / {' / '.join(map(_ms, r['sim_queue']))} |")
+    lines.append("")
+    for name, r in results.items():
+        ps = r["passes"]
+        same = [sum(a["engine_cached"][k] == b["engine_cached"][k] for k in a["engine_cached"])
+                for a, b in zip(ps, ps[1:], strict=False)]
+        n = ps[0]["requests"] if ps else 0
+        itself = ", ".join(f"{x} of {n}" for x in same) or "n/a"
+        batch = ", ".join(f"{p['mean_first_step_batch']:.1f}" for p in ps)
+        lines.append(f"- {name}: the engine against itself (one load pass vs the next): {itself} requests with "
+                     f"equal cached tokens; mean batch size of a request's first engine step, per pass: {batch}")
+    lines.append("")
     for name, r in results.items():
         for ps in r["passes"]:
             for d in ps["diffs"][:20]:
