@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
@@ -155,3 +157,31 @@ def test_timing_profile(tmp_path: Path) -> None:
     r = runner.invoke(app, ["simulate", str(run), "--timing-profile", "vllm-cpu-tiny-llama", "--prefill-coeffs",
                             "1,2", "-q"])
     assert r.exit_code != 0 and "not both" in r.output
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["default", "a", "b.2", "C-3"]), st.integers(1, 9),
+                              st.booleans()), min_size=1, max_size=8))
+def test_store_matches_a_dict_model(tmp_path_factory: pytest.TempPathFactory, ops: list) -> None:
+    """Any sequence of saves: the index, the selection rule and every table equal a plain dict's answer."""
+    import pyarrow as pa
+
+    run = make_run(tmp_path_factory.mktemp("run") / "run")
+    model: dict[str, tuple[int, bool]] = {}
+    order: list[str] = []
+    for name, k, with_decisions in ops:
+        tables = {"sim_policies": pa.table({"policy": ["p"], "k": [k]})}
+        if with_decisions:
+            tables["sim_decisions"] = pa.table({"k": [k] * k})
+        SimResult({"kv_blocks": k}, {"requests": k}, {"p": {"k": k}}, tables).save(run, name)
+        model[name] = (k, with_decisions)
+        order = [n for n in order if n != name] + [name]
+        m = rundir.read_manifest(run)
+        assert simstore.names(m) == order
+        want = "default" if "default" in model else order[-1]
+        assert simstore.resolve(m, None) == want
+        for n, (kk, dec) in model.items():
+            view = rundir.load_run(run, n)
+            assert view.manifest["simulate"]["config"]["kv_blocks"] == kk
+            assert view.table("sim_policies")["k"].to_pylist() == [kk]
+            assert view.has("sim_decisions") == dec

@@ -95,6 +95,7 @@ def using_simulation(name: str | None) -> Iterator[None]:
 
 def save(run: str | os.PathLike[str], tables: dict[str, pa.Table], info: dict[str, Any], name: str) -> Path:
     """Store one simulation under `name` (see the module docstring); returns the directory of its tables."""
+    from prefixscan.io.atomic import clean_temps
     from prefixscan.io.rundir import extending, write_manifest, write_table
 
     check_name(name)
@@ -102,6 +103,7 @@ def save(run: str | os.PathLike[str], tables: dict[str, pa.Table], info: dict[st
         rel = "" if name == DEFAULT else f"{SIM_DIR}/{name}"
         where = path / rel if rel else path
         where.mkdir(parents=True, exist_ok=True)
+        clean_temps(where)  # a killed writer's temporaries of this simulation (the run's own: extending)
         idx = index(manifest)
         before = set(idx.get(name, {}).get("tables", {}))
         for t, table in tables.items():
