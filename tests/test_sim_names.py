@@ -185,3 +185,15 @@ def test_store_matches_a_dict_model(tmp_path_factory: pytest.TempPathFactory, op
             assert view.manifest["simulate"]["config"]["kv_blocks"] == kk
             assert view.table("sim_policies")["k"].to_pylist() == [kk]
             assert view.has("sim_decisions") == dec
+
+
+def test_python_api_names_and_profile(tmp_path: Path) -> None:
+    import prefixscan
+
+    run = make_run(tmp_path / "run")
+    res = prefixscan.simulate(str(run), name="prof", replicas=1, policies=("round_robin",),
+                              timing_profile="vllm-cpu-tiny-llama", tpot_s=0.5)
+    assert res.info["prefill_model"] == "profile:vllm-cpu-tiny-llama" and res.config["tpot_s"] == 0.5
+    assert prefixscan.load_run(str(run), simulation="prof").manifest["simulate"]["config"]["tpot_s"] == 0.5
+    with pytest.raises(Exception, match="no simulation named 'x'; simulations: prof"):
+        prefixscan.load_run(str(run), simulation="x")

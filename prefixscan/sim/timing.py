@@ -218,3 +218,16 @@ def load_profile(name_or_path: str) -> TimingProfile:
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"--timing-profile {path}: not a timing profile ({exc})") from None
+
+
+def profile_options(name_or_path: str) -> dict:
+    """SimConfig fields for a profile: its prefill coefficients, name and (when it has them) decode times."""
+    prof = load_profile(name_or_path)
+    p = prof.prefill
+    out: dict = {"prefill_model": "profile", "timing_profile": prof.name,
+                 "prefill_coeffs": (p.a, p.b_new, p.c_cached, p.d_new_cached, p.e_new2)}
+    if prof.tpot_s is not None:
+        out["tpot_s"] = prof.tpot_s
+    if prof.decode_slowdown is not None:
+        out["decode_slowdown"] = prof.decode_slowdown
+    return out
