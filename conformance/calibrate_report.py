@@ -12,7 +12,7 @@ import numpy as np
 PCTS = (50, 90, 99)
 SIM_KEYS = ("replicas", "policies", "kv_blocks", "prefill_model", "timing_profile", "prefill_coeffs", "tpot_s",
             "decode_slowdown", "token_budget", "max_num_seqs", "rate_scale", "reserve_decode_blocks",
-            "default_output_tokens")
+            "default_output_tokens", "batch_prefills")
 
 
 def config_from(d: dict[str, Any]) -> Any:
@@ -43,7 +43,7 @@ def write_profile(path: Path, fit: dict[str, Any], tpot: float | None, heads: li
     return load_profile(str(path))
 
 
-def sim_config(profile: Any, spec: tuple[float, int, int], engine: dict[str, int]) -> Any:
+def sim_config(profile: Any, spec: tuple[float, int, int], engine: dict[str, int], batch: bool = True) -> Any:
     """The one-replica simulation of the engine run: same pool, batch limits, rate scale, fitted profile."""
     from prefixscan.sim import SimConfig
 
@@ -54,7 +54,7 @@ def sim_config(profile: Any, spec: tuple[float, int, int], engine: dict[str, int
         timing_profile=profile.name, prefill_coeffs=(p.a, p.b_new, p.c_cached, p.d_new_cached, p.e_new2),
         tpot_s=profile.tpot_s or 0.02, decode_slowdown=profile.decode_slowdown or 0.0,
         token_budget=engine["max_num_batched_tokens"], max_num_seqs=engine["max_num_seqs"], rate_scale=scale,
-        reserve_decode_blocks=False, default_output_tokens=1,
+        reserve_decode_blocks=False, default_output_tokens=1, batch_prefills=batch,
     )
 
 

@@ -127,6 +127,11 @@ def register(app: typer.Typer) -> None:
             8192, "--token-budget", help="Tokens per engine step (chunked prefill)."
         ),
         max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Running sequences per replica."),
+        batch_prefills: bool = typer.Option(
+            False, "--batch-prefills/--serial-prefills",
+            help="Run every waiting request that fits (--max-num-seqs, --token-budget) in one prefill step, "
+                 "paying the fixed prefill term once, as vLLM's scheduler does (default: one at a time).",
+        ),
         default_output_tokens: int = typer.Option(
             128, "--default-output-tokens", help="Output length when the log has none."
         ),
@@ -251,6 +256,7 @@ def register(app: typer.Typer) -> None:
             decode_slowdown=decode_slowdown,
             token_budget=token_budget,
             max_num_seqs=max_num_seqs,
+            batch_prefills=batch_prefills,
             default_output_tokens=default_output_tokens,
             knowledge=know,
             event_delay_s=event_delay,

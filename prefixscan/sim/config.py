@@ -54,6 +54,9 @@ class SimConfig:
     decode_slowdown: float = 0.004
     token_budget: int = 8192
     max_num_seqs: int = 256
+    # run every waiting request that fits (max_num_seqs, token budget) in one prefill step, as vLLM's
+    # scheduler does, instead of one prefill at a time (the fixed prefill term is then paid per step)
+    batch_prefills: bool = False
     reserve_decode_blocks: bool = True
     # cache generated blocks at finish (vLLM does): the next turn of the conversation can hit its answer
     cache_generated: bool = False

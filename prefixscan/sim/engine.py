@@ -157,7 +157,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     tenant_l, conv_l = w.tenant.tolist(), w.conv_key.tolist()
     wb = w.blocks
     waiting: list[deque[int]] = [deque() for _ in range(slots)]
-    lane_busy = [False] * slots
+    lane_busy = [0] * slots  # prefills of the step running on each replica
+    batch_limit = cfg.max_num_seqs if cfg.batch_prefills else 1
     running = [0] * slots
     last_t = [0.0] * slots
     area_out = [0.0] * slots
@@ -181,17 +182,15 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
             area_wait[r] += dt * n_waiting[r]
             last_t[r] = now
 
-    def try_start(r: int, now: float) -> None:
-        nonlocal counter
+    def admit_head(r: int, now: float) -> int:
+        """Admit replica r's queue head if its blocks fit: its cached tokens; -1 when it must wait."""
         q = waiting[r]
-        if lane_busy[r] or not q or running[r] >= max_seqs:
-            return
         i = q[0]
         s = off_l[i]
         blocks = wb[s : s + pin_l[i]]
         k, ne = kv.admit(r, blocks, maxhit_l[i], pin_l[i] + extra_l[i], now, tbl[toff_l[i] : toff_l[i + 1]])
         if k < 0:
-            return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
+            return -1  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
         cv.kv_available[r] = kv.available(r)
         q.popleft()
         account(r, now)
@@ -202,16 +201,44 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         know.on_store(r, blocks[k:], now)
         if ne:
             know.on_evict(r, kv.scratch[:ne], now)
-        c = min(k * B, cap_l[i])
-        cached[i] = c
-        dur = serving.prefill_s(prompt_l[i] - c, c, int(cv.decoding[r]))
-        pre_s[i] = dur
-        start[i] = now
+        cached[i] = min(k * B, cap_l[i])
         running[r] += 1
-        lane_busy[r] = True
+        return i
+
+    def try_start(r: int, now: float) -> None:
+        """Start the next prefill step: the queue head, or with `batch_prefills` every head that fits
+        (vLLM's step: up to max_num_seqs running, prompts within the token budget; one duration)."""
+        nonlocal counter
+        q = waiting[r]
+        if lane_busy[r] or not q or running[r] >= max_seqs:
+            return
+        decoding = int(cv.decoding[r])
+        room = serving.token_budget - decoding
+        batch: list[int] = []
+        tokens = 0
+        while q and running[r] < max_seqs and len(batch) < batch_limit:
+            if batch and tokens + prompt_l[q[0]] > room:
+                break  # the step's token budget (checked on whole prompts: no chunking)
+            i = admit_head(r, now)
+            if i < 0:
+                break
+            batch.append(i)
+            tokens += prompt_l[i]
+        if not batch:
+            return
+        if len(batch) == 1:
+            i = batch[0]
+            dur = serving.prefill_s(prompt_l[i] - cached[i], cached[i], decoding)
+        else:
+            dur = serving.prefill_batch_s([prompt_l[i] - cached[i] for i in batch], [cached[i] for i in batch],
+                                          decoding)
+        lane_busy[r] = len(batch)
         cv.lane_until[r] = now + dur
-        counter += 1
-        push(heap, (now + dur, PREFILL_DONE, counter, r, i))
+        for i in batch:
+            pre_s[i] = dur
+            start[i] = now
+            counter += 1
+            push(heap, (now + dur, PREFILL_DONE, counter, r, i))
 
     def route(i: int, now: float) -> None:
         s, e = off_l[i], off_l[i + 1]
@@ -297,7 +324,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
             dec = 0.0
             if kind == PREFILL_DONE:
                 first[i] = now
-                lane_busy[r] = False
+                lane_busy[r] -= 1
                 cv.decoding[r] += 1
                 counter += 1
                 dec = serving.decode_s(out_l[i], int(cv.decoding[r]))

@@ -49,6 +49,16 @@ class PrefillModel:
         )
         return max(ms, 0.0) / 1000.0
 
+    def batch_seconds(self, new: list[int], cached: list[int]) -> float:
+        """Several prefills in one step (vLLM batches them): a once, plus each one's token terms."""
+        ms, any_new = self.a, False
+        for n, c in zip(new, cached, strict=True):
+            if n > 0:
+                x, y = float(n), float(c)
+                ms += self.b_new * x + self.c_cached * y + self.d_new_cached * x * y + self.e_new2 * x * x
+                any_new = True
+        return max(ms, 0.0) / 1000.0 if any_new else 0.0
+
     def seconds_vec(self, new: np.ndarray, cached: np.ndarray) -> np.ndarray:
         new = np.asarray(new, dtype=np.float64)
         cached = np.asarray(cached, dtype=np.float64)
@@ -140,6 +150,11 @@ class ServingModel:
     def prefill_s(self, new: float, cached: float, decoding: int) -> float:
         share = max(self.token_budget - decoding, 1) / self.token_budget
         return self.prefill.seconds(new, cached) / share
+
+    def prefill_batch_s(self, new: list[int], cached: list[int], decoding: int) -> float:
+        """One engine step running several prefills: the fixed term once, the per-token terms summed."""
+        share = max(self.token_budget - decoding, 1) / self.token_budget
+        return self.prefill.batch_seconds(new, cached) / share
 
     def prefill_s_vec(self, new: np.ndarray, cached: np.ndarray, decoding: np.ndarray) -> np.ndarray:
         share = np.maximum(self.token_budget - decoding, 1) / self.token_budget
