@@ -15,6 +15,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -57,25 +58,22 @@ class SimResult:
         doc = {"policies": self.policies, "workload": self.info, "config": self.config}
         return json.dumps(doc, sort_keys=True, default=_json_default, allow_nan=False)
 
-    def save(self, run_path: str | os.PathLike[str]) -> None:
-        """Write the sim tables into a run directory and record the config in its manifest."""
-        from prefixscan.io.rundir import add_tables
+    def save(self, run_path: str | os.PathLike[str], name: str = "default") -> Path:
+        """Write the sim tables into a run directory under `name` (replacing only a simulation of that
+        name; prefixscan.io.simstore) and record the config in its manifest. Returns where the tables are."""
+        from prefixscan.io.simstore import save
 
-        add_tables(
-            run_path,
-            self.tables,
-            section="simulate",
-            info={"config": self.config, "workload": self.info, "policies": self.policies},
-        )
+        info = {"config": self.config, "workload": self.info, "policies": self.policies}
+        return save(run_path, self.tables, info, name)
 
     @classmethod
-    def load(cls, run_path: str | os.PathLike[str]) -> SimResult:
-        """Re-open a saved simulation for re-rendering without re-running."""
+    def load(cls, run_path: str | os.PathLike[str], name: str | None = None) -> SimResult:
+        """Re-open a saved simulation (`name`; default: `default`, else the most recent) for re-rendering."""
         from prefixscan.io.rundir import load_run
 
-        run = load_run(run_path)
+        run = load_run(run_path, simulation=name)
         sec = run.manifest.get("simulate")
-        if not sec:
+        if not sec or run.simulation is None:
             raise UsageError(f"run {run_path} has no simulation; run `prefixscan simulate {run_path}` first")
         tables = {t: run.table(t) for t in TABLES if run.has(t)}
         pols = sec["policies"]
@@ -102,6 +100,8 @@ def serving_model(cfg: SimConfig) -> ServingModel:
         pm = preble_fit()
     elif cfg.prefill_model == "coeffs":
         pm = from_coeffs(cfg.prefill_coeffs)
+    elif cfg.prefill_model == "profile":
+        pm = dataclasses.replace(from_coeffs(cfg.prefill_coeffs), source=f"profile:{cfg.timing_profile}")
     else:
         pm = from_cost_model(cfg.model, cfg.gpu, cfg.dtype, cfg.mfu, cfg.tensor_parallel)
     return ServingModel(pm, cfg.tpot_s, cfg.decode_slowdown, cfg.token_budget)

@@ -12,7 +12,7 @@ from typing import Any
 from prefixscan.errors import UsageError
 
 KNOWLEDGE_MODES = ("exact", "delayed", "approximate")
-PREFILL_MODELS = ("cost", "preble", "coeffs")
+PREFILL_MODELS = ("cost", "preble", "coeffs", "profile")
 EVICTION_MODES = ("vllm", "radix")
 
 
@@ -47,11 +47,16 @@ class SimConfig:
     # serving time
     prefill_model: str = "cost"
     prefill_coeffs: tuple[float, ...] = ()
+    # name of the hardware profile (timing.load_profile) the coeffs came from, when prefill_model="profile"
+    timing_profile: str | None = None
     mfu: float = 0.5
     tpot_s: float = 0.02
     decode_slowdown: float = 0.004
     token_budget: int = 8192
     max_num_seqs: int = 256
+    # run every waiting request that fits (max_num_seqs, token budget) in one prefill step, as vLLM's
+    # scheduler does, instead of one prefill at a time (the fixed prefill term is then paid per step)
+    batch_prefills: bool = False
     reserve_decode_blocks: bool = True
     # cache generated blocks at finish (vLLM does): the next turn of the conversation can hit its answer
     cache_generated: bool = False
@@ -106,6 +111,8 @@ class SimConfig:
             raise UsageError(
                 f"--prefill-model must be one of {', '.join(PREFILL_MODELS)}, got {self.prefill_model!r}"
             )
+        if self.prefill_model == "profile" and (not self.timing_profile or len(self.prefill_coeffs) != 5):
+            raise UsageError("prefill model 'profile' needs timing_profile (its name) and its 5 prefill_coeffs")
         if self.prefill_model == "coeffs" and not 1 <= len(self.prefill_coeffs) <= 5:
             raise UsageError(
                 "--prefill-coeffs needs 1 to 5 numbers: ms = a + b*new + c*cached + d*new*cached + e*new^2"

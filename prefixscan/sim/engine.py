@@ -164,7 +164,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     tenant_l, conv_l = w.tenant.tolist(), w.conv_key.tolist()
     wb = w.blocks
     waiting: list[deque[int]] = [deque() for _ in range(slots)]
-    lane_busy = [False] * slots
+    lane_busy = [0] * slots  # prefills of the step running on each replica
+    load_l = [0.0] * n  # seconds to load each request's lower-tier blocks (0 without tiers)
+    batch_limit = cfg.max_num_seqs if cfg.batch_prefills else 1
     running = [0] * slots
     last_t = [0.0] * slots
     area_out = [0.0] * slots
@@ -188,11 +190,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
             area_wait[r] += dt * n_waiting[r]
             last_t[r] = now
 
-    def try_start(r: int, now: float) -> None:
-        nonlocal counter
+    def admit_head(r: int, now: float) -> int:
+        """Admit replica r's queue head if its blocks fit: its cached tokens; -1 when it must wait."""
         q = waiting[r]
-        if lane_busy[r] or not q or running[r] >= max_seqs:
-            return
         i = q[0]
         s = off_l[i]
         blocks = wb[s : s + pin_l[i]]
@@ -200,7 +200,7 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
             nh, ns = tiers.extend(r, blocks, min(kv.match(r, blocks), maxhit_l[i]), maxhit_l[i], now)
         k, ne = kv.admit(r, blocks, maxhit_l[i], pin_l[i] + extra_l[i], now, tbl[toff_l[i] : toff_l[i + 1]])
         if k < 0:
-            return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
+            return -1  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
         cv.kv_available[r] = kv.available(r)
         q.popleft()
         account(r, now)
@@ -212,18 +212,46 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         if ne:
             know.on_evict(r, kv.scratch[:ne], now)
         c = min(k * B, cap_l[i])
-        load = 0.0
         if tiers is not None:
-            c, load = tiers.admitted(i, r, blocks, k, nh, ns, cap_l[i], kv.scratch[:ne], now)
+            c, load_l[i] = tiers.admitted(i, r, blocks, k, nh, ns, cap_l[i], kv.scratch[:ne], now)
         cached[i] = c
-        dur = load + serving.prefill_s(prompt_l[i] - c, c, int(cv.decoding[r]))
-        pre_s[i] = dur
-        start[i] = now
         running[r] += 1
-        lane_busy[r] = True
+        return i
+
+    def try_start(r: int, now: float) -> None:
+        """Start the next prefill step: the queue head, or with `batch_prefills` every head that fits
+        (vLLM's step: up to max_num_seqs running, prompts within the token budget; one duration)."""
+        nonlocal counter
+        q = waiting[r]
+        if lane_busy[r] or not q or running[r] >= max_seqs:
+            return
+        decoding = int(cv.decoding[r])
+        room = serving.token_budget - decoding
+        batch: list[int] = []
+        tokens = 0
+        while q and running[r] < max_seqs and len(batch) < batch_limit:
+            if batch and tokens + prompt_l[q[0]] > room:
+                break  # the step's token budget (checked on whole prompts: no chunking)
+            i = admit_head(r, now)
+            if i < 0:
+                break
+            batch.append(i)
+            tokens += prompt_l[i]
+        if not batch:
+            return
+        if len(batch) == 1:
+            i = batch[0]
+            dur = load_l[i] + serving.prefill_s(prompt_l[i] - cached[i], cached[i], decoding)
+        else:  # lower-tier loads of one step overlap; the slowest delays the step
+            dur = max(load_l[i] for i in batch) + serving.prefill_batch_s(
+                [prompt_l[i] - cached[i] for i in batch], [cached[i] for i in batch], decoding)
+        lane_busy[r] = len(batch)
         cv.lane_until[r] = now + dur
-        counter += 1
-        push(heap, (now + dur, PREFILL_DONE, counter, r, i))
+        for i in batch:
+            pre_s[i] = dur
+            start[i] = now
+            counter += 1
+            push(heap, (now + dur, PREFILL_DONE, counter, r, i))
 
     def route(i: int, now: float) -> None:
         s, e = off_l[i], off_l[i + 1]
@@ -325,19 +353,23 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 finish[i] = now
                 pool.decoded(r - slots, i, now, schedule)
                 continue
+            done = kind != PREFILL_DONE
             if kind == PREFILL_DONE:
-                lane_busy[r] = False
+                lane_busy[r] -= 1
                 if pool is not None:
                     pool.prefilled(i, r, now, schedule)
                 else:
                     first[i] = now
                     cv.decoding[r] += 1
-                    counter += 1
-                    push(
-                        heap,
-                        (now + serving.decode_s(out_l[i], int(cv.decoding[r])), DECODE_DONE, counter, r, i),
-                    )
-            else:
+                    dec = serving.decode_s(out_l[i], int(cv.decoding[r]))
+                    if dec > 0:
+                        counter += 1
+                        push(heap, (now + dec, DECODE_DONE, counter, r, i))
+                    else:
+                        # a request with nothing to decode finishes in its prefill step: vLLM frees its
+                        # blocks before it schedules the next step, so it is released before the next admission
+                        done = True
+            if done:
                 if pool is not None:  # the KV reached the decode worker: free the prefill blocks, decode
                     kv.release(r, tbl[toff_l[i] : toff_l[i + 1]], now)
                     first[i] = now
