@@ -25,7 +25,9 @@ from numba import njit, prange
 
 from prefixscan.dense import dense_ids
 from prefixscan.hashing import HIT_RULES
+from prefixscan.reuse.fenwick import _renumber, lru_tree_slots
 from prefixscan.reuse.pool import hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
+from prefixscan.reuse.pool_fast import lru_pool_curves, merged
 
 SCHEMA = pa.schema([
     ("capacity_tokens", pa.int64()),
@@ -102,37 +104,6 @@ def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, 
 
 
 @njit(cache=True, nogil=True)
-def _renumber(tree, last):  # pragma: no cover - compiled
-    """Renumber the marked times to 1..marked, keeping their order, and rebuild the tree over them.
-
-    Distances only count marks, so an order-preserving renumbering changes none of them; it is what lets
-    a tree of O(distinct) slots serve an unbounded number of accesses. In place, O(len(tree) + len(last)).
-    """
-    n = len(tree) - 1
-    for i in range(n, 0, -1):  # Fenwick -> plain 0/1 marks (the O(n) build, undone in reverse)
-        j = i + (i & -i)
-        if j <= n:
-            tree[j] -= tree[i]
-    s = 0
-    for i in range(1, n + 1):  # marks -> their rank
-        s += tree[i]
-        tree[i] = s
-    for b in range(len(last)):
-        if last[b] > 0:
-            last[b] = tree[last[b]]
-    _fenwick_ones(tree, s)
-    return s
-
-
-@njit(cache=True, nogil=True)
-def _fenwick_ones(tree, m):  # pragma: no cover - compiled
-    """The Fenwick tree of marks at times 1..m: slot i counts the marks in (i - lowbit(i), i]."""
-    tree[0] = 0
-    for i in range(1, len(tree)):
-        tree[i] = max(0, min(i, m) - (i - (i & -i)))
-
-
-@njit(cache=True, nogil=True)
 def _lru_chunk(offsets, ids, weights, tree, last, tok_hist, blk_hist, st):  # pragma: no cover - compiled
     """Add one run of requests to the histograms over prefix-max stack distance of (hit tokens, hit blocks);
     resumable: st = [marked, clock] and the arrays carry the state to the next run. An empty blk_hist
@@ -188,12 +159,6 @@ def _lru_chunk(offsets, ids, weights, tree, last, tok_hist, blk_hist, st):  # pr
             last[blk] = clock
     st[0] = marked
     st[1] = clock
-
-
-def lru_tree_slots(n_distinct: int, floor: int = 1 << 16) -> int:
-    """Slots of the LRU Fenwick tree: twice the distinct blocks, so a renumbering frees at least half of
-    it (amortised O(1) per access), within int32 times."""
-    return min(max(2 * n_distinct, floor), (1 << 31) - 2)
 
 
 def lru_curves(prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
@@ -477,11 +442,16 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
-    keyed = lru_curves(prep)[0]  # the keyed LRU over listed blocks: the ideal, and guesses for the targets
+    # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the
+    # pool at every size where its histogram is exact (`pool_fast`); other sizes are simulated.
+    keyed, fast = lru_pool_curves(prep.offsets, prep.ids, prep.weights, prep.n_distinct, prompts, block_size, rule)
     ideal = int(keyed[-1])
 
-    def evaluate(sizes: Sequence[int]) -> np.ndarray:
+    def simulate(sizes: Sequence[int]) -> np.ndarray:
         return pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule, sizes)[0]
+
+    def evaluate(sizes: Sequence[int]) -> np.ndarray:
+        return merged(fast, simulate, sizes)
 
     pool_tok = evaluate(cap_blk)
     opt_tok = None

@@ -29,22 +29,19 @@ import pyarrow as pa
 
 from prefixscan.hashing import HIT_RULES
 from prefixscan.reuse.capacity import (
-    _fenwick_ones,
-    _lru_chunk,
     _next_keys,
     _opt_chunk,
-    _renumber,
     block_weights,
     curve_table,
-    lru_tree_slots,
     opt_heap_slots,
     pool_size_targets,
     resolve_capacities,
     target_guesses,
 )
+from prefixscan.reuse.fenwick import _fenwick_ones, _renumber, lru_tree_slots
 from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
+from prefixscan.reuse.pool_fast import _lru_pool_chunk, fast_pool, merged, new_st, request_shape
 
-_NO_BLOCK_HIST = np.zeros(0, np.int64)
 _INT32_MAX = np.iinfo(np.int32).max
 
 
@@ -100,7 +97,10 @@ class CapacityStream:
         self._tree = np.zeros(lru_tree_slots(0, self._tree_floor) + 1, np.int32)
         self._last = np.zeros(0, np.int32)
         self._tok_hist = np.zeros(1, np.int64)
-        self._lru_state = np.zeros(2, np.int64)
+        self._pool_hist = np.zeros(1, np.int64)  # the pool's histogram (pool_fast), over distance + unlisted
+        self._lru_state = new_st()
+        self._most_blocks = 0  # most blocks one request occupies (pool_fast.fast_pool)
+        self._most_unlisted = 0
         self._n_seen = 0  # largest id + 1
         self._total_blocks = 0
         self._done = False
@@ -134,11 +134,18 @@ class CapacityStream:
 
     def _lru(self, offsets: np.ndarray, ids: np.ndarray, prompts: np.ndarray) -> None:
         """One chunk of the every-capacity LRU pass (state carried between chunks)."""
+        cap, unl = request_shape(offsets, prompts, self.block_size, self.rule)
+        if len(unl):
+            self._most_unlisted = max(self._most_unlisted, int(unl.max()))
+            self._most_blocks = max(self._most_blocks, int((np.diff(offsets) + unl).max()))
         if len(ids):
             self._reserve(int(ids.max()) + 1)
+        need = self._n_seen + self._most_unlisted + 1  # distances are below the blocks seen
+        if len(self._pool_hist) < need:
+            self._pool_hist.resize(need + need // 8, refcheck=False)
         weights = block_weights(offsets, prompts, self.block_size, self.rule)
-        _lru_chunk(offsets, ids, weights, self._tree, self._last, self._tok_hist, _NO_BLOCK_HIST,
-                   self._lru_state)
+        _lru_pool_chunk(offsets, ids, weights, cap, unl, self._tree, self._last, self._tok_hist, self._pool_hist,
+                        self._lru_state)
 
     def _deferred_lru(self, lengths: np.ndarray) -> None:
         """The LRU pass over the spills, chunk by chunk, sized once for every block seen."""
@@ -211,7 +218,13 @@ class CapacityStream:
         ideal = int(lru_tok[-1])
         guesses = target_guesses(lru_tok)
         del lru_tok
-        pool_tok = self._pool_hits(cap_blk, n, lengths)
+        fast = fast_pool(self._pool_hist, self._lru_state, self._most_blocks)
+        self._pool_hist = np.zeros(0, np.int64)
+
+        def evaluate(sizes: Sequence[int]) -> np.ndarray:
+            return merged(fast, lambda rest: self._pool_hits(np.asarray(rest, np.int64), n, lengths), sizes)
+
+        pool_tok = evaluate(cap_blk)
         opt_tok = None
         if opt:
             # A cache that holds the whole working set never evicts: OPT = ideal there (as capacity_curve).
@@ -221,8 +234,7 @@ class CapacityStream:
             if small.any():
                 opt_tok[small] = self._opt_hits(held[small], n, lengths)
         never = self._occupied + 1
-        targets = pool_size_targets(lambda sizes: self._pool_hits(np.asarray(sizes, np.int64), n, lengths),
-                                    cap_blk, pool_tok, ideal, never, self.block_size, guesses)
+        targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, self.block_size, guesses)
         return curve_table(cap_tok, cap_blk, pool_tok, ideal, self._total_prompt_tokens, opt_tok, targets)
 
     # ------------------------------------------------------------ vLLM's block pool from the spills
@@ -379,7 +391,7 @@ class CapacityStream:
             if path is not None and os.path.exists(path):
                 os.unlink(path)
         self._tree = self._last = np.zeros(0, np.int32)
-        self._tok_hist = np.zeros(0, np.int64)
+        self._tok_hist = self._pool_hist = np.zeros(0, np.int64)
         self._lengths = []
 
     def __enter__(self) -> CapacityStream:
