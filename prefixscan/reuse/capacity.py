@@ -39,6 +39,10 @@ SCHEMA = pa.schema([
     ("opt_hit_tokens", pa.int64()),
     ("ideal_hit_tokens", pa.int64()),
     ("total_prompt_tokens", pa.int64()),
+    ("lru_sampled", pa.bool_()),
+    ("sample_rate", pa.float64()),
+    ("lru_hit_rate_low", pa.float64()),
+    ("lru_hit_rate_high", pa.float64()),
 ])
 
 
@@ -429,7 +433,7 @@ def _rate(hit: np.ndarray, total: int) -> np.ndarray:
 
 def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
                    rule: str, capacities_tokens: Sequence[int] | None = None, opt: bool = True,
-                   ids: tuple[np.ndarray, int] | None = None) -> pa.Table:
+                   ids: tuple[np.ndarray, int] | None = None, sample: float | None = None) -> pa.Table:
     """Token-weighted hit rate of one cache per capacity: vLLM's block pool (the `lru_*` columns, exact,
     `pool.py`), OPT with bypass, infinite.
 
@@ -438,8 +442,14 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     blocks. Without `capacities_tokens`, a log-spaced grid up to the working set is used. With
     `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
     `capacity_stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
+    With `sample` (a rate below 1), the `lru_*` columns are estimated (`capacity_sampled`), OPT is null.
     """
     prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
+    if sample is not None and sample < 1.0:
+        from prefixscan.reuse.capacity_sampled import sampled_capacity_curve
+
+        return sampled_capacity_curve(prep.offsets, prep.ids, prep.n_distinct, prompt_tokens, block_size, rule,
+                                      sample, capacities_tokens)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
     # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the
@@ -500,13 +510,17 @@ def resolve_capacities(capacities_tokens: Sequence[int] | None, n_distinct: int,
 
 
 def curve_table(cap_tok: np.ndarray, cap_blk: np.ndarray, lru: np.ndarray, ideal_tok: int, total: int,
-                opt_tok: np.ndarray | None, targets: dict[str, int | None]) -> pa.Table:
-    """The capacity table from hit tokens per capacity (OPT null when `opt_tok` is None)."""
+                opt_tok: np.ndarray | None, targets: dict[str, int | None],
+                sampled: Sampling | None = None) -> pa.Table:
+    """The capacity table from hit tokens per capacity (OPT null when `opt_tok` is None). With `sampled`,
+    the `lru_*` columns are an estimate (`capacity_sampled`) with its band; its parameters go to the
+    metadata too."""
     n = len(cap_tok)
     if opt_tok is not None:
         opt_cols = [pa.array(_rate(opt_tok, total), pa.float64()), pa.array(opt_tok, pa.int64())]
     else:
         opt_cols = [pa.nulls(n, pa.float64()), pa.nulls(n, pa.int64())]
+    low, high = (sampled.low, sampled.high) if sampled is not None else (lru, lru)
     cols = [
         pa.array(cap_tok, pa.int64()),
         pa.array(cap_blk, pa.int64()),
@@ -517,14 +531,38 @@ def curve_table(cap_tok: np.ndarray, cap_blk: np.ndarray, lru: np.ndarray, ideal
         opt_cols[1],
         pa.array(np.full(n, ideal_tok, np.int64), pa.int64()),
         pa.array(np.full(n, total, np.int64), pa.int64()),
+        pa.array(np.full(n, sampled is not None), pa.bool_()),
+        pa.array(np.full(n, sampled.rate if sampled is not None else 1.0), pa.float64()),
+        pa.array(_rate(np.asarray(low), total), pa.float64()),
+        pa.array(_rate(np.asarray(high), total), pa.float64()),
     ]
-    return pa.Table.from_arrays(cols, schema=SCHEMA.with_metadata({"targets": json.dumps(targets)}))
+    meta = {"targets": json.dumps(targets)}
+    if sampled is not None:
+        meta["sampling"] = json.dumps(sampled.meta)
+    return pa.Table.from_arrays(cols, schema=SCHEMA.with_metadata(meta))
+
+
+class Sampling(NamedTuple):
+    """How a sampled `lru_*` column was made: its band (hit tokens per row) and parameters for the summary."""
+
+    rate: float
+    low: np.ndarray
+    high: np.ndarray
+    meta: dict
 
 
 TARGET_FRACTIONS = (0.5, 0.9)
 
 
 def capacity_targets(curve: pa.Table) -> dict[str, int | None]:
-    """The exact LRU capacities (tokens) for 50% and 90% of the ideal hit that `capacity_curve` stored."""
+    """The pool sizes (tokens) for 50% and 90% of the ideal hit that `capacity_curve` stored (estimated
+    when the curve was sampled: see `capacity_sampling`)."""
     meta = curve.schema.metadata or {}
     return json.loads(meta[b"targets"]) if b"targets" in meta else {}
+
+
+def capacity_sampling(curve: pa.Table) -> dict | None:
+    """The sampling parameters of a sampled curve (rate, salts, hot blocks, references kept, mean band
+    width in points), or None for the exact curve."""
+    meta = curve.schema.metadata or {}
+    return json.loads(meta[b"sampling"]) if b"sampling" in meta else None

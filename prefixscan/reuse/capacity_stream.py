@@ -110,6 +110,11 @@ class CapacityStream:
 
     # ------------------------------------------------------------ feeding
 
+    @property
+    def total_blocks(self) -> int:
+        """Listed blocks fed so far (what the automatic sampling threshold is compared with)."""
+        return self._total_blocks
+
     def add(self, offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray) -> None:
         """offsets: int64 local CSR for this chunk (starts at 0), ids: int32 GLOBAL dense block ids
         (first-appearance order across the whole stream, as `prefixscan.dense.dense_ids` would number the
@@ -185,13 +190,15 @@ class CapacityStream:
     # ------------------------------------------------------------ the table
 
     def finish(self, n_distinct: int, capacities_tokens: Sequence[int] | None = None,
-               opt: bool = True) -> pa.Table:
+               opt: bool = True, sample: float | None = None) -> pa.Table:
         """Exactly `capacity_curve(concat offsets, hashes, concat prompt, block_size, rule,
         capacities_tokens, opt, ids=(concat ids, n_distinct))`: same schema, values and metadata.
         The spill files are removed, whether it succeeds or not; the stream cannot be fed again."""
         if self._done:
             raise RuntimeError("CapacityStream.finish called twice or after close()")
         try:
+            if sample is not None and sample < 1.0:
+                return self._sampled(int(n_distinct), capacities_tokens, sample)
             return self._finish(int(n_distinct), capacities_tokens, opt)
         finally:
             self.close()
@@ -236,6 +243,21 @@ class CapacityStream:
         never = self._occupied + 1
         targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, self.block_size, guesses)
         return curve_table(cap_tok, cap_blk, pool_tok, ideal, self._total_prompt_tokens, opt_tok, targets)
+
+    def _sampled(self, n: int, capacities_tokens: Sequence[int] | None, rate: float) -> pa.Table:
+        """The sampled curve (`capacity_sampled`) over the spills, read whole: 4 bytes of id and 8 of key
+        per listed block, instead of the exact passes' per-block state and OPT."""
+        from prefixscan.reuse.capacity_sampled import sampled_capacity_curve
+
+        assert self._ids_file is not None and self._prompts_file is not None
+        self._ids_file.close()
+        self._prompts_file.close()
+        lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = np.fromfile(self._ids_path, dtype=np.int32)
+        prompts = np.fromfile(self._prompts_path, dtype=np.int64)
+        return sampled_capacity_curve(offsets, ids, n, prompts, self.block_size, self.rule, rate, capacities_tokens)
 
     # ------------------------------------------------------------ vLLM's block pool from the spills
 
