@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from prefixscan.reuse.capacity import block_weights, capacity_curve, capacity_sampling, prepare
-from prefixscan.reuse.capacity_sampled import auto_rate, check_rate, hot_keys, sampled_pool_curve
+from prefixscan.reuse.capacity_sampled import auto_rate, check_rate, hot_blocks, sampled_pool_curve
 from prefixscan.reuse.pool_fast import lru_pool_curves, request_shape
 
 
@@ -47,31 +47,34 @@ def test_rate_one_is_the_exact_curve(seed: int, rule: str) -> None:
     offsets, hashes, prompt = workload(seed, 120)
     prep, _, fast = exact_pool(offsets, hashes, prompt, rule)
     _, unl = request_shape(offsets, prompt, 16, rule)
-    got = sampled_pool_curve(offsets, hashes, prep.weights, unl, 1.0)
+    got = sampled_pool_curve(prep.offsets, prep.ids, prep.n_distinct, prep.weights, unl, 1.0)
     sizes = np.arange(fast.lo, prep.n_distinct + 8)
     exact = [fast.at(int(s)) for s in sizes if fast.covers(int(s))]
     assert got.at(sizes[: len(exact)])[0].tolist() == exact and len(exact) > 0
-    assert got.kept_references == got.total_references and got.hot == 0 and got.salts == 1
+    assert got.kept_blocks == prep.n_distinct and got.hot == 0 and got.salts == 1
     table = capacity_curve(offsets, hashes, prompt, 16, rule, [int(s) * 16 for s in sizes[: len(exact)]], sample=1.0)
     assert table["lru_hit_tokens"].to_pylist() == exact and capacity_sampling(table) is None
 
 
-@settings(max_examples=12, deadline=None)
-@given(st.integers(0, 10_000))
-def test_band_covers_the_exact_value_in_most_salts(seed: int) -> None:
-    """Five salts at rate 0.2: the exact hit lies inside the band at half the grid points or more, and the estimate
-    stays within 3 points of it (small traces: the error at 1% on large ones is in bench row 8)."""
-    offsets, hashes, prompt = workload(seed, 1500)
-    prep, keyed, fast = exact_pool(offsets, hashes, prompt)
-    _, unl = request_shape(offsets, prompt, 16, "trace")
-    sizes = np.unique(np.geomspace(fast.lo, prep.n_distinct, 12).astype(np.int64))
-    exact = np.array([fast.at(int(s)) for s in sizes], float)
-    sc = sampled_pool_curve(offsets, hashes, prep.weights, unl, 0.2, hot=32, salts=5, seed=seed, ideal=int(keyed[-1]))
-    est, low, high = sc.at(sizes)
-    assert np.all(low <= est) and np.all(est <= high)
-    assert np.mean((low <= exact + 1e-6) & (exact - 1e-6 <= high)) >= 0.5  # most points (1M trace: 62-80%)
-    assert np.mean(np.abs(est - exact)) / prompt.sum() < 0.03
-    assert sc.kept_references < sc.total_references
+def test_band_covers_the_exact_value_at_most_points() -> None:
+    """Five salts at rate 0.2 on eight small random traces: the exact hit lies inside the band at most grid
+    points taken together (the band is the salts' spread, so it misses where all salts err the same way;
+    on the 1M bench trace it covered 50-88%), and every estimate stays within 3 points of it."""
+    covered = []
+    for seed in range(8):
+        offsets, hashes, prompt = workload(seed, 1500)
+        prep, keyed, fast = exact_pool(offsets, hashes, prompt)
+        _, unl = request_shape(offsets, prompt, 16, "trace")
+        sizes = np.unique(np.geomspace(fast.lo, prep.n_distinct, 12).astype(np.int64))
+        exact = np.array([fast.at(int(s)) for s in sizes], float)
+        sc = sampled_pool_curve(prep.offsets, prep.ids, prep.n_distinct, prep.weights, unl, 0.2, hot=32, salts=5,
+                                seed=seed, ideal=int(keyed[-1]))
+        est, low, high = sc.at(sizes)
+        assert np.all(low <= est) and np.all(est <= high)
+        covered += ((low <= exact + 1e-6) & (exact - 1e-6 <= high)).tolist()
+        assert np.max(np.abs(est - exact)) / prompt.sum() < 0.03
+        assert sc.kept_blocks < prep.n_distinct
+    assert np.mean(covered) > 0.5
 
 
 def test_deterministic_and_the_table_says_it_is_sampled() -> None:
@@ -91,16 +94,15 @@ def test_deterministic_and_the_table_says_it_is_sampled() -> None:
 
 
 def test_hot_blocks_are_the_most_referenced() -> None:
-    rng = np.random.default_rng(0)
-    heavy = np.repeat(np.arange(1, 21, dtype=np.uint64), 2000 - 50 * np.arange(1, 21))  # key i: 2000 - 50i times
-    keys = np.concatenate([heavy, np.arange(1000, 6_000, dtype=np.uint64)])  # Misra-Gries finds those > 1/21
-    rng.shuffle(keys)
-    assert hot_keys(keys, 5).tolist() == [1, 2, 3, 4, 5]
-    assert hot_keys(np.arange(100, dtype=np.uint64), 5).tolist() == []  # nothing referenced twice
-    h = np.repeat(np.arange(1000, dtype=np.uint64), 3)
-    w = np.full(len(h), 16)
-    c = sampled_pool_curve(np.arange(0, len(h) + 1, 3), h, w, np.zeros(1000, np.int64), 0.25, hot=0, salts=1)
-    assert 0.15 < c.kept_references / c.total_references < 0.35  # every reference of a kept block
+    ids = np.concatenate([np.repeat(np.arange(20, dtype=np.int32), 50 - 2 * np.arange(20)),
+                          np.arange(20, 5000, dtype=np.int32)])
+    np.random.default_rng(0).shuffle(ids)
+    assert np.flatnonzero(hot_blocks(ids, 5000, 5)).tolist() == [0, 1, 2, 3, 4]
+    assert not hot_blocks(np.arange(100, dtype=np.int32), 100, 5).any()  # nothing referenced twice
+    h = np.repeat(np.arange(1000, dtype=np.int32), 3)
+    c = sampled_pool_curve(np.arange(0, len(h) + 1, 3), h, 1000, np.full(len(h), 16), np.zeros(1000, np.int64),
+                           0.25, hot=0, salts=1)
+    assert 150 < c.kept_blocks < 350  # a quarter of the blocks, each with every reference
 
 
 def test_bad_options_are_refused_in_one_line(tmp_path) -> None:
@@ -110,8 +112,8 @@ def test_bad_options_are_refused_in_one_line(tmp_path) -> None:
     assert auto_rate(1, 10**12) is None and auto_rate(0.01, 5) == 0.01
     assert auto_rate(None, 10) is None and auto_rate(None, 10**12) == 0.01
     with pytest.raises(ValueError, match="salts"):
-        sampled_pool_curve(np.array([0, 1]), np.array([1], np.uint64), np.array([16]), np.zeros(1, np.int64), 0.5,
-                           salts=0)
+        sampled_pool_curve(np.array([0, 1]), np.array([0], np.int32), 1, np.array([16]), np.zeros(1, np.int64),
+                           0.5, salts=0)
     from prefixscan.cli.app import app
 
     log = tmp_path / "t.jsonl"

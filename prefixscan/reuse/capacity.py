@@ -449,7 +449,7 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
         from prefixscan.reuse.capacity_sampled import sampled_capacity_curve
 
         return sampled_capacity_curve(prep.offsets, prep.ids, prep.n_distinct, prompt_tokens, block_size, rule,
-                                      sample, capacities_tokens)
+                                      sample, capacities_tokens, weights=prep.weights)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
     # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the

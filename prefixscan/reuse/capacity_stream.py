@@ -245,8 +245,8 @@ class CapacityStream:
         return curve_table(cap_tok, cap_blk, pool_tok, ideal, self._total_prompt_tokens, opt_tok, targets)
 
     def _sampled(self, n: int, capacities_tokens: Sequence[int] | None, rate: float) -> pa.Table:
-        """The sampled curve (`capacity_sampled`) over the spills, read whole: 4 bytes of id and 8 of key
-        per listed block, instead of the exact passes' per-block state and OPT."""
+        """The sampled curve (`capacity_sampled`) over the spills, read whole (4 bytes of id and 8 of weight
+        per listed block, not chunked yet) instead of the exact passes' per-block state and OPT."""
         from prefixscan.reuse.capacity_sampled import sampled_capacity_curve
 
         assert self._ids_file is not None and self._prompts_file is not None
