@@ -47,9 +47,11 @@ def measure(run_dir: str, mode: str) -> dict:
     prompt = t["prompt_tokens"].to_numpy().astype(np.int64)
     del t, col
     ids = dense_ids(flat)  # analyze has these from its reuse pass: not part of the capacity step
+    sample = None if mode in ("exact", "exact-lru") else float(mode)
+    tiny = np.array([0, 2, 4], np.int64), np.array([1, 2, 1, 3], np.uint64), np.array([1000, 1000], np.int64)
+    capacity_curve(*tiny, int(cfg["block_size"]), cfg["hit_rule"], opt=mode == "exact", sample=sample)  # compile
     base = _vm("VmRSS")
     t0 = time.perf_counter()
-    sample = None if mode in ("exact", "exact-lru") else float(mode)
     curve = capacity_curve(offsets, flat, prompt, int(cfg["block_size"]), cfg["hit_rule"], opt=mode == "exact",
                            ids=ids, sample=sample)
     secs = time.perf_counter() - t0

@@ -127,3 +127,31 @@ def test_block_weights_feed_the_sampler() -> None:
     offsets, hashes, prompt = workload(3, 50)
     w = block_weights(offsets, prompt, 16, "trace")
     assert w.sum() == prompt.sum()
+
+
+@pytest.mark.parametrize("rate", [1.0, 0.3])
+def test_renumbering_the_trees_changes_nothing(rate: float) -> None:
+    """The shared pass with trees just large enough (renumbered thousands of times) equals it with trees
+    that never fill."""
+    from prefixscan.reuse.capacity_sampled import hot_blocks
+    from prefixscan.reuse.capacity_sampled_kernel import sampled_pass
+
+    offsets, hashes, prompt = workload(11, 1500)
+    prep, _, _ = exact_pool(offsets, hashes, prompt)
+    is_hot = hot_blocks(prep.ids, prep.n_distinct, 8 if rate < 1 else 0)
+    hot_idx = np.full(prep.n_distinct, -1, np.int64)
+    hot_idx[is_hot] = np.arange(int(is_hot.sum()))
+    salts = np.array([3, 99], np.uint64)
+    unl_prev = np.zeros(len(prompt), np.int64)
+    threshold = np.uint64(int(rate * (1 << 24)))
+
+    def run(hot_slots: int, salt_slots: int) -> tuple[np.ndarray, np.ndarray]:
+        hh, hs = np.zeros((2, 20000)), np.zeros((2, 20000))
+        sampled_pass(prep.offsets, prep.ids, prep.weights, hot_idx, 1 / rate, threshold, salts, unl_prev, 1,
+                     hot_slots, salt_slots, 1 << 14, hh, hs)
+        return hh, hs
+
+    big = run(1 << 16, 1 << 16)
+    small = run(2 * max(int(is_hot.sum()), 1) + 2, 2 * prep.n_distinct + 2)
+    assert np.array_equal(big[0], small[0]) and np.allclose(big[1], small[1])
+    assert big[0].sum() + big[1].sum() > 0

@@ -84,97 +84,6 @@ def _kept_distinct(n, is_hot, salt, threshold):  # pragma: no cover - compiled
     return kept, cold
 
 
-@njit(cache=True)
-def _renumber_kept(tree, marks, weight_at, last, kept, nk, is_hot, inv_rate):  # pragma: no cover - compiled
-    """`fenwick._renumber` over the kept blocks only (times 1..marked, order kept), then the weighted tree
-    rebuilt at the new times in O(size). Returns the new clock."""
-    n = len(marks) - 1
-    for i in range(n, 0, -1):  # Fenwick -> plain 0/1 marks
-        j = i + (i & -i)
-        if j <= n:
-            marks[j] -= marks[i]
-    s = 0
-    for i in range(1, n + 1):  # marks -> their rank
-        s += marks[i]
-        marks[i] = s
-    weight_at[:] = 0.0
-    for q in range(nk):
-        blk = kept[q]
-        last[blk] = marks[last[blk]]
-        weight_at[last[blk]] = 1.0 if is_hot[blk] else inv_rate
-    for i in range(1, n + 1):  # both trees rebuilt in O(n)
-        marks[i] = 1 if i <= s else 0
-        tree[i] = weight_at[i]
-    for i in range(1, n + 1):
-        j = i + (i & -i)
-        if j <= n:
-            marks[j] += marks[i]
-            tree[j] += tree[i]
-    return s
-
-
-@njit(cache=True)
-def _sampled_lru(offsets, ids, wts, is_hot, inv_rate, threshold, salt, unl_prev, size, n_kept,  # pragma: no cover
-                 hist_hot, hist_smp):
-    """Histograms over floor(weighted distance + the previous request's unlisted blocks) (`pool_fast`) of the
-    kept references' scaled token weights, hot and sampled apart. References of blocks not kept are
-    skipped where they are read (no copy of the sample is made). Requests in order; distances before the
-    request's own accesses, then its blocks touched tail first. First uses are not counted (they miss at
-    every size). A float Fenwick tree over virtual times with a 0/1 twin for renumbering when full."""
-    tree = np.zeros(size + 1, np.float64)
-    marks = np.zeros(size + 1, np.int32)
-    weight_at = np.zeros(size + 1, np.float64)
-    last = np.zeros(len(is_hot), np.int32)
-    kept = np.zeros(max(n_kept, 1), np.int32)
-    nk = 0
-    total = 0.0
-    clock = 0
-    top = len(hist_hot) - 1
-    for r in range(len(offsets) - 1):
-        a, b = offsets[r], offsets[r + 1]
-        for p in range(a, b):
-            blk = ids[p]
-            t = last[blk]
-            if t == 0 or not _kept(blk, is_hot, salt, threshold):
-                continue
-            s = 0.0
-            i = t
-            while i > 0:
-                s += tree[i]
-                i -= i & -i
-            e = min(int(np.floor(total - s + 1e-9)) + unl_prev[r], top)
-            if is_hot[blk]:
-                hist_hot[e] += wts[p]
-            else:
-                hist_smp[e] += wts[p] * inv_rate
-        for p in range(b - 1, a - 1, -1):
-            blk = ids[p]
-            if not _kept(blk, is_hot, salt, threshold):
-                continue
-            if clock == size:
-                clock = _renumber_kept(tree, marks, weight_at, last, kept, nk, is_hot, inv_rate)
-            w = 1.0 if is_hot[blk] else inv_rate
-            t = last[blk]
-            if t == 0:
-                total += w
-                kept[nk] = blk
-                nk += 1
-            else:
-                i = t
-                while i <= size:
-                    tree[i] -= w
-                    marks[i] -= 1
-                    i += i & -i
-            clock += 1
-            i = clock
-            while i <= size:
-                tree[i] += w
-                marks[i] += 1
-                i += i & -i
-            last[blk] = clock
-    return nk
-
-
 @dataclass(frozen=True)
 class SampledCurve:
     """Estimated hit tokens of vLLM's block pool at every size, one cumulative curve per salt."""
@@ -184,12 +93,13 @@ class SampledCurve:
     hot: int  # blocks tracked exactly
     kept_blocks: int  # distinct blocks kept, mean over salts
     total_references: int
-    cums: tuple[np.ndarray, ...]  # cums[s][c] = estimated hit of the pool of c + 1 blocks (last: beyond)
+    cums: tuple[np.ndarray, ...]  # cums[s][c] = estimated hit of the pool of c x width + 1 blocks
+    width: int = 1  # blocks per histogram bin (1 at rate 1; about 1/(10 R) below, far under the error)
 
     def at(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(estimate, low, high) hit tokens at each pool size in blocks (block 0 is the null block)."""
         sizes = np.asarray(sizes, dtype=np.int64)
-        runs = np.vstack([c[np.clip(sizes - 1, 0, len(c) - 1)] * (sizes >= 1) for c in self.cums])
+        runs = np.vstack([c[np.clip((sizes - 1) // self.width, 0, len(c) - 1)] * (sizes >= 1) for c in self.cums])
         return runs.mean(axis=0), runs.min(axis=0), runs.max(axis=0)
 
     def smallest(self, target: float) -> int | None:
@@ -198,29 +108,33 @@ class SampledCurve:
         lo, hi = min(runs), max(max(runs), 1)
         while lo < hi:  # the mean of non-decreasing curves is non-decreasing: bisect between the salts' own
             mid = (lo + hi) // 2
-            if self.at(np.array([mid + 1]))[0][0] >= target - 1e-9 * max(1.0, target):
+            if np.mean([c[min(mid, len(c) - 1)] for c in self.cums]) >= target - 1e-9 * max(1.0, target):
                 hi = mid
             else:
                 lo = mid + 1
-        return lo + 1 if lo < max(len(c) for c in self.cums) else None
+        return lo * self.width + 1 if lo < max(len(c) for c in self.cums) else None
 
 
-def _one_salt(offsets: np.ndarray, ids: np.ndarray, weights: np.ndarray, unl_prev: np.ndarray,
-              is_hot: np.ndarray, rate: float, salt: int, ideal: int | None) -> tuple[np.ndarray, int]:
-    threshold, salt_ = np.uint64(int(rate * (1 << P_BITS))), np.uint64(salt)
-    kept, cold = _kept_distinct(len(is_hot), is_hot, salt_, threshold)
-    bins = int((kept - cold) + cold / rate) + int(unl_prev.max(initial=0)) + 2  # distances are below the kept weight
-    hist_hot = np.zeros(bins)
-    hist_smp = np.zeros(bins)
-    _sampled_lru(offsets, ids, weights, is_hot, 1.0 / rate, threshold, salt_, unl_prev, max(2 * kept, 1 << 12),
-                 kept, hist_hot, hist_smp)
-    if ideal is not None:  # SHARDS-adj as a ratio: the sampled part's infinite-cache hit is made exact
-        got, want = float(hist_smp.sum()), float(ideal) - float(hist_hot.sum())
-        if got > 0 and want > 0:
-            hist_smp *= want / got
-    cum = np.zeros(bins + 1)
-    np.cumsum(hist_hot + hist_smp, out=cum[1:])
-    return cum, kept
+def _histograms(offsets: np.ndarray, ids: np.ndarray, weights: np.ndarray, unl_prev: np.ndarray,
+                is_hot: np.ndarray, rate: float, salts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(hot, sampled) histograms [salt, bin] of one shared pass (`capacity_sampled_kernel`), the bin
+    width, and the mean number of blocks kept per salt."""
+    from prefixscan.reuse.capacity_sampled_kernel import sampled_pass
+
+    threshold = np.uint64(int(rate * (1 << P_BITS)))
+    cold = max(_kept_distinct(len(is_hot), is_hot, s, threshold)[1] for s in salts) if len(salts) else 0
+    n_hot = int(is_hot.sum())
+    hot_idx = np.full(len(is_hot), -1, np.int64)
+    hot_idx[is_hot] = np.arange(n_hot)
+    width = max(1, int(round(0.1 / rate)))
+    bins = int((n_hot + cold / rate + unl_prev.max(initial=0)) // width) + 2
+    table = 1 << max(int(2 * cold + 2).bit_length(), 4)
+    hist_hot = np.zeros((len(salts), bins))
+    hist_smp = np.zeros((len(salts), bins))
+    sampled_pass(offsets, ids, weights, hot_idx, 1.0 / rate, threshold, salts, unl_prev, width,
+                 max(64 * n_hot, 1 << 12), max(2 * cold, 1 << 12), table, hist_hot, hist_smp)
+    kept = int(np.mean([_kept_distinct(len(is_hot), is_hot, s, threshold)[0] for s in salts]))
+    return hist_hot, hist_smp, width, kept
 
 
 def sampled_pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, weights: np.ndarray,
@@ -243,13 +157,19 @@ def sampled_pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, we
     unl_prev = np.concatenate([np.zeros(1, np.int64), unl[:-1]]) if len(unl) else unl
     is_hot = hot_blocks(ids, n_distinct, hot) if rate < 1.0 else np.zeros(n_distinct, np.bool_)
     salts = 1 if rate == 1.0 else salts
-    cums, kept = [], 0
+    salt_keys = np.array([_mix_py(seed * 1_000_003 + s) for s in range(salts)], np.uint64)
+    hist_hot, hist_smp, width, kept = _histograms(offsets, ids, weights, unl_prev, is_hot, rate, salt_keys)
+    cums = []
     for s in range(salts):
-        salt = int(_mix_py(seed * 1_000_003 + s))
-        cum, k = _one_salt(offsets, ids, weights, unl_prev, is_hot, rate, salt, ideal if rate < 1 else None)
+        smp = hist_smp[s]
+        if ideal is not None and rate < 1.0:  # SHARDS-adj as a ratio: the sampled part's ideal hit made exact
+            got, want = float(smp.sum()), float(ideal) - float(hist_hot[s].sum())
+            if got > 0 and want > 0:
+                smp = smp * (want / got)
+        cum = np.zeros(hist_hot.shape[1] + 1)
+        np.cumsum(hist_hot[s] + smp, out=cum[1:])
         cums.append(cum)
-        kept += k
-    return SampledCurve(rate, salts, int(is_hot.sum()), kept // salts, len(ids), tuple(cums))
+    return SampledCurve(rate, salts, int(is_hot.sum()), kept, len(ids), tuple(cums), width)
 
 
 def _mix_py(x: int) -> int:
