@@ -25,6 +25,7 @@ from numba import njit, prange
 
 from prefixscan.dense import dense_ids
 from prefixscan.hashing import HIT_RULES
+from prefixscan.reuse.capacity_optbound import opt_ideal_capacity
 from prefixscan.reuse.fenwick import _renumber, lru_tree_slots
 from prefixscan.reuse.pool import hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
 from prefixscan.reuse.pool_fast import lru_pool_curves, merged
@@ -467,8 +468,9 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     opt_tok = None
     if opt:
         # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate.
+        # and from L blocks on (`capacity_optbound`) it provably loses no hit either.
         held = np.maximum(cap_blk - 1, 0)
-        small = held < prep.n_distinct
+        small = held < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct)
         opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
         opt_tok[small] = opt_hits(prep, held[small])[0]
     never = occupied_blocks(prep.offsets, prompts, block_size) + 1

@@ -38,6 +38,7 @@ from prefixscan.reuse.capacity import (
     resolve_capacities,
     target_guesses,
 )
+from prefixscan.reuse.capacity_optbound import _last_use, _overlap, new_bound_state, opt_ideal_from
 from prefixscan.reuse.fenwick import _fenwick_ones, _renumber, lru_tree_slots
 from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
 from prefixscan.reuse.pool_fast import _lru_pool_chunk, fast_pool, merged, new_st, request_shape
@@ -236,7 +237,7 @@ class CapacityStream:
         if opt:
             # A cache that holds the whole working set never evicts: OPT = ideal there (as capacity_curve).
             held = np.maximum(cap_blk - 1, 0)
-            small = held < n
+            small = held < self._opt_ideal_capacity(n, lengths)  # and from L on (capacity_optbound)
             opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
             if small.any():
                 opt_tok[small] = self._opt_hits(held[small], n, lengths)
@@ -319,6 +320,19 @@ class CapacityStream:
             for group in self._groups(uniq.tolist(), n, self._opt_bytes):
                 hits.update(self._opt_pass(pool, group, n, chunks, lengths, width, never))
         return np.array([hits[int(c)] for c in caps], np.int64)
+
+    def _opt_ideal_capacity(self, n: int, lengths: np.ndarray) -> int:
+        """`capacity_optbound.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
+        if self._total_blocks == 0:
+            return n
+        chunks = _plan(lengths, self._chunk_blocks)
+        last = np.full(max(n, 1), -1, np.int32)
+        for c, (offsets, ids, _) in zip(chunks, self._forward_ids(chunks, lengths), strict=True):
+            _last_use(offsets, ids, c.r0, last)
+        st, seen = new_bound_state(), np.zeros(max(n, 1), np.bool_)
+        for c, (offsets, ids, _) in zip(chunks, self._forward_ids(chunks, lengths), strict=True):
+            _overlap(offsets, ids, c.r0, last, seen, st)
+        return opt_ideal_from(st, n)
 
     def _spill_keys(self, chunks: list[_Chunk], lengths: np.ndarray, n: int, width: int, never: int) -> None:
         """Next-use keys (`capacity.next_keys`) of every listed block into a spill, from a backward read of
