@@ -155,3 +155,18 @@ def test_renumbering_the_trees_changes_nothing(rate: float) -> None:
     small = run(2 * max(int(is_hot.sum()), 1) + 2, 2 * prep.n_distinct + 2)
     assert np.array_equal(big[0], small[0]) and np.allclose(big[1], small[1])
     assert big[0].sum() + big[1].sum() > 0
+
+
+def test_streamed_sampled_curve_equals_the_in_memory_one(tmp_path) -> None:
+    from prefixscan.dense import dense_ids
+    from prefixscan.reuse.capacity_stream import CapacityStream
+
+    offsets, hashes, prompt = workload(5, 900)
+    ids, n = dense_ids(hashes)
+    whole = capacity_curve(offsets, hashes, prompt, 16, "trace", ids=(ids, n), sample=0.2)
+    s = CapacityStream(16, "trace", str(tmp_path), defer_lru=True)
+    for r0 in range(0, len(prompt), 250):
+        r1 = min(r0 + 250, len(prompt))
+        s.add(offsets[r0:r1 + 1] - offsets[r0], ids[offsets[r0]:offsets[r1]], prompt[r0:r1])
+    assert s.finish(n, sample=0.2).equals(whole, check_metadata=True)
+    assert not list(tmp_path.iterdir())  # the spills are gone
