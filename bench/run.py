@@ -40,7 +40,7 @@ from common import (  # noqa: E402
 )
 
 ROWS = {1: "row1_tokenize", 2: "row2_kvlint", 3: "row3_aiperf", 4: "row4_capacity", 5: "row5_simulate",
-        6: "row6_simulate_chat", 7: "row7_memory"}
+        6: "row6_simulate_chat", 7: "row7_memory", 8: "row8_sampled_capacity"}
 PEER_PACKAGES = ["kvlint", "aiperf", "kvcache-simulator", "py-spy", "pyinstrument"]
 
 

@@ -32,7 +32,8 @@ from prefixscan.memory import peak_rss_mib
 from prefixscan.privacy import resolve_tenant_key, scrub_command_line
 from prefixscan.requests_frame import input_frame, requests_arrow, reuse_frame
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state, summaries_table
-from prefixscan.reuse.capacity import capacity_curve, capacity_targets
+from prefixscan.reuse.capacity import capacity_curve, capacity_sampling, capacity_targets
+from prefixscan.reuse.capacity_sampled import AUTO_SAMPLE_BLOCKS, auto_rate
 from prefixscan.reuse.ideal import IdealStream, TokenPrefixIndex, scope_salts
 from prefixscan.reuse.prefixes import prefixes_table
 from prefixscan.schema import REJECTS_SCHEMA
@@ -318,7 +319,18 @@ def _capacity(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, offsets: np.
               flat: np.ndarray, ids: tuple[np.ndarray, int]) -> pa.Table:
     prompt = req["prompt_tokens"].to_numpy()
     caps = list(cfg.capacities) if cfg.capacities else None
-    return capacity_curve(offsets, flat, prompt, ing.block_size, ing.hit_rule, caps, ids=ids)
+    rate = auto_rate(cfg.capacity_sample, len(flat))  # SHARDS when asked, or above the size threshold
+    return capacity_curve(offsets, flat, prompt, ing.block_size, ing.hit_rule, caps, ids=ids, sample=rate)
+
+
+def sampling_note(cfg: AnalyzeConfig, sampling: dict[str, Any]) -> str:
+    """The summary's line on a sampled capacity curve: why, at which rate, and how wide its band is."""
+    why = ("as asked (--capacity-sample)" if cfg.capacity_sample is not None else
+           f"because the log lists more than {AUTO_SAMPLE_BLOCKS:,} blocks (--capacity-sample 1 forces the exact "
+           "curve)")
+    return (f"The capacity curve's LRU columns are sampled {why}: SHARDS at rate {sampling['rate']:g} with the "
+            f"{sampling['hot_blocks']:,} hottest blocks exact, {sampling['salts']} salts; band (lru_hit_rate_low.."
+            f"high) {sampling['band_mean_points']:.2f} points wide on average; OPT was not computed.")
 
 
 @dataclass
@@ -403,6 +415,10 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
             for c, lr, o in zip(curve_py["capacity_tokens"], curve_py["lru_hit_rate"], curve_py["opt_hit_rate"],
                                 strict=True)]}
         capacity.update(capacity_targets(curve))
+        sampling = capacity_sampling(curve)
+        if sampling is not None:
+            capacity["sampled"] = sampling
+            notes.append(sampling_note(cfg, sampling))
     cross = prefixes.filter(pl.col("cross_tenant_hits") > 0) if prefixes.height else prefixes
     return {
         "version": __version__,

@@ -25,6 +25,7 @@ class AnalyzeConfig:
     lora_paths: tuple[tuple[str, str], ...] = ()  # adapter name -> path, for vLLM's ("lora", name, path) key
     strict: bool = False
     capacities: tuple[int, ...] | None = None
+    capacity_sample: float | None = None  # SHARDS rate of the capacity curve; None: auto by size, 1: exact
     include_text: bool = False
     snippet_k: int = 5  # text is shown only when this many conversations share it (prefixscan.privacy)
     hash_tenants: bool = False

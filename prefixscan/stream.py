@@ -287,7 +287,10 @@ def run_stream(cfg: AnalyzeConfig, run_path: Path, progress: Callable[[int, int,
             curve = capacity_curve(np.zeros(1, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64),
                                    ing.block_size, ing.hit_rule, list(cfg.capacities) if cfg.capacities else None)
         else:
-            curve = stream.capacity.finish(n_distinct, list(cfg.capacities) if cfg.capacities else None)
+            from prefixscan.reuse.capacity_sampled import auto_rate
+
+            curve = stream.capacity.finish(n_distinct, list(cfg.capacities) if cfg.capacities else None,
+                                           sample=auto_rate(cfg.capacity_sample, stream.capacity.total_blocks))
         memory.trim()
         t = done("capacity", t)
         agg, side, summaries, prefixes = _aggregates(cfg, stream, Path(tmp))
