@@ -126,7 +126,8 @@ def profile(label: str, args: list[str], raw: Path, lg: Path) -> list[str]:
            "| own % | function (top by own time) |", "|---:|---|"]
     out += [f"| {c / max(samples, 1):.1%} | `{k}` |" for k, c in own.most_common(12)]
     out += ["", "| total % | prefixscan function (top by total time) |", "|---:|---|"]
-    ps_total = [(k, c) for k, c in total.most_common() if "prefixscan/" in k and "<module>" not in k]
+    ps_total = [(k, c) for k, c in total.most_common()
+                if "prefixscan/" in k and "<module>" not in k and "prefixscan/cli/" not in k]
     out += [f"| {c / max(samples, 1):.1%} | `{k}` |" for k, c in ps_total[:12]]
     return out + [""]
 
