@@ -118,8 +118,14 @@ def coined_words(n: int, seed: int) -> list[str]:
     return list(out)
 
 
+_UNCOUNTABLE = {"data", "feedback", "evidence", "compliance", "privacy", "security", "access", "inventory",
+                "stock", "weather", "history", "music", "coffee", "tea", "water", "revenue", "growth"}
+
+
 def plural(noun: str) -> str:
     """English plural by the usual spelling rules (good enough for coined text)."""
+    if noun in _UNCOUNTABLE:
+        return noun
     if noun.endswith(("s", "x", "ch", "sh")):
         return noun + "es"
     if noun.endswith("y") and noun[-2:-1] not in "aeiou":
