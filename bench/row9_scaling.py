@@ -33,7 +33,7 @@ def run_row(scale: str, repeats: int, lg: Path, profile: bool = False) -> RowRes
         out[w] = {"wall_s": median([r.seconds for r in runs]), "runs": [r.seconds for r in runs],
                   "ingest_s": timings.get("ingest_s"), "total_s": timings.get("total_s"),
                   "stats": rz.tokenizer_stats(run_dir)}
-        if profile:
+        if profile and w == 1:  # the 2-core run: where the encode stage waits
             out[w]["profile"] = rz.profile(f"`analyze --workers {w}` on `{rel(log)}`", cmd,
                                            OUT / f"profile-scaling-w{w}.txt", lg)
     enc = out[0]["ingest_s"] / out[1]["ingest_s"]
@@ -59,7 +59,6 @@ def run_row(scale: str, repeats: int, lg: Path, profile: bool = False) -> RowRes
         f"load average before the row: {load_before}; after: {rz.loadavg()}. With the load above 2 the second "
         "core is not free, so this ratio is only meaningful on a quiet machine",
     ]
-    for w in (0, 1):
-        res.details += out[w].get("profile", [])
+    res.details += out[1].get("profile", [])
     res.data = {f"w{w}": {k: v for k, v in out[w].items() if k != "profile"} for w in (0, 1)}
     return res
