@@ -102,6 +102,9 @@ def profile(label: str, args: list[str], raw: Path, lg: Path) -> list[str]:
     spy = PEERS_BIN / "py-spy"
     if not spy.exists():
         return [f"profile of {label}: py-spy is not installed in bench/out/peers-venv (run bench/run.py once)"]
+    if "-o" in args:  # its own run directory: the measured run's manifest stays the measured run's
+        i = args.index("-o") + 1
+        args = [*args[:i], str(args[i]) + "-profile", *args[i + 1:]]
     cmd = [str(spy), "record", "--subprocesses", "--format", "raw", "-o", rel(raw), "--rate", "100", "--", *args]
     r = run(cmd, check=False, log=lg)
     if r.rc != 0 or not raw.exists():

@@ -15,7 +15,7 @@ from typing import Any
 
 import inputs
 import realistic as rz
-from common import OUT, PY, ROOT, RowResult, analyze_cmd, fmt_s, measure_rss_cached, median, rel, run
+from common import OUT, PY, ROOT, RowResult, analyze_cmd, fmt_s, measure_rss, median, rel, run
 
 TARGET = 1.5
 
@@ -35,15 +35,15 @@ def floor(log: Path, spec: str, repeats: int, res: RowResult, lg: Path) -> dict[
 
 def one(log: Path, spec: str, repeats: int, res: RowResult, lg: Path, profile: bool) -> dict[str, Any]:
     fl = floor(log, spec, repeats, res, lg)
-    run_dir = OUT / f"run-{log.stem}-{rz.tok_tag(spec)}"  # the same command as row 1: its timing is reused
+    run_dir = OUT / f"run-floor-{log.stem}-{rz.tok_tag(spec)}"
     cmd = analyze_cmd([log], run_dir, *([] if spec == rz.DEFAULT_TOKENIZER else ["--tokenizer", spec]))
     res.cmd(cmd)
-    ps = measure_rss_cached(cmd, log=lg)
+    ps = measure_rss(cmd, log=lg)  # right after the floor: the two are compared under the same load
     ingest = (rz.manifest(run_dir).get("timings") or {}).get("ingest_s")
     out = {"log": rel(log), "tokenizer": spec, "floor": fl, "ps_s": ps.seconds, "ingest_s": ingest,
            "x_floor": ps.seconds / fl["seconds"], "x_floor_ingest": (ingest or 0) / fl["seconds"],
            "x_floor_wall": ps.seconds / fl["wall_with_startup_s"],
-           "uncached": rz.tokenizer_stats(run_dir).get("tokens_tokenised"), "reused": ps.stderr.startswith("[reused")}
+           "uncached": rz.tokenizer_stats(run_dir).get("tokens_tokenised")}
     if profile:
         out["profile"] = rz.profile(f"`analyze` on `{rel(log)}`, {rz.tok_label(spec)}", cmd,
                                     OUT / f"profile-floor-{log.stem}-{rz.tok_tag(spec)}.txt", lg)
@@ -73,7 +73,7 @@ def run_row(scale: str, repeats: int, lg: Path, profile: bool = False) -> RowRes
             f"{[round(x, 2) for x in f['seconds_all']]}; {f['workers']} processes; {f['wall_with_startup_s']:.2f} s "
             f"with interpreter start and tokenizer load) tokenising {f['tokens_tokenised']:,} tokens of "
             f"{f['requests']:,} requests; prefixscan tokenised {r['uncached'] or 0:,}; prefixscan analyze "
-            f"{fmt_s(r['ps_s'])}{' (row 1' + chr(39) + 's measurement, same command)' if r['reused'] else ''} = "
+            f"{fmt_s(r['ps_s'])} = "
             f"**{r['x_floor']:.2f}x** the floor ({r['x_floor_wall']:.2f}x the floor with its start-up); its ingest "
             f"stage {fmt_s(r['ingest_s'])} = {r['x_floor_ingest']:.2f}x")
     res.details += [
