@@ -1,4 +1,4 @@
-"""Row 8: the sampled capacity curve (`analyze --capacity-sample R`, SHARDS with the hottest blocks exact)
+"""Row 10: the sampled capacity curve (`analyze --capacity-sample R`, SHARDS with the hottest blocks exact)
 against the exact one, on the bench's hashed trace and the real Mooncake traces in ../shared/data.
 
 For each input, `analyze` is run once (its requests table is the input of every measurement), then the
@@ -9,7 +9,7 @@ default grid, in points; band coverage: the share of grid points whose exact val
 [lru_hit_rate_low, lru_hit_rate_high]. Peak memory: the process's VmHWM minus its RSS once the table was
 loaded (what the curve itself needed).
 
-Standalone: `.venv/bin/python bench/row8_sampled_capacity.py RUN_DIR [RUN_DIR...]` prints the same figures
+Standalone: `.venv/bin/python bench/row10_sampled_capacity.py RUN_DIR [RUN_DIR...]` prints the same figures
 for existing run directories (e.g. made by `prefixscan analyze TRACE -o RUN_DIR`).
 """
 
@@ -112,7 +112,7 @@ def run_row(scale: str, repeats: int, lg: Path):  # noqa: ANN201 - RowResult, im
     lines, worst = list(HEADER), 0.0
     for name, rd in runs.items():
         results = {m: _subprocess(rd, m, lg) for m in ("exact", "exact-lru", *map(str, RATES))}
-        res.cmd(f".venv/bin/python bench/row8_sampled_capacity.py {rel(rd)}")
+        res.cmd(f".venv/bin/python bench/row10_sampled_capacity.py {rel(rd)}")
         lines += table_lines(name, results)
         worst = max(worst, compare(results["exact"], results[str(RATES[0])])["mae_pt"]) if "synth" in name else worst
         res.data[name] = results

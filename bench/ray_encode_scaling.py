@@ -1,6 +1,6 @@
-"""Row 9 (issue 18): the encode stage on Ray with 1 and 2 workers, and the per-core rates of docs/scale.md.
+"""Issue 18: the encode stage on Ray with 1 and 2 workers, and the per-core rates of docs/scale.md.
 
-    .venv/bin/python bench/row9_ray.py [--requests 3000] [--repeats 2] [--output bench/results-ray.md]
+    .venv/bin/python bench/ray_encode_scaling.py [--requests 3000] [--repeats 2] [--output bench/results-ray.md]
 
 Never part of `make test`. Makes a synthetic chat log (fixed seed), then measures in one process on one
 core: reading (parse + normalise), encoding (render + tokenise + hash), the reuse scan (compiled) and the
@@ -112,8 +112,8 @@ def main() -> None:
         after = load()
     m1, m2 = statistics.median(times[1]), statistics.median(times[2])
     lines = [
-        "# Row 9: the encode stage on Ray (issue 18)", "",
-        f"Command: `.venv/bin/python bench/row9_ray.py --requests {args.requests} --repeats {args.repeats}`; "
+        "# The encode stage on Ray (issue 18)", "",
+        f"Command: `.venv/bin/python bench/ray_encode_scaling.py --requests {args.requests} --repeats {args.repeats}`; "
         f"{os.cpu_count()} CPUs, load average {before} before and {after} after.", "",
         f"Input: synthetic chat log, {rates['records']:,} requests, {rates['bytes'] / 1e6:.1f} MB, "
         f"{rates['tokens']:,} prompt tokens, {rates['block_refs']:,} block references.", "",
