@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install demo test lint bench conformance clean
+.PHONY: help install demo test lint bench conformance calibrate clean
 
 help:  ## list targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -12,10 +12,10 @@ help:  ## list targets
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,ray]'
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install prefixscan with test extras
+install: $(STAMP)  ## create .venv and install prefixscan with the test and ray extras
 
 demo: $(STAMP)  ## analyze the sample logs and print the summary and the run directory
 	$(BIN)/prefixscan analyze sample_logs/chat.jsonl sample_logs/chat.parquet -o runs/demo --force
@@ -44,6 +44,9 @@ conformance/.sglang/.installed: $(CVENV)/.installed
 conformance: $(STAMP) conformance/.sglang/.installed  ## prefixscan vs the real vLLM engine and SGLang's radix cache (slow); rewrites docs/conformance.md
 	$(BIN)/python -m conformance.run --vllm-python $(CVENV)/bin/python
 	$(BIN)/python -m conformance.kv_events --vllm-python $(CVENV)/bin/python
+
+calibrate: $(STAMP) $(CVENV)/.installed  ## fit the simulator's replica model to the real vLLM engine under load (slow); rewrites docs/simulator.md's calibration table
+	$(BIN)/python -m conformance.calibrate --vllm-python $(CVENV)/bin/python
 
 clean:  ## remove the venv and demo runs
 	rm -rf $(VENV) runs

@@ -40,15 +40,21 @@ from common import (  # noqa: E402
 )
 
 ROWS = {1: "row1_tokenize", 2: "row2_kvlint", 3: "row3_aiperf", 4: "row4_capacity", 5: "row5_simulate",
-        6: "row6_simulate_chat", 7: "row7_memory"}
+        6: "row6_simulate_chat", 7: "row7_memory", 8: "row8_floor", 9: "row9_scaling",
+        10: "row10_sampled_capacity"}
+PROFILED_ROWS = (1, 8, 9)  # rows that profile their own commands (py-spy) unless --no-profile
 PEER_PACKAGES = ["kvlint", "aiperf", "kvcache-simulator", "py-spy", "pyinstrument"]
+ROW_PEERS = {2: "kvlint", 3: "aiperf", 4: "kvcache-simulator"}  # the peer tool a row runs; profilers always
 
 
-def ensure_peers(lg: Path) -> str:
-    """Create bench/out/peers-venv and install the peer tools there (once). Returns a status line."""
+def ensure_peers(lg: Path, rows: list[int] | None = None) -> str:
+    """Create bench/out/peers-venv and install the peer tools there (once): those of `rows` (default all)
+    and the profilers. Returns a status line."""
     if not (PEERS_BIN / "python").exists():
         run([sys.executable, "-m", "venv", str(PEERS)], log=lg)
-    have = versions(str(PEERS_BIN / "python"), PEER_PACKAGES)
+    wanted = [p for p in PEER_PACKAGES if rows is None or p not in ROW_PEERS.values()
+              or any(ROW_PEERS.get(n) == p for n in rows)]
+    have = versions(str(PEERS_BIN / "python"), wanted)
     missing = [p for p, v in have.items() if v == "not installed"]
     if missing:
         r = run([str(PEERS_BIN / "pip"), "install", "-q", *missing], check=False, log=lg)
@@ -122,7 +128,7 @@ def profile(scale: str, lg: Path) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", default="1,2,3,4,5,6,7")
+    ap.add_argument("--rows", default="1,2,3,4,5,6,7,8,9")
     ap.add_argument("--scale", choices=["small", "full"], default="small")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-profile", action="store_true")
@@ -143,7 +149,7 @@ def main() -> None:
             "scale": args.scale, "repeats": args.repeats, "machine": machine_info()}
     if getattr(args, "previous_command", ""):
         meta["command"] = args.previous_command + "`, then `" + meta["command"]
-    peers = ensure_peers(lg)
+    peers = ensure_peers(lg, rows)
     meta["machine"]["peers_venv"] = f"{rel(PEERS)} ({peers})"
     ps_ver = subprocess.run([PS, "--version"], capture_output=True, text=True).stdout.strip()
     meta["versions"] = {
@@ -159,6 +165,8 @@ def main() -> None:
         print(f"[bench] row {n} ({args.scale}) ...", flush=True)
         try:
             kw = {"keep": args.keep_inputs} if n == 7 else {}
+            if n in PROFILED_ROWS:
+                kw["profile"] = not args.no_profile
             res = mod.run_row(args.scale, args.repeats, lg, **kw)
         except Exception as exc:  # noqa: BLE001 - a failing row is reported, the others still run
             res = RowResult(n, ROWS[n], "", "", verdict=f"failed: {type(exc).__name__}")
@@ -168,7 +176,9 @@ def main() -> None:
         results.append(res)
         results.sort(key=lambda r: r.row)
         _write(args, meta, results, prev_profile)
-    extra = prev_profile if args.no_profile else profile(args.scale, lg)
+    # Rows 1, 8 and 9 profile their own commands; the general profile is for the other rows' inputs.
+    own = set(rows) <= set(PROFILED_ROWS)
+    extra = prev_profile if args.no_profile or own else profile(args.scale, lg)
     _write(args, meta, results, extra)
     print(f"[bench] wrote {args.output}", flush=True)
 

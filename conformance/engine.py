@@ -49,14 +49,15 @@ def read_workload(path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def make_llm(model_dir: str, block_size: int, pool: int, max_model_len: int):  # noqa: ANN201
+def make_llm(model_dir: str, block_size: int, pool: int, max_model_len: int, **overrides: Any):  # noqa: ANN201
     """The engine with a pool of `pool` blocks (always set: the default would take 30% of the machine's
-    memory, slow to allocate; an "unbounded" run gets a pool larger than all the workload's blocks)."""
+    memory, slow to allocate; an "unbounded" run gets a pool larger than all the workload's blocks).
+    `overrides` replace or add engine arguments (conformance.calibrate: max_num_seqs, stats on)."""
     from vllm import LLM
 
-    kw: dict[str, Any] = {"num_gpu_blocks_override": pool}
+    kw: dict[str, Any] = {"num_gpu_blocks_override": pool, "max_num_seqs": 4, **overrides}
     return LLM(model=model_dir, enable_prefix_caching=True, block_size=block_size, gpu_memory_utilization=0.3,
-               max_model_len=max_model_len, max_num_seqs=4, seed=0, dtype="float32", enforce_eager=True, **kw)
+               max_model_len=max_model_len, seed=0, dtype="float32", enforce_eager=True, **kw)
 
 
 def engine_core(llm: Any) -> Any:

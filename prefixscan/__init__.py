@@ -26,35 +26,46 @@ def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: A
     return _analyze(*inputs, output=output, **options)
 
 
-def simulate(run_dir: str, save: bool = True, **options: Any):  # noqa: ANN201
+def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):  # noqa: ANN201
     """Replay a run through N replicas under routing policies; see `prefixscan.sim.simulate`.
 
-    Options are `SimConfig` fields (replicas=8, policies=("round_robin", ...), kv_blocks=...). With `save`,
-    the sim tables are written into the run directory as `prefixscan simulate` does.
+    Options are `SimConfig` fields (replicas=8, policies=("round_robin", ...), kv_blocks=...);
+    `timing_profile="vllm-cpu-tiny-llama"` (a built-in name or a JSON file) fills in the profile's prefill
+    coefficients and decode times unless given. With `save`, the sim tables are written into the run
+    directory under `name` as `prefixscan simulate --name` does.
     """
     from prefixscan.sim import SimConfig
     from prefixscan.sim import simulate as _simulate
 
+    if options.get("timing_profile") and not options.get("prefill_coeffs"):
+        from prefixscan.sim.timing import profile_options
+
+        options = {**profile_options(options["timing_profile"]), **{k: v for k, v in options.items()
+                                                                   if k != "timing_profile"}}
     result = _simulate(run_dir, SimConfig(**options))
     if save:
-        result.save(run_dir)
+        result.save(run_dir, name)
     return result
 
 
-def estimate(run_dir: str | None = None, save: bool = False, **options: Any):  # noqa: ANN201
-    """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`.
+def estimate(run_dir: str | None = None, save: bool = False, simulation: str | None = None,
+             **options: Any):  # noqa: ANN201
+    """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`. `simulation` names the
+    stored simulation to reuse (`simulate --name`; default: `default`, else the most recent).
 
     With `save` (and a run directory) the result is written to RUN_DIR/estimate.json, as the CLI does,
     so `write_report` reuses its scenario.
     """
     from prefixscan.cost.estimator import EstimateOptions
     from prefixscan.cost.estimator import estimate as _estimate
+    from prefixscan.io.simstore import using_simulation
 
-    result = _estimate(EstimateOptions(**options), run_dir=run_dir)
-    if save and run_dir is not None:
-        from prefixscan.cost.saved import save_estimate
+    with using_simulation(simulation):
+        result = _estimate(EstimateOptions(**options), run_dir=run_dir)
+        if save and run_dir is not None:
+            from prefixscan.cost.saved import save_estimate
 
-        save_estimate(result, run_dir)
+            save_estimate(result, run_dir)
     return result
 
 
@@ -96,11 +107,11 @@ def explain(run_dir: str, request_id: str, include_text: bool = False):  # noqa:
     return _explain(run_dir, request_id, include_text)
 
 
-def load_run(path: str):  # noqa: ANN201
-    """Open a run directory; see `prefixscan.io.rundir.load_run`."""
+def load_run(path: str, simulation: str | None = None):  # noqa: ANN201
+    """Open a run directory (its `sim_*` tables: the named simulation's); see `prefixscan.io.rundir.load_run`."""
     from prefixscan.io.rundir import load_run as _load
 
-    return _load(path)
+    return _load(path, simulation)
 
 
 __all__ = ["__version__", "analyze", "check", "diff", "estimate", "explain", "export", "load_run", "simulate",

@@ -25,6 +25,7 @@ class AnalyzeConfig:
     lora_paths: tuple[tuple[str, str], ...] = ()  # adapter name -> path, for vLLM's ("lora", name, path) key
     strict: bool = False
     capacities: tuple[int, ...] | None = None
+    capacity_sample: float | None = None  # SHARDS rate of the capacity curve; None: auto by size, 1: exact
     include_text: bool = False
     snippet_k: int = 5  # text is shown only when this many conversations share it (prefixscan.privacy)
     hash_tenants: bool = False
@@ -35,6 +36,8 @@ class AnalyzeConfig:
     findings: bool = True  # cache-breaker findings (docs/findings.md); --no-findings skips them
     order: str = "time"  # "time": the log's timestamps; "input": input order is time (one request a second)
     streaming: bool | None = None  # None: stream when writing a run directory at block granularity
+    engine: str = "local"  # "local" or "ray": encode on a Ray cluster, the rest locally (prefixscan.distributed)
+    ray_address: str | None = None  # a Ray cluster to join (--engine ray); None: start one on this machine
     quiet: bool = True
     command_line: str = ""
     extras: dict[str, Any] = field(default_factory=dict)

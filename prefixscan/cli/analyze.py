@@ -42,6 +42,17 @@ def _parse_capacities(value: str | None) -> tuple[int, ...] | None:
     return caps
 
 
+def _parse_sample(value: str | None) -> float | None:
+    if value is None:
+        return None
+    from prefixscan.reuse.capacity_sampled import check_rate
+
+    try:
+        return check_rate(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).replace("the capacity sampling rate", "--capacity-sample")) from None
+
+
 def register(app: typer.Typer) -> None:
     @app.command(no_args_is_help=True)
     @handle_errors
@@ -82,6 +93,11 @@ def register(app: typer.Typer) -> None:
         capacities: str = typer.Option(None, "--capacities",
                                        help="Capacity-curve points in tokens, comma-separated (default: a "
                                             "log-spaced grid up to the working set)."),
+        capacity_sample: str = typer.Option(
+            None, "--capacity-sample", metavar="RATE",
+            help="Estimate the capacity curve's LRU columns from a SHARDS sample of RATE of the blocks (e.g. "
+                 "0.01), the hottest blocks exact, with a band from 3 salts; OPT is skipped. Default: exact, "
+                 "sampled at 0.01 above 500M listed blocks; 1 forces exact."),
         hash_tenants: bool = typer.Option(False, "--hash-tenants",
                                           help="Replace tenant and user names by keyed hashes (HMAC-SHA256 "
                                                "under --tenant-key, else a random key per run)."),
@@ -105,6 +121,13 @@ def register(app: typer.Typer) -> None:
             None, "--workers", min=0,
             help="Processes that render, tokenise and hash text prompts beside the main one (0: all in the "
                  "main process). Default: one per spare core, at most one per 64 MiB of input (none below)."),
+        engine: str = typer.Option(
+            "local", "--engine", metavar="local|ray",
+            help="local: this machine; ray: render, tokenise and hash on a Ray cluster (pip install "
+                 "'prefixscan[ray]'), then the local path; same tables (docs/scale.md)."),
+        ray_address: str = typer.Option(
+            None, "--ray-address", help="The Ray cluster for --engine ray (e.g. ray://head:10001 or auto); "
+                                        "default: a local cluster of this machine's cores."),
         no_findings: bool = typer.Option(False, "--no-findings",
                                          help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
         metrics: list[str] = typer.Option(
@@ -133,10 +156,11 @@ def register(app: typer.Typer) -> None:
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict, hash=hash,
             hash_seed=hash_seed, lora_paths=_parse_lora_paths(lora_path),
-            capacities=_parse_capacities(capacities), hash_tenants=hash_tenants, tenant_key=tenant_key,
+            capacities=_parse_capacities(capacities), capacity_sample=_parse_sample(capacity_sample),
+            hash_tenants=hash_tenants, tenant_key=tenant_key,
             include_text=include_text, snippet_k=snippet_k,
             quiet=quiet, findings=not no_findings, infer_conversations=not no_infer_conversations,
-            streaming=stream, workers=workers, order=order,
+            streaming=stream, workers=workers, order=order, engine=engine, ray_address=ray_address,
             command_line="prefixscan " + shlex.join(scrub_argv(sys.argv[1:])),
         )
         if (metrics or kv_events) and not output:

@@ -86,6 +86,10 @@ def register(app: typer.Typer) -> None:
         policies: str = typer.Option(",".join(ROUTER_POLICIES), "--policies",
                                      help="Router policies to replay when no saved simulation matches "
                                           "the scenario (comma-separated)."),
+        simulation: str | None = typer.Option(
+            None, "--simulation", metavar="NAME",
+            help="Which stored simulation to reuse (`simulate --name`; default: 'default', else the most "
+                 "recent; `simulate RUN_DIR --list` lists them)."),
         save: bool = typer.Option(True, "--save/--no-save",
                                   help="Write the result to RUN_DIR/estimate.json (read by `report`)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
@@ -111,11 +115,20 @@ def register(app: typer.Typer) -> None:
             ttft_gpus=ttft_gpus,
             ttft_overhead_s=ttft_overhead_s, decode_batch=decode_batch, hours_per_month=hours_per_month,
         )
-        result = run_estimate(options, run_dir)
-        if run_dir is not None and save:
-            from prefixscan.cost.saved import save_estimate
+        from prefixscan.io.simstore import using_simulation
 
-            save_estimate(result, run_dir, "prefixscan " + shlex.join(sys.argv[1:]))
+        if simulation is not None:
+            if run_dir is None:
+                raise UsageError("--simulation needs a run directory")
+            from prefixscan.io.rundir import load_run
+
+            load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
+        with using_simulation(simulation):
+            result = run_estimate(options, run_dir)
+            if run_dir is not None and save:
+                from prefixscan.cost.saved import save_estimate
+
+                save_estimate(result, run_dir, "prefixscan " + shlex.join(sys.argv[1:]))
         if as_json:
             typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
             return

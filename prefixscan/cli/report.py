@@ -38,6 +38,10 @@ def register(app: typer.Typer) -> None:
         compare_to: str | None = typer.Option(None, "--compare-to",
                                               help="An earlier run (say, before a template change): adds a "
                                                    "before/after section (`prefixscan diff`)."),
+        simulation: str | None = typer.Option(
+            None, "--simulation", metavar="NAME",
+            help="Which stored simulation to report (`simulate --name`; default: 'default', else the most "
+                 "recent; `simulate RUN_DIR --list` lists them)."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the paths written."),
     ) -> None:
         """Write report.md (figures in report_figures/) and a self-contained report.html for a run.
@@ -47,15 +51,20 @@ def register(app: typer.Typer) -> None:
         given, that scenario (round robin and the router are replayed for it when the saved simulation
         ran another one). A section whose data is missing names the command that produces it.
         """
+        from prefixscan.io.rundir import load_run
+        from prefixscan.io.simstore import using_simulation
         from prefixscan.report.write import write_report
 
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
-        written = write_report(
-            run_dir, output, FORMATS[fmt], compare_to=compare_to, model=model, gpu=gpu, dtype=dtype, replicas=replicas,
-            tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps, scale_to_rps=scale_to_rps,
-            usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
-        )
+        if simulation is not None:
+            load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
+        with using_simulation(simulation):
+            written = write_report(
+                run_dir, output, FORMATS[fmt], compare_to=compare_to, model=model, gpu=gpu, dtype=dtype,
+                replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
+                scale_to_rps=scale_to_rps, usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
+            )
         for kind in ("md", "html"):
             if kind in written and not quiet:
                 typer.echo(str(written[kind]))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import typer
@@ -12,9 +10,12 @@ import typer
 from prefixscan.cli.choices import (
     DTYPES,
     EVICTIONS,
+    GRANULARITIES,
     KNOWLEDGE,
+    ORDERS,
     POLICIES,
     PREFILL_MODELS,
+    RECORD_FORMATS,
     gpu_names,
     model_names,
     one_of,
@@ -74,6 +75,43 @@ def parse_kv_blocks(text: str | None) -> tuple[int | None, bool]:
         raise UsageError(f"--kv-blocks expects a block count or 'unbounded', got {text!r}") from None
 
 
+def _tier_blocks(text: str | None, flag: str) -> int:
+    if text is None:
+        return 0
+    if text.strip().lower() in ("unbounded", "inf", "infinite"):
+        return -1
+    try:
+        return int(float(text))
+    except ValueError:
+        raise UsageError(f"{flag} expects a block count or 'unbounded', got {text!r}") from None
+
+
+def tier_options(
+    host_kv_blocks: str | None, host_kv_gib: float, host_link: str, host_write: str,
+    shared_kv_blocks: str | None, shared_kv_gib: float, shared_read: str, shared_write: str,
+    shared_latency_ms: float, router_sees_tiers: bool, decode_replicas: int, decode_kv_blocks: int | None,
+    pd_link: str, pd_latency_ms: float, compare_colocated: bool,
+) -> dict[str, Any]:
+    """The SimConfig fields of the KV-tier and disaggregation options."""
+    return {
+        "host_kv_blocks": _tier_blocks(host_kv_blocks, "--host-kv-blocks"),
+        "host_kv_gib": host_kv_gib,
+        "host_link": host_link,
+        "host_write": host_write,
+        "shared_kv_blocks": _tier_blocks(shared_kv_blocks, "--shared-kv-blocks"),
+        "shared_kv_gib": shared_kv_gib,
+        "shared_read": shared_read,
+        "shared_write": shared_write,
+        "shared_latency_s": shared_latency_ms / 1000.0,
+        "router_sees_tiers": router_sees_tiers,
+        "decode_replicas": decode_replicas,
+        "decode_kv_blocks": decode_kv_blocks,
+        "pd_link": pd_link,
+        "pd_latency_s": pd_latency_ms / 1000.0,
+        "compare_colocated": compare_colocated,
+    }
+
+
 def register(app: typer.Typer) -> None:
     """Add the `simulate` command to the application."""
 
@@ -108,15 +146,29 @@ def register(app: typer.Typer) -> None:
         prefill_coeffs: str = typer.Option(
             None, "--prefill-coeffs", help="a,b,c,d,e: ms = a + b*new + c*cached + d*new*cached + e*new^2."
         ),
+        timing_profile: str = typer.Option(
+            None, "--timing-profile", metavar="FILE|NAME",
+            help="A hardware profile (JSON) fitted to a real engine, or a built-in one by name (e.g. "
+                 "vllm-cpu-tiny-llama, fitted by `make calibrate`): its prefill coefficients and, unless "
+                 "--tpot/--decode-slowdown are given, its decode times."
+        ),
         mfu: float = typer.Option(0.5, "--mfu", help="Prefill model-FLOPs utilisation (cost model)."),
-        tpot: float = typer.Option(0.02, "--tpot", help="Seconds per output token at batch 1."),
+        tpot: float = typer.Option(
+            None, "--tpot", help="Seconds per output token at batch 1 (default 0.02, or the profile's)."
+        ),
         decode_slowdown: float = typer.Option(
-            0.004, "--decode-slowdown", help="Per-token slowdown per extra running sequence."
+            None, "--decode-slowdown",
+            help="Per-token slowdown per extra running sequence (default 0.004, or the profile's).",
         ),
         token_budget: int = typer.Option(
             8192, "--token-budget", help="Tokens per engine step (chunked prefill)."
         ),
         max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Running sequences per replica."),
+        batch_prefills: bool = typer.Option(
+            False, "--batch-prefills/--serial-prefills",
+            help="Run every waiting request that fits (--max-num-seqs, --token-budget) in one prefill step, "
+                 "paying the fixed prefill term once, as vLLM's scheduler does (default: one at a time).",
+        ),
         default_output_tokens: int = typer.Option(
             128, "--default-output-tokens", help="Output length when the log has none."
         ),
@@ -159,6 +211,31 @@ def register(app: typer.Typer) -> None:
         decision_log: bool = typer.Option(
             True, "--decision-log/--no-decision-log", help="Write the per-request sim_decisions table."
         ),
+        # --- options for LOGS: how they are analysed first (refused with a run directory) ---
+        fmt: str = typer.Option(None, "--format", metavar=one_of(RECORD_FORMATS),
+                                help="Logs: record shape (default auto)."),
+        order: str = typer.Option(None, "--order", metavar=one_of(ORDERS), help="Logs: time or input order."),
+        field: list[str] = typer.Option([], "--field", metavar="NAME=PATH", help="Logs: map a field (repeatable)."),
+        tokenizer: str = typer.Option(
+            None, "--tokenizer", help="Logs: tiktoken:<encoding>, hf:<local dir or hub id>, or none."
+        ),
+        block_size: int = typer.Option(None, "--block-size", help="Logs: KV block size in tokens (default 16)."),
+        hash_block_size: int = typer.Option(None, "--hash-block-size", help="Logs: block size of hashed traces."),
+        granularity: str = typer.Option(None, "--granularity", metavar=one_of(GRANULARITIES),
+                                        help="Logs: block (vLLM) or token (SGLang page size 1)."),
+        hash_algo: str = typer.Option(None, "--hash", help="Logs: block hash values (xxh3 or vllm:ALGO)."),
+        hash_seed: str = typer.Option(None, "--hash-seed", help="Logs: PYTHONHASHSEED for --hash vllm:*."),
+        lora_path: list[str] = typer.Option([], "--lora-path", help="Logs: NAME=PATH of a LoRA adapter."),
+        strict: bool = typer.Option(False, "--strict", help="Logs: stop at the first malformed record."),
+        no_infer_conversations: bool = typer.Option(
+            False, "--no-infer-conversations", help="Logs: do not infer conversations from message prefixes."
+        ),
+        # --- where the simulation goes ---
+        name: str = typer.Option(
+            None, "--name", help="Store the simulation under this name beside the others (default: 'default'; "
+                                 "re-running a name replaces it). With --load: which one to show."
+        ),
+        list_sims: bool = typer.Option(False, "--list", help="List the run's stored simulations and exit."),
         output: str = typer.Option(None, "-o", "--output", help="Run directory to write when given logs."),
         force: bool = typer.Option(False, "--force", help="Replace an existing -o run directory."),
         save: bool = typer.Option(
@@ -169,30 +246,83 @@ def register(app: typer.Typer) -> None:
         ),
         json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or table on stderr."),
+        # --- KV tiers below the GPU and prefill/decode disaggregation (docs/simulator.md) ---
+        host_kv_blocks: str = typer.Option(
+            None, "--host-kv-blocks", help="Host-memory KV tier per replica, in blocks or 'unbounded'."
+        ),
+        host_kv_gib: float = typer.Option(0.0, "--host-kv-gib", help="Host-memory KV tier per replica, GiB."),
+        host_link: str = typer.Option(
+            "pcie5-x16", "--host-link", metavar="LINK|GB/s", help="Host-to-GPU link: pcie5-x16 (63 GB/s), "
+            "pcie4-x16, rdma-400g, rdma-200g, nvlink4, or GB/s."
+        ),
+        host_write: str = typer.Option(
+            "through", "--host-write", metavar="through|back",
+            help="Copy computed blocks to host (through: vLLM offloading, HiCache default) or on GPU eviction.",
+        ),
+        shared_kv_blocks: str = typer.Option(
+            None, "--shared-kv-blocks", help="Fleet-shared KV store, in blocks or 'unbounded'."
+        ),
+        shared_kv_gib: float = typer.Option(0.0, "--shared-kv-gib", help="Fleet-shared KV store, GiB."),
+        shared_read: str = typer.Option(
+            "rdma-400g", "--shared-read", metavar="LINK|GB/s", help="Store-to-GPU read link (per request)."
+        ),
+        shared_write: str = typer.Option(
+            "rdma-400g", "--shared-write", metavar="LINK|GB/s", help="The store's write link (all writes queue)."
+        ),
+        shared_latency_ms: float = typer.Option(1.0, "--shared-latency-ms", help="Per-request store latency."),
+        router_sees_tiers: bool = typer.Option(
+            False, "--router-sees-tiers", help="Routers with exact KV events score lower tiers too (Dynamo, llm-d)."
+        ),
+        prefill_replicas: int = typer.Option(
+            None, "--prefill-replicas", help="Disaggregated: prefill pool size (replaces --replicas)."
+        ),
+        decode_replicas: int = typer.Option(0, "--decode-replicas", help="Disaggregated: decode pool size."),
+        decode_kv_blocks: int = typer.Option(
+            None, "--decode-kv-blocks", help="KV blocks per decode worker (default: as a prefill worker)."
+        ),
+        pd_link: str = typer.Option(
+            "rdma-400g", "--pd-link", metavar="LINK|GB/s", help="Prefill-to-decode KV link (NIXL over RDMA)."
+        ),
+        pd_latency_ms: float = typer.Option(0.5, "--pd-latency-ms", help="Per-transfer latency."),
+        compare_colocated: bool = typer.Option(
+            True, "--compare-colocated/--no-compare-colocated",
+            help="Disaggregated: also replay a co-located fleet of prefill + decode replicas.",
+        ),
+        tier_sweep: bool = typer.Option(
+            False, "--tier-sweep", help="Capacity view: hit rate over GPU x second-tier sizes (first policy)."
+        ),
     ) -> None:
         """Replay a run over N replicas with finite KV memory under each routing policy.
 
         Example: prefixscan simulate runs/demo --replicas 8 --policies all --kv-blocks 20000
         """
+        from prefixscan.cli import simulate_logs
+        from prefixscan.io.simstore import check_name
         from prefixscan.sim import SimConfig, SimResult
         from prefixscan.sim import simulate as run_sim
 
-        if load:
-            _show(SimResult.load(inputs[0]), json_out, quiet, stderr_console(quiet))
+        if name is not None:
+            check_name(name)
+        if list_sims:
+            _list(inputs, json_out)
             return
+        if load:
+            _show(SimResult.load(inputs[0], name), json_out, quiet, stderr_console(quiet))
+            return
+        aopts = simulate_logs.analyze_options(
+            fmt, order, field, tokenizer, block_size, hash_block_size, granularity, hash_algo, hash_seed,
+            lora_path, strict, no_infer_conversations,
+        )
+        prefill_model, coeffs, tpot, decode_slowdown, profile_name = _timing(
+            prefill_model, prefill_coeffs, timing_profile, tpot, decode_slowdown
+        )
 
         kvb, unbounded = parse_kv_blocks(kv_blocks)
-        coeffs = ()
-        if prefill_coeffs:
-            try:
-                coeffs = tuple(float(x) for x in prefill_coeffs.split(",") if x.strip())
-            except ValueError:
-                raise UsageError(
-                    f"--prefill-coeffs expects numbers a,b,c,d,e, got {prefill_coeffs!r}"
-                ) from None
-            if prefill_model == "cost":
-                prefill_model = "coeffs"
         know = knowledge or ("delayed" if event_delay > 0 else "exact")
+        if prefill_replicas is not None:
+            if not decode_replicas:
+                raise UsageError("--prefill-replicas needs --decode-replicas (a disaggregated fleet)")
+            replicas = prefill_replicas
         cfg = SimConfig(
             replicas=replicas,
             policies=(policies,),
@@ -206,11 +336,13 @@ def register(app: typer.Typer) -> None:
             eviction=eviction,
             prefill_model=prefill_model,
             prefill_coeffs=coeffs,
+            timing_profile=profile_name,
             mfu=mfu,
             tpot_s=tpot,
             decode_slowdown=decode_slowdown,
             token_budget=token_budget,
             max_num_seqs=max_num_seqs,
+            batch_prefills=batch_prefills,
             default_output_tokens=default_output_tokens,
             knowledge=know,
             event_delay_s=event_delay,
@@ -226,13 +358,21 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             policy_params=parse_params(param),
             decision_log=decision_log,
+            **tier_options(
+                host_kv_blocks, host_kv_gib, host_link, host_write, shared_kv_blocks, shared_kv_gib, shared_read,
+                shared_write, shared_latency_ms, router_sees_tiers, decode_replicas, decode_kv_blocks, pd_link,
+                pd_latency_ms, compare_colocated,
+            ),
+            tier_sweep=tier_sweep,
         )
         console = stderr_console(quiet)
         tmp: str | None = None
         run_path = inputs[0]
         try:
-            if len(inputs) > 1 or not (Path(run_path) / "manifest.json").exists():
-                run_path, tmp = _analyze_first(inputs, output, force, quiet, console)
+            if simulate_logs.is_run(inputs):
+                simulate_logs.refuse_on_run(run_path, aopts)
+            else:
+                run_path, tmp = simulate_logs.analyze_first(inputs, output, force, quiet, console, aopts)
             if show_progress(quiet):
                 with console.status("simulating...") as status:
                     result = run_sim(
@@ -240,16 +380,15 @@ def register(app: typer.Typer) -> None:
                     )
             else:
                 result = run_sim(run_path, cfg)
-            if save and tmp is None:
-                result.save(run_path)
+            where = result.save(run_path, name or "default") if save and tmp is None else None
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
         _show(result, json_out, quiet, console)
-        if not quiet and save and tmp is None:
+        if not quiet and where is not None:
             console.print(
-                f"wrote sim_policies, sim_replicas, sim_timeline{', sim_decisions' if decision_log else ''} "
-                f"to {safe(run_path)}"
+                f"wrote simulation {safe(name or 'default')!r} (sim_policies, sim_replicas, sim_timeline"
+                f"{', sim_decisions' if decision_log else ''}) to {safe(str(where))}"
             )
 
 
@@ -263,20 +402,49 @@ def _show(result: Any, json_out: bool, quiet: bool, console: Any) -> None:
         render(result, stdout_console() if not json_out else console)
 
 
-def _analyze_first(
-    inputs: list[str], output: str | None, force: bool, quiet: bool, console: Any
-) -> tuple[str, str | None]:
-    """Logs given instead of a run: analyse them into -o (or a temporary run that is removed after)."""
-    import prefixscan
+def _timing(
+    prefill_model: str, prefill_coeffs: str | None, profile: str | None, tpot: float | None,
+    slowdown: float | None,
+) -> tuple[str, tuple[float, ...], float, float, str | None]:
+    """(prefill model, coefficients, tpot, decode slowdown, profile name) from the timing options."""
+    coeffs: tuple[float, ...] = ()
+    name = None
+    if profile and prefill_coeffs:
+        raise UsageError("give --timing-profile or --prefill-coeffs, not both")
+    if prefill_coeffs:
+        try:
+            coeffs = tuple(float(x) for x in prefill_coeffs.split(",") if x.strip())
+        except ValueError:
+            raise UsageError(f"--prefill-coeffs expects numbers a,b,c,d,e, got {prefill_coeffs!r}") from None
+        if prefill_model == "cost":
+            prefill_model = "coeffs"
+    if profile:
+        from prefixscan.sim.timing import load_profile
 
-    if not hasattr(prefixscan, "analyze"):  # pragma: no cover - depends on the tree
-        raise UsageError(f"{inputs[0]} is not a run directory; run `prefixscan analyze` on it first")
-    tmp = None
-    target = output
-    if target is None:
-        tmp = tempfile.mkdtemp(prefix="prefixscan-sim-")
-        target = str(Path(tmp) / "run")
-        if not quiet:
-            console.print("analysing the logs first (pass -o RUN_DIR to keep the run and the sim tables)")
-    prefixscan.analyze(*inputs, output=target, force=force, quiet=True)
-    return target, tmp
+        prof = load_profile(profile)
+        p, name = prof.prefill, prof.name
+        coeffs, prefill_model = (p.a, p.b_new, p.c_cached, p.d_new_cached, p.e_new2), "profile"
+        tpot = prof.tpot_s if tpot is None else tpot
+        slowdown = prof.decode_slowdown if slowdown is None else slowdown
+    elif prefill_model == "profile":
+        raise UsageError("--prefill-model profile needs --timing-profile FILE|NAME")
+    tpot = 0.02 if tpot is None else tpot
+    return prefill_model, coeffs, tpot, 0.004 if slowdown is None else slowdown, name
+
+
+def _list(inputs: list[str], json_out: bool) -> None:
+    """`simulate RUN --list`: the stored simulations, one line each (JSON with --json)."""
+    from prefixscan.io.rundir import read_manifest
+    from prefixscan.io.simstore import listing
+
+    if len(inputs) != 1:
+        raise UsageError("--list takes one run directory")
+    rows = listing(read_manifest(inputs[0]))
+    if json_out:
+        import json
+
+        typer.echo(json.dumps(rows, sort_keys=True))
+        return
+    from prefixscan.report.simulate_terminal import render_listing
+
+    render_listing(rows, inputs[0], stdout_console())

@@ -45,6 +45,11 @@ def register(app: typer.Typer) -> None:
             "off", "--drift", help="Normalisation drift / template churn to inject: off, all, or a comma list of "
             "whitespace, line_endings, unicode, json_key_order, tool_order, rag_order, template_churn."),
         drift_rate: float = typer.Option(0.3, "--drift-rate", help="Fraction of prompt sources that drift."),
+        text: str = typer.Option(
+            "corpus", "--text", metavar="corpus|fresh",
+            help="Where message text comes from: corpus (slices of one fixed corpus: fast, but paragraphs recur "
+            "across unrelated messages; the default, so existing logs reproduce) or fresh (new text for every "
+            "message: markdown answers, heavy-tailed user turns, JSON tool results; for realistic benchmarks)."),
         truth: str = typer.Option("", "--truth", help="Ground-truth sidecar path (default: OUTPUT.truth.jsonl)."),
         no_truth: bool = typer.Option(False, "--no-truth", help="Do not write the ground-truth sidecar."),
         start: str = typer.Option("2026-11-29T10:00:00Z", "--start", help="Time of the first arrival window (UTC)."),
@@ -67,7 +72,7 @@ def register(app: typer.Typer) -> None:
             requests=requests, seed=seed, scenarios=parse_scenarios(scenario), tenants=tenants, rps=rps,
             prompt_tokens=prompt_tokens, breakers=parse_breakers(breakers), breaker_rate=breaker_rate,
             start=start, id_prefix=id_prefix, model=model, users_per_tenant=users,
-            drift=parse_drift(drift), drift_rate=drift_rate,
+            drift=parse_drift(drift), drift_rate=drift_rate, text=text,
         )
         began = time.perf_counter()
         try:

@@ -20,11 +20,15 @@ FORMAT = 1
 
 
 def run_fingerprint(run_dir: str | os.PathLike[str]) -> str:
-    """What the estimate read from the run: its inputs, analysis settings and saved simulation."""
-    from prefixscan.io.rundir import read_manifest
+    """What the estimate read from the run: its inputs, analysis settings and the simulation it used (the
+    selected one, prefixscan.io.simstore; its name is part of the basis only when it is not `default`)."""
+    from prefixscan.io.rundir import load_run
 
-    m = read_manifest(run_dir)
+    run = load_run(run_dir)
+    m = run.manifest
     basis = {k: m.get(k) for k in ("inputs", "config", "simulate")}
+    if run.simulation not in (None, "default"):
+        basis["simulation"] = run.simulation
     return hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -290,27 +290,39 @@ def add_tables(run: str | os.PathLike[str], tables: dict[str, pa.Table], section
 
 @dataclass
 class Run:
-    """A run directory opened for reading; tables load on first use."""
+    """A run directory opened for reading; tables load on first use. `sim_*` tables come from the chosen
+    simulation (`simulation`, stored under `sim_dir`; prefixscan.io.simstore)."""
 
     path: Path
     manifest: dict[str, Any]
     _cache: dict[str, pa.Table] = field(default_factory=dict, repr=False)
+    sim_dir: str = ""
+    simulation: str | None = None
 
     def tables(self) -> list[str]:
         return sorted(p.stem for p in self.path.glob("*.parquet"))
 
+    def _file(self, name: str) -> Path:
+        if self.sim_dir and name.startswith("sim_"):
+            return self.path / self.sim_dir / f"{name}.parquet"
+        return self.path / f"{name}.parquet"
+
     def has(self, name: str) -> bool:
-        return (self.path / f"{name}.parquet").exists()
+        return self._file(name).exists()
 
     def table(self, name: str) -> pa.Table:
         if name not in self._cache:
-            p = self.path / f"{name}.parquet"
+            p = self._file(name)
             if not p.exists():
                 raise RunDirError(f"run {self.path} has no table {name!r} (tables: {', '.join(self.tables())})")
             self._cache[name] = read_table_file(p, self.path)
         return self._cache[name]
 
 
-def load_run(path: str | os.PathLike[str]) -> Run:
-    """Open a run directory written by `prefixscan analyze`."""
-    return Run(Path(path), read_manifest(path))
+def load_run(path: str | os.PathLike[str], simulation: str | None = None) -> Run:
+    """Open a run directory written by `prefixscan analyze`. `simulation` picks a named simulation (default:
+    `default`, else the most recent; an unknown name is a UsageError listing the stored ones)."""
+    from prefixscan.io.simstore import selected_view
+
+    manifest, sim_dir, chosen = selected_view(read_manifest(path), simulation, path)
+    return Run(Path(path), manifest, sim_dir=sim_dir, simulation=chosen)

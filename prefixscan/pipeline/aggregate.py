@@ -63,8 +63,11 @@ def capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, block_s
 
         return capacity_curve(np.zeros(1, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64),
                               block_size, hit_rule, caps)
-    with writing(run_path):
-        return stream.capacity.finish(n_distinct, caps)
+    from prefixscan.reuse.capacity_sampled import auto_rate
+
+    with writing(run_path):  # SHARDS when asked (--capacity-sample), or above the size threshold
+        return stream.capacity.finish(n_distinct, caps, sample=auto_rate(cfg.capacity_sample,
+                                                                          stream.capacity.total_blocks))
 
 
 def read_columns(path: Path, names: list[str]) -> pl.DataFrame:

@@ -35,6 +35,12 @@ def validate(cfg: AnalyzeConfig) -> None:
     if cfg.capacities is not None and any(c <= 0 for c in cfg.capacities):
         raise UsageError("--capacities must be positive token counts")
     check_hash_options(cfg)
+    if cfg.engine not in ("local", "ray"):
+        raise UsageError(f"--engine must be local or ray, got {cfg.engine!r}")
+    if cfg.engine == "ray":
+        from prefixscan.distributed.engine import check
+
+        check(cfg)
 
 
 def check_read_options(cfg: AnalyzeConfig) -> None:
@@ -56,7 +62,7 @@ def streams(cfg: AnalyzeConfig, sources: list[Source]) -> bool:
     chunk, a log takes about 8x its JSONL size; in chunks, memory grows with distinct blocks only, at some
     cost in time on small logs. Token granularity holds every prompt's tokens and is never chunked."""
     if cfg.streaming is None:
-        if not cfg.output or cfg.granularity != "block":
+        if not cfg.output or cfg.granularity != "block" or cfg.engine != "local":
             return False
         size = sum(s.size * next((k for ext, k in _PACKED.items() if s.path.endswith(ext)), 1) for s in sources)
         return size >= STREAM_MIN_BYTES

@@ -110,10 +110,12 @@ def _snippet(r: Record) -> str:
 
 def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None,
            sink: Callable[[Batch], None] | None = None, sources: list[Source] | None = None,
-           one_chunk: bool = False) -> Ingested:
-    """Read and encode every input, handing each Batch to `sink` (dropped without one)."""
+           one_chunk: bool = False, encoder: RecordEncoder | None = None) -> Ingested:
+    """Read and encode every input, handing each Batch to `sink` (dropped without one). `encoder`: encodes
+    text records in this process instead of a RecordEncoder and worker processes (the Ray engine's, which
+    looks up what the cluster encoded)."""
     sources = sources if sources is not None else expand(list(cfg.inputs))
-    stage = EncodeStage(cfg, sources, one_chunk)
+    stage = EncodeStage(cfg, sources, one_chunk, encoder)
     reader = Reader(cfg, sources, pc.POOL_BATCH if stage.n_workers else pc.BATCH, progress)
     for batch in stage.batches(reader):
         if sink is not None:
@@ -124,11 +126,13 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
 class EncodeStage:
     """Consumes the read stage's events, yields Batches; `result` once they are all out."""
 
-    def __init__(self, cfg: AnalyzeConfig, sources: list[Source], one_chunk: bool = False) -> None:
+    def __init__(self, cfg: AnalyzeConfig, sources: list[Source], one_chunk: bool = False,
+                 encoder: RecordEncoder | None = None) -> None:
         self.cfg, self.sources, self.one_chunk = cfg, sources, one_chunk
         self.keep_tokens = cfg.granularity == "token"
-        self.encoder = RecordEncoder(cfg, self.keep_tokens)
-        self.n_workers = auto_workers(cfg, sum(s.size for s in sources))
+        # A given encoder (the Ray engine's) encodes in this process: no workers are started.
+        self.n_workers = auto_workers(cfg, sum(s.size for s in sources)) if encoder is None else 0
+        self.encoder = encoder if encoder is not None else RecordEncoder(cfg, self.keep_tokens)
         self.pool: EncodePool | None = None
         self.pending: deque[list[Record]] = deque()
         self.ident, self.stats = None, []  # the workers' tokenizer identity and counters, once closed

@@ -177,7 +177,12 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
             stream.feed(batch)
 
     try:
-        ing = ingest(cfg, progress, sink=feed, sources=sources, one_chunk=one_chunk)
+        if cfg.engine == "ray":  # encoded on a Ray cluster, then this one-chunk path (prefixscan.distributed)
+            from prefixscan.distributed.engine import ray_ingest
+
+            ing = ray_ingest(cfg, progress, sources, work, sink=feed)
+        else:
+            ing = ingest(cfg, progress, sink=feed, sources=sources, one_chunk=one_chunk)
         with writing(work):
             stream.close()
         n_distinct = stream.ideal.n_distinct

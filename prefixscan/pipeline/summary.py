@@ -14,7 +14,8 @@ from prefixscan.io.sources import skipped_in
 from prefixscan.pipeline.aggregate import SideStats
 from prefixscan.pipeline.encode import Ingested
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state
-from prefixscan.reuse.capacity import capacity_targets
+from prefixscan.reuse.capacity import capacity_sampling, capacity_targets
+from prefixscan.reuse.capacity_sampled import AUTO_SAMPLE_BLOCKS
 from prefixscan.vllm_hash import hash_description
 
 
@@ -61,6 +62,10 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
     models = by_dimension(summaries, "model")
     notes = _notes(cfg, ing, n, has_conv, len(models))
     capacity = _capacity(curve)
+    sampling = capacity_sampling(curve) if curve.num_rows else None
+    if sampling is not None:
+        capacity["sampled"] = sampling
+        notes.append(sampling_note(cfg, sampling))
     cross = prefixes.filter(pl.col("cross_tenant_hits") > 0) if prefixes.height else prefixes
     return {
         "version": __version__,
@@ -143,6 +148,16 @@ def _tokenizer_notes(cfg: AnalyzeConfig, ing: Ingested, n_models: int) -> list[s
     if str(stats.get("memo_rule") or "").startswith("segments ("):
         notes.append("Tokenisation memo: " + str(stats["memo_rule"]) + " (exact; less reuse).")
     return notes
+
+
+def sampling_note(cfg: AnalyzeConfig, sampling: dict[str, Any]) -> str:
+    """The summary's line on a sampled capacity curve: why, at which rate, and how wide its band is."""
+    why = ("as asked (--capacity-sample)" if cfg.capacity_sample is not None else
+           f"because the log lists more than {AUTO_SAMPLE_BLOCKS:,} blocks (--capacity-sample 1 forces the exact "
+           "curve)")
+    return (f"The capacity curve's LRU columns are sampled {why}: SHARDS at rate {sampling['rate']:g} with the "
+            f"{sampling['hot_blocks']:,} hottest blocks exact, {sampling['salts']} salts; band (lru_hit_rate_low.."
+            f"high) {sampling['band_mean_points']:.2f} points wide on average; OPT was not computed.")
 
 
 def _capacity(curve: pa.Table) -> dict[str, Any]:

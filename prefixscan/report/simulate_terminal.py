@@ -74,10 +74,11 @@ def render(result: SimResult, console: Console) -> None:
     info, cfg = result.info, result.config
     kv = "unbounded" if info.get("unbounded_kv") else f"{info['kv_blocks_per_replica']:,} blocks"
     ideal = info.get("ideal_hit_rate_token_weighted")
+    pools = f"prefill + {cfg['decode_replicas']} decode " if cfg.get("decode_replicas") else ""
     console.print(
         f"Replayed {info['requests']:,} requests ({info['measured_requests']:,} measured) "
         f"over {info['span_s']:,.0f} s "
-        f"on {cfg['replicas']} replicas, KV {kv} of {info['block_size']} tokens, prefill model "
+        f"on {cfg['replicas']} {pools}replicas, KV {kv} of {info['block_size']} tokens, prefill model "
         f"{safe(info['prefill_model'])}, router knowledge {safe(cfg['knowledge'])}"
         + (f" (delay {cfg['event_delay_s']} s)" if cfg["knowledge"] == "delayed" else "")
         + (", tenants isolated" if cfg.get("isolate_tenants") else "")
@@ -141,6 +142,9 @@ def render(result: SimResult, console: Console) -> None:
                 fmt(s.get("isolation_cost_ttft_p95_s"), "s"),
             )
         console.print(iso)
+    from prefixscan.report.simulate_tiers_terminal import render_tiers
+
+    render_tiers(result.policies, console, result.tables.get("sim_tier_capacity"))
     console.print(
         "hit = cached / prompt tokens over the whole cluster (token-weighted); "
         "of ideal = share of an unbounded single cache's hits;\n"
@@ -148,3 +152,23 @@ def render(result: SimResult, console: Console) -> None:
         "load = max/mean of time-averaged requests in flight;\n"
         "prefill = tokens computed; pred ok = router-predicted cached tokens equal to what the engine found."
     )
+
+
+def render_listing(rows: list[dict[str, Any]], run: str, console: Console) -> None:
+    """`simulate RUN --list`: one row per stored simulation; the one readers use by default is marked."""
+    from rich import box
+    from rich.table import Table
+
+    if not rows:
+        console.print(f"{safe(run)} has no simulation; run `prefixscan simulate {safe(run)}` first")
+        return
+    t = Table(title=f"Simulations in {safe(run)} (* = used by report/estimate without --simulation)",
+              title_justify="left", box=box.SIMPLE)
+    for col in ("name", "policies", "replicas", "KV blocks/replica", "requests", "tables in"):
+        t.add_column(col)
+    for r in rows:
+        kv = r["kv_blocks_per_replica"]
+        t.add_row(("* " if r["default"] else "  ") + safe(r["name"]), safe(", ".join(r["policies"])),
+                  str(r["replicas"]), f"{kv:,}" if isinstance(kv, int) else "-", f"{r['requests'] or 0:,}",
+                  safe(r["dir"]))
+    console.print(t)

@@ -25,7 +25,10 @@ from numba import njit, prange
 
 from prefixscan.dense import dense_ids
 from prefixscan.hashing import HIT_RULES
+from prefixscan.reuse.capacity_optbound import opt_ideal_capacity
+from prefixscan.reuse.fenwick import _renumber, lru_tree_slots
 from prefixscan.reuse.pool import hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
+from prefixscan.reuse.pool_fast import lru_pool_curves, merged
 
 SCHEMA = pa.schema([
     ("capacity_tokens", pa.int64()),
@@ -37,6 +40,10 @@ SCHEMA = pa.schema([
     ("opt_hit_tokens", pa.int64()),
     ("ideal_hit_tokens", pa.int64()),
     ("total_prompt_tokens", pa.int64()),
+    ("lru_sampled", pa.bool_()),
+    ("sample_rate", pa.float64()),
+    ("lru_hit_rate_low", pa.float64()),
+    ("lru_hit_rate_high", pa.float64()),
 ])
 
 
@@ -102,37 +109,6 @@ def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, 
 
 
 @njit(cache=True, nogil=True)
-def _renumber(tree, last):  # pragma: no cover - compiled
-    """Renumber the marked times to 1..marked, keeping their order, and rebuild the tree over them.
-
-    Distances only count marks, so an order-preserving renumbering changes none of them; it is what lets
-    a tree of O(distinct) slots serve an unbounded number of accesses. In place, O(len(tree) + len(last)).
-    """
-    n = len(tree) - 1
-    for i in range(n, 0, -1):  # Fenwick -> plain 0/1 marks (the O(n) build, undone in reverse)
-        j = i + (i & -i)
-        if j <= n:
-            tree[j] -= tree[i]
-    s = 0
-    for i in range(1, n + 1):  # marks -> their rank
-        s += tree[i]
-        tree[i] = s
-    for b in range(len(last)):
-        if last[b] > 0:
-            last[b] = tree[last[b]]
-    _fenwick_ones(tree, s)
-    return s
-
-
-@njit(cache=True, nogil=True)
-def _fenwick_ones(tree, m):  # pragma: no cover - compiled
-    """The Fenwick tree of marks at times 1..m: slot i counts the marks in (i - lowbit(i), i]."""
-    tree[0] = 0
-    for i in range(1, len(tree)):
-        tree[i] = max(0, min(i, m) - (i - (i & -i)))
-
-
-@njit(cache=True, nogil=True)
 def _lru_chunk(offsets, ids, weights, tree, last, tok_hist, blk_hist, st):  # pragma: no cover - compiled
     """Add one run of requests to the histograms over prefix-max stack distance of (hit tokens, hit blocks);
     resumable: st = [marked, clock] and the arrays carry the state to the next run. An empty blk_hist
@@ -188,12 +164,6 @@ def _lru_chunk(offsets, ids, weights, tree, last, tok_hist, blk_hist, st):  # pr
             last[blk] = clock
     st[0] = marked
     st[1] = clock
-
-
-def lru_tree_slots(n_distinct: int, floor: int = 1 << 16) -> int:
-    """Slots of the LRU Fenwick tree: twice the distinct blocks, so a renumbering frees at least half of
-    it (amortised O(1) per access), within int32 times."""
-    return min(max(2 * n_distinct, floor), (1 << 31) - 2)
 
 
 def lru_curves(prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
@@ -464,7 +434,7 @@ def _rate(hit: np.ndarray, total: int) -> np.ndarray:
 
 def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
                    rule: str, capacities_tokens: Sequence[int] | None = None, opt: bool = True,
-                   ids: tuple[np.ndarray, int] | None = None) -> pa.Table:
+                   ids: tuple[np.ndarray, int] | None = None, sample: float | None = None) -> pa.Table:
     """Token-weighted hit rate of one cache per capacity: vLLM's block pool (the `lru_*` columns, exact,
     `pool.py`), OPT with bypass, infinite.
 
@@ -473,22 +443,34 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     blocks. Without `capacities_tokens`, a log-spaced grid up to the working set is used. With
     `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
     `capacity_stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
+    With `sample` (a rate below 1), the `lru_*` columns are estimated (`capacity_sampled`), OPT is null.
     """
     prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
+    if sample is not None and sample < 1.0:
+        from prefixscan.reuse.capacity_sampled import sampled_capacity_curve
+
+        return sampled_capacity_curve(prep.offsets, prep.ids, prep.n_distinct, prompt_tokens, block_size, rule,
+                                      sample, capacities_tokens, weights=prep.weights)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
-    keyed = lru_curves(prep)[0]  # the keyed LRU over listed blocks: the ideal, and guesses for the targets
+    # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the
+    # pool at every size where its histogram is exact (`pool_fast`); other sizes are simulated.
+    keyed, fast = lru_pool_curves(prep.offsets, prep.ids, prep.weights, prep.n_distinct, prompts, block_size, rule)
     ideal = int(keyed[-1])
 
-    def evaluate(sizes: Sequence[int]) -> np.ndarray:
+    def simulate(sizes: Sequence[int]) -> np.ndarray:
         return pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule, sizes)[0]
+
+    def evaluate(sizes: Sequence[int]) -> np.ndarray:
+        return merged(fast, simulate, sizes)
 
     pool_tok = evaluate(cap_blk)
     opt_tok = None
     if opt:
         # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate.
+        # and from L blocks on (`capacity_optbound`) it provably loses no hit either.
         held = np.maximum(cap_blk - 1, 0)
-        small = held < prep.n_distinct
+        small = held < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct)
         opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
         opt_tok[small] = opt_hits(prep, held[small])[0]
     never = occupied_blocks(prep.offsets, prompts, block_size) + 1
@@ -530,13 +512,17 @@ def resolve_capacities(capacities_tokens: Sequence[int] | None, n_distinct: int,
 
 
 def curve_table(cap_tok: np.ndarray, cap_blk: np.ndarray, lru: np.ndarray, ideal_tok: int, total: int,
-                opt_tok: np.ndarray | None, targets: dict[str, int | None]) -> pa.Table:
-    """The capacity table from hit tokens per capacity (OPT null when `opt_tok` is None)."""
+                opt_tok: np.ndarray | None, targets: dict[str, int | None],
+                sampled: Sampling | None = None) -> pa.Table:
+    """The capacity table from hit tokens per capacity (OPT null when `opt_tok` is None). With `sampled`,
+    the `lru_*` columns are an estimate (`capacity_sampled`) with its band; its parameters go to the
+    metadata too."""
     n = len(cap_tok)
     if opt_tok is not None:
         opt_cols = [pa.array(_rate(opt_tok, total), pa.float64()), pa.array(opt_tok, pa.int64())]
     else:
         opt_cols = [pa.nulls(n, pa.float64()), pa.nulls(n, pa.int64())]
+    low, high = (sampled.low, sampled.high) if sampled is not None else (lru, lru)
     cols = [
         pa.array(cap_tok, pa.int64()),
         pa.array(cap_blk, pa.int64()),
@@ -547,14 +533,38 @@ def curve_table(cap_tok: np.ndarray, cap_blk: np.ndarray, lru: np.ndarray, ideal
         opt_cols[1],
         pa.array(np.full(n, ideal_tok, np.int64), pa.int64()),
         pa.array(np.full(n, total, np.int64), pa.int64()),
+        pa.array(np.full(n, sampled is not None), pa.bool_()),
+        pa.array(np.full(n, sampled.rate if sampled is not None else 1.0), pa.float64()),
+        pa.array(_rate(np.asarray(low), total), pa.float64()),
+        pa.array(_rate(np.asarray(high), total), pa.float64()),
     ]
-    return pa.Table.from_arrays(cols, schema=SCHEMA.with_metadata({"targets": json.dumps(targets)}))
+    meta = {"targets": json.dumps(targets)}
+    if sampled is not None:
+        meta["sampling"] = json.dumps(sampled.meta)
+    return pa.Table.from_arrays(cols, schema=SCHEMA.with_metadata(meta))
+
+
+class Sampling(NamedTuple):
+    """How a sampled `lru_*` column was made: its band (hit tokens per row) and parameters for the summary."""
+
+    rate: float
+    low: np.ndarray
+    high: np.ndarray
+    meta: dict
 
 
 TARGET_FRACTIONS = (0.5, 0.9)
 
 
 def capacity_targets(curve: pa.Table) -> dict[str, int | None]:
-    """The exact LRU capacities (tokens) for 50% and 90% of the ideal hit that `capacity_curve` stored."""
+    """The pool sizes (tokens) for 50% and 90% of the ideal hit that `capacity_curve` stored (estimated
+    when the curve was sampled: see `capacity_sampling`)."""
     meta = curve.schema.metadata or {}
     return json.loads(meta[b"targets"]) if b"targets" in meta else {}
+
+
+def capacity_sampling(curve: pa.Table) -> dict | None:
+    """The sampling parameters of a sampled curve (rate, salts, hot blocks, references kept, mean band
+    width in points), or None for the exact curve."""
+    meta = curve.schema.metadata or {}
+    return json.loads(meta[b"sampling"]) if b"sampling" in meta else None

@@ -29,22 +29,20 @@ import pyarrow as pa
 
 from prefixscan.hashing import HIT_RULES
 from prefixscan.reuse.capacity import (
-    _fenwick_ones,
-    _lru_chunk,
     _next_keys,
     _opt_chunk,
-    _renumber,
     block_weights,
     curve_table,
-    lru_tree_slots,
     opt_heap_slots,
     pool_size_targets,
     resolve_capacities,
     target_guesses,
 )
+from prefixscan.reuse.capacity_optbound import _last_use, _overlap, new_bound_state, opt_ideal_from
+from prefixscan.reuse.fenwick import _fenwick_ones, _renumber, lru_tree_slots
 from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
+from prefixscan.reuse.pool_fast import _lru_pool_chunk, fast_pool, merged, new_st, request_shape
 
-_NO_BLOCK_HIST = np.zeros(0, np.int64)
 _INT32_MAX = np.iinfo(np.int32).max
 
 
@@ -100,7 +98,10 @@ class CapacityStream:
         self._tree = np.zeros(lru_tree_slots(0, self._tree_floor) + 1, np.int32)
         self._last = np.zeros(0, np.int32)
         self._tok_hist = np.zeros(1, np.int64)
-        self._lru_state = np.zeros(2, np.int64)
+        self._pool_hist = np.zeros(1, np.int64)  # the pool's histogram (pool_fast), over distance + unlisted
+        self._lru_state = new_st()
+        self._most_blocks = 0  # most blocks one request occupies (pool_fast.fast_pool)
+        self._most_unlisted = 0
         self._n_seen = 0  # largest id + 1
         self._total_blocks = 0
         self._done = False
@@ -109,6 +110,11 @@ class CapacityStream:
         self._defer_lru = bool(defer_lru)
 
     # ------------------------------------------------------------ feeding
+
+    @property
+    def total_blocks(self) -> int:
+        """Listed blocks fed so far (what the automatic sampling threshold is compared with)."""
+        return self._total_blocks
 
     def add(self, offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray) -> None:
         """offsets: int64 local CSR for this chunk (starts at 0), ids: int32 GLOBAL dense block ids
@@ -134,11 +140,18 @@ class CapacityStream:
 
     def _lru(self, offsets: np.ndarray, ids: np.ndarray, prompts: np.ndarray) -> None:
         """One chunk of the every-capacity LRU pass (state carried between chunks)."""
+        cap, unl = request_shape(offsets, prompts, self.block_size, self.rule)
+        if len(unl):
+            self._most_unlisted = max(self._most_unlisted, int(unl.max()))
+            self._most_blocks = max(self._most_blocks, int((np.diff(offsets) + unl).max()))
         if len(ids):
             self._reserve(int(ids.max()) + 1)
+        need = self._n_seen + self._most_unlisted + 1  # distances are below the blocks seen
+        if len(self._pool_hist) < need:
+            self._pool_hist.resize(need + need // 8, refcheck=False)
         weights = block_weights(offsets, prompts, self.block_size, self.rule)
-        _lru_chunk(offsets, ids, weights, self._tree, self._last, self._tok_hist, _NO_BLOCK_HIST,
-                   self._lru_state)
+        _lru_pool_chunk(offsets, ids, weights, cap, unl, self._tree, self._last, self._tok_hist, self._pool_hist,
+                        self._lru_state)
 
     def _deferred_lru(self, lengths: np.ndarray) -> None:
         """The LRU pass over the spills, chunk by chunk, sized once for every block seen."""
@@ -178,13 +191,15 @@ class CapacityStream:
     # ------------------------------------------------------------ the table
 
     def finish(self, n_distinct: int, capacities_tokens: Sequence[int] | None = None,
-               opt: bool = True) -> pa.Table:
+               opt: bool = True, sample: float | None = None) -> pa.Table:
         """Exactly `capacity_curve(concat offsets, hashes, concat prompt, block_size, rule,
         capacities_tokens, opt, ids=(concat ids, n_distinct))`: same schema, values and metadata.
         The spill files are removed, whether it succeeds or not; the stream cannot be fed again."""
         if self._done:
             raise RuntimeError("CapacityStream.finish called twice or after close()")
         try:
+            if sample is not None and sample < 1.0:
+                return self._sampled(int(n_distinct), capacities_tokens, sample)
             return self._finish(int(n_distinct), capacities_tokens, opt)
         finally:
             self.close()
@@ -211,19 +226,39 @@ class CapacityStream:
         ideal = int(lru_tok[-1])
         guesses = target_guesses(lru_tok)
         del lru_tok
-        pool_tok = self._pool_hits(cap_blk, n, lengths)
+        fast = fast_pool(self._pool_hist, self._lru_state, self._most_blocks)
+        self._pool_hist = np.zeros(0, np.int64)
+
+        def evaluate(sizes: Sequence[int]) -> np.ndarray:
+            return merged(fast, lambda rest: self._pool_hits(np.asarray(rest, np.int64), n, lengths), sizes)
+
+        pool_tok = evaluate(cap_blk)
         opt_tok = None
         if opt:
             # A cache that holds the whole working set never evicts: OPT = ideal there (as capacity_curve).
             held = np.maximum(cap_blk - 1, 0)
-            small = held < n
+            small = held < self._opt_ideal_capacity(n, lengths)  # and from L on (capacity_optbound)
             opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
             if small.any():
                 opt_tok[small] = self._opt_hits(held[small], n, lengths)
         never = self._occupied + 1
-        targets = pool_size_targets(lambda sizes: self._pool_hits(np.asarray(sizes, np.int64), n, lengths),
-                                    cap_blk, pool_tok, ideal, never, self.block_size, guesses)
+        targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, self.block_size, guesses)
         return curve_table(cap_tok, cap_blk, pool_tok, ideal, self._total_prompt_tokens, opt_tok, targets)
+
+    def _sampled(self, n: int, capacities_tokens: Sequence[int] | None, rate: float) -> pa.Table:
+        """The sampled curve (`capacity_sampled`) over the spills, read whole (4 bytes of id and 8 of weight
+        per listed block, not chunked yet) instead of the exact passes' per-block state and OPT."""
+        from prefixscan.reuse.capacity_sampled import sampled_capacity_curve
+
+        assert self._ids_file is not None and self._prompts_file is not None
+        self._ids_file.close()
+        self._prompts_file.close()
+        lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = np.fromfile(self._ids_path, dtype=np.int32)
+        prompts = np.fromfile(self._prompts_path, dtype=np.int64)
+        return sampled_capacity_curve(offsets, ids, n, prompts, self.block_size, self.rule, rate, capacities_tokens)
 
     # ------------------------------------------------------------ vLLM's block pool from the spills
 
@@ -285,6 +320,19 @@ class CapacityStream:
             for group in self._groups(uniq.tolist(), n, self._opt_bytes):
                 hits.update(self._opt_pass(pool, group, n, chunks, lengths, width, never))
         return np.array([hits[int(c)] for c in caps], np.int64)
+
+    def _opt_ideal_capacity(self, n: int, lengths: np.ndarray) -> int:
+        """`capacity_optbound.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
+        if self._total_blocks == 0:
+            return n
+        chunks = _plan(lengths, self._chunk_blocks)
+        last = np.full(max(n, 1), -1, np.int32)
+        for c, (offsets, ids, _) in zip(chunks, self._forward_ids(chunks, lengths), strict=True):
+            _last_use(offsets, ids, c.r0, last)
+        st, seen = new_bound_state(), np.zeros(max(n, 1), np.bool_)
+        for c, (offsets, ids, _) in zip(chunks, self._forward_ids(chunks, lengths), strict=True):
+            _overlap(offsets, ids, c.r0, last, seen, st)
+        return opt_ideal_from(st, n)
 
     def _spill_keys(self, chunks: list[_Chunk], lengths: np.ndarray, n: int, width: int, never: int) -> None:
         """Next-use keys (`capacity.next_keys`) of every listed block into a spill, from a backward read of
@@ -379,7 +427,7 @@ class CapacityStream:
             if path is not None and os.path.exists(path):
                 os.unlink(path)
         self._tree = self._last = np.zeros(0, np.int32)
-        self._tok_hist = np.zeros(0, np.int64)
+        self._tok_hist = self._pool_hist = np.zeros(0, np.int64)
         self._lengths = []
 
     def __enter__(self) -> CapacityStream:

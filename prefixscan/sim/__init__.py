@@ -15,6 +15,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +23,7 @@ import pyarrow as pa
 from prefixscan.errors import UsageError
 from prefixscan.sim.config import ReplicaEvent, SimConfig
 from prefixscan.sim.engine import _capacity
+from prefixscan.sim.extmetrics import colocated_comparison, tier_columns, tier_summary
 from prefixscan.sim.fast import run_replay
 from prefixscan.sim.metrics import HEADLINE, decision_table, replica_table, summarize, timeline_table
 from prefixscan.sim.policies import POLICIES, make_policy, resolve_names
@@ -30,7 +32,7 @@ from prefixscan.sim.workload import Workload, build_workload
 
 __all__ = ["HEADLINE", "POLICIES", "ReplicaEvent", "SimConfig", "SimResult", "serving_model", "simulate"]
 
-TABLES = ("sim_policies", "sim_replicas", "sim_decisions", "sim_timeline")
+TABLES = ("sim_policies", "sim_replicas", "sim_decisions", "sim_timeline", "sim_tier_capacity")
 
 
 @dataclass
@@ -56,25 +58,22 @@ class SimResult:
         doc = {"policies": self.policies, "workload": self.info, "config": self.config}
         return json.dumps(doc, sort_keys=True, default=_json_default, allow_nan=False)
 
-    def save(self, run_path: str | os.PathLike[str]) -> None:
-        """Write the sim tables into a run directory and record the config in its manifest."""
-        from prefixscan.io.rundir import add_tables
+    def save(self, run_path: str | os.PathLike[str], name: str = "default") -> Path:
+        """Write the sim tables into a run directory under `name` (replacing only a simulation of that
+        name; prefixscan.io.simstore) and record the config in its manifest. Returns where the tables are."""
+        from prefixscan.io.simstore import save
 
-        add_tables(
-            run_path,
-            self.tables,
-            section="simulate",
-            info={"config": self.config, "workload": self.info, "policies": self.policies},
-        )
+        info = {"config": self.config, "workload": self.info, "policies": self.policies}
+        return save(run_path, self.tables, info, name)
 
     @classmethod
-    def load(cls, run_path: str | os.PathLike[str]) -> SimResult:
-        """Re-open a saved simulation for re-rendering without re-running."""
+    def load(cls, run_path: str | os.PathLike[str], name: str | None = None) -> SimResult:
+        """Re-open a saved simulation (`name`; default: `default`, else the most recent) for re-rendering."""
         from prefixscan.io.rundir import load_run
 
-        run = load_run(run_path)
+        run = load_run(run_path, simulation=name)
         sec = run.manifest.get("simulate")
-        if not sec:
+        if not sec or run.simulation is None:
             raise UsageError(f"run {run_path} has no simulation; run `prefixscan simulate {run_path}` first")
         tables = {t: run.table(t) for t in TABLES if run.has(t)}
         pols = sec["policies"]
@@ -101,6 +100,8 @@ def serving_model(cfg: SimConfig) -> ServingModel:
         pm = preble_fit()
     elif cfg.prefill_model == "coeffs":
         pm = from_coeffs(cfg.prefill_coeffs)
+    elif cfg.prefill_model == "profile":
+        pm = dataclasses.replace(from_coeffs(cfg.prefill_coeffs), source=f"profile:{cfg.timing_profile}")
     else:
         pm = from_cost_model(cfg.model, cfg.gpu, cfg.dtype, cfg.mfu, cfg.tensor_parallel)
     return ServingModel(pm, cfg.tpot_s, cfg.decode_slowdown, cfg.token_budget)
@@ -171,12 +172,16 @@ def simulate(
         out, engines[name] = run_replay(w, pol, cfg, serving, capacity, engine)
         timings[name] = time.perf_counter() - t0
         s = _clean(summarize(w, out, serving, cfg.replicas))
+        if out.tiers:
+            s.update(_clean(tier_summary(w, out, w.measured, cfg.tensor_parallel)))
         s["params"] = {k: getattr(pol.params, k) for k in getattr(pol.params, "__dataclass_fields__", {})}
         summaries[name] = s
         parts["sim_replicas"].append(replica_table(w, out, serving))
         parts["sim_timeline"].append(timeline_table(w, out, bucket))
         if cfg.decision_log:
-            parts["sim_decisions"].append(decision_table(w, out))
+            parts["sim_decisions"].append(_with_columns(decision_table(w, out), tier_columns(w, out)))
+    if cfg.disaggregated and cfg.compare_colocated:
+        _colocated(w, cfg, bs, names, serving, capacity, summaries, engine)
     if cfg.compare_isolation:
         _isolation_cost(table, cfg, bs, rule, names, serving, capacity, summaries, engine)
     rows = [
@@ -192,6 +197,8 @@ def simulate(
     for t, lst in parts.items():
         if lst:
             tables[t] = pa.concat_tables(lst)
+    if cfg.tier_sweep:
+        tables["sim_tier_capacity"] = _tier_sweep(table, cfg, bs, rule, names, capacity, engine)
     info = {
         "requests": w.n,
         "distinct_blocks": w.n_unique,
@@ -242,6 +249,46 @@ def _isolation_cost(
         mine["isolation_cost_hit_rate"] = hs - hi if hs is not None and hi is not None else None
         mine["isolation_cost_prefill_tokens"] = iso["prefill_tokens"] - shared["prefill_tokens"]
         mine["isolation_cost_ttft_p95_s"] = ti - ts if ti is not None and ts is not None else None
+
+
+def _tier_sweep(
+    table: pa.Table, cfg: SimConfig, bs: int, rule: str, names: list[str], capacity: int, engine: str | None
+) -> pa.Table:
+    """The capacity view for the first deployable policy (the oracle is a reference, not a router)."""
+    from prefixscan.sim.tiercapacity import capacity_grid
+
+    name = next((n for n in names if n != "oracle"), names[0])
+
+    def one(t: pa.Table, c: SimConfig) -> dict[str, Any]:
+        return simulate(t, c, block_size=bs, hit_rule=rule, engine=engine).policies[name]
+
+    return capacity_grid(table, cfg, name, capacity, one)
+
+
+def _with_columns(t: pa.Table, cols: dict[str, pa.Array]) -> pa.Table:
+    for name, col in cols.items():
+        t = t.append_column(name, col)
+    return t
+
+
+def _colocated(
+    w: Workload,
+    cfg: SimConfig,
+    bs: int,
+    names: list[str],
+    serving: ServingModel,
+    capacity: int,
+    summaries: dict[str, dict[str, Any]],
+    engine: str | None,
+) -> None:
+    """Replay each policy on a co-located fleet of prefill + decode replicas (same traffic, same tiers)
+    and add its headline to the disaggregated summary, `colocated_*`."""
+    n = cfg.replicas + cfg.decode_replicas
+    colo = dataclasses.replace(cfg, replicas=n, decode_replicas=0)
+    for name in names:
+        out, _ = run_replay(w, make_policy(name, cfg.params_for(name), cfg.seed, bs), colo, serving, capacity,
+                            engine)
+        colocated_comparison(summaries[name], _clean(summarize(w, out, serving, n)), n)
 
 
 def _nice_bucket(span: float) -> float:

@@ -6,13 +6,13 @@ the seed it determines every simulated table byte for byte.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from prefixscan.errors import UsageError
 
 KNOWLEDGE_MODES = ("exact", "delayed", "approximate")
-PREFILL_MODELS = ("cost", "preble", "coeffs")
+PREFILL_MODELS = ("cost", "preble", "coeffs", "profile")
 EVICTION_MODES = ("vllm", "radix")
 
 
@@ -47,11 +47,16 @@ class SimConfig:
     # serving time
     prefill_model: str = "cost"
     prefill_coeffs: tuple[float, ...] = ()
+    # name of the hardware profile (timing.load_profile) the coeffs came from, when prefill_model="profile"
+    timing_profile: str | None = None
     mfu: float = 0.5
     tpot_s: float = 0.02
     decode_slowdown: float = 0.004
     token_budget: int = 8192
     max_num_seqs: int = 256
+    # run every waiting request that fits (max_num_seqs, token budget) in one prefill step, as vLLM's
+    # scheduler does, instead of one prefill at a time (the fixed prefill term is then paid per step)
+    batch_prefills: bool = False
     reserve_decode_blocks: bool = True
     # cache generated blocks at finish (vLLM does): the next turn of the conversation can hit its answer
     cache_generated: bool = False
@@ -72,6 +77,26 @@ class SimConfig:
     decision_log: bool = True
     # replay every policy a second time with tenant isolation flipped and report what isolation costs
     compare_isolation: bool = False
+    # lower KV tiers (sim/tiers.py): blocks (or GiB) of host memory per replica and of a fleet-shared
+    # store; 0 = none, -1 = unbounded. Links are GB/s or a name in tiers.LINKS.
+    host_kv_blocks: int = 0
+    host_kv_gib: float = 0.0
+    host_link: str = "pcie5-x16"
+    host_write: str = "through"
+    shared_kv_blocks: int = 0
+    shared_kv_gib: float = 0.0
+    shared_read: str = "rdma-400g"
+    shared_write: str = "rdma-400g"
+    shared_latency_s: float = 0.001
+    router_sees_tiers: bool = False
+    # prefill/decode disaggregation (sim/disagg.py): `replicas` is then the prefill pool
+    decode_replicas: int = 0
+    decode_kv_blocks: int | None = None
+    pd_link: str = "rdma-400g"
+    pd_latency_s: float = 0.0005
+    compare_colocated: bool = True
+    # the capacity view (sim/tiercapacity.py): hit rate over a grid of GPU and second-tier sizes
+    tier_sweep: bool = False
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -86,6 +111,8 @@ class SimConfig:
             raise UsageError(
                 f"--prefill-model must be one of {', '.join(PREFILL_MODELS)}, got {self.prefill_model!r}"
             )
+        if self.prefill_model == "profile" and (not self.timing_profile or len(self.prefill_coeffs) != 5):
+            raise UsageError("prefill model 'profile' needs timing_profile (its name) and its 5 prefill_coeffs")
         if self.prefill_model == "coeffs" and not 1 <= len(self.prefill_coeffs) <= 5:
             raise UsageError(
                 "--prefill-coeffs needs 1 to 5 numbers: ms = a + b*new + c*cached + d*new*cached + e*new^2"
@@ -106,6 +133,35 @@ class SimConfig:
             if ev.action != "add" and not 0 <= ev.replica < self.replicas + len(self.events):
                 raise UsageError(f"replica event {ev.action} names replica {ev.replica}, which never exists")
 
+        self._check_tiers()
+
+    def _check_tiers(self) -> None:
+        from prefixscan.sim.tiers import HOST_WRITES, link_gbs
+
+        if self.host_kv_blocks < -1 or self.shared_kv_blocks < -1 or self.host_kv_gib < 0 or self.shared_kv_gib < 0:
+            raise UsageError("host and shared KV sizes must be >= 0 (blocks may be -1: unbounded)")
+        if self.host_write not in HOST_WRITES:
+            raise UsageError(f"--host-write must be one of {', '.join(HOST_WRITES)}, got {self.host_write!r}")
+        for v in (self.host_link, self.shared_read, self.shared_write, self.pd_link):
+            link_gbs(v)
+        if self.shared_latency_s < 0 or self.pd_latency_s < 0:
+            raise UsageError("--shared-latency-ms and --pd-latency-ms must be >= 0")
+        if self.decode_replicas < 0 or (self.decode_kv_blocks is not None and self.decode_kv_blocks < 2):
+            raise UsageError("--decode-replicas must be >= 0 and --decode-kv-blocks >= 2")
+        if self.router_sees_tiers and not self.tiered:
+            raise UsageError("--router-sees-tiers needs a lower tier (--host-kv-* or --shared-kv-*)")
+        if self.router_sees_tiers and (self.knowledge == "approximate" or self.event_delay_s > 0):
+            raise UsageError("--router-sees-tiers reads exact KV events (with tiers): use --knowledge exact")
+
+    @property
+    def tiered(self) -> bool:
+        """Any KV tier below the GPU configured."""
+        return bool(self.host_kv_blocks or self.host_kv_gib or self.shared_kv_blocks or self.shared_kv_gib)
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.decode_replicas > 0
+
     def params_for(self, policy: str) -> dict[str, Any]:
         """The overrides given for one policy (`--param chwbl.c=1.5`)."""
         return {k: v for p, k, v in self.policy_params if p == policy}
@@ -113,6 +169,17 @@ class SimConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for the manifest."""
         d = asdict(self)
+        for k, v in _EXTENSION_DEFAULTS.items():  # keep manifests of plain replays unchanged
+            if d[k] == v:
+                del d[k]
         d["events"] = [asdict(e) for e in self.events]
         d["policy_params"] = [list(p) for p in self.policy_params]
         return d
+
+
+_EXTENSIONS = (
+    "host_kv_blocks", "host_kv_gib", "host_link", "host_write", "shared_kv_blocks", "shared_kv_gib",
+    "shared_read", "shared_write", "shared_latency_s", "router_sees_tiers", "decode_replicas",
+    "decode_kv_blocks", "pd_link", "pd_latency_s", "compare_colocated", "tier_sweep",
+)
+_EXTENSION_DEFAULTS = {f.name: f.default for f in fields(SimConfig) if f.name in _EXTENSIONS}

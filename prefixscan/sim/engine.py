@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from prefixscan.sim.config import SimConfig
+from prefixscan.sim.disagg import Disaggregation
 from prefixscan.sim.knowledge import make_view
 from prefixscan.sim.kvcache import KVState
 from prefixscan.sim.policies.base import ClusterView, Policy, Req
+from prefixscan.sim.tiers import make_tiers
 from prefixscan.sim.timing import ServingModel
 from prefixscan.sim.workload import Workload
 
@@ -60,6 +62,7 @@ class Outcome:
     oversized: int
     knowledge: str
     extra: dict = field(default_factory=dict)
+    tiers: dict = field(default_factory=dict)  # per-request tier / disaggregation arrays and counters
 
     @property
     def candidates(self) -> list[tuple[int, ...]]:
@@ -122,6 +125,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     n_add = sum(1 for e in cfg.events if e.action == "add")
     slots = cfg.replicas + n_add
     kv = KVState(slots, w.n_unique, capacity)
+    tiers = make_tiers(cfg, w.block_size, slots, w.n)
+    pool = Disaggregation(w, cfg, capacity) if cfg.disaggregated else None
     kmode = policy.knowledge_mode(cfg.knowledge)
     vopts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
     vopts.update(policy.view_options())
@@ -147,7 +152,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     reasons: list[str] = []
     reason_code: dict[str, int] = {}
     cands: list[tuple[int, ...]] = [()] * n
-    nb, pin_n, extra, oversized = request_budget(w, cfg, capacity)
+    # a prefill worker of a disaggregated fleet computes the prompt only: no decode blocks reserved
+    nb, pin_n, extra, oversized = request_budget(w, replace(cfg, reserve_decode_blocks=False) if pool else cfg,
+                                                 capacity)
     toff = table_offsets(pin_n, extra)
     tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
     maxhit_l, toff_l = max_hit_blocks(w, pin_n).tolist(), toff.tolist()
@@ -157,7 +164,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
     tenant_l, conv_l = w.tenant.tolist(), w.conv_key.tolist()
     wb = w.blocks
     waiting: list[deque[int]] = [deque() for _ in range(slots)]
-    lane_busy = [False] * slots
+    lane_busy = [0] * slots  # prefills of the step running on each replica
+    load_l = [0.0] * n  # seconds to load each request's lower-tier blocks (0 without tiers)
+    batch_limit = cfg.max_num_seqs if cfg.batch_prefills else 1
     running = [0] * slots
     last_t = [0.0] * slots
     area_out = [0.0] * slots
@@ -181,17 +190,17 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
             area_wait[r] += dt * n_waiting[r]
             last_t[r] = now
 
-    def try_start(r: int, now: float) -> None:
-        nonlocal counter
+    def admit_head(r: int, now: float) -> int:
+        """Admit replica r's queue head if its blocks fit: its cached tokens; -1 when it must wait."""
         q = waiting[r]
-        if lane_busy[r] or not q or running[r] >= max_seqs:
-            return
         i = q[0]
         s = off_l[i]
         blocks = wb[s : s + pin_l[i]]
+        if tiers is not None:  # the lookup precedes allocation: what lower tiers hold before any eviction
+            nh, ns = tiers.extend(r, blocks, min(kv.match(r, blocks), maxhit_l[i]), maxhit_l[i], now)
         k, ne = kv.admit(r, blocks, maxhit_l[i], pin_l[i] + extra_l[i], now, tbl[toff_l[i] : toff_l[i + 1]])
         if k < 0:
-            return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
+            return -1  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
         cv.kv_available[r] = kv.available(r)
         q.popleft()
         account(r, now)
@@ -203,15 +212,46 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         if ne:
             know.on_evict(r, kv.scratch[:ne], now)
         c = min(k * B, cap_l[i])
+        if tiers is not None:
+            c, load_l[i] = tiers.admitted(i, r, blocks, k, nh, ns, cap_l[i], kv.scratch[:ne], now)
         cached[i] = c
-        dur = serving.prefill_s(prompt_l[i] - c, c, int(cv.decoding[r]))
-        pre_s[i] = dur
-        start[i] = now
         running[r] += 1
-        lane_busy[r] = True
+        return i
+
+    def try_start(r: int, now: float) -> None:
+        """Start the next prefill step: the queue head, or with `batch_prefills` every head that fits
+        (vLLM's step: up to max_num_seqs running, prompts within the token budget; one duration)."""
+        nonlocal counter
+        q = waiting[r]
+        if lane_busy[r] or not q or running[r] >= max_seqs:
+            return
+        decoding = int(cv.decoding[r])
+        room = serving.token_budget - decoding
+        batch: list[int] = []
+        tokens = 0
+        while q and running[r] < max_seqs and len(batch) < batch_limit:
+            if batch and tokens + prompt_l[q[0]] > room:
+                break  # the step's token budget (checked on whole prompts: no chunking)
+            i = admit_head(r, now)
+            if i < 0:
+                break
+            batch.append(i)
+            tokens += prompt_l[i]
+        if not batch:
+            return
+        if len(batch) == 1:
+            i = batch[0]
+            dur = load_l[i] + serving.prefill_s(prompt_l[i] - cached[i], cached[i], decoding)
+        else:  # lower-tier loads of one step overlap; the slowest delays the step
+            dur = max(load_l[i] for i in batch) + serving.prefill_batch_s(
+                [prompt_l[i] - cached[i] for i in batch], [cached[i] for i in batch], decoding)
+        lane_busy[r] = len(batch)
         cv.lane_until[r] = now + dur
-        counter += 1
-        push(heap, (now + dur, PREFILL_DONE, counter, r, i))
+        for i in batch:
+            pre_s[i] = dur
+            start[i] = now
+            counter += 1
+            push(heap, (now + dur, PREFILL_DONE, counter, r, i))
 
     def route(i: int, now: float) -> None:
         s, e = off_l[i], off_l[i + 1]
@@ -219,6 +259,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         req = Req(i, blocks, prompt_l[i], out_l[i], tenant_l[i], conv_l[i], now)
         cv.now = now
         kv.match_all(blocks, exact_buf)
+        if see_tiers:  # Dynamo / llm-d score lower-tier residency too
+            for a in cv.active_idx.tolist():
+                exact_buf[a] += sum(tiers.extend(a, blocks, int(exact_buf[a]), len(blocks), now))
         if exact_view:
             cv._match_buf[:] = exact_buf
             cv._match_for = i
@@ -252,7 +295,9 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         try_start(r, now)
 
     nxt_l = w.next_in_conv.tolist()
-    gen_on = cfg.cache_generated
+    gen_on = cfg.cache_generated and pool is None  # a prefill worker never holds the answer
+    # policies with a view of their own (SGLang's tree, approximate modes) never see lower tiers
+    see_tiers = cfg.router_sees_tiers and exact_view
 
     def release(r: int, i: int, now: float) -> None:
         s = off_l[i]
@@ -267,6 +312,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 stored = kv.release_gen(r, table, nbi, wb[sj + nbi : sj + m], now)
                 if stored:
                     know.on_store(r, kv.scratch[:stored].copy(), now)
+                    if tiers is not None:
+                        tiers.on_compute(r, kv.scratch[:stored].copy(), now)
                 return
         kv.release(r, table, now)
 
@@ -275,6 +322,8 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         if ev.action == "restart":
             r = ev.replica
             ids = kv.scratch[: kv.clear_free(r)].copy()
+            if tiers is not None:
+                tiers.on_restart(r)
             cv.kv_available[r] = kv.available(r)
             know.on_clear(r, ids, now)
         elif ev.action == "add":
@@ -286,6 +335,12 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
                 return  # never remove the last replica: requests would have nowhere to go
             cv.set_active(cv.active_idx[cv.active_idx != ev.replica])
 
+    def schedule(t: float, r: int, i: int) -> None:
+        """A disaggregated handoff (r: prefill worker) or decode finish (r: slots + decode worker)."""
+        nonlocal counter
+        counter += 1
+        push(heap, (t, DECODE_DONE, counter, r, i))
+
     ai = 0
     now = 0.0
     arrivals = w.arrival_s.tolist()
@@ -294,20 +349,38 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         t_ev = events[ev_i].time_s if ev_i < len(events) else np.inf
         if heap and heap[0][0] <= min(t_arr, t_ev):
             now, kind, _, r, i = heapq.heappop(heap)
-            if kind == PREFILL_DONE:
-                first[i] = now
-                lane_busy[r] = False
-                cv.decoding[r] += 1
-                counter += 1
-                push(
-                    heap, (now + serving.decode_s(out_l[i], int(cv.decoding[r])), DECODE_DONE, counter, r, i)
-                )
-            else:
+            if r >= slots:
                 finish[i] = now
-                release(r, i, now)
+                pool.decoded(r - slots, i, now, schedule)
+                continue
+            done = kind != PREFILL_DONE
+            if kind == PREFILL_DONE:
+                lane_busy[r] -= 1
+                if pool is not None:
+                    pool.prefilled(i, r, now, schedule)
+                else:
+                    first[i] = now
+                    cv.decoding[r] += 1
+                    dec = serving.decode_s(out_l[i], int(cv.decoding[r]))
+                    if dec > 0:
+                        counter += 1
+                        push(heap, (now + dec, DECODE_DONE, counter, r, i))
+                    else:
+                        # a request with nothing to decode finishes in its prefill step: vLLM frees its
+                        # blocks before it schedules the next step, so it is released before the next admission
+                        done = True
+            if done:
+                if pool is not None:  # the KV reached the decode worker: free the prefill blocks, decode
+                    kv.release(r, tbl[toff_l[i] : toff_l[i + 1]], now)
+                    first[i] = now
+                    t_end, d = pool.start_decode(i, now, serving)
+                    schedule(t_end, slots + d, i)
+                else:
+                    finish[i] = now
+                    release(r, i, now)
+                    cv.decoding[r] -= 1
                 cv.kv_available[r] = kv.available(r)
                 account(r, now)
-                cv.decoding[r] -= 1
                 running[r] -= 1
                 n_inflight[r] -= 1
                 cv.inflight[r] = n_inflight[r]
@@ -352,4 +425,6 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         oversized=oversized,
         knowledge=kmode,
         extra=dict(getattr(policy, "stats", {})),
+        tiers={**(tiers.outcome() if tiers is not None else {}), **(pool.outcome(now) if pool is not None else {})},
     )
+

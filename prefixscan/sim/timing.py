@@ -5,7 +5,9 @@ Prefill milliseconds = a + b*new + c*cached + d*new*cached + e*new^2, a form tha
   model-FLOPs utilisation on the chosen GPU, so b = 2N/F, d = 4*layers*d_model/F, e = d/2, a = c = 0;
 - "preble": the fit measured by Preble (ICLR 2025) for Llama-3-70B on H100 (REFERENCE.md 6),
   ms = 28.93 + 0.182*new + 0.004*context + 2.55e-6*new*context with context = cached + new;
-- "coeffs": the user's own (a, b, c, d, e) from profiling their engine.
+- "coeffs": the user's own (a, b, c, d, e) from profiling their engine;
+- "profile": a named hardware profile (JSON; `load_profile`), e.g. the fit `conformance.calibrate` makes
+  against a real vLLM engine (prefixscan/sim/profiles/).
 Decode: each output token after the first costs tpot * (1 + slowdown * (running decodes - 1)), a linear
 batching slowdown. Chunked prefill shares a per-step token budget with decodes (one token each), so a
 prefill on a replica with D running decodes proceeds at (budget - D) / budget of its solo speed.
@@ -13,7 +15,10 @@ prefill on a replica with D running decodes proceeds at (budget - D) / budget of
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -43,6 +48,16 @@ class PrefillModel:
             + self.e_new2 * new * new
         )
         return max(ms, 0.0) / 1000.0
+
+    def batch_seconds(self, new: list[int], cached: list[int]) -> float:
+        """Several prefills in one step (vLLM batches them): a once, plus each one's token terms."""
+        ms, any_new = self.a, False
+        for n, c in zip(new, cached, strict=True):
+            if n > 0:
+                x, y = float(n), float(c)
+                ms += self.b_new * x + self.c_cached * y + self.d_new_cached * x * y + self.e_new2 * x * x
+                any_new = True
+        return max(ms, 0.0) / 1000.0 if any_new else 0.0
 
     def seconds_vec(self, new: np.ndarray, cached: np.ndarray) -> np.ndarray:
         new = np.asarray(new, dtype=np.float64)
@@ -136,6 +151,11 @@ class ServingModel:
         share = max(self.token_budget - decoding, 1) / self.token_budget
         return self.prefill.seconds(new, cached) / share
 
+    def prefill_batch_s(self, new: list[int], cached: list[int], decoding: int) -> float:
+        """One engine step running several prefills: the fixed term once, the per-token terms summed."""
+        share = max(self.token_budget - decoding, 1) / self.token_budget
+        return self.prefill.batch_seconds(new, cached) / share
+
     def prefill_s_vec(self, new: np.ndarray, cached: np.ndarray, decoding: np.ndarray) -> np.ndarray:
         share = np.maximum(self.token_budget - decoding, 1) / self.token_budget
         return self.prefill.seconds_vec(new, cached) / share
@@ -146,3 +166,105 @@ class ServingModel:
     def decode_s(self, output_tokens: int, decoding: int) -> float:
         """Time from first token to last for a request joining a batch of `decoding` sequences."""
         return max(output_tokens - 1, 0) * self.tpot(decoding)
+
+
+def load_s(tokens: float, bytes_per_token: float, gbs: float, latency_s: float = 0.0) -> float:
+    """Seconds to move `tokens` of KV over a link of `gbs` GB/s with a per-request latency (0 tokens: 0 s).
+
+    The load-time term for blocks taken from a slower KV tier (host memory, a shared store): it is added
+    to the request's prefill, so it enters TTFT.
+    """
+    if tokens <= 0:
+        return 0.0
+    return latency_s + tokens * bytes_per_token / (gbs * 1e9)
+
+
+def transfer_s(tokens: float, bytes_per_token: float, gbs: float, latency_s: float) -> float:
+    """Prefill-to-decode KV transfer (disaggregated serving): bytes / link bandwidth + latency."""
+    return latency_s + max(tokens, 0.0) * bytes_per_token / (gbs * 1e9)
+
+
+def kv_bytes_per_token(model: str, dtype: str, tensor_parallel: int = 1) -> float:
+    """KV bytes per token one GPU of a replica holds and moves (the model's KV split over TP ranks)."""
+    flops, _, models = _cost_api()
+    return models.get_model(model).kv_bytes_per_token(flops.dtype_bytes(dtype)) / max(tensor_parallel, 1)
+
+
+PROFILE_FORMAT = "prefixscan-timing-profile/1"
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+PREFILL_KEYS = ("a", "b_new", "c_cached", "d_new_cached", "e_new2")
+
+
+@dataclass(frozen=True)
+class TimingProfile:
+    """A named hardware profile: prefill coefficients (and decode time) fitted to one engine.
+
+    `hardware` names what was measured (conformance.calibrate writes the CPU's model name and says it is
+    not a GPU); `fit` keeps how the coefficients were obtained (requests, residuals, load average)."""
+
+    name: str
+    hardware: str
+    prefill: PrefillModel
+    tpot_s: float | None = None
+    decode_slowdown: float | None = None
+    fit: dict | None = None
+
+    def to_dict(self) -> dict:
+        """The JSON form `load_profile` reads back."""
+        return {
+            "format": PROFILE_FORMAT,
+            "name": self.name,
+            "hardware": self.hardware,
+            "prefill_ms": {k: getattr(self.prefill, k) for k in PREFILL_KEYS},
+            "tpot_s": self.tpot_s,
+            "decode_slowdown": self.decode_slowdown,
+            "fit": self.fit or {},
+        }
+
+
+def profile_names() -> list[str]:
+    """Built-in profiles (prefixscan/sim/profiles/*.json), loadable by name."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
+
+
+def load_profile(name_or_path: str) -> TimingProfile:
+    """A profile from a JSON file, or a built-in one by name; a clear UsageError for anything else."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = PROFILE_DIR / f"{name_or_path}.json"
+        if not path.is_file():
+            known = ", ".join(profile_names()) or "none"
+            raise UsageError(f"--timing-profile {name_or_path!r}: no such file or built-in profile (built-in: {known})")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"format is {doc.get('format')!r}, expected {PROFILE_FORMAT!r}")
+        pm = doc["prefill_ms"]
+        vals = [float(pm.get(k, 0.0)) for k in PREFILL_KEYS]
+        if not all(math.isfinite(v) for v in vals):
+            raise ValueError("prefill_ms holds a non-finite number")
+        tpot, slow = doc.get("tpot_s"), doc.get("decode_slowdown")
+        name = str(doc.get("name") or path.stem)
+        return TimingProfile(
+            name=name,
+            hardware=str(doc.get("hardware") or "unknown"),
+            prefill=PrefillModel(*vals, source=f"profile:{name}"),
+            tpot_s=None if tpot is None else float(tpot),
+            decode_slowdown=None if slow is None else float(slow),
+            fit=doc.get("fit") or {},
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"--timing-profile {path}: not a timing profile ({exc})") from None
+
+
+def profile_options(name_or_path: str) -> dict:
+    """SimConfig fields for a profile: its prefill coefficients, name and (when it has them) decode times."""
+    prof = load_profile(name_or_path)
+    p = prof.prefill
+    out: dict = {"prefill_model": "profile", "timing_profile": prof.name,
+                 "prefill_coeffs": (p.a, p.b_new, p.c_cached, p.d_new_cached, p.e_new2)}
+    if prof.tpot_s is not None:
+        out["tpot_s"] = prof.tpot_s
+    if prof.decode_slowdown is not None:
+        out["decode_slowdown"] = prof.decode_slowdown
+    return out

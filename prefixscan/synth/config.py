@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from prefixscan.errors import UsageError
 from prefixscan.synth.breakers import CLASSIC_KINDS, DEFAULT_KINDS, REGISTRY, TEXT_KINDS
+from prefixscan.synth.content import TEXT_MODES
 from prefixscan.synth.scenarios import SCENARIOS
 
 DEFAULT_MIX: tuple[tuple[str, float], ...] = (
@@ -39,6 +40,9 @@ class SynthConfig:
     burst_factor: float = 5.0
     drift: tuple[str, ...] = ()  # normalisation drift / template churn kinds (prefixscan.synth.drift)
     drift_rate: float = 0.3
+    # "corpus": prose sliced from one fixed corpus (paragraphs recur across unrelated messages; the default,
+    # so existing logs stay byte-identical); "fresh": new text for every message (prefixscan.synth.fresh).
+    text: str = "corpus"
 
     def __post_init__(self) -> None:
         if self.requests < 0:
@@ -68,6 +72,8 @@ class SynthConfig:
                 raise UsageError(f"unknown drift kind {kind!r}; choose from: {', '.join(DRIFT_KINDS)}")
         if not 0.0 <= self.drift_rate <= 1.0:
             raise UsageError(f"--drift-rate must be between 0 and 1, got {self.drift_rate}")
+        if self.text not in TEXT_MODES:
+            raise UsageError(f"unknown --text {self.text!r}; choose from: {', '.join(TEXT_MODES)}")
         if self.users_per_tenant < 1:
             raise UsageError("--users-per-tenant must be >= 1")
         if self.burst_factor < 1 or self.burst_every < 0 or self.burst_seconds < 0:

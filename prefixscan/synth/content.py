@@ -16,7 +16,9 @@ from functools import lru_cache
 import orjson
 
 from prefixscan.synth.plan import ToolProfile
-from prefixscan.synth.text import corpus, words
+from prefixscan.synth.text import corpus, question, words
+
+TEXT_MODES = ("corpus", "fresh")
 
 
 def zipf_cum_weights(n: int, s: float) -> list[float]:
@@ -66,12 +68,22 @@ def _account_id(tenant: str, user_index: int) -> str:
 
 
 class Content:
-    """Deterministic content pools for one run, cached with a bounded LRU."""
+    """Deterministic content pools for one run, cached with a bounded LRU, and the text of every message.
 
-    def __init__(self, seed: int, prompt_tokens: int) -> None:
+    `text` "corpus" slices one fixed corpus (prefixscan.synth.text: cheap, but paragraphs recur across
+    unrelated messages); "fresh" writes new text for every item and message (prefixscan.synth.fresh).
+    """
+
+    def __init__(self, seed: int, prompt_tokens: int, text: str = "corpus") -> None:
         self.seed = seed
         self.tokens = prompt_tokens
-        self.corpus = corpus()
+        self.fresh = None
+        if text == "fresh":
+            from prefixscan.synth.fresh import fresh
+
+            self.fresh = fresh()
+        else:
+            self.corpus = corpus()
         self.system_prompt = lru_cache(maxsize=1024)(self._system_prompt)
         self.document = lru_cache(maxsize=256)(self._document)
         self.chunk = lru_cache(maxsize=4096)(self._chunk)
@@ -84,7 +96,43 @@ class Content:
         return random.Random("-".join(map(str, (self.seed, *key))))
 
     def _prose(self, rng: random.Random, tokens: int) -> str:
+        if self.fresh is not None:
+            return self.fresh.prose(rng, max(8, tokens))
         return self.corpus.prose(rng, max(8, min(tokens, self.corpus.max_tokens())))
+
+    def _document_text(self, rng: random.Random, tokens: int) -> str:
+        """Long shared text (system prompt bodies, documents): structured markdown in fresh mode."""
+        if self.fresh is not None:
+            return self.fresh.document(rng, max(8, tokens))
+        return self._prose(rng, tokens)
+
+    def _words(self, rng: random.Random, k: int) -> str:
+        return self.fresh.words(rng, k) if self.fresh is not None else words(rng, k)
+
+    def question(self, rng: random.Random) -> str:
+        """A user turn (fresh mode: short, heavy-tailed, sometimes with pasted code or text)."""
+        if self.fresh is not None:
+            return self.fresh.question(rng)
+        return question(rng)
+
+    def answer(self, rng: random.Random, tokens: int) -> str:
+        """An assistant answer of about `tokens` tokens (fresh mode: markdown with lists and code)."""
+        if self.fresh is not None:
+            return self.fresh.answer(rng, tokens)
+        return self.corpus.prose(rng, tokens)
+
+    def tool_call(self, rng: random.Random, tool: str) -> str:
+        """The JSON an agent's tool call carries."""
+        if self.fresh is not None:
+            args = {"query": self.fresh.words(rng, 2 + int(rng.random() * 6)), "limit": 1 + int(rng.random() * 50)}
+            return orjson.dumps({"name": tool, "arguments": args}).decode()
+        return f'{{"name": "{tool}", "arguments": {{"query": "{words(rng, 3)}"}}}}'
+
+    def tool_result(self, rng: random.Random, tokens: int) -> str:
+        """A tool's result of about `tokens` tokens (fresh mode: JSON records)."""
+        if self.fresh is not None:
+            return self.fresh.tool_result(rng, tokens)
+        return self.corpus.prose(rng, tokens)
 
     def _system_prompt(self, scope: str, scenario: str, index: int, share: float) -> SystemPrompt:
         """A system prompt of about `share` x prompt_tokens; `scope` is a tenant or 'global'."""
@@ -92,14 +140,14 @@ class Content:
         who = f" for {scope}" if scope != "global" else ""
         intro = (f"You are {_ROLES[scenario]}{who}. Version {index}.{rng.randint(0, 9)} of these "
                  f"instructions. Follow them exactly.\n\n")
-        body = self._prose(rng, int(self.tokens * share * rng.uniform(0.8, 1.2)))
+        body = self._document_text(rng, int(self.tokens * share * rng.uniform(0.8, 1.2)))
         return SystemPrompt(f"sys-{scope}-{scenario}-{index}", intro, body + "\n")
 
     def _document(self, tenant: str, index: int) -> tuple[str, str]:
         rng = self._rng("doc", tenant, index)
         doc_id = f"doc-{tenant}-{index:03d}"
-        title = words(rng, 4).title()
-        body = self._prose(rng, int(self.tokens * rng.uniform(0.6, 1.0)))
+        title = self._words(rng, 4).title()
+        body = self._document_text(rng, int(self.tokens * rng.uniform(0.6, 1.0)))
         return doc_id, f'<document id="{doc_id}" title="{title}">\n{body}\n</document>\n\n'
 
     def _chunk(self, tenant: str, index: int) -> tuple[str, str]:
@@ -126,8 +174,9 @@ class Content:
                             + rng.choices(("order", "invoice", "ticket", "user", "shipment", "refund",
                                            "document", "calendar", "email", "report"), k=1)) + f"_{n}"
             props = {
-                words(rng, 1).replace(" ", "_") + f"_{j}": {"type": rng.choice(("string", "integer", "boolean")),
-                                                            "description": words(rng, rng.randint(4, 12))}
+                self._words(rng, 1).replace(" ", "_") + f"_{j}": {
+                    "type": rng.choice(("string", "integer", "boolean")),
+                    "description": self._words(rng, rng.randint(4, 12))}
                 for j in range(rng.randint(1, 5))
             }
             tool = {"type": "function", "function": {

@@ -29,7 +29,7 @@ class Engine:
     def __init__(self, config: SynthConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.content = Content(config.seed, config.prompt_tokens)
+        self.content = Content(config.seed, config.prompt_tokens, config.text)
         self.tenants = [tenant_name(i) for i in range(config.tenants)]
         self.env = Env(self.content, config.model, config.prompt_tokens, config.users_per_tenant,
                        {t: i for i, t in enumerate(self.tenants)})

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from prefixscan.synth.content import Content, SystemPrompt, zipf_cum_weights
 from prefixscan.synth.plan import CONV, SHARED, UNIQUE, Field, Part, Plan
-from prefixscan.synth.text import words
 
 Session = Generator[Plan, float, None]
 
@@ -57,17 +56,6 @@ def system_parts(sp: SystemPrompt) -> list[Part]:
     return [Part(sp.intro, ("sys", sp.prompt_id, 0), SHARED), Part(sp.body, ("sys", sp.prompt_id, 1), SHARED)]
 
 
-_QUESTIONS = ("What does it say about the {0} {1}?", "Can you summarize the {0} and {1} for {2}?",
-              "Is there anything about {0} {1} {2}? Quote the relevant part.",
-              "How should I handle the {0} when the {1} is {2}?", "List every {0} related to {1}.")
-
-
-def question(rng: random.Random) -> str:
-    """A short user question in one of a few phrasings, with a variable-length unique tail."""
-    w = words(rng, 3 + int(rng.random() * 26)).split(" ", 3)
-    return _QUESTIONS[int(rng.random() * len(_QUESTIONS))].format(*w) + (" " + w[3] if len(w) > 3 else "")
-
-
 _CW = {n: zipf_cum_weights(n, 1.0) for n in (2, 4, 6, 40, 400)}
 _CW[2000] = zipf_cum_weights(2000, 0.9)
 
@@ -88,14 +76,14 @@ def _multi_turn(env: Env, rng: random.Random, scenario: str, tenant: str, user: 
     t = yield  # type: ignore[misc]
     for turn in range(turns):
         # The same message object goes into the history, so a field appended to it at send time is resent.
-        user_msg = ("user", [Part(question(rng) + "\n", ("c", conv, turn, "user"), CONV)])
+        user_msg = ("user", [Part(env.content.question(rng) + "\n", ("c", conv, turn, "user"), CONV)])
         messages = [sys_msg, *history, user_msg]
         plan = _plan(env, t, scenario, tenant, user, messages, 1024, 220, rng, sp.prompt_id,
                      conversation_id=conv, turn_index=turn, shared=shared)
         last = turn == turns - 1
         plan.next_gap = None if last else rng.lognormvariate(math.log(think), 0.6)
         if not last:
-            answer = env.content.corpus.prose(rng, plan.output_tokens)
+            answer = env.content.answer(rng, plan.output_tokens)
             history = [*history, user_msg,
                        ("assistant", [Part(answer, ("c", conv, turn, "assistant"), CONV)])]
         t = yield plan
@@ -122,7 +110,7 @@ def _single(plan_fn: Callable[[float], Plan]) -> Session:
 def doc_qa(env: Env, rng: random.Random, tenant: str, user: int) -> Session:
     sp = env.content.system_prompt(tenant, "doc_qa", 0, 0.03)
     doc_id, doc = env.content.document(tenant, pick(rng, _CW[40]))
-    q = "Question: " + question(rng) + "\n"
+    q = "Question: " + env.content.question(rng) + "\n"
 
     def make(t: float) -> Plan:
         msgs = [("system", system_parts(sp)), ("user", [Part(doc, ("doc", doc_id), SHARED), Part(q)])]
@@ -136,7 +124,7 @@ def rag(env: Env, rng: random.Random, tenant: str, user: int) -> Session:
     # Popular queries retrieve the same chunks in the same order; the question text still varies.
     query = pick(rng, _CW[2000])
     chunks = [env.content.chunk(tenant, i) for i in env.content.retrieval(tenant, query, 400)]
-    q = "Question: " + question(rng) + "\n"
+    q = "Question: " + env.content.question(rng) + "\n"
 
     def make(t: float) -> Plan:
         parts = [Part("Retrieved context:\n\n", ("rag-head",), SHARED)]
@@ -162,7 +150,7 @@ def template(env: Env, rng: random.Random, tenant: str, user: int) -> Session:
             f = Field(name, "template", label, value, len(label) + 2, position="top" if tpl.fields_at_top
                       else "user")
             field_parts.append(Part(text, ("line", text), SHARED, f) if stable else Part(text, None, UNIQUE, f))
-        task = Part("Task: " + question(rng) + "\n")
+        task = Part("Task: " + env.content.question(rng) + "\n")
         sys = system_parts(tpl.instruction)
         if tpl.fields_at_top:
             msgs = [("system", field_parts + sys), ("user", [task])]
@@ -179,7 +167,7 @@ def agent(env: Env, rng: random.Random, tenant: str, user: int) -> Session:
     sp = env.content.system_prompt(tenant, "agent", 0, 0.15)
     steps = rng.randint(2, 6)
     conv = env.new_conversation()
-    history: list[tuple[str, list[Part]]] = [("user", [Part("Task: " + question(rng) + "\n",
+    history: list[tuple[str, list[Part]]] = [("user", [Part("Task: " + env.content.question(rng) + "\n",
                                                             ("c", conv, 0, "user"), CONV)])]
     shared = {"system_prompt": sp.prompt_id, "tool_profile": profile.profile_id}
     sys_msg = ("system", system_parts(sp))
@@ -191,8 +179,8 @@ def agent(env: Env, rng: random.Random, tenant: str, user: int) -> Session:
         plan.next_gap = None if last else rng.uniform(0.5, 4.0)
         if not last:
             tool = profile.tools[rng.randrange(len(profile.tools))]["function"]["name"]
-            call = f'{{"name": "{tool}", "arguments": {{"query": "{words(rng, 3)}"}}}}'
-            result = env.content.corpus.prose(rng, rng.randint(60, 400))
+            call = env.content.tool_call(rng, tool)
+            result = env.content.tool_result(rng, rng.randint(60, 400))
             history = [*history, ("assistant", [Part(call, ("c", conv, step, "call"), CONV)]),
                        ("tool", [Part(result, ("c", conv, step, "result"), CONV)])]
         t = yield plan
@@ -201,7 +189,7 @@ def agent(env: Env, rng: random.Random, tenant: str, user: int) -> Session:
 def viral(env: Env, rng: random.Random, tenant: str, user: int) -> Session:
     hot_id, hot = env.content.hot_prefix(0 if rng.random() < 0.85 else 1)
     sp = env.content.system_prompt("global", "viral", 0, 0.02)
-    q = question(rng) + "\n"
+    q = env.content.question(rng) + "\n"
 
     def make(t: float) -> Plan:
         msgs = [("system", system_parts(sp)), ("user", [Part(hot, ("hot", hot_id), SHARED), Part(q)])]

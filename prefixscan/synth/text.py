@@ -136,6 +136,17 @@ def words(rng: random.Random, k: int) -> str:
     return " ".join(_STREAM[i : i + k])
 
 
+_QUESTIONS = ("What does it say about the {0} {1}?", "Can you summarize the {0} and {1} for {2}?",
+              "Is there anything about {0} {1} {2}? Quote the relevant part.",
+              "How should I handle the {0} when the {1} is {2}?", "List every {0} related to {1}.")
+
+
+def question(rng: random.Random) -> str:
+    """A short user question in one of a few phrasings, with a variable-length unique tail."""
+    w = words(rng, 3 + int(rng.random() * 26)).split(" ", 3)
+    return _QUESTIONS[int(rng.random() * len(_QUESTIONS))].format(*w) + (" " + w[3] if len(w) > 3 else "")
+
+
 @lru_cache(maxsize=65536)
 def person_name(index: int) -> tuple[str, str]:
     """A stable (first, last) name for a user index: the same user always has the same name."""

@@ -49,6 +49,15 @@ def unsupported(policy: Policy) -> str | None:
     return None
 
 
+def _unsupported_config(cfg: SimConfig) -> str | None:
+    """Config features only the reference engine models (KV tiers, disaggregated prefill/decode)."""
+    if cfg.tiered:
+        return "KV tiers below the GPU (host / shared store) run on the reference engine"
+    if cfg.disaggregated:
+        return "prefill/decode disaggregation runs on the reference engine"
+    return None
+
+
 def engine_choice(engine: str | None) -> str:
     """The engine asked for: the argument, else $PREFIXSCAN_SIM_ENGINE, else "auto"."""
     choice = engine or os.environ.get(ENV) or "auto"
@@ -151,7 +160,7 @@ def run_replay(
 
     choice = engine_choice(engine)
     if choice != "reference":
-        why = unsupported(policy)
+        why = unsupported(policy) or _unsupported_config(cfg)
         if why is None:
             return replay_fast(w, policy, cfg, serving, capacity), "fast"
         if choice == "fast":

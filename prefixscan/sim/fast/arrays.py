@@ -90,6 +90,7 @@ def cluster(cfg: SimConfig, slots: int, capacity: int, serving: ServingModel, bl
     g[L.G_NACT], g[L.G_VERSION], g[L.G_NEXT_ADD] = cfg.replicas, 1, cfg.replicas
     g[L.G_CAPACITY], g[L.G_BLOCK], g[L.G_MAX_SEQS] = capacity, block, cfg.max_num_seqs
     g[L.G_GEN_ON] = cfg.cache_generated
+    g[L.G_BATCH] = cfg.batch_prefills
     pm = serving.prefill
     fp = np.zeros(L.N_FP)
     fp[: L.SV_BUDGET + 1] = (

@@ -27,6 +27,7 @@ from prefixscan.sim.fast.layout import (
     EV_ADD,
     EV_RESTART,
     EXACT,
+    G_BATCH,
     G_BLOCK,
     G_COUNTER,
     G_GEN_ON,
@@ -72,6 +73,12 @@ from prefixscan.sim.fast.layout import (
     RQ_TOFF,
     RQ_WQ_NEXT,
     RUNNING,
+    SV_A,
+    SV_B,
+    SV_BUDGET,
+    SV_C,
+    SV_D,
+    SV_E,
     SV_SLOW,
     SV_TPOT,
     V_APPROX,
@@ -126,12 +133,10 @@ def _set_active(ci, g):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN202
-               scratch, tbl, items, dids, ht, hm):
-    """Admit replica r's queue head if the lane is free and its blocks fit, and start its prefill."""
+def _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN202
+                scratch, tbl, items, dids):
+    """Admit replica r's queue head if its blocks fit (engine.py admit_head): its id, or -1."""
     i = ci[WQ_HEAD, r]
-    if ci[LANE_BUSY, r] or i < 0 or ci[RUNNING, r] >= g[G_MAX_SEQS]:
-        return
     s = off[i]
     blocks = wb[s : s + rq[i, RQ_PIN]]
     extra = rq[i, RQ_EXTRA]
@@ -140,7 +145,7 @@ def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, e
     k, ne = admit(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, blocks, rq[i, RQ_MAXHIT], total, now,
                   tbl[t0 : t0 + total])
     if k < 0:
-        return  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
+        return -1  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
     ci[KV_AVAIL, r] = _available(meta, r)
     ci[WQ_HEAD, r] = rq[i, RQ_WQ_NEXT]
     if ci[WQ_HEAD, r] < 0:
@@ -154,16 +159,61 @@ def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, e
         delayed_push(g, items, dids, r, 1, blocks[k:], due)
         if ne:
             delayed_push(g, items, dids, r, 0, scratch[:ne], due)
-    c = min(k * g[G_BLOCK], rq[i, RQ_CAP])
-    rq[i, RQ_CACHED] = c
-    dur = _prefill_s(fp, rq[i, RQ_PROMPT] - c, c, ci[DECODING, r])
-    rf[i, RF_PRE_S] = dur
-    rf[i, RF_START] = now
+    rq[i, RQ_CACHED] = min(k * g[G_BLOCK], rq[i, RQ_CAP])
     ci[RUNNING, r] += 1
-    ci[LANE_BUSY, r] = 1
+    return i
+
+
+@njit(cache=True)
+def _batch_s(fp, rq, batch, nb, decoding):  # noqa: ANN001, ANN202
+    """ServingModel.prefill_batch_s: the fixed term once, each prefill's token terms summed."""
+    ms, any_new = fp[SV_A], False
+    for j in range(nb):
+        i = batch[j]
+        n = rq[i, RQ_PROMPT] - rq[i, RQ_CACHED]
+        if n > 0:
+            x, y = float(n), float(rq[i, RQ_CACHED])
+            ms += fp[SV_B] * x + fp[SV_C] * y + fp[SV_D] * x * y + fp[SV_E] * x * x
+            any_new = True
+    return (py_max(ms, 0.0) / 1000.0 if any_new else 0.0) / share(fp, decoding)
+
+
+@njit(cache=True)
+def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN202
+               scratch, tbl, items, dids, ht, hm):
+    """Start replica r's next prefill step: its queue head, or with batch_prefills every head that fits."""
+    if ci[LANE_BUSY, r] or ci[WQ_HEAD, r] < 0 or ci[RUNNING, r] >= g[G_MAX_SEQS]:
+        return
+    limit = g[G_MAX_SEQS] if g[G_BATCH] else 1
+    decoding = ci[DECODING, r]
+    room = int(fp[SV_BUDGET]) - decoding
+    batch = np.empty(limit, dtype=np.int64)
+    nb, tokens = 0, 0
+    while ci[WQ_HEAD, r] >= 0 and ci[RUNNING, r] < g[G_MAX_SEQS] and nb < limit:
+        if nb and tokens + rq[ci[WQ_HEAD, r], RQ_PROMPT] > room:
+            break  # the step's token budget (checked on whole prompts: no chunking)
+        i = _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,
+                        scratch, tbl, items, dids)
+        if i < 0:
+            break
+        batch[nb] = i
+        nb += 1
+        tokens += rq[i, RQ_PROMPT]
+    if nb == 0:
+        return
+    if nb == 1:
+        i = batch[0]
+        dur = _prefill_s(fp, rq[i, RQ_PROMPT] - rq[i, RQ_CACHED], rq[i, RQ_CACHED], decoding)
+    else:
+        dur = _batch_s(fp, rq, batch, nb, decoding)
+    ci[LANE_BUSY, r] = nb
     cf[LANE_UNTIL, r] = now + dur
-    g[G_COUNTER] += 1
-    g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], now + dur, PREFILL_DONE, g[G_COUNTER], r, i)
+    for j in range(nb):
+        i = batch[j]
+        rf[i, RF_PRE_S] = dur
+        rf[i, RF_START] = now
+        g[G_COUNTER] += 1
+        g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], now + dur, PREFILL_DONE, g[G_COUNTER], r, i)
 
 
 @njit(cache=True)
@@ -278,14 +328,16 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, e
         if g[G_HEAP] > 0 and ht[0] <= min(t_arr, t_ev):
             now, kind, r, i, size = heap.pop(ht, hm, g[G_HEAP])
             g[G_HEAP] = size
+            dec = 0.0
             if kind == PREFILL_DONE:
                 rf[i, RF_FIRST] = now
-                ci[LANE_BUSY, r] = 0
+                ci[LANE_BUSY, r] -= 1
                 ci[DECODING, r] += 1
                 g[G_COUNTER] += 1
-                t_done = now + _decode_s(fp, rq[i, RQ_OUT], ci[DECODING, r])
-                g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], t_done, DECODE_DONE, g[G_COUNTER], r, i)
-            else:
+                dec = _decode_s(fp, rq[i, RQ_OUT], ci[DECODING, r])
+                if dec > 0:
+                    g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], now + dec, DECODE_DONE, g[G_COUNTER], r, i)
+            if kind != PREFILL_DONE or dec <= 0:  # nothing to decode: released in its prefill step (engine.py)
                 rf[i, RF_FINISH] = now
                 _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids)
                 ci[KV_AVAIL, r] = _available(meta, r)

@@ -23,7 +23,8 @@ N_CF = 8
 G_NACT, G_VERSION, G_UPTR, G_HEAP, G_COUNTER, G_NEXT_ADD = 0, 1, 2, 3, 4, 5
 G_CAPACITY, G_BLOCK, G_MAX_SEQS, G_GEN_ON, G_VMODE = 6, 7, 8, 9, 10
 G_IT_HEAD, G_IT_TAIL, G_ID_HEAD, G_ID_TAIL = 11, 12, 13, 14  # delayed view FIFOs
-N_G = 15
+G_BATCH = 15  # batch_prefills: a prefill step admits every queue head that fits
+N_G = 16
 # fp: float64 model parameters: serving model, then knowledge view (VP_NEXT_SWEEP is state)
 SV_A, SV_B, SV_C, SV_D, SV_E, SV_TPOT, SV_SLOW, SV_BUDGET = 0, 1, 2, 3, 4, 5, 6, 7
 VP_DELAY, VP_TTL, VP_MAX_BLOCKS, VP_HAS_SWEEP, VP_SWEEP, VP_NEXT_SWEEP = 8, 9, 10, 11, 12, 13

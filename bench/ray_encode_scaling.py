@@ -1,0 +1,138 @@
+"""Issue 18: the encode stage on Ray with 1 and 2 workers, and the per-core rates of docs/scale.md.
+
+    .venv/bin/python bench/ray_encode_scaling.py [--requests 3000] [--repeats 2] [--output bench/results-ray.md]
+
+Never part of `make test`. Makes a synthetic chat log (fixed seed), then measures in one process on one
+core: reading (parse + normalise), encoding (render + tokenise + hash), the reuse scan (compiled) and the
+reuse SQL (DuckDB, one thread); then the Ray encode stage on a local 2-CPU cluster with 1 and 2 encode
+actors, alternating, `repeats` times each (medians). The load average is printed before and after: on a
+shared machine the ratio is what to read, not the seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from prefixscan.config import AnalyzeConfig  # noqa: E402
+from prefixscan.distributed import reuse_sql  # noqa: E402
+from prefixscan.distributed.ray_encode import encode_on_ray, read_encoded  # noqa: E402
+from prefixscan.distributed.stages import RecordEncoder, text_records  # noqa: E402
+from prefixscan.io.sources import expand  # noqa: E402
+from prefixscan.pipeline.run import run_analysis  # noqa: E402
+from prefixscan.reuse.ideal import IdealStream, scope_salts  # noqa: E402
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def per_core_rates(log: Path, work: Path) -> dict[str, float]:
+    """Single-process rates of each stage on this log."""
+    cfg = AnalyzeConfig(inputs=(str(log),))
+    src = expand([str(log)])
+    t = time.perf_counter()
+    recs = [r for _, r in text_records(cfg, src[0])]
+    read_s = time.perf_counter() - t
+    enc = RecordEncoder(cfg, keep_tokens=False)
+    enc.load()
+    t = time.perf_counter()
+    out = [e for i in range(0, len(recs), 256) for e in enc.encode(recs[i:i + 256])]
+    encode_s = time.perf_counter() - t
+    tokens = sum(getattr(e, "n_tokens", 0) for e in out)
+    run = run_analysis(AnalyzeConfig(inputs=(str(log),), output=str(work / "run"), findings=False, force=True))
+    req = pq.read_table(Path(run.run_dir) / "requests.parquet")
+    lists = req.column("block_hashes").combine_chunks()
+    offsets, flat = lists.offsets.to_numpy().astype(np.int64), lists.values.to_numpy()
+    IdealStream().add(offsets[:2], flat[:offsets[1]], req.column("prompt_tokens").to_numpy()[:1], 16, "vllm",
+                      np.zeros(1, np.uint64), np.zeros(1, np.uint64))  # load the compiled kernels first
+    t = time.perf_counter()
+    IdealStream().add(offsets, flat, req.column("prompt_tokens").to_numpy(), 16, "vllm",
+                      scope_salts(req.column("tenant").to_pylist()),
+                      scope_salts(req.column("conversation_id").to_pylist()))
+    scan_s = time.perf_counter() - t
+    t = time.perf_counter()
+    with reuse_sql.connect("2GB", threads=1) as con:
+        reuse_sql.views_of_requests(con, str(Path(run.run_dir) / "requests.parquet"))
+        reuse_sql.run_reuse(con, 16, "vllm")
+    sql_s = time.perf_counter() - t
+    return {"bytes": log.stat().st_size, "records": len(recs), "tokens": tokens, "block_refs": len(flat),
+            "read_MBps": log.stat().st_size / read_s / 1e6, "encode_tokens_per_s": tokens / encode_s,
+            "encode_records_per_s": len(recs) / encode_s, "scan_refs_per_s": len(flat) / scan_s,
+            "sql_refs_per_s": len(flat) / sql_s}
+
+
+def ray_encode(log: Path, work: Path, repeats: int) -> dict[int, list[float]]:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    cfg = AnalyzeConfig(inputs=(str(log),))
+    src = expand([str(log)])
+    times: dict[int, list[float]] = {1: [], 2: []}
+    try:
+        encode_on_ray(cfg, src, str(work / "warm"), workers=2)  # workers import prefixscan, numba caches
+        for r in range(repeats):
+            for n in (1, 2):
+                out = work / f"enc-{n}-{r}"
+                t = time.perf_counter()
+                encode_on_ray(cfg, src, str(out), workers=n)
+                times[n].append(time.perf_counter() - t)
+                assert read_encoded(str(out)).num_rows > 0
+    finally:
+        ray.shutdown()
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--output", default=None)
+    args = ap.parse_args()
+    from prefixscan.synth import write
+    from prefixscan.synth.config import SynthConfig
+
+    with tempfile.TemporaryDirectory(prefix="row9-") as tmp:
+        work = Path(tmp)
+        log = work / "chat.jsonl"
+        write(SynthConfig(requests=args.requests, seed=18), str(log), truth_path=None)
+        before = load()
+        rates = per_core_rates(log, work)
+        times = ray_encode(log, work, args.repeats)
+        after = load()
+    m1, m2 = statistics.median(times[1]), statistics.median(times[2])
+    lines = [
+        "# The encode stage on Ray (issue 18)", "",
+        f"Command: `.venv/bin/python bench/ray_encode_scaling.py --requests {args.requests} --repeats {args.repeats}`; "
+        f"{os.cpu_count()} CPUs, load average {before} before and {after} after.", "",
+        f"Input: synthetic chat log, {rates['records']:,} requests, {rates['bytes'] / 1e6:.1f} MB, "
+        f"{rates['tokens']:,} prompt tokens, {rates['block_refs']:,} block references.", "",
+        "| stage (one process, one core) | rate |", "|---|---|",
+        f"| read (parse + normalise) | {rates['read_MBps']:.1f} MB/s |",
+        f"| encode (render + tokenise + hash) | {rates['encode_tokens_per_s'] / 1e6:.2f} M tokens/s "
+        f"({rates['encode_records_per_s']:,.0f} requests/s) |",
+        f"| reuse, compiled scan | {rates['scan_refs_per_s'] / 1e6:.1f} M block refs/s |",
+        f"| reuse, DuckDB SQL (1 thread) | {rates['sql_refs_per_s'] / 1e6:.2f} M block refs/s |", "",
+        "| Ray encode stage, local 2-CPU cluster | median wall s | runs |", "|---|---|---|",
+        f"| 1 worker | {m1:.2f} | {', '.join(f'{x:.2f}' for x in times[1])} |",
+        f"| 2 workers | {m2:.2f} | {', '.join(f'{x:.2f}' for x in times[2])} |", "",
+        f"Speed-up 1 -> 2 workers: {m1 / m2:.2f}x (includes Ray Data's read tasks, the sort-based grouping and "
+        "the Parquet write, which do not shrink with workers).", ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

