@@ -357,7 +357,12 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
             if kind == PREFILL_DONE:
                 lane_busy[r] -= 1
                 if pool is not None:
-                    pool.prefilled(i, r, now, schedule)
+                    # an instant handoff frees the prefill blocks before the next admission, as a request
+                    # with nothing to decode does on a co-located replica
+                    instant: list[int] = []
+                    pool.prefilled(i, r, now, lambda t, rr, ii: instant.append(ii) if t <= now and ii == i
+                                   else schedule(t, rr, ii))
+                    done = bool(instant)
                 else:
                     first[i] = now
                     cv.decoding[r] += 1
