@@ -341,6 +341,16 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         counter += 1
         push(heap, (t, DECODE_DONE, counter, r, i))
 
+    TAKEN = -2
+    just_prefilled = [-1]  # the request whose prefill ended, while its handoff is being scheduled
+
+    def handoff(t: float, r: int, i: int) -> None:
+        """schedule, except that the instant handoff of the request just prefilled is taken by the loop."""
+        if i == just_prefilled[0] and t <= now:
+            just_prefilled[0] = TAKEN
+        else:
+            schedule(t, r, i)
+
     ai = 0
     now = 0.0
     arrivals = w.arrival_s.tolist()
@@ -357,7 +367,12 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
             if kind == PREFILL_DONE:
                 lane_busy[r] -= 1
                 if pool is not None:
-                    pool.prefilled(i, r, now, schedule)
+                    # an instant handoff frees the prefill blocks before the next admission, as a request
+                    # with nothing to decode does on a co-located replica
+                    just_prefilled[0] = i
+                    pool.prefilled(i, r, now, handoff)
+                    done = just_prefilled[0] == TAKEN
+                    just_prefilled[0] = -1
                 else:
                     first[i] = now
                     cv.decoding[r] += 1
