@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from prefixscan.analysis import run_analysis  # noqa: E402
 from prefixscan.config import AnalyzeConfig  # noqa: E402
 from prefixscan.distributed import reuse_sql  # noqa: E402
 from prefixscan.distributed.ray_encode import encode_on_ray, read_encoded  # noqa: E402
 from prefixscan.distributed.stages import RecordEncoder, text_records  # noqa: E402
 from prefixscan.io.sources import expand  # noqa: E402
+from prefixscan.pipeline.run import run_analysis  # noqa: E402
 from prefixscan.reuse.ideal import IdealStream, scope_salts  # noqa: E402
 
 

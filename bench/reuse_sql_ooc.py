@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from prefixscan.analysis import run_analysis  # noqa: E402
 from prefixscan.config import AnalyzeConfig  # noqa: E402
 from prefixscan.distributed.reuse_sql import reuse_of_requests  # noqa: E402
+from prefixscan.pipeline.run import run_analysis  # noqa: E402
 
 COLUMNS = ("cached_blocks", "cached_tokens", "divergence_token", "tenant_cached_tokens", "conversation_cached_tokens")
 

@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 
 
 def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: ANN201 - lazy import
-    """Analyse logs; see `prefixscan.analysis.analyze`."""
-    from prefixscan.analysis import analyze as _analyze
+    """Analyse logs; see `prefixscan.pipeline.run.analyze`."""
+    from prefixscan.pipeline.run import analyze as _analyze
 
     return _analyze(*inputs, output=output, **options)
 

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from prefixscan.analysis import run_analysis
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import RejectError
 from prefixscan.io.readers import read_jsonl
+from prefixscan.pipeline.run import run_analysis
 from tests.conftest import ROOT
 
 CHAT = ROOT / "sample_logs" / "chat.jsonl"
@@ -56,7 +56,7 @@ def test_truncated_gzip_keeps_what_was_read_and_says_where(tmp_path: Path, src: 
 
 
 def test_both_mooncake_readers_agree_on_a_truncated_gzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import prefixscan.ingest as ingest_mod
+    import prefixscan.pipeline.config as ingest_mod
 
     bad = _truncated_gz(MOONCAKE, tmp_path / "cut.jsonl.gz", 0.37)
     fast = _analyze(bad).summary["requests"]

@@ -16,13 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import prefixscan.encode as enc_mod
-import prefixscan.ingest as ingest_mod
-from prefixscan.analysis import run_analysis
+import prefixscan.pipeline.config as ingest_mod
+import prefixscan.pipeline.encode_pool as pool_mod
+import prefixscan.pipeline.encode_wire as wire_mod
+import prefixscan.pipeline.encoder as enc_mod
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import RejectError, UsageError
 from prefixscan.hashing import ChainCache, block_hashes
 from prefixscan.io.shapes import Record
+from prefixscan.pipeline.run import run_analysis
 from tests.conftest import ROOT, chat, write_jsonl
 
 
@@ -71,8 +73,8 @@ def test_workers_give_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyP
     base = _run(tmp_path, "w0", [log], workers=0, streaming=streaming)
     assert base.summary["requests"]["rejected"] >= 5
     # half the conversations encoded here, the rest split over two workers (the share is held still)
-    monkeypatch.setattr(enc_mod, "INITIAL_SHARE", 0.5)
-    monkeypatch.setattr(enc_mod, "SHARE_STEP", 0.0)
+    monkeypatch.setattr(pool_mod, "INITIAL_SHARE", 0.5)
+    monkeypatch.setattr(pool_mod, "SHARE_STEP", 0.0)
     two = _run(tmp_path, "w2", [log], workers=2, streaming=streaming)
     stats = two.summary["input"]["tokenizer_stats"]
     assert stats["encode_workers"] == 2 and 0 < stats["encoded_in_main"]
@@ -123,11 +125,11 @@ def test_a_worker_error_comes_back_as_the_same_error(tmp_path: Path) -> None:
 
 def test_a_dead_worker_is_a_clear_error() -> None:
     cfg = AnalyzeConfig(inputs=())
-    with enc_mod.EncodePool(cfg, False, 1, enc_mod.RecordEncoder(cfg, False)) as pool:
+    with pool_mod.EncodePool(cfg, False, 1, enc_mod.RecordEncoder(cfg, False)) as pool:
         pool._procs[0].kill()
         pool._procs[0].join()
         pool.submit("encode", [Record("x", 1, "r1", 0.0, "chat", messages=[{"role": "user", "content": "hi"}])])
-        with pytest.raises(enc_mod.WorkerFailed, match="--workers 0"):
+        with pytest.raises(pool_mod.WorkerFailed, match="--workers 0"):
             pool.collect()
 
 
@@ -137,7 +139,8 @@ def test_auto_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert enc_mod.auto_workers(cfg, enc_mod.POOL_MIN_BYTES - 1) == 0
     assert enc_mod.auto_workers(cfg, enc_mod.POOL_MIN_BYTES) == 1
     monkeypatch.setattr(enc_mod, "available_cores", lambda: 64)
-    assert enc_mod.auto_workers(cfg, 10 * enc_mod.POOL_MIN_BYTES) == enc_mod.MAX_AUTO_WORKERS
+    assert enc_mod.auto_workers(cfg, 10 * enc_mod.POOL_MIN_BYTES) == 10  # one per POOL_MIN_BYTES of input
+    assert enc_mod.auto_workers(cfg, 100 * enc_mod.POOL_MIN_BYTES) == 63  # one per spare core, no fixed cap
     monkeypatch.setattr(enc_mod, "available_cores", lambda: 1)
     assert enc_mod.auto_workers(cfg, 10 * enc_mod.POOL_MIN_BYTES) == 0
     assert enc_mod.auto_workers(AnalyzeConfig(inputs=(), workers=3), 0) == 3
@@ -166,12 +169,12 @@ texts = st.sampled_from(["short", "x" * 70, "y" * 90, "z" * 200, "shared system 
 @given(st.lists(st.lists(texts, min_size=1, max_size=5), min_size=1, max_size=40),
        st.integers(min_value=64, max_value=600))
 def test_packed_records_unpack_to_the_same(convs: list, budget: int) -> None:
-    old = enc_mod.INTERN_BYTES
-    enc_mod.INTERN_BYTES = budget  # a tiny shared budget: evictions on both ends
+    old = wire_mod.INTERN_BYTES
+    wire_mod.INTERN_BYTES = budget  # a tiny shared budget: evictions on both ends
     try:
-        packer, unpacker = enc_mod._Packer(), enc_mod._Unpacker()
+        packer, unpacker = wire_mod.Packer(), wire_mod.Unpacker()
     finally:
-        enc_mod.INTERN_BYTES = old
+        wire_mod.INTERN_BYTES = old
     sent = 0
     for i, contents in enumerate(convs):
         r = Record("f", i, f"r{i}", 0.0, "chat", messages=[{"role": "user", "content": c} for c in contents])
@@ -183,7 +186,7 @@ def test_packed_records_unpack_to_the_same(convs: list, budget: int) -> None:
 
 def test_shipped_hash_parts_keep_their_sharing() -> None:
     rng = np.random.default_rng(1)
-    chains, shipper, receiver = ChainCache(), enc_mod._Shipper(), enc_mod._Receiver()
+    chains, shipper, receiver = ChainCache(), wire_mod.Shipper(), wire_mod.Receiver()
     toks = rng.integers(0, 50_000, 16 * 40, dtype=np.uint32)
     sizes = 0
     for turn in range(1, 6):  # a conversation: each turn resends the last one's tokens and adds some

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefixscan.analysis import run_analysis
 from prefixscan.config import AnalyzeConfig
 from prefixscan.io.shapes import FIELD_CANDIDATES
+from prefixscan.pipeline.run import run_analysis
 
 MSGS = [{"role": "system", "content": "You are a helpful assistant. " * 4},
         {"role": "user", "content": "How do I reset my password?"}]

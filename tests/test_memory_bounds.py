@@ -71,7 +71,7 @@ def test_detector_keeps_one_operation_set_per_distinct_rewrite(tmp_path) -> None
     """Per rewritten request the detector keeps an index into shared operation sets (not its own lists),
     and finding keys once by number; the per-request rewrite still reads back whole."""
     from prefixscan.config import AnalyzeConfig
-    from prefixscan.ingest import ingest
+    from prefixscan.pipeline.encode import ingest
 
     log = tmp_path / "chat.jsonl"
     write(SynthConfig(requests=400, seed=5, tenants=2, prompt_tokens=700, scenarios=(("chat", 1.0),),

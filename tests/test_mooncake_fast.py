@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan import ingest as ingest_mod
-from prefixscan.analysis import analyze
 from prefixscan.io.mooncake_fast import ACCEPTED, parse_chunk
 from prefixscan.io.readers import parse_line
-from prefixscan.tracecols import permute_csr
+from prefixscan.pipeline import config as ingest_mod
+from prefixscan.pipeline.run import analyze
+from prefixscan.pipeline.trace_columns import permute_csr
 
 TABLES = ("requests", "rejects", "summaries", "prefixes", "capacity_curve")
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prefixscan.analysis import run_analysis
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
+from prefixscan.pipeline.run import run_analysis
 from tests.conftest import ROOT, chat, write_jsonl
 
 HAS_RAY = importlib.util.find_spec("ray") is not None

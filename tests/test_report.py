@@ -35,7 +35,7 @@ FIGURES = ("reuse_tenant", "reuse_prefix_class", "reuse_turn", "capacity", "poli
 
 
 def _analyze(log: Path, out: Path) -> Path:
-    from prefixscan.analysis import analyze
+    from prefixscan.pipeline.run import analyze
 
     analyze(str(log), output=str(out), quiet=True, command_line=f"prefixscan analyze {log} -o {out}")
     return out

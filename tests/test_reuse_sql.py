@@ -12,9 +12,9 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.analysis import run_analysis
 from prefixscan.config import AnalyzeConfig
 from prefixscan.distributed.reuse_sql import connect, reuse_of_requests, reuse_sql, run_reuse, views_of_requests
+from prefixscan.pipeline.run import run_analysis
 from prefixscan.reuse.ideal_ref import ideal_reuse_ref
 from tests.conftest import MOONCAKE, ROOT, chat, write_jsonl
 

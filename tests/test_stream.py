@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import prefixscan.ingest as ingest_mod
 import prefixscan.io.mooncake_fast as fast_mod
-from prefixscan.analysis import run_analysis
+import prefixscan.pipeline.config as ingest_mod
 from prefixscan.config import AnalyzeConfig
 from prefixscan.dense import DenseTable, dense_ids
 from prefixscan.errors import UsageError
 from prefixscan.io import rundir
+from prefixscan.pipeline.run import run_analysis
 from prefixscan.reuse.ideal import IdealStream, ideal_reuse
 from tests.conftest import MOONCAKE, ROOT, chat, write_jsonl
 
@@ -117,9 +117,9 @@ def test_streaming_needs_a_run_directory_and_block_granularity(tmp_path: Path) -
 
 
 def test_auto_streams_large_logs_with_a_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import prefixscan.analysis as analysis_mod
-    from prefixscan.analysis import streams
+    import prefixscan.pipeline.config as analysis_mod
     from prefixscan.io.sources import expand
+    from prefixscan.pipeline.config import streams
 
     log = str(ROOT / "sample_logs" / "mooncake_small.jsonl")
     src = expand([log])

@@ -120,11 +120,11 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(
             None, "--workers", min=0,
             help="Processes that render, tokenise and hash text prompts beside the main one (0: all in the "
-                 "main process). Default: one per spare core, up to 3, when the input is 64 MiB or more."),
+                 "main process). Default: one per spare core, at most one per 64 MiB of input (none below)."),
         engine: str = typer.Option(
             "local", "--engine", metavar="local|ray",
             help="local: this machine; ray: render, tokenise and hash on a Ray cluster (pip install "
-                 "'prefixscan[ray]'), then the reuse as SQL in DuckDB; same tables (docs/scale.md)."),
+                 "'prefixscan[ray]'), then the local path; same tables (docs/scale.md)."),
         ray_address: str = typer.Option(
             None, "--ray-address", help="The Ray cluster for --engine ray (e.g. ray://head:10001 or auto); "
                                         "default: a local cluster of this machine's cores."),
@@ -148,8 +148,8 @@ def register(app: typer.Typer) -> None:
 
         Example: prefixscan analyze sample_logs/chat.jsonl -o runs/demo
         """
-        from prefixscan.analysis import run_analysis
         from prefixscan.config import AnalyzeConfig
+        from prefixscan.pipeline.run import run_analysis
 
         cfg = AnalyzeConfig(
             inputs=tuple(logs), output=output, force=force, format=fmt, fields=_parse_fields(field),

@@ -24,9 +24,9 @@ from prefixscan.detect.dynamic_fields import SlotLine, inline_date, read_line, t
 from prefixscan.detect.pattern_free import PROSE, Alignment, Family, FamilyIndex, align, covered, is_edit
 from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.rewrite import _tool_hash, apply_ops
-from prefixscan.encode import rewrite_hashes
 from prefixscan.hashing import ChainCache
 from prefixscan.io.shapes import Record
+from prefixscan.pipeline.encoder import rewrite_hashes
 from prefixscan.redact import redact_snippet
 from prefixscan.tokenize.base import BytesLRU
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 
-from prefixscan.analysis import run_analysis
 from prefixscan.config import AnalyzeConfig
 from prefixscan.detect.findings import fixable
 from prefixscan.detect.rewrite import apply_ops
@@ -23,6 +22,7 @@ from prefixscan.io.atomic import env_error, refuse_existing, replacing
 from prefixscan.io.readers import RawError, read_source
 from prefixscan.io.shapes import RecordError, normalise
 from prefixscan.io.sources import check_output, expand
+from prefixscan.pipeline.run import run_analysis
 
 
 @dataclass

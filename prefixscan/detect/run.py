@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.detect import FindingsResult, finalize
 from prefixscan.detect.counterfactual import Blocks
 from prefixscan.detect.shown import guard_findings
-from prefixscan.requests_frame import identity_hasher
+from prefixscan.pipeline.frame import identity_hasher
 from prefixscan.reuse.ideal import ideal_reuse, scope_salts
 
 
@@ -20,12 +21,24 @@ def run_findings(cfg: AnalyzeConfig, ing: Any, req: pl.DataFrame, blocks: Blocks
     if not cfg.findings:
         return None
     baseline = None
-    if cfg.granularity == "token" and req.height:
-        # The counterfactual is block-granular; compare it with a block-granular baseline (in memory: one chunk).
-        ((offsets, flat),) = blocks
+    if cfg.granularity == "token" and req.height and ing.detector is not None and ing.detector.fed:
+        # The counterfactual is block-granular; compare it with a block-granular baseline.
+        blocks = list(blocks)
+        offsets, flat = _joined(blocks)
         baseline = ideal_reuse(offsets, flat, req["prompt_tokens"].to_numpy(), ing.block_size, ing.hit_rule,
                                scope_salts(req["tenant"].to_list()),
                                scope_salts(req["conversation_id"].to_list())).cached_tokens
     res = finalize(ing.detector, req, blocks, ing.block_size, ing.hit_rule, identity_hasher(cfg), baseline)
     guard_findings(res.findings, req, cfg.snippet_k, cfg.include_text)  # example text only as privacy allows
     return res
+
+
+def _joined(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive (local CSR offsets, hashes) chunks as one CSR pair."""
+    if not chunks:
+        return np.zeros(1, np.int64), np.zeros(0, np.uint64)
+    offs, base = [np.zeros(1, np.int64)], 0
+    for off, _ in chunks:
+        offs.append(off[1:] + base)
+        base += int(off[-1])
+    return np.concatenate(offs), np.concatenate([f for _, f in chunks])

@@ -1,7 +1,7 @@
 """The one seam between the distributed engine and the local pipeline's stages.
 
 Everything `prefixscan.distributed` uses from the read and encode stages and the requests frame is
-imported here and nowhere else in this package, so moving those modules (the pipeline/ package) is a
+imported here and nowhere else in this package (from `prefixscan.pipeline`), so moving those stages is a
 change to this file alone.
 """
 
@@ -11,24 +11,22 @@ from collections.abc import Iterator
 from typing import Any
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.dense import dense_ids
-from prefixscan.encode import Hashed, RecordEncoder, Rejected, pin_hash
-from prefixscan.ingest import Ingested, ingest
 from prefixscan.io.readers import RawError, read_source
 from prefixscan.io.shapes import Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source
-from prefixscan.requests_frame import input_frame, reuse_frame
+from prefixscan.pipeline.encode import Batch, Ingested, ingest
+from prefixscan.pipeline.encoder import Hashed, RecordEncoder, Rejected, pin_hash
 from prefixscan.vllm_hash import has_lora_path
 
-__all__ = ["AnalyzeConfig", "Hashed", "Ingested", "Record", "RecordEncoder", "Rejected", "Source", "dense_ids",
-           "has_lora_path", "ingest", "input_frame", "pin_hash", "reuse_frame", "text_records"]
+__all__ = ["AnalyzeConfig", "Batch", "Hashed", "Ingested", "Record", "RecordEncoder", "Rejected", "Source",
+           "has_lora_path", "ingest", "pin_hash", "text_records"]
 
 
 HASHED_SHAPES = ("mooncake", "bailian")  # records that arrive hashed: nothing to encode
 
 
 def _file_shape(cfg: AnalyzeConfig) -> str | None:
-    """The shape ingest assumes for every file before looking at it (as `ingest.ingest` decides it)."""
+    """The shape the read stage assumes for every file before looking at it (`pipeline.read.Reader`)."""
     overrides = dict(cfg.fields)
     if cfg.format != "auto":
         return cfg.format

@@ -49,10 +49,22 @@ def env_error(exc: OSError, path: str | os.PathLike[str] | None = None, action: 
         code = next((c for c, name in ((errno.ENOSPC, "No space left"), (errno.EROFS, "Read-only file"),
                                        (errno.EACCES, "Permission denied"), (errno.EDQUOT, "quota"),
                                        (errno.EFBIG, "File too large")) if name in text), None)
+        if code is None and " requested and " in text and text.endswith(" written"):  # numpy's short write
+            code = _short_write_cause()
     why = _FIXES.get(code) if code is not None else None  # type: ignore[arg-type]
     if why is None:
         why = (exc.strerror or str(exc) or type(exc).__name__).splitlines()[0][:200]
     return EnvError(f"cannot {action} {where}: {why}" if where is not None else why)
+
+
+def _short_write_cause() -> int:
+    """Why a write was cut short: a file-size limit when one is set (EFBIG), else a full disk."""
+    try:
+        import resource
+
+        return errno.EFBIG if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY else errno.ENOSPC
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+        return errno.ENOSPC
 
 
 def temp_path(target: str | os.PathLike[str], kind: str = "") -> Path:

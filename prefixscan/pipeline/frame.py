@@ -1,9 +1,8 @@
-"""The requests table, built the same way whether the log is analysed at once or streamed in chunks.
+"""The requests table's input columns, in analysis order, and the table itself (REQUESTS_SCHEMA).
 
-`input_frame` puts ingested requests in analysis order (time, then input order) with the table's input
-columns; `reuse_frame` adds the ideal-cache columns for a run of consecutive requests, given where that
-run starts in the whole log. Both `analysis` (one run: the whole log) and `stream` (one run per chunk)
-call these, which is what keeps their tables identical.
+`input_frame` puts a Batch's requests in analysis order (time, then input order) with the table's input
+columns; `requests_arrow` makes table rows of frame rows and their block-hash lists. The reuse stage
+calls both for every chunk, whether the log is one chunk or many.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ import polars as pl
 import pyarrow as pa
 
 from prefixscan.config import AnalyzeConfig
+from prefixscan.pipeline.trace_columns import permute_csr
 from prefixscan.privacy import tenant_hasher
-from prefixscan.reuse.ideal import IdealResult
 from prefixscan.schema import REQUESTS_SCHEMA
-from prefixscan.tracecols import permute_csr
 
 STRING_COLS = ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category")
 
@@ -41,8 +39,8 @@ def _hash_names(frame: pl.DataFrame, digest: Callable[[str | None], str | None])
 
 def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, list[str], Any,
                                                        np.ndarray]:
-    """(input columns, CSR offsets, block hashes, snippets, per-request hashes for token granularity, the
-    permutation from input order) of the ingested requests in analysis order. Takes the requests out of
+    """(input columns, CSR offsets, block hashes, snippets, per-request (hashes, tokens) for token
+    granularity, the permutation from input order) of the ingested requests in analysis order. Takes the requests out of
     `ing` (its lists are released)."""
     if ing.frame is not None:  # hashed traces: arrays all the way
         frame, offsets, flat, snippets = ing.frame, ing.offsets, ing.flat, ing.snippets
@@ -71,19 +69,21 @@ def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray,
     if n and bool((order == np.arange(n)).all()):  # logs are usually in time order already: no copies
         data = {c: v for c, v in cols.items() if c != "tenant"}
         data["tenant"] = tenants
-        hashes, snippets = ing.hashes, ing.snippets
+        hashes, snippets, tokens = ing.hashes, ing.snippets, ing.tokens
     else:
         data = {c: [v[i] for i in order] for c, v in cols.items() if c != "tenant"}
         data["tenant"] = [tenants[i] for i in order]
         hashes = [ing.hashes[i] for i in order]
         snippets = [ing.snippets[i] for i in order]
+        tokens = [ing.tokens[i] for i in order] if ing.tokens is not None else None
     # The per-request Python lists are not needed once the frame below exists: let them go.
-    ing.cols, ing.hashes, ing.snippets = {}, [], []
+    ing.cols, ing.hashes, ing.snippets, ing.tokens = {}, [], [], None
     lengths = np.fromiter((len(h) for h in hashes), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = np.concatenate(hashes) if n else np.zeros(0, np.uint64)
-    per_request = hashes if cfg.granularity == "token" else None  # only token granularity needs them again
+    # only token granularity needs each request's hashes and tokens again
+    per_request = (hashes, tokens) if cfg.granularity == "token" else None
     frame = pl.DataFrame({
         "request_id": pl.Series("request_id", data["request_id"], dtype=pl.String),
         "source_file": pl.Series("source_file", data["source_file"], dtype=pl.String),
@@ -111,73 +111,6 @@ def _typed(frame: pl.DataFrame) -> pl.DataFrame:
         pl.col("namespace").cast(pl.UInt64), pl.col("request_id").cast(pl.String),
         pl.col("conversation_inferred").cast(pl.Boolean),
         pl.col("source_file").cast(pl.String))
-
-
-def turn_fill(conversation: pl.Series, counts: dict[str, int] | None) -> pl.Expr:
-    """Turn index where the log has none: the request's position within its conversation, in time order.
-    `counts` carries how many requests each conversation had in earlier chunks (None: this is the log)."""
-    pos = pl.int_range(pl.len()).over("conversation_id")
-    if counts is not None and conversation.null_count() < len(conversation):
-        base = [counts.get(c, 0) if c is not None else 0 for c in conversation.to_list()]
-        for c, k in conversation.drop_nulls().value_counts().iter_rows():
-            counts[c] = counts.get(c, 0) + k
-        pos = pos + pl.Series(base, dtype=pl.Int64)
-    return (pl.when(pl.col("turn_index").is_null() & pl.col("conversation_id").is_not_null())
-            .then(pos.cast(pl.Int32)).otherwise(pl.col("turn_index")).alias("turn_index"))
-
-
-def reuse_frame(inp: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray, res: IdealResult, cached: np.ndarray,
-                divergence: np.ndarray, block: int, rule: str, *, seq0: int, ts0: float,
-                source_ids: pl.Series, turn_counts: dict[str, int] | None) -> tuple[pl.DataFrame, np.ndarray]:
-    """The requests rows (plus `_`-prefixed helper columns) of consecutive requests starting at `seq0`, and
-    the deepest matched block hash of each (0 without a hit). `res.source` is in whole-log indices and
-    `source_ids` holds the request id of each row's source (null without one)."""
-    n = inp.height
-    prompt = inp["prompt_tokens"].to_numpy()
-    ts = inp["timestamp_s"].to_numpy()
-    lengths = np.diff(offsets)
-    df = inp.with_columns(
-        pl.Series("seq", np.arange(seq0, seq0 + n, dtype=np.int64)),
-        pl.Series("arrival_s", ts - ts0),
-        pl.Series("cached_tokens", cached), pl.Series("cached_blocks", res.cached_blocks),
-        pl.Series("divergence_token", divergence),
-        pl.Series("conversation_cached_tokens", res.conversation_cached_tokens),
-        pl.Series("tenant_cached_tokens", res.tenant_cached_tokens), pl.Series("_source", res.source),
-        pl.Series("_blocks", -(-prompt // block) if rule == "vllm" else lengths),
-    )
-    df = df.with_columns(
-        turn_fill(inp["conversation_id"], turn_counts),
-        source_ids.alias("source_request_id"),
-        (pl.col("cached_tokens") // block if rule == "vllm"
-         else pl.col("cached_blocks").cast(pl.Int64)).alias("_hit_blocks"),
-    )
-    df = df.with_columns(
-        pl.when(pl.col("cached_tokens") == 0).then(pl.lit("none"))
-        .when(pl.col("conversation_cached_tokens") >= pl.col("cached_tokens")).then(pl.lit("same_conversation"))
-        .when(pl.col("tenant_cached_tokens") >= pl.col("cached_tokens")).then(pl.lit("same_tenant"))
-        .otherwise(pl.lit("other_tenant")).alias("hit_source"),
-        (pl.col("cached_tokens") - pl.col("actual_cached_tokens")).alias("predicted_minus_actual"),
-        turn_bucket(),
-    )
-    df = df.with_columns(
-        pl.when(pl.col("cached_tokens") == 0).then(pl.lit("none"))
-        # The hit ends inside the system-and-tools head, or in the block that straddles its end.
-        .when((pl.col("head_tokens") > 0) & (pl.col("cached_tokens") < pl.col("head_tokens") + block))
-        .then(pl.lit("system_tools"))
-        .when(pl.col("hit_source") == "same_conversation").then(pl.lit("conversation_history"))
-        .otherwise(pl.lit("shared_document")).alias("prefix_class"),
-    )
-    deepest = np.zeros(n, dtype=np.uint64)
-    k = res.cached_blocks
-    hit = np.nonzero(k > 0)[0]
-    deepest[hit] = flat[offsets[hit] + k[hit] - 1]
-    return df, deepest
-
-
-def turn_bucket() -> pl.Expr:
-    """The summaries' turn dimension: the turn index, with 10 and later as one bucket."""
-    return (pl.when(pl.col("turn_index") >= 10).then(pl.lit("10+"))
-            .otherwise(pl.col("turn_index").cast(pl.String)).alias("_turn_bucket"))
 
 
 def requests_arrow(df: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray) -> pa.Table:

@@ -1,0 +1,55 @@
+"""Detect stage: the findings (cache breakers the encode stage's detector collected, checked by a
+counterfactual re-analysis) and the miss attribution, from the written requests table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from prefixscan.config import AnalyzeConfig
+from prefixscan.pipeline.aggregate import actual_rows, read_columns
+from prefixscan.pipeline.encode import Ingested
+
+
+def findings_input(path: Path, ing: Ingested) -> tuple[pl.DataFrame, Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """(requests frame, block hashes chunk by chunk) for findings. The counterfactual re-analysis reads
+    every request's blocks, one row group at a time, only when the detector saw chat records; otherwise
+    only the rows with an engine value are needed."""
+    if ing.detector is not None and ing.detector.fed:
+        req = read_columns(path, ["seq", "request_id", "tenant", "conversation_id", "user", "prompt_tokens",
+                                  "cached_tokens", "actual_cached_tokens", "predicted_minus_actual"])
+        return req, _block_groups(path)
+    return actual_rows(path), iter(())
+
+
+def _block_groups(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(local CSR offsets, hashes) of the requests table, one row group at a time."""
+    pf = pq.ParquetFile(path)
+    for g in range(pf.num_row_groups):
+        lists = pf.read_row_group(g, columns=["block_hashes"]).column(0).combine_chunks()
+        offsets = lists.offsets.to_numpy().astype(np.int64)
+        yield offsets - offsets[0], lists.values.to_numpy()[offsets[0]:offsets[-1]]
+
+
+def findings(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, path: Path) -> Any:
+    """The findings result (None with --no-findings)."""
+    from prefixscan.detect.run import run_findings
+
+    freq, blocks = findings_input(path, ing) if cfg.findings else (req, [])
+    return run_findings(cfg, ing, freq, blocks)
+
+
+def misses(ing: Ingested, cfg: AnalyzeConfig, path: Path, fres: Any) -> Any:
+    """The miss attribution (the misses table and its summary) of the requests table at `path`."""
+    from prefixscan.detect.attribution import attribute_table
+
+    pc = ing.prompt_check
+    return attribute_table(str(path), ing.block_size, ing.hit_rule, fres.findings if fres is not None else [],
+                           block_granular=cfg.granularity == "block",
+                           tokenizer_mismatch=bool(pc.compared and pc.differ > 0.1 * pc.compared))

@@ -1,0 +1,290 @@
+"""Encode stage: read events -> `Batch`es of encoded requests (columns, block hashes), in input order.
+
+Text records are rendered, tokenised and hashed here or, on large inputs, by worker processes
+(`encode_pool.py`) while the read stage goes on; their results are taken in submission order, DEPTH jobs
+behind the reading. Hashed-trace records become arrays (`trace_columns.py`). Each accepted chat record is
+seen once here by the findings detector and the conversation inference. A Batch is cut every
+STREAM_TEXT_ROWS text requests or compiled trace chunk (or, with `one_chunk`, once at the end).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from prefixscan.config import AnalyzeConfig
+from prefixscan.errors import RejectError
+from prefixscan.io.shapes import Record
+from prefixscan.io.sources import Source, expand
+from prefixscan.pipeline import config as pc
+from prefixscan.pipeline.encode_pool import DEPTH, EncodePool
+from prefixscan.pipeline.encoder import (
+    Hashed,
+    LazyTokenizer,
+    RecordEncoder,
+    Rejected,
+    auto_workers,
+    merge_stats,
+    shared_chain_cache,
+)
+from prefixscan.pipeline.read import CHUNK_END, Reader, Reject, TraceChunk, trace_mixer
+from prefixscan.pipeline.trace_columns import TraceColumns
+from prefixscan.render import content_text
+
+COLS = ("request_id", "source_file", "source_line", "timestamp_s", "tenant", "conversation_id",
+        "conversation_inferred", "user", "model", "adapter", "cache_salt", "replica", "category", "turn_index",
+        "prompt_tokens", "head_tokens", "output_tokens", "actual_cached_tokens", "namespace")
+_DERIVED = ("prompt_tokens", "head_tokens", "namespace", "conversation_inferred")
+
+
+@dataclass
+class Batch:
+    """Consecutive accepted requests (input order): the columns as lists (`cols`, `hashes`, `snippets`,
+    `tokens` for --granularity token) or, for hashed traces, a frame with CSR blocks."""
+
+    block_size: int
+    hit_rule: str
+    cols: dict[str, list[Any]]
+    hashes: list[np.ndarray]
+    snippets: list[str]
+    frame: Any = None
+    offsets: np.ndarray | None = None
+    flat: np.ndarray | None = None
+    tokens: list[np.ndarray] | None = None
+
+
+@dataclass
+class PromptCheck:
+    """The log's own prompt token counts against prefixscan's: a wrong tokenizer or template shows here."""
+
+    compared: int = 0
+    differ: int = 0  # by more than 2% and 2 tokens
+    abs_diff: int = 0
+
+    def add(self, reported: int | None, ours: int) -> None:
+        if reported is None:
+            return
+        self.compared += 1
+        d = abs(reported - ours)
+        self.abs_diff += d
+        self.differ += d > 2 and d > 0.02 * max(reported, ours)
+
+
+@dataclass
+class Ingested:
+    """What read and encode learnt about the input once every Batch went out: the rejects, the counts
+    and what the summary says about the input."""
+
+    rejects: list[dict[str, Any]]
+    read: int
+    sources: list[Source]
+    shapes: dict[str, str]
+    block_size: int
+    hit_rule: str
+    tokenizer_id: str
+    template_version: str
+    approximate_template: bool
+    tokenizer_stats: dict[str, Any] = field(default_factory=dict)
+    input_ordered: int = 0  # records whose time is their place in input order (no clock, or --order input)
+    prompt_check: PromptCheck = field(default_factory=lambda: PromptCheck())
+    detector: Any = None  # prefixscan.detect.Detector when findings are on (fed here, finalised in detect)
+    conversations_inferred: int = 0  # chat requests given an inferred conversation id
+    conversations_continued: int = 0  # of those, requests found to continue an earlier request
+
+
+def _user_turns(messages: list[dict[str, Any]]) -> int:
+    return sum(1 for m in messages if m.get("role") == "user")
+
+
+def _snippet(r: Record) -> str:
+    """Where the prompt starts, kept in memory only; redacted when a prefixes row shows it."""
+    if r.messages:
+        return " | ".join(content_text(m.get("content"))[:80] for m in r.messages[:2])
+    return (r.prompt or "")[:160]
+
+
+def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None,
+           sink: Callable[[Batch], None] | None = None, sources: list[Source] | None = None,
+           one_chunk: bool = False, encoder: RecordEncoder | None = None) -> Ingested:
+    """Read and encode every input, handing each Batch to `sink` (dropped without one). `encoder`: encodes
+    text records in this process instead of a RecordEncoder and worker processes (the Ray engine's, which
+    looks up what the cluster encoded)."""
+    sources = sources if sources is not None else expand(list(cfg.inputs))
+    stage = EncodeStage(cfg, sources, one_chunk, encoder)
+    reader = Reader(cfg, sources, pc.POOL_BATCH if stage.n_workers else pc.BATCH, progress)
+    for batch in stage.batches(reader):
+        if sink is not None:
+            sink(batch)
+    return stage.result(reader)
+
+
+class EncodeStage:
+    """Consumes the read stage's events, yields Batches; `result` once they are all out."""
+
+    def __init__(self, cfg: AnalyzeConfig, sources: list[Source], one_chunk: bool = False,
+                 encoder: RecordEncoder | None = None) -> None:
+        self.cfg, self.sources, self.one_chunk = cfg, sources, one_chunk
+        self.keep_tokens = cfg.granularity == "token"
+        # A given encoder (the Ray engine's) encodes in this process: no workers are started.
+        self.n_workers = auto_workers(cfg, sum(s.size for s in sources)) if encoder is None else 0
+        self.encoder = encoder if encoder is not None else RecordEncoder(cfg, self.keep_tokens)
+        self.pool: EncodePool | None = None
+        self.pending: deque[list[Record]] = deque()
+        self.ident, self.stats = None, []  # the workers' tokenizer identity and counters, once closed
+        self.rejects: list[dict[str, Any]] = []
+        self.prompt_check = PromptCheck()
+        self.trace = TraceColumns()
+        self.mix_traces = trace_mixer(cfg)
+        self._new_columns()
+        self.detector = None  # findings: the detector sees each accepted chat record once, here
+        if cfg.findings:
+            from prefixscan.detect import Detector
+
+            self.detector = Detector(cfg.block_size)
+            self.detector.chains = shared_chain_cache(1.0, cfg)  # its rewrites hash as the run does (--hash)
+        self.infer = None
+        if cfg.infer_conversations:
+            from prefixscan.reuse.conversations import ConversationInference
+
+            self.infer = ConversationInference()
+
+    def _new_columns(self) -> None:
+        self.cols: dict[str, list[Any]] = {c: [] for c in COLS}
+        self.hashes: list[np.ndarray] = []
+        self.snippets: list[str] = []
+        self.tokens: list[np.ndarray] | None = [] if self.keep_tokens else None
+
+    def batches(self, reader: Reader) -> Iterator[Batch]:
+        self.block_rule = reader.block_rule
+        with ExitStack() as self.stack:  # stops the encode workers if reading fails
+            for ev in reader.events():
+                if isinstance(ev, Reject):
+                    self._reject(ev)
+                elif isinstance(ev, TraceChunk):
+                    self._drain()
+                    self.trace.add(ev.path, ev.line, ev.ts_s, ev.prompt, ev.root, ev.lengths, ev.flat, ints=ev.ints)
+                elif ev is CHUNK_END:
+                    yield from self._emit(chunk_done=True)
+                else:
+                    self._flush(ev)
+                    yield from self._emit()
+            self._drain()
+            yield from self._emit(final=True)
+            if self.pool is not None:
+                self.ident, self.stats = self.pool.close()
+
+    def _reject(self, r: Reject, drain: bool = True) -> None:
+        if self.cfg.strict:  # an earlier record may fail to encode: report the first bad record in the file
+            if drain:
+                self._drain()
+            raise RejectError(f"{r.source_file}:{r.source_line}: {r.reason}: {r.detail} "
+                              "(run without --strict to collect rejects)")
+        self.rejects.append({"source_file": r.source_file, "source_line": r.source_line, "reason": r.reason,
+                             "detail": r.detail})
+
+    def _flush(self, batch: list[Record]) -> None:
+        hashed = [r for r in batch if r.kind == "hashed"]
+        if hashed:  # traces are kept as arrays (no per-request lists); runs cannot mix them with text
+            self.trace.add_records(hashed, *self.mix_traces(hashed))
+        texty = [r for r in batch if r.kind != "hashed"]
+        if not texty:
+            return
+        if not self.n_workers:
+            self._accept(texty, self.encoder.encode(texty))
+            return
+        if self.pool is None:
+            self.pool = self.stack.enter_context(EncodePool(self.cfg, self.keep_tokens, self.n_workers, self.encoder))
+            if self.detector is not None:  # for the findings' token offsets and late rewrites, loaded if needed
+                self.detector.tokenizer = LazyTokenizer(self.encoder.load)
+        self.pool.submit("encode", texty)
+        self.pending.append(texty)
+        while self.pool.inflight > DEPTH:
+            self._take_one()
+
+    def _take_one(self) -> None:
+        """Take the oldest job's results back from the workers."""
+        kind, results = self.pool.collect()  # type: ignore[union-attr]
+        if kind == "encode":
+            self._accept(self.pending.popleft(), results)
+        else:
+            for rid, parts, n in results:
+                self.detector.put_rewritten(rid, parts, n)  # type: ignore[union-attr]
+
+    def _drain(self) -> None:
+        while self.pool is not None and self.pool.inflight:
+            self._take_one()
+
+    def _accept(self, texty: list[Record], results: list[Hashed | Rejected]) -> None:
+        """Encoded records into the columns (or the rejects), in input order; the detector sees them."""
+        for r, e in zip(texty, results, strict=True):
+            if isinstance(e, Rejected):
+                self._reject(Reject(r.source_file, r.source_line, e.reason, e.detail), drain=False)
+                continue
+            self._columns(r, e)
+        if self.detector is None:
+            return
+        if self.pool is None:
+            self.detector.flush(self.encoder.load())
+        elif self.detector.pending:  # with workers, a worker tokenises and hashes the rewrites as well
+            self.pool.submit("rewrite", self.detector.take_pending())
+
+    def _columns(self, r: Record, e: Hashed) -> None:
+        cols = self.cols
+        if r.turn_index is None and r.messages:
+            r.turn_index = _user_turns(r.messages) - 1 if _user_turns(r.messages) else None
+        inferred = self.infer is not None and r.conversation_id is None and bool(r.messages)
+        if inferred:
+            r.conversation_id = self.infer.assign(r.request_id, r.tenant, r.model, r.messages)  # type: ignore[union-attr]
+        cols["conversation_inferred"].append(inferred)
+        for c in COLS:
+            if c not in _DERIVED:
+                cols[c].append(getattr(r, c))
+        cols["prompt_tokens"].append(e.n_tokens)
+        self.prompt_check.add(r.reported_prompt_tokens, e.n_tokens)
+        cols["head_tokens"].append(e.head_tokens)
+        cols["namespace"].append(e.root)
+        self.hashes.append(e.hashes)
+        self.snippets.append(_snippet(r))
+        if self.tokens is not None:
+            self.tokens.append(e.tokens)
+        if self.detector is not None and r.kind == "chat":
+            self.detector.feed(r, e.root)
+
+    def _emit(self, final: bool = False, chunk_done: bool = False) -> Iterator[Batch]:
+        """What is collected as Batches: a trace every compiled chunk (or STREAM_TRACE_ROWS requests),
+        text every STREAM_TEXT_ROWS requests, and whatever is left at the end."""
+        if self.one_chunk and not final:
+            return
+        if self.trace.n and (final or chunk_done or self.trace.n >= pc.STREAM_TRACE_ROWS):
+            frame, off, flat = self.trace.finish()
+            self.trace = TraceColumns()
+            yield Batch(*self.block_rule(), cols={}, hashes=[], snippets=[], frame=frame, offsets=off, flat=flat)
+        if self.hashes and (final or len(self.hashes) >= pc.STREAM_TEXT_ROWS):
+            out = Batch(*self.block_rule(), cols=self.cols, hashes=self.hashes, snippets=self.snippets,
+                        tokens=self.tokens)
+            self._new_columns()
+            yield out
+
+    def result(self, reader: Reader) -> Ingested:
+        # Rejects in input order: an encoding failure is found after later lines' parse errors.
+        order = {src.path: i for i, src in enumerate(self.sources)}
+        self.rejects.sort(key=lambda x: (order.get(x["source_file"], len(order)), x["source_line"]))
+        ident = self.ident or self.encoder.identity()
+        tokenizer_stats = merge_stats([*self.stats, self.encoder.stats()])
+        if self.pool is not None:
+            tokenizer_stats.update(self.pool.counters())
+        bs, rule = reader.block_rule()
+        infer = self.infer
+        return Ingested(
+            rejects=self.rejects, read=reader.read, sources=self.sources, shapes=reader.shapes,
+            block_size=bs, hit_rule=rule, tokenizer_id=ident.id if ident else "none",
+            template_version=ident.template_version if ident else "none",
+            approximate_template=bool(ident and ident.approximate_template), tokenizer_stats=tokenizer_stats,
+            input_ordered=reader.ordered, prompt_check=self.prompt_check, detector=self.detector,
+            conversations_inferred=infer.inferred if infer is not None else 0,
+            conversations_continued=infer.continued if infer is not None else 0)

@@ -1,0 +1,246 @@
+"""`analyze`: the pipeline's stages run in data-flow order, one chunk at a time (docs/pipeline.md).
+
+read -> encode -> reuse (+ write the requests table) -> aggregate -> detect -> summary -> write. A log
+taken as one chunk (small logs, token granularity, a log not in time order) goes through the same code
+as a log streamed in many. Returns an AnalysisResult (tables + summary dict) and, given an output
+directory, writes the run directory. Reporters render the result; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from prefixscan import memory
+from prefixscan.config import AnalyzeConfig
+from prefixscan.errors import EnvError
+from prefixscan.io import rundir
+from prefixscan.io.sources import Source, check_output, expand
+from prefixscan.memory import peak_rss_mib
+from prefixscan.pipeline import aggregate, detect
+from prefixscan.pipeline.config import streams, validate
+from prefixscan.pipeline.encode import Batch, Ingested, ingest
+from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
+from prefixscan.pipeline.summary import build_summary
+from prefixscan.pipeline.write import OnDisk, write_run, writing
+from prefixscan.privacy import resolve_tenant_key
+from prefixscan.schema import REJECTS_SCHEMA
+
+Progress = Callable[[int, int, int], None]
+
+
+@dataclass
+class AnalysisResult:
+    """Everything `analyze` computed; `summary` is the stable JSON interface."""
+
+    config: AnalyzeConfig
+    summary: dict[str, Any]
+    tables: dict[str, pa.Table]
+    run_dir: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    findings: Any = None  # prefixscan.detect.FindingsResult (None with --no-findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.summary
+
+
+def analyze(*inputs: str, output: str | None = None, **options: Any) -> AnalysisResult:
+    """Python API: `prefixscan.analyze("logs/*.jsonl", output="run", tokenizer="hf:/models/llama")`."""
+    return run_analysis(AnalyzeConfig(inputs=tuple(inputs), output=output, **options))
+
+
+class Tables(dict):
+    """The result's tables by name; the requests table is read from its Parquet file on first access
+    (it is the size of the log)."""
+
+    def __getitem__(self, name: str) -> pa.Table:
+        t = super().__getitem__(name)
+        if isinstance(t, OnDisk):
+            t = pq.read_table(t.path)
+            self[name] = t
+        return t
+
+
+@dataclass
+class Reused:
+    """What the read, encode, reuse and aggregate stages leave for the rest."""
+
+    ing: Ingested
+    agg: pl.DataFrame  # the per-request hit-rate columns the summary reads (no text, no block lists)
+    side: aggregate.SideStats  # the summary's other per-request statistics
+    summaries: pl.DataFrame
+    prefixes: pl.DataFrame
+    curve: pa.Table
+    requests_path: Path  # the finished requests table (a temporary name inside the working directory)
+    rows: int
+
+
+class _Clock:
+    """Seconds and peak RSS per stage (the summary's `timings`)."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self.t0 = self.t = time.perf_counter()
+
+    def done(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.timings[f"{stage}_s"] = now - self.t
+        self.timings[f"peak_rss_mib_{stage}"] = peak_rss_mib()
+        self.t = now
+
+
+def run_analysis(cfg: AnalyzeConfig, progress: Progress | None = None) -> AnalysisResult:
+    """Run the whole analysis for a config; write the run directory when `cfg.output` is set."""
+    validate(cfg)
+    if cfg.hash_tenants:  # one key for the whole run: every chunk, the findings and the summary hash alike
+        cfg = replace(cfg, tenant_key=resolve_tenant_key(cfg.tenant_key))
+    sources = expand(list(cfg.inputs))  # once: the read stage reads these, and their size decides chunking
+    chunked = streams(cfg, sources)
+    if cfg.output:
+        check_output(cfg.output, cfg.inputs, sources)
+    # Built beside the target and swapped in on success (fails here, before the long work, if it cannot)
+    new = rundir.NewRun(cfg.output, cfg.force) if cfg.output else None
+    try:
+        result = _in_workdir(cfg, sources, chunked, new.path if new is not None else None, progress)
+    except EnvError as exc:
+        if new is None:
+            raise
+        new.abort()
+        raise EnvError(str(exc).replace(str(new.path), str(new.target))) from None  # name the run, not its temp
+    except BaseException:
+        if new is not None:
+            new.abort()
+        raise
+    if new is not None:
+        result.run_dir = str(new.commit())
+        for name, t in dict.items(result.tables):
+            if isinstance(t, OnDisk):
+                t.path = new.target / f"{name}.parquet"
+    return result
+
+
+def _in_workdir(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, run_path: Path | None,
+                progress: Progress | None) -> AnalysisResult:
+    """The analysis in the run being built, or (no run directory) in a scratch directory removed after."""
+    scratch = None if run_path is not None else Path(tempfile.mkdtemp(prefix="prefixscan-"))
+    try:
+        result = _analyse(cfg, sources, chunked, run_path or scratch, run_path, progress)  # type: ignore[arg-type]
+        if scratch is not None:  # the requests table leaves the scratch directory in memory
+            result.tables["requests"]  # noqa: B018 - Tables reads it on access
+        return result
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _analyse(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, work: Path, run_path: Path | None,
+             progress: Progress | None) -> AnalysisResult:
+    clock, notes = _Clock(), []
+    try:
+        reused = _reuse(cfg, sources, work, progress, clock, one_chunk=not chunked)
+    except OutOfOrder as exc:
+        notes.append(f"The log is not in time order ({exc}); it was analysed in memory instead of streamed, "
+                     "so memory grew with the whole log. Sort it by time to analyse it in bounded memory.")
+        clock = _Clock()
+        reused = _reuse(cfg, sources, work, progress, clock, one_chunk=True)
+    try:
+        return _finish(cfg, reused, clock, notes, run_path)
+    except BaseException:
+        # The requests table is still a temporary file in the run directory: leave none behind
+        # (a directory with stray files and no manifest would refuse a later --force).
+        reused.requests_path.unlink(missing_ok=True)
+        raise
+
+
+def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Progress | None, clock: _Clock,
+           one_chunk: bool) -> Reused:
+    """Read, encode, reuse and write requests in one pass over the chunks, then the capacity curve and the
+    aggregates. `one_chunk`: the whole log as one chunk (held in memory, any order)."""
+    memory.fixed_mmap_threshold()
+    fd, tmp = tempfile.mkstemp(dir=work, prefix=".requests.", suffix=".tmp")
+    os.close(fd)
+    spill = tempfile.mkdtemp(dir=work, prefix=".spill.")
+    stream = RequestStream(cfg, Path(tmp), spill)
+
+    def feed(batch: Batch) -> None:
+        with writing(work):
+            stream.feed(batch)
+
+    try:
+        if cfg.engine == "ray":  # encoded on a Ray cluster, then this one-chunk path (prefixscan.distributed)
+            from prefixscan.distributed.engine import ray_ingest
+
+            ing = ray_ingest(cfg, progress, sources, work, sink=feed)
+        else:
+            ing = ingest(cfg, progress, sink=feed, sources=sources, one_chunk=one_chunk)
+        with writing(work):
+            stream.close()
+        n_distinct = stream.ideal.n_distinct
+        stream.ideal.release()
+        memory.trim()
+        clock.done("ingest")
+        clock.done("reuse")  # reuse ran chunk by chunk inside the ingest
+        # The capacity curve first: its state then never shares the process with the aggregates' columns.
+        curve = aggregate.capacity(cfg, stream, n_distinct, ing.block_size, ing.hit_rule, work)
+        memory.trim()
+        clock.done("capacity")
+        agg, side, summaries, prefixes = aggregate.aggregates(cfg, stream, Path(tmp))
+        memory.trim()
+        clock.done("aggregate")
+    except BaseException:
+        _discard(stream, tmp, spill)
+        raise
+    _discard(stream, None, spill)
+    return Reused(ing, agg, side, summaries, prefixes, curve, Path(tmp), stream.seq)
+
+
+def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
+    if stream.capacity is not None:
+        stream.capacity.close()
+    for kept in (stream.source, stream.deepest, stream.blocks):
+        kept.f.close()
+    shutil.rmtree(spill, ignore_errors=True)
+    if tmp is not None and os.path.exists(tmp):
+        stream.out.abandon()
+        os.remove(tmp)
+
+
+def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_path: Path | None) -> AnalysisResult:
+    """Findings, miss attribution, summary and the run directory of the reused log."""
+    timings, ing = clock.timings, r.ing
+    # Findings (issue 3): finalise the detector the encode stage fed; counterfactual re-analysis.
+    fres = detect.findings(cfg, ing, r.agg, r.requests_path)
+    timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest
+    timings["peak_rss_mib_findings"] = peak_rss_mib()
+    rejects = pa.Table.from_pylist(ing.rejects, schema=REJECTS_SCHEMA)
+    tables = Tables({"requests": OnDisk(r.requests_path, r.rows), "rejects": rejects,
+                     "summaries": r.summaries.to_arrow(), "prefixes": r.prefixes.to_arrow(), "capacity_curve": r.curve})
+    if fres is not None:
+        tables.update(fres.tables())
+    t_att = time.perf_counter()
+    attribution = detect.misses(ing, cfg, r.requests_path, fres)
+    tables["misses"] = attribution.table
+    timings["attribution_s"] = time.perf_counter() - t_att
+    summary = build_summary(cfg, ing, r.agg, r.summaries, r.prefixes, r.curve, r.side)
+    summary["miss_attribution"] = attribution.summary
+    summary["notes"] += notes
+    if fres is not None:
+        summary["findings"] = fres.to_json()
+        summary["counterfactual"] = fres.counterfactual.to_json()
+    timings["total_s"] = time.perf_counter() - clock.t0
+    summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    result = AnalysisResult(cfg, summary, tables, timings=timings, findings=fres)
+    if run_path is not None:
+        write_run(run_path, cfg, ing, tables, summary)
+        result.run_dir = str(run_path)
+    return result

@@ -1,0 +1,136 @@
+"""Write stage: the run directory's files — the requests table row group by row group as chunks come,
+the other tables and the manifest at the end.
+
+Every table is written with `rundir.write_table`'s settings and row-group cuts (`rundir.group_ends`), so
+a requests table written chunk by chunk has the bytes of one written at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from prefixscan import __version__
+from prefixscan.config import AnalyzeConfig
+from prefixscan.io import rundir
+from prefixscan.io.atomic import env_error
+from prefixscan.io.modes import MANIFEST_KEY as MODE_KEY
+from prefixscan.io.modes import apply_mode, input_mode
+from prefixscan.pipeline.encode import Ingested
+from prefixscan.privacy import scrub_command_line
+from prefixscan.schema import REQUESTS_SCHEMA
+
+
+class RowGroups:
+    """requests.parquet written group by group, with the settings and group cuts of `rundir.write_table`
+    (`rundir.group_ends`), so a streamed file has the bytes of one written at once."""
+
+    def __init__(self, path: Path, target: Path) -> None:
+        self.path, self.target = path, target  # the file written, and the name errors give (the run's table)
+        self.parts: list[pa.Table] = []
+        self.lengths: list[np.ndarray] = []
+        self.writer: pq.ParquetWriter | None = None
+        self.file: Any = None
+
+    def write(self, table: pa.Table, lengths: np.ndarray) -> None:
+        """Buffer rows (with their block counts); write every group that can no longer grow."""
+        self.parts.append(table)
+        self.lengths.append(np.asarray(lengths, dtype=np.int64))
+        ends = rundir.group_ends(np.concatenate(self.lengths))
+        full = ends[-1] - (ends[-2] if len(ends) > 1 else 0) == rundir.ROW_GROUP_SIZE
+        self._flush(ends if full else ends[:-1])
+
+    def _flush(self, ends: list[int]) -> None:
+        if not ends:
+            return
+        whole = pa.concat_tables(self.parts)
+        try:
+            if self.writer is None:
+                # through a Python file, so a full disk or file-size limit arrives with its errno
+                self.file = open(self.path, "wb")  # noqa: SIM115 - closed in close() or _discard
+                self.writer = pq.ParquetWriter(self.file, REQUESTS_SCHEMA, **rundir.parquet_options(REQUESTS_SCHEMA))
+            start = 0
+            for end in ends:
+                rundir.write_group(self.writer, whole.slice(start, end - start))
+                start = end
+        except OSError as exc:
+            raise env_error(exc, self.target) from None
+        rest = whole.slice(start)
+        lengths = np.concatenate(self.lengths)[start:]
+        self.parts, self.lengths = ([rest], [lengths]) if rest.num_rows else ([], [])
+
+    def close(self) -> None:
+        if self.parts:
+            self._flush(rundir.group_ends(np.concatenate(self.lengths)))
+        try:
+            if self.writer is not None:
+                self.writer.close()
+                self.file.close()
+            else:  # no rows: the same empty file a table written at once has
+                rundir.write_parquet(REQUESTS_SCHEMA.empty_table(), self.path)
+        except OSError as exc:
+            raise env_error(exc, self.target) from None
+
+    def abandon(self) -> None:
+        """Close what is open after a failure (the caller removes the file)."""
+        for f in (self.writer, self.file):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+
+
+@contextmanager
+def writing(run_path: Path) -> Iterator[None]:
+    """A failed write of the run's working files (the requests table, spills) as a one-line EnvError
+    naming the run."""
+    try:
+        yield
+    except OSError as exc:
+        raise env_error(exc, run_path) from None
+
+
+class OnDisk:
+    """A table already written to the run directory, read only if someone asks for it."""
+
+    def __init__(self, path: Path, rows: int) -> None:
+        self.path, self.num_rows = path, rows
+
+
+def write_run(run_path: Path, cfg: AnalyzeConfig, ing: Ingested, tables: dict[str, Any],
+              summary: dict[str, Any]) -> None:
+    """The tables (a requests table already on disk is moved in), then the manifest, then the modes."""
+    for name, t in dict.items(tables):
+        if isinstance(t, OnDisk):
+            os.replace(t.path, run_path / f"{name}.parquet")
+            t.path = run_path / f"{name}.parquet"
+        else:
+            rundir.write_table(run_path, name, t)
+    mode = input_mode(s.path for s in ing.sources)
+    rundir.write_manifest(run_path, {**_manifest(cfg, ing, tables, summary), MODE_KEY: f"{mode:04o}"})
+    apply_mode(run_path, mode)  # every file of the run as private as the least readable input
+
+
+def _manifest(cfg: AnalyzeConfig, ing: Ingested, tables: dict[str, pa.Table], summary: dict[str, Any]) -> dict:
+    return {
+        "tool": "prefixscan", "version": __version__,
+        "command_line": scrub_command_line(cfg.command_line or shlex.join(sys.argv)),
+        "config": {**replace(cfg, extras={}).to_json(), "block_size": ing.block_size, "hit_rule": ing.hit_rule,
+                   "token_block_size": cfg.block_size},
+        "inputs": [s.to_json() for s in ing.sources],
+        "tables": {name: {"rows": t.num_rows, "stage": "analyze"} for name, t in dict.items(tables)},
+        # The whole summary, so reports and later commands re-render without re-analysing.
+        "analyze": {"timings": summary.get("timings", {}), "hit_rate": summary["hit_rate"],
+                    "requests": summary["requests"], "summary": summary},
+    }
