@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -368,3 +369,34 @@ def write_markdown(path: Path, meta: dict[str, Any], rows: list[RowResult], extr
         fixed.append(ln)
     lines = fixed + extra
     path.write_text("\n".join(lines) + "\n")
+
+
+def _frame(f: str) -> str:
+    """A py-spy frame as `function (path)`, the path relative to site-packages or the repository."""
+    fn, _, loc = f.partition(" (")
+    path = loc.split(":")[0]
+    for cut in ("site-packages/", str(ROOT) + "/"):
+        if cut in path:
+            path = path.split(cut, 1)[1]
+    return f"{fn} ({path})"
+
+
+def collapsed_stacks(raw: Path) -> tuple[Counter[str], Counter[str], int]:
+    """(samples by own function, samples by function anywhere on the stack, total samples) of a py-spy
+    `--format raw` file; `process ...` frames (from `--subprocesses`) are not functions and are skipped."""
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    samples = 0
+    for line in raw.read_text().splitlines():
+        stack, _, cnt = line.rpartition(" ")
+        if not stack or not cnt.isdigit():
+            continue
+        c = int(cnt)
+        samples += c
+        names = [_frame(f.strip()) for f in stack.split(";") if f.strip() and not f.strip().startswith("process ")]
+        if not names:
+            continue
+        own[names[-1]] += c
+        for nm in set(names):
+            total[nm] += c
+    return own, total, samples

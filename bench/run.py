@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 import traceback
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,6 +31,7 @@ from common import (  # noqa: E402
     PY,
     ROOT,
     RowResult,
+    collapsed_stacks,
     machine_info,
     rel,
     run,
@@ -63,34 +63,13 @@ def ensure_peers(lg: Path, rows: list[int] | None = None) -> str:
     return "ok"
 
 
-def _frame(f: str) -> str:
-    fn, _, loc = f.partition(" (")
-    path = loc.split(":")[0]
-    for cut in ("site-packages/", str(ROOT) + "/"):
-        if cut in path:
-            path = path.split(cut, 1)[1]
-    return f"{fn} ({path})"
-
-
 def _one_profile(label: str, args: list[str], raw: Path, lg: Path) -> list[str]:
     cmd = [str(PEERS_BIN / "py-spy"), "record", "--format", "raw", "-o", rel(raw), "--rate", "100", "--", PS,
            *args, "-q"]
     r = run(cmd, check=False, log=lg)
     if r.rc != 0 or not raw.exists():
         return ["", f"### {label}", "", f"py-spy failed (rc={r.rc}): `{r.stderr.strip()[-300:]}`"]
-    own: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    samples = 0
-    for line in raw.read_text().splitlines():
-        stack, _, cnt = line.rpartition(" ")
-        if not stack or not cnt.isdigit():
-            continue
-        c = int(cnt)
-        samples += c
-        names = [_frame(f.strip()) for f in stack.split(";") if f.strip()]
-        own[names[-1]] += c
-        for nm in set(names):
-            total[nm] += c
+    own, total, samples = collapsed_stacks(raw)
     out = ["", f"### {label}", "", f"`{shlex.join(cmd).replace(str(ROOT) + '/', '')}` ({samples:,} samples at "
            f"100 Hz, {r.seconds:.1f} s wall). Raw collapsed stacks: `{rel(raw)}`.", "",
            "Top functions by own time (the line that was running):", "", "| own % | function |", "|---:|---|"]
