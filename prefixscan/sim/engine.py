@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -25,218 +25,167 @@ from prefixscan.sim.config import SimConfig
 from prefixscan.sim.disagg import Disaggregation
 from prefixscan.sim.knowledge import make_view
 from prefixscan.sim.kvcache import KVState
+from prefixscan.sim.outcome import (  # noqa: F401 - re-exported: the engines' shared budget helpers
+    Outcome,
+    _capacity,
+    generated_blocks,
+    max_hit_blocks,
+    request_budget,
+    table_offsets,
+)
 from prefixscan.sim.policies.base import ClusterView, Policy, Req
 from prefixscan.sim.tiers import make_tiers
 from prefixscan.sim.timing import ServingModel
 from prefixscan.sim.workload import Workload
 
 DECODE_DONE, PREFILL_DONE = 0, 1  # at equal times, completions free resources before later work
-
-
-@dataclass
-class Outcome:
-    """Per-request arrays (workload order) and per-replica counters of one policy's replay."""
-
-    policy: str
-    n_slots: int
-    replica: np.ndarray
-    start_s: np.ndarray
-    first_token_s: np.ndarray
-    finish_s: np.ndarray
-    cached_tokens: np.ndarray
-    predicted_cached: np.ndarray
-    best_cached: np.ndarray  # most cached tokens any active replica held at routing (exact)
-    routed_cached: np.ndarray  # cached tokens the chosen replica held at routing (exact)
-    routed_blocks: np.ndarray  # leading blocks the chosen replica held at routing (exact)
-    prefill_s: np.ndarray
-    reason: np.ndarray  # int16 code into `reasons`
-    reasons: list[str]
-    cand_ids: np.ndarray  # int32: every request's candidate replicas, best first, concatenated
-    cand_off: np.ndarray  # int64 [n + 1]: request i's candidates are cand_ids[cand_off[i]:cand_off[i + 1]]
-    evictions: np.ndarray
-    evict_age_sum: np.ndarray
-    evict_hist: np.ndarray
-    area_outstanding: np.ndarray  # integral of in-flight requests over time, per replica
-    area_waiting: np.ndarray
-    horizon_s: float
-    oversized: int
-    knowledge: str
-    extra: dict = field(default_factory=dict)
-    tiers: dict = field(default_factory=dict)  # per-request tier / disaggregation arrays and counters
-
-    @property
-    def candidates(self) -> list[tuple[int, ...]]:
-        """Per-request candidate tuples (the decision log's `candidate_replicas`)."""
-        ids, off = self.cand_ids.tolist(), self.cand_off.tolist()
-        return [tuple(ids[off[i] : off[i + 1]]) for i in range(len(off) - 1)]
-
-
-def _capacity(cfg: SimConfig, w: Workload) -> int:
-    if cfg.unbounded_kv:
-        # every block any request could pin at once, so nothing is ever evicted
-        return int(w.offsets[-1]) + int(w.output_tokens.sum() // max(w.block_size, 1)) + 2 * w.n + 1
-    if cfg.kv_blocks is not None:
-        return int(cfg.kv_blocks)
-    from prefixscan.sim.timing import kv_capacity_blocks
-
-    return kv_capacity_blocks(
-        cfg.model, cfg.gpu, cfg.dtype, w.block_size, cfg.tensor_parallel, cfg.gpu_memory_utilization
-    )
-
-
-def request_budget(w: Workload, cfg: SimConfig, capacity: int) -> tuple[np.ndarray, ...]:
-    """(listed blocks, pinned prompt blocks, other blocks of the table, oversized count) per request.
-
-    A request's block table (vLLM's block pool, `kvcache.py`) holds its full prompt blocks (truncated if
-    they exceed a whole replica, whose block 0 is the null block), then its partial last prompt block
-    and, with `reserve_decode_blocks`, the blocks of the tokens it computes while decoding: vLLM computes
-    the KV of prompt + output - 1 tokens (the last generated token is never fed back).
-    """
-    usable = max(capacity - 1, 0)
-    nb = np.diff(w.offsets)
-    computed = w.prompt_tokens + (np.maximum(w.output_tokens - 1, 0) if cfg.reserve_decode_blocks else 0)
-    total = np.maximum(nb, -(-computed // w.block_size))
-    pin_n = np.minimum(nb, usable)
-    extra = np.minimum(total - nb, usable - pin_n)
-    return nb, pin_n, extra, int((nb > usable).sum())
-
-
-def max_hit_blocks(w: Workload, pin: np.ndarray) -> np.ndarray:
-    """Most leading blocks a request's lookup may use: its hit cap in whole blocks (vLLM stops at
-    floor((n-1)/B) blocks; a trace's partial last block may hit), within its pinned blocks."""
-    return np.minimum(pin, -(-w.hit_cap // max(w.block_size, 1)))
-
-
-def table_offsets(pin: np.ndarray, extra: np.ndarray) -> np.ndarray:
-    """Where each request's block table starts in one flat int32 array (the last entry is its size)."""
-    off = np.zeros(len(pin) + 1, dtype=np.int64)
-    np.cumsum(pin + extra, out=off[1:])
-    return off
-
-
-def generated_blocks(prompt: int, output: int, block_size: int) -> int:
-    """Full blocks a finished request's KV covers: prompt + output - 1 tokens (the last generated token's
-    KV is never computed)."""
-    return max(prompt + output - 1, 0) // block_size
+TAKEN = -2  # `just_prefilled` once the loop took that request's instant handoff
 
 
 def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, capacity: int) -> Outcome:
     """Route every request once and serve it; returns the outcome arrays."""
-    n_add = sum(1 for e in cfg.events if e.action == "add")
-    slots = cfg.replicas + n_add
-    kv = KVState(slots, w.n_unique, capacity)
-    tiers = make_tiers(cfg, w.block_size, slots, w.n)
-    pool = Disaggregation(w, cfg, capacity) if cfg.disaggregated else None
-    kmode = policy.knowledge_mode(cfg.knowledge)
-    vopts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
-    vopts.update(policy.view_options())
-    know = make_view(kmode, kv, **vopts)
-    rng = np.random.default_rng([cfg.seed, sum(map(ord, policy.name))])
-    cv = ClusterView(slots, serving, know, w, capacity, rng)
-    cv.set_active(np.arange(cfg.replicas))
-    cv.kv_available[:] = kv.available(0)
-    n = w.n
-    B = w.block_size
-    replica = np.full(n, -1, dtype=np.int32)
-    start = np.full(n, np.nan)
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    cached = np.zeros(n, dtype=np.int64)
-    predicted = np.zeros(n, dtype=np.int64)
-    best = np.zeros(n, dtype=np.int64)
-    routed = np.zeros(n, dtype=np.int64)
-    routed_k = np.zeros(n, dtype=np.int32)
-    pre_s = np.zeros(n, dtype=np.float64)
-    pred_s = np.zeros(n, dtype=np.float64)
-    reason = np.zeros(n, dtype=np.int16)
-    reasons: list[str] = []
-    reason_code: dict[str, int] = {}
-    cands: list[tuple[int, ...]] = [()] * n
-    # a prefill worker of a disaggregated fleet computes the prompt only: no decode blocks reserved
-    nb, pin_n, extra, oversized = request_budget(w, replace(cfg, reserve_decode_blocks=False) if pool else cfg,
-                                                 capacity)
-    toff = table_offsets(pin_n, extra)
-    tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
-    maxhit_l, toff_l = max_hit_blocks(w, pin_n).tolist(), toff.tolist()
-    # plain Python lists for per-request constants: indexing numpy arrays in the hot loop costs ~10x more
-    off_l, pin_l, extra_l, nb_l = w.offsets.tolist(), pin_n.tolist(), extra.tolist(), nb.tolist()
-    prompt_l, out_l, cap_l = w.prompt_tokens.tolist(), w.output_tokens.tolist(), w.hit_cap.tolist()
-    tenant_l, conv_l = w.tenant.tolist(), w.conv_key.tolist()
-    wb = w.blocks
-    waiting: list[deque[int]] = [deque() for _ in range(slots)]
-    lane_busy = [0] * slots  # prefills of the step running on each replica
-    load_l = [0.0] * n  # seconds to load each request's lower-tier blocks (0 without tiers)
-    batch_limit = cfg.max_num_seqs if cfg.batch_prefills else 1
-    running = [0] * slots
-    last_t = [0.0] * slots
-    area_out = [0.0] * slots
-    area_wait = [0.0] * slots
-    n_inflight = [0] * slots
-    n_waiting = [0] * slots
-    exact_buf = np.zeros(slots, dtype=np.int64)
-    exact_view = kmode == "exact" or (kmode == "delayed" and cfg.event_delay_s == 0)
-    heap: list[tuple[float, int, int, int, int]] = []
-    counter = 0
-    events = sorted(cfg.events, key=lambda e: e.time_s)
-    ev_i = 0
-    next_add = cfg.replicas
-    max_seqs = cfg.max_num_seqs
-    push = heapq.heappush
+    return _Replay(w, policy, cfg, serving, capacity).run()
 
-    def account(r: int, now: float) -> None:
-        dt = now - last_t[r]
+
+class _Replay:
+    """The state of one replay and its event handlers. Per-request constants are plain Python lists:
+    indexing numpy arrays in the hot loop costs ~10x more."""
+
+    def __init__(self, w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, capacity: int) -> None:
+        self.w, self.policy, self.cfg, self.serving = w, policy, cfg, serving
+        self.slots = slots = cfg.replicas + sum(1 for e in cfg.events if e.action == "add")
+        self.kv = KVState(slots, w.n_unique, capacity)
+        self.tiers = make_tiers(cfg, w.block_size, slots, w.n)
+        self.pool = Disaggregation(w, cfg, capacity) if cfg.disaggregated else None
+        self.kmode = policy.knowledge_mode(cfg.knowledge)
+        vopts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
+        vopts.update(policy.view_options())
+        self.know = make_view(self.kmode, self.kv, **vopts)
+        rng = np.random.default_rng([cfg.seed, sum(map(ord, policy.name))])
+        self.cv = ClusterView(slots, serving, self.know, w, capacity, rng)
+        self.cv.set_active(np.arange(cfg.replicas))
+        self.cv.kv_available[:] = self.kv.available(0)
+        self.B = w.block_size
+        self._outcome_arrays(w.n)
+        self._budgets(w, cfg, capacity)
+        self._replica_state(slots)
+        self.exact_buf = np.zeros(slots, dtype=np.int64)
+        self.exact_view = self.kmode == "exact" or (self.kmode == "delayed" and cfg.event_delay_s == 0)
+        # policies with a view of their own (SGLang's tree, approximate modes) never see lower tiers
+        self.see_tiers = cfg.router_sees_tiers and self.exact_view
+        self.gen_on = cfg.cache_generated and self.pool is None  # a prefill worker never holds the answer
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.counter = 0
+        self.events = sorted(cfg.events, key=lambda e: e.time_s)
+        self.next_add = cfg.replicas
+        self.now = 0.0
+        self.just_prefilled = -1  # the request whose prefill ended, while its handoff is being scheduled
+
+    def _outcome_arrays(self, n: int) -> None:
+        self.replica = np.full(n, -1, dtype=np.int32)
+        self.start = np.full(n, np.nan)
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.cached = np.zeros(n, dtype=np.int64)
+        self.predicted = np.zeros(n, dtype=np.int64)
+        self.best = np.zeros(n, dtype=np.int64)
+        self.routed = np.zeros(n, dtype=np.int64)
+        self.routed_k = np.zeros(n, dtype=np.int32)
+        self.pre_s = np.zeros(n, dtype=np.float64)
+        self.pred_s = np.zeros(n, dtype=np.float64)
+        self.reason = np.zeros(n, dtype=np.int16)
+        self.reasons: list[str] = []
+        self.reason_code: dict[str, int] = {}
+        self.cands: list[tuple[int, ...]] = [()] * n
+        self.load_l = [0.0] * n  # seconds to load each request's lower-tier blocks (0 without tiers)
+
+    def _budgets(self, w: Workload, cfg: SimConfig, capacity: int) -> None:
+        # a prefill worker of a disaggregated fleet computes the prompt only: no decode blocks reserved
+        nb, pin_n, extra, self.oversized = request_budget(
+            w, replace(cfg, reserve_decode_blocks=False) if self.pool else cfg, capacity)
+        toff = table_offsets(pin_n, extra)
+        self.tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
+        self.maxhit_l, self.toff_l = max_hit_blocks(w, pin_n).tolist(), toff.tolist()
+        self.off_l, self.pin_l, self.extra_l = w.offsets.tolist(), pin_n.tolist(), extra.tolist()
+        self.nb_l, self.prompt_l = nb.tolist(), w.prompt_tokens.tolist()
+        self.out_l, self.cap_l = w.output_tokens.tolist(), w.hit_cap.tolist()
+        self.tenant_l, self.conv_l = w.tenant.tolist(), w.conv_key.tolist()
+        self.nxt_l = w.next_in_conv.tolist()
+        self.wb = w.blocks
+
+    def _replica_state(self, slots: int) -> None:
+        self.waiting: list[deque[int]] = [deque() for _ in range(slots)]
+        self.lane_busy = [0] * slots  # prefills of the step running on each replica
+        self.batch_limit = self.cfg.max_num_seqs if self.cfg.batch_prefills else 1
+        self.running = [0] * slots
+        self.last_t = [0.0] * slots
+        self.area_out = [0.0] * slots
+        self.area_wait = [0.0] * slots
+        self.n_inflight = [0] * slots
+        self.n_waiting = [0] * slots
+
+    def account(self, r: int, now: float) -> None:
+        dt = now - self.last_t[r]
         if dt > 0:
-            area_out[r] += dt * n_inflight[r]
-            area_wait[r] += dt * n_waiting[r]
-            last_t[r] = now
+            self.area_out[r] += dt * self.n_inflight[r]
+            self.area_wait[r] += dt * self.n_waiting[r]
+            self.last_t[r] = now
 
-    def admit_head(r: int, now: float) -> int:
+    def admit_head(self, r: int, now: float) -> int:
         """Admit replica r's queue head if its blocks fit: its cached tokens; -1 when it must wait."""
-        q = waiting[r]
+        kv, cv, tiers = self.kv, self.cv, self.tiers
+        q = self.waiting[r]
         i = q[0]
-        s = off_l[i]
-        blocks = wb[s : s + pin_l[i]]
+        s = self.off_l[i]
+        pin, maxhit = self.pin_l[i], self.maxhit_l[i]
+        blocks = self.wb[s : s + pin]
         if tiers is not None:  # the lookup precedes allocation: what lower tiers hold before any eviction
-            nh, ns = tiers.extend(r, blocks, min(kv.match(r, blocks), maxhit_l[i]), maxhit_l[i], now)
-        k, ne = kv.admit(r, blocks, maxhit_l[i], pin_l[i] + extra_l[i], now, tbl[toff_l[i] : toff_l[i + 1]])
+            nh, ns = tiers.extend(r, blocks, min(kv.match(r, blocks), maxhit), maxhit, now)
+        need = pin + self.extra_l[i]
+        k, ne = kv.admit(r, blocks, maxhit, need, now, self.tbl[self.toff_l[i] : self.toff_l[i + 1]])
         if k < 0:
             return -1  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
         cv.kv_available[r] = kv.available(r)
         q.popleft()
-        account(r, now)
-        n_waiting[r] -= 1
-        cv.waiting[r] = n_waiting[r]
-        cv.queued_prefill_s[r] = max(cv.queued_prefill_s[r] - pred_s[i], 0.0) if q else 0.0
-        cv.queued_blocks[r] -= pin_l[i] + extra_l[i]
-        know.on_store(r, blocks[k:], now)
+        self.account(r, now)
+        self.n_waiting[r] -= 1
+        cv.waiting[r] = self.n_waiting[r]
+        cv.queued_prefill_s[r] = max(cv.queued_prefill_s[r] - self.pred_s[i], 0.0) if q else 0.0
+        cv.queued_blocks[r] -= need
+        self.know.on_store(r, blocks[k:], now)
         if ne:
-            know.on_evict(r, kv.scratch[:ne], now)
-        c = min(k * B, cap_l[i])
+            self.know.on_evict(r, kv.scratch[:ne], now)
+        c = min(k * self.B, self.cap_l[i])
         if tiers is not None:
-            c, load_l[i] = tiers.admitted(i, r, blocks, k, nh, ns, cap_l[i], kv.scratch[:ne], now)
-        cached[i] = c
-        running[r] += 1
+            c, self.load_l[i] = tiers.admitted(i, r, blocks, k, nh, ns, self.cap_l[i], kv.scratch[:ne], now)
+        self.cached[i] = c
+        self.running[r] += 1
         return i
 
-    def try_start(r: int, now: float) -> None:
-        """Start the next prefill step: the queue head, or with `batch_prefills` every head that fits
-        (vLLM's step: up to max_num_seqs running, prompts within the token budget; one duration)."""
-        nonlocal counter
-        q = waiting[r]
-        if lane_busy[r] or not q or running[r] >= max_seqs:
-            return
-        decoding = int(cv.decoding[r])
-        room = serving.token_budget - decoding
+    def _admit_batch(self, r: int, now: float, room: int) -> list[int]:
+        """The requests of the next prefill step: the queue head, or with `batch_prefills` every head that
+        fits (up to max_num_seqs running, prompts within the step's token budget)."""
+        q, prompt_l = self.waiting[r], self.prompt_l
+        max_seqs = self.cfg.max_num_seqs
         batch: list[int] = []
         tokens = 0
-        while q and running[r] < max_seqs and len(batch) < batch_limit:
+        while q and self.running[r] < max_seqs and len(batch) < self.batch_limit:
             if batch and tokens + prompt_l[q[0]] > room:
                 break  # the step's token budget (checked on whole prompts: no chunking)
-            i = admit_head(r, now)
+            i = self.admit_head(r, now)
             if i < 0:
                 break
             batch.append(i)
             tokens += prompt_l[i]
+        return batch
+
+    def try_start(self, r: int, now: float) -> None:
+        """Start the next prefill step (vLLM's step: one duration for the batch)."""
+        if self.lane_busy[r] or not self.waiting[r] or self.running[r] >= self.cfg.max_num_seqs:
+            return
+        serving, prompt_l, cached, load_l = self.serving, self.prompt_l, self.cached, self.load_l
+        decoding = int(self.cv.decoding[r])
+        batch = self._admit_batch(r, now, serving.token_budget - decoding)
         if not batch:
             return
         if len(batch) == 1:
@@ -245,201 +194,204 @@ def replay(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, c
         else:  # lower-tier loads of one step overlap; the slowest delays the step
             dur = max(load_l[i] for i in batch) + serving.prefill_batch_s(
                 [prompt_l[i] - cached[i] for i in batch], [cached[i] for i in batch], decoding)
-        lane_busy[r] = len(batch)
-        cv.lane_until[r] = now + dur
+        self.lane_busy[r] = len(batch)
+        self.cv.lane_until[r] = now + dur
         for i in batch:
-            pre_s[i] = dur
-            start[i] = now
-            counter += 1
-            push(heap, (now + dur, PREFILL_DONE, counter, r, i))
+            self.pre_s[i] = dur
+            self.start[i] = now
+            self.counter += 1
+            heapq.heappush(self.heap, (now + dur, PREFILL_DONE, self.counter, r, i))
 
-    def route(i: int, now: float) -> None:
-        s, e = off_l[i], off_l[i + 1]
-        blocks = wb[s:e]
-        req = Req(i, blocks, prompt_l[i], out_l[i], tenant_l[i], conv_l[i], now)
-        cv.now = now
-        kv.match_all(blocks, exact_buf)
-        if see_tiers:  # Dynamo / llm-d score lower-tier residency too
+    def _exact_matches(self, blocks: np.ndarray, i: int, now: float) -> None:
+        """Every replica's leading cached blocks for this request, into exact_buf (and the policies' view)."""
+        cv, buf = self.cv, self.exact_buf
+        self.kv.match_all(blocks, buf)
+        if self.see_tiers:  # Dynamo / llm-d score lower-tier residency too
             for a in cv.active_idx.tolist():
-                exact_buf[a] += sum(tiers.extend(a, blocks, int(exact_buf[a]), len(blocks), now))
-        if exact_view:
-            cv._match_buf[:] = exact_buf
+                buf[a] += sum(self.tiers.extend(a, blocks, int(buf[a]), len(blocks), now))
+        if self.exact_view:
+            cv._match_buf[:] = buf
             cv._match_for = i
-        d = policy.choose(req, cv)
+
+    def route(self, i: int, now: float) -> None:
+        cv, B, cap = self.cv, self.B, self.cap_l[i]
+        blocks = self.wb[self.off_l[i] : self.off_l[i + 1]]
+        req = Req(i, blocks, self.prompt_l[i], self.out_l[i], self.tenant_l[i], self.conv_l[i], now)
+        cv.now = now
+        self._exact_matches(blocks, i, now)
+        d = self.policy.choose(req, cv)
         r = d.replica
         if not cv.active[r]:
-            raise RuntimeError(f"policy {policy.name} chose inactive replica {r}")
-        code = reason_code.get(d.reason)
+            raise RuntimeError(f"policy {self.policy.name} chose inactive replica {r}")
+        code = self.reason_code.get(d.reason)
         if code is None:
-            code = reason_code[d.reason] = len(reasons)
-            reasons.append(d.reason)
-        replica[i], reason[i], cands[i], predicted[i] = r, code, d.candidates, d.predicted_cached_tokens
-        kmax = int(exact_buf[cv.active_idx].max()) if len(cv.active_idx) > 1 else int(exact_buf[r])
-        best[i] = min(kmax * B, cap_l[i])
-        kr = int(exact_buf[r])
-        routed_k[i] = kr
-        rc = min(kr * B, cap_l[i])
-        routed[i] = rc
-        pred_s[i] = serving.prefill_s(prompt_l[i] - rc, rc, int(cv.decoding[r]))
-        know.on_route(r, blocks, now)
-        account(r, now)
-        waiting[r].append(i)
-        n_inflight[r] += 1
-        n_waiting[r] += 1
-        cv.inflight[r] = n_inflight[r]
-        cv.waiting[r] = n_waiting[r]
-        cv.load_blocks[r] += nb_l[i]
-        cv.inflight_output[r] += out_l[i]
-        cv.queued_prefill_s[r] += pred_s[i]
-        cv.queued_blocks[r] += pin_l[i] + extra_l[i]
-        try_start(r, now)
+            code = self.reason_code[d.reason] = len(self.reasons)
+            self.reasons.append(d.reason)
+        self.replica[i], self.reason[i], self.cands[i] = r, code, d.candidates
+        self.predicted[i] = d.predicted_cached_tokens
+        buf = self.exact_buf
+        kmax = int(buf[cv.active_idx].max()) if len(cv.active_idx) > 1 else int(buf[r])
+        self.best[i] = min(kmax * B, cap)
+        kr = int(buf[r])
+        self.routed_k[i] = kr
+        rc = min(kr * B, cap)
+        self.routed[i] = rc
+        self.pred_s[i] = self.serving.prefill_s(self.prompt_l[i] - rc, rc, int(cv.decoding[r]))
+        self.know.on_route(r, blocks, now)
+        self._enqueue(r, i, now)
+        self.try_start(r, now)
 
-    nxt_l = w.next_in_conv.tolist()
-    gen_on = cfg.cache_generated and pool is None  # a prefill worker never holds the answer
-    # policies with a view of their own (SGLang's tree, approximate modes) never see lower tiers
-    see_tiers = cfg.router_sees_tiers and exact_view
+    def _enqueue(self, r: int, i: int, now: float) -> None:
+        cv = self.cv
+        self.account(r, now)
+        self.waiting[r].append(i)
+        self.n_inflight[r] += 1
+        self.n_waiting[r] += 1
+        cv.inflight[r] = self.n_inflight[r]
+        cv.waiting[r] = self.n_waiting[r]
+        cv.load_blocks[r] += self.nb_l[i]
+        cv.inflight_output[r] += self.out_l[i]
+        cv.queued_prefill_s[r] += self.pred_s[i]
+        cv.queued_blocks[r] += self.pin_l[i] + self.extra_l[i]
 
-    def release(r: int, i: int, now: float) -> None:
+    def release(self, r: int, i: int, now: float) -> None:
+        kv, wb, off_l, nb_l = self.kv, self.wb, self.off_l, self.nb_l
         s = off_l[i]
-        table = tbl[toff_l[i] : toff_l[i + 1]]
-        j = nxt_l[i] if gen_on and pin_l[i] == nb_l[i] else -1
+        table = self.tbl[self.toff_l[i] : self.toff_l[i + 1]]
+        j = self.nxt_l[i] if self.gen_on and self.pin_l[i] == nb_l[i] else -1
         if j >= 0:
             # the next turn's blocks inside this request's prompt + output are what it generated, provided
             # that turn extends this prompt (chained hashes: equal last block <=> equal prefix)
             nbi, sj = nb_l[i], off_l[j]
-            m = min(nb_l[j], generated_blocks(prompt_l[i], out_l[i], B))
+            m = min(nb_l[j], generated_blocks(self.prompt_l[i], self.out_l[i], self.B))
             if m > nbi and (nbi == 0 or wb[sj + nbi - 1] == wb[s + nbi - 1]):
                 stored = kv.release_gen(r, table, nbi, wb[sj + nbi : sj + m], now)
                 if stored:
-                    know.on_store(r, kv.scratch[:stored].copy(), now)
-                    if tiers is not None:
-                        tiers.on_compute(r, kv.scratch[:stored].copy(), now)
+                    self.know.on_store(r, kv.scratch[:stored].copy(), now)
+                    if self.tiers is not None:
+                        self.tiers.on_compute(r, kv.scratch[:stored].copy(), now)
                 return
         kv.release(r, table, now)
 
-    def scenario(ev, now: float) -> None:  # noqa: ANN001
-        nonlocal next_add
+    def scenario(self, ev, now: float) -> None:  # noqa: ANN001
+        cv = self.cv
         if ev.action == "restart":
             r = ev.replica
-            ids = kv.scratch[: kv.clear_free(r)].copy()
-            if tiers is not None:
-                tiers.on_restart(r)
-            cv.kv_available[r] = kv.available(r)
-            know.on_clear(r, ids, now)
+            ids = self.kv.scratch[: self.kv.clear_free(r)].copy()
+            if self.tiers is not None:
+                self.tiers.on_restart(r)
+            cv.kv_available[r] = self.kv.available(r)
+            self.know.on_clear(r, ids, now)
         elif ev.action == "add":
-            cv.set_active(np.append(cv.active_idx, next_add))
-            last_t[next_add] = now
-            next_add += 1
+            cv.set_active(np.append(cv.active_idx, self.next_add))
+            self.last_t[self.next_add] = now
+            self.next_add += 1
         elif ev.action == "remove" and cv.active[ev.replica]:
             if len(cv.active_idx) == 1:
                 return  # never remove the last replica: requests would have nowhere to go
             cv.set_active(cv.active_idx[cv.active_idx != ev.replica])
 
-    def schedule(t: float, r: int, i: int) -> None:
+    def schedule(self, t: float, r: int, i: int) -> None:
         """A disaggregated handoff (r: prefill worker) or decode finish (r: slots + decode worker)."""
-        nonlocal counter
-        counter += 1
-        push(heap, (t, DECODE_DONE, counter, r, i))
+        self.counter += 1
+        heapq.heappush(self.heap, (t, DECODE_DONE, self.counter, r, i))
 
-    TAKEN = -2
-    just_prefilled = [-1]  # the request whose prefill ended, while its handoff is being scheduled
-
-    def handoff(t: float, r: int, i: int) -> None:
+    def handoff(self, t: float, r: int, i: int) -> None:
         """schedule, except that the instant handoff of the request just prefilled is taken by the loop."""
-        if i == just_prefilled[0] and t <= now:
-            just_prefilled[0] = TAKEN
+        if i == self.just_prefilled and t <= self.now:
+            self.just_prefilled = TAKEN
         else:
-            schedule(t, r, i)
+            self.schedule(t, r, i)
 
-    ai = 0
-    now = 0.0
-    arrivals = w.arrival_s.tolist()
-    while ai < n or heap:
-        t_arr = arrivals[ai] if ai < n else np.inf
-        t_ev = events[ev_i].time_s if ev_i < len(events) else np.inf
-        if heap and heap[0][0] <= min(t_arr, t_ev):
-            now, kind, _, r, i = heapq.heappop(heap)
-            if r >= slots:
-                finish[i] = now
-                pool.decoded(r - slots, i, now, schedule)
-                continue
-            done = kind != PREFILL_DONE
-            if kind == PREFILL_DONE:
-                lane_busy[r] -= 1
-                if pool is not None:
-                    # an instant handoff frees the prefill blocks before the next admission, as a request
-                    # with nothing to decode does on a co-located replica
-                    just_prefilled[0] = i
-                    pool.prefilled(i, r, now, handoff)
-                    done = just_prefilled[0] == TAKEN
-                    just_prefilled[0] = -1
-                else:
-                    first[i] = now
-                    cv.decoding[r] += 1
-                    dec = serving.decode_s(out_l[i], int(cv.decoding[r]))
-                    if dec > 0:
-                        counter += 1
-                        push(heap, (now + dec, DECODE_DONE, counter, r, i))
-                    else:
-                        # a request with nothing to decode finishes in its prefill step: vLLM frees its
-                        # blocks before it schedules the next step, so it is released before the next admission
-                        done = True
-            if done:
-                if pool is not None:  # the KV reached the decode worker: free the prefill blocks, decode
-                    kv.release(r, tbl[toff_l[i] : toff_l[i + 1]], now)
-                    first[i] = now
-                    t_end, d = pool.start_decode(i, now, serving)
-                    schedule(t_end, slots + d, i)
-                else:
-                    finish[i] = now
-                    release(r, i, now)
-                    cv.decoding[r] -= 1
-                cv.kv_available[r] = kv.available(r)
-                account(r, now)
-                running[r] -= 1
-                n_inflight[r] -= 1
-                cv.inflight[r] = n_inflight[r]
-                cv.load_blocks[r] -= nb_l[i]
-                cv.inflight_output[r] -= out_l[i]
-            try_start(r, now)
-        elif t_ev <= t_arr:
-            now = t_ev
-            scenario(events[ev_i], now)
-            ev_i += 1
+    def _prefill_done(self, r: int, i: int, now: float) -> bool:
+        """A prefill ended; True when the request is done on this replica (handed off, or nothing to decode)."""
+        self.lane_busy[r] -= 1
+        if self.pool is not None:
+            # an instant handoff frees the prefill blocks before the next admission, as a request with
+            # nothing to decode does on a co-located replica
+            self.just_prefilled = i
+            self.pool.prefilled(i, r, now, self.handoff)
+            done = self.just_prefilled == TAKEN
+            self.just_prefilled = -1
+            return done
+        self.first[i] = now
+        self.cv.decoding[r] += 1
+        dec = self.serving.decode_s(self.out_l[i], int(self.cv.decoding[r]))
+        if dec > 0:
+            self.counter += 1
+            heapq.heappush(self.heap, (now + dec, DECODE_DONE, self.counter, r, i))
+            return False
+        # a request with nothing to decode finishes in its prefill step: vLLM frees its blocks before it
+        # schedules the next step, so it is released before the next admission
+        return True
+
+    def _leave(self, r: int, i: int, now: float) -> None:
+        """Request i is done on replica r: free its blocks (a decode worker takes over when disaggregated)."""
+        cv = self.cv
+        if self.pool is not None:  # the KV reached the decode worker: free the prefill blocks, decode
+            self.kv.release(r, self.tbl[self.toff_l[i] : self.toff_l[i + 1]], now)
+            self.first[i] = now
+            t_end, d = self.pool.start_decode(i, now, self.serving)
+            self.schedule(t_end, self.slots + d, i)
         else:
-            now = t_arr
-            route(ai, now)
-            ai += 1
-    for r in range(slots):
-        account(r, now)
-    cand_off = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, cands), dtype=np.int64, count=n), out=cand_off[1:])
-    return Outcome(
-        policy=policy.name,
-        n_slots=slots,
-        replica=replica,
-        start_s=start,
-        first_token_s=first,
-        finish_s=finish,
-        cached_tokens=cached,
-        predicted_cached=predicted,
-        best_cached=best,
-        routed_cached=routed,
-        routed_blocks=routed_k,
-        prefill_s=pre_s,
-        reason=reason,
-        reasons=reasons,
-        cand_ids=np.fromiter((r for c in cands for r in c), dtype=np.int32, count=int(cand_off[-1])),
-        cand_off=cand_off,
-        evictions=kv.evictions.copy(),
-        evict_age_sum=kv.evict_age_sum.copy(),
-        evict_hist=kv.evict_hist.copy(),
-        area_outstanding=np.array(area_out),
-        area_waiting=np.array(area_wait),
-        horizon_s=float(now),
-        oversized=oversized,
-        knowledge=kmode,
-        extra=dict(getattr(policy, "stats", {})),
-        tiers={**(tiers.outcome() if tiers is not None else {}), **(pool.outcome(now) if pool is not None else {})},
-    )
+            self.finish[i] = now
+            self.release(r, i, now)
+            cv.decoding[r] -= 1
+        cv.kv_available[r] = self.kv.available(r)
+        self.account(r, now)
+        self.running[r] -= 1
+        self.n_inflight[r] -= 1
+        cv.inflight[r] = self.n_inflight[r]
+        cv.load_blocks[r] -= self.nb_l[i]
+        cv.inflight_output[r] -= self.out_l[i]
 
+    def _completion(self) -> None:
+        now, kind, _, r, i = heapq.heappop(self.heap)
+        self.now = now
+        if r >= self.slots:
+            self.finish[i] = now
+            self.pool.decoded(r - self.slots, i, now, self.schedule)
+            return
+        done = self._prefill_done(r, i, now) if kind == PREFILL_DONE else True
+        if done:
+            self._leave(r, i, now)
+        self.try_start(r, now)
+
+    def run(self) -> Outcome:
+        n, heap, events = self.w.n, self.heap, self.events
+        arrivals = self.w.arrival_s.tolist()
+        ai = ev_i = 0
+        while ai < n or heap:
+            t_arr = arrivals[ai] if ai < n else np.inf
+            t_ev = events[ev_i].time_s if ev_i < len(events) else np.inf
+            if heap and heap[0][0] <= min(t_arr, t_ev):
+                self._completion()
+            elif t_ev <= t_arr:
+                self.now = t_ev
+                self.scenario(events[ev_i], t_ev)
+                ev_i += 1
+            else:
+                self.now = t_arr
+                self.route(ai, t_arr)
+                ai += 1
+        for r in range(self.slots):
+            self.account(r, self.now)
+        return self.outcome()
+
+    def outcome(self) -> Outcome:
+        n, cands, kv, tiers, pool = self.w.n, self.cands, self.kv, self.tiers, self.pool
+        cand_off = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, cands), dtype=np.int64, count=n), out=cand_off[1:])
+        return Outcome(
+            policy=self.policy.name, n_slots=self.slots, replica=self.replica, start_s=self.start,
+            first_token_s=self.first, finish_s=self.finish, cached_tokens=self.cached,
+            predicted_cached=self.predicted, best_cached=self.best, routed_cached=self.routed,
+            routed_blocks=self.routed_k, prefill_s=self.pre_s, reason=self.reason, reasons=self.reasons,
+            cand_ids=np.fromiter((r for c in cands for r in c), dtype=np.int32, count=int(cand_off[-1])),
+            cand_off=cand_off, evictions=kv.evictions.copy(), evict_age_sum=kv.evict_age_sum.copy(),
+            evict_hist=kv.evict_hist.copy(), area_outstanding=np.array(self.area_out),
+            area_waiting=np.array(self.area_wait), horizon_s=float(self.now), oversized=self.oversized,
+            knowledge=self.kmode, extra=dict(getattr(self.policy, "stats", {})),
+            tiers={**(tiers.outcome() if tiers is not None else {}),
+                   **(pool.outcome(self.now) if pool is not None else {})},
+        )
