@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import importlib.util
 import json
@@ -15,6 +16,8 @@ from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
 from prefixscan.pipeline.run import run_analysis
 from tests.conftest import ROOT, chat, write_jsonl
+from tests.s3_server import HAS_MOTO, NO_MOTO, env, s3_server, upload
+from tests.test_remote_inputs import local_inputs, same_run
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed: pip install 'prefixscan[ray]' (make test "
@@ -25,12 +28,19 @@ ENGINE_DEPENDENT = {"timings"}
 
 @pytest.fixture(scope="module")
 def ray_cluster():  # noqa: ANN201
-    """One local cluster of 2 CPUs for the module (its start-up is most of the cost)."""
+    """One local cluster of 2 CPUs for the module (its start-up is most of the cost); with moto, a local
+    S3 server too, whose endpoint the cluster's workers get in their environment."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield ray
-    ray.shutdown()
+    with contextlib.ExitStack() as stack:
+        endpoint = stack.enter_context(s3_server()) if HAS_MOTO else None
+        runtime_env = {"env_vars": env(endpoint)} if endpoint else None
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 runtime_env=runtime_env)
+        try:
+            yield endpoint
+        finally:
+            ray.shutdown()
 
 
 def _log(path: Path) -> Path:
@@ -89,6 +99,22 @@ def test_ray_engine_writes_the_local_tables(tmp_path: Path) -> None:
     assert sb["ray_encoded"] == local.summary["requests"]["accepted"]  # every accepted record came from Ray
     assert b["requests"]["rejects_by_reason"] == {"invalid_json": 1, "duplicate_id": 2}
     assert sa["memo_rule"] == sb["memo_rule"]
+
+
+@needs_ray
+@pytest.mark.skipif(not HAS_MOTO, reason=NO_MOTO)
+def test_ray_engine_reads_s3_inputs(tmp_path: Path, ray_cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver and the encode actors read `s3://` objects (a local moto server): the local tables."""
+    for k, v in env(ray_cluster).items():
+        monkeypatch.setenv(k, v)
+    d = local_inputs(tmp_path)
+    upload(ray_cluster, "raylogs", {"in/chat.jsonl.gz": d / "chat.jsonl.gz", "in/chat.parquet": d / "chat.parquet"})
+    local = run_analysis(AnalyzeConfig(inputs=(str(d),), output=str(tmp_path / "local"), findings=False))
+    ray_run = run_analysis(AnalyzeConfig(inputs=("s3://raylogs/in/",), output=str(tmp_path / "ray"), findings=False,
+                                         engine="ray", workers=2))
+    same_run(Path(local.run_dir), Path(ray_run.run_dir), d, "s3://raylogs/in/")
+    stats = ray_run.summary["input"]["tokenizer_stats"]
+    assert stats["ray_encoded"] == local.summary["requests"]["accepted"] and stats["encoded_on_driver"] == 0
 
 
 @needs_ray
