@@ -18,6 +18,7 @@ from prefixscan.pipeline.run import run_analysis
 from tests.conftest import ROOT, chat, write_jsonl
 from tests.s3_server import HAS_MOTO, NO_MOTO, env, s3_server, upload
 from tests.test_remote_inputs import local_inputs, same_run
+from tests.test_stream import _chat_log, tiny_chunks  # noqa: F401 - a fixture
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed: pip install 'prefixscan[ray]' (make test "
@@ -99,6 +100,30 @@ def test_ray_engine_writes_the_local_tables(tmp_path: Path) -> None:
     assert sb["ray_encoded"] == local.summary["requests"]["accepted"]  # every accepted record came from Ray
     assert b["requests"]["rejects_by_reason"] == {"invalid_json": 1, "duplicate_id": 2}
     assert sa["memo_rule"] == sb["memo_rule"]
+
+
+@needs_ray
+@pytest.mark.usefixtures("ray_cluster", "tiny_chunks")
+def test_ray_engine_streams_in_chunks(tmp_path: Path) -> None:
+    """`--stream` with tiny chunks: the driver takes the cluster's encodings chunk by chunk (a forward
+    cursor over the partition files), to the local streamed run's tables; a log out of time order falls
+    back to one chunk on the encodings already made, as the local path does."""
+    inputs = (str(_log(tmp_path / "log.jsonl")), str(_otlp(tmp_path / "otlp.jsonl")),
+              str(ROOT / "sample_logs" / "chat.parquet"))
+    ordered = (str(_chat_log(tmp_path / "ordered.jsonl")),)
+    shuffled = (str(_chat_log(tmp_path / "shuffled.jsonl", shuffle=3)),)
+    for name, ins in (("mixed", inputs), ("ordered", ordered), ("shuffled", shuffled)):
+        local = run_analysis(AnalyzeConfig(inputs=ins, output=str(tmp_path / f"local-{name}"), streaming=True))
+        ray_run = run_analysis(AnalyzeConfig(inputs=ins, output=str(tmp_path / f"ray-{name}"), streaming=True,
+                                             engine="ray", workers=2))
+        _same_tables(Path(local.run_dir), Path(ray_run.run_dir))
+        a, b = _summary(Path(local.run_dir)), _summary(Path(ray_run.run_dir))
+        a.pop("_stats"), b.pop("_stats")
+        assert a == b
+        out_of_order = any("not in time order" in n for n in b["notes"])
+        assert name == "mixed" or out_of_order == (name == "shuffled")
+        stats = ray_run.summary["input"]["tokenizer_stats"]
+        assert stats["encoded_on_driver"] == 0 and stats["ray_encoded"] == local.summary["requests"]["accepted"]
 
 
 @needs_ray
