@@ -38,8 +38,8 @@ def load() -> str:
 
 
 def per_core_rates(log: Path, work: Path) -> dict[str, float]:
-    """Single-process rates of each stage on this log."""
-    cfg = AnalyzeConfig(inputs=(str(log),))
+    """Single-process rates of each stage on this log (one tokenizer thread, as in an encode actor)."""
+    cfg = AnalyzeConfig(inputs=(str(log),), threads=1)
     src = expand([str(log)])
     t = time.perf_counter()
     recs = [r for _, r in text_records(cfg, src[0])]

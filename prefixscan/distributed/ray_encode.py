@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,10 @@ class EncodeActor:
     """One per worker, alive for the job: reads files into partitions, and encodes whole partitions."""
 
     def __init__(self, cfg: AnalyzeConfig, sources: list[Source]) -> None:
+        # One tokenizer thread unless --threads says otherwise: the actor holds one CPU, and the tokenizer's
+        # default (a thread per core of the machine) had one actor already use every core, so a second
+        # actor only oversubscribed them.
+        cfg = replace(cfg, threads=cfg.threads or 1)
         self.cfg, self.sources = cfg, sources
         self.encoder = RecordEncoder(cfg, keep_tokens=False)
         self.encoder.load()  # the tokenizer, before the first call (start-up is its own phase)
