@@ -169,3 +169,17 @@ def test_engine_options_are_checked(tmp_path: Path) -> None:
         assert res.exit_code == 2 and "block granularity" in res.output
     help_text = CliRunner().invoke(app, ["analyze", "--help"], env={"COLUMNS": "200"}).output
     assert "--engine" in help_text and "--ray-address" in help_text
+
+
+@needs_ray
+@pytest.mark.usefixtures("ray_cluster")
+def test_an_error_on_the_cluster_is_the_local_paths_error(tmp_path: Path) -> None:
+    """A tokenizer that cannot load fails in the encode actors: the run fails with prefixscan's own error
+    (one line at the CLI), not a Ray traceback, and leaves no run directory."""
+    from prefixscan.errors import PrefixscanError
+
+    cfg = AnalyzeConfig(inputs=(str(ROOT / "sample_logs" / "chat.jsonl"),), output=str(tmp_path / "run"),
+                        engine="ray", workers=1, tokenizer="hf:/nonexistent/tokenizer")
+    with pytest.raises(PrefixscanError) as err:
+        run_analysis(cfg)
+    assert "Ray" not in type(err.value).__name__ and not (tmp_path / "run").exists()

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prefixscan.distributed.stages import AnalyzeConfig, Hashed, RecordEncoder, Source, pin_hash, text_records
-from prefixscan.errors import EnvError
+from prefixscan.errors import EnvError, PrefixscanError
 
 ENCODED_SCHEMA = pa.schema([
     pa.field("file", pa.int32(), nullable=False),
@@ -162,6 +162,7 @@ def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, addre
     clock = _Phases(phases)
     started = start(ray, address, workers)
     clock.done("cluster_start")
+    actors: list[Any] = []
     try:
         n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         actor = ray.remote(num_cpus=1)(EncodeActor)
@@ -184,10 +185,15 @@ def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, addre
             for k in cpu[0]:
                 phases[f"cpu_max_{k}"] = max(c[k] for c in cpu)
                 phases[f"cpu_sum_{k}"] = sum(c[k] for c in cpu)
+        return n
+    except ray.exceptions.RayError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, PrefixscanError):  # a bad input or tokenizer: the error the local path gives
+            raise cause from None
+        raise EnvError(f"the Ray encode stage failed: {str(exc).strip().splitlines()[0][:300]}") from None
+    finally:
         for a in actors:
             ray.kill(a)
-        return n
-    finally:
         if started:
             ray.shutdown()
         clock.done("shutdown")
