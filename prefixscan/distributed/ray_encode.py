@@ -170,7 +170,8 @@ def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, addre
         ray.get([a.ready.remote() for a in actors])
         clock.done("actor_start")
         parts = n * PARTS_PER_WORKER
-        split = [actors[f % n].read.options(num_returns=parts + 1).remote(f, parts) for f in range(len(sources))]
+        split = [list(actors[f % n].read.options(num_returns=parts + 1).remote(f, parts))
+                 for f in range(len(sources))]
         sizes = np.sum(ray.get([s[-1] for s in split]), axis=0)
         clock.done("read")
         Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -178,8 +179,8 @@ def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, addre
         def collect(p: int, table: pa.Table) -> None:
             pq.write_table(table, Path(out_dir) / f"part-{p:05d}.parquet")
 
-        _encode_parts(ray, actors, split, [int(p) for p in np.argsort(-sizes, kind="stable") if sizes[p]], collect,
-                      clock)
+        order = [int(p) for p in np.argsort(-sizes, kind="stable") if sizes[p]]
+        _encode_parts(ray, actors, split, order, collect, clock)  # empties `split` as partitions finish
         if phases is not None:  # each phase's CPU seconds on its busiest actor, and summed over actors
             cpu = ray.get([a.cpu_seconds.remote() for a in actors])
             for k in cpu[0]:
@@ -199,10 +200,11 @@ def encode_on_ray(cfg: AnalyzeConfig, sources: list[Source], out_dir: str, addre
         clock.done("shutdown")
 
 
-def _encode_parts(ray: Any, actors: list[Any], split: list[Any], order: list[int],
+def _encode_parts(ray: Any, actors: list[Any], split: list[list[Any]], order: list[int],
                   collect: Callable[[int, pa.Table], None], clock: _Phases) -> None:
     """Partitions in `order` to whichever actor is free (two in flight each); each result to `collect` as it
-    arrives. `clock` splits the time into encoding and the driver's fetch and write (`collect`)."""
+    arrives. `clock` splits the time into encoding and the driver's fetch and write (`collect`). A
+    partition's record lists are released once it is encoded, so the object store can free them."""
     queue = list(reversed(order))
     inflight: dict[Any, tuple[int, Any]] = {}
 
@@ -218,6 +220,8 @@ def _encode_parts(ray: Any, actors: list[Any], split: list[Any], order: list[int
         done, _ = ray.wait(list(inflight), num_returns=1)
         p, a = inflight.pop(done[0])
         submit(a)
+        for s in split:
+            s[p] = None
         t = time.perf_counter()
         collect(p, ray.get(done[0]))
         collect_s += time.perf_counter() - t
