@@ -144,3 +144,45 @@ def test_views_over_an_arrow_table_match_a_parquet_file(tmp_path: Path) -> None:
     assert a.equals(b)
     assert a.column("cached_blocks").to_pylist() == [0, 2, 0]
     assert np.array_equal(a.column("cached_tokens").to_numpy(), [0, 32, 0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(req_strategy, st.sampled_from(["vllm", "trace"]), st.sampled_from([1, 4]), st.floats(0, 1))
+def test_sql_stage_equals_the_scan_array_for_array(reqs: list, rule: str, B: int, cut: float) -> None:
+    """SqlIdealStream.add returns what IdealStream.add returns, fed the same two chunks: every result array
+    and the dense ids."""
+    from prefixscan.distributed.reuse_stage import SqlIdealStream
+    from prefixscan.reuse.ideal import IdealStream, scope_salts
+
+    blocks = [_chain(s) for s, *_ in reqs]
+    offsets = np.zeros(len(blocks) + 1, np.int64)
+    np.cumsum([len(b) for b in blocks], out=offsets[1:])
+    flat = np.array([h for b in blocks for h in b], dtype=np.uint64)
+    prompt = np.array([len(b) * B - (e % B if b else 0) for b, (_, _, _, e) in zip(blocks, reqs, strict=True)])
+    ten, conv = scope_salts([t for _, t, _, _ in reqs]), scope_salts([c for _, _, c, _ in reqs])
+    scan, sql = IdealStream(), SqlIdealStream()
+    m = int(cut * len(blocks))
+    for a, b in ((0, m), (m, len(blocks))):
+        args = (offsets[a:b + 1] - offsets[a], flat[offsets[a]:offsets[b]], prompt[a:b], B, rule, ten[a:b],
+                conv[a:b])
+        (want, gid_want), (got, gid) = scan.add(*args), sql.add(*args)
+        for name in ("cached_blocks", "cached_tokens", "divergence_token", "tenant_cached_tokens",
+                     "conversation_cached_tokens", "source"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), name
+        assert np.array_equal(gid, gid_want)
+    assert sql.n_distinct == scan.n_distinct
+
+
+def test_a_whole_analysis_with_the_sql_as_its_reuse_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline's reuse scan replaced by the SQL (one chunk): every table the same bytes."""
+    import filecmp
+
+    import prefixscan.pipeline.reuse as reuse_mod
+    from prefixscan.distributed.reuse_stage import SqlIdealStream
+
+    inputs = (str(_chat_log(tmp_path / "c.jsonl")), str(ROOT / "sample_logs" / "chat.parquet"))
+    scan = run_analysis(AnalyzeConfig(inputs=inputs, output=str(tmp_path / "scan"), streaming=False))
+    monkeypatch.setattr(reuse_mod, "IdealStream", SqlIdealStream)
+    sql = run_analysis(AnalyzeConfig(inputs=inputs, output=str(tmp_path / "sql"), streaming=False))
+    for p in sorted(Path(scan.run_dir).glob("*.parquet")):
+        assert filecmp.cmp(p, Path(sql.run_dir) / p.name, shallow=False), p.name

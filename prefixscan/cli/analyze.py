@@ -124,7 +124,8 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option(
             "local", "--engine", metavar="local|ray",
             help="local: this machine; ray: render, tokenise and hash on a Ray cluster (pip install "
-                 "'prefixscan[ray]'), then the local path; same tables (docs/scale.md)."),
+                 "'prefixscan[ray]'; --workers N encode actors), then the local path, streamed as it does; "
+                 "same tables (docs/scale.md)."),
         ray_address: str = typer.Option(
             None, "--ray-address", help="The Ray cluster for --engine ray (e.g. ray://head:10001 or auto); "
                                         "default: a local cluster of this machine's cores."),

@@ -2,24 +2,36 @@
 
 Everything `prefixscan.distributed` uses from the read and encode stages and the requests frame is
 imported here and nowhere else in this package (from `prefixscan.pipeline`), so moving those stages is a
-change to this file alone.
+change to this file alone. The driver-side names (`ingest`, `Batch`, `Ingested`) load on first use: an
+encode actor imports only the readers and the encoder (0.5 s), not the pipeline with polars and numba (2 s).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.io.readers import RawError, read_source
 from prefixscan.io.shapes import Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source
-from prefixscan.pipeline.encode import Batch, Ingested, ingest
 from prefixscan.pipeline.encoder import Hashed, RecordEncoder, Rejected, pin_hash
 from prefixscan.vllm_hash import has_lora_path
 
-__all__ = ["AnalyzeConfig", "Batch", "Hashed", "Ingested", "Record", "RecordEncoder", "Rejected", "Source",
-           "has_lora_path", "ingest", "pin_hash", "text_records"]
+if TYPE_CHECKING:
+    from prefixscan.pipeline.encode import Batch, Ingested, ingest  # noqa: F401 - loaded by __getattr__
+
+__all__ = ["AnalyzeConfig", "Hashed", "Record", "RecordEncoder", "Rejected", "Source", "has_lora_path", "pin_hash",
+           "text_records"]  # and, on first use, Batch, Ingested, ingest
+
+
+def __getattr__(name: str) -> Any:
+    """`ingest`, `Batch`, `Ingested` from the pipeline's encode stage, imported when first asked for."""
+    if name in ("ingest", "Batch", "Ingested"):
+        from prefixscan.pipeline import encode
+
+        return getattr(encode, name)
+    raise AttributeError(name)
 
 
 HASHED_SHAPES = ("mooncake", "bailian")  # records that arrive hashed: nothing to encode

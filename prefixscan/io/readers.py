@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from prefixscan.io import remote
 from prefixscan.io.ecosystem import expand_otlp
 from prefixscan.io.sources import Source
 
@@ -49,7 +50,7 @@ class _Zstd(io.RawIOBase):
     def __init__(self, path: str) -> None:
         import pyarrow as pa
 
-        self.fileobj = open(path, "rb")  # noqa: SIM115 - closed with the stream
+        self.fileobj = _open_raw(path)
         self._stream = pa.CompressedInputStream(pa.PythonFile(self.fileobj, mode="r"), "zstd")
         self._error: EOFError | None = None
 
@@ -82,16 +83,23 @@ class _Zstd(io.RawIOBase):
         super().close()
 
 
+def _open_raw(path: str):  # noqa: ANN202 - a binary file object
+    """The file's bytes as stored: a local file, or an object in a store (`remote`), seekable."""
+    return remote.open_random(path) if remote.is_uri(path) else open(path, "rb")  # noqa: SIM115
+
+
 def open_bytes(path: str):  # noqa: ANN201 - a binary file object
     """The file for reading bytes, decompressed when it is gzip or zstd (by its magic, not its name)."""
-    with open(path, "rb") as f:
+    with _open_raw(path) as f:
         magic = f.read(4)
     # 1 MiB buffer: chat log lines are tens of KB, and the default 8 KiB buffer made line reading a
     # quarter slower
     if magic[:2] == b"\x1f\x8b":
-        return gzip.open(path, "rb")
+        return gzip.open(_open_raw(path), "rb") if remote.is_uri(path) else gzip.open(path, "rb")
     if magic == ZSTD_MAGIC:
         return io.BufferedReader(_Zstd(path), buffer_size=1 << 20)
+    if remote.is_uri(path):
+        return io.BufferedReader(_open_raw(path), buffer_size=1 << 20)
     return open(path, "rb", buffering=1 << 20)
 
 
@@ -166,7 +174,8 @@ def read_parquet(path: str, pos: Position | None = None) -> Iterator[tuple[int, 
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        raw = _open_raw(path) if remote.is_uri(path) else None
+        pf = pq.ParquetFile(raw if raw is not None else path)
         groups = pf.metadata.num_row_groups
         sizes = [pf.metadata.row_group(g).num_rows for g in range(groups)]
     except (pa.ArrowException, OSError, *DECODE_ERRORS) as exc:
@@ -175,7 +184,7 @@ def read_parquet(path: str, pos: Position | None = None) -> Iterator[tuple[int, 
         yield 1, corrupt("not a readable Parquet file (footer or metadata)", exc, "no record could be read")
         return
     rows = max(sum(sizes), 1)
-    size = os.path.getsize(path)
+    size = raw.size() if raw is not None else os.path.getsize(path)
     row = 0
     for g in range(groups):
         start = row

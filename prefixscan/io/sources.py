@@ -10,6 +10,7 @@ from pathlib import Path
 import xxhash
 
 from prefixscan.errors import InputError, UsageError
+from prefixscan.io import remote
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst", ".ndjson", ".ndjson.gz",
             ".ndjson.zst", ".parquet", ".pq")
@@ -42,7 +43,7 @@ def fingerprint(path: str, size: int) -> str:
     """Cheap content fingerprint: size plus xxh3 of the first and last MiB (not a full-file hash)."""
     h = xxhash.xxh3_64()
     h.update(str(size).encode())
-    with open(path, "rb") as f:
+    with remote.open_random(path) if remote.is_uri(path) else open(path, "rb") as f:
         h.update(f.read(1 << 20))
         if size > 2 << 20:
             f.seek(size - (1 << 20))
@@ -64,8 +65,13 @@ def expand(inputs: list[str]) -> list[Source]:
     if not inputs:
         raise InputError("no input logs given; pass one or more files, directories or globs")
     paths: list[str] = []
+    stored: dict[str, int] = {}  # objects in a store (`remote`) and their sizes
     for arg in inputs:
-        if any(ch in arg for ch in "*?["):
+        if remote.is_uri(arg):
+            found = remote.list_uri(arg, SUFFIXES)
+            stored.update(found)
+            paths.extend(u for u, _ in found)
+        elif any(ch in arg for ch in "*?["):
             matched = sorted(glob.glob(arg, recursive=True))
             if not matched:
                 raise InputError(f"glob {arg!r} matched no files")
@@ -86,6 +92,9 @@ def expand(inputs: list[str]) -> list[Source]:
             continue
         seen.add(p)
         kind = _kind(p)
+        if p in stored:
+            out.append(Source(p, stored[p], fingerprint(p, stored[p]), kind or "jsonl"))
+            continue
         if kind is None:
             # Unknown suffix given explicitly: sniff the first byte (PAR1 magic for Parquet).
             try:
@@ -116,6 +125,8 @@ def check_output(output: str | os.PathLike[str], inputs: list[str] | tuple[str, 
     except OSError:
         out_id = None
     for src in sources:
+        if remote.is_uri(src.path):  # an object in a store is never a local output
+            continue
         real = os.path.realpath(src.path)
         same = real == out or (out_id is not None and os.stat(real)[1:3] == out_id)
         if same:

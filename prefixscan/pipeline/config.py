@@ -62,7 +62,7 @@ def streams(cfg: AnalyzeConfig, sources: list[Source]) -> bool:
     chunk, a log takes about 8x its JSONL size; in chunks, memory grows with distinct blocks only, at some
     cost in time on small logs. Token granularity holds every prompt's tokens and is never chunked."""
     if cfg.streaming is None:
-        if not cfg.output or cfg.granularity != "block" or cfg.engine != "local":
+        if not cfg.output or cfg.granularity != "block":
             return False
         size = sum(s.size * next((k for ext, k in _PACKED.items() if s.path.endswith(ext)), 1) for s in sources)
         return size >= STREAM_MIN_BYTES
