@@ -193,8 +193,8 @@ class ChainCache:
         if base is not None:
             known = base.rolls.get(root)
             if known is None:  # another namespace with the same text: roll over the prefix's units too
-                piece_keys = base.keys + list(piece_keys)
-                piece_lens = base.lens.tolist() + list(piece_lens)
+                piece_keys = [*base.keys, *piece_keys]
+                piece_lens = [*base.lens, *piece_lens]
             else:
                 (r, marks), u0, t0 = known, base.n_units, base.n_tokens
                 r0 = r

@@ -164,7 +164,7 @@ def test_memo_is_bounded() -> None:
     memo = prefix_mod.PrefixMemo(max_bytes=5000)
     toks = np.zeros(100, dtype=np.uint32)
     for i in range(50):
-        p = prefix_mod.Prefix(((False, "x" * 100),), toks, [b"k" * 16], np.array([100]), [1])
+        p = prefix_mod.Prefix(b"\x00", ("x" * 100,), toks, (b"k" * 16,), (100,), (1,), 600)
         memo.remember(i, p, None)
     assert memo._lru.bytes <= 5000 and len(memo._lru) < 50
     assert isinstance(memo._lru, BytesLRU)

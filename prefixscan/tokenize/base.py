@@ -12,7 +12,7 @@ import xxhash
 from prefixscan.hashing import BytesLRU
 from prefixscan.io.shapes import Record
 from prefixscan.tokenize.cuts import CutRule
-from prefixscan.tokenize.prefix import Prefix, PrefixMemo, extend
+from prefixscan.tokenize.prefix import Prefix, PrefixMemo, Signature, extend, signature
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 # Chat requests also tokenised directly at the start of a run. Not what makes the memo exact (its cuts are
@@ -130,6 +130,7 @@ class Planned:
     poisoned: bool = False  # some text spells a special token: tokenise this prompt directly
     base: Prefix | None = None  # the remembered prefix it starts with; `units`, `keys` follow it
     pieces: tuple[tuple[bool, str], ...] = ()
+    sig: Signature | None = None
     key: int | None = None  # its conversation-prefix look-up key
     later: _Later | None = None  # filled with its own prefix once assembled (prompts later in the batch)
     wait: _Later | None = None  # an earlier prompt of this batch whose prefix it starts with
@@ -179,11 +180,12 @@ class SegmentEncoder:
         """Units and memo keys of one prompt; text not seen before is queued for `run_pending`. With a
         conversation `key`, the leading pieces that equal a remembered prefix are taken from it whole."""
         pieces = tuple(pieces)
-        base = self.prefixes.find(key, pieces)
+        sig = signature(pieces) if key is not None else None
+        base = self.prefixes.find(key, sig) if sig is not None else None
         wait = None if base is not None or key is None else self._in_batch(key, pieces)
-        start = len(base.pieces) if base is not None else len(wait.pieces) if wait is not None else 0
-        p = Planned([], [], list(base.piece_end) if base is not None else [], base=base, pieces=pieces, key=key,
-                    wait=wait)
+        start = base.n_pieces if base is not None else len(wait.pieces) if wait is not None else 0
+        p = Planned([], [], list(base.piece_end) if base is not None else [], base=base, pieces=pieces, sig=sig,
+                    key=key, wait=wait)
         if base is not None:
             self.stats.prefix_hits += 1
             self.stats.prefix_pieces += start
@@ -295,7 +297,7 @@ class SegmentEncoder:
             p.base = base
             p.piece_end = list(base.piece_end) + [base.n_units + e for e in p.piece_end]
             self.stats.prefix_hits += 1
-            self.stats.prefix_pieces += len(base.pieces)
+            self.stats.prefix_pieces += base.n_pieces
             return
         p.units, p.keys, p.piece_end = [], [], []
         self._plan_pieces(p, 0)
@@ -326,9 +328,9 @@ class SegmentEncoder:
         if p.later is None:
             return None
         k = len(p.later.pieces)
-        if p.base is not None and k <= len(p.base.pieces):
+        if p.sig is None or (p.base is not None and k <= p.base.n_pieces):
             return None
-        new = extend(p.base, p.pieces, k, toks, p.keys, lens, p.piece_end)
+        new = extend(p.base, p.sig, k, toks, p.keys, lens, p.piece_end)
         p.later.prefix = new
         self.prefixes.remember(p.key, new, p.base)
         return new

@@ -25,21 +25,31 @@ from prefixscan.render import content_text
 # conversation replace each other, so what is held is about one history per live conversation.
 PREFIX_BYTES = 64 << 20
 PER_KEY = 8  # conversations remembered under one look-up key (same head and first message)
+SKETCH = 48  # characters of a message's start and end in its look-up key
 ENTRY = 400  # bytes an entry costs besides its arrays (objects, dict slots; an estimate)
 
 
 @dataclass(slots=True, eq=False)
 class Prefix:
-    """The leading pieces of a prompt and what they encode to: token ids, the memo keys and token count
-    of each unit, where each piece's units end, and per namespace root the chain's rolling key after
-    the last unit (`hashing.ChainCache`), with the keys of the checkpoints inside it."""
+    """The leading pieces of a prompt and what they encode to: token ids (a read-only view of the
+    prompt's array), the memo key and token count of each unit, where each piece's units end, and per
+    namespace root the chain's rolling key after the last unit (`hashing.ChainCache`), with the keys of
+    the checkpoints inside it."""
 
-    pieces: tuple[tuple[bool, str], ...]
+    flags: bytes  # 1 for a special-token piece, 0 for text, one per piece
+    texts: tuple[str, ...]  # the pieces' text (strings, not (flag, text) pairs: fewer objects to track)
     tokens: np.ndarray
-    keys: list[bytes]
-    lens: np.ndarray  # int64, one per unit
-    piece_end: list[int]
+    # Tuples, not lists: tuples of atomic values drop out of the garbage collector's tracking, so a
+    # memo of thousands of prefixes does not slow every collection (it did: render took 3x as long).
+    keys: tuple[bytes, ...]
+    lens: tuple[int, ...]  # one per unit
+    piece_end: tuple[int, ...]
+    size: int  # bytes it holds, roughly (its text, ids, keys, lengths)
     rolls: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+
+    @property
+    def n_pieces(self) -> int:
+        return len(self.texts)
 
     @property
     def n_units(self) -> int:
@@ -49,21 +59,33 @@ class Prefix:
     def n_tokens(self) -> int:
         return len(self.tokens)
 
-    def nbytes(self) -> int:
-        text = sum(len(t) for _, t in self.pieces)
-        return text + self.tokens.nbytes + 24 * len(self.keys) + self.lens.nbytes + 8 * len(self.piece_end) + ENTRY
+
+Signature = tuple[bytes, tuple[str, ...]]
+
+
+def signature(pieces: tuple[tuple[bool, str], ...]) -> Signature:
+    """A prompt's pieces as (flags, texts), the form prefixes are held and compared in."""
+    return bytes(bool(s) for s, _ in pieces), tuple(t for _, t in pieces)
+
+
+def _sketch(content: Any) -> tuple[int, str, str]:
+    text = content if isinstance(content, str) else content_text(content)
+    return len(text), text[:SKETCH], text[-SKETCH:]
 
 
 def lookup_key(messages: list[dict[str, Any]], tools: Any) -> int | None:
-    """Where a request's candidate prefixes are filed: its leading system messages and first other
-    message (every turn of a conversation starts with them), and its tools' count. None: no such message."""
+    """Where a request's candidate prefixes are filed: a sketch (length, start, end) of its leading system
+    messages and first other message (every turn of a conversation starts with them), and its tools'
+    count. A sketch, not a hash of the text: long system prompts made hashing them cost more than the
+    memo saved; two conversations with the same sketch are told apart by the comparison. None: no such
+    message."""
     i = 0
     while i < len(messages) and messages[i].get("role") in ("system", "developer"):
         i += 1
     if i >= len(messages):
         return None
     try:
-        return hash((len(tools or ()), *(content_text(m.get("content")) for m in messages[:i + 1])))
+        return hash((len(tools or ()), *(_sketch(m.get("content")) for m in messages[:i + 1])))
     except TypeError:  # content that renders oddly: no memo for this request
         return None
 
@@ -73,29 +95,25 @@ class PrefixMemo:
 
     def __init__(self, max_bytes: int | None = None) -> None:
         self._lru = BytesLRU(PREFIX_BYTES if max_bytes is None else max_bytes)
-        self.hits = 0
-        self.hit_pieces = 0
 
     @property
     def max_bytes(self) -> int:
         return self._lru.max_bytes
 
-    def find(self, key: int | None, pieces: tuple[tuple[bool, str], ...]) -> Prefix | None:
-        """The longest remembered prefix the request's pieces start with (and go on after), else None."""
+    def find(self, key: int | None, sig: Signature) -> Prefix | None:
+        """The longest remembered prefix the request's pieces (`signature`) start with and go on after."""
         if key is None:
             return None
         cands = self._lru.get(key)
         if not cands:
             return None
         best = None
-        n = len(pieces)
+        flags, texts = sig
+        n = len(texts)
         for c in cands:
-            k = len(c.pieces)
-            if k < n and (best is None or k > len(best.pieces)) and pieces[:k] == c.pieces:
+            k = c.n_pieces
+            if k < n and (best is None or k > best.n_pieces) and flags[:k] == c.flags and texts[:k] == c.texts:
                 best = c
-        if best is not None:
-            self.hits += 1
-            self.hit_pieces += len(best.pieces)
         return best
 
     def remember(self, key: int | None, new: Prefix, used: Prefix | None) -> None:
@@ -103,28 +121,29 @@ class PrefixMemo:
         if key is None:
             return
         cands = self._lru.get(key) or []
-        keep = [c for c in cands if c is not used and c.pieces != new.pieces][:PER_KEY - 1]
+        keep = [c for c in cands if c is not used and c.texts != new.texts][:PER_KEY - 1]
         keep.insert(0, new)
-        self._lru.put(key, keep, sum(c.nbytes() for c in keep))
+        self._lru.put(key, keep, sum(c.size for c in keep))
 
 
-def extend(base: Prefix | None, pieces: tuple[tuple[bool, str], ...], k: int, toks: np.ndarray,
+def extend(base: Prefix | None, sig: Signature, k: int, toks: np.ndarray,
            keys: list[bytes], lens: list[int], piece_end: list[int]) -> Prefix:
     """The prefix of the first `k` pieces of a prompt (`k` > the base's pieces): `keys`, `lens` are the
     units after the base, `piece_end` every piece's end (absolute), `toks` the whole prompt's ids."""
     n_units = piece_end[k - 1]
-    b_units = base.n_units if base is not None else 0
-    own = n_units - b_units
     if base is not None:
-        all_keys = base.keys + keys[:own]
-        all_lens = np.concatenate([base.lens, np.asarray(lens[:own], dtype=np.int64)])
+        own = n_units - base.n_units
+        all_keys, all_lens = base.keys + tuple(keys[:own]), base.lens + tuple(lens[:own])
+        n_tok, size, j = base.n_tokens + sum(lens[:own]), base.size, base.n_pieces
     else:
-        all_keys = keys[:own]
-        all_lens = np.asarray(lens[:own], dtype=np.int64)
-    n_tok = int(all_lens.sum())
-    out = toks[:n_tok].copy()
-    out.flags.writeable = False
-    return Prefix(pieces[:k], out, all_keys, all_lens, piece_end[:k])
+        own = n_units
+        all_keys, all_lens = tuple(keys[:own]), tuple(lens[:own])
+        n_tok, size, j = sum(lens[:own]), ENTRY, 0
+    flags, texts = sig
+    size += sum(map(len, texts[j:k])) + 28 * (own + k - j) + 4 * n_tok
+    # A view, not a copy: the prompt's array is made read-only, so what the prefix holds cannot change.
+    toks.flags.writeable = False
+    return Prefix(flags[:k], texts[:k], toks[:n_tok], all_keys, all_lens, tuple(piece_end[:k]), size)
 
 
 def tokens_before(base: Prefix | None, lens: list[int], unit: int) -> int:
@@ -132,5 +151,5 @@ def tokens_before(base: Prefix | None, lens: list[int], unit: int) -> int:
     if base is None:
         return int(sum(lens[:unit]))
     if unit <= base.n_units:
-        return int(base.lens[:unit].sum())
+        return int(sum(base.lens[:unit]))
     return base.n_tokens + int(sum(lens[:unit - base.n_units]))
