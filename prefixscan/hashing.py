@@ -164,7 +164,6 @@ class ChainCache:
         # None: prefixscan's xxh3-64 chain; else a `vllm_hash.VllmHasher` (vLLM's own values, --hash vllm:*)
         self.hasher = hasher
         self.lora_paths: dict[str, str] = {}  # adapter name -> path, for vLLM's ("lora", name, path) key
-        self.last_rolls: tuple[int, list[int], int | None] = (0, [], None)
 
     def plain(self, tokens: np.ndarray, block_size: int, root: int, keys: Any = None) -> np.ndarray:
         """Block hashes of a whole prompt without resuming (prompts that come without pieces)."""
@@ -173,40 +172,28 @@ class ChainCache:
         return self.hasher.hashes(tokens, block_size, None, 0, keys)
 
     def hashes(self, tokens: np.ndarray, block_size: int, root: int, piece_keys: list[bytes],
-               piece_lens: list[int], checkpoints: list[int], keys: Any = None, base: Any = None) -> np.ndarray:
+               piece_lens: list[int], checkpoints: list[int], keys: Any = None) -> np.ndarray:
         """Block hashes of `tokens` (the concatenation of the pieces), reusing remembered chain prefixes."""
-        segs = self.segments(tokens, block_size, root, piece_keys, piece_lens, checkpoints, keys, base)
+        segs = self.segments(tokens, block_size, root, piece_keys, piece_lens, checkpoints, keys)
         return segs[0] if len(segs) == 1 and segs[0].flags.writeable else np.concatenate(segs)
 
     def segments(self, tokens: np.ndarray, block_size: int, root: int, piece_keys: list[bytes],
-                 piece_lens: list[int], checkpoints: list[int], keys: Any = None, base: Any = None
-                 ) -> list[np.ndarray]:
+                 piece_lens: list[int], checkpoints: list[int], keys: Any = None) -> list[np.ndarray]:
         """`hashes` as consecutive parts: views of remembered prefixes (shared, read-only) and the
         freshly hashed rest. Holding these instead of one array keeps a conversation's history once.
-        `keys` are the request's vLLM extra keys (`vllm_hash.RequestKeys`) when `hasher` is set.
-
-        `base`: a remembered prompt prefix (`tokenize.prefix.Prefix`) that `tokens` start with; then
-        `piece_keys` and `piece_lens` are the units after it, and the rolling key resumes from the one
-        the prefix keeps for `root` (computed over its units when it keeps none). `checkpoints` count
-        units from the prompt's start. The rolling keys of this call stay in `last_rolls` (`roll_at`)."""
-        r, u0, t0, marks, r0 = root, 0, 0, (), None
-        if base is not None:
-            known = base.rolls.get(root)
-            if known is None:  # another namespace with the same text: roll over the prefix's units too
-                piece_keys = [*base.keys, *piece_keys]
-                piece_lens = [*base.lens, *piece_lens]
-            else:
-                (r, marks), u0, t0 = known, base.n_units, base.n_tokens
-                r0 = r
+        `keys` are the request's vLLM extra keys (`vllm_hash.RequestKeys`) when `hasher` is set."""
         rolls = []
+        r = root
         for k in piece_keys:
             r = _h(r.to_bytes(8, "little") + k, 0)
             rolls.append(r)
-        self.last_rolls = (u0, rolls, r0)
-        ends = t0 + np.cumsum(piece_lens, dtype=np.int64) if piece_lens else np.zeros(0, np.int64)
-        start, prefix, used = self._resume(rolls, ends, block_size, u0, t0)
-        for m in marks:  # the checkpoints inside the prefix stay in use (the LRU keeps them)
-            self._d.get(m)
+        ends = np.cumsum(piece_lens, dtype=np.int64) if piece_lens else np.zeros(0, np.int64)
+        start, prefix, used = 0, (), None
+        for j in range(len(rolls) - 1, -1, -1):
+            hit = self._d.get(rolls[j])
+            if hit is not None and hit[1] == ends[j] // block_size:
+                prefix, start, used = hit[0], hit[1], rolls[j]
+                break
         parent = int(prefix[-1][-1]) if start else root
         if self.hasher is None:
             new = block_hashes(tokens[start * block_size:], block_size, parent)
@@ -218,47 +205,22 @@ class ChainCache:
         segs = [*prefix, new] if len(new) or not start else list(prefix)
         self.blocks_hashed += len(new)
         self.blocks_reused += start
-        self._remember(segs, ends // block_size, t0 // block_size, checkpoints, used)
+        self._remember(segs, rolls, ends // block_size, checkpoints, used)
         return segs
 
-    def _resume(self, rolls: list[int], ends: np.ndarray, block_size: int, u0: int, t0: int
-                ) -> tuple[int, tuple[np.ndarray, ...], int | None]:
-        """The longest remembered chain prefix among this request's rolling keys (the prefix's own last
-        one included): (blocks, their hash parts, the key it was found under)."""
-        for j in range(len(rolls) - 1, -1, -1):
-            hit = self._d.get(rolls[j])
-            if hit is not None and hit[1] == ends[j] // block_size:
-                return hit[1], hit[0], rolls[j]
-        r0 = self.last_rolls[2]
-        if r0 is not None:
-            hit = self._d.get(r0)
-            if hit is not None and hit[1] == t0 // block_size:
-                return hit[1], hit[0], r0
-        return 0, (), None
-
-    def roll_at(self, unit: int) -> int | None:
-        """The last call's rolling key after unit `unit` (from the prompt's start), if it was computed."""
-        u0, rolls, r0 = self.last_rolls
-        if unit >= u0:
-            return rolls[unit - u0] if unit - u0 < len(rolls) else None
-        return r0 if unit == u0 - 1 else None
-
-    def _remember(self, segs: list[np.ndarray], blocks: np.ndarray, base_blocks: int, checkpoints: list[int],
+    def _remember(self, segs: list[np.ndarray], rolls: list[int], blocks: np.ndarray, checkpoints: list[int],
                   used: int | None) -> None:
         """Keep this request's checkpoints; drop the one it resumed from unless it is one of them (a
-        conversation's previous turn is superseded by this turn's longer history). Checkpoints inside a
-        base prefix are not rolled again (the prefix's marks kept them in use)."""
-        u0 = self.last_rolls[0]
+        conversation's previous turn is superseded by this turn's longer history)."""
         keys = set()
         for j in checkpoints:
-            roll = self.roll_at(j)
-            if roll is None:
+            if not 0 <= j < len(rolls):
                 continue
-            keys.add(roll)
-            n = int(blocks[j - u0]) if j >= u0 else base_blocks
-            known = self._d.get(roll)
+            keys.add(rolls[j])
+            n = int(blocks[j])
+            known = self._d.get(rolls[j])
             if known is None or known[1] != n:
-                self._d.put(roll, (_cut(segs, n), n), n * 8 + 200)
+                self._d.put(rolls[j], (_cut(segs, n), n), n * 8 + 200)
         if used is not None and used not in keys:
             self._d.pop(used)
 

@@ -79,30 +79,11 @@ def chain_hashes(chains: ChainCache, r: Record, toks: np.ndarray, enc: Any, root
     when the tokenizer gave pieces; vLLM's values when the chain cache has a vLLM hasher."""
     keys = record_keys(chains, r)
     if enc.piece_keys is not None:
-        base = getattr(enc, "base", None)
         if parts:
-            out = chains.segments(toks, bs, root, enc.piece_keys, enc.piece_lens, enc.checkpoints, keys, base)
-        else:
-            out = chains.hashes(toks, bs, root, enc.piece_keys, enc.piece_lens, enc.checkpoints, keys, base)
-        _keep_roll(chains, enc, root)
-        return out
+            return chains.segments(toks, bs, root, enc.piece_keys, enc.piece_lens, enc.checkpoints, keys)
+        return chains.hashes(toks, bs, root, enc.piece_keys, enc.piece_lens, enc.checkpoints, keys)
     h = chains.plain(toks, bs, root, keys)
     return [h] if parts else h
-
-
-def _keep_roll(chains: ChainCache, enc: Any, root: int) -> None:
-    """Give the prompt's new conversation prefix the chain's rolling key at its end for this namespace,
-    and the keys of the checkpoints inside it, so the next turn resumes without rolling over it again."""
-    new = getattr(enc, "remember", None)
-    if new is None or root in new.rolls:
-        return
-    end = chains.roll_at(new.n_units - 1)
-    if end is None:
-        return
-    base = getattr(enc, "base", None)
-    inherited = base.rolls.get(root, (0, ()))[1] if base is not None else ()
-    inner = [x for c in enc.checkpoints if c < new.n_units - 1 and (x := chains.roll_at(c)) is not None]
-    new.rolls[root] = (end, (*inherited, *inner))
 
 
 def root_of(cfg: AnalyzeConfig, r: Record, tokenizer_id: str, template: str) -> int:

@@ -12,7 +12,6 @@ import xxhash
 from prefixscan.hashing import BytesLRU
 from prefixscan.io.shapes import Record
 from prefixscan.tokenize.cuts import CutRule
-from prefixscan.tokenize.prefix import Prefix, PrefixMemo, Signature, extend, signature
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 # Chat requests also tokenised directly at the start of a run. Not what makes the memo exact (its cuts are
@@ -30,7 +29,6 @@ PIECE_CACHE_BYTES = 16 << 20
 MEMO_BYTES = 64 << 20
 MEMO_ENTRY = 320  # bytes a memo entry costs besides its token ids (array header, key, LRU links; measured)
 KEY = 16  # bytes of a memo key (xxh3-128)
-HISTORY_TAIL = 2  # pieces of the generation prompt (start token, "assistant"): not resent by the next turn
 
 
 @dataclass
@@ -41,8 +39,6 @@ class TokenizerStats:
     segments_tokenised: int = 0
     tokens_tokenised: int = 0
     memo_evictions: int = 0
-    prefix_hits: int = 0  # prompts whose leading pieces came whole from the conversation-prefix memo
-    prefix_pieces: int = 0  # pieces taken that way (not rendered into units, keyed, looked up or hashed)
     memo_rule: str | None = None  # where the memo cuts text, and for which pre-tokeniser that was proven
     fallback_reason: str | None = None
 
@@ -87,11 +83,7 @@ class Encoded:
     head_tokens: int | None
     piece_keys: list[bytes] | None = None
     piece_lens: list[int] | None = None
-    checkpoints: list[int] | None = None  # unit indexes, counted from the prompt's start
-    # The remembered prefix the prompt starts with: `tokens` begin with its ids, and `piece_keys` and
-    # `piece_lens` list only the units after it. `remember`: this prompt's own prefix, for later turns.
-    base: Prefix | None = None
-    remember: Prefix | None = None
+    checkpoints: list[int] | None = None
 
 
 @dataclass
@@ -126,22 +118,8 @@ class Planned:
 
     units: list[tuple[bool, str]]
     keys: list[bytes]
-    piece_end: list[int]  # for each input piece, the index after its last unit (from the prompt's start)
+    piece_end: list[int]  # for each input piece, the index after its last unit
     poisoned: bool = False  # some text spells a special token: tokenise this prompt directly
-    base: Prefix | None = None  # the remembered prefix it starts with; `units`, `keys` follow it
-    pieces: tuple[tuple[bool, str], ...] = ()
-    sig: Signature | None = None
-    key: int | None = None  # its conversation-prefix look-up key
-    later: _Later | None = None  # filled with its own prefix once assembled (prompts later in the batch)
-    wait: _Later | None = None  # an earlier prompt of this batch whose prefix it starts with
-
-
-@dataclass(eq=False)
-class _Later:
-    """A prefix of a prompt planned earlier in the same batch, known once that prompt is assembled."""
-
-    pieces: tuple[tuple[bool, str], ...]
-    prefix: Prefix | None = None
 
 
 class SegmentEncoder:
@@ -151,11 +129,8 @@ class SegmentEncoder:
                  stats: TokenizerStats, rule: CutRule,
                  spells_special: Callable[[str], bool] | None = None,
                  piece_bytes: int | None = None,
-                 encode_first: Callable[[list[str]], list[list[int]]] | None = None,
-                 prefix_bytes: int | None = None) -> None:
+                 encode_first: Callable[[list[str]], list[list[int]]] | None = None) -> None:
         self.encode_many = encode_many
-        self.prefixes = PrefixMemo(prefix_bytes)
-        self._batch: dict[int, list[_Later]] = {}  # prefixes of the prompts planned since `run_pending`
         # A tokenizer that treats text at the very start of the prompt differently (Metaspace with
         # prepend_scheme "first"): `encode_many` then tokenises as the prompt's later segments are, and
         # a first text piece is tokenised whole by `encode_first`, memoised under its own key.
@@ -175,39 +150,10 @@ class SegmentEncoder:
         # holding it here cost ~10 KB per request.
         self.pieces = BytesLRU(PIECE_CACHE_BYTES if piece_bytes is None else piece_bytes)
 
-    def plan(self, pieces: list[tuple[bool, str]] | tuple[tuple[bool, str], ...], key: int | None = None
-             ) -> Planned:
-        """Units and memo keys of one prompt; text not seen before is queued for `run_pending`. With a
-        conversation `key`, the leading pieces that equal a remembered prefix are taken from it whole."""
-        pieces = tuple(pieces)
-        sig = signature(pieces) if key is not None else None
-        base = self.prefixes.find(key, sig) if sig is not None else None
-        wait = None if base is not None or key is None else self._in_batch(key, pieces)
-        start = base.n_pieces if base is not None else len(wait.pieces) if wait is not None else 0
-        p = Planned([], [], list(base.piece_end) if base is not None else [], base=base, pieces=pieces, sig=sig,
-                    key=key, wait=wait)
-        if base is not None:
-            self.stats.prefix_hits += 1
-            self.stats.prefix_pieces += start
-        self._plan_pieces(p, start)
-        if key is not None and len(pieces) > HISTORY_TAIL + 1 and not p.poisoned:
-            p.later = _Later(pieces[:len(pieces) - HISTORY_TAIL])
-            self._batch.setdefault(key, []).append(p.later)
-        return p
-
-    def _in_batch(self, key: int, pieces: tuple[tuple[bool, str], ...]) -> _Later | None:
-        """The longest prefix of a prompt planned earlier in this batch that `pieces` start with."""
-        best = None
-        for c in self._batch.get(key, ()):
-            k = len(c.pieces)
-            if k < len(pieces) and (best is None or k > len(best.pieces)) and pieces[:k] == c.pieces:
-                best = c
-        return best
-
-    def _plan_pieces(self, p: Planned, start: int) -> None:
-        offset = p.base.n_units if p.base is not None else 0
-        for j in range(start, len(p.pieces)):
-            special, text = p.pieces[j]
+    def plan(self, pieces: list[tuple[bool, str]]) -> Planned:
+        """Units and memo keys of one prompt; text not seen before is queued for `run_pending`."""
+        p = Planned([], [], [])
+        for j, (special, text) in enumerate(pieces):
             if special:
                 p.units.append((True, text))
                 p.keys.append(text.encode("utf-8"))
@@ -215,7 +161,8 @@ class SegmentEncoder:
                 self._plan_first(text, p)
             else:
                 self._plan_text(text, p)
-            p.piece_end.append(offset + len(p.units))
+            p.piece_end.append(len(p.units))
+        return p
 
     def _plan_first(self, text: str, p: Planned) -> None:
         k = xxhash.xxh3_128_digest(b"\x00first\x00" + text.encode("utf-8", "surrogatepass"))
@@ -273,7 +220,6 @@ class SegmentEncoder:
         self.pieces.put(pk, (starts, blob), len(starts) + len(blob) + 200)
 
     def run_pending(self) -> None:
-        self._batch.clear()
         for pending, encode in ((self.pending, self.encode_many), (self.pending_first, self.encode_first)):
             if not pending or encode is None:
                 continue
@@ -285,27 +231,8 @@ class SegmentEncoder:
             pending.clear()
         self.stats.memo_evictions = self.memo.evictions
 
-    def resolve(self, p: Planned) -> None:
-        """A prompt planned after an earlier one of its batch: start from that one's prefix, or, when it
-        made none (it was rejected or tokenised directly), plan this one in full (which may find it
-        `poisoned`: check that after this)."""
-        w, p.wait = p.wait, None
-        if w is None:
-            return
-        if w.prefix is not None:
-            base = w.prefix
-            p.base = base
-            p.piece_end = list(base.piece_end) + [base.n_units + e for e in p.piece_end]
-            self.stats.prefix_hits += 1
-            self.stats.prefix_pieces += base.n_pieces
-            return
-        p.units, p.keys, p.piece_end = [], [], []
-        self._plan_pieces(p, 0)
-        self.run_pending()
-
     def assemble(self, p: Planned) -> tuple[np.ndarray, list[int]]:
-        """Token ids of the whole prompt and the token count of each unit after its base prefix."""
-        self.resolve(p)
+        """Token ids of the whole prompt and the token count of each unit."""
         arrs = []
         for (special, text), k in zip(p.units, p.keys, strict=True):
             if special:
@@ -313,24 +240,8 @@ class SegmentEncoder:
                 continue
             arr = self.memo.get(k)
             if arr is None:  # evicted between planning and assembly
-                first = self.encode_first is not None and not arrs and p.base is None
+                first = self.encode_first is not None and not arrs
                 arr = np.asarray((self.encode_first if first else self.encode_many)([text])[0], dtype=np.uint32)
             arrs.append(arr)
-        lens = [len(a) for a in arrs]
-        if p.base is not None:
-            arrs.insert(0, p.base.tokens)
         toks = np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.uint32)
-        return toks, lens
-
-    def keep(self, p: Planned, toks: np.ndarray, lens: list[int]) -> Prefix | None:
-        """Remember an assembled, checked prompt's prefix (all but the generation prompt) for the next
-        turn of its conversation; None when it has no conversation key or is too short."""
-        if p.later is None:
-            return None
-        k = len(p.later.pieces)
-        if p.sig is None or (p.base is not None and k <= p.base.n_pieces):
-            return None
-        new = extend(p.base, p.sig, k, toks, p.keys, lens, p.piece_end)
-        p.later.prefix = new
-        self.prefixes.remember(p.key, new, p.base)
-        return new
+        return toks, [len(a) for a in arrs]

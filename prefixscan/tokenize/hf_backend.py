@@ -21,7 +21,6 @@ from prefixscan.errors import TokenizerError
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, SegmentMemo, Tokenizer
 from prefixscan.tokenize.cuts import CutRule, rule_for_hf
-from prefixscan.tokenize.prefix import lookup_key
 from prefixscan.tokenize.tiktoken_backend import token_array
 
 
@@ -194,7 +193,7 @@ class HFTokenizer(Tokenizer):
             else:
                 try:
                     text = self._render(r.messages or [], r.tools)
-                    plans.append((text, self.seg.plan(self._pieces(text), lookup_key(r.messages or [], r.tools))))
+                    plans.append((text, self.seg.plan(self._pieces(text))))
                 except RecordError as exc:
                     plans.append(exc)
         self.seg.run_pending()
@@ -229,14 +228,13 @@ class HFTokenizer(Tokenizer):
                     "tokenised directly")
                 return Encoded(truth, self._head_tokens(r, truth))
         head = self._head_tokens(r, toks)
-        n_units = len(lens) + (plan.base.n_units if plan.base is not None else 0)
-        cps = {plan.piece_end[-3] - 1 if len(plan.piece_end) >= 3 else n_units - 3}
+        ends = np.cumsum(lens)
+        cps = {len(lens) - 3}
         if head:
-            j = head_unit(plan.base, lens, head)
-            if j is not None:
+            j = int(np.searchsorted(ends, head))
+            if j < len(ends) and ends[j] == head:
                 cps.add(j)
-        keep = self.seg.keep(plan, toks, lens)
-        return Encoded(toks, head, plan.keys, lens, sorted(c for c in cps if c >= 0), plan.base, keep)
+        return Encoded(toks, head, plan.keys, lens, sorted(c for c in cps if c >= 0))
 
     def _encode_plain(self, r: Record) -> np.ndarray:
         if r.kind == "completion":
@@ -254,19 +252,6 @@ class HFTokenizer(Tokenizer):
         except Exception as exc:  # noqa: BLE001
             raise RecordError("template_error", f"chat template rejected the request: {str(exc)[:160]}") from None
         return np.asarray(_ids(ids), dtype=np.uint32)
-
-
-def head_unit(base: Any, lens: list[int], head: int) -> int | None:
-    """The unit (counted from the prompt's start) whose end is the head's last token, if one ends there."""
-    if base is not None and head <= base.n_tokens:
-        ends = np.cumsum(base.lens)
-        off = 0
-    else:
-        ends = np.cumsum(lens)
-        off = base.n_units if base is not None else 0
-        head -= base.n_tokens if base is not None else 0
-    j = int(np.searchsorted(ends, head))
-    return off + j if j < len(ends) and ends[j] == head else None
 
 
 def segment_problem(spec: dict[str, Any], tok: Any) -> str | None:

@@ -12,7 +12,6 @@ from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import IM_END, IM_START, TEMPLATE_VERSION, render_chatml, rendered_text
 from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, Tokenizer
 from prefixscan.tokenize.cuts import rule_for_pattern
-from prefixscan.tokenize.prefix import lookup_key, tokens_before
 
 PARALLEL_MIN_CHARS = 200_000  # below this, thread hand-off costs more than it saves
 
@@ -91,7 +90,7 @@ class TiktokenTokenizer(Tokenizer):
         for r in records:
             if r.kind == "chat" and not self.direct:
                 rr = render_chatml(r.messages or [], r.tools)
-                plans.append((rr, self.seg.plan(rr.pieces, lookup_key(r.messages or [], r.tools))))
+                plans.append((rr, self.seg.plan(list(rr.pieces))))
             else:
                 plans.append(None)
         self.seg.run_pending()
@@ -109,7 +108,6 @@ class TiktokenTokenizer(Tokenizer):
                 return Encoded(self.encode_direct(r), None)
             return Encoded(self._encode_plain(r), None)
         rr, p = item
-        self.seg.resolve(p)
         if p.poisoned:
             self.stats.fallback_reason = "control-token strings inside message text (those requests direct)"
             return Encoded(self.encode_direct(r), None)
@@ -127,8 +125,7 @@ class TiktokenTokenizer(Tokenizer):
         head_end = p.piece_end[rr.head_pieces - 1] if rr.head_pieces else 0
         # Remember the chain after the head and after the history (before the generation prompt).
         cps = sorted({head_end - 1, p.piece_end[n - 3] - 1} - {-1})
-        keep = self.seg.keep(p, toks, lens)
-        return Encoded(toks, tokens_before(p.base, lens, head_end), p.keys, lens, cps, p.base, keep)
+        return Encoded(toks, int(sum(lens[:head_end])), p.keys, lens, cps)
 
     def _encode_plain(self, r: Record) -> np.ndarray:
         if r.kind == "completion":
