@@ -7,7 +7,8 @@ The baseline's `prefixscan/` is extracted with `git archive REF` into --work (ke
 cache of its kernels survives between runs) and run with this venv's interpreter and packages through
 PYTHONPATH, so only the package source differs. Each case runs once untimed per tree (numba compiles and
 caches the kernels of a fresh tree; the OS caches the files), then `-n` times, alternating the trees;
-the median wall is reported with the best and the ratio baseline/this. Without --log, a 50-request fresh
+the median wall is reported with the best and the ratio baseline/this, and the median CPU seconds of
+the process and its encode workers (less sensitive to a busy machine than the wall). Without --log, a 50-request fresh
 chat log is made with `prefixscan synth`. Prints a markdown table and the load average before and after:
 on a busy machine the seconds inflate, the ratios much less.
 """
@@ -63,14 +64,20 @@ def cases(log: Path, out: Path, workers: int | None) -> dict[str, list[str]]:
     }
 
 
-def once(src: Path, args: list[str], cwd: Path) -> float:
+def once(src: Path, args: list[str], cwd: Path) -> tuple[float, float]:
+    """(wall s, CPU s of the process and the children it waited for, e.g. encode workers) of one run."""
     env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "100"}
     t = time.perf_counter()
-    r = subprocess.run([PY, "-m", "prefixscan", *args], env=env, cwd=cwd, capture_output=True)
-    dt = time.perf_counter() - t
-    if r.returncode != 0:
-        raise SystemExit(f"{src}: prefixscan {' '.join(args)} failed ({r.returncode}): {r.stderr.decode()[-500:]}")
-    return dt
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen([PY, "-m", "prefixscan", *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                             stderr=err)
+        _, status, ru = os.wait4(p.pid, 0)
+        dt = time.perf_counter() - t
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{src}: prefixscan {' '.join(args)} failed ({p.returncode}): {err.read()[-500:]!r}")
+    return dt, ru.ru_utime + ru.ru_stime
 
 
 def main() -> None:
@@ -85,7 +92,7 @@ def main() -> None:
     trees = {"baseline " + a.baseline: extract(a.baseline, a.work), "this checkout": ROOT}
     log = a.log.resolve() if a.log else tiny_log(a.work)
     load0 = os.getloadavg()
-    times: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for case, args in cases(log, a.work / "run", a.workers).items():
         for src in trees.values():  # untimed: compile/cache numba kernels, warm the page cache
             once(src, args, a.work)
@@ -95,12 +102,14 @@ def main() -> None:
     load1 = os.getloadavg()
     base, this = trees
     print(f"load average before {load0[0]:.2f}, after {load1[0]:.2f}; {a.n} runs each; python {sys.version.split()[0]}")
-    print(f"| case | {base} median (best) | {this} median (best) | {base} / this |")
-    print("|---|---|---|---|")
+    print(f"| case | {base} wall median (best) | {this} wall median (best) | wall {base} / this "
+          f"| CPU median {base} | CPU median this |")
+    print("|---|---|---|---|---|---|")
     for case in cases(log, a.work / "run", a.workers):
-        b, t = times[(case, base)], times[(case, this)]
-        print(f"| {case} | {statistics.median(b):.2f} s ({min(b):.2f}) | {statistics.median(t):.2f} s "
-              f"({min(t):.2f}) | {statistics.median(b) / statistics.median(t):.2f}x |")
+        (bw, bc), (tw, tc) = (list(zip(*times[(case, k)], strict=True)) for k in (base, this))
+        print(f"| {case} | {statistics.median(bw):.2f} s ({min(bw):.2f}) | {statistics.median(tw):.2f} s "
+              f"({min(tw):.2f}) | {statistics.median(bw) / statistics.median(tw):.2f}x | "
+              f"{statistics.median(bc):.2f} s | {statistics.median(tc):.2f} s |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Fixed per-process costs a command can avoid or overlap (docs/performance.md, "Start-up").
+"""Fixed per-process costs a command can avoid or overlap (docs/bench.md, "Start-up").
 
 - `skip_pandas_probe`: pyarrow imports pandas, when it is installed (Ray brings it), the first time it
   converts a numpy array (`pa.array`) and when `pyarrow.dataset` loads: ~0.35 s, although analyze never
