@@ -4,7 +4,8 @@
   converts a numpy array (`pa.array`) and when `pyarrow.dataset` loads: ~0.35 s, although analyze never
   hands pyarrow a pandas object. Run both once with pandas hidden: pyarrow then treats numpy arrays and
   lists as it does without pandas (the same arrays), and pandas stays importable: pyarrow's own pandas
-  functions (`to_pandas`, `from_pandas`) import it when called.
+  functions (`to_pandas`, `from_pandas`) import it when called. Only the CLI does this: in a library
+  caller's process, its own `pa.array(series)` would no longer be recognised as pandas.
 - `warm_numba`: numba's first compiled call (even one loaded from its cache) builds its typing and target
   contexts, ~0.3 s of Python. Doing that in a thread at start-up overlaps it with the time the main thread
   waits for files, the tokenizer's Rust code and the encode workers. numba's compiler lock serialises it
