@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--metrics and --kv-events are saved in the run: give -o RUN_DIR")
         from prefixscan import startup
 
-        if engine != "ray":  # Ray Data works in pandas: leave pyarrow's view of it alone
+        if engine != "ray":  # Ray and its workers may use pandas: leave pyarrow's view of it alone
             startup.skip_pandas_probe()
         startup.warm_numba()
         if show_progress(quiet):
