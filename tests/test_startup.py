@@ -90,15 +90,3 @@ def test_pandas_stays_usable_after_the_probe() -> None:
             "assert t.column('a').null_count == 1 and t.to_pandas()['a'].isna().sum() == 1\n"
             "assert sys.meta_path[0].__class__.__name__ != '_Hidden'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-
-
-def test_numba_warm_up_thread_leaves_kernels_working() -> None:
-    import numpy as np
-
-    from prefixscan.reuse.fenwick import _fenwick_ones  # any cached kernel
-    from prefixscan.startup import warm_numba
-
-    warm_numba().join(timeout=120)
-    tree = np.full(5, -1, np.int64)
-    _fenwick_ones(tree, 4)
-    assert tree.tolist() == [0, 1, 2, 1, 4]  # a Fenwick tree of four marks

@@ -172,7 +172,6 @@ def register(app: typer.Typer) -> None:
 
         if engine != "ray":  # Ray and its workers may use pandas: leave pyarrow's view of it alone
             startup.skip_pandas_probe()
-        startup.warm_numba()
         if show_progress(quiet):
             console = stderr_console(quiet)
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
