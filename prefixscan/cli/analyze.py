@@ -168,8 +168,12 @@ def register(app: typer.Typer) -> None:
             from prefixscan.errors import UsageError
 
             raise UsageError("--metrics and --kv-events are saved in the run: give -o RUN_DIR")
-        console = stderr_console(quiet)
+        from prefixscan import startup
+
+        if engine != "ray":  # Ray and its workers may use pandas: leave pyarrow's view of it alone
+            startup.skip_pandas_probe()
         if show_progress(quiet):
+            console = stderr_console(quiet)
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
             with Progress(TextColumn("reading logs"), BarColumn(), DownloadColumn(),
@@ -195,10 +199,10 @@ def register(app: typer.Typer) -> None:
             if evidence is not None:
                 data["evidence"] = evidence.to_json()
             typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
-        from prefixscan.cli.common import stdout_console
-        from prefixscan.report.analyze_terminal import render_evidence, render_summary
-
         if not quiet:  # -q: nothing on stdout but what --json asks for
+            from prefixscan.cli.common import stdout_console
+            from prefixscan.report.analyze_terminal import render_evidence, render_summary
+
             out = stderr_console(False) if json_out else stdout_console()
             render_summary(result, out)
             if evidence is not None:

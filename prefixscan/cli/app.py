@@ -2,46 +2,68 @@
 
 Command modules are imported here and each registers itself with `register(app)`. They must not import
 polars, duckdb, transformers or numba at module top, so `prefixscan --help` stays fast.
+
+`main` builds the application with only the command the command line names (typer turns every registered
+command's signature into click options before it runs one: 13 commands cost ~0.1 s); `--help`, no command
+or an unknown one get every command. `app` (for tests and `typer.testing`) is the full application.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import sys
+from typing import Any
 
 import typer
 
-app = typer.Typer(
-    name="prefixscan",
-    help="Measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="rich",
-    pretty_exceptions_enable=False,
-    epilog="Exit codes: 0 ok; 1 internal error (a bug); 2 usage; 3 input (unreadable, or no record accepted); "
-           "4 a reject under --strict; 5 run directory (missing, damaged, or in use by another prefixscan); "
-           "6 tokenizer; 7 environment (disk full, read-only file system, permission denied); 130 interrupted. "
-           "Errors are one line on stderr (docs/analyze.md).",
-)
+# Command name -> its module, in the order `--help` lists them.
+COMMANDS = {
+    "analyze": "analyze",
+    "estimate": "estimate",
+    "query": "query",
+    "report": "report",
+    "synth": "synth",
+    "simulate": "simulate",
+    "findings": "findings",
+    "fix": "fix",
+    "check": "check",
+    "diff": "diff",
+    "export": "export",
+    "record-events": "record_events",
+    "explain": "explain",
+}
+COMMAND_MODULES = list(COMMANDS.values())
 
-# One module per command, in the order `--help` lists them.
-COMMAND_MODULES = [
-    "analyze",
-    "estimate",
-    "query",
-    "report",
-    "synth",
-    "simulate",
-    "findings",
-    "fix",
-    "check",
-    "diff",
-    "export",
-    "record_events",
-    "explain",
-]
+HELP = "Measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router."
+EPILOG = ("Exit codes: 0 ok; 1 internal error (a bug); 2 usage; 3 input (unreadable, or no record accepted); "
+          "4 a reject under --strict; 5 run directory (missing, damaged, or in use by another prefixscan); "
+          "6 tokenizer; 7 environment (disk full, read-only file system, permission denied); 130 interrupted. "
+          "Errors are one line on stderr (docs/analyze.md).")
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(f"prefixscan.cli.{_name}").register(app)
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The application with every command, or with only the command named `only` (a key of COMMANDS;
+    "": none, for `--version`)."""
+    application = typer.Typer(name="prefixscan", help=HELP, no_args_is_help=True, add_completion=False,
+                              rich_markup_mode="rich", pretty_exceptions_enable=False, epilog=EPILOG)
+    for name in COMMANDS.values() if only is None else (COMMANDS[only],) if only else ():
+        importlib.import_module(f"prefixscan.cli.{name}").register(application)
+    _hook_project_config(application)
+    application.callback()(_root)
+    return application
+
+
+@functools.cache
+def full_app() -> typer.Typer:
+    """The application with every command (built once)."""
+    return build_app()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # built on first use: `python -m prefixscan analyze` never needs the other commands
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _scenario_keys() -> set[str]:
@@ -50,21 +72,18 @@ def _scenario_keys() -> set[str]:
 
     from prefixscan.projectconfig import SCENARIO_COMMANDS
 
-    return {p for c in app.registered_commands if (c.name or c.callback.__name__) in SCENARIO_COMMANDS
+    return {p for c in full_app().registered_commands if (c.name or c.callback.__name__) in SCENARIO_COMMANDS
             for p in inspect.signature(c.callback).parameters}
 
 
-def _hook_project_config() -> None:
+def _hook_project_config(application: typer.Typer) -> None:
     from prefixscan.cli.common import with_project_config
-    from prefixscan.projectconfig import COMMANDS
+    from prefixscan.projectconfig import COMMANDS as CONFIGURED
 
-    for info in app.registered_commands:
+    for info in application.registered_commands:
         name = info.name or info.callback.__name__
-        if name in COMMANDS:
+        if name in CONFIGURED:
             info.callback = with_project_config(name, info.callback, _scenario_keys)
-
-
-_hook_project_config()
 
 
 def _version(value: bool) -> None:
@@ -75,7 +94,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     ctx: typer.Context,
     version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
@@ -87,6 +105,23 @@ def _root(
     ctx.obj = {"config": config}
 
 
+def command_named(args: list[str]) -> str | None:
+    """The command `args` run (its first word after the root options), "" for `--version` without one, or
+    None (build every command): no command, `--help`, or an unknown one."""
+    version = False
+    it = iter(args)
+    for a in it:
+        if a == "--help":
+            return None
+        if a == "--config":
+            next(it, None)
+        elif not a.startswith("-"):
+            return a if a in COMMANDS else None
+        version = version or a == "--version"
+    return "" if version else None
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    name = command_named(sys.argv[1:])
+    (full_app() if name is None else build_app(name))()

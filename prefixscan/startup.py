@@ -1,0 +1,44 @@
+"""Fixed per-process costs a command can avoid (docs/bench.md, "Start-up").
+
+- `skip_pandas_probe`: pyarrow imports pandas, when it is installed (Ray brings it), the first time it
+  converts a numpy array (`pa.array`) and when `pyarrow.dataset` loads: ~0.35 s, although analyze never
+  hands pyarrow a pandas object. Run both once with pandas hidden: pyarrow then treats numpy arrays and
+  lists as it does without pandas (the same arrays), and pandas stays importable: pyarrow's own pandas
+  functions (`to_pandas`, `from_pandas`) import it when called. Only the CLI does this: in a library
+  caller's process, its own `pa.array(series)` would no longer be recognised as pandas.
+
+Not done: building numba's typing and target contexts (~0.3 s at the first compiled call) in a thread at
+start-up. numba's registries are not safe for that: a run failed with "generator already executing" in
+numba/core/typing/templates.py when the main thread reached a kernel while the thread was refreshing.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def skip_pandas_probe() -> None:
+    """Let pyarrow's one-time pandas probes find no pandas, unless pandas is already imported."""
+    if "pandas" in sys.modules:
+        return
+    import numpy as np
+    import pyarrow as pa
+
+    hide = _Hidden("pandas")
+    sys.meta_path.insert(0, hide)
+    try:
+        pa.array(np.zeros(1, np.int64))  # the conversion probe runs here, once per process
+        import pyarrow.dataset  # noqa: F401 - and the dataset module's, when it loads
+    finally:
+        sys.meta_path.remove(hide)
+
+
+class _Hidden:
+    """A meta-path finder under which one top-level package cannot be imported."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname.partition(".")[0] == self.name:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
