@@ -2,7 +2,7 @@
 
 Runs `prefixscan analyze` from two source trees on the same inputs, alternately, and reports each one's
 wall time, its stage timings (manifest `analyze.timings`) and whether every table and the summary are the
-same (every file of the run directory byte for byte; the manifest without timings and command line). The
+same (every file of the run directory byte for byte; the manifest without RUN_STATS). The
 "before" tree is `git archive REV prefixscan` unpacked in a scratch directory and put first on
 PYTHONPATH; the "after" tree is this checkout. Also times the read stage's record normalisation alone
 (CPU seconds, `shapes.normalise` over already-parsed lines) on each JSONL chat input.
@@ -63,9 +63,14 @@ def _analyze(inp: str, out: Path, pythonpath: Path | None, extra: list[str]) -> 
     return wall, json.loads((out / "manifest.json").read_text())["analyze"]["timings"]
 
 
+# Not results: wall times, the command and run directory, and the encode pool's work split between the
+# main process and the workers (adaptive, so it follows the machine's load; the tables do not).
+RUN_STATS = ("timings", "command_line", "output", "tokenizer_stats")
+
+
 def _strip(obj: object) -> object:
     if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in ("timings", "command_line")}
+        return {k: _strip(v) for k, v in obj.items() if k not in RUN_STATS}
     if isinstance(obj, list):
         return [_strip(v) for v in obj]
     return obj
