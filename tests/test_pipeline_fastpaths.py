@@ -1,5 +1,6 @@
-"""The requests table's background writer (`write.RowGroups`): the bytes of `rundir.write_parquet` for any
-chunking, and a failed write still a one-line EnvError naming the table."""
+"""Fast paths of the pipeline's stages against their plain versions: the requests table's background writer
+(`write.RowGroups`: the bytes of `rundir.write_parquet` for any chunking, a failed write still a one-line
+EnvError naming the table) and the analysis order of a log already in time order."""
 
 from __future__ import annotations
 
@@ -72,3 +73,14 @@ def test_a_failed_background_write_is_an_env_error(tmp_path: Path, monkeypatch: 
         out.close(wait=False)
         out.wait()
     out.abandon()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 5, allow_nan=False), st.just(float("nan")), st.sampled_from([1.0, 2.0])),
+                max_size=30))
+def test_analysis_order_is_the_time_then_input_lexsort(ts: list[float]) -> None:
+    from prefixscan.pipeline.frame import analysis_order
+
+    a = np.array(ts, dtype=np.float64)
+    want = np.lexsort((np.arange(len(a)), a)) if len(a) else np.zeros(0, np.int64)
+    assert analysis_order(a).tolist() == want.tolist()
