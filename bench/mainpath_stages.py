@@ -1,7 +1,8 @@
 """Main-process stages (read, reuse, capacity, write) before and after, as ratios in one run (issue 15).
 
 Runs `prefixscan analyze` from two source trees on the same inputs, alternately, and reports each one's
-wall time, its stage timings (manifest `analyze.timings`) and whether every table and the summary are the
+wall time, its CPU time (process and encode workers: less sensitive to a shared machine's load than the
+wall), its stage timings (manifest `analyze.timings`) and whether every table and the summary are the
 same (every file of the run directory byte for byte; the manifest without RUN_STATS). The
 "before" tree is `git archive REV prefixscan` unpacked in a scratch directory and put first on
 PYTHONPATH; the "after" tree is this checkout. Also times the read stage's record normalisation alone
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -55,12 +57,14 @@ def _env(pythonpath: Path | None) -> dict[str, str]:
     return env
 
 
-def _analyze(inp: str, out: Path, pythonpath: Path | None, extra: list[str]) -> tuple[float, dict]:
-    t = time.perf_counter()
+def _analyze(inp: str, out: Path, pythonpath: Path | None, extra: list[str]) -> tuple[float, float, dict]:
+    """(wall s, CPU s of the process and its encode workers, the manifest's stage timings)."""
+    t, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([PY, "-m", "prefixscan", "analyze", inp, "-o", str(out), "--force", "-q", *extra],
                    check=True, env=_env(pythonpath), cwd=ROOT, stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - t
-    return wall, json.loads((out / "manifest.json").read_text())["analyze"]["timings"]
+    wall, r1 = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return wall, cpu, json.loads((out / "manifest.json").read_text())["analyze"]["timings"]
 
 
 # Not results: wall times, the command and run directory, and the encode pool's work split between the
@@ -119,25 +123,28 @@ def main() -> None:
         for tree in trees.values():  # compiled kernels cached and files warm before anything is timed
             _analyze(str(ROOT / "sample_logs" / "mooncake_small.jsonl"), work / "warm", tree, [])
             _analyze(str(ROOT / "sample_logs" / "chat.jsonl"), work / "warm", tree, [])
-        print("| input | before wall s | after wall s | ratio | stage timings before -> after | normalise CPU s "
-              "before -> after | tables identical |")
-        print("|---|---:|---:|---:|---|---|---|")
+        print("| input | before wall s | after wall s | ratio | before CPU s | after CPU s | CPU ratio | "
+              "stage timings before -> after | normalise CPU s before -> after | tables identical |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|---|---|")
         for inp in args.inputs:
             walls: dict[str, list[float]] = {k: [] for k in trees}
+            cpus: dict[str, list[float]] = {k: [] for k in trees}
             stages: dict[str, dict] = {}
             for _ in range(args.repeats):
                 for name, tree in trees.items():
-                    w, stages[name] = _analyze(inp, work / name / "run", tree, extra)
+                    w, c, stages[name] = _analyze(inp, work / name / "run", tree, extra)
                     walls[name].append(w)
+                    cpus[name].append(c)
             diff = same_run(work / "before" / "run", work / "after" / "run")
             norm = {k: _normalise_cpu(inp, t) for k, t in trees.items()}
             b, a = min(walls["before"]), min(walls["after"])
+            cb, ca = min(cpus["before"]), min(cpus["after"])
             keys = [k for k in ("ingest_s", "capacity_s", "aggregate_s", "attribution_s", "findings_s")
                     if k in stages["after"]]
             st = ", ".join(f"{k[:-2]} {stages['before'].get(k, 0):.2f}->{stages['after'][k]:.2f}" for k in keys)
             ns = f"{norm['before']:.2f} -> {norm['after']:.2f}" if norm["after"] is not None else "-"
-            print(f"| {Path(inp).name} | {b:.2f} | {a:.2f} | {b / a:.2f}x | {st} | {ns} | "
-                  f"{'yes' if not diff else 'NO: ' + ', '.join(diff)} |", flush=True)
+            print(f"| {Path(inp).name} | {b:.2f} | {a:.2f} | {b / a:.2f}x | {cb:.2f} | {ca:.2f} | {cb / ca:.2f}x "
+                  f"| {st} | {ns} | {'yes' if not diff else 'NO: ' + ', '.join(diff)} |", flush=True)
         print(f"load average at end: {os.getloadavg()}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
