@@ -60,8 +60,10 @@ def _env(pythonpath: Path | None) -> dict[str, str]:
 def _analyze(inp: str, out: Path, pythonpath: Path | None, extra: list[str]) -> tuple[float, float, dict]:
     """(wall s, CPU s of the process and its encode workers, the manifest's stage timings)."""
     t, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Not run from the checkout: `python -m` puts the working directory first on sys.path, before PYTHONPATH
+    out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([PY, "-m", "prefixscan", "analyze", inp, "-o", str(out), "--force", "-q", *extra],
-                   check=True, env=_env(pythonpath), cwd=ROOT, stdout=subprocess.DEVNULL)
+                   check=True, env=_env(pythonpath), cwd=out.parent, stdout=subprocess.DEVNULL)
     wall, r1 = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return wall, cpu, json.loads((out / "manifest.json").read_text())["analyze"]["timings"]
@@ -96,14 +98,14 @@ def same_run(a: Path, b: Path) -> list[str]:
     return bad
 
 
-def _normalise_cpu(inp: str, pythonpath: Path | None) -> float | None:
+def _normalise_cpu(inp: str, pythonpath: Path | None, cwd: Path) -> float | None:
     if not inp.endswith(".jsonl"):
         return None
     with open(inp, "rb") as f:
         head = f.readline()
     if b'"messages"' not in head:
         return None
-    got = subprocess.run([PY, "-c", NORMALISE, inp], check=True, env=_env(pythonpath), cwd=ROOT,
+    got = subprocess.run([PY, "-c", NORMALISE, inp], check=True, env=_env(pythonpath), cwd=cwd,
                          capture_output=True, text=True)
     return float(got.stdout.strip())
 
@@ -120,13 +122,17 @@ def main() -> None:
     try:
         trees = {"before": _tree(args.base, work / "before"), "after": None}
         print(f"load average at start: {os.getloadavg()}; before = {args.base}, after = working tree")
+        for name, tree in trees.items():  # each tree imports its own package
+            got = subprocess.run([PY, "-c", "import prefixscan; print(prefixscan.__file__)"], env=_env(tree),
+                                 cwd=work, check=True, capture_output=True, text=True).stdout.strip()
+            print(f"{name}: {got}")
         for tree in trees.values():  # compiled kernels cached and files warm before anything is timed
             _analyze(str(ROOT / "sample_logs" / "mooncake_small.jsonl"), work / "warm", tree, [])
             _analyze(str(ROOT / "sample_logs" / "chat.jsonl"), work / "warm", tree, [])
         print("| input | before wall s | after wall s | ratio | before CPU s | after CPU s | CPU ratio | "
               "stage timings before -> after | normalise CPU s before -> after | tables identical |")
         print("|---|---:|---:|---:|---:|---:|---:|---|---|---|")
-        for inp in args.inputs:
+        for inp in map(lambda p: str(Path(p).resolve()), args.inputs):
             walls: dict[str, list[float]] = {k: [] for k in trees}
             cpus: dict[str, list[float]] = {k: [] for k in trees}
             stages: dict[str, dict] = {}
@@ -136,7 +142,7 @@ def main() -> None:
                     walls[name].append(w)
                     cpus[name].append(c)
             diff = same_run(work / "before" / "run", work / "after" / "run")
-            norm = {k: _normalise_cpu(inp, t) for k, t in trees.items()}
+            norm = {k: _normalise_cpu(inp, t, work) for k, t in trees.items()}
             b, a = min(walls["before"]), min(walls["after"])
             cb, ca = min(cpus["before"]), min(cpus["after"])
             keys = [k for k in ("ingest_s", "capacity_s", "aggregate_s", "attribution_s", "findings_s")
