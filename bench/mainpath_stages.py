@@ -114,13 +114,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("inputs", nargs="+")
     ap.add_argument("--base", required=True, help="git revision of the 'before' tree")
+    ap.add_argument("--before-dir", help="an unpacked 'before' tree to reuse (its compiled kernels cached)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--extra", default="", help="more analyze options, space-separated")
     args = ap.parse_args()
     extra = args.extra.split()
     work = Path(tempfile.mkdtemp(prefix="mainpath-bench-"))
     try:
-        trees = {"before": _tree(args.base, work / "before"), "after": None}
+        before = Path(args.before_dir) if args.before_dir else _tree(args.base, work / "before")
+        trees: dict[str, Path | None] = {"before": before, "after": None}
         print(f"load average at start: {os.getloadavg()}; before = {args.base}, after = working tree")
         for name, tree in trees.items():  # each tree imports its own package
             got = subprocess.run([PY, "-c", "import prefixscan; print(prefixscan.__file__)"], env=_env(tree),
