@@ -111,3 +111,17 @@ def test_shared_text_is_the_common_prefix_of_every_hit(rows, chunk) -> None:
         for t in members[1:]:
             want = common_prefix(want, t)
         assert got[h] == want and all(t.startswith(got[h]) for t in members)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 50)), max_size=60), st.integers(1, 6))
+def test_top_prefix_hashes_equals_a_dict_ranking(rows: list, top: int) -> None:
+    """The sort-based ranking is the plain one: tokens saved per prefix, most first, ties by smaller hash."""
+    from prefixscan.reuse.prefixes import top_prefix_hashes
+
+    sums: dict[int, int] = {}
+    for h, t in rows:
+        sums[h] = sums.get(h, 0) + t
+    want = sorted(sums, key=lambda h: (-sums[h], h))[:top]
+    got = top_prefix_hashes(np.array([h for h, _ in rows], np.uint64), np.array([t for _, t in rows], np.int64), top)
+    assert got.tolist() == want

@@ -12,7 +12,7 @@ path never accepts what the ordinary path would reject, and never changes a valu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -278,13 +278,21 @@ def _whole_lines(path: str, pos: Position | None,
             yield carry, line, False
 
 
-def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int | None = None) -> Iterator[Chunk]:
+def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int | None = None,
+                ids: Callable[[np.ndarray], np.ndarray] | None = None) -> Iterator[Chunk]:
     """Chunks of whole lines of a (possibly gzipped) JSONL file, parsed in file order.
 
     The kernel releases the GIL, so one chunk is parsed on a second thread while the next is read and the
-    previous one is consumed (the machine's second core; results come back in order).
+    previous one is consumed (the machine's second core; results come back in order). `ids`, if given,
+    maps each chunk's block ids on that thread too (the reader namespaces them there).
     """
     from concurrent.futures import ThreadPoolExecutor
+
+    def parse(data: bytes, first_line: int, newline_after: bool) -> Chunk:
+        c = parse_chunk(data, first_line, newline_after)
+        if ids is not None:
+            c.ids = ids(c.ids)
+        return c
 
     size = chunk_bytes or CHUNK_BYTES
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -296,7 +304,7 @@ def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int | None 
                 e = np.zeros(0, np.int64)
                 yield Chunk(e, e, e, e, e, e, [(line, whole)], 1)  # type: ignore[list-item]
                 break
-            pending.append(pool.submit(parse_chunk, whole, line, nl))
+            pending.append(pool.submit(parse, whole, line, nl))
             if len(pending) >= 2:
                 yield pending.pop(0).result()
         for fut in pending:

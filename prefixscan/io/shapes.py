@@ -23,6 +23,7 @@ from prefixscan.io.ecosystem import (
     otel_to_chat,
     responses_to_chat,
 )
+from prefixscan.io.fieldplan import FieldPlans, Plan
 from prefixscan.io.timestamps import parse_timestamp
 from prefixscan.media import MEDIA_KINDS, has_media, is_text_part
 from prefixscan.render import content_text
@@ -309,9 +310,13 @@ TRACE_FIELDS = {"mooncake": {"timestamp", "input_length", "output_length", "hash
                             "output_length", "hash_ids"}}
 
 
-def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
-            overrides: dict[str, str]) -> Any:
-    """First non-null candidate of `field`; plain names are a dict lookup, dotted ones a path walk."""
+_PLANS = FieldPlans(FIELD_CANDIDATES)
+
+
+def _lookup_ref(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
+                overrides: dict[str, str]) -> Any:
+    """First non-null candidate of `field`; plain names are a dict lookup, dotted ones a path walk (the
+    reference `_lookup` is tested equal to)."""
     if field in overrides:
         return get_path(outer, overrides[field])
     for path, dotted in _PATHS[field]:
@@ -319,6 +324,18 @@ def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, An
             v = get_path(holder, path) if dotted else holder.get(path)
             if v is not None:
                 return v
+    return None
+
+
+def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
+            overrides: dict[str, str], plan: Plan) -> Any:
+    """`_lookup_ref`, trying only the candidates the holders' layout can match (`fieldplan`)."""
+    if field in overrides:
+        return get_path(outer, overrides[field])
+    for path, dotted, i in plan[field]:
+        v = get_path(holders[i], path) if dotted else holders[i].get(path)
+        if v is not None:
+            return v
     return None
 
 
@@ -331,7 +348,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     clockless = shape in CLOCKLESS
     obj, shape = _convert(obj, shape, bailian_roots if bailian_roots is not None else {})
     body, resp = _unwrap(obj, shape)
-    if any(k in overrides for k in CONTENT_FIELDS):
+    if overrides and any(k in overrides for k in CONTENT_FIELDS):
         body = {**body, **{k: get_path(obj, overrides[k]) for k in CONTENT_FIELDS if k in overrides}}
     holders = (body,) if body is obj else (body, obj)
     if resp:
@@ -367,7 +384,8 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
 
     if kind == "hashed" and not overrides:
         return _trace_record(obj, shape, source_file, line, content, bailian_roots)
-    ts_raw = _lookup("timestamp", holders, obj, overrides)
+    plan = _PLANS.plan(holders)
+    ts_raw = _lookup("timestamp", holders, obj, overrides, plan)
     if ts_raw is None and clockless:
         ts_raw = NO_CLOCK
     elif ts_raw is None:
@@ -384,21 +402,21 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     if ts_raw is not NO_CLOCK:  # no clock: NaN on purpose, ingest gives it its place in input order
         check_timestamp(ts, ts_raw)
 
-    rid = _lookup("request_id", holders, obj, overrides)
+    rid = _lookup("request_id", holders, obj, overrides, plan)
     rec = Record(source_file=source_file, source_line=line,
                  request_id=str(rid) if rid is not None else f"{source_file}:{line}",
                  timestamp_s=ts, kind=kind, **content)
     for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category"):
-        setattr(rec, name, _str_or_none(_lookup(name, holders, obj, overrides)))
+        setattr(rec, name, _str_or_none(_lookup(name, holders, obj, overrides, plan)))
     if shape == "bailian":
         rec.category = _str_or_none(obj.get("type"))
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
-    rec.turn_index = _int_or_none(_lookup("turn_index", holders, obj, overrides), "turn_index")
-    rec.output_tokens = _int_or_none(_lookup("output_tokens", holders, obj, overrides), "output_tokens")
+    rec.turn_index = _int_or_none(_lookup("turn_index", holders, obj, overrides, plan), "turn_index")
+    rec.output_tokens = _int_or_none(_lookup("output_tokens", holders, obj, overrides, plan), "output_tokens")
     rec.actual_cached_tokens = _int_or_none(
-        _lookup("actual_cached_tokens", holders, obj, overrides), "actual_cached_tokens")
+        _lookup("actual_cached_tokens", holders, obj, overrides, plan), "actual_cached_tokens")
     rec.reported_prompt_tokens = _int_or_none(
-        _lookup("reported_prompt_tokens", holders, obj, overrides), "reported_prompt_tokens")
+        _lookup("reported_prompt_tokens", holders, obj, overrides, plan), "reported_prompt_tokens")
     return rec
 
 
@@ -449,9 +467,10 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
     rec.output_tokens = _int_or_none(obj.get("output_length"), "output_length")
     if len(obj) > len(TRACE_FIELDS[shape]) or rid is not None:
         holders = (obj,)
+        plan = _PLANS.plan(holders)
         for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category"):
-            setattr(rec, name, _str_or_none(_lookup(name, holders, obj, {})))
-        rec.actual_cached_tokens = _int_or_none(_lookup("actual_cached_tokens", holders, obj, {}),
+            setattr(rec, name, _str_or_none(_lookup(name, holders, obj, {}, plan)))
+        rec.actual_cached_tokens = _int_or_none(_lookup("actual_cached_tokens", holders, obj, {}, plan),
                                                 "actual_cached_tokens")
     if shape == "bailian":
         rec.category = _str_or_none(obj.get("type"))

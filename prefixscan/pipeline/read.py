@@ -165,13 +165,12 @@ class Reader:
         if self.batch:  # earlier files' records first: input order is analysis order for equal times
             yield self._take()
         root = mooncake_root(self.cfg, src.path)
-        for chunk in iter_chunks(src.path, self.pos):
+        for chunk in iter_chunks(src.path, self.pos, ids=lambda raw: mix_ids(raw, root)):  # mixed on the parse thread
             self.read += chunk.non_blank
             if len(chunk.line):
                 self._set_mode("mooncake", f"{src.path}:{int(chunk.line[0])}")
                 yield TraceChunk(src.path, chunk.line, chunk.timestamp_ms / 1000.0, chunk.input_length,
-                                 np.uint64(root), chunk.lengths, mix_ids(chunk.ids, root),
-                                 {"output_tokens": chunk.output_length})
+                                 np.uint64(root), chunk.lengths, chunk.ids, {"output_tokens": chunk.output_length})
             for line, raw in chunk.slow:
                 obj = raw if isinstance(raw, RawError) else parse_line(raw)  # RawError: a damaged file
                 if obj is None:

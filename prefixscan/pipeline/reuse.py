@@ -169,11 +169,13 @@ class RequestStream:
         self.written_max_ts = float(inp["timestamp_s"][-1])
         memory.trim()  # a chunk's parsing and frames leave free heap behind: hand it back before the next
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Process the held-back rows and finish the requests table (in the background with `wait=False`:
+        then `self.out.wait()` before reading it)."""
         if self.pending is not None:
             self._process(*self.pending)
             self.pending = None
-        self.out.close()
+        self.out.close(wait=wait)
 
 
 class _Spill:

@@ -184,7 +184,7 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
         else:
             ing = ingest(cfg, progress, sink=feed, sources=sources, one_chunk=one_chunk)
         with writing(work):
-            stream.close()
+            stream.close(wait=False)  # the table's last groups are written while the capacity curve runs
         n_distinct = stream.ideal.n_distinct
         stream.ideal.release()
         memory.trim()
@@ -194,6 +194,8 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
         curve = aggregate.capacity(cfg, stream, n_distinct, ing.block_size, ing.hit_rule, work)
         memory.trim()
         clock.done("capacity")
+        with writing(work):
+            stream.out.wait()
         agg, side, summaries, prefixes = aggregate.aggregates(cfg, stream, Path(tmp))
         memory.trim()
         clock.done("aggregate")

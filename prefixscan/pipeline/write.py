@@ -11,6 +11,7 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +34,12 @@ from prefixscan.schema import REQUESTS_SCHEMA
 
 class RowGroups:
     """requests.parquet written group by group, with the settings and group cuts of `rundir.write_table`
-    (`rundir.group_ends`), so a streamed file has the bytes of one written at once."""
+    (`rundir.group_ends`), so a streamed file has the bytes of one written at once.
+
+    Groups are compressed and written by one background thread, in order (the Parquet writer releases the
+    GIL): the reuse stage goes on with the next chunk, and the last groups are written while the capacity
+    curve is computed. `close(wait=False)` hands the end of the file to that thread; `wait()` returns once
+    the file is complete (and raises what the writes raised)."""
 
     def __init__(self, path: Path, target: Path) -> None:
         self.path, self.target = path, target  # the file written, and the name errors give (the run's table)
@@ -41,6 +47,8 @@ class RowGroups:
         self.lengths: list[np.ndarray] = []
         self.writer: pq.ParquetWriter | None = None
         self.file: Any = None
+        self._thread: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
 
     def write(self, table: pa.Table, lengths: np.ndarray) -> None:
         """Buffer rows (with their block counts); write every group that can no longer grow."""
@@ -53,36 +61,71 @@ class RowGroups:
     def _flush(self, ends: list[int]) -> None:
         if not ends:
             return
+        self._check(block=False)
         whole = pa.concat_tables(self.parts)
         try:
             if self.writer is None:
                 # through a Python file, so a full disk or file-size limit arrives with its errno
                 self.file = open(self.path, "wb")  # noqa: SIM115 - closed in close() or _discard
                 self.writer = pq.ParquetWriter(self.file, REQUESTS_SCHEMA, **rundir.parquet_options(REQUESTS_SCHEMA))
-            start = 0
-            for end in ends:
-                rundir.write_group(self.writer, whole.slice(start, end - start))
-                start = end
         except OSError as exc:
             raise env_error(exc, self.target) from None
+        start, groups = 0, []
+        for end in ends:
+            groups.append(whole.slice(start, end - start))
+            start = end
+        self._submit(self._write_groups, self.writer, groups)
         rest = whole.slice(start)
         lengths = np.concatenate(self.lengths)[start:]
         self.parts, self.lengths = ([rest], [lengths]) if rest.num_rows else ([], [])
 
-    def close(self) -> None:
+    @staticmethod
+    def _write_groups(writer: pq.ParquetWriter, groups: list[pa.Table]) -> None:
+        for g in groups:
+            rundir.write_group(writer, g)
+
+    def _submit(self, fn: Any, *args: Any) -> None:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefixscan-requests-writer")
+        self._pending.append(self._thread.submit(fn, *args))
+
+    def _check(self, block: bool) -> None:
+        """Raise the first failed write (as an EnvError naming the table); with `block`, wait for all."""
+        while self._pending and (block or self._pending[0].done()):
+            try:
+                self._pending.pop(0).result()
+            except OSError as exc:
+                raise env_error(exc, self.target) from None
+
+    def close(self, wait: bool = True) -> None:
+        """Write the last groups and the footer (in the background with `wait=False`: then `wait()`)."""
         if self.parts:
             self._flush(rundir.group_ends(np.concatenate(self.lengths)))
+        self._submit(self._close_file)
+        if wait:
+            self.wait()
+
+    def _close_file(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.file.close()
+        else:  # no rows: the same empty file a table written at once has
+            rundir.write_parquet(REQUESTS_SCHEMA.empty_table(), self.path)
+
+    def wait(self) -> None:
+        """Block until every write handed to the thread is done; the thread then ends."""
         try:
-            if self.writer is not None:
-                self.writer.close()
-                self.file.close()
-            else:  # no rows: the same empty file a table written at once has
-                rundir.write_parquet(REQUESTS_SCHEMA.empty_table(), self.path)
-        except OSError as exc:
-            raise env_error(exc, self.target) from None
+            self._check(block=True)
+        finally:
+            if self._thread is not None and not self._pending:
+                self._thread.shutdown(wait=True)
+                self._thread = None
 
     def abandon(self) -> None:
         """Close what is open after a failure (the caller removes the file)."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True, cancel_futures=True)
+            self._thread, self._pending = None, []
         for f in (self.writer, self.file):
             try:
                 if f is not None:

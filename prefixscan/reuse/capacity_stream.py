@@ -213,10 +213,17 @@ class CapacityStream:
         self._prompts_file.close()
         lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
         self._lengths = []
-        if self._defer_lru:
-            self._deferred_lru(lengths)
-        self._tree = self._last = np.zeros(0, np.int32)  # the LRU pass is over: free it before OPT
         cap_tok, cap_blk = resolve_capacities(capacities_tokens, n, self.block_size)
+        held = np.maximum(cap_blk - 1, 0)  # OPT holds cap - 1 blocks (as capacity_curve)
+        if self._defer_lru:  # the LRU pass on a second thread, beside OPT's bound and next-use keys (all
+            # three only read the ids spill; together they hold less than one OPT pass will)
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefixscan-lru") as side:
+                lru = side.submit(self._deferred_lru, lengths)
+                small = self._opt_prepare(n, lengths, held) if opt else None
+                lru.result()
+        else:
+            small = self._opt_prepare(n, lengths, held) if opt else None
+        self._tree = self._last = np.zeros(0, np.int32)  # the LRU pass is over: free it before OPT
         lru_tok = np.zeros(n + 1, np.int64)
         hist = self._tok_hist  # bins at or past n_seen are 0: distances are below the blocks seen
         np.cumsum(hist[:n] if len(hist) >= n else np.concatenate([hist, np.zeros(n - len(hist), np.int64)]),
@@ -234,10 +241,7 @@ class CapacityStream:
 
         pool_tok = evaluate(cap_blk)
         opt_tok = None
-        if opt:
-            # A cache that holds the whole working set never evicts: OPT = ideal there (as capacity_curve).
-            held = np.maximum(cap_blk - 1, 0)
-            small = held < self._opt_ideal_capacity(n, lengths)  # and from L on (capacity_optbound)
+        if small is not None:
             opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
             if small.any():
                 opt_tok[small] = self._opt_hits(held[small], n, lengths)
@@ -306,14 +310,23 @@ class CapacityStream:
 
     # ------------------------------------------------------------ OPT from the spills
 
+    def _opt_prepare(self, n: int, lengths: np.ndarray, held: np.ndarray) -> np.ndarray:
+        """Which capacities OPT must run at, and (if any) their next-use keys spilled. A cache that holds
+        the whole working set never evicts, and from L on OPT = ideal (capacity_optbound): those need no run."""
+        small = held < self._opt_ideal_capacity(n, lengths)
+        if small.any() and self._total_blocks:
+            width, never = _width_never(lengths)
+            self._spill_keys(_plan(lengths, self._chunk_blocks), lengths, n, width, never)
+        return small
+
     def _opt_hits(self, caps: np.ndarray, n: int, lengths: np.ndarray) -> np.ndarray:
         """Hit tokens of the optimal cache at each capacity in blocks (all below n), as `opt_hits`."""
         if self._total_blocks == 0:
             return np.zeros(len(caps), np.int64)
-        width = int(lengths.max()) + 1
-        never = len(lengths) * width
+        width, never = _width_never(lengths)
         chunks = _plan(lengths, self._chunk_blocks)
-        self._spill_keys(chunks, lengths, n, width, never)
+        if self._keys_path is None:
+            self._spill_keys(chunks, lengths, n, width, never)
         uniq = np.unique(caps)
         hits = dict.fromkeys(uniq.tolist(), 0)
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -458,6 +471,12 @@ def _check_chunk(offsets: np.ndarray, ids: np.ndarray,
     if len(ids) and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() > _INT32_MAX):
         raise ValueError("block ids must be non-negative int32 dense ids")
     return offsets, np.ascontiguousarray(ids, dtype=np.int32), prompts
+
+
+def _width_never(lengths: np.ndarray) -> tuple[int, int]:
+    """The next-use key's width (most listed blocks of a request + 1) and its "never used again" value."""
+    width = int(lengths.max()) + 1
+    return width, len(lengths) * width
 
 
 def _plan(lengths: np.ndarray, chunk_blocks: int) -> list[_Chunk]:

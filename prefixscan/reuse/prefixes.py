@@ -57,7 +57,7 @@ def top_prefix_hashes(prefix_hash: np.ndarray, cached_tokens: np.ndarray, top: i
     hash group-by: millions of distinct prefixes then cost a few arrays of 8 bytes per hit."""
     if len(prefix_hash) == 0:
         return np.zeros(0, np.uint64)
-    order = np.argsort(prefix_hash, kind="stable")
+    order = np.argsort(prefix_hash)  # not stable: a group's sum does not depend on its rows' order
     keys = prefix_hash[order]
     starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
     sums = np.add.reduceat(np.asarray(cached_tokens, dtype=np.int64)[order], starts)
