@@ -94,7 +94,8 @@ def records(draw: st.DrawFn) -> list[dict]:
         field = draw(st.sampled_from(own) | st.sampled_from(FIELDS))  # the shape's own fields more often
         target = out[victim]
         if field in ("messages", "tools", "model") and shape in ("openai-batch", "gateway") and draw(st.booleans()):
-            target = target["body" if shape == "openai-batch" else "request"]
+            # an earlier replacement may have removed or replaced the body itself
+            target = target.get("body" if shape == "openai-batch" else "request")
             if not isinstance(target, dict):
                 continue
         if draw(st.integers(0, 9)) == 0:
