@@ -194,10 +194,30 @@ def test_units_view_indexes_like_a_list() -> None:
     rec = Record("f", 0, "a", 0.0, "chat", messages=[{"role": "system", "content": "one line here\n\ntwo\n"},
                                                       {"role": "user", "content": "three\nfour"}],
                  tools=[{"name": "x"}])
-    _, _, c = det.contents.of(rec, 1)
+    _, c = det.contents.of(rec, 1)
     units = joined(c.live)
     listed = list(units)
     assert [units[i] for i in range(len(units))] == listed
     assert units[-1] == listed[-1]
     assert [u.mi for u in listed] == [0, 0, -1, 1, 1]
     assert len(Units([], [], [], [])) == 0
+
+
+def test_counterfactual_with_nothing_rewritten_is_the_baseline(tmp_path) -> None:
+    """The counterfactual skips its re-run when no request was rewritten: the re-run gives the baseline."""
+    from pathlib import Path
+
+    import prefixscan
+    from prefixscan.detect.counterfactual import run_counterfactual
+    from prefixscan.pipeline.aggregate import read_columns
+    from prefixscan.pipeline.detect import _block_groups
+
+    log = tmp_path / "mix.jsonl"
+    write(SynthConfig(requests=300, seed=9, tenants=3, breakers=()), str(log))
+    prefixscan.analyze(str(log), output=str(tmp_path / "run"))
+    path = Path(tmp_path / "run" / "requests.parquet")
+    req = read_columns(path, ["request_id", "tenant", "prompt_tokens", "cached_tokens"])
+    full = run_counterfactual(req, _block_groups(path), 16, "vllm", {}, {}, skip_unchanged=False)
+    quick = run_counterfactual(req, _block_groups(path), 16, "vllm", {}, {})
+    assert full.cached_after == full.cached_before > 0
+    assert (quick.to_json(), quick.credit) == (full.to_json(), full.credit)

@@ -45,8 +45,10 @@ class Content:
         self.pieces = pieces  # in request order (the tool list before the first non-system message)
         self.live = [p for p in pieces if p.norm]  # the pieces with units
         self.checks = checks  # (kind, message index, item hashes, item starts, multiset hash, sequence hash)
-        self.cr = any(p.cr for p in pieces)  # `nz.needs("line_endings", ...)` of some early message
-        self.nonnfc = any(p.nonnfc for p in pieces)  # `nz.needs("unicode", ...)` of some early message
+        self.cr = self.nonnfc = False
+        for p in pieces:
+            self.cr |= p.cr  # `nz.needs("line_endings", ...)` of some early message
+            self.nonnfc |= p.nonnfc  # `nz.needs("unicode", ...)` of some early message
         self.version = -1  # FamilyIndex.version `fam` and `wants_new` were voted at
         self.fam: Family | None = None
         self.wants_new = False
@@ -54,9 +56,10 @@ class Content:
         self.al: Alignment | None = None
 
     def size(self) -> int:
+        """Bytes charged to the memo (its pieces are charged to the piece memo)."""
         al = self.al
-        n = 80 * (len(al.pairs) + len(al.runs) + len(al.drifts)) if al is not None else 0
-        return 500 + 60 * len(self.key) + sum(200 + 24 * len(c[2]) for c in self.checks) + n
+        n = 100 * (len(al.pairs) + len(al.runs) + len(al.drifts)) if al is not None else 0
+        return 600 + 60 * len(self.key) + sum(200 + 24 * len(c[2]) for c in self.checks) + n
 
 
 class ContentMemo:
@@ -67,21 +70,26 @@ class ContentMemo:
         self.lru = BytesLRU(CONTENT_BYTES)
         self._heads = BytesLRU(CHECK_BYTES)
 
-    def of(self, rec: Record, salt: int) -> tuple[list[int], dict[int, str], Content]:
-        """The early messages' indexes and texts of a record, and its Content."""
+    def of(self, rec: Record, salt: int) -> tuple[dict[int, str], Content]:
+        """The texts of a record's early messages (`nz.early_messages`, inlined: this runs per request)
+        by message index, and its Content."""
         msgs = rec.messages or []
-        eidx = nz.early_messages(msgs)
-        texts = {mi: nz.message_text(msgs[mi]) for mi in eidx}
-        tools = rec.tools
-        tkey = ("t", xxhash.xxh3_128_intdigest(orjson.dumps(tools))) if tools else None
+        texts: dict[int, str] = {}
         keys: list[tuple] = []
+        tkey = ("t", xxhash.xxh3_128_intdigest(orjson.dumps(rec.tools))) if rec.tools else None
         tools_done = tkey is None
-        for mi in eidx:
-            role = msgs[mi].get("role", "")
-            if not tools_done and role not in ("system", "developer"):
+        for mi, m in enumerate(msgs[:6]):
+            role = m.get("role")
+            if role not in ("system", "developer", "user"):
+                break
+            c = m.get("content")
+            texts[mi] = t = c if type(c) is str else nz.message_text(m)
+            if not tools_done and role == "user":
                 keys.append(tkey)  # type: ignore[arg-type]
                 tools_done = True
-            keys.append(("u", mi, ROLE_SEED.get(role, 4), text_key(texts[mi])))
+            keys.append(("u", mi, ROLE_SEED[role], xxhash.xxh3_128_intdigest(t.encode("utf-8", "surrogatepass"))))
+            if role == "user":
+                break
         if not tools_done:
             keys.append(tkey)  # type: ignore[arg-type]
         key = (salt, *keys)
@@ -89,10 +97,10 @@ class ContentMemo:
         if hit is None:
             hit = self._content(key, keys, rec, msgs, texts, salt)
             self.lru.put(key, hit, hit.size())
-        return eidx, texts, hit
+        return texts, hit
 
-    def put(self, content: Content) -> None:
-        """Charge a content again after its alignment was added."""
+    def aligned(self, content: Content) -> None:
+        """Charge a content again once it holds an alignment."""
         self.lru.put(content.key, content, content.size())
 
     def _content(self, key: tuple, keys: list[tuple], rec: Record, msgs: list[dict[str, Any]],

@@ -76,13 +76,13 @@ class Detector:
             self.seconds += time.perf_counter() - t0
 
     def _units(self, rec: Record) -> tuple[list[int], dict[int, str], Units]:
-        eidx, texts, content = self.contents.of(rec, tenant_salt(rec.tenant or ""))
-        return eidx, texts, joined(content.pieces) if content.pieces else Units([], [], [], [])
+        texts, content = self.contents.of(rec, tenant_salt(rec.tenant or ""))
+        return list(texts), texts, joined(content.pieces) if content.pieces else Units([], [], [], [])
 
     def _feed(self, rec: Record, root: int) -> None:
         tenant = rec.tenant or ""
         salt = tenant_salt(tenant)
-        _, texts, c = self.contents.of(rec, salt)
+        texts, c = self.contents.of(rec, salt)
         if not c.live:
             return
         ops: list[tuple[tuple, tuple]] = []
@@ -99,7 +99,7 @@ class Detector:
             if c.fid != fam.fid:
                 units = joined(c.live) if units is None else units
                 c.al, c.fid = align(units, fam), fam.fid
-                self.contents.put(c)
+                self.contents.aligned(c)
             al = c.al
             if al.pairs or al.drifts or fam.slots:  # else nothing differs from the exemplar: no span, no drift
                 units = joined(c.live) if units is None else units

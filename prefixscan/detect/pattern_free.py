@@ -56,15 +56,16 @@ class Alignment:
 
 class _Votes:
     """One piece's share of the family vote for one tenant: characters per owning family, and the big
-    units whose owner was unknown when last looked up (rechecked only after owners were added)."""
+    units (owner key, length) whose owner was unknown when last looked up (rechecked only after owners
+    were added)."""
 
     __slots__ = ("version", "votes", "unknown", "unknown_chars")
 
-    def __init__(self, keys: list[int], lengths: list[int]) -> None:
+    def __init__(self, unknown: list[tuple[int, int]]) -> None:
         self.version = -1
         self.votes: dict[int, int] = {}
-        self.unknown = list(zip(keys, lengths, strict=True))
-        self.unknown_chars = sum(lengths)
+        self.unknown = unknown
+        self.unknown_chars = sum(n for _, n in unknown)
 
 
 VOTE_BYTES = 16 << 20  # bound of the per-piece vote memo (only speed depends on it)
@@ -108,9 +109,8 @@ class FamilyIndex:
         k = (piece.key, tenant_salt)
         v = self._votes.get(k)
         if v is None:
-            big = [(n ^ tenant_salt, ln) for n, ln in zip(piece.norm, piece.length, strict=True) if ln >= BIG]
-            v = _Votes([b[0] for b in big], [b[1] for b in big])
-            self._votes.put(k, v, 200 + 120 * len(big))
+            v = _Votes([(n ^ tenant_salt, ln) for n, ln in zip(piece.norm, piece.length, strict=True) if ln >= BIG])
+            self._votes.put(k, v, 200 + 120 * len(v.unknown))
         if v.version != self.version and v.unknown:
             still = []
             owner = self.owner
@@ -147,24 +147,25 @@ class FamilyIndex:
         return fam
 
 
-WINDOW = 64  # units compared at once (a list-slice compare) while a matched run goes on
-
-
 def _match(rn: list[int], en: list[int], i: int, k: int) -> int:
-    """Units of the matched run starting at r[i], e[k]: window by window with list-slice compares (C
-    speed), the last window unit by unit."""
+    """Units of the matched run starting at r[i], e[k]: the whole rest compared at once (list slices
+    compare at C speed), then, if it differs, the first difference found by halving."""
     m = min(len(rn) - i, len(en) - k)
     if m <= 0 or rn[i] != en[k]:
         return 0
-    n, w = 1, 8
-    while n < m:
-        hi = min(m, n + w)
-        if rn[i + n:i + hi] != en[k + n:k + hi]:
-            while rn[i + n] == en[k + n]:
-                n += 1
-            return n
-        n, w = hi, min(WINDOW, w * 2)
-    return m
+    a, b = rn[i:i + m], en[k:k + m]
+    if a == b:
+        return m
+    lo, hi = 1, m  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
+    while hi - lo > 4:
+        mid = (lo + hi) >> 1
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while a[lo] == b[lo]:
+        lo += 1
+    return lo
 
 
 def _chars(r: Units, i: int, n: int) -> int:
@@ -180,14 +181,16 @@ def align(r: Units, fam: Family) -> Alignment:
     pairs: list[tuple[int, int | None, int, int]] = []
     runs: list[tuple[int, int, int]] = []
     drifts: list[tuple[int, int]] = []
+    same = _same_pieces(r, e)  # leading units known equal (raw bytes too): no need to compare them
     i = k = 0
     while i < nr and k < ne:
-        n = _match(rn, en, i, k)
+        n = same + _match(rn, en, same, same) if same else _match(rn, en, i, k)
         if n:
             runs.append((i, k, n))
             rr, er = r.raw, e.raw
-            if rr[i:i + n] != er[k:k + n]:
-                drifts.extend((i + t, k + t) for t in range(n) if rr[i + t] != er[k + t])
+            if rr[i + same:i + n] != er[k + same:k + n]:
+                drifts.extend((i + t, k + t) for t in range(same, n) if rr[i + t] != er[k + t])
+            same = 0
             i += n
             k += n
             continue
@@ -201,6 +204,16 @@ def align(r: Units, fam: Family) -> Alignment:
             pairs.extend((i + t, None, j, i) for t in range(j - i))
         i, k = j, kk
     return Alignment(pairs, runs, drifts)
+
+
+def _same_pieces(r: Units, e: Units) -> int:
+    """Units in the leading pieces request and exemplar share (the same text of the same message)."""
+    n = 0
+    for (ka, na), (kb, _) in zip(r.keys, e.keys, strict=False):
+        if ka != kb:
+            break
+        n += na
+    return n
 
 
 def _resync(r: Units, e: Units, pos: dict[int, int], i: int, k: int) -> tuple[int, int] | None:

@@ -2,19 +2,16 @@
 one for the tool list), each holding its units computed once per distinct text.
 
 Why: a tenant's system prompt and a conversation's first user message come back on every request and every
-turn. A piece keeps the columns the family vote and the alignment compare (norm and raw hashes, lengths) as
-lists, and the whole units packed (64 bytes a unit, unpacked only where a request differs from its family's
-exemplar), so the per-request cost no longer grows with the length of the resent text: the text is hashed
-once to find its piece, and nothing else is done per unit unless something differs.
+turn. A piece keeps its units and the columns the family vote and the alignment compare (norm and raw
+hashes, lengths) as lists, so the per-request cost no longer grows with the length of the resent text: the
+text is hashed once to find its piece, and nothing else is done per unit unless something differs.
 """
 
 from __future__ import annotations
 
-import struct
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -23,59 +20,47 @@ import xxhash
 from prefixscan.detect import normalisation as nz
 from prefixscan.hashing import BytesLRU
 
-UNIT = struct.Struct("<qqqQQqQq")  # nz.Unit packed: 64 bytes instead of a tuple of eight int objects
-PIECE_OVERHEAD = 400  # bytes a memo entry is charged beyond its array (the Piece, its key, the text hash)
+UNIT_BYTES = 280  # memory of one unit held in a piece: its tuple and ints, and a pointer in each column
+PIECE_OVERHEAD = 400  # bytes a memo entry is charged beyond its units (the Piece, its key, the text hash)
 
 
 class Units:
-    """A request's (or an exemplar's) units: the columns the vote and the alignment compare, as Python
-    lists (list slices compare at C speed), and the pieces' packed units end to end; indexing unpacks an
-    `nz.Unit` (Python ints)."""
+    """A request's (or an exemplar's) units, and the columns the vote and the alignment compare, as
+    Python lists: list slices compare at C speed."""
 
-    __slots__ = ("parts", "norm", "raw", "length", "_ends")
+    __slots__ = ("units", "norm", "raw", "length", "keys")
 
-    def __init__(self, parts: list[bytes], norm: list[int], raw: list[int], length: list[int]) -> None:
-        self.parts = parts
+    def __init__(self, units: list[nz.Unit], norm: list[int], raw: list[int], length: list[int],
+                 keys: list[tuple[tuple, int]] | None = None) -> None:
+        self.units = units
         self.norm, self.raw, self.length = norm, raw, length
-        self._ends: list[int] | None = None
+        self.keys = keys or []  # (piece key, units) of the pieces end to end: equal keys, equal units
 
     def __len__(self) -> int:
-        return len(self.norm)
+        return len(self.units)
 
     def __getitem__(self, i: int) -> nz.Unit:
-        if i < 0:
-            i += len(self.norm)
-        if not 0 <= i < len(self.norm):
-            raise IndexError(i)
-        if len(self.parts) == 1:
-            return nz.Unit._make(UNIT.unpack_from(self.parts[0], i * UNIT.size))
-        if self._ends is None:
-            self._ends = list(accumulate(len(p) // UNIT.size for p in self.parts))
-        lo = 0
-        for p, end in zip(self.parts, self._ends, strict=True):
-            if i < end:
-                return nz.Unit._make(UNIT.unpack_from(p, (i - lo) * UNIT.size))
-            lo = end
-        raise IndexError(i)
+        return self.units[i]
 
     def __iter__(self) -> Iterator[nz.Unit]:
-        for p in self.parts:
-            yield from map(nz.Unit._make, UNIT.iter_unpack(p))
+        return iter(self.units)
 
 
 def joined(pieces: list[Piece]) -> Units:
     """The units of a request: its pieces end to end, in message order."""
     if len(pieces) == 1:
         p = pieces[0]
-        return Units([p.packed], p.norm, p.raw, p.length)
+        return Units(p.units, p.norm, p.raw, p.length, [(p.key, len(p.units))])
+    units: list[nz.Unit] = []
     norm: list[int] = []
     raw: list[int] = []
     length: list[int] = []
     for p in pieces:
+        units += p.units
         norm += p.norm
         raw += p.raw
         length += p.length
-    return Units([p.packed for p in pieces], norm, raw, length)
+    return Units(units, norm, raw, length, [(p.key, len(p.units)) for p in pieces])
 
 
 @dataclass(slots=True, eq=False)
@@ -83,7 +68,7 @@ class Piece:
     """One early message's (or the tool list's) units and what the per-request checks need of its text."""
 
     key: tuple  # ("u", message index, role seed, 128-bit text hash) or ("t", 128-bit hash of the tools' JSON)
-    packed: bytes  # the units, `UNIT` each
+    units: list[nz.Unit]
     norm: list[int]
     raw: list[int]
     length: list[int]
@@ -92,12 +77,11 @@ class Piece:
 
     @classmethod
     def of(cls, key: tuple, units: list[nz.Unit], cr: bool = False, nonnfc: bool = False) -> Piece:
-        return cls(key, b"".join(UNIT.pack(*u) for u in units), [u.norm for u in units], [u.raw for u in units],
-                   [u.length for u in units], cr, nonnfc)
+        return cls(key, units, [u.norm for u in units], [u.raw for u in units], [u.length for u in units], cr, nonnfc)
 
     def size(self) -> int:
-        """Bytes charged to the memo: the packed units, three lists of ints, and the entry itself."""
-        return len(self.packed) + 130 * len(self.norm) + PIECE_OVERHEAD
+        """Bytes charged to the memo."""
+        return UNIT_BYTES * len(self.units) + PIECE_OVERHEAD
 
 
 def text_key(text: str) -> int:
