@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import prefixscan.detect.content as content_mod
-import prefixscan.detect.pattern_free as pattern_free_mod
 from prefixscan.detect import Detector
 from prefixscan.detect.pieces import Units, joined
 from prefixscan.io.shapes import Record
@@ -144,12 +143,12 @@ def test_fast_detector_equals_reference(specs: list[dict], repeat: int) -> None:
 @given(specs=st.lists(request, min_size=1, max_size=10))
 def test_fast_detector_equals_reference_with_tiny_memos(specs: list[dict]) -> None:
     """Memo bounds only change speed: with every memo holding one entry the state is the same."""
-    saved = content_mod.CONTENT_BYTES, content_mod.CHECK_BYTES, pattern_free_mod.VOTE_BYTES
+    saved = content_mod.CONTENT_BYTES, content_mod.CHECK_BYTES
     try:
-        content_mod.CONTENT_BYTES = content_mod.CHECK_BYTES = pattern_free_mod.VOTE_BYTES = 1
+        content_mod.CONTENT_BYTES = content_mod.CHECK_BYTES = 1
         _same(_records(specs), Detector(16, memo_bytes=1))
     finally:
-        content_mod.CONTENT_BYTES, content_mod.CHECK_BYTES, pattern_free_mod.VOTE_BYTES = saved
+        content_mod.CONTENT_BYTES, content_mod.CHECK_BYTES = saved
 
 
 def test_fast_detector_equals_reference_on_synth_logs(tmp_path) -> None:

@@ -58,7 +58,7 @@ class Content:
     def size(self) -> int:
         """Bytes charged to the memo (its pieces are charged to the piece memo)."""
         al = self.al
-        n = 100 * (len(al.pairs) + len(al.runs) + len(al.drifts)) if al is not None else 0
+        n = 100 * max(4, len(al.pairs) + len(al.runs) + len(al.drifts)) if al is not None else 400
         return 600 + 60 * len(self.key) + sum(200 + 24 * len(c[2]) for c in self.checks) + n
 
 

@@ -98,8 +98,10 @@ class Detector:
             fam.requests += 1
             if c.fid != fam.fid:
                 units = joined(c.live) if units is None else units
-                c.al, c.fid = align(units, fam), fam.fid
-                self.contents.aligned(c)
+                new = align(units, fam)
+                c.al, c.fid = new, fam.fid
+                if len(new.pairs) + len(new.runs) + len(new.drifts) > 4:  # charged a few tuples already
+                    self.contents.aligned(c)
             al = c.al
             if al.pairs or al.drifts or fam.slots:  # else nothing differs from the exemplar: no span, no drift
                 units = joined(c.live) if units is None else units

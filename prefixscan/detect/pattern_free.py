@@ -15,7 +15,6 @@ from typing import Any
 
 from prefixscan.detect.normalisation import BIG, common_affixes
 from prefixscan.detect.pieces import Piece, Units
-from prefixscan.hashing import BytesLRU
 
 MAX_GAP = 6  # units in a varying span (fields are short; longer differences are different content)
 MIN_RUN = 64  # characters of shared content that must follow a span for it to break anything
@@ -68,9 +67,6 @@ class _Votes:
         self.unknown_chars = sum(n for _, n in unknown)
 
 
-VOTE_BYTES = 16 << 20  # bound of the per-piece vote memo (only speed depends on it)
-
-
 class FamilyIndex:
     """Chunk owners and families, per tenant.
 
@@ -78,12 +74,11 @@ class FamilyIndex:
     still-unknown units need a new look-up, and only once `version` (bumped when owners are added) moved.
     """
 
-    def __init__(self, vote_bytes: int | None = None) -> None:
+    def __init__(self) -> None:
         self.owner: dict[int, int] = {}
         self.families: list[Family] = []
         self.exemplar_chars = 0
         self.version = 0
-        self._votes = BytesLRU(VOTE_BYTES if vote_bytes is None else vote_bytes)
 
     def assign(self, tenant_salt: int, pieces: list[Piece]) -> tuple[Family | None, bool]:
         """The family a request belongs to, by a length-weighted vote of its known big units.
@@ -106,11 +101,10 @@ class FamilyIndex:
         return (self.families[best] if best is not None else None), unknown > known
 
     def _piece_votes(self, tenant_salt: int, piece: Piece) -> _Votes:
-        k = (piece.key, tenant_salt)
-        v = self._votes.get(k)
+        v = piece.votes.get(tenant_salt)  # held by the piece: evicted with it
         if v is None:
-            v = _Votes([(n ^ tenant_salt, ln) for n, ln in zip(piece.norm, piece.length, strict=True) if ln >= BIG])
-            self._votes.put(k, v, 200 + 120 * len(v.unknown))
+            v = piece.votes[tenant_salt] = _Votes([(n ^ tenant_salt, ln) for n, ln in
+                                                   zip(piece.norm, piece.length, strict=True) if ln >= BIG])
         if v.version != self.version and v.unknown:
             still = []
             owner = self.owner

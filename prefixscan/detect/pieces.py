@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -20,7 +20,7 @@ import xxhash
 from prefixscan.detect import normalisation as nz
 from prefixscan.hashing import BytesLRU
 
-UNIT_BYTES = 280  # memory of one unit held in a piece: its tuple and ints, and a pointer in each column
+UNIT_BYTES = 320  # memory of one unit held in a piece: its tuple and ints, a pointer in each column, a vote
 PIECE_OVERHEAD = 400  # bytes a memo entry is charged beyond its units (the Piece, its key, the text hash)
 
 
@@ -74,6 +74,7 @@ class Piece:
     length: list[int]
     cr: bool = False  # the text holds a carriage return (`nz.needs("line_endings", text)`)
     nonnfc: bool = False  # the text is not NFC (`nz.needs("unicode", text)`)
+    votes: dict[int, Any] = field(default_factory=dict)  # tenant salt -> its share of the family vote
 
     @classmethod
     def of(cls, key: tuple, units: list[nz.Unit], cr: bool = False, nonnfc: bool = False) -> Piece:
