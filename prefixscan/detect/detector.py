@@ -10,6 +10,7 @@ changes, and rewrites + re-hashes the affected requests (only those) for the cou
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -137,12 +138,15 @@ class Detector:
                 return units[t].norm
         return units[j].norm if j < len(units) else 0
 
-    def _acc(self, key: tuple, tenant: str, mi: int, role: str, label: str, example: str, rid: str,
-             offset: int | None, rec: Record) -> Acc:
+    def _acc(self, key: tuple, tenant: str, mi: int, role: str, label: str, example: str | Callable[[], str],
+             rid: str, offset: int | None, rec: Record) -> Acc:
+        """The accumulator of `key`, made on its first request (`example` may be a function: only then
+        is it needed)."""
         acc = self.accs.get(key)
         if acc is None:
             fam = f"{key[-1]:016x}"[:8] if isinstance(key[-1], int) else None
-            acc = Acc(key, tenant, mi, role, label, fam or "", example, rid, offset)
+            acc = Acc(key, tenant, mi, role, label, fam or "", example() if callable(example) else example, rid,
+                      offset)
             self.accs[key] = acc
             if offset is not None:
                 acc.prefix = _prefix_record(rec, mi, offset)
@@ -175,7 +179,8 @@ class Detector:
             # Unlabelled dates in sentences are told apart by kind (two such sentences may share an anchor).
             lab = "\x00" + (sl.kind or "") if sl.inline else sl.label.lower()
             key = ("span", fam.tenant, sl.mi, lab, anchor)
-            acc = self._acc(key, fam.tenant, sl.mi, role, sl.label, _example(sl, sl.kind), rid, sl.value_offset, rec)
+            acc = self._acc(key, fam.tenant, sl.mi, role, sl.label, lambda sl=sl: _example(sl, sl.kind), rid,
+                            sl.value_offset, rec)
             acc.observe(sl.kind, sl.value)
             acc.add_request(rid)
             acc.fids.add(fam.fid)
@@ -237,7 +242,8 @@ class Detector:
         kind = classify(label, value)
         key = ("span", fam.tenant, -1, label.lower(), xxhash.xxh3_64_intdigest(name.encode()))
         sl = SlotLine(-1, label, value, offset, (0, 0), kind, False)
-        acc = self._acc(key, fam.tenant, -1, "tools", label, _example(sl, kind), rec.request_id, offset, rec)
+        acc = self._acc(key, fam.tenant, -1, "tools", label, lambda: _example(sl, kind), rec.request_id, offset,
+                        rec)
         acc.observe(kind, value)
         acc.add_request(rec.request_id)
         acc.fids.add(fam.fid)
@@ -285,6 +291,11 @@ class Detector:
             ops.append((("restore", u.mi, prev_end, end, fam.pre[ei] + other), key))
 
     def _drift_acc(self, rec: Record, fam: Family, u: nz.Unit, ei: int, kind: str, texts: dict[int, str]) -> None:
+        key = ("drift", fam.tenant, kind)
+        acc = self.accs.get(key)
+        if acc is not None:  # the example and its offset are the first request's
+            acc.observe(kind, str(u.raw))
+            return
         role = "tools" if u.mi < 0 else (rec.messages or [])[u.mi].get("role", "")
         offset = None
         if u.mi >= 0:
@@ -299,7 +310,6 @@ class Detector:
             example = redact_snippet(f"{kind}: " + line.replace("\r", "\\r"), 96)
         else:
             example = f"{kind}: tool {u.start} serialised differently"
-        key = ("drift", fam.tenant, kind)
         acc = self._acc(key, fam.tenant, u.mi, role, "", example, rec.request_id, offset, rec)
         acc.observe(kind, str(u.raw))
 

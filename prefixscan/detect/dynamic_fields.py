@@ -71,8 +71,26 @@ def read_line(texts: dict[int, str], units: list[Unit], idx: int, other: str | N
         if found is not None:
             kind, vs, ve = found
             return SlotLine(u.mi, "", line[vs:ve], u.start + vs, (start, u.end), kind, False, inline=prose)
-    kind = None if prose else classify(label, value, numbers_increase)
+    kind = None if prose else _classify(label, value, numbers_increase)
     return SlotLine(u.mi, label, value, u.start + value_start, (start, u.end), kind, prose)
+
+
+_KINDS: dict[tuple[str, str, bool], Any] = {}
+_UNSEEN = object()
+MAX_KINDS = 65_536  # memo of `classify` (labels and values recur: a family's field, a few user names)
+
+
+def _classify(label: str, value: str, numbers_increase: bool) -> str | None:
+    """`classify`, memoised for short labels and values (a pure function of them)."""
+    if len(label) + len(value) > 200:
+        return classify(label, value, numbers_increase)
+    k = (label, value, numbers_increase)
+    kind = _KINDS.get(k, _UNSEEN)
+    if kind is _UNSEEN:
+        if len(_KINDS) >= MAX_KINDS:
+            _KINDS.clear()
+        kind = _KINDS[k] = classify(label, value, numbers_increase)
+    return kind
 
 
 def _covering(text: str, lo: int, hi: int) -> tuple[str, int, int] | None:

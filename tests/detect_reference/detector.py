@@ -21,7 +21,6 @@ import xxhash
 
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.accumulate import Acc, _example, _prefix_record
-from prefixscan.detect.dynamic_fields import SlotLine, inline_date, read_line, tool_field
 from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.rewrite import _tool_hash, apply_ops
 from prefixscan.hashing import ChainCache
@@ -29,6 +28,7 @@ from prefixscan.io.shapes import Record
 from prefixscan.pipeline.encoder import rewrite_hashes
 from prefixscan.redact import redact_snippet
 from prefixscan.tokenize.base import BytesLRU
+from tests.detect_reference.dynamic_fields import SlotLine, inline_date, read_line, tool_field
 from tests.detect_reference.pattern_free import PROSE, Alignment, Family, FamilyIndex, align, covered, is_edit
 
 ROLE_SEED = {"system": 1, "developer": 1, "user": 2, "tools": 3}
