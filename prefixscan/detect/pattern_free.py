@@ -214,18 +214,16 @@ def _resync(r: Units, e: Units, pos: dict[int, int], i: int, k: int) -> tuple[in
     """Where request and exemplar match again after diverging at (i, k): a unit of the request found in
     the exemplar shortly after k, else an equal-length substitution; either followed by MIN_RUN chars."""
     rn, en = r.norm, e.norm
-    nr, ne = len(rn), len(en)
-    for j in range(i, min(nr, i + MAX_GAP + 1)):
-        kk = pos.get(rn[j])
+    for j, x in enumerate(rn[i:i + MAX_GAP + 1], i):
+        kk = pos.get(x)
         if kk is None or kk < k or kk - k > MAX_GAP or (j == i and kk == k):
             continue
         if _chars(r, j, _match(rn, en, j, kk)) < MIN_RUN:
             continue
         return j, kk
     # A substitution of equal length followed by shared content is also a span.
-    for g in range(1, MAX_GAP + 1):
-        if i + g < nr and k + g < ne and rn[i + g] == en[k + g] \
-                and _chars(r, i + g, _match(rn, en, i + g, k + g)) >= MIN_RUN:
+    for g, (x, y) in enumerate(zip(rn[i + 1:i + MAX_GAP + 1], en[k + 1:k + MAX_GAP + 1], strict=False), 1):
+        if x == y and _chars(r, i + g, _match(rn, en, i + g, k + g)) >= MIN_RUN:
             return i + g, k + g
     return None
 
