@@ -193,8 +193,8 @@ def test_units_view_indexes_like_a_list() -> None:
     rec = Record("f", 0, "a", 0.0, "chat", messages=[{"role": "system", "content": "one line here\n\ntwo\n"},
                                                       {"role": "user", "content": "three\nfour"}],
                  tools=[{"name": "x"}])
-    _, c = det.contents.of(rec, 1)
-    units = joined(c.live)
+    texts, c = det.contents.of(rec, 1)
+    units = joined(det.contents.pieces_of(c, rec, texts))
     listed = list(units)
     assert [units[i] for i in range(len(units))] == listed
     assert units[-1] == listed[-1]

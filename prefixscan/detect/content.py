@@ -38,12 +38,13 @@ def tenant_salt(tenant: str) -> int:
 class Content:
     """One request content (see module docstring); shared by every request that sends it."""
 
-    __slots__ = ("key", "pieces", "live", "checks", "cr", "nonnfc", "version", "fam", "wants_new", "fid", "al")
+    __slots__ = ("key", "live", "checks", "cr", "nonnfc", "version", "fam", "wants_new", "fid", "al")
 
     def __init__(self, key: tuple, pieces: list[Piece], checks: list[tuple]) -> None:
-        self.key = key
-        self.pieces = pieces  # in request order (the tool list before the first non-system message)
-        self.live = [p for p in pieces if p.norm]  # the pieces with units
+        self.key = key  # (tenant salt, the piece keys in request order: tools before the first user message)
+        # The keys of the pieces with units: the pieces themselves stay in the piece memo only, so a
+        # content never keeps evicted units alive (and memory stays within the two bounds).
+        self.live = [p.key for p in pieces if p.norm]
         self.checks = checks  # (kind, message index, item hashes, item starts, multiset hash, sequence hash)
         self.cr = self.nonnfc = False
         for p in pieces:
@@ -98,6 +99,12 @@ class ContentMemo:
             hit = self._content(key, keys, rec, msgs, texts, salt)
             self.lru.put(key, hit, hit.size())
         return texts, hit
+
+    def pieces_of(self, content: Content, rec: Record, texts: dict[int, str], live: bool = True) -> list[Piece]:
+        """A content's pieces with units (all its pieces with `live=False`), from the piece memo."""
+        keys = content.live if live else content.key[1:]
+        return [self.pieces.tools(rec.tools or [], ROLE_SEED["tools"], k) if k[0] == "t"
+                else self.pieces.message(k[1], k[2], texts[k[1]], k) for k in keys]
 
     def aligned(self, content: Content) -> None:
         """Charge a content again once it holds an alignment."""

@@ -78,7 +78,8 @@ class Detector:
 
     def _units(self, rec: Record) -> tuple[list[int], dict[int, str], Units]:
         texts, content = self.contents.of(rec, tenant_salt(rec.tenant or ""))
-        return list(texts), texts, joined(content.pieces) if content.pieces else Units([], [], [], [])
+        pieces = self.contents.pieces_of(content, rec, texts, live=False)
+        return list(texts), texts, joined(pieces) if pieces else Units([], [], [], [])
 
     def _feed(self, rec: Record, root: int) -> None:
         tenant = rec.tenant or ""
@@ -87,25 +88,27 @@ class Detector:
         if not c.live:
             return
         ops: list[tuple[tuple, tuple]] = []
+        live = None  # the pieces, fetched only when something is computed from units
         if c.version != self.index.version:
-            c.fam, c.wants_new = self.index.assign(salt, c.live)
+            live = self.contents.pieces_of(c, rec, texts)
+            c.fam, c.wants_new = self.index.assign(salt, live)
             c.version = self.index.version
         fam = c.fam
         units = None
         if fam is None or c.wants_new:
-            units = joined(c.live)
+            units = joined(live or self.contents.pieces_of(c, rec, texts))
             self._new_family(rec, tenant, salt, root, units, texts)
         if fam is not None:
             fam.requests += 1
             if c.fid != fam.fid:
-                units = joined(c.live) if units is None else units
+                units = joined(live or self.contents.pieces_of(c, rec, texts)) if units is None else units
                 new = align(units, fam)
                 c.al, c.fid = new, fam.fid
                 if len(new.pairs) + len(new.runs) + len(new.drifts) > 4:  # charged a few tuples already
                     self.contents.aligned(c)
             al = c.al
             if al.pairs or al.drifts or fam.slots:  # else nothing differs from the exemplar: no span, no drift
-                units = joined(c.live) if units is None else units
+                units = joined(live or self.contents.pieces_of(c, rec, texts)) if units is None else units
                 if al.pairs or fam.slots:
                     self._spans(rec, fam, al, units, texts, ops)
                 if al.drifts:
