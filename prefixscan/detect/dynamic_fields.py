@@ -77,7 +77,7 @@ def read_line(texts: dict[int, str], units: list[Unit], idx: int, other: str | N
 
 _KINDS: dict[tuple[str, str, bool], Any] = {}
 _UNSEEN = object()
-MAX_KINDS = 65_536  # memo of `classify` (labels and values recur: a family's field, a few user names)
+MAX_KINDS = 16_384  # (under ~6 MB) memo of `classify` (labels and values recur: a family's field, a few user names)
 
 
 def _classify(label: str, value: str, numbers_increase: bool) -> str | None:
