@@ -47,14 +47,19 @@ Blocks = Iterable[tuple[np.ndarray, np.ndarray]]  # consecutive (local CSR offse
 
 def run_counterfactual(req: pl.DataFrame, blocks: Blocks, block_size: int, rule: str,
                        rewritten: dict[str, tuple[np.ndarray | list[np.ndarray], int]], keys: dict[str, list[object]],
-                       baseline: np.ndarray | None = None) -> Counterfactual:
+                       baseline: np.ndarray | None = None, skip_unchanged: bool = True) -> Counterfactual:
     """Re-run the ideal analysis with `rewritten` hashes (request id -> (hashes, or their consecutive parts,
     prompt tokens)). `blocks` gives every request's hashes chunk by chunk (one chunk: the whole log in
-    memory; a streamed run reads them back row group by row group), so only one chunk is held at a time."""
+    memory; a streamed run reads them back row group by row group), so only one chunk is held at a time.
+    With nothing rewritten the re-run would give back the baseline (the same blocks in the same order,
+    the whole-log scope the baseline was read from), so it is skipped unless `skip_unchanged` is False
+    (tests compare both)."""
     n = req.height
     cf = Counterfactual()
     if n == 0:
         return cf
+    if not rewritten and skip_unchanged:
+        return _unchanged(req, baseline)
     ids = req["request_id"].to_list()
     prompt = req["prompt_tokens"].to_numpy().astype(np.int64)
     new_prompt = prompt.copy()
@@ -106,3 +111,11 @@ def run_counterfactual(req: pl.DataFrame, blocks: Blocks, block_size: int, rule:
         for j, k in enumerate(owners):
             cf.credit.setdefault(k, {})[rid] = share + (rest if j == 0 else 0)
     return cf
+
+
+def _unchanged(req: pl.DataFrame, baseline: np.ndarray | None) -> Counterfactual:
+    """The counterfactual when no request was rewritten: after = before, nobody gained."""
+    prompt = int(req["prompt_tokens"].cast(pl.Int64).sum())
+    cached = int(np.asarray(baseline, dtype=np.int64).sum()) if baseline is not None \
+        else int(req["cached_tokens"].cast(pl.Int64).sum())
+    return Counterfactual(prompt_before=prompt, prompt_after=prompt, cached_before=cached, cached_after=cached)

@@ -9,54 +9,32 @@ changes, and rewrites + re-hashes the affected requests (only those) for the cou
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import orjson
 import xxhash
 
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.accumulate import Acc, _example, _prefix_record
+from prefixscan.detect.content import ContentMemo, tenant_salt
 from prefixscan.detect.dynamic_fields import SlotLine, inline_date, read_line, tool_field
 from prefixscan.detect.pattern_free import PROSE, Alignment, Family, FamilyIndex, align, covered, is_edit
 from prefixscan.detect.patterns import classify, split_label
-from prefixscan.detect.rewrite import _tool_hash, apply_ops
+from prefixscan.detect.pieces import Units, joined
+from prefixscan.detect.rewrite import apply_ops
 from prefixscan.hashing import ChainCache
 from prefixscan.io.shapes import Record
 from prefixscan.pipeline.encoder import rewrite_hashes
 from prefixscan.redact import redact_snippet
-from prefixscan.tokenize.base import BytesLRU
 
-ROLE_SEED = {"system": 1, "developer": 1, "user": 2, "tools": 3}
 MAX_ORDERS = 500_000
 # Bound of the per-text memo (units of system prompts, first user messages, tool lists). A dynamic system
 # prompt is new text on every request, so a bound by entry count let it reach hundreds of MiB; only speed
 # depends on this bound (tests run with a tiny one).
 MEMO_BYTES = 32 << 20
-HOT_BYTES = 16 << 20  # unit lists kept unpacked (the hottest texts)
-HOT_EXPANSION = 6  # bytes of an unpacked unit list per packed byte (tuples of Python ints)
-_UNIT = struct.Struct("<qqqQQqQq")  # nz.Unit packed: 64 bytes instead of a tuple of eight int objects
 PROACTIVE = {"line_endings", "unicode"}
-
-
-def _paragraph_hashes(text: str) -> tuple[tuple[int, ...], list[int]] | None:
-    """Hashes and starts of the paragraphs before the last one (the question), when there are enough."""
-    paras = nz.paragraphs(text)
-    if len(paras) >= 3 and paras[-1][1] >= 256:
-        return tuple(nz.paragraph_hash(text[s:e]) for s, e in paras), [s for s, _ in paras]
-    return None
-
-
-def tenant_salt(tenant: str) -> int:
-    return xxhash.xxh3_64_intdigest(("tenant:" + tenant).encode("utf-8", "surrogatepass"))
-
-
-def _memo_key(key: tuple) -> tuple:
-    """A memo key with its last part, a text, replaced by the text's 128-bit hash."""
-    return (*key[:-1], xxhash.xxh3_128_intdigest(key[-1].encode("utf-8", "surrogatepass")))
 
 
 class Detector:
@@ -76,8 +54,7 @@ class Detector:
         self.pending: list[tuple[str, Record, int]] = []
         self.rewritten: dict[str, tuple[list[np.ndarray], int]] = {}  # block hashes (in parts), prompt tokens
         self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
-        self.memo = BytesLRU(MEMO_BYTES if memo_bytes is None else memo_bytes)
-        self._hot = BytesLRU(HOT_BYTES)  # unit lists kept unpacked, see _memo_units
+        self.contents = ContentMemo(MEMO_BYTES if memo_bytes is None else memo_bytes)  # see content.py
         self.chains = ChainCache()
         self.tokenizer: Any = None
         self.seconds = 0.0
@@ -99,77 +76,64 @@ class Detector:
         finally:
             self.seconds += time.perf_counter() - t0
 
-    def _units(self, rec: Record) -> tuple[list[int], dict[int, str], list[nz.Unit]]:
-        msgs = rec.messages or []
-        eidx = nz.early_messages(msgs)
-        texts = {mi: nz.message_text(msgs[mi]) for mi in eidx}
-        units: list[nz.Unit] = []
-        tools_done = not rec.tools
-        for mi in eidx:
-            role = msgs[mi].get("role", "")
-            if not tools_done and role not in ("system", "developer"):
-                units += self._tool_units(rec.tools or [])
-                tools_done = True
-            units += self._memo_units(("u", mi, ROLE_SEED.get(role, 4), texts[mi]),
-                                      lambda mi=mi, role=role: nz.message_units(mi, texts[mi], ROLE_SEED.get(role, 4)))
-        if not tools_done:
-            units += self._tool_units(rec.tools or [])
-        return eidx, texts, units
-
-    def _memo(self, key: tuple, compute: Callable[[], Any], size: Callable[[Any], int]) -> Any:
-        """Per-text memo: system prompts and first user messages repeat across requests and turns."""
-        return self._memo_at(_memo_key(key), compute, size)
-
-    def _memo_at(self, k: tuple, compute: Callable[[], Any], size: Callable[[Any], int]) -> Any:
-        hit = self.memo.get(k)
-        if hit is None:
-            hit = compute()
-            self.memo.put(k, hit, size(hit))
-        return hit
-
-    def _memo_units(self, key: tuple, compute: Callable[[], list[nz.Unit]]) -> list[nz.Unit]:
-        """`_memo` for unit lists, held packed (a long system prompt has hundreds of units). The few
-        hottest texts (a tenant's system prompt) are also kept unpacked: unpacking them for every request
-        cost more than finding them. Callers only read the list."""
-        k = _memo_key(key)
-        hot = self._hot.get(k)
-        if hot is not None:
-            return hot
-        packed = self._memo_at(k, lambda: b"".join(_UNIT.pack(*u) for u in compute()), lambda b: len(b) + 200)
-        out = [nz.Unit._make(t) for t in _UNIT.iter_unpack(packed)]
-        self._hot.put(k, out, HOT_EXPANSION * len(packed) + 200)
-        return out
-
-    def _tool_units(self, tools: list[Any]) -> list[nz.Unit]:
-        return self._memo_units(("t", orjson.dumps(tools).decode()), lambda: nz.tool_units(tools, ROLE_SEED["tools"]))
+    def _units(self, rec: Record) -> tuple[list[int], dict[int, str], Units]:
+        texts, content = self.contents.of(rec, tenant_salt(rec.tenant or ""))
+        pieces = self.contents.pieces_of(content, rec, texts, live=False)
+        return list(texts), texts, joined(pieces) if pieces else Units([], [], [], [])
 
     def _feed(self, rec: Record, root: int) -> None:
         tenant = rec.tenant or ""
         salt = tenant_salt(tenant)
-        eidx, texts, units = self._units(rec)
-        if not units:
+        texts, c = self.contents.of(rec, salt)
+        if not c.live:
             return
-        rid = rec.request_id
         ops: list[tuple[tuple, tuple]] = []
-        fam, wants_new = self.index.assign(salt, units)
-        if fam is None or wants_new:
-            ftexts = [texts[u.mi][u.start:u.end].rstrip("\n") if u.mi >= 0 and u.length <= 4096 else None
-                      for u in units]
-            chars = sum(len(t) for t in texts.values())
-            pre = [texts[u.mi][units[k - 1].end if k and units[k - 1].mi == u.mi else 0:u.start] if u.mi >= 0
-                   else "" for k, u in enumerate(units)]
-            self.index.new_family(tenant, salt, units, ftexts, rid, root, rec, chars, pre)
+        live = None  # the pieces, fetched only when something is computed from units
+        if c.version != self.index.version:
+            live = self.contents.pieces_of(c, rec, texts)
+            c.fam, c.wants_new = self.index.assign(salt, live)
+            c.version = self.index.version
+        fam = c.fam
+        units = None
+        if fam is None or c.wants_new:
+            units = joined(live or self.contents.pieces_of(c, rec, texts))
+            self._new_family(rec, tenant, salt, root, units, texts)
         if fam is not None:
             fam.requests += 1
-            al = align(units, fam)
-            self._spans(rec, fam, al, units, texts, ops)
-            self._drifts(rec, fam, al, units, texts, ops)
-        self._orders(rec, salt, eidx, texts, ops)
-        for kind in self._drift_kinds(tenant):
-            if self._needs(kind, rec, eidx, texts):
-                ops.append((("normalise", kind), ("drift", tenant, kind)))
+            if c.fid != fam.fid:
+                units = joined(live or self.contents.pieces_of(c, rec, texts)) if units is None else units
+                new = align(units, fam)
+                c.al, c.fid = new, fam.fid
+                if len(new.pairs) + len(new.runs) + len(new.drifts) > 4:  # charged a few tuples already
+                    self.contents.aligned(c)
+            al = c.al
+            if al.pairs or al.drifts or fam.slots:  # else nothing differs from the exemplar: no span, no drift
+                units = joined(live or self.contents.pieces_of(c, rec, texts)) if units is None else units
+                if al.pairs or fam.slots:
+                    self._spans(rec, fam, al, units, texts, ops)
+                if al.drifts:
+                    self._drifts(rec, fam, al, units, texts, ops)
+        if c.checks:
+            self._orders(rec, c.checks, ops)
+        if c.cr:  # the whole-message normalisers (`_drift_kinds`), in sorted order
+            ops.append((("normalise", "line_endings"), ("drift", tenant, "line_endings")))
+        if c.nonnfc:
+            ops.append((("normalise", "unicode"), ("drift", tenant, "unicode")))
         if ops:
             self._queue(rec, root, ops)
+
+    def _new_family(self, rec: Record, tenant: str, salt: int, root: int, units: Units,
+                    texts: dict[int, str]) -> None:
+        ftexts: list[str | None] = []
+        pre: list[str] = []
+        prev = None
+        for u in units:
+            ftexts.append(texts[u.mi][u.start:u.end].rstrip("\n") if u.mi >= 0 and u.length <= 4096 else None)
+            pre.append(texts[u.mi][prev.end if prev is not None and prev.mi == u.mi else 0:u.start]
+                       if u.mi >= 0 else "")
+            prev = u
+        chars = sum(len(t) for t in texts.values())
+        self.index.new_family(tenant, salt, units, ftexts, rec.request_id, root, rec, chars, pre)
 
     def _anchor(self, units: list[nz.Unit], j: int) -> int:
         for t in range(j, len(units)):
@@ -177,12 +141,15 @@ class Detector:
                 return units[t].norm
         return units[j].norm if j < len(units) else 0
 
-    def _acc(self, key: tuple, tenant: str, mi: int, role: str, label: str, example: str, rid: str,
-             offset: int | None, rec: Record) -> Acc:
+    def _acc(self, key: tuple, tenant: str, mi: int, role: str, label: str, example: str | Callable[[], str],
+             rid: str, offset: int | None, rec: Record) -> Acc:
+        """The accumulator of `key`, made on its first request (`example` may be a function: only then
+        is it needed)."""
         acc = self.accs.get(key)
         if acc is None:
             fam = f"{key[-1]:016x}"[:8] if isinstance(key[-1], int) else None
-            acc = Acc(key, tenant, mi, role, label, fam or "", example, rid, offset)
+            acc = Acc(key, tenant, mi, role, label, fam or "", example() if callable(example) else example, rid,
+                      offset)
             self.accs[key] = acc
             if offset is not None:
                 acc.prefix = _prefix_record(rec, mi, offset)
@@ -215,7 +182,8 @@ class Detector:
             # Unlabelled dates in sentences are told apart by kind (two such sentences may share an anchor).
             lab = "\x00" + (sl.kind or "") if sl.inline else sl.label.lower()
             key = ("span", fam.tenant, sl.mi, lab, anchor)
-            acc = self._acc(key, fam.tenant, sl.mi, role, sl.label, _example(sl, sl.kind), rid, sl.value_offset, rec)
+            acc = self._acc(key, fam.tenant, sl.mi, role, sl.label, lambda sl=sl: _example(sl, sl.kind), rid,
+                            sl.value_offset, rec)
             acc.observe(sl.kind, sl.value)
             acc.add_request(rid)
             acc.fids.add(fam.fid)
@@ -277,7 +245,8 @@ class Detector:
         kind = classify(label, value)
         key = ("span", fam.tenant, -1, label.lower(), xxhash.xxh3_64_intdigest(name.encode()))
         sl = SlotLine(-1, label, value, offset, (0, 0), kind, False)
-        acc = self._acc(key, fam.tenant, -1, "tools", label, _example(sl, kind), rec.request_id, offset, rec)
+        acc = self._acc(key, fam.tenant, -1, "tools", label, lambda: _example(sl, kind), rec.request_id, offset,
+                        rec)
         acc.observe(kind, value)
         acc.add_request(rec.request_id)
         acc.fids.add(fam.fid)
@@ -325,6 +294,11 @@ class Detector:
             ops.append((("restore", u.mi, prev_end, end, fam.pre[ei] + other), key))
 
     def _drift_acc(self, rec: Record, fam: Family, u: nz.Unit, ei: int, kind: str, texts: dict[int, str]) -> None:
+        key = ("drift", fam.tenant, kind)
+        acc = self.accs.get(key)
+        if acc is not None:  # the example and its offset are the first request's
+            acc.observe(kind, str(u.raw))
+            return
         role = "tools" if u.mi < 0 else (rec.messages or [])[u.mi].get("role", "")
         offset = None
         if u.mi >= 0:
@@ -339,7 +313,6 @@ class Detector:
             example = redact_snippet(f"{kind}: " + line.replace("\r", "\\r"), 96)
         else:
             example = f"{kind}: tool {u.start} serialised differently"
-        key = ("drift", fam.tenant, kind)
         acc = self._acc(key, fam.tenant, u.mi, role, "", example, rec.request_id, offset, rec)
         acc.observe(kind, str(u.raw))
 
@@ -356,26 +329,11 @@ class Detector:
                 return True
         return any(nz.needs(kind, texts[mi]) for mi in eidx)
 
-    def _orders(self, rec: Record, salt: int, eidx: list[int], texts: dict[int, str], ops: list) -> None:
+    def _orders(self, rec: Record, checks: list[tuple], ops: list) -> None:
+        """Tool and RAG order: the same items as a request seen before, in another order."""
         tenant = rec.tenant or ""
         msgs = rec.messages or []
-        checks: list[tuple[str, int, tuple[int, ...], list[int | None]]] = []
-        if rec.tools and len(rec.tools) >= 2:
-            checks.append(("tool_order", -1, tuple(_tool_hash(t) for t in rec.tools), [None] * len(rec.tools)))
-        user = [mi for mi in eidx if msgs[mi].get("role") == "user"]
-        if user:
-            mi = user[0]
-            text = texts[mi][: nz.MAX_CHARS]
-            cut = text.rfind("\n\n")  # the last paragraph (the question) is not part of the signature
-            if cut > 0 and text.count("\n\n", 0, cut) >= 2:
-                head = text[:cut + 2]
-                got = self._memo(("p", head), lambda: _paragraph_hashes(head),
-                                 lambda v: 200 + 80 * len(v[1]) if v is not None else 200)
-                if got is not None:
-                    checks.append(("rag_order", mi, got[0], got[1]))
-        for kind, mi, hs, starts in checks:
-            ms = xxhash.xxh3_64_intdigest(np.asarray(sorted(hs), dtype=np.uint64).tobytes(), seed=salt ^ (mi + 7))
-            seq = xxhash.xxh3_64_intdigest(np.asarray(hs, dtype=np.uint64).tobytes())
+        for kind, mi, hs, starts, ms, seq in checks:
             entry = self.orders.get(ms)
             if entry is None:
                 if len(self.orders) < MAX_ORDERS:

@@ -71,19 +71,53 @@ def read_line(texts: dict[int, str], units: list[Unit], idx: int, other: str | N
         if found is not None:
             kind, vs, ve = found
             return SlotLine(u.mi, "", line[vs:ve], u.start + vs, (start, u.end), kind, False, inline=prose)
-    kind = None if prose else classify(label, value, numbers_increase)
+    kind = None if prose else _classify(label, value, numbers_increase)
     return SlotLine(u.mi, label, value, u.start + value_start, (start, u.end), kind, prose)
+
+
+_KINDS: dict[tuple[str, str, bool], Any] = {}
+_UNSEEN = object()
+MAX_KINDS = 16_384  # (under ~6 MB) memo of `classify` (labels and values recur: a family's field, a few user names)
+
+
+def _classify(label: str, value: str, numbers_increase: bool) -> str | None:
+    """`classify`, memoised for short labels and values (a pure function of them)."""
+    if len(label) + len(value) > 200:
+        return classify(label, value, numbers_increase)
+    k = (label, value, numbers_increase)
+    kind = _KINDS.get(k, _UNSEEN)
+    if kind is _UNSEEN:
+        if len(_KINDS) >= MAX_KINDS:
+            _KINDS.clear()
+        kind = _KINDS[k] = classify(label, value, numbers_increase)
+    return kind
+
+
+_SPANS: dict[str, list[tuple[str, list[tuple[int, int]]]]] = {}
+MAX_SPANS = 4096  # memo of the dates found in a line (an exemplar's line is compared with every request's)
+MAX_SPAN_TEXT = 1024  # longer lines are scanned each time (the memo stays under ~4 MB)
+
+
+def _date_spans(text: str) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Every match of every date pattern in `text`, pattern by pattern (memoised for short texts)."""
+    hit = _SPANS.get(text)
+    if hit is None:
+        hit = [(kind, [m.span() for m in p.finditer(text)]) for kind, pats in DATE_SPAN_RES for p in pats]
+        if len(text) <= MAX_SPAN_TEXT:
+            if len(_SPANS) >= MAX_SPANS:
+                _SPANS.clear()
+            _SPANS[text] = hit
+    return hit
 
 
 def _covering(text: str, lo: int, hi: int) -> tuple[str, int, int] | None:
     """(kind, start, end) of a date or time in `text` that covers the characters [lo, hi)."""
-    for kind, pats in DATE_SPAN_RES:
-        for p in pats:
-            for m in p.finditer(text):
-                if m.start() <= lo and m.end() >= hi:
-                    return kind, m.start(), m.end()
-                if m.start() > lo:
-                    break
+    for kind, spans in _date_spans(text):
+        for a, b in spans:
+            if a <= lo and b >= hi:
+                return kind, a, b
+            if a > lo:
+                break
     return None
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefixscan.detect.normalisation import BIG, Unit, common_affixes
+from prefixscan.detect.normalisation import BIG, common_affixes
+from prefixscan.detect.pieces import Piece, Units
 
 MAX_GAP = 6  # units in a varying span (fields are short; longer differences are different content)
 MIN_RUN = 64  # characters of shared content that must follow a span for it to break anything
@@ -31,7 +32,7 @@ class Family:
 
     fid: int
     tenant: str
-    units: list[Unit]
+    units: Units
     texts: list[str | None]
     pos: dict[int, int]
     request_id: str
@@ -52,111 +53,185 @@ class Alignment:
     drifts: list[tuple[int, int]]  # matched units whose raw bytes differ
 
 
+class _Votes:
+    """One piece's share of the family vote for one tenant: characters per owning family, and the big
+    units (owner key, length) whose owner was unknown when last looked up (rechecked only after owners
+    were added)."""
+
+    __slots__ = ("version", "votes", "unknown", "unknown_chars")
+
+    def __init__(self, unknown: list[tuple[int, int]]) -> None:
+        self.version = -1
+        self.votes: dict[int, int] = {}
+        self.unknown = unknown
+        self.unknown_chars = sum(n for _, n in unknown)
+
+
 class FamilyIndex:
-    """Chunk owners and families, per tenant."""
+    """Chunk owners and families, per tenant.
+
+    Owners are only ever added (`setdefault`), never changed, so a piece's votes stay valid and only its
+    still-unknown units need a new look-up, and only once `version` (bumped when owners are added) moved.
+    """
 
     def __init__(self) -> None:
         self.owner: dict[int, int] = {}
         self.families: list[Family] = []
         self.exemplar_chars = 0
+        self.version = 0
 
-    def assign(self, tenant_salt: int, units: list[Unit]) -> tuple[Family | None, bool]:
+    def assign(self, tenant_salt: int, pieces: list[Piece]) -> tuple[Family | None, bool]:
         """The family a request belongs to, by a length-weighted vote of its known big units.
 
         Returns (family, is_new_exemplar_needed): when most of the request's big content is unknown it
         starts a family of its own, so documents and prompts each get an exemplar.
         """
-        votes: dict[int, int] = {}
-        unknown = 0
-        for u in units:
-            if u.length < BIG:
-                continue
-            f = self.owner.get(u.norm ^ tenant_salt)
-            if f is None:
-                unknown += u.length
-            else:
-                votes[f] = votes.get(f, 0) + u.length
+        if len(pieces) == 1:
+            v = self._piece_votes(tenant_salt, pieces[0])
+            votes, unknown = v.votes, v.unknown_chars
+        else:
+            votes, unknown = {}, 0
+            for p in pieces:
+                v = self._piece_votes(tenant_salt, p)
+                unknown += v.unknown_chars
+                for f, c in v.votes.items():
+                    votes[f] = votes.get(f, 0) + c
         best = max(votes.items(), key=lambda kv: (kv[1], -kv[0]))[0] if votes else None
         known = votes.get(best, 0) if best is not None else 0
         return (self.families[best] if best is not None else None), unknown > known
 
-    def new_family(self, tenant: str, tenant_salt: int, units: list[Unit], texts: list[str | None],
+    def _piece_votes(self, tenant_salt: int, piece: Piece) -> _Votes:
+        v = piece.votes.get(tenant_salt)  # held by the piece: evicted with it
+        if v is None:
+            v = piece.votes[tenant_salt] = _Votes([(n ^ tenant_salt, ln) for n, ln in
+                                                   zip(piece.norm, piece.length, strict=True) if ln >= BIG])
+        if v.version != self.version and v.unknown:
+            still = []
+            owner = self.owner
+            for key, n in v.unknown:
+                f = owner.get(key)
+                if f is None:
+                    still.append((key, n))
+                else:
+                    v.votes[f] = v.votes.get(f, 0) + n
+            if len(still) < len(v.unknown):
+                v.unknown = still
+                v.unknown_chars = sum(n for _, n in still)
+        v.version = self.version
+        return v
+
+    def new_family(self, tenant: str, tenant_salt: int, units: Units, texts: list[str | None],
                    request_id: str, root: int, record: Any, chars: int, pre: list[str]) -> Family | None:
         if len(self.families) >= MAX_FAMILIES:
             return None
         fam = Family(len(self.families), tenant, units, texts, {}, request_id, root, pre=pre,
                      tools=getattr(record, "tools", None))
-        for i, u in enumerate(units):
-            fam.pos.setdefault(u.norm, i)
+        for i, n in enumerate(units.norm):
+            fam.pos.setdefault(n, i)
         if self.exemplar_chars + chars <= MAX_EXEMPLAR_CHARS:
             fam.record = record
             self.exemplar_chars += chars
         self.families.append(fam)
         if len(self.owner) < MAX_CHUNKS:
-            for u in units:
-                if u.length >= BIG:
-                    self.owner.setdefault(u.norm ^ tenant_salt, fam.fid)
+            owner = self.owner
+            for n, ln in zip(units.norm, units.length, strict=True):
+                if ln >= BIG:
+                    owner.setdefault(n ^ tenant_salt, fam.fid)
+            self.version += 1
         return fam
 
 
-def _run(r: list[Unit], e: list[Unit], i: int, k: int) -> tuple[int, int]:
-    """(units, characters) of the matched run starting at r[i], e[k]."""
-    n = 0
-    chars = 0
-    while i + n < len(r) and k + n < len(e) and r[i + n].norm == e[k + n].norm:
-        chars += r[i + n].length
-        n += 1
-    return n, chars
+def _match(rn: list[int], en: list[int], i: int, k: int) -> int:
+    """Units of the matched run starting at r[i], e[k]: the whole rest compared at once (list slices
+    compare at C speed), then, if it differs, the first difference found by halving."""
+    m = min(len(rn) - i, len(en) - k)
+    if m <= 0 or rn[i] != en[k]:
+        return 0
+    a, b = rn[i:i + m], en[k:k + m]
+    if a == b:
+        return m
+    lo, hi = 1, m  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
+    while hi - lo > 4:
+        mid = (lo + hi) >> 1
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while a[lo] == b[lo]:
+        lo += 1
+    return lo
 
 
-def align(r: list[Unit], fam: Family) -> Alignment:
+def _chars(r: Units, i: int, n: int) -> int:
+    return sum(r.length[i:i + n])
+
+
+def align(r: Units, fam: Family) -> Alignment:
     """Walk request and exemplar units together; at each divergence look for a re-synchronisation
     within MAX_GAP units followed by at least MIN_RUN characters of shared content."""
     e = fam.units
+    rn, en = r.norm, e.norm
+    nr, ne = len(rn), len(en)
     pairs: list[tuple[int, int | None, int, int]] = []
     runs: list[tuple[int, int, int]] = []
     drifts: list[tuple[int, int]] = []
+    same = _same_pieces(r, e)  # leading units known equal (raw bytes too): no need to compare them
     i = k = 0
-    while i < len(r) and k < len(e):
-        n, _ = _run(r, e, i, k)
+    while i < nr and k < ne:
+        n = same + _match(rn, en, same, same) if same else _match(rn, en, i, k)
         if n:
             runs.append((i, k, n))
-            drifts.extend((i + t, k + t) for t in range(n) if r[i + t].raw != e[k + t].raw)
+            rr, er = r.raw, e.raw
+            if rr[i + same:i + n] != er[k + same:k + n]:
+                drifts.extend((i + t, k + t) for t in range(same, n) if rr[i + t] != er[k + t])
+            same = 0
             i += n
             k += n
             continue
-        found = None
-        for j in range(i, min(len(r), i + MAX_GAP + 1)):
-            kk = fam.pos.get(r[j].norm)
-            if kk is None or kk < k or kk - k > MAX_GAP or (j == i and kk == k):
-                continue
-            if kk < k or _run(r, e, j, kk)[1] < MIN_RUN:
-                continue
-            found = (j, kk)
-            break
-        if found is None:
-            # A substitution of equal length followed by shared content is also a span.
-            for g in range(1, MAX_GAP + 1):
-                if i + g < len(r) and k + g < len(e) and r[i + g].norm == e[k + g].norm \
-                        and _run(r, e, i + g, k + g)[1] >= MIN_RUN:
-                    found = (i + g, k + g)
-                    break
+        found = _resync(r, e, fam.pos, i, k)
         if found is None:
             break
         j, kk = found
         if j - i == kk - k:
-            pairs.extend((i + t, k + t, j, i) for t in range(j - i) if r[i + t].norm != e[k + t].norm)
-        elif _field_like(r[i:j]) and _field_like(e[k:kk]):
+            pairs.extend((i + t, k + t, j, i) for t in range(j - i) if rn[i + t] != en[k + t])
+        elif _field_like(r.length[i:j]) and _field_like(e.length[k:kk]):
             pairs.extend((i + t, None, j, i) for t in range(j - i))
         i, k = j, kk
     return Alignment(pairs, runs, drifts)
 
 
-def _field_like(units: list[Unit]) -> bool:
-    """Fields are short lines; a span holding several units one of which is prose, or many characters,
-    is different content (another retrieved chunk), which is the variable layer, not a breaker."""
-    chars = sum(u.length for u in units)
-    return chars <= MAX_SPAN_CHARS and not (len(units) > 1 and any(u.length >= PROSE for u in units))
+def _same_pieces(r: Units, e: Units) -> int:
+    """Units in the leading pieces request and exemplar share (the same text of the same message)."""
+    n = 0
+    for (ka, na), (kb, _) in zip(r.keys, e.keys, strict=False):
+        if ka != kb:
+            break
+        n += na
+    return n
+
+
+def _resync(r: Units, e: Units, pos: dict[int, int], i: int, k: int) -> tuple[int, int] | None:
+    """Where request and exemplar match again after diverging at (i, k): a unit of the request found in
+    the exemplar shortly after k, else an equal-length substitution; either followed by MIN_RUN chars."""
+    rn, en = r.norm, e.norm
+    for j, x in enumerate(rn[i:i + MAX_GAP + 1], i):
+        kk = pos.get(x)
+        if kk is None or kk < k or kk - k > MAX_GAP or (j == i and kk == k):
+            continue
+        if _chars(r, j, _match(rn, en, j, kk)) < MIN_RUN:
+            continue
+        return j, kk
+    # A substitution of equal length followed by shared content is also a span.
+    for g, (x, y) in enumerate(zip(rn[i + 1:i + MAX_GAP + 1], en[k + 1:k + MAX_GAP + 1], strict=False), 1):
+        if x == y and _chars(r, i + g, _match(rn, en, i + g, k + g)) >= MIN_RUN:
+            return i + g, k + g
+    return None
+
+
+def _field_like(lengths: list[int]) -> bool:
+    """Fields are short lines (`lengths`: of a span's units); a span holding several units one of which is
+    prose, or many characters, is different content (another retrieved chunk), the variable layer."""
+    return sum(lengths) <= MAX_SPAN_CHARS and not (len(lengths) > 1 and any(n >= PROSE for n in lengths))
 
 
 def is_edit(a: str, b: str) -> bool:

@@ -1,0 +1,499 @@
+"""Reference copy (tests/detect_reference/__init__.py). The Detector: fed by ingest one accepted chat
+record at a time, it keeps bounded state and decides,
+per request, the rewrite operations that would remove its breakers; `finalize` turns that into findings.
+
+Why online: the findings need message text, and ingest already holds each record once; a second pass
+over the logs would double the I/O. Per request the detector aligns the early messages (system, tools,
+first user message) with the exemplar of the request's family, records varying spans, drift and order
+changes, and rewrites + re-hashes the affected requests (only those) for the counterfactual.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import orjson
+import xxhash
+
+from prefixscan.detect import normalisation as nz
+from prefixscan.detect.accumulate import Acc, _example, _prefix_record
+from prefixscan.detect.patterns import classify, split_label
+from prefixscan.detect.rewrite import _tool_hash, apply_ops
+from prefixscan.hashing import ChainCache
+from prefixscan.io.shapes import Record
+from prefixscan.pipeline.encoder import rewrite_hashes
+from prefixscan.redact import redact_snippet
+from prefixscan.tokenize.base import BytesLRU
+from tests.detect_reference.dynamic_fields import SlotLine, inline_date, read_line, tool_field
+from tests.detect_reference.pattern_free import PROSE, Alignment, Family, FamilyIndex, align, covered, is_edit
+
+ROLE_SEED = {"system": 1, "developer": 1, "user": 2, "tools": 3}
+MAX_ORDERS = 500_000
+# Bound of the per-text memo (units of system prompts, first user messages, tool lists). A dynamic system
+# prompt is new text on every request, so a bound by entry count let it reach hundreds of MiB; only speed
+# depends on this bound (tests run with a tiny one).
+MEMO_BYTES = 32 << 20
+HOT_BYTES = 16 << 20  # unit lists kept unpacked (the hottest texts)
+HOT_EXPANSION = 6  # bytes of an unpacked unit list per packed byte (tuples of Python ints)
+_UNIT = struct.Struct("<qqqQQqQq")  # nz.Unit packed: 64 bytes instead of a tuple of eight int objects
+PROACTIVE = {"line_endings", "unicode"}
+
+
+def _paragraph_hashes(text: str) -> tuple[tuple[int, ...], list[int]] | None:
+    """Hashes and starts of the paragraphs before the last one (the question), when there are enough."""
+    paras = nz.paragraphs(text)
+    if len(paras) >= 3 and paras[-1][1] >= 256:
+        return tuple(nz.paragraph_hash(text[s:e]) for s, e in paras), [s for s, _ in paras]
+    return None
+
+
+def tenant_salt(tenant: str) -> int:
+    return xxhash.xxh3_64_intdigest(("tenant:" + tenant).encode("utf-8", "surrogatepass"))
+
+
+def _memo_key(key: tuple) -> tuple:
+    """A memo key with its last part, a text, replaced by the text's 128-bit hash."""
+    return (*key[:-1], xxhash.xxh3_128_intdigest(key[-1].encode("utf-8", "surrogatepass")))
+
+
+class Detector:
+    """Bounded-state cache-breaker detector (see module docstring)."""
+
+    def __init__(self, block_size: int, memo_bytes: int | None = None) -> None:
+        self.block_size = block_size
+        self.index = FamilyIndex()
+        self.accs: dict[tuple, Acc] = {}
+        # Per rewritten request only the index of its operation set: requests share sets (a family's
+        # field at the same place, a conversation's turns), and finding keys are stored once, by number.
+        self.ops_of: dict[str, int] = {}  # request id -> index into `opsets`
+        self.opsets: list[tuple[tuple[tuple, ...], tuple[int, ...]]] = []  # (operations, key number of each)
+        self.keys: list[tuple] = []  # finding key by number (`alias_keys` renames them)
+        self._opset_ids: dict[tuple, int] = {}
+        self._key_ids: dict[tuple, int] = {}
+        self.pending: list[tuple[str, Record, int]] = []
+        self.rewritten: dict[str, tuple[list[np.ndarray], int]] = {}  # block hashes (in parts), prompt tokens
+        self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self.memo = BytesLRU(MEMO_BYTES if memo_bytes is None else memo_bytes)
+        self._hot = BytesLRU(HOT_BYTES)  # unit lists kept unpacked, see _memo_units
+        self.chains = ChainCache()
+        self.tokenizer: Any = None
+        self.seconds = 0.0
+        self.errors = 0  # records the detector could not read (reported in the counterfactual summary)
+        self.fed = 0
+        self._seeded: set[tuple] = set()  # (finding key, family, exemplar unit) whose exemplar value was counted
+
+    # ------------------------------------------------------------------ feeding
+    def feed(self, rec: Record, root: int) -> None:
+        """Look at one accepted chat record (called by ingest in input order)."""
+        if rec.kind != "chat" or not rec.messages:
+            return
+        t0 = time.perf_counter()
+        self.fed += 1
+        try:
+            self._feed(rec, root)
+        except Exception:  # noqa: BLE001 - a detector bug must never stop an analysis; counted instead
+            self.errors += 1
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _units(self, rec: Record) -> tuple[list[int], dict[int, str], list[nz.Unit]]:
+        msgs = rec.messages or []
+        eidx = nz.early_messages(msgs)
+        texts = {mi: nz.message_text(msgs[mi]) for mi in eidx}
+        units: list[nz.Unit] = []
+        tools_done = not rec.tools
+        for mi in eidx:
+            role = msgs[mi].get("role", "")
+            if not tools_done and role not in ("system", "developer"):
+                units += self._tool_units(rec.tools or [])
+                tools_done = True
+            units += self._memo_units(("u", mi, ROLE_SEED.get(role, 4), texts[mi]),
+                                      lambda mi=mi, role=role: nz.message_units(mi, texts[mi], ROLE_SEED.get(role, 4)))
+        if not tools_done:
+            units += self._tool_units(rec.tools or [])
+        return eidx, texts, units
+
+    def _memo(self, key: tuple, compute: Callable[[], Any], size: Callable[[Any], int]) -> Any:
+        """Per-text memo: system prompts and first user messages repeat across requests and turns."""
+        return self._memo_at(_memo_key(key), compute, size)
+
+    def _memo_at(self, k: tuple, compute: Callable[[], Any], size: Callable[[Any], int]) -> Any:
+        hit = self.memo.get(k)
+        if hit is None:
+            hit = compute()
+            self.memo.put(k, hit, size(hit))
+        return hit
+
+    def _memo_units(self, key: tuple, compute: Callable[[], list[nz.Unit]]) -> list[nz.Unit]:
+        """`_memo` for unit lists, held packed (a long system prompt has hundreds of units). The few
+        hottest texts (a tenant's system prompt) are also kept unpacked: unpacking them for every request
+        cost more than finding them. Callers only read the list."""
+        k = _memo_key(key)
+        hot = self._hot.get(k)
+        if hot is not None:
+            return hot
+        packed = self._memo_at(k, lambda: b"".join(_UNIT.pack(*u) for u in compute()), lambda b: len(b) + 200)
+        out = [nz.Unit._make(t) for t in _UNIT.iter_unpack(packed)]
+        self._hot.put(k, out, HOT_EXPANSION * len(packed) + 200)
+        return out
+
+    def _tool_units(self, tools: list[Any]) -> list[nz.Unit]:
+        return self._memo_units(("t", orjson.dumps(tools).decode()), lambda: nz.tool_units(tools, ROLE_SEED["tools"]))
+
+    def _feed(self, rec: Record, root: int) -> None:
+        tenant = rec.tenant or ""
+        salt = tenant_salt(tenant)
+        eidx, texts, units = self._units(rec)
+        if not units:
+            return
+        rid = rec.request_id
+        ops: list[tuple[tuple, tuple]] = []
+        fam, wants_new = self.index.assign(salt, units)
+        if fam is None or wants_new:
+            ftexts = [texts[u.mi][u.start:u.end].rstrip("\n") if u.mi >= 0 and u.length <= 4096 else None
+                      for u in units]
+            chars = sum(len(t) for t in texts.values())
+            pre = [texts[u.mi][units[k - 1].end if k and units[k - 1].mi == u.mi else 0:u.start] if u.mi >= 0
+                   else "" for k, u in enumerate(units)]
+            self.index.new_family(tenant, salt, units, ftexts, rid, root, rec, chars, pre)
+        if fam is not None:
+            fam.requests += 1
+            al = align(units, fam)
+            self._spans(rec, fam, al, units, texts, ops)
+            self._drifts(rec, fam, al, units, texts, ops)
+        self._orders(rec, salt, eidx, texts, ops)
+        for kind in self._drift_kinds(tenant):
+            if self._needs(kind, rec, eidx, texts):
+                ops.append((("normalise", kind), ("drift", tenant, kind)))
+        if ops:
+            self._queue(rec, root, ops)
+
+    def _anchor(self, units: list[nz.Unit], j: int) -> int:
+        for t in range(j, len(units)):
+            if units[t].length >= nz.BIG:
+                return units[t].norm
+        return units[j].norm if j < len(units) else 0
+
+    def _acc(self, key: tuple, tenant: str, mi: int, role: str, label: str, example: str, rid: str,
+             offset: int | None, rec: Record) -> Acc:
+        acc = self.accs.get(key)
+        if acc is None:
+            fam = f"{key[-1]:016x}"[:8] if isinstance(key[-1], int) else None
+            acc = Acc(key, tenant, mi, role, label, fam or "", example, rid, offset)
+            self.accs[key] = acc
+            if offset is not None:
+                acc.prefix = _prefix_record(rec, mi, offset)
+        return acc
+
+    def _spans(self, rec: Record, fam: Family, al: Alignment, units: list[nz.Unit], texts: dict[int, str],
+               ops: list) -> None:
+        msgs = rec.messages or []
+        rid = rec.request_id
+        seen_e: set[int] = set()
+        bad = {j for ri, ei, j, _ in al.pairs if not self._pair_ok(units[ri], fam, ei, texts)}
+        for ri, ei, j, i0 in al.pairs:
+            if j in bad:
+                continue  # a different passage in the span: the variable layer, not a breaker
+            if units[ri].mi < 0:
+                if ei is not None:
+                    self._tool_span(rec, fam, units[ri], fam.units[ei], ops)
+                continue
+            other = fam.texts[ei] if ei is not None else None
+            sl = read_line(texts, units, ri, other)
+            if sl is None:
+                continue
+            role = msgs[sl.mi].get("role", "")
+            # Identity: the nearest long unchanged line before the span in its message (else the shared
+            # content after it), so one field keeps one key whichever document or template version follows.
+            anchor = next((units[t].norm for t in range(i0 - 1, -1, -1)
+                           if units[t].mi == units[ri].mi and units[t].length >= nz.BIG), None)
+            if anchor is None:
+                anchor = self._anchor(units, j)
+            # Unlabelled dates in sentences are told apart by kind (two such sentences may share an anchor).
+            lab = "\x00" + (sl.kind or "") if sl.inline else sl.label.lower()
+            key = ("span", fam.tenant, sl.mi, lab, anchor)
+            acc = self._acc(key, fam.tenant, sl.mi, role, sl.label, _example(sl, sl.kind), rid, sl.value_offset, rec)
+            acc.observe(sl.kind, sl.value)
+            acc.add_request(rid)
+            acc.fids.add(fam.fid)
+            if sl.inline:  # a date inside a sentence: measured with the exemplar's line, never moved by `fix`
+                acc.detail = "inline"
+                if other is not None and (key, fam.fid, ei) not in self._seeded:
+                    self._seeded.add((key, fam.fid, ei))  # the exemplar's date counts too (once)
+                    got = inline_date(other, texts[sl.mi][units[ri].start:units[ri].end].rstrip("\n"))
+                    if got is not None:
+                        acc.observe(got[0], other[got[1]:got[2]])
+                if other is not None:
+                    u = units[ri]
+                    end = u.end - 1 if texts[u.mi][u.end - 1:u.end] == "\n" else u.end
+                    ops.append((("replace", sl.mi, u.start, end, other), key))
+                continue
+            if sl.prose:
+                acc.prose += 1
+                if ei is not None and other is not None and ("prose", ei) not in fam.slots:
+                    # Marker: from now on requests on the exemplar's version are counted as they come;
+                    # every family request so far (but this one) was on it.
+                    fam.slots[("prose", ei)] = key
+                    acc.count_value(other, fam.requests - 1)
+                    acc.prose += 1
+                if other is not None:
+                    u = units[ri]
+                    end = u.end - 1 if texts[u.mi][u.end - 1:u.end] == "\n" else u.end
+                    ops.append((("replace", sl.mi, u.start, end, other), key))
+                continue
+            ops.append((("move", sl.mi, sl.block[0], sl.block[1]), key))
+            if ei is not None:
+                if ei not in fam.slots and other is not None:
+                    acc.observe(sl.kind, split_label(other).value)  # the exemplar's value counts too
+                fam.slots.setdefault(ei, key)
+                seen_e.add(ei)
+        for mark, key in fam.slots.items():
+            if isinstance(mark, tuple) and mark[1] not in seen_e and covered(al, mark[1]) is not None:
+                self.accs[key].count_value(fam.texts[mark[1]] or "", 1)  # a request on the exemplar's version
+        for ei, key in sorted((k, v) for k, v in fam.slots.items() if isinstance(k, int)):
+            if ei in seen_e:
+                continue
+            ri = covered(al, ei)
+            if ri is None:
+                continue
+            sl = read_line(texts, units, ri, None)
+            if sl is None or sl.prose:
+                continue
+            self.accs[key].add_request(rid)
+            ops.append((("move", sl.mi, sl.block[0], sl.block[1]), key))
+
+    def _tool_span(self, rec: Record, fam: Family, u: nz.Unit, e: nz.Unit, ops: list) -> None:
+        """A field inside a tool definition (a date in a description): found like a line field, located in
+        the tool's JSON; the counterfactual takes the exemplar's tool, `fix` cannot move it."""
+        if fam.tools is None or not rec.tools or e.start >= len(fam.tools) or u.start >= len(rec.tools):
+            return
+        tf = tool_field(rec.tools[u.start], fam.tools[e.start])
+        if tf is None:
+            return
+        label, value, offset, name = tf
+        kind = classify(label, value)
+        key = ("span", fam.tenant, -1, label.lower(), xxhash.xxh3_64_intdigest(name.encode()))
+        sl = SlotLine(-1, label, value, offset, (0, 0), kind, False)
+        acc = self._acc(key, fam.tenant, -1, "tools", label, _example(sl, kind), rec.request_id, offset, rec)
+        acc.observe(kind, value)
+        acc.add_request(rec.request_id)
+        acc.fids.add(fam.fid)
+        ops.append((("retool_cf", u.start, fam.tools[e.start]), key))
+
+    @staticmethod
+    def _pair_ok(u: nz.Unit, fam: Family, ei: int | None, texts: dict[int, str]) -> bool:
+        """Short lines are field-like; a long line (or tool) only counts when it is an edit of the exemplar's."""
+        if ei is None:
+            return True
+        e = fam.units[ei]
+        if u.length < PROSE and e.length < PROSE:
+            return True
+        if u.mi < 0:
+            return fam.tools is not None and e.start < len(fam.tools)
+        other = fam.texts[ei]
+        if other is None:
+            return False
+        return is_edit(texts[u.mi][u.start:u.end].rstrip("\n"), other)
+
+    def _drifts(self, rec: Record, fam: Family, al: Alignment, units: list[nz.Unit], texts: dict[int, str],
+                ops: list) -> None:
+        """Units equal to the exemplar's up to normalisation. CRLF and NFC are normalised wholesale (below);
+        whitespace and key order are restored to the exemplar's bytes, unit by unit, so canonical requests
+        are never touched and a conversation stays consistent whenever the drift was first seen."""
+        done: set[str] = set()
+        for ri, ei in al.drifts:
+            kind = nz.drift_kind(units[ri], fam.units[ei])
+            u = units[ri]
+            key = ("drift", fam.tenant, kind)
+            if kind not in done:
+                done.add(kind)
+                self._drift_acc(rec, fam, u, ei, kind, texts)
+            if kind in PROACTIVE:
+                continue
+            if u.mi < 0:
+                if fam.tools is not None and 0 <= e_tool(fam, ei) < len(fam.tools):
+                    ops.append((("retool", u.start, fam.tools[e_tool(fam, ei)]), key))
+                continue
+            other = fam.texts[ei]
+            if other is None:
+                continue
+            prev_end = units[ri - 1].end if ri > 0 and units[ri - 1].mi == u.mi else 0
+            end = u.end - 1 if texts[u.mi][u.end - 1:u.end] == "\n" else u.end
+            ops.append((("restore", u.mi, prev_end, end, fam.pre[ei] + other), key))
+
+    def _drift_acc(self, rec: Record, fam: Family, u: nz.Unit, ei: int, kind: str, texts: dict[int, str]) -> None:
+        role = "tools" if u.mi < 0 else (rec.messages or [])[u.mi].get("role", "")
+        offset = None
+        if u.mi >= 0:
+            line = texts[u.mi][u.start:u.end].rstrip("\n")
+            other = fam.texts[ei]
+            cp = 0
+            if other is not None:
+                n = min(len(line), len(other))
+                while cp < n and line[cp] == other[cp]:
+                    cp += 1
+            offset = u.start + cp
+            example = redact_snippet(f"{kind}: " + line.replace("\r", "\\r"), 96)
+        else:
+            example = f"{kind}: tool {u.start} serialised differently"
+        key = ("drift", fam.tenant, kind)
+        acc = self._acc(key, fam.tenant, u.mi, role, "", example, rec.request_id, offset, rec)
+        acc.observe(kind, str(u.raw))
+
+    def _drift_kinds(self, tenant: str) -> list[str]:
+        """Whole-message normalisers, applied to every request that needs them (cheap to check, always
+        safe): requests sent before the drift was first seen are normalised too."""
+        return sorted(PROACTIVE)
+
+    def _needs(self, kind: str, rec: Record, eidx: list[int], texts: dict[int, str]) -> bool:
+        if kind == "json_key_order" and rec.tools:
+            from prefixscan.detect.normalisation import _sorted_json
+
+            if any(list(t) != list(_sorted_json(t)) for t in rec.tools if isinstance(t, dict)):
+                return True
+        return any(nz.needs(kind, texts[mi]) for mi in eidx)
+
+    def _orders(self, rec: Record, salt: int, eidx: list[int], texts: dict[int, str], ops: list) -> None:
+        tenant = rec.tenant or ""
+        msgs = rec.messages or []
+        checks: list[tuple[str, int, tuple[int, ...], list[int | None]]] = []
+        if rec.tools and len(rec.tools) >= 2:
+            checks.append(("tool_order", -1, tuple(_tool_hash(t) for t in rec.tools), [None] * len(rec.tools)))
+        user = [mi for mi in eidx if msgs[mi].get("role") == "user"]
+        if user:
+            mi = user[0]
+            text = texts[mi][: nz.MAX_CHARS]
+            cut = text.rfind("\n\n")  # the last paragraph (the question) is not part of the signature
+            if cut > 0 and text.count("\n\n", 0, cut) >= 2:
+                head = text[:cut + 2]
+                got = self._memo(("p", head), lambda: _paragraph_hashes(head),
+                                 lambda v: 200 + 80 * len(v[1]) if v is not None else 200)
+                if got is not None:
+                    checks.append(("rag_order", mi, got[0], got[1]))
+        for kind, mi, hs, starts in checks:
+            ms = xxhash.xxh3_64_intdigest(np.asarray(sorted(hs), dtype=np.uint64).tobytes(), seed=salt ^ (mi + 7))
+            seq = xxhash.xxh3_64_intdigest(np.asarray(hs, dtype=np.uint64).tobytes())
+            entry = self.orders.get(ms)
+            if entry is None:
+                if len(self.orders) < MAX_ORDERS:
+                    self.orders[ms] = (seq, hs)
+                continue
+            if entry[0] == seq:
+                continue
+            first = next(i for i, (a, b) in enumerate(zip(hs, entry[1], strict=True)) if a != b)
+            role = "tools" if mi < 0 else msgs[mi].get("role", "")
+            key = ("order", tenant, kind, mi)
+            where = f"tool {first}" if mi < 0 else f"paragraph {first}"
+            acc = self._acc(key, tenant, mi, role, "", f"{kind}: same {len(hs)} items, {where} differs", rec.request_id,
+                            starts[first], rec)
+            acc.observe(kind, str(seq))
+            acc.add_request(rec.request_id)
+            ops.append((("reorder", mi, entry[1]), key))
+
+    def _queue(self, rec: Record, root: int, ops: list[tuple[tuple, tuple]]) -> None:
+        rid = rec.request_id
+        sid = self._opset(tuple(o for o, _ in ops), tuple(self._key_id(k) for _, k in ops))
+        self.ops_of[rid] = sid
+        msgs, tools = apply_ops(rec.messages or [], rec.tools, list(self.opsets[sid][0]), counterfactual=True)
+        new = Record(source_file=rec.source_file, source_line=rec.source_line, request_id=rid,
+                     timestamp_s=rec.timestamp_s, kind="chat", tenant=rec.tenant, messages=msgs, tools=tools)
+        self.pending.append((rid, new, root))
+
+    def _key_id(self, key: tuple) -> int:
+        i = self._key_ids.get(key)
+        if i is None:
+            i = self._key_ids[key] = len(self.keys)
+            self.keys.append(key)
+        return i
+
+    def _opset(self, ops: tuple[tuple, ...], kids: tuple[int, ...]) -> int:
+        """Index of an equal operation set seen before, else of this one (added)."""
+        sig = (tuple(_sig(o) for o in ops), kids)
+        i = self._opset_ids.get(sig)
+        if i is None:
+            i = self._opset_ids[sig] = len(self.opsets)
+            self.opsets.append((ops, kids))
+        return i
+
+    # ------------------------------------------------------------------ reading back
+    def alias_keys(self, alias: dict[tuple, tuple]) -> None:
+        """Rename finding keys (merged accumulators) in every operation set."""
+        self.keys = [alias.get(k, k) for k in self.keys]
+
+    def opset_keys(self) -> list[list[tuple]]:
+        """Per operation set, its distinct finding keys in first-use order."""
+        return [list(dict.fromkeys(self.keys[i] for i in kids)) for _, kids in self.opsets]
+
+    def kept_ops(self, sid: int, kept: set | dict) -> list[tuple]:
+        """The operations of set `sid` whose finding is in `kept`, in order."""
+        ops, kids = self.opsets[sid]
+        return [o for o, i in zip(ops, kids, strict=True) if self.keys[i] in kept]
+
+    # ------------------------------------------------------------------ batch work
+    def flush(self, tokenizer: Any) -> None:
+        """Tokenise and hash the rewritten requests queued so far (ingest calls this once per batch)."""
+        if tokenizer is None:
+            return
+        t0 = time.perf_counter()
+        self.tokenizer = tokenizer
+        if self.pending:
+            for rid, parts, n in rewrite_hashes(tokenizer, self.chains, self.block_size, self.pending):
+                self.rewritten[rid] = (parts, n)
+            self.pending.clear()
+        self.seconds += time.perf_counter() - t0
+
+    def take_pending(self) -> list[tuple[str, Record, int]]:
+        """The rewritten requests queued since the last call, for an encode worker to tokenise and hash
+        (ingest with workers); their hashes come back through `put_rewritten`."""
+        out, self.pending = self.pending, []
+        return out
+
+    def put_rewritten(self, rid: str, parts: list[np.ndarray], n_tokens: int) -> None:
+        self.rewritten[rid] = (parts, n_tokens)
+
+    def retro_exemplars(self) -> None:
+        """Rewrite family exemplars whose spans were only recognised once later requests arrived."""
+        for fam in self.index.families:
+            rec = fam.record
+            if rec is None or rec.request_id in self.ops_of:
+                continue
+            eidx, texts, units = self._units(rec)
+            ops: list[tuple[tuple, tuple]] = []
+            for ei, key in sorted((k, v) for k, v in fam.slots.items() if isinstance(k, int)):
+                sl = read_line(texts, units, ei, None) if ei < len(units) else None
+                if sl is None or sl.prose:
+                    continue
+                self.accs[key].add_request(rec.request_id)
+                ops.append((("move", sl.mi, sl.block[0], sl.block[1]), key))
+            for kind in self._drift_kinds(fam.tenant):
+                if self._needs(kind, rec, eidx, texts):
+                    ops.append((("normalise", kind), ("drift", fam.tenant, kind)))
+            if ops:
+                self._queue(rec, fam.root, ops)
+
+
+def _sig(op: tuple) -> tuple:
+    """A hashable stand-in for an operation: unhashable parts (a tool's dict) by identity. Equal stand-ins
+    mean equal operations; the set holding the operation keeps those parts alive, so no identity is reused."""
+    try:
+        hash(op)
+    except TypeError:
+        return tuple(_part(x) for x in op)
+    return op
+
+
+def _part(x: Any) -> Any:
+    try:
+        hash(x)
+    except TypeError:
+        return ("id", id(x))
+    return x
+
+
+def e_tool(fam: Family, ei: int) -> int:
+    """Tool index of exemplar unit `ei` (tool units store their index as `start`)."""
+    return fam.units[ei].start if fam.units[ei].mi < 0 else -1
