@@ -239,11 +239,19 @@ def test_fix_never_writes_over_its_input(tmp_path: Path) -> None:
     assert log.read_bytes() == original and sorted(p.name for p in logs.iterdir()) == ["chat.jsonl"]
 
 
+@pytest.fixture(scope="module")
+def long_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A log whose analysis lasts seconds after its lock appears (250 requests now finish within 0.5 s)."""
+    path = tmp_path_factory.mktemp("faults-long") / "log.jsonl"
+    subprocess.run([*CLI, "synth", "-o", str(path), "-n", "4000", "--no-truth", "-q"], check=True)
+    return path
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_an_interrupted_run_exits_130_and_leaves_nothing(synth_log: Path, tmp_path: Path, sig: int) -> None:
+def test_an_interrupted_run_exits_130_and_leaves_nothing(long_log: Path, tmp_path: Path, sig: int) -> None:
     out = tmp_path / "run"
     mark = "i-" + uuid.uuid4().hex
-    p = _cli(["analyze", str(synth_log), "-o", str(out), "--workers", "1", "-q", "--json"], mark)
+    p = _cli(["analyze", str(long_log), "-o", str(out), "--workers", "1", "-q", "--json"], mark)
     deadline = time.monotonic() + 120
     while not lock_path(out).exists() and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
