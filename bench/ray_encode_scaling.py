@@ -159,7 +159,7 @@ def main() -> None:
     c1, c2 = (statistics.median(sum(r[f"cpu_max_{p}"] for p in ("read", "encode")) for r in runs[n]) for n in (1, 2))
     lines = [
         "# The encode stage on Ray (issue 18)", "",
-        f"Command: `nice .venv/bin/python bench/ray_encode_scaling.py --requests {args.requests} --repeats "
+        f"Command: `.venv/bin/python bench/ray_encode_scaling.py --requests {args.requests} --repeats "
         f"{args.repeats} --files {args.files}`; {os.cpu_count()} CPUs, load average {before} before and {after} "
         "after.", "",
         f"Input: synthetic chat log (cut into {args.files} files for the Ray runs), {rates['records']:,} requests, "

@@ -1,7 +1,7 @@
 """Row 9: the encode stage on 1 core vs 2 cores (`analyze --workers 0` vs `--workers 1`).
 
-`analyze` picks its encode workers itself (prefixscan/encode.py `auto_workers`: one per spare core, at most
-MAX_AUTO_WORKERS, on inputs of 64 MiB or more); `--workers N` overrides it (N processes beside the main
+`analyze` picks its encode workers itself (prefixscan/pipeline/encoder.py `auto_workers`: one per spare
+core, at most one per 64 MiB of input); `--workers N` overrides it (N processes beside the main
 one, which encodes a share itself). The encode stage is the manifest's `ingest_s` (read + render + tokenise
 + hash); the rest of analyze (reuse, capacity curve, findings, writing) runs in the main process either
 way and is reported beside it.
@@ -52,10 +52,10 @@ def run_row(scale: str, repeats: int, lg: Path, profile: bool = False) -> RowRes
             f"busy {st.get('busy_s_workers', 0)} s")
     res.details += [
         f"input: `{rel(log)}` (`{rz.fresh_synth_cmd(rz.FRESH_N[scale])}`)",
-        "--workers exists on main (prefixscan/cli/analyze.py, AnalyzeConfig.workers); without it analyze would "
-        "choose 1 worker here (2 cores) and at most 3 on any machine (encode.py MAX_AUTO_WORKERS): on a 64-core "
-        "box the encode stage is capped by that constant and by the single ingesting process, which reads, "
-        "parses, routes records and runs reuse alone",
+        "without `--workers` analyze chooses 1 worker here (prefixscan/pipeline/encoder.py `auto_workers`: "
+        "one per spare core, at most one per 64 MiB of input, no fixed cap); on a 64-core box the encode "
+        "stage is then bounded by the single ingesting process, which reads, parses, routes records, runs the "
+        "detector and reuse alone",
         f"load average before the row: {load_before}; after: {rz.loadavg()}. With the load above 2 the second "
         "core is not free, so this ratio is only meaningful on a quiet machine",
     ]
