@@ -241,7 +241,7 @@ def test_fix_never_writes_over_its_input(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def long_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A log whose analysis lasts seconds after its lock appears (250 requests now finish within 0.5 s)."""
+    """A log whose analysis lasts seconds after its lock appears, so the signal lands mid-run."""
     path = tmp_path_factory.mktemp("faults-long") / "log.jsonl"
     subprocess.run([*CLI, "synth", "-o", str(path), "-n", "4000", "--no-truth", "-q"], check=True)
     return path
@@ -251,7 +251,10 @@ def long_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_an_interrupted_run_exits_130_and_leaves_nothing(long_log: Path, tmp_path: Path, sig: int) -> None:
     out = tmp_path / "run"
     mark = "i-" + uuid.uuid4().hex
-    p = _cli(["analyze", str(long_log), "-o", str(out), "--workers", "1", "-q", "--json"], mark)
+    # a job started in the background by a non-interactive shell inherits SIGINT ignored (so would this
+    # child, and Python then never raises KeyboardInterrupt): give it Ctrl-C's default, as a terminal does
+    p = _cli(["analyze", str(long_log), "-o", str(out), "--workers", "1", "-q", "--json"], mark,
+             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not lock_path(out).exists() and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
