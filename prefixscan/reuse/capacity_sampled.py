@@ -27,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from prefixscan.reuse.capacity_sampled_kernel import splitmix64
+
 P_BITS = 24
 HOT_DEFAULT = 1024
 SALTS_DEFAULT = 3
@@ -41,15 +43,6 @@ def check_rate(rate: float) -> float:
     if not 0.0 < r <= 1.0 or r * (1 << P_BITS) < 1:
         raise ValueError(f"the capacity sampling rate must be in (0, 1] and at least 2^-{P_BITS}, got {rate!r}")
     return r
-
-
-@njit(cache=True, inline="always")
-def _mix(x):  # pragma: no cover - compiled
-    """splitmix64: a sampling key independent of how the keys were made (uint64 in, uint64 out)."""
-    z = x
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
 
 
 def hot_blocks(ids: np.ndarray, n_distinct: int, k: int) -> np.ndarray:
@@ -69,7 +62,7 @@ def hot_blocks(ids: np.ndarray, n_distinct: int, k: int) -> np.ndarray:
 
 @njit(cache=True, inline="always")
 def _kept(blk, is_hot, salt, threshold):  # pragma: no cover - compiled
-    return is_hot[blk] or (_mix(np.uint64(blk) ^ salt) & np.uint64((1 << 24) - 1)) < threshold
+    return is_hot[blk] or (splitmix64(np.uint64(blk) ^ salt) & np.uint64((1 << 24) - 1)) < threshold
 
 
 @njit(cache=True)
@@ -173,7 +166,7 @@ def sampled_pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, we
 
 
 def _mix_py(x: int) -> int:
-    return int(_mix(np.uint64(x & (2**64 - 1))))
+    return int(splitmix64(np.uint64(x & (2**64 - 1))))
 
 
 # ---------------------------------------------------------------- the capacity table, sampled

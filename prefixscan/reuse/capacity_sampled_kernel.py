@@ -41,7 +41,8 @@ def _ones(tree, m):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _mix(x):  # pragma: no cover - compiled
+def splitmix64(x):  # pragma: no cover - compiled
+    """splitmix64: a sampling key independent of how the keys were made (uint64 in, uint64 out)."""
     z = x
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -51,7 +52,7 @@ def _mix(x):  # pragma: no cover - compiled
 @njit(cache=True, inline="always")
 def _slot(keys, blk, mask):  # pragma: no cover - compiled
     """Open-addressed slot of block `blk` in one salt's table (-1 = empty)."""
-    i = np.int64(_mix(np.uint64(blk)) & np.uint64(mask))
+    i = np.int64(splitmix64(np.uint64(blk)) & np.uint64(mask))
     while keys[i] != -1 and keys[i] != blk:
         i = (i + 1) & mask
     return i
@@ -107,7 +108,7 @@ def _distances(offsets, ids, wts, hot_idx, inv_rate, threshold, salts, unl_prev,
                 hist_hot[s, min((int(np.floor(d + 1e-9)) + u) // width, top)] += wts[p]
             continue
         for s in range(len(salts)):
-            if (_mix(np.uint64(blk) ^ salts[s]) & mask) >= threshold:
+            if (splitmix64(np.uint64(blk) ^ salts[s]) & mask) >= threshold:
                 continue
             q = _slot(s_keys[s], blk, tmask)
             if s_keys[s, q] == -1:
@@ -158,7 +159,7 @@ def sampled_pass(offsets, ids, wts, hot_idx, inv_rate, threshold, salts, unl_pre
                     h_sclk[s, k] = clock[s]
                 continue
             for s in range(n_salts):
-                if (_mix(np.uint64(blk) ^ salts[s]) & mask) >= threshold:
+                if (splitmix64(np.uint64(blk) ^ salts[s]) & mask) >= threshold:
                     continue
                 if clock[s] == salt_slots:
                     clock[s] = _renumber_salt(s, trees, marked, s_keys, s_last, h_sclk, last_h)
