@@ -166,7 +166,7 @@ def _seen_runs(keys, has_zero, n, limit, offsets, flat, salts, valid, start, k):
                 break
             j += 1
         k[r] = j - a
-        for q in range(a, b):
+        for q in range(j, b):  # keys before j were just found in the set (or are a held 0)
             h = flat[q] ^ s
             if h == 0:
                 has_zero[0] = 1

@@ -98,7 +98,7 @@ def test_saved_simulation_is_reused_when_it_matches(tmp_path):
 
 def test_report_gives_the_simulation_figures(tmp_path):
     """estimate and report agree with the simulation at the same scenario."""
-    from prefixscan.report.model import build
+    from prefixscan.report.assemble import build
 
     run = make_run(tmp_path)
     res = _sim(run, 4)
@@ -141,7 +141,7 @@ def test_engine_reported_status_quo_from_fewer_replicas(tmp_path):
 
 
 def test_estimate_json_is_saved_and_reused_by_report(tmp_path):
-    from prefixscan.report.model import build
+    from prefixscan.report.assemble import build
 
     run = make_run(tmp_path)
     r = estimate(dataclasses.replace(OPTS, replicas=4, scale_to_rps=100.0, usd_per_gpu_hour=4.0), run)
@@ -255,7 +255,7 @@ def test_unknown_router_policy_is_a_usage_error(tmp_path):
 
 
 def test_a_stale_estimate_json_is_re_estimated_at_its_scenario(tmp_path):
-    from prefixscan.report.model import build
+    from prefixscan.report.assemble import build
 
     run = make_run(tmp_path)
     r = estimate(dataclasses.replace(OPTS, replicas=4, scale_to_rps=100.0), run)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from prefixscan.cli import report as report_cli
 from prefixscan.io.rundir import add_tables, load_run
 from prefixscan.report import html as html_report
-from prefixscan.report.model import build
+from prefixscan.report.assemble import build
 from prefixscan.report.write import write_report
 from tests.conftest import chat, write_jsonl
 
@@ -237,17 +237,20 @@ def test_markdown_cells_keep_redaction_markers_visible() -> None:
 
 
 def test_results_model_never_imports_its_renderers() -> None:
-    """model.py builds the data; markdown/html/figures render it; only write.py knows both."""
+    """model.py holds the data and assemble.py fills it in; markdown/html/figures render it; only write.py
+    knows both."""
     import ast
 
+    import prefixscan.report.assemble as assemble
     import prefixscan.report.model as model
 
-    tree = ast.parse(Path(model.__file__).read_text())
-    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    for renderer in ("markdown", "html", "figures", "write"):
-        assert f"prefixscan.report.{renderer}" not in names
-    assert not any(n == "prefixscan.report" for n in names)
+    for module in (model, assemble):
+        tree = ast.parse(Path(module.__file__).read_text())
+        names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        for renderer in ("markdown", "html", "figures", "write"):
+            assert f"prefixscan.report.{renderer}" not in names, module.__name__
+        assert not any(n == "prefixscan.report" for n in names)
 
 
 def test_a_new_section_is_one_function(sample_run: Path) -> None:

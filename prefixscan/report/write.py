@@ -15,8 +15,8 @@ from prefixscan.errors import UsageError
 from prefixscan.io.atomic import env_error, write_text
 from prefixscan.io.rundir import extending
 from prefixscan.report import html, markdown
+from prefixscan.report.assemble import build, figure_dir
 from prefixscan.report.figures import render_all
-from prefixscan.report.model import build, figure_dir
 
 
 def scenario_options(**scenario: Any) -> Any | None:

@@ -232,16 +232,7 @@ def _isolation_cost(
     flipped = dataclasses.replace(cfg, isolate_tenants=not cfg.isolate_tenants)
     w2 = _workload(table, bs, rule, flipped)
     for name in names:
-        other = _clean(
-            summarize(
-                w2,
-                run_replay(
-                    w2, make_policy(name, cfg.params_for(name), cfg.seed, bs), flipped, serving, capacity, engine
-                )[0],
-                serving,
-                cfg.replicas,
-            )
-        )
+        other = _replay_summary(w2, name, flipped, bs, serving, capacity, engine)
         mine = summaries[name]
         shared, iso = (other, mine) if cfg.isolate_tenants else (mine, other)
         hs, hi = shared["hit_rate_token_weighted"], iso["hit_rate_token_weighted"]
@@ -286,9 +277,15 @@ def _colocated(
     n = cfg.replicas + cfg.decode_replicas
     colo = dataclasses.replace(cfg, replicas=n, decode_replicas=0)
     for name in names:
-        out, _ = run_replay(w, make_policy(name, cfg.params_for(name), cfg.seed, bs), colo, serving, capacity,
-                            engine)
-        colocated_comparison(summaries[name], _clean(summarize(w, out, serving, n)), n)
+        colocated_comparison(summaries[name], _replay_summary(w, name, colo, bs, serving, capacity, engine), n)
+
+
+def _replay_summary(w: Workload, name: str, cfg: SimConfig, bs: int, serving: ServingModel, capacity: int,
+                    engine: str | None) -> dict[str, Any]:
+    """One more replay of policy `name` under a variant of the fleet (`cfg`), summarised: what the
+    isolation and co-location comparisons set beside the main replay."""
+    out, _ = run_replay(w, make_policy(name, cfg.params_for(name), cfg.seed, bs), cfg, serving, capacity, engine)
+    return _clean(summarize(w, out, serving, cfg.replicas))
 
 
 def _nice_bucket(span: float) -> float:
