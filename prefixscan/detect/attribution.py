@@ -132,8 +132,10 @@ def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: s
     block-granular, i.e. `--granularity token`). `tokenizer_mismatch`: the log's own prompt token counts
     disagree with prefixscan's (ingest's check): every shortfall is then unexplained."""
     n = req.height
-    ids = req["request_id"].to_list()
-    gain, rank = breaker_credit(findings, ids)
+    if findings:
+        gain, rank = breaker_credit(findings, req["request_id"].to_list())
+    else:  # no finding credits anyone: no per-request Python strings (a 10M-request trace's ids)
+        gain, rank = np.zeros(n, np.int64), np.full(n, -1, np.int64)
     # One distinct value says nothing about routing (a gateway often logs its one upstream URL): as absent.
     has_replica = n > 0 and req["replica"].drop_nulls().n_unique() >= 2
     if (has_replica or not block_granular or req["actual_cached_tokens"].null_count() < n) and chunks is not None:
@@ -162,7 +164,8 @@ def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: s
     every = np.ones(n, np.bool_)
     rep_ok = every if has_replica else ~every
     table = pa.table({
-        "seq": pa.array(req["seq"].to_numpy(), pa.int64()), "request_id": pa.array(ids, pa.string()),
+        "seq": pa.array(req["seq"].to_numpy(), pa.int64()),
+        "request_id": req["request_id"].to_arrow().cast(pa.string()),
         "replica": req["replica"].to_arrow().cast(pa.string()),
         "prompt_tokens": pa.array(req["prompt_tokens"].to_numpy(), pa.int64()),
         "counterfactual_cached_tokens": pa.array(ideal + gain, pa.int64()),

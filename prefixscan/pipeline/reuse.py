@@ -86,8 +86,9 @@ class _RequestIds:
 class RequestStream:
     """Consumes ingest Batches in input order and writes the requests table in analysis order."""
 
-    def __init__(self, cfg: AnalyzeConfig, path: Path, spill_dir: str) -> None:
+    def __init__(self, cfg: AnalyzeConfig, path: Path, spill_dir: str, one_chunk: bool = False) -> None:
         self.cfg = cfg
+        self.one_chunk = one_chunk  # the log comes as one chunk: its capacity input is held in memory
         self.out = RowGroups(path, path.parent / "requests.parquet")
         self.spill_dir = spill_dir
         self.ideal = IdealStream()
@@ -111,11 +112,13 @@ class RequestStream:
         """Sort the batch in, write everything no later chunk can precede, hold back the rest."""
         if self.capacity is None:
             from prefixscan.reuse.capacity_stream import CapacityStream
+            from prefixscan.reuse.capacity_whole import WholeCapacity
 
             self.block, self.rule = batch.block_size, batch.hit_rule
             if self.cfg.granularity == "token" and self.rule == "trace":
                 raise UsageError("--granularity token needs token ids; hashed traces only support block granularity")
-            self.capacity = CapacityStream(batch.block_size, batch.hit_rule, self.spill_dir, defer_lru=True)
+            self.capacity = (WholeCapacity(batch.block_size, batch.hit_rule, self.spill_dir) if self.one_chunk
+                             else CapacityStream(batch.block_size, batch.hit_rule, self.spill_dir, defer_lru=True))
         inp, off, flat, snip, per_request, _ = input_frame(self.cfg, batch)
         if inp.height == 0:
             return

@@ -170,7 +170,7 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
     fd, tmp = tempfile.mkstemp(dir=work, prefix=".requests.", suffix=".tmp")
     os.close(fd)
     spill = tempfile.mkdtemp(dir=work, prefix=".spill.")
-    stream = RequestStream(cfg, Path(tmp), spill)
+    stream = RequestStream(cfg, Path(tmp), spill, one_chunk=one_chunk)
 
     def feed(batch: Batch) -> None:
         with writing(work):
