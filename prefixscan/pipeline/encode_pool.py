@@ -21,19 +21,27 @@ import types
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
 from prefixscan.io.shapes import Record
 from prefixscan.pipeline.encode_wire import Packer, Receiver, Shipper, Unpacker
-from prefixscan.pipeline.encoder import Identity, RecordEncoder, pin_hash, rewrite_hashes, shared_chain_cache
+from prefixscan.pipeline.encoder import (
+    Identity,
+    RecordEncoder,
+    pin_hash,
+    pool_threads,
+    rewrite_hashes,
+    shared_chain_cache,
+)
 
 INITIAL_SHARE = 0.0
 SHARE_STEP = 0.05  # how fast this process's share of the encoding adapts (per job collected)
 MAX_SHARE = 0.9
 SHARE_STEPS = 1 << 16
+MAX_OWNERS = 1 << 20  # conversations whose process is remembered
 DEPTH = 2  # batches in flight per direction and worker: bounds memory, keeps both processes busy
 POLL_S = 1.0  # how often a waiting process checks that the other side is still alive
 
@@ -51,6 +59,80 @@ def _main_not_reimported() -> Iterator[None]:
         yield
     finally:
         sys.modules["__main__"] = saved
+
+
+@dataclass
+class _Spawned:
+    """Encode worker processes and their queues, started by `_spawn` for one (config, workers)."""
+
+    key: tuple[Any, ...]
+    inq: list[Any]
+    outq: list[Any]
+    procs: list[Any]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self.procs:
+            p.join(timeout=5)
+        for q in self.inq + self.outq:
+            q.cancel_join_thread()
+            q.close()
+
+
+def _key(cfg: AnalyzeConfig, keep_tokens: bool, workers: int) -> tuple[Any, ...]:
+    # the run resolves --hash-tenants' key after the workers may have started; encoding never reads it
+    return replace(cfg, tenant_key=None), keep_tokens, workers
+
+
+def _spawn(cfg: AnalyzeConfig, keep_tokens: bool, workers: int) -> _Spawned:
+    import multiprocessing as mp
+
+    # spawn, not fork: the ingesting process already runs polars' and the tokenizer's thread pools,
+    # which a forked child would inherit in an undefined state.
+    ctx = mp.get_context("spawn")
+    share = 1.0 / (workers + 1)
+    inq = [ctx.Queue(maxsize=DEPTH) for _ in range(workers)]
+    outq = [ctx.Queue(maxsize=DEPTH) for _ in range(workers)]
+    me = os.getpid()  # each worker watches for this process's death (`die_with_parent`)
+    procs = [ctx.Process(target=_serve, args=(cfg, keep_tokens, share, inq[w], outq[w], me),
+                         name=f"prefixscan-encode-{w}", daemon=True) for w in range(workers)]
+    with _main_not_reimported():
+        for p in procs:
+            p.start()
+    return _Spawned(_key(cfg, keep_tokens, workers), inq, outq, procs)
+
+
+_EARLY: _Spawned | None = None  # workers started by `start_early`, until a pool claims or discards them
+
+
+def start_early(cfg: AnalyzeConfig, keep_tokens: bool, workers: int) -> None:
+    """Start the encode workers a run will ask for now, so their start-up (interpreter, imports, tokenizer:
+    ~1 s) overlaps this process's own imports and set-up instead of delaying the first encoded batch.
+    The pool of the run with the same options claims them (`discard_early` stops unclaimed ones)."""
+    global _EARLY
+    discard_early()
+    _EARLY = _spawn(cfg, keep_tokens, workers)
+
+
+def discard_early() -> None:
+    """Stop workers `start_early` started that no pool claimed (a run that failed or encoded nothing)."""
+    global _EARLY
+    early, _EARLY = _EARLY, None
+    if early is not None:
+        early.stop()
+
+
+def _claim(cfg: AnalyzeConfig, keep_tokens: bool, workers: int) -> _Spawned:
+    """The early-started workers when they were started for these options and still run, else new ones."""
+    global _EARLY
+    early, _EARLY = _EARLY, None
+    if early is not None and early.key == _key(cfg, keep_tokens, workers) and all(p.is_alive() for p in early.procs):
+        return early
+    if early is not None:
+        early.stop()
+    return _spawn(cfg, keep_tokens, workers)
 
 
 class WorkerFailed(InputError):
@@ -81,27 +163,18 @@ class EncodePool:
     and other work. Which process encodes a record never changes its hashes, only the counters."""
 
     def __init__(self, cfg: AnalyzeConfig, keep_tokens: bool, workers: int, local: RecordEncoder) -> None:
-        import multiprocessing as mp
-
-        # spawn, not fork: the ingesting process already runs polars' and the tokenizer's thread pools,
-        # which a forked child would inherit in an undefined state.
-        ctx = mp.get_context("spawn")
         self.cfg, self.workers, self.local = cfg, workers, local
         share = 1.0 / (workers + 1)
         local.share_caches(share)
-        self._in = [ctx.Queue(maxsize=DEPTH) for _ in range(workers)]
-        self._out = [ctx.Queue(maxsize=DEPTH) for _ in range(workers)]
-        me = os.getpid()  # each worker watches for this process's death (`die_with_parent`)
-        self._procs = [ctx.Process(target=_serve, args=(cfg, keep_tokens, share, self._in[w], self._out[w], me),
-                                   name=f"prefixscan-encode-{w}", daemon=True) for w in range(workers)]
-        with _main_not_reimported():
-            for p in self._procs:
-                p.start()
+        local.set_threads(pool_threads(cfg, workers + 1))
+        spawned = _claim(cfg, keep_tokens, workers)
+        self._in, self._out, self._procs = spawned.inq, spawned.outq, spawned.procs
         self._inflight: deque[_Job] = deque()
         self._receivers = [Receiver() for _ in range(workers)]
         self._packers = [Packer() for _ in range(workers)]
         self._local_rewrites = shared_chain_cache(share, cfg)
-        self.share = INITIAL_SHARE  # fraction of conversations encoded here (adapted in `collect`)
+        self.share = INITIAL_SHARE  # fraction of new conversations encoded here (adapted in `collect`)
+        self._owners: dict[int, int] = {}  # pin hash -> the process its conversation was given to
         self.local_items = 0
         self.closed = False
         self.wait_s = 0.0  # time the ingesting process spent waiting for workers (manifest)
@@ -119,11 +192,17 @@ class EncodePool:
         return len(self._inflight)
 
     def _owner(self, r: Record) -> int:
-        """-1 (this process) or the worker a record's conversation is pinned to."""
+        """-1 (this process) or the worker a record's conversation is pinned to. A conversation stays with
+        the process that encoded its first turn, whose memo holds its history; the share decides where
+        new conversations go (moving a conversation would tokenise its whole history again)."""
         h = pin_hash(r)
-        if (h >> 40) % SHARE_STEPS < self.share * SHARE_STEPS:
-            return -1
-        return h % self.workers
+        w = self._owners.get(h)
+        if w is None:
+            w = -1 if (h >> 40) % SHARE_STEPS < self.share * SHARE_STEPS else h % self.workers
+            if len(self._owners) >= MAX_OWNERS:  # bounded; a forgotten conversation is placed again
+                self._owners.clear()
+            self._owners[h] = w
+        return w
 
     def submit(self, kind: str, items: list[Any]) -> None:
         """Send a job out, split by the process each item's conversation is pinned to (blocks only while
@@ -210,14 +289,7 @@ class EncodePool:
                 "final_share_main": round(self.share, 2)}
 
     def terminate(self) -> None:
-        for p in self._procs:
-            if p.is_alive():
-                p.terminate()
-        for p in self._procs:
-            p.join(timeout=5)
-        for q in self._in + self._out:
-            q.cancel_join_thread()
-            q.close()
+        _Spawned((), self._in, self._out, self._procs).stop()
         self.closed = True
 
     def _put(self, w: int, msg: tuple[str, Any]) -> None:
@@ -293,6 +365,11 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
         die_with_parent(parent_pid)
     fixed_mmap_threshold()
     enc = RecordEncoder(cfg, keep_tokens, cache_share)
+    enc.set_threads(pool_threads(cfg, round(1 / cache_share)))
+    try:  # before the first batch arrives (the workers may start early: `start_early`)
+        enc.load()
+    except Exception:  # noqa: BLE001, S110 - the first batch loads it again and reports the failure as usual
+        pass
     # the detector's rewrites have their own chain cache, as in-process
     rewrites, shipper = shared_chain_cache(cache_share, cfg), Shipper()
     unpacker = Unpacker()
