@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import prefixscan.pipeline.encode_pool as pool_mod
+import prefixscan.pipeline.encode_workers as pool_mod
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import PrefixscanError
 from prefixscan.pipeline.early import start_encode_workers
@@ -22,7 +22,7 @@ def spawns(monkeypatch: pytest.MonkeyPatch) -> list:
     got: list = []
     real = pool_mod._spawn
 
-    def counted(*args: object) -> pool_mod._Spawned:
+    def counted(*args: object) -> pool_mod.Spawned:
         got.append(real(*args))
         return got[-1]
 

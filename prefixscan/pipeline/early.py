@@ -6,7 +6,7 @@ this process has imported polars, pyarrow and numba and read its first records, 
 wait for it. Started here, from the command (or `prefixscan.analyze`) before those imports, it overlaps
 them. Only a cheap guess is made: plain local files, the first line's shape a text one (a hashed trace
 never uses the workers); anything else leaves the pool to start its workers when needed, as before. The
-run's pool takes these workers only if it asks for the same options and count (`encode_pool._claim`), so
+run's pool takes these workers only if it asks for the same options and count (`encode_workers.claim`), so
 a wrong guess costs time on the other core, never a different result.
 """
 
@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import os
 
-import orjson
-
 from prefixscan.config import AnalyzeConfig
 
-TRACE_SHAPES = ("mooncake", "bailian")
 _PLAIN = (".jsonl", ".ndjson", ".json")
 
 
@@ -29,7 +26,7 @@ def start_encode_workers(cfg: AnalyzeConfig) -> bool:
     paths = list(cfg.inputs)
     if not paths or not all(p.lower().endswith(_PLAIN) and os.path.isfile(p) for p in paths):
         return False  # globs, directories, compressed, Parquet or remote inputs: decided later, as before
-    from prefixscan.pipeline.config import validate
+    from prefixscan.pipeline.config import text_log, validate
     from prefixscan.pipeline.encoder import auto_workers
 
     try:
@@ -37,27 +34,9 @@ def start_encode_workers(cfg: AnalyzeConfig) -> bool:
     except Exception:  # noqa: BLE001 - the run itself reports a bad option
         return False
     workers = auto_workers(cfg, sum(os.path.getsize(p) for p in paths))
-    if not workers or not _texty(cfg, paths[0]):
+    if not workers or not text_log(cfg, paths[0]):
         return False
-    from prefixscan.pipeline.encode_pool import start_early
+    from prefixscan.pipeline.encode_workers import start_early
 
     start_early(cfg, cfg.granularity == "token", workers)
     return True
-
-
-def _texty(cfg: AnalyzeConfig, path: str) -> bool:
-    """Whether the first file's records are text (rendered and tokenised), judged by its first line."""
-    if cfg.format != "auto":
-        return cfg.format not in TRACE_SHAPES
-    from prefixscan.io.shapes import RecordError, detect
-
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                obj = orjson.loads(line)
-                return isinstance(obj, dict) and detect(obj) not in TRACE_SHAPES
-            except (orjson.JSONDecodeError, RecordError):
-                return False
-    return False

@@ -30,7 +30,7 @@ from prefixscan.memory import peak_rss_mib
 from prefixscan.pipeline import aggregate, detect
 from prefixscan.pipeline.config import streams, validate
 from prefixscan.pipeline.encode import Batch, Ingested, ingest
-from prefixscan.pipeline.encode_pool import discard_early
+from prefixscan.pipeline.encode_workers import discard_early
 from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
 from prefixscan.pipeline.summary import build_summary
 from prefixscan.pipeline.write import OnDisk, write_run, writing
