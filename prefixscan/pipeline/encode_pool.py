@@ -60,11 +60,11 @@ class EncodePool:
     `close` for the tokenizer identity and counters. Use as a context manager: leaving it on an error
     stops the workers.
 
-    The share encoded in this process follows a cost model (`_adapt`): this process's own seconds per
+    The share encoded in this process follows a cost model (`_adapt`): this process's own CPU seconds per
     record (reading, columns, detector, reuse: everything but encoding and waiting) against the workers'
-    seconds per record encoded, so that this process takes only as much encoding as leaves it no slower
-    than the workers. When its own work already takes longer, as on two cores and a chat log, it encodes
-    nothing. Which process encodes a record never changes its hashes, only the counters."""
+    CPU seconds per record encoded, so that this process takes only as much encoding as leaves it no
+    slower than the workers; none when its own work alone takes longer (many workers). Which process
+    encodes a record never changes its hashes, only the counters."""
 
     def __init__(self, cfg: AnalyzeConfig, keep_tokens: bool, workers: int, local: RecordEncoder) -> None:
         self.cfg, self.workers, self.local = cfg, workers, local
@@ -82,8 +82,9 @@ class EncodePool:
         self.local_items = 0
         self.closed = False
         self.wait_s = 0.0  # time the ingesting process spent waiting for workers (manifest)
-        self._t0, self._local_s, self._items = time.perf_counter(), 0.0, 0  # for `_adapt`
-        self._enc_s, self._enc_n = 0.0, 0  # the workers' busy seconds and items encoded
+        # for `_adapt`, in CPU seconds (on a busy machine the walls say more about the load than the work)
+        self._t0, self._local_s, self._items = time.process_time(), 0.0, 0
+        self._enc_s, self._enc_n = 0.0, 0  # the workers' CPU seconds and items encoded
         self.peak_rss_mib = 0.0  # the workers' peaks, summed (known after close)
 
     def __enter__(self) -> EncodePool:
@@ -137,14 +138,14 @@ class EncodePool:
         if job.local_done is None and not job.local:
             job.local_done = []  # nothing here: the tokenizer need not even load in this process
         if job.local_done is None:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             if job.kind == "encode":
                 job.local_done = self.local.encode(job.local)
             else:
                 job.local_done = rewrite_hashes(self.local.load(), self._local_rewrites, self.cfg.block_size,
                                                 job.local)
             job.local = []
-            self._local_s += time.perf_counter() - t0
+            self._local_s += time.process_time() - t0
 
     def collect(self) -> tuple[str, list[Any]]:
         """The kind and results of the oldest job still out: for "encode" one Hashed or Rejected per
@@ -174,12 +175,12 @@ class EncodePool:
 
     def _adapt(self) -> None:
         """Move the share (by at most SHARE_STEP) towards the balance of the cost model: with m this
-        process's own seconds per record and e a worker's per record encoded, this process's time
+        process's own CPU seconds per record and e a worker's per record encoded, this process's time
         m + s*e equals a worker's (1 - s)*e/W at s = (e - W*m) / (e*(W + 1)); none below 0."""
         if not self._enc_n or not self._items:
             return
         e = self._enc_s / self._enc_n
-        own = time.perf_counter() - self._t0 - self.wait_s - self._local_s
+        own = time.process_time() - self._t0 - self._local_s  # waiting takes no CPU
         m = own / self._items
         w = self.workers
         target = min(MAX_SHARE, max(0.0, (e - w * m) / (e * (w + 1)))) if e > 0 else 0.0
@@ -223,7 +224,7 @@ class EncodePool:
                 self._check(w)
 
     def _get(self, w: int) -> tuple[Any, Any]:
-        """A worker's next reply, and the (seconds, items) it spent encoding that job."""
+        """A worker's next reply, and the (CPU seconds, items) it spent encoding that job."""
         t0 = time.perf_counter()
         while True:
             try:

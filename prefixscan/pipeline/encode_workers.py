@@ -161,7 +161,7 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
     try:
         while True:
             kind, payload = inq.get()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             if kind == "close":
                 stats = enc.stats()
                 stats.update(cpu_s_workers=time.process_time(), busy_s_workers=busy)
@@ -173,9 +173,9 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
                 payload = [(rid, unpacker.unpack(r), root) for rid, r, root in payload]
                 done = rewrite_hashes(enc.load(), rewrites, cfg.block_size, payload)
                 out = [(rid, shipper.ship(parts), n) for rid, parts, n in done]
-            took = time.perf_counter() - t0
-            outq.put(("done", out, (took, len(payload))))  # the cost model's input (`EncodePool._adapt`)
-            busy += took
+            # the cost model's input (`EncodePool._adapt`): CPU seconds and items of this job
+            outq.put(("done", out, (time.process_time() - c0, len(payload))))
+            busy += time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - every failure goes back to the ingesting process
         try:  # the queue pickles in a background thread, where a failure would be lost: try it here
             pickle.loads(pickle.dumps(exc))
