@@ -131,21 +131,6 @@ def test_auto_streams_large_logs_with_a_run_directory(tmp_path: Path, monkeypatc
     assert not streams(AnalyzeConfig(inputs=(log,), output=str(tmp_path), streaming=False), src)
 
 
-def test_text_logs_encoded_by_workers_stream_from_a_lower_size(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import prefixscan.pipeline.config as config_mod
-    from prefixscan.io.sources import expand
-    from prefixscan.pipeline.config import streams
-
-    monkeypatch.setattr(config_mod, "POOL_STREAM_MIN_BYTES", 1)
-    chat_log, trace = str(ROOT / "sample_logs" / "chat.jsonl"), str(ROOT / "sample_logs" / "mooncake_small.jsonl")
-    out = str(tmp_path)
-    assert streams(AnalyzeConfig(inputs=(chat_log,), output=out, workers=1), expand([chat_log]))
-    assert not streams(AnalyzeConfig(inputs=(chat_log,), output=out, workers=0), expand([chat_log]))
-    assert not streams(AnalyzeConfig(inputs=(trace,), output=out, workers=1), expand([trace]))  # no encoding
-    assert not streams(AnalyzeConfig(inputs=(chat_log,), workers=1), expand([chat_log]))  # no run directory
-
-
 def test_cli_stream_flag_streams(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

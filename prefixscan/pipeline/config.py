@@ -14,7 +14,6 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import UsageError
 from prefixscan.io.shapes import FIELDS, FORMATS, RecordError, detect
 from prefixscan.io.sources import Source
-from prefixscan.pipeline.encoder import auto_workers
 from prefixscan.vllm_hash import check_hash_options
 
 BATCH = 512  # records per encode call in this process
@@ -24,7 +23,6 @@ STREAM_TRACE_ROWS = 65536  # hashed-trace requests per Batch on the ordinary pat
 FAST_MOONCAKE = True  # the compiled Mooncake reader; tests switch it off to compare with the ordinary path
 TRACE_BLOCK = {"mooncake": 512, "bailian": 16}
 STREAM_MIN_BYTES = 256 << 20  # smaller logs are analysed as one chunk, where they run faster
-POOL_STREAM_MIN_BYTES = 64 << 20  # ... unless they are text encoded by workers (`streams`)
 _PACKED = {".gz": 8, ".parquet": 4}  # rough expansion of compressed inputs when judging their size
 
 
@@ -83,20 +81,14 @@ def streams(cfg: AnalyzeConfig, sources: list[Source]) -> bool:
     """Whether `analyze` streams the log in chunks (bounded memory) or takes it as one chunk.
 
     `streaming=None` (the default) streams when a run directory is written, at block granularity, and the
-    input is large (STREAM_MIN_BYTES, compressed files counted at their rough expanded size; from
-    POOL_STREAM_MIN_BYTES when encode workers encode a text log): as one
+    input is large (STREAM_MIN_BYTES, compressed files counted at their rough expanded size): as one
     chunk, a log takes about 8x its JSONL size; in chunks, memory grows with distinct blocks only, at some
     cost in time on small logs. Token granularity holds every prompt's tokens and is never chunked."""
     if cfg.streaming is None:
         if not cfg.output or cfg.granularity != "block":
             return False
         size = sum(s.size * next((k for ext, k in _PACKED.items() if s.path.endswith(ext)), 1) for s in sources)
-        if size >= STREAM_MIN_BYTES:
-            return True
-        # With encode workers, each chunk's reuse runs while the workers encode the next, instead of all
-        # of it after the last record (measured: docs/pipeline.md "Start-up and the encode workers").
-        return (size >= POOL_STREAM_MIN_BYTES and auto_workers(cfg, sum(s.size for s in sources)) > 0
-                and bool(sources) and text_log(cfg, sources[0].path))
+        return size >= STREAM_MIN_BYTES
     if cfg.streaming and not cfg.output:
         raise UsageError("streaming writes the requests table as it goes: give a run directory with -o")
     if cfg.streaming and cfg.granularity == "token":
