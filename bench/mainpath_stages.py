@@ -2,8 +2,9 @@
 
 Runs `prefixscan analyze` from two source trees on the same inputs, alternately, and reports each one's
 wall time, its CPU time (process and encode workers: less sensitive to a shared machine's load than the
-wall), its stage timings (manifest `analyze.timings`) and whether every table and the summary are the
-same (every file of the run directory byte for byte; the manifest without RUN_STATS). The
+wall; also the main process's alone, `main_cpu_s`, the critical path with encode workers, and how long it
+waited for them, `wait_s_main`), its stage timings (manifest `analyze.timings`) and whether every table
+and the summary are the same (every file of the run directory byte for byte; the manifest without RUN_STATS). The
 "before" tree is `git archive REV prefixscan` unpacked in a scratch directory and put first on
 PYTHONPATH; the "after" tree is this checkout. Also times the read stage's record normalisation alone
 (CPU seconds, `shapes.normalise` over already-parsed lines) on each JSONL chat input.
@@ -66,7 +67,13 @@ def _analyze(inp: str, out: Path, pythonpath: Path | None, extra: list[str]) -> 
                    check=True, env=_env(pythonpath), cwd=out.parent, stdout=subprocess.DEVNULL)
     wall, r1 = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return wall, cpu, json.loads((out / "manifest.json").read_text())["analyze"]["timings"]
+    analyze = json.loads((out / "manifest.json").read_text())["analyze"]
+    timings = dict(analyze["timings"])
+    stats = analyze["summary"]["input"].get("tokenizer_stats") or {}
+    # the ingesting process is the critical path on a busy machine too: its CPU, without the workers'
+    timings["main_cpu_s"] = cpu - stats.get("cpu_s_workers", 0.0)
+    timings["wait_s_main"] = stats.get("wait_s_main", 0.0)
+    return wall, cpu, timings
 
 
 # Not results: wall times, the command and run directory, and the encode pool's work split between the
@@ -149,7 +156,12 @@ def main() -> None:
             cb, ca = min(cpus["before"]), min(cpus["after"])
             keys = [k for k in ("ingest_s", "capacity_s", "aggregate_s", "attribution_s", "findings_s")
                     if k in stages["after"]]
+            # start-up, writing the run and exit: the wall time outside the manifest's timed stages
+            outside = {k: walls[k][-1] - stages[k].get("total_s", 0) for k in trees}  # of the last repeat
             st = ", ".join(f"{k[:-2]} {stages['before'].get(k, 0):.2f}->{stages['after'][k]:.2f}" for k in keys)
+            st += f", outside stages {outside['before']:.2f}->{outside['after']:.2f}"
+            st += "".join(f", {k} {stages['before'].get(k, 0):.2f}->{stages['after'][k]:.2f}"
+                          for k in ("main_cpu_s", "wait_s_main"))
             ns = f"{norm['before']:.2f} -> {norm['after']:.2f}" if norm["after"] is not None else "-"
             print(f"| {Path(inp).name} | {b:.2f} | {a:.2f} | {b / a:.2f}x | {cb:.2f} | {ca:.2f} | {cb / ca:.2f}x "
                   f"| {st} | {ns} | {'yes' if not diff else 'NO: ' + ', '.join(diff)} |", flush=True)

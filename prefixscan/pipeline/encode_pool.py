@@ -4,53 +4,38 @@ Encoding is the per-record Python work of a chat log (chat-template rendering, s
 segments, assembling ids, chaining hashes) and holds the GIL, so threads cannot share it. Records go out
 in batches, results come back in the order they went out, so the output does not depend on the number
 of workers. Each record goes to the worker its conversation is pinned to (conversation id, or else the
-start of its prompt), so a conversation's turns meet a warm segment memo and chain cache.
+start of its prompt), so a conversation's turns meet a warm segment memo and chain cache. The worker
+processes themselves (starting, the loop they run) are `encode_workers.py`.
 """
 
 from __future__ import annotations
 
-import os
-import pickle
 import queue
-import signal
-import sys
-import threading
 import time
-import traceback
-import types
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
 from prefixscan.io.shapes import Record
-from prefixscan.pipeline.encode_wire import Packer, Receiver, Shipper, Unpacker
-from prefixscan.pipeline.encoder import Identity, RecordEncoder, pin_hash, rewrite_hashes, shared_chain_cache
+from prefixscan.pipeline.encode_wire import Packer, Receiver
+from prefixscan.pipeline.encode_workers import DEPTH, Spawned, claim
+from prefixscan.pipeline.encoder import (
+    Identity,
+    RecordEncoder,
+    pin_hash,
+    pool_threads,
+    rewrite_hashes,
+    shared_chain_cache,
+)
 
 INITIAL_SHARE = 0.0
-SHARE_STEP = 0.05  # how fast this process's share of the encoding adapts (per job collected)
+SHARE_STEP = 0.05  # how fast this process's share of the encoding adapts (per job collected; 0: held)
 MAX_SHARE = 0.9
 SHARE_STEPS = 1 << 16
-DEPTH = 2  # batches in flight per direction and worker: bounds memory, keeps both processes busy
+MAX_OWNERS = 1 << 20  # conversations whose process is remembered
 POLL_S = 1.0  # how often a waiting process checks that the other side is still alive
-
-
-
-@contextmanager
-def _main_not_reimported() -> Iterator[None]:
-    """Start spawned workers without re-running the caller's script in them. A spawned child normally
-    imports the parent's `__main__` (to find functions defined there); a script that calls `analyze`
-    without an `if __name__ == "__main__":` guard would then run again in every worker. The workers'
-    code and arguments live in prefixscan, so the child is told there is no main module to prepare."""
-    saved = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        sys.modules["__main__"] = saved
 
 
 class WorkerFailed(InputError):
@@ -75,36 +60,31 @@ class EncodePool:
     `close` for the tokenizer identity and counters. Use as a context manager: leaving it on an error
     stops the workers.
 
-    The share encoded in this process adapts: when this process finds no results waiting while the
-    workers had input queued, it takes more conversations; when a worker finds its queue empty, fewer.
-    On two cores, with one worker, this balances the two processes whatever the log's mix of encoding
-    and other work. Which process encodes a record never changes its hashes, only the counters."""
+    The share encoded in this process follows a cost model (`_adapt`): this process's own CPU seconds per
+    record (reading, columns, detector, reuse: everything but encoding and waiting) against the workers'
+    CPU seconds per record encoded, so that this process takes only as much encoding as leaves it no
+    slower than the workers; none when its own work alone takes longer (many workers). Which process
+    encodes a record never changes its hashes, only the counters."""
 
     def __init__(self, cfg: AnalyzeConfig, keep_tokens: bool, workers: int, local: RecordEncoder) -> None:
-        import multiprocessing as mp
-
-        # spawn, not fork: the ingesting process already runs polars' and the tokenizer's thread pools,
-        # which a forked child would inherit in an undefined state.
-        ctx = mp.get_context("spawn")
         self.cfg, self.workers, self.local = cfg, workers, local
         share = 1.0 / (workers + 1)
         local.share_caches(share)
-        self._in = [ctx.Queue(maxsize=DEPTH) for _ in range(workers)]
-        self._out = [ctx.Queue(maxsize=DEPTH) for _ in range(workers)]
-        me = os.getpid()  # each worker watches for this process's death (`die_with_parent`)
-        self._procs = [ctx.Process(target=_serve, args=(cfg, keep_tokens, share, self._in[w], self._out[w], me),
-                                   name=f"prefixscan-encode-{w}", daemon=True) for w in range(workers)]
-        with _main_not_reimported():
-            for p in self._procs:
-                p.start()
+        local.set_threads(pool_threads(cfg, workers + 1))
+        spawned = claim(cfg, keep_tokens, workers)
+        self._in, self._out, self._procs = spawned.inq, spawned.outq, spawned.procs
         self._inflight: deque[_Job] = deque()
         self._receivers = [Receiver() for _ in range(workers)]
         self._packers = [Packer() for _ in range(workers)]
         self._local_rewrites = shared_chain_cache(share, cfg)
-        self.share = INITIAL_SHARE  # fraction of conversations encoded here (adapted in `collect`)
+        self.share = INITIAL_SHARE  # fraction of new conversations encoded here (adapted in `collect`)
+        self._owners: dict[int, int] = {}  # pin hash -> the process its conversation was given to
         self.local_items = 0
         self.closed = False
         self.wait_s = 0.0  # time the ingesting process spent waiting for workers (manifest)
+        # for `_adapt`, in CPU seconds (on a busy machine the walls say more about the load than the work)
+        self._t0, self._local_s, self._items = time.process_time(), 0.0, 0
+        self._enc_s, self._enc_n = 0.0, 0  # the workers' CPU seconds and items encoded
         self.peak_rss_mib = 0.0  # the workers' peaks, summed (known after close)
 
     def __enter__(self) -> EncodePool:
@@ -119,11 +99,17 @@ class EncodePool:
         return len(self._inflight)
 
     def _owner(self, r: Record) -> int:
-        """-1 (this process) or the worker a record's conversation is pinned to."""
+        """-1 (this process) or the worker a record's conversation is pinned to. A conversation stays with
+        the process that encoded its first turn, whose memo holds its history; the share decides where
+        new conversations go (moving a conversation would tokenise its whole history again)."""
         h = pin_hash(r)
-        if (h >> 40) % SHARE_STEPS < self.share * SHARE_STEPS:
-            return -1
-        return h % self.workers
+        w = self._owners.get(h)
+        if w is None:
+            w = -1 if (h >> 40) % SHARE_STEPS < self.share * SHARE_STEPS else h % self.workers
+            if len(self._owners) >= MAX_OWNERS:  # bounded; a forgotten conversation is placed again
+                self._owners.clear()
+            self._owners[h] = w
+        return w
 
     def submit(self, kind: str, items: list[Any]) -> None:
         """Send a job out, split by the process each item's conversation is pinned to (blocks only while
@@ -131,6 +117,7 @@ class EncodePool:
         otherwise wait for a worker (`collect`), so the reading goes on at once. "rewrite" items are
         (id, record, namespace)."""
         parts: dict[int, tuple[list[int], list[Any]]] = {}
+        self._items += len(items)
         for i, it in enumerate(items):
             w = self._owner(it if kind == "encode" else it[1])
             pos, sub = parts.setdefault(w, ([], []))
@@ -148,13 +135,17 @@ class EncodePool:
         self._inflight.append(_Job(kind, len(items), [(w, parts[w][0]) for w in remote], local_pos, local))
 
     def _encode_local(self, job: _Job) -> None:
+        if job.local_done is None and not job.local:
+            job.local_done = []  # nothing here: the tokenizer need not even load in this process
         if job.local_done is None:
+            t0 = time.process_time()
             if job.kind == "encode":
                 job.local_done = self.local.encode(job.local)
             else:
                 job.local_done = rewrite_hashes(self.local.load(), self._local_rewrites, self.cfg.block_size,
                                                 job.local)
             job.local = []
+            self._local_s += time.process_time() - t0
 
     def collect(self) -> tuple[str, list[Any]]:
         """The kind and results of the oldest job still out: for "encode" one Hashed or Rejected per
@@ -162,20 +153,16 @@ class EncodePool:
         job = self._inflight.popleft()
         self._encode_local(job)
         got = []
-        waited = idle = False
         for w, _ in job.parts:
             for later in self._inflight:  # while the worker is not done, do this process's later parts
                 if not self._out[w].empty():
                     break
                 self._encode_local(later)
-            waited |= self._out[w].empty()
-            res, w_idle = self._get(w)
-            idle |= w_idle
+            res, (busy, n) = self._get(w)
+            self._enc_s += busy
+            self._enc_n += n
             got.append(res)
-        if waited and not idle:
-            self.share = min(MAX_SHARE, self.share + SHARE_STEP)
-        elif idle and not waited:
-            self.share = max(0.0, self.share - SHARE_STEP)
+        self._adapt()
         local = job.local_done or []
         if job.kind == "rewrite":
             return job.kind, [(rid, self._receivers[w].parts(shipped), k)
@@ -185,6 +172,19 @@ class EncodePool:
             for p, x in zip(pos, res, strict=True):
                 out[p] = x
         return job.kind, out
+
+    def _adapt(self) -> None:
+        """Move the share (by at most SHARE_STEP) towards the balance of the cost model: with m this
+        process's own CPU seconds per record and e a worker's per record encoded, this process's time
+        m + s*e equals a worker's (1 - s)*e/W at s = (e - W*m) / (e*(W + 1)); none below 0."""
+        if not self._enc_n or not self._items:
+            return
+        e = self._enc_s / self._enc_n
+        own = time.process_time() - self._t0 - self._local_s  # waiting takes no CPU
+        m = own / self._items
+        w = self.workers
+        target = min(MAX_SHARE, max(0.0, (e - w * m) / (e * (w + 1)))) if e > 0 else 0.0
+        self.share += max(-SHARE_STEP, min(SHARE_STEP, target - self.share))
 
     def close(self) -> tuple[Identity | None, list[dict[str, Any]]]:
         """Stop the workers after the batches still out (collect those first): the tokenizer identity and
@@ -210,14 +210,7 @@ class EncodePool:
                 "final_share_main": round(self.share, 2)}
 
     def terminate(self) -> None:
-        for p in self._procs:
-            if p.is_alive():
-                p.terminate()
-        for p in self._procs:
-            p.join(timeout=5)
-        for q in self._in + self._out:
-            q.cancel_join_thread()
-            q.close()
+        Spawned((), self._in, self._out, self._procs).stop()
         self.closed = True
 
     def _put(self, w: int, msg: tuple[str, Any]) -> None:
@@ -230,12 +223,12 @@ class EncodePool:
             except queue.Full:
                 self._check(w)
 
-    def _get(self, w: int) -> tuple[Any, bool]:
-        """A worker's next reply, and whether it had found its queue empty before that job."""
+    def _get(self, w: int) -> tuple[Any, Any]:
+        """A worker's next reply, and the (CPU seconds, items) it spent encoding that job."""
         t0 = time.perf_counter()
         while True:
             try:
-                kind, payload, idle = self._out[w].get(timeout=POLL_S)
+                kind, payload, work = self._out[w].get(timeout=POLL_S)
                 self.wait_s += time.perf_counter() - t0
             except queue.Empty:
                 self._check(w)
@@ -245,7 +238,7 @@ class EncodePool:
                 if isinstance(payload, BaseException):
                     raise payload
                 raise WorkerFailed(f"encode worker {w} failed:\n{payload}")
-            return payload, idle
+            return payload, work
 
     def _check(self, w: int) -> None:
         p = self._procs[w]
@@ -257,66 +250,4 @@ class EncodePool:
                 "Re-run with --workers 0 (Python: workers=0) to encode in the main process.")
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """End this worker when the process that started it dies, however it dies (SIGKILL included): the
-    kernel's parent-death signal on Linux, and everywhere a thread that sees the parent change. Ctrl-C
-    reaches the whole process group: the parent handles it and stops the workers, so they ignore it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform == "linux":
-        try:
-            import ctypes
-
-            pr_set_pdeathsig = 1
-            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):  # pragma: no cover - no libc prctl: the thread below still works
-            pass
-    if os.getppid() != parent_pid:  # it died before the signal was armed
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="prefixscan-parent-watch", daemon=True).start()
-
-
-PARENT_POLL_S = 0.5
-
-
-def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, outq: Any,
-           parent_pid: int | None = None) -> None:
-    """A worker's loop: encode batches until told to close, then report identity, counters, peak RSS."""
-    from prefixscan.memory import fixed_mmap_threshold, peak_rss_mib
-
-    if parent_pid is not None:
-        die_with_parent(parent_pid)
-    fixed_mmap_threshold()
-    enc = RecordEncoder(cfg, keep_tokens, cache_share)
-    # the detector's rewrites have their own chain cache, as in-process
-    rewrites, shipper = shared_chain_cache(cache_share, cfg), Shipper()
-    unpacker = Unpacker()
-    busy = 0.0
-    try:
-        while True:
-            idle = inq.empty()  # nothing queued: the ingesting process is the slower side just now
-            kind, payload = inq.get()
-            t0 = time.perf_counter()
-            if kind == "close":
-                stats = enc.stats()
-                stats.update(cpu_s_workers=time.process_time(), busy_s_workers=busy)
-                outq.put(("done", (enc.identity(), stats, peak_rss_mib()), idle))
-                return
-            if kind == "encode":
-                outq.put(("done", enc.encode([unpacker.unpack(r) for r in payload]), idle))
-            else:
-                payload = [(rid, unpacker.unpack(r), root) for rid, r, root in payload]
-                done = rewrite_hashes(enc.load(), rewrites, cfg.block_size, payload)
-                outq.put(("done", [(rid, shipper.ship(parts), n) for rid, parts, n in done], idle))
-            busy += time.perf_counter() - t0
-    except Exception as exc:  # noqa: BLE001 - every failure goes back to the ingesting process
-        try:  # the queue pickles in a background thread, where a failure would be lost: try it here
-            pickle.loads(pickle.dumps(exc))
-            outq.put(("error", exc, False))
-        except Exception:  # noqa: BLE001 - an exception that cannot be pickled goes back as text
-            outq.put(("error", traceback.format_exc(), False))
+__all__ = ["DEPTH", "EncodePool", "WorkerFailed"]

@@ -103,6 +103,13 @@ class RecordEncoder:
         self.media_items = 0
         self.cache_share = 1.0
         self.share_caches(cache_share)
+        self.threads = cfg.threads  # the tokenizer's threads (None: one per core)
+
+    def set_threads(self, threads: int) -> None:
+        """Tokenise with `threads` threads (also once loaded): a pool's processes share the cores."""
+        self.threads = threads
+        if self.tokenizer is not None and hasattr(self.tokenizer, "threads"):
+            self.tokenizer.threads = threads
 
     def _caches(self) -> list[BytesLRU]:
         seg = getattr(self.tokenizer, "seg", None)
@@ -122,7 +129,7 @@ class RecordEncoder:
         if self.tokenizer is None:
             from prefixscan.tokenize import load_tokenizer
 
-            self.tokenizer = load_tokenizer(self.cfg.tokenizer, threads=self.cfg.threads)
+            self.tokenizer = load_tokenizer(self.cfg.tokenizer, threads=self.threads)
             seg = getattr(self.tokenizer, "seg", None)
             if seg is not None:  # built at full size
                 for lru in (seg.memo._memo, seg.pieces):
@@ -223,6 +230,12 @@ def auto_workers(cfg: AnalyzeConfig, input_bytes: int) -> int:
     if input_bytes < POOL_MIN_BYTES:
         return 0
     return max(0, min(available_cores() - 1, input_bytes // POOL_MIN_BYTES))
+
+
+def pool_threads(cfg: AnalyzeConfig, processes: int) -> int:
+    """Tokenizer threads of each process of a pool of `processes` (--threads when given): the cores
+    shared out, so the processes' tokenizer threads do not take each other's cores."""
+    return cfg.threads if cfg.threads is not None else max(1, available_cores() // processes)
 
 
 def pin_hash(r: Record) -> int:

@@ -17,7 +17,6 @@ import numpy as np
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
 from prefixscan.hashing import mix_ids, mix_ids_per
-from prefixscan.io.mooncake_fast import iter_chunks
 from prefixscan.io.readers import Position, RawError, parse_line, read_jsonl, read_source
 from prefixscan.io.shapes import Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source
@@ -162,6 +161,8 @@ class Reader:
 
     def _fast_mooncake(self, src: Source) -> Iterator[Event]:
         """A Mooncake JSONL file through the compiled reader; odd lines take the ordinary path."""
+        from prefixscan.io.mooncake_fast import iter_chunks  # compiled kernels: loaded only for a trace
+
         if self.batch:  # earlier files' records first: input order is analysis order for equal times
             yield self._take()
         root = mooncake_root(self.cfg, src.path)

@@ -30,6 +30,7 @@ from prefixscan.memory import peak_rss_mib
 from prefixscan.pipeline import aggregate, detect
 from prefixscan.pipeline.config import streams, validate
 from prefixscan.pipeline.encode import Batch, Ingested, ingest
+from prefixscan.pipeline.encode_workers import discard_early
 from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
 from prefixscan.pipeline.summary import build_summary
 from prefixscan.pipeline.write import OnDisk, write_run, writing
@@ -101,6 +102,13 @@ class _Clock:
 
 def run_analysis(cfg: AnalyzeConfig, progress: Progress | None = None) -> AnalysisResult:
     """Run the whole analysis for a config; write the run directory when `cfg.output` is set."""
+    try:
+        return _run(cfg, progress)
+    finally:
+        discard_early()  # encode workers started early for this run that its pool did not take
+
+
+def _run(cfg: AnalyzeConfig, progress: Progress | None) -> AnalysisResult:
     validate(cfg)
     if cfg.hash_tenants:  # one key for the whole run: every chunk, the findings and the summary hash alike
         cfg = replace(cfg, tenant_key=resolve_tenant_key(cfg.tenant_key))
