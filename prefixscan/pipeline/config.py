@@ -41,6 +41,27 @@ def validate(cfg: AnalyzeConfig) -> None:
         from prefixscan.distributed.engine import check
 
         check(cfg)
+    _check_reuse(cfg)
+
+
+def _check_reuse(cfg: AnalyzeConfig) -> None:
+    """--reuse and, for sql, a memory limit DuckDB accepts and a temporary directory it can write."""
+    if cfg.reuse not in ("scan", "sql"):
+        raise UsageError(f"--reuse must be scan or sql, got {cfg.reuse!r}")
+    if cfg.reuse != "sql":
+        return
+    if cfg.granularity != "block":
+        raise UsageError("--reuse sql measures block granularity; drop --granularity token or use --reuse scan")
+    from prefixscan.distributed.reuse_sql import check_memory_limit, check_temp_directory
+
+    checks = [("--reuse-memory-limit", check_memory_limit, cfg.reuse_memory_limit)]
+    if cfg.reuse_temp_dir is not None:
+        checks.append(("--reuse-temp-dir", check_temp_directory, cfg.reuse_temp_dir))
+    for flag, check, value in checks:
+        try:
+            check(value)
+        except ValueError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
 
 
 def check_read_options(cfg: AnalyzeConfig) -> None:
