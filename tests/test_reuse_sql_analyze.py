@@ -175,3 +175,11 @@ def test_the_query_once_then_chunks_equals_the_scan(reqs: list, rule: str, B: in
             cursor.add(np.zeros(2, np.int64), np.zeros(0, np.uint64), np.zeros(1, np.int64), B, rule,
                        np.zeros(1, np.uint64), np.zeros(1, np.uint64))
         cursor.release()
+
+
+def test_a_memory_limit_too_small_for_duckdb_is_a_one_line_env_error(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["analyze", str(SAMPLES / "mooncake_small.jsonl"), "-o", str(tmp_path / "r"), "-q",
+                                 "--reuse", "sql", "--reuse-memory-limit", "1MB"])
+    assert r.exit_code == 7, r.output
+    assert "the reuse SQL ran out of memory within --reuse-memory-limit 1MB" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "r").exists()

@@ -43,21 +43,20 @@ first_all AS (SELECT h, min(pos * 4294967296 + idx) AS first_key FROM refs GROUP
 first_ten AS (SELECT min(pos * 4294967296 + idx) AS first_key FROM refs GROUP BY tenant, h),
 first_conv AS (
   SELECT min(pos * 4294967296 + idx) AS first_key FROM refs WHERE conv IS NOT NULL GROUP BY conv, h),
-stop_all AS (
-  SELECT first_key // 4294967296 AS pos, min(first_key % 4294967296) AS k FROM first_all
-  GROUP BY first_key // 4294967296),
-stop_ten AS (
-  SELECT first_key // 4294967296 AS pos, min(first_key % 4294967296) AS k FROM first_ten
-  GROUP BY first_key // 4294967296),
-stop_conv AS (
-  SELECT first_key // 4294967296 AS pos, min(first_key % 4294967296) AS k FROM first_conv
+stops AS (
+  SELECT first_key // 4294967296 AS pos,
+         min(CASE WHEN scope = 0 THEN first_key % 4294967296 END) AS k_all,
+         min(CASE WHEN scope = 1 THEN first_key % 4294967296 END) AS k_ten,
+         min(CASE WHEN scope = 2 THEN first_key % 4294967296 END) AS k_conv
+  FROM (SELECT 0 AS scope, first_key FROM first_all UNION ALL SELECT 1, first_key FROM first_ten
+        UNION ALL SELECT 2, first_key FROM first_conv)
   GROUP BY first_key // 4294967296),
 runs AS (
   SELECT q.pos, q.prompt_tokens AS n,
-         coalesce(a.k, q.n_blocks) AS k_all,
-         coalesce(t.k, q.n_blocks) AS k_ten,
-         CASE WHEN q.conv IS NULL THEN 0 ELSE coalesce(c.k, q.n_blocks) END AS k_conv
-  FROM reqs q LEFT JOIN stop_all a USING (pos) LEFT JOIN stop_ten t USING (pos) LEFT JOIN stop_conv c USING (pos)
+         coalesce(s.k_all, q.n_blocks) AS k_all,
+         coalesce(s.k_ten, q.n_blocks) AS k_ten,
+         CASE WHEN q.conv IS NULL THEN 0 ELSE coalesce(s.k_conv, q.n_blocks) END AS k_conv
+  FROM reqs q LEFT JOIN stops s USING (pos)
 ),
 deepest AS (
   SELECT u.pos, b.h FROM runs u JOIN blocks b ON b.pos = u.pos AND b.idx = u.k_all - 1
