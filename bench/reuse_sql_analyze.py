@@ -36,6 +36,12 @@ def run(log: str, out: Path, extra: list[str]) -> tuple[float, float, dict]:
     return wall, usage.ru_maxrss / 1024, summary
 
 
+def stages(summary: dict) -> str:
+    """The process's peak RSS once each stage ended (the summary's timings), to show which stage sets it."""
+    t = summary["timings"]
+    return ", ".join(f"{k.removeprefix('peak_rss_mib_')} {t[k]:.0f}" for k in t if k.startswith("peak_rss_mib_"))
+
+
 def same_tables(a: Path, b: Path) -> bool:
     names = sorted(p.name for p in a.glob("*.parquet"))
     return names == sorted(p.name for p in b.glob("*.parquet")) and all(
@@ -55,14 +61,16 @@ def main() -> None:
         scan_dir = Path(tmp) / "scan"
         wall, rss, s = run(args.log, scan_dir, common)
         n = s["requests"]["accepted"]
-        print(f"--reuse scan: {wall:7.1f} s wall, peak RSS {rss:7.0f} MiB ({n:,} requests)")
+        print(f"--reuse scan: {wall:7.1f} s wall, peak RSS {rss:7.0f} MiB ({n:,} requests)\n"
+              f"    peak RSS (MiB) after each stage: {stages(s)}")
         for lim in args.limits.split(","):
             sql_dir = Path(tmp) / f"sql-{lim}"
             extra = [*common, "--reuse", "sql", "--reuse-memory-limit", lim, "--reuse-temp-dir", tmp]
             wall, rss, s = run(args.log, sql_dir, extra)
             same = same_tables(scan_dir, sql_dir)
             print(f"--reuse sql --reuse-memory-limit {lim}: {wall:7.1f} s wall, peak RSS {rss:7.0f} MiB, "
-                  f"SQL {s['reuse']['sql_s']:.1f} s; tables identical to the scan's: {same}")
+                  f"SQL {s['reuse']['sql_s']:.1f} s; tables identical to the scan's: {same}\n"
+                  f"    peak RSS (MiB) after each stage: {stages(s)}")
             subprocess.run(["rm", "-rf", str(sql_dir)], check=False)
     print(f"load average after {os.getloadavg()}")
 
