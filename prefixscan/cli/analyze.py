@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
             None, "--stream/--in-memory",
             help="Stream the log to the run directory (memory grows with distinct blocks, not with the log) "
                  "or hold it in memory (faster on small logs). Default: stream with -o when the input is "
-                 "256 MiB or more."),
+                 "256 MiB or more, or with --reuse sql."),
         workers: int = typer.Option(
             None, "--workers", min=0,
             help="Processes that render, tokenise and hash text prompts beside the main one (0: all in the "

@@ -79,12 +79,15 @@ def streams(cfg: AnalyzeConfig, sources: list[Source]) -> bool:
     """Whether `analyze` streams the log in chunks (bounded memory) or takes it as one chunk.
 
     `streaming=None` (the default) streams when a run directory is written, at block granularity, and the
-    input is large (STREAM_MIN_BYTES, compressed files counted at their rough expanded size): as one
+    input is large (STREAM_MIN_BYTES, compressed files counted at their rough expanded size) or the reuse is
+    `--reuse sql`: as one
     chunk, a log takes about 8x its JSONL size; in chunks, memory grows with distinct blocks only, at some
     cost in time on small logs. Token granularity holds every prompt's tokens and is never chunked."""
     if cfg.streaming is None:
         if not cfg.output or cfg.granularity != "block":
             return False
+        if cfg.reuse == "sql":  # its point is bounded memory: in one chunk it holds the log and reads it back
+            return True
         size = sum(s.size * next((k for ext, k in _PACKED.items() if s.path.endswith(ext)), 1) for s in sources)
         return size >= STREAM_MIN_BYTES
     if cfg.streaming and not cfg.output:
