@@ -38,6 +38,9 @@ class AnalyzeConfig:
     streaming: bool | None = None  # None: stream when writing a run directory at block granularity
     engine: str = "local"  # "local" or "ray": encode on a Ray cluster, the rest locally (prefixscan.distributed)
     ray_address: str | None = None  # a Ray cluster to join (--engine ray); None: start one on this machine
+    reuse: str = "scan"  # "scan": the compiled scan; "sql": the reuse SQL once over the log, in DuckDB, out of core
+    reuse_memory_limit: str = "1GB"  # DuckDB's memory_limit for --reuse sql (it spills past it)
+    reuse_temp_dir: str | None = None  # where --reuse sql spills; None: the run's work folder
     quiet: bool = True
     command_line: str = ""
     extras: dict[str, Any] = field(default_factory=dict)

@@ -127,6 +127,23 @@ def test_ray_engine_streams_in_chunks(tmp_path: Path) -> None:
 
 
 @needs_ray
+@pytest.mark.usefixtures("ray_cluster", "tiny_chunks")
+def test_ray_engine_with_the_reuse_sql(tmp_path: Path) -> None:
+    """`--engine ray --reuse sql`, streamed in tiny chunks: the SQL, run once over the driver's spill of the
+    cluster's encodings, writes the local scan's tables."""
+    inputs = (str(_log(tmp_path / "log.jsonl")), str(ROOT / "sample_logs" / "chat.parquet"))
+    local = run_analysis(AnalyzeConfig(inputs=inputs, output=str(tmp_path / "local"), streaming=True))
+    ray_run = run_analysis(AnalyzeConfig(inputs=inputs, output=str(tmp_path / "ray"), streaming=True,
+                                         engine="ray", workers=2, reuse="sql", reuse_memory_limit="64MB"))
+    _same_tables(Path(local.run_dir), Path(ray_run.run_dir))
+    a, b = _summary(Path(local.run_dir)), _summary(Path(ray_run.run_dir))
+    a.pop("_stats"), b.pop("_stats")
+    assert (a.pop("reuse"), b.pop("reuse")["engine"]) == ({"engine": "scan"}, "sql")
+    assert a == b
+    assert ray_run.summary["input"]["tokenizer_stats"]["encoded_on_driver"] == 0
+
+
+@needs_ray
 @pytest.mark.skipif(not HAS_MOTO, reason=NO_MOTO)
 def test_ray_engine_reads_s3_inputs(tmp_path: Path, ray_cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver and the encode actors read `s3://` objects (a local moto server): the local tables."""

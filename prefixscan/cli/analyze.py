@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
             None, "--stream/--in-memory",
             help="Stream the log to the run directory (memory grows with distinct blocks, not with the log) "
                  "or hold it in memory (faster on small logs). Default: stream with -o when the input is "
-                 "256 MiB or more."),
+                 "256 MiB or more, or with --reuse sql."),
         workers: int = typer.Option(
             None, "--workers", min=0,
             help="Processes that render, tokenise and hash text prompts beside the main one (0: all in the "
@@ -129,6 +129,18 @@ def register(app: typer.Typer) -> None:
         ray_address: str = typer.Option(
             None, "--ray-address", help="The Ray cluster for --engine ray (e.g. ray://head:10001 or auto); "
                                         "default: a local cluster of this machine's cores."),
+        reuse: str = typer.Option(
+            "scan", "--reuse", metavar="scan|sql",
+            help="scan: the compiled reuse scan (its state grows with distinct blocks); sql: the reuse SQL run "
+                 "once over the whole log in DuckDB, out of core within --reuse-memory-limit; same tables "
+                 "(docs/scale.md)."),
+        reuse_memory_limit: str = typer.Option(
+            "1GB", "--reuse-memory-limit", metavar="SIZE",
+            help="DuckDB's memory limit for --reuse sql (e.g. 256MB, 4GB); past it, it spills to disk."),
+        reuse_temp_dir: str = typer.Option(
+            None, "--reuse-temp-dir", metavar="DIR",
+            help="Where --reuse sql spills (an existing, writable directory); default: inside the run's work "
+                 "folder."),
         no_findings: bool = typer.Option(False, "--no-findings",
                                          help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
         metrics: list[str] = typer.Option(
@@ -161,6 +173,7 @@ def register(app: typer.Typer) -> None:
             include_text=include_text, snippet_k=snippet_k,
             quiet=quiet, findings=not no_findings, infer_conversations=not no_infer_conversations,
             streaming=stream, workers=workers, order=order, engine=engine, ray_address=ray_address,
+            reuse=reuse, reuse_memory_limit=reuse_memory_limit, reuse_temp_dir=reuse_temp_dir,
             command_line="prefixscan " + shlex.join(scrub_argv(sys.argv[1:])),
         )
         if (metrics or kv_events) and not output:

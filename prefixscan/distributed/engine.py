@@ -11,9 +11,9 @@
    report are the local stages'.
 
 The tables are the local path's, byte for byte; only the summary's tokenizer work counters and timings
-differ (tests/test_ray_engine.py). The reuse stage is the pipeline's compiled scan, not the reuse SQL
-(`reuse_sql`, tested equal in tests/test_reuse_sql.py): on the one driver it is 8-12x faster per core,
-and the SQL pays off only where a cluster engine runs it (docs/scale.md).
+differ (tests/test_ray_engine.py). The reuse stage is the pipeline's: the compiled scan, or with `--reuse
+sql` the reuse SQL run once over the driver's spill of the log in DuckDB, out of core
+(`pipeline/reuse_sql_stream.py`; docs/scale.md says why it runs on the spill, not on the partition files).
 """
 
 from __future__ import annotations

@@ -3,13 +3,16 @@
 A request's ideal-cache hit is the count of its LEADING blocks already seen at an earlier analysis
 position (hashes chain, so the seen set is prefix-closed: the first new block ends the run). That is
 
-  first_seen(scope, hash) = min(position)                     -- a group-by on (scope key, hash)
-  k(request)             = min(block index whose first_seen is the request itself), else all its blocks
+  first(scope, hash) = min((position, index))     -- a group-by on (scope key, hash)
+  k(request)        = min(index of the blocks whose first reference is in the request), else all its blocks
+                                                 -- a group-by of the first references on their position
 
 per scope: the whole log, the same tenant, the same conversation (requests without one are left out of
 that scope, as `reuse.ideal` does). The source request (most recent earlier holder of the deepest matched
-block) is a lag over the same (hash) partitions. Scopes are composite keys (tenant, hash) rather than
-`reuse.ideal`'s hash xor salt: equal except on a 64-bit salt collision, and plain SQL on any engine.
+block) is a lag over the (hash) partitions of the deepest blocks. The whole log's `first` ranked is the
+scan's dense block numbering (DENSE_SQL), which the capacity curve indexes by. Scopes are composite keys
+(tenant, hash) rather than `reuse.ideal`'s hash xor salt: equal except on a 64-bit salt collision, and
+plain SQL on any engine.
 
 The SQL reads two relations, `reqs(pos, n_blocks, prompt_tokens, tenant, conv)` and `blocks(pos, idx, h)`,
 which `views_of_requests` builds from a requests table (its `seq` is the analysis position: time, then
@@ -29,39 +32,41 @@ import pyarrow as pa
 
 from prefixscan.reuse.ideal import IdealResult
 
-# {B}: block size; {HIT}: the hit rule's token count of k blocks (see HIT_RULES).
+# {B}: block size; {HIT}: the hit rule's token count of k blocks (see HIT_RULES). A reference's order is
+# (pos, idx), packed in one BIGINT key pos * 2^32 + idx (pos < 2^31, idx < 2^32), so one min() gives a
+# block's first reference and the request's novel blocks need no second pass over the references.
 REUSE_SQL = """
 WITH refs AS (
   SELECT b.pos, b.idx, b.h, r.tenant, r.conv FROM blocks b JOIN reqs r USING (pos)
 ),
-first_all AS (SELECT h, min(pos) AS first_pos FROM refs GROUP BY h),
-first_ten AS (SELECT tenant, h, min(pos) AS first_pos FROM refs GROUP BY tenant, h),
-first_conv AS (SELECT conv, h, min(pos) AS first_pos FROM refs WHERE conv IS NOT NULL GROUP BY conv, h),
-stop_all AS (
-  SELECT r.pos, min(r.idx) AS k FROM refs r JOIN first_all f ON f.h = r.h
-  WHERE f.first_pos = r.pos GROUP BY r.pos),
-stop_ten AS (
-  SELECT r.pos, min(r.idx) AS k FROM refs r
-  JOIN first_ten f ON f.h = r.h AND f.tenant IS NOT DISTINCT FROM r.tenant
-  WHERE f.first_pos = r.pos GROUP BY r.pos),
-stop_conv AS (
-  SELECT r.pos, min(r.idx) AS k FROM refs r JOIN first_conv f ON f.h = r.h AND f.conv = r.conv
-  WHERE f.first_pos = r.pos GROUP BY r.pos),
+first_all AS (SELECT h, min(pos * 4294967296 + idx) AS first_key FROM refs GROUP BY h),
+first_ten AS (SELECT min(pos * 4294967296 + idx) AS first_key FROM refs GROUP BY tenant, h),
+first_conv AS (
+  SELECT min(pos * 4294967296 + idx) AS first_key FROM refs WHERE conv IS NOT NULL GROUP BY conv, h),
+stops AS (
+  SELECT first_key // 4294967296 AS pos,
+         min(CASE WHEN scope = 0 THEN first_key % 4294967296 END) AS k_all,
+         min(CASE WHEN scope = 1 THEN first_key % 4294967296 END) AS k_ten,
+         min(CASE WHEN scope = 2 THEN first_key % 4294967296 END) AS k_conv
+  FROM (SELECT 0 AS scope, first_key FROM first_all UNION ALL SELECT 1, first_key FROM first_ten
+        UNION ALL SELECT 2, first_key FROM first_conv)
+  GROUP BY first_key // 4294967296),
 runs AS (
   SELECT q.pos, q.prompt_tokens AS n,
-         coalesce(a.k, q.n_blocks) AS k_all,
-         coalesce(t.k, q.n_blocks) AS k_ten,
-         CASE WHEN q.conv IS NULL THEN 0 ELSE coalesce(c.k, q.n_blocks) END AS k_conv
-  FROM reqs q LEFT JOIN stop_all a USING (pos) LEFT JOIN stop_ten t USING (pos) LEFT JOIN stop_conv c USING (pos)
+         coalesce(s.k_all, q.n_blocks) AS k_all,
+         coalesce(s.k_ten, q.n_blocks) AS k_ten,
+         CASE WHEN q.conv IS NULL THEN 0 ELSE coalesce(s.k_conv, q.n_blocks) END AS k_conv
+  FROM reqs q LEFT JOIN stops s USING (pos)
+),
+deepest AS (
+  SELECT u.pos, b.h FROM runs u JOIN blocks b ON b.pos = u.pos AND b.idx = u.k_all - 1
 ),
 occ AS (
   SELECT h, pos, lag(pos) OVER (PARTITION BY h ORDER BY pos) AS prev_pos
-  FROM (SELECT DISTINCT h, pos FROM refs)
+  FROM (SELECT DISTINCT h, pos FROM refs WHERE h IN (SELECT h FROM deepest))
 ),
 src AS (
-  SELECT u.pos, o.prev_pos FROM runs u
-  JOIN blocks b ON b.pos = u.pos AND b.idx = u.k_all - 1
-  JOIN occ o ON o.h = b.h AND o.pos = u.pos
+  SELECT d.pos, o.prev_pos FROM deepest d JOIN occ o ON o.h = d.h AND o.pos = d.pos
 )
 SELECT u.pos,
        CAST(u.k_all AS INTEGER) AS cached_blocks,
@@ -185,6 +190,60 @@ def run_reuse(con: Any, block_size: int, rule: str) -> pa.Table:
             con.execute(f"DROP TABLE IF EXISTS {name}")
 
 
+# The scan's dense block ids (`dense.DenseTable`: distinct hashes numbered in order of first appearance):
+# a rank of the reuse query's `first_all` (which must still be a table of the connection) by first reference.
+DENSE_SQL = """
+WITH dense AS (SELECT h, CAST(row_number() OVER (ORDER BY first_key) - 1 AS INTEGER) AS gid FROM first_all)
+SELECT b.pos, d.gid FROM blocks b JOIN dense d USING (h)
+ORDER BY b.pos, b.idx
+"""
+
+
+def reuse_to_parquet(con: Any, block_size: int, rule: str, out_dir: str) -> int:
+    """Run the reuse query and the dense ids ONCE over the connection's `reqs` and `blocks`, each written in
+    order to a Parquet file of `out_dir`: `reuse.parquet` (a row per position, as `run_reuse` returns) and
+    `ids.parquet` (pos, gid: a row per block reference, in (pos, idx) order). Returns the distinct blocks.
+    Every step is a table of the connection's database file first, as in `run_reuse`."""
+    out = Path(out_dir)
+    con.execute("SET preserve_insertion_order = true")  # COPY writes the ORDER BY's order
+    made: list[str] = []
+    try:
+        for sql, name in ((reuse_sql(block_size, rule), "reuse"), (DENSE_SQL, "ids")):
+            named, final = steps(sql)
+            for step, select in named:
+                con.execute(f"CREATE OR REPLACE TABLE {step} AS {select}")
+                made.append(step)
+            con.execute(f"COPY ({final}) TO '{_quote(str(out / name))}.parquet' (FORMAT parquet)")
+        return int(con.execute("SELECT count(*) FROM first_all").fetchone()[0])
+    finally:
+        for step in reversed(made):
+            con.execute(f"DROP TABLE IF EXISTS {step}")
+
+
+def check_memory_limit(memory_limit: str) -> None:
+    """A memory limit DuckDB accepts, or ValueError (one line): checked before any long work."""
+    import duckdb
+
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute(f"SET memory_limit = '{_size(memory_limit)}'")
+    except duckdb.Error as exc:
+        raise ValueError(f"not a memory size: {memory_limit!r} ({str(exc).splitlines()[0]})") from None
+    finally:
+        con.close()
+
+
+def check_temp_directory(temp_directory: str) -> None:
+    """A directory DuckDB can spill to, or ValueError (one line): checked before any long work."""
+    if not Path(temp_directory).is_dir():
+        raise ValueError(f"{temp_directory}: not a directory")
+    try:
+        with tempfile.TemporaryDirectory(prefix="prefixscan-reuse-", dir=temp_directory) as tmp:
+            (Path(tmp) / "probe").write_bytes(b"x")
+    except OSError as exc:
+        raise ValueError(f"{temp_directory}: cannot write there ({exc.strerror or exc})") from None
+
+
 def reuse_of_requests(requests: pa.Table | str, block_size: int, rule: str, memory_limit: str = "1GB",
                       temp_directory: str | None = None, threads: int | None = None) -> pa.Table:
     """The reuse query over a requests table: recompute a run's ideal-cache columns out of core."""
@@ -193,10 +252,10 @@ def reuse_of_requests(requests: pa.Table | str, block_size: int, rule: str, memo
         return run_reuse(con, block_size, rule)
 
 
-def ideal_result(t: pa.Table, n: int) -> IdealResult:
-    """The query's rows as `reuse.ideal.IdealResult` arrays (positions must be 0..n-1)."""
+def ideal_result(t: pa.Table, n: int, start: int = 0) -> IdealResult:
+    """The query's rows as `reuse.ideal.IdealResult` arrays (positions must be start..start+n-1)."""
     pos = t.column("pos").to_numpy()
-    if len(pos) != n or (n and not np.array_equal(pos, np.arange(n))):
+    if len(pos) != n or (n and not np.array_equal(pos, np.arange(start, start + n))):
         raise ValueError(f"reuse query returned {len(pos)} rows for {n} requests, or positions with gaps")
 
     def col(name: str, dtype: Any) -> np.ndarray:

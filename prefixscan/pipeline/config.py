@@ -45,6 +45,27 @@ def validate(cfg: AnalyzeConfig) -> None:
         from prefixscan.distributed.engine import check
 
         check(cfg)
+    _check_reuse(cfg)
+
+
+def _check_reuse(cfg: AnalyzeConfig) -> None:
+    """--reuse and, for sql, a memory limit DuckDB accepts and a temporary directory it can write."""
+    if cfg.reuse not in ("scan", "sql"):
+        raise UsageError(f"--reuse must be scan or sql, got {cfg.reuse!r}")
+    if cfg.reuse != "sql":
+        return
+    if cfg.granularity != "block":
+        raise UsageError("--reuse sql measures block granularity; drop --granularity token or use --reuse scan")
+    from prefixscan.distributed.reuse_sql import check_memory_limit, check_temp_directory
+
+    checks = [("--reuse-memory-limit", check_memory_limit, cfg.reuse_memory_limit)]
+    if cfg.reuse_temp_dir is not None:
+        checks.append(("--reuse-temp-dir", check_temp_directory, cfg.reuse_temp_dir))
+    for flag, check, value in checks:
+        try:
+            check(value)
+        except ValueError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
 
 
 def check_read_options(cfg: AnalyzeConfig) -> None:
@@ -81,12 +102,15 @@ def streams(cfg: AnalyzeConfig, sources: list[Source]) -> bool:
     """Whether `analyze` streams the log in chunks (bounded memory) or takes it as one chunk.
 
     `streaming=None` (the default) streams when a run directory is written, at block granularity, and the
-    input is large (STREAM_MIN_BYTES, compressed files counted at their rough expanded size): as one
+    input is large (STREAM_MIN_BYTES, compressed files counted at their rough expanded size) or the reuse is
+    `--reuse sql`: as one
     chunk, a log takes about 8x its JSONL size; in chunks, memory grows with distinct blocks only, at some
     cost in time on small logs. Token granularity holds every prompt's tokens and is never chunked."""
     if cfg.streaming is None:
         if not cfg.output or cfg.granularity != "block":
             return False
+        if cfg.reuse == "sql":  # its point is bounded memory: in one chunk it holds the log and reads it back
+            return True
         size = sum(s.size * next((k for ext, k in _PACKED.items() if s.path.endswith(ext)), 1) for s in sources)
         return size >= STREAM_MIN_BYTES
     if cfg.streaming and not cfg.output:

@@ -91,7 +91,8 @@ class RequestStream:
         self.one_chunk = one_chunk  # the log comes as one chunk: its capacity input is held in memory
         self.out = RowGroups(path, path.parent / "requests.parquet")
         self.spill_dir = spill_dir
-        self.ideal = IdealStream()
+        self.ideal = IdealStream()  # the hook of --reuse sql (pipeline/reuse_sql_stream.py)
+        self.reuse_info: dict[str, Any] = {"engine": "scan"}  # which reuse engine ran, for the summary
         self.ids = _RequestIds()
         self.capacity: Any = None
         self.block = self.rule = None

@@ -84,6 +84,7 @@ class Reused:
     curve: pa.Table
     requests_path: Path  # the finished requests table (a temporary name inside the working directory)
     rows: int
+    reuse: dict[str, Any]  # which reuse engine ran (the summary's `reuse`)
 
 
 class _Clock:
@@ -178,7 +179,7 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
     fd, tmp = tempfile.mkstemp(dir=work, prefix=".requests.", suffix=".tmp")
     os.close(fd)
     spill = tempfile.mkdtemp(dir=work, prefix=".spill.")
-    stream = RequestStream(cfg, Path(tmp), spill, one_chunk=one_chunk)
+    stream = _stream_class(cfg)(cfg, Path(tmp), spill, one_chunk=one_chunk)
 
     def feed(batch: Batch) -> None:
         with writing(work):
@@ -211,7 +212,16 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
         _discard(stream, tmp, spill)
         raise
     _discard(stream, None, spill)
-    return Reused(ing, agg, side, summaries, prefixes, curve, Path(tmp), stream.seq)
+    return Reused(ing, agg, side, summaries, prefixes, curve, Path(tmp), stream.seq, stream.reuse_info)
+
+
+def _stream_class(cfg: AnalyzeConfig) -> type[RequestStream]:
+    """The reuse stage: the compiled scan, or (--reuse sql) the reuse SQL run once over the whole log."""
+    if cfg.reuse == "sql":
+        from prefixscan.pipeline.reuse_sql_stream import SqlRequestStream
+
+        return SqlRequestStream
+    return RequestStream
 
 
 def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
@@ -243,6 +253,7 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
     timings["attribution_s"] = time.perf_counter() - t_att
     summary = build_summary(cfg, ing, r.agg, r.summaries, r.prefixes, r.curve, r.side)
     summary["miss_attribution"] = attribution.summary
+    summary["reuse"] = r.reuse
     summary["notes"] += notes
     if fres is not None:
         summary["findings"] = fres.to_json()
