@@ -303,6 +303,8 @@ def _distances(a, b, code, ids, wts, u, inv_rate, st, relab, tree_h, last_h, h_s
                     memo[s, 3] = 0
                 memo[s, 3] += wts[p]
             continue
+        if c == -1:  # kept by no salt: most references
+            continue
         mask = -1 - c
         for s in range(n_salts):
             if not mask >> s & 1:
@@ -342,6 +344,8 @@ def _touch(a, b, code, ids, st, relab, tree_h, last_h, lastg_h, h_sclk, trees, s
             lastg_h[c] = st[2]
             for s in range(n_salts):
                 h_sclk[c, s] = sst[s, 1]
+            continue
+        if c == -1:  # kept by no salt: most references
             continue
         mask = -1 - c
         for s in range(n_salts):
