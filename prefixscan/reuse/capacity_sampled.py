@@ -91,6 +91,7 @@ Chunk = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 Chunks = Callable[[], Iterable[Chunk]]  # each call reads the log again from its start, chunk by chunk
 CHUNK_BLOCKS = 1 << 21  # listed blocks per chunk of an in-memory log (its weights are made per chunk)
 MG_PER_HOT = 16  # Misra-Gries counters per hot block sought
+MAX_BINS = 1 << 18  # histogram bins per salt, at most about
 
 
 def _pow2(n: int) -> int:
@@ -149,7 +150,9 @@ def histograms(chunks: Chunks, n_distinct: int, hot_ids: np.ndarray, rate: float
     cold = np.zeros(n_salts, np.int64)
     kept_distinct(n_distinct, ht_keys, ht_val, keys, threshold, cold)
     most_cold = int(cold.max(initial=0))
-    width = max(1, int(round(0.1 / rate)))
+    # about 1/(10 R) blocks per bin, and at most ~2^18 bins: the histograms stay in cache (a hot reference
+    # adds to one bin per salt); a bin is then 1/2^18 of the distinct blocks, far under the smallest grid size
+    width = 1 if rate == 1.0 else max(1, int(round(0.1 / rate)), -(-n_distinct // MAX_BINS))
     bins = int((n_hot + most_cold / rate + most_unlisted) // width) + 2
     table = _pow2(2 * most_cold + 2)
     salt_slots = max(2 * most_cold, 1 << 12) if salt_slots is None else max(int(salt_slots), most_cold + 1)
