@@ -66,7 +66,7 @@ def _add2(trees, s, i, v):  # pragma: no cover - compiled
 @njit(cache=True, inline="always")
 def _slot2(keys, s, blk, mask):  # pragma: no cover - compiled
     """_slot in row s of a 2-D table."""
-    i = np.int64(splitmix64(np.uint64(blk)) & np.uint64(mask))
+    i = np.int64(splitmix64(np.uint64(blk) ^ _TABLE_KEY) & np.uint64(mask))
     while keys[s, i] != EMPTY and keys[s, i] != blk:
         i = (i + 1) & mask
     return i
@@ -88,10 +88,14 @@ def splitmix64(x):  # pragma: no cover - compiled
     return z ^ (z >> np.uint64(31))
 
 
+_TABLE_KEY = np.uint64(0x9E3779B97F4A7C15)  # tables hash apart from the samples: a salt's kept blocks have
+# small low bits of splitmix64(id ^ salt), and with salt 0 a table indexed by those bits clusters them all
+
+
 @njit(cache=True, inline="always")
 def _slot(keys, blk, mask):  # pragma: no cover - compiled
     """Open-addressed slot of block `blk` in a table of keys (EMPTY = free)."""
-    i = np.int64(splitmix64(np.uint64(blk)) & np.uint64(mask))
+    i = np.int64(splitmix64(np.uint64(blk) ^ _TABLE_KEY) & np.uint64(mask))
     while keys[i] != EMPTY and keys[i] != blk:
         i = (i + 1) & mask
     return i
