@@ -8,8 +8,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from prefixscan.reuse import capacity_sampled_ref as ref
 from prefixscan.reuse.capacity import block_weights, capacity_curve, capacity_sampling, prepare
-from prefixscan.reuse.capacity_sampled import auto_rate, check_rate, hot_blocks, sampled_pool_curve
+from prefixscan.reuse.capacity_sampled import (
+    MG_PER_HOT,
+    array_chunks,
+    auto_rate,
+    check_rate,
+    first_pass,
+    histograms,
+    hot_set,
+    salt_keys,
+    sampled_pool_curve,
+)
 from prefixscan.reuse.pool_fast import lru_pool_curves, request_shape
 
 
@@ -94,15 +105,82 @@ def test_deterministic_and_the_table_says_it_is_sampled() -> None:
 
 
 def test_hot_blocks_are_the_most_referenced() -> None:
-    ids = np.concatenate([np.repeat(np.arange(20, dtype=np.int32), 50 - 2 * np.arange(20)),
+    ids = np.concatenate([np.repeat(np.arange(20, dtype=np.int32), 200 - 5 * np.arange(20)),
                           np.arange(20, 5000, dtype=np.int32)])
     np.random.default_rng(0).shuffle(ids)
-    assert np.flatnonzero(hot_blocks(ids, 5000, 5)).tolist() == [0, 1, 2, 3, 4]
-    assert not hot_blocks(np.arange(100, dtype=np.int32), 100, 5).any()  # nothing referenced twice
+    assert ref.hot_blocks(ids, 5000, 5).tolist() == [0, 1, 2, 3, 4]
+    assert _hot(ids, 5).tolist() == [0, 1, 2, 3, 4]  # Misra-Gries candidates (all above N/81), exact counts
+    assert len(_hot(np.arange(100, dtype=np.int32), 5)) == 0  # nothing referenced twice
     h = np.repeat(np.arange(1000, dtype=np.int32), 3)
     c = sampled_pool_curve(np.arange(0, len(h) + 1, 3), h, 1000, np.full(len(h), 16), np.zeros(1000, np.int64),
                            0.25, hot=0, salts=1)
     assert 150 < c.kept_blocks < 350  # a quarter of the blocks, each with every reference
+
+
+def _hot(ids: np.ndarray, k: int, chunk: int = 1 << 21) -> np.ndarray:
+    offsets = np.arange(len(ids) + 1, dtype=np.int64)
+    chunks = array_chunks(offsets, ids, lambda o, *_: np.ones(len(o) - 1, np.int64),
+                          lambda o, *_: np.zeros(len(o) - 1, np.int64), chunk)
+    return hot_set(chunks, first_pass(chunks, k).candidates, k)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 12), st.integers(1, 400), st.floats(0.3, 2.0))
+def test_hot_set_holds_every_heavy_hitter(seed: int, k: int, chunk: int, skew: float) -> None:
+    """Misra-Gries with 4k counters keeps every block with more than N/(4k+1) references (Misra and Gries
+    1982); the hot set is then the exact top k among them, so it is the exact top k whenever those are."""
+    ids = (np.random.default_rng(seed).zipf(1.0 + skew, 3000) - 1).astype(np.int32) % 2000
+    got = _hot(ids, k, chunk)
+    counts = np.bincount(ids)
+    want = ref.hot_blocks(ids, int(ids.max()) + 1, k)
+    assert len(got) <= k and np.all(counts[got] >= 2) and np.all(np.diff(counts[got]) <= 0)
+    heavy = set(np.flatnonzero(counts > len(ids) / (MG_PER_HOT * k + 1)).tolist())
+    assert heavy & set(want.tolist()) <= set(got.tolist())
+    if counts[want].min(initial=0) > len(ids) / (MG_PER_HOT * k + 1):
+        assert got.tolist() == want.tolist()
+
+
+def scrambled(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Requests of skewed random blocks in any order (not chained): hot blocks anywhere in a request, mixed
+    with sampled ones, so no run of hot blocks shares its clocks by construction."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(0, 9, n)
+    hashes = (rng.zipf(1.4, int(lens.sum())) % 90).astype(np.uint64)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    return offsets, hashes, lens * 16 - rng.integers(0, 16, n) * (lens > 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 150), st.sampled_from([1.0, 0.5, 0.2, 0.05]), st.integers(0, 12),
+       st.integers(1, 3), st.integers(1, 200), st.booleans(), st.booleans(), st.sampled_from(["trace", "vllm"]))
+def test_fast_pass_equals_the_reference(seed: int, n: int, rate: float, hot: int, salts: int, chunk: int,
+                                        tiny: bool, chained: bool, rule: str) -> None:
+    """The compiled pass (shared hot tree, global hot clocks, memoised runs, chunks, renumbering) gives
+    the definition's histograms bin for bin (`capacity_sampled_ref`), with trees so small they renumber
+    at almost every access when `tiny`."""
+    offsets, hashes, prompt = workload(seed, n) if chained else scrambled(seed, n)
+    prep = prepare(offsets, hashes, prompt, 16, rule)
+    _, unl = request_shape(prep.offsets, prompt, 16, rule)
+    w = prep.weights
+    chunks = array_chunks(prep.offsets, prep.ids, lambda _, r0, r1: w[prep.offsets[r0]:prep.offsets[r1]],
+                          lambda _, r0, r1: unl[r0:r1], chunk)
+    fp = first_pass(chunks, hot)
+    hot_ids = hot_set(chunks, fp.candidates, hot)
+    keys = salt_keys(salts, seed)
+    hh, hs, width, _ = histograms(chunks, prep.n_distinct, hot_ids, rate, keys, fp.most_unlisted,
+                                  1 if tiny else None, 1 if tiny else None)
+    unl_prev = np.concatenate([[0], unl[:-1]]).astype(np.int64)
+    rh, rs = ref.histograms(prep.offsets, prep.ids, w, unl_prev, hot_ids, rate, keys, width, hh.shape[1])
+    assert np.array_equal(hh, rh) and np.array_equal(hs, rs)
+    keyed, _ = lru_pool_curves(prep.offsets, prep.ids, w, prep.n_distinct, prompt, 16, rule)
+    assert fp.ideal == int(keyed[-1]) and fp.references == len(prep.ids)
+
+
+def test_compiled_splitmix_is_splitmix() -> None:
+    from prefixscan.reuse.capacity_sampled_kernel import splitmix64
+
+    for x in (0, 1, 12345, 2**63 + 7, 2**64 - 1):
+        assert int(splitmix64(np.uint64(x))) == ref.splitmix64(x)
 
 
 def test_bad_options_are_refused_in_one_line(tmp_path) -> None:
@@ -129,34 +207,6 @@ def test_block_weights_feed_the_sampler() -> None:
     assert w.sum() == prompt.sum()
 
 
-@pytest.mark.parametrize("rate", [1.0, 0.3])
-def test_renumbering_the_trees_changes_nothing(rate: float) -> None:
-    """The shared pass with trees just large enough (renumbered thousands of times) equals it with trees
-    that never fill."""
-    from prefixscan.reuse.capacity_sampled import hot_blocks
-    from prefixscan.reuse.capacity_sampled_kernel import sampled_pass
-
-    offsets, hashes, prompt = workload(11, 1500)
-    prep, _, _ = exact_pool(offsets, hashes, prompt)
-    is_hot = hot_blocks(prep.ids, prep.n_distinct, 8 if rate < 1 else 0)
-    hot_idx = np.full(prep.n_distinct, -1, np.int64)
-    hot_idx[is_hot] = np.arange(int(is_hot.sum()))
-    salts = np.array([3, 99], np.uint64)
-    unl_prev = np.zeros(len(prompt), np.int64)
-    threshold = np.uint64(int(rate * (1 << 24)))
-
-    def run(hot_slots: int, salt_slots: int) -> tuple[np.ndarray, np.ndarray]:
-        hh, hs = np.zeros((2, 20000)), np.zeros((2, 20000))
-        sampled_pass(prep.offsets, prep.ids, prep.weights, hot_idx, 1 / rate, threshold, salts, unl_prev, 1,
-                     hot_slots, salt_slots, 1 << 14, hh, hs)
-        return hh, hs
-
-    big = run(1 << 16, 1 << 16)
-    small = run(2 * max(int(is_hot.sum()), 1) + 2, 2 * prep.n_distinct + 2)
-    assert np.array_equal(big[0], small[0]) and np.allclose(big[1], small[1])
-    assert big[0].sum() + big[1].sum() > 0
-
-
 def test_streamed_sampled_curve_equals_the_in_memory_one(tmp_path) -> None:
     from prefixscan.dense import dense_ids
     from prefixscan.reuse.capacity_stream import CapacityStream
@@ -164,9 +214,36 @@ def test_streamed_sampled_curve_equals_the_in_memory_one(tmp_path) -> None:
     offsets, hashes, prompt = workload(5, 900)
     ids, n = dense_ids(hashes)
     whole = capacity_curve(offsets, hashes, prompt, 16, "trace", ids=(ids, n), sample=0.2)
-    s = CapacityStream(16, "trace", str(tmp_path), defer_lru=True)
+    s = CapacityStream(16, "trace", str(tmp_path), defer_lru=True, chunk_blocks=300)  # spills read in chunks
     for r0 in range(0, len(prompt), 250):
         r1 = min(r0 + 250, len(prompt))
         s.add(offsets[r0:r1 + 1] - offsets[r0], ids[offsets[r0]:offsets[r1]], prompt[r0:r1])
     assert s.finish(n, sample=0.2).equals(whole, check_metadata=True)
     assert not list(tmp_path.iterdir())  # the spills are gone
+
+
+def test_analyze_samples_when_asked_and_says_so(tmp_path) -> None:
+    """End to end: analyze's streamed capacity step samples, the table and the manifest say so, and the
+    summary's note names the rate; the ideal column is the exact run's."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from prefixscan.cli.app import app
+
+    offsets, hashes, prompt = workload(2, 600)
+    log = tmp_path / "t.jsonl"
+    log.write_text("".join(json.dumps({"timestamp": i, "input_length": int(prompt[i]) * 32, "output_length": 1,
+                                       "hash_ids": hashes[offsets[i]:offsets[i + 1]].tolist()}) + "\n"
+                           for i in range(len(prompt))))
+    runs = {}
+    for name, rate in (("exact", "1"), ("sampled", "0.5")):
+        res = CliRunner().invoke(app, ["analyze", str(log), "--capacity-sample", rate, "-o", str(tmp_path / name)])
+        assert res.exit_code == 0, res.output
+        runs[name] = pq.read_table(tmp_path / name / "capacity_curve.parquet")
+    assert set(runs["sampled"]["lru_sampled"].to_pylist()) == {True}
+    assert set(runs["exact"]["lru_sampled"].to_pylist()) == {False}
+    assert runs["sampled"]["ideal_hit_tokens"].equals(runs["exact"]["ideal_hit_tokens"])
+    summary = json.loads((tmp_path / "sampled" / "manifest.json").read_text())["analyze"]["summary"]
+    assert summary["capacity"]["sampled"]["rate"] == 0.5
+    assert "sampled as asked (--capacity-sample): SHARDS at rate 0.5" in json.dumps(summary)

@@ -87,8 +87,9 @@ def block_weights(offsets: np.ndarray, prompt_tokens: np.ndarray, block_size: in
 
 
 def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
-            rule: str, ids: tuple[np.ndarray, int] | None = None) -> Prepared:
-    """Validate the CSR input and remap uint64 hashes to dense ids so kernels index plain arrays."""
+            rule: str, ids: tuple[np.ndarray, int] | None = None, weights: bool = True) -> Prepared:
+    """Validate the CSR input and remap uint64 hashes to dense ids so kernels index plain arrays (and,
+    unless `weights` is False, make every listed block's weight: 8 bytes per listed block)."""
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
     if block_size <= 0:
@@ -101,8 +102,8 @@ def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, 
         raise ValueError(f"offsets end at {offsets[-1]} but there are {len(hashes)} hashes")
     # A compiled hash table numbers blocks in first-seen order (deterministic, no sort).
     ids_, n_distinct = ids if ids is not None else dense_ids(hashes)
-    weights = block_weights(offsets, prompt_tokens, block_size, rule)
-    return Prepared(offsets, ids_, weights, n_distinct, int(prompt_tokens.sum()))
+    w = block_weights(offsets, prompt_tokens, block_size, rule) if weights else np.zeros(0, np.int64)
+    return Prepared(offsets, ids_, w, n_distinct, int(prompt_tokens.sum()))
 
 
 # ---------------------------------------------------------------- LRU: one pass, every capacity
@@ -445,12 +446,13 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     `capacity_stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
     With `sample` (a rate below 1), the `lru_*` columns are estimated (`capacity_sampled`), OPT is null.
     """
-    prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
-    if sample is not None and sample < 1.0:
+    if sample is not None and sample < 1.0:  # the sampler makes its weights chunk by chunk
         from prefixscan.reuse.capacity_sampled import sampled_capacity_curve
 
+        prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids, weights=False)
         return sampled_capacity_curve(prep.offsets, prep.ids, prep.n_distinct, prompt_tokens, block_size, rule,
-                                      sample, capacities_tokens, weights=prep.weights)
+                                      sample, capacities_tokens)
+    prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
     # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the

@@ -250,19 +250,33 @@ class CapacityStream:
         return curve_table(cap_tok, cap_blk, pool_tok, ideal, self._total_prompt_tokens, opt_tok, targets)
 
     def _sampled(self, n: int, capacities_tokens: Sequence[int] | None, rate: float) -> pa.Table:
-        """The sampled curve (`capacity_sampled`) over the spills, read whole (4 bytes of id and 8 of weight
-        per listed block, not chunked yet) instead of the exact passes' per-block state and OPT."""
-        from prefixscan.reuse.capacity_sampled import sampled_capacity_curve
+        """The sampled curve (`capacity_sampled.sampled_table`) instead of the exact passes and OPT: three
+        reads of the spills chunk by chunk into reused buffers, so memory is the sample's state and one
+        chunk, not 12 bytes per listed block."""
+        from prefixscan.reuse.capacity_sampled import sampled_table
 
+        if n < max(self._n_seen, 0) or n < 0:
+            raise ValueError(f"n_distinct={n} but block id {self._n_seen - 1} was fed" if n >= 0
+                             else f"n_distinct must be non-negative, got {n}")
         assert self._ids_file is not None and self._prompts_file is not None
         self._ids_file.close()
         self._prompts_file.close()
         lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
-        offsets = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        ids = np.fromfile(self._ids_path, dtype=np.int32)
-        prompts = np.fromfile(self._prompts_path, dtype=np.int64)
-        return sampled_capacity_curve(offsets, ids, n, prompts, self.block_size, self.rule, rate, capacities_tokens)
+        self._lengths = []
+        chunks = _plan(lengths, self._chunk_blocks) if self._total_blocks else []
+        ids_buf = np.empty(max((c.b1 - c.b0 for c in chunks), default=0), np.int32)
+        prompts = np.empty(max((c.r1 - c.r0 for c in chunks), default=0), np.int64)
+
+        def read() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+            with open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp:
+                for c in chunks:
+                    offsets = _local_offsets(lengths, c)
+                    ids = _read_at(fi, c.b0, ids_buf[: c.b1 - c.b0])
+                    pr = _read_at(fp, c.r0, prompts[: c.r1 - c.r0])
+                    yield (offsets, ids, block_weights(offsets, pr, self.block_size, self.rule),
+                           request_shape(offsets, pr, self.block_size, self.rule)[1])
+
+        return sampled_table(read, n, self._total_prompt_tokens, self.block_size, rate, capacities_tokens)
 
     # ------------------------------------------------------------ vLLM's block pool from the spills
 
