@@ -32,6 +32,16 @@ PEERS = OUT / "peers-venv"
 PEERS_BIN = PEERS / "bin"
 
 
+def revision_tree(rev: str, into: Path) -> Path:
+    """`prefixscan/` of git revision `rev`, unpacked under `into` (the directory to put on PYTHONPATH): the
+    "before" tree of the before/after benches."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "prefixscan"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
 @dataclass
 class Run:
     """One subprocess run: wall seconds, peak RSS of that process (KiB), exit code, captured output."""

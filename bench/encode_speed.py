@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import revision_tree
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -63,15 +65,6 @@ def child(log: str, tokenizer: str) -> None:
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     print(json.dumps({"cpu_s": cpu, "wall_s": wall, "load_s": load_s, "records": n, "checksum": h.hexdigest(),
                       "stats": enc.stats()}))
-
-
-def _export(commit: str, into: Path) -> Path:
-    """This repository's `prefixscan/` at `commit`, as a directory to put on PYTHONPATH."""
-    into.mkdir(parents=True, exist_ok=True)
-    arch = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "prefixscan"], check=True,
-                          capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=arch, check=True)
-    return into
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -141,7 +134,8 @@ def main() -> None:
         child(args.log, args.tokenizer)
         return
     work = Path(args.out or tempfile.mkdtemp(prefix="encode_speed-"))
-    trees = {"ref": _export(args.ref, work / "ref"), "new": _export(args.new, work / "new") if args.new else ROOT}
+    trees = {"ref": revision_tree(args.ref, work / "ref"),
+             "new": revision_tree(args.new, work / "new") if args.new else ROOT}
     report: dict = {"log": args.log, "ref": args.ref, "tokenizer": args.tokenizer, "load_before": _loadavg()}
     enc = encode_runs(trees, args.log, args.tokenizer, args.repeats)
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("cpu_s", "wall_s", "load_s")} for k, v in enc.items()}

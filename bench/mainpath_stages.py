@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import revision_tree
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 NORMALISE = """
@@ -39,15 +41,6 @@ for i, o in enumerate(objs):
     normalise(o, shape, 'f', i + 1, {}, {})
 print(time.process_time() - t)
 """
-
-
-def _tree(rev: str, into: Path) -> Path:
-    """`prefixscan/` of `rev`, unpacked under `into` (the directory to put on PYTHONPATH)."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "prefixscan"], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def _env(pythonpath: Path | None) -> dict[str, str]:
@@ -128,7 +121,7 @@ def main() -> None:
     extra = args.extra.split()
     work = Path(tempfile.mkdtemp(prefix="mainpath-bench-"))
     try:
-        before = Path(args.before_dir) if args.before_dir else _tree(args.base, work / "before")
+        before = Path(args.before_dir) if args.before_dir else revision_tree(args.base, work / "before")
         trees: dict[str, Path | None] = {"before": before, "after": None}
         print(f"load average at start: {os.getloadavg()}; before = {args.base}, after = working tree")
         for name, tree in trees.items():  # each tree imports its own package

@@ -20,10 +20,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from common import revision_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = str(ROOT / ".venv" / "bin" / "python")
@@ -35,12 +36,7 @@ def extract(ref: str, work: Path) -> Path:
                          check=True).stdout.strip()
     dest = work / sha[:12]
     if not (dest / "prefixscan" / "__init__.py").exists():
-        dest.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile() as tar:
-            subprocess.run(["git", "archive", sha, "prefixscan"], cwd=ROOT, stdout=tar, check=True)
-            tar.seek(0)
-            with tarfile.open(fileobj=tar) as t:
-                t.extractall(dest, filter="data")
+        revision_tree(sha, dest)
     return dest
 
 

@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 from statistics import median
 
-from mainpath_stages import PY, ROOT, _analyze, _env, _tree, same_run
+from common import revision_tree
+from mainpath_stages import PY, ROOT, _analyze, _env, same_run
 
 STAGES = ("ingest_s", "capacity_s", "aggregate_s", "attribution_s", "findings_s", "total_s")
 
@@ -34,7 +35,8 @@ def _trees(revs: list[str], tree_dir: Path, work: bool) -> dict[str, Path | None
         sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
                              capture_output=True, text=True).stdout.strip()
         into = tree_dir / sha
-        trees[f"{rev} ({sha})" if sha != rev else rev] = into if (into / "prefixscan").is_dir() else _tree(sha, into)
+        have = (into / "prefixscan").is_dir()
+        trees[f"{rev} ({sha})" if sha != rev else rev] = into if have else revision_tree(sha, into)
     if work:
         trees["work"] = None
     return trees
