@@ -1,9 +1,10 @@
-"""The encode stage's fast path (segment memo, piece cache, chain checkpoints) against the direct path
-on adversarial multi-turn traffic.
+"""The encode stage's fast path (segment memo, piece cache, conversation cache, chain checkpoints)
+against the direct path on adversarial multi-turn traffic.
 
 A stream of requests is built from a few conversations by continuing, editing, truncating, resending
 and copying them (the same text in another conversation and namespace), with special-token strings,
-empty messages and tools, and cut into batches at random places. Every request's tokens must equal
+empty messages and tools, and cut into batches at random places. Conversation ids are absent or
+deliberately shared by different conversations (the conversation cache must check what it resumes). Every request's tokens must equal
 `encode_direct`, its head length the one a fresh tokenizer gives, and its block hashes `block_hashes` of
 the direct tokens, under tiny cache bounds too (everything evicted all the time).
 """
@@ -54,6 +55,8 @@ def _stream(ops, tools_every: int) -> list[Record]:
         i = len(out)
         r = tx.rec(list(msgs), i, conv["tools"])
         r.model = conv["model"]
+        k = next(j for j, x in enumerate(convs) if x is conv)
+        r.conversation_id = f"shared-{k % 2}" if k % 3 else None  # ids that collide, or none
         out.append(r)
     return out
 
@@ -71,7 +74,7 @@ def _encoder(tok, tiny: bool) -> RecordEncoder:
     enc = RecordEncoder(AnalyzeConfig(inputs=("x",), block_size=4), keep_tokens=True)
     enc.tokenizer = tok
     if tiny:
-        for lru in (enc.chains._d, tok.seg.memo._memo, tok.seg.pieces):
+        for lru in (enc.chains._d, tok.seg.memo._memo, tok.seg.pieces, tok.seg.last):
             lru.max_bytes = 1
     return enc
 
@@ -107,6 +110,7 @@ def test_fast_path_equals_direct_tiktoken(name, tiny) -> None:
 
     check()
     assert tok.stats.segments_seen > tok.stats.segments_tokenised  # the memo was used
+    assert tiny or tok.stats.units_resumed > 0  # turns were taken from their conversation's last prompt
 
 
 @pytest.mark.parametrize("tiny", [False, True])
@@ -122,6 +126,7 @@ def test_fast_path_equals_direct_hf(name, tiny, tok_dirs) -> None:
 
     check()
     assert tok.stats.segments_seen > tok.stats.segments_tokenised  # the memo was used
+    assert tiny or tok.stats.units_resumed > 0
 
 
 @pytest.fixture(scope="module")

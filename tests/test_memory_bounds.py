@@ -1,4 +1,4 @@
-"""The ingest-time caches (token memo, piece cache, detector memo, chain prefixes) are bounded by bytes; results must
+"""The ingest-time caches (token memo, piece cache, conversation cache, detector memo, chain prefixes) are bounded by bytes; results must
 never depend on those bounds, only speed does."""
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def test_tiny_cache_bounds_give_identical_results(tmp_path, monkeypatch) -> None
     tables, summary = _tables(str(log))
     monkeypatch.setattr(tok_base, "PIECE_CACHE_BYTES", 1)
     monkeypatch.setattr(tok_base, "MEMO_BYTES", 1)
+    monkeypatch.setattr(tok_base, "LAST_BYTES", 1)
     monkeypatch.setattr(detector_mod, "MEMO_BYTES", 1)
     monkeypatch.setattr(hashing, "CHAIN_CACHE_BYTES", 1)
     tiny_tables, tiny_summary = _tables(str(log))

@@ -114,7 +114,7 @@ class RecordEncoder:
     def _caches(self) -> list[BytesLRU]:
         seg = getattr(self.tokenizer, "seg", None)
         digests = [self.chains.hasher.digest_memo] if self.chains.hasher is not None else []
-        return [self.chains._d, *digests] + ([seg.memo._memo, seg.pieces] if seg is not None else [])
+        return [self.chains._d, *digests] + ([seg.memo._memo, seg.pieces, seg.last] if seg is not None else [])
 
     def share_caches(self, share: float) -> None:
         """Scale the byte budgets of this encoder's caches (chain cache, and the tokenizer's segment memo
@@ -132,7 +132,7 @@ class RecordEncoder:
             self.tokenizer = load_tokenizer(self.cfg.tokenizer, threads=self.threads)
             seg = getattr(self.tokenizer, "seg", None)
             if seg is not None:  # built at full size
-                for lru in (seg.memo._memo, seg.pieces):
+                for lru in (seg.memo._memo, seg.pieces, seg.last):
                     _scale(lru, self.cache_share)
         return self.tokenizer
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -29,6 +29,11 @@ PIECE_CACHE_BYTES = 16 << 20
 MEMO_BYTES = 64 << 20
 MEMO_ENTRY = 320  # bytes a memo entry costs besides its token ids (array header, key, LRU links; measured)
 KEY = 16  # bytes of a memo key (xxh3-128)
+# Bound of the conversation cache (each conversation's last prompt: its pieces, keys and token ids). A turn
+# resends its conversation's history, so what it shares with the previous turn is taken from there instead
+# of planned and assembled again; only speed depends on this bound (tests run with a tiny bound).
+LAST_BYTES = 32 << 20
+LAST_UNIT = 64  # bytes per unit a remembered prompt costs besides its text and token ids (key, length)
 
 
 @dataclass
@@ -39,6 +44,7 @@ class TokenizerStats:
     segments_tokenised: int = 0
     tokens_tokenised: int = 0
     memo_evictions: int = 0
+    units_resumed: int = 0  # text units taken from the conversation's previous prompt, not planned again
     memo_rule: str | None = None  # where the memo cuts text, and for which pre-tokeniser that was proven
     fallback_reason: str | None = None
 
@@ -112,14 +118,44 @@ def _replay(text: str, starts: bytes, blob: bytes, units: list[tuple[bool, str]]
     return len(cuts) - 1
 
 
+def conversation_key(r: Record) -> Hashable:
+    """What finds a record's previous turn in the conversation cache: its conversation id, else the start
+    of its first two messages. Only speed depends on it: what is taken from the previous prompt is
+    checked piece by piece (`SegmentEncoder.plan`)."""
+    if r.conversation_id is not None:
+        return ("c", r.tenant, r.conversation_id)
+    return ("m", r.tenant, *(str(m.get("content"))[:256] for m in (r.messages or [])[:2]))
+
+
+@dataclass
+class Last:
+    """A conversation's last assembled prompt: its pieces and, per piece, where its units end."""
+
+    pieces: list[tuple[bool, str]]
+    keys: list[bytes]
+    piece_end: list[int]
+    text_end: list[int]  # text units up to the end of each piece
+    tokens: np.ndarray
+    lens: list[int]  # tokens per unit
+
+
 @dataclass
 class Planned:
-    """One prompt's units (special token or text paragraph) with memo keys, ready to assemble."""
+    """One prompt's units (special token or text paragraph) with memo keys, ready to assemble.
 
-    units: list[tuple[bool, str]]
+    The first `base_units` units are the leading pieces it shares with its conversation's previous prompt
+    (`base`); their token ids are taken from there, so `units` holds None in their place.
+    """
+
+    units: list[tuple[bool, str] | None]
     keys: list[bytes]
     piece_end: list[int]  # for each input piece, the index after its last unit
     poisoned: bool = False  # some text spells a special token: tokenise this prompt directly
+    text_end: list[int] = field(default_factory=list)
+    base: Last | None = None
+    base_units: int = 0
+    pieces: list[tuple[bool, str]] | None = None
+    conv: Hashable | None = None
 
 
 class SegmentEncoder:
@@ -149,11 +185,20 @@ class SegmentEncoder:
         # tokenised again. Offsets, not the paragraph strings: the text comes with the piece again, and
         # holding it here cost ~10 KB per request.
         self.pieces = BytesLRU(PIECE_CACHE_BYTES if piece_bytes is None else piece_bytes)
+        self.last = BytesLRU(LAST_BYTES)  # conversation key -> Last (`plan`'s conv)
 
-    def plan(self, pieces: list[tuple[bool, str]]) -> Planned:
-        """Units and memo keys of one prompt; text not seen before is queued for `run_pending`."""
-        p = Planned([], [], [])
-        for j, (special, text) in enumerate(pieces):
+    def plan(self, pieces: list[tuple[bool, str]], conv: Hashable | None = None) -> Planned:
+        """Units and memo keys of one prompt; text not seen before is queued for `run_pending`.
+
+        With `conv`, the leading pieces equal to those of the conversation's last assembled prompt are
+        taken from it (exact: a piece's token ids depend only on its text and, for the first, on being
+        first), so a turn plans and assembles only what it adds to its history."""
+        p = Planned([], [], [], pieces=pieces, conv=conv)
+        start = self._resume(p, pieces) if conv is not None else 0
+        texts = p.text_end[-1] if start else 0
+        for j in range(start, len(pieces)):
+            special, text = pieces[j]
+            before = len(p.units)
             if special:
                 p.units.append((True, text))
                 p.keys.append(text.encode("utf-8"))
@@ -162,7 +207,29 @@ class SegmentEncoder:
             else:
                 self._plan_text(text, p)
             p.piece_end.append(len(p.units))
+            texts += 0 if special else len(p.units) - before
+            p.text_end.append(texts)
         return p
+
+    def _resume(self, p: Planned, pieces: list[tuple[bool, str]]) -> int:
+        """Take the leading pieces `pieces` shares with the conversation's last prompt; return how many."""
+        last = self.last.get(p.conv)
+        if last is None:
+            return 0
+        old, n, i = last.pieces, min(len(pieces), len(last.pieces)), 0
+        while i < n and pieces[i] == old[i]:
+            i += 1
+        if i == 0:
+            return 0
+        u = last.piece_end[i - 1]
+        p.base, p.base_units = last, u
+        p.units = [None] * u
+        p.keys = last.keys[:u]
+        p.piece_end = last.piece_end[:i]
+        p.text_end = last.text_end[:i]
+        self.stats.segments_seen += p.text_end[-1]
+        self.stats.units_resumed += p.text_end[-1]
+        return i
 
     def _plan_first(self, text: str, p: Planned) -> None:
         k = xxhash.xxh3_128_digest(b"\x00first\x00" + text.encode("utf-8", "surrogatepass"))
@@ -232,16 +299,25 @@ class SegmentEncoder:
         self.stats.memo_evictions = self.memo.evictions
 
     def assemble(self, p: Planned) -> tuple[np.ndarray, list[int]]:
-        """Token ids of the whole prompt and the token count of each unit."""
+        """Token ids of the whole prompt and the token count of each unit (remembered as the conversation's
+        last prompt when planned with one)."""
+        u = p.base_units
         arrs = []
-        for (special, text), k in zip(p.units, p.keys, strict=True):
+        for (special, text), k in zip(p.units[u:], p.keys[u:], strict=True):
             if special:
                 arrs.append(self.special[text])
                 continue
             arr = self.memo.get(k)
             if arr is None:  # evicted between planning and assembly
-                first = self.encode_first is not None and not arrs
+                first = self.encode_first is not None and not arrs and not u
                 arr = np.asarray((self.encode_first if first else self.encode_many)([text])[0], dtype=np.uint32)
             arrs.append(arr)
+        lens = [len(a) for a in arrs]
+        if u:
+            lens = p.base.lens[:u] + lens
+            arrs.insert(0, p.base.tokens[:sum(lens[:u])])
         toks = np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.uint32)
-        return toks, [len(a) for a in arrs]
+        if p.conv is not None:
+            size = toks.nbytes + sum(len(t) for _, t in p.pieces) + LAST_UNIT * len(lens)
+            self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, toks, lens), size)
+        return toks, lens

@@ -19,7 +19,7 @@ import orjson
 
 from prefixscan.errors import TokenizerError
 from prefixscan.io.shapes import Record, RecordError
-from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, SegmentMemo, Tokenizer
+from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, SegmentMemo, Tokenizer, conversation_key
 from prefixscan.tokenize.cuts import CutRule, rule_for_hf
 from prefixscan.tokenize.tiktoken_backend import token_array
 
@@ -193,7 +193,7 @@ class HFTokenizer(Tokenizer):
             else:
                 try:
                     text = self._render(r.messages or [], r.tools)
-                    plans.append((text, self.seg.plan(self._pieces(text))))
+                    plans.append((text, self.seg.plan(self._pieces(text), conversation_key(r))))
                 except RecordError as exc:
                     plans.append(exc)
         self.seg.run_pending()

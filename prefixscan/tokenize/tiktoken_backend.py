@@ -10,7 +10,7 @@ import numpy as np
 from prefixscan.errors import TokenizerError
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import IM_END, IM_START, TEMPLATE_VERSION, render_chatml, rendered_text
-from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, Tokenizer
+from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, Tokenizer, conversation_key
 from prefixscan.tokenize.cuts import rule_for_pattern
 
 PARALLEL_MIN_CHARS = 200_000  # below this, thread hand-off costs more than it saves
@@ -106,7 +106,7 @@ class TiktokenTokenizer(Tokenizer):
         for r in records:
             if r.kind == "chat" and not self.direct:
                 rr = render_chatml(r.messages or [], r.tools)
-                plans.append((rr, self.seg.plan(list(rr.pieces))))
+                plans.append((rr, self.seg.plan(list(rr.pieces), conversation_key(r))))
             else:
                 plans.append(None)
         self.seg.run_pending()
