@@ -4,9 +4,10 @@ against the direct path on adversarial multi-turn traffic.
 A stream of requests is built from a few conversations by continuing, editing, truncating, resending
 and copying them (the same text in another conversation and namespace), with special-token strings,
 empty messages and tools, and cut into batches at random places. Conversation ids are absent or
-deliberately shared by different conversations (the conversation cache must check what it resumes). Every request's tokens must equal
-`encode_direct`, its head length the one a fresh tokenizer gives, and its block hashes `block_hashes` of
-the direct tokens, under tiny cache bounds too (everything evicted all the time).
+deliberately shared by different conversations (the conversation cache must check what it resumes).
+Every request's tokens must equal `encode_direct`, its head length the one a fresh tokenizer gives,
+and its block hashes `block_hashes` of the direct tokens, under tiny cache bounds too (everything
+evicted all the time).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The ingest-time caches (token memo, piece cache, conversation cache, detector memo, chain prefixes) are bounded by bytes; results must
-never depend on those bounds, only speed does."""
+"""The ingest-time caches (token memo, piece cache, conversation cache, detector memo, chain prefixes) are
+bounded by bytes; results must never depend on those bounds, only speed does."""
 
 from __future__ import annotations
 
