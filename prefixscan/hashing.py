@@ -9,7 +9,8 @@ depend on the hash function, only hash *values* do.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -182,17 +183,13 @@ class ChainCache:
         """`hashes` as consecutive parts: views of remembered prefixes (shared, read-only) and the
         freshly hashed rest. Holding these instead of one array keeps a conversation's history once.
         `keys` are the request's vLLM extra keys (`vllm_hash.RequestKeys`) when `hasher` is set."""
-        rolls = []
-        r = root
-        for k in piece_keys:
-            r = _h(r.to_bytes(8, "little") + k, 0)
-            rolls.append(r)
-        ends = np.cumsum(piece_lens, dtype=np.int64) if piece_lens else np.zeros(0, np.int64)
+        roll = _prefix_keys(root, piece_keys)
+        ends = list(accumulate(piece_lens))
         start, prefix, used = 0, (), None
-        for j in range(len(rolls) - 1, -1, -1):
-            hit = self._d.get(rolls[j])
+        for j in range(len(piece_keys) - 1, -1, -1):
+            hit = self._d.get(key := roll(j))
             if hit is not None and hit[1] == ends[j] // block_size:
-                prefix, start, used = hit[0], hit[1], rolls[j]
+                prefix, start, used = hit[0], hit[1], key
                 break
         parent = int(prefix[-1][-1]) if start else root
         if self.hasher is None:
@@ -205,24 +202,44 @@ class ChainCache:
         segs = [*prefix, new] if len(new) or not start else list(prefix)
         self.blocks_hashed += len(new)
         self.blocks_reused += start
-        self._remember(segs, rolls, ends // block_size, checkpoints, used)
+        self._remember(segs, roll, ends, block_size, checkpoints, used)
         return segs
 
-    def _remember(self, segs: list[np.ndarray], rolls: list[int], blocks: np.ndarray, checkpoints: list[int],
-                  used: int | None) -> None:
+    def _remember(self, segs: list[np.ndarray], roll: Callable[[int], int], ends: list[int], block_size: int,
+                  checkpoints: list[int], used: int | None) -> None:
         """Keep this request's checkpoints; drop the one it resumed from unless it is one of them (a
         conversation's previous turn is superseded by this turn's longer history)."""
         keys = set()
         for j in checkpoints:
-            if not 0 <= j < len(rolls):
+            if not 0 <= j < len(ends):
                 continue
-            keys.add(rolls[j])
-            n = int(blocks[j])
-            known = self._d.get(rolls[j])
+            keys.add(key := roll(j))
+            n = ends[j] // block_size
+            known = self._d.get(key)
             if known is None or known[1] != n:
-                self._d.put(rolls[j], (_cut(segs, n), n), n * 8 + 200)
+                self._d.put(key, (_cut(segs, n), n), n * 8 + 200)
         if used is not None and used not in keys:
             self._d.pop(used)
+
+
+def _prefix_keys(root: int, piece_keys: list[bytes]) -> Callable[[int], int]:
+    """j -> a 128-bit key of (root, piece_keys[:j + 1]): xxh3-128 over the root and the keys joined
+    (each prefixed by its length unless all are 16 bytes, so the join stays unambiguous). A request
+    needs only a few of these (the remembered one it resumes from, its checkpoints), not one per piece."""
+    head = root.to_bytes(8, "little")
+    blob = head + b"".join(piece_keys)
+    if len(blob) == 8 + 16 * len(piece_keys):
+        def cut(j: int) -> int:
+            return 24 + 16 * j
+    else:
+        blob = head + b"".join(len(k).to_bytes(4, "little") + k for k in piece_keys)
+        offs = list(accumulate((4 + len(k) for k in piece_keys), initial=8))
+
+        def cut(j: int) -> int:
+            return offs[j + 1]
+    view = memoryview(blob)
+    digest = xxhash.xxh3_128_intdigest
+    return lambda j: digest(view[:cut(j)])
 
 
 def _cut(segs: list[np.ndarray], n: int) -> tuple[np.ndarray, ...]:

@@ -135,6 +135,7 @@ class Last:
     keys: list[bytes]
     piece_end: list[int]
     text_end: list[int]  # text units up to the end of each piece
+    char_end: list[int]  # characters up to the end of each piece (what the cache counts)
     tokens: np.ndarray
     lens: list[int]  # tokens per unit
 
@@ -152,6 +153,7 @@ class Planned:
     piece_end: list[int]  # for each input piece, the index after its last unit
     poisoned: bool = False  # some text spells a special token: tokenise this prompt directly
     text_end: list[int] = field(default_factory=list)
+    char_end: list[int] = field(default_factory=list)
     base: Last | None = None
     base_units: int = 0
     pieces: list[tuple[bool, str]] | None = None
@@ -186,6 +188,13 @@ class SegmentEncoder:
         # holding it here cost ~10 KB per request.
         self.pieces = BytesLRU(PIECE_CACHE_BYTES if piece_bytes is None else piece_bytes)
         self.last = BytesLRU(LAST_BYTES)  # conversation key -> Last (`plan`'s conv)
+        self.special_keys: dict[str, bytes] = {}
+
+    def _special_key(self, text: str) -> bytes:
+        """A special token's key: 16 bytes like every text unit's (the chain cache joins keys), never equal
+        to the key of text that spells it."""
+        k = self.special_keys[text] = xxhash.xxh3_128_digest(b"\x00special\x00" + text.encode("utf-8"))
+        return k
 
     def plan(self, pieces: list[tuple[bool, str]], conv: Hashable | None = None) -> Planned:
         """Units and memo keys of one prompt; text not seen before is queued for `run_pending`.
@@ -195,20 +204,22 @@ class SegmentEncoder:
         first), so a turn plans and assembles only what it adds to its history."""
         p = Planned([], [], [], pieces=pieces, conv=conv)
         start = self._resume(p, pieces) if conv is not None else 0
-        texts = p.text_end[-1] if start else 0
+        texts, chars = (p.text_end[-1], p.char_end[-1]) if start else (0, 0)
         for j in range(start, len(pieces)):
             special, text = pieces[j]
             before = len(p.units)
             if special:
                 p.units.append((True, text))
-                p.keys.append(text.encode("utf-8"))
+                p.keys.append(self.special_keys.get(text) or self._special_key(text))
             elif j == 0 and self.encode_first is not None:
                 self._plan_first(text, p)
             else:
                 self._plan_text(text, p)
             p.piece_end.append(len(p.units))
             texts += 0 if special else len(p.units) - before
+            chars += len(text)
             p.text_end.append(texts)
+            p.char_end.append(chars)
         return p
 
     def _resume(self, p: Planned, pieces: list[tuple[bool, str]]) -> int:
@@ -227,6 +238,7 @@ class SegmentEncoder:
         p.keys = last.keys[:u]
         p.piece_end = last.piece_end[:i]
         p.text_end = last.text_end[:i]
+        p.char_end = last.char_end[:i]
         self.stats.segments_seen += p.text_end[-1]
         self.stats.units_resumed += p.text_end[-1]
         return i
@@ -318,6 +330,6 @@ class SegmentEncoder:
             arrs.insert(0, p.base.tokens[:sum(lens[:u])])
         toks = np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.uint32)
         if p.conv is not None:
-            size = toks.nbytes + sum(len(t) for _, t in p.pieces) + LAST_UNIT * len(lens)
-            self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, toks, lens), size)
+            size = toks.nbytes + (p.char_end[-1] if p.char_end else 0) + LAST_UNIT * len(lens)
+            self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, p.char_end, toks, lens), size)
         return toks, lens
