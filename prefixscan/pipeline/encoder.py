@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -189,7 +189,11 @@ def rewrite_hashes(tok: Any, chains: ChainCache, block_size: int, items: list[tu
     consecutive parts, prompt tokens). Parts, because a rewritten conversation's turns share their history
     (`ChainCache.segments`), which is then held once. Requests that do not encode are left out."""
     out = []
-    for (rid, r, root), enc in zip(items, tok.encode_batch([r for _, r, _ in items]), strict=True):
+    # Under their own conversation keys, so that a conversation's rewrites and its real turns do not take
+    # each other's place in the tokenizer's conversation cache (each resumes from its own previous prompt).
+    recs = [replace(r, conversation_id="\x00rewrite\x00" + r.conversation_id) if r.conversation_id is not None
+            else r for _, r, _ in items]
+    for (rid, r, root), enc in zip(items, tok.encode_batch(recs), strict=True):
         toks = getattr(enc, "tokens", None)
         if toks is None or not len(toks):
             continue
