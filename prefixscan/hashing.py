@@ -153,9 +153,8 @@ class ChainCache:
 
     Multi-turn chats resend the whole history, so turn t+1 starts with exactly the segments (messages,
     tool blocks) of turn t. A key over the root and the segment keys so far identifies "the same tokens up
-    to here";
-    at a few boundaries per request (end of the system-and-tools head, end of the history) the chain's
-    block hashes are remembered, and a later request that shares those segments hashes only what follows.
+    to here"; at a few boundaries per request (end of the system-and-tools head, end of the history) the
+    chain's block hashes are remembered, and a later request that shares those segments hashes only what follows.
     The result is identical to `block_hashes` on the whole prompt (tests check it); only the work shrinks.
     """
 
