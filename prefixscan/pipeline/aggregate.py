@@ -7,6 +7,7 @@ steady state is a slice), so the aggregates hold a few columns of the log at mos
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,27 @@ def capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, block_s
 
         return capacity_curve(np.zeros(1, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64),
                               block_size, hit_rule, caps)
+    with writing(run_path):  # SHARDS when asked (--capacity-sample), or above the size threshold
+        return stream.capacity.finish(n_distinct, caps, sample=_sample(cfg, stream))
+
+
+def capacity_job(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int) -> Callable[[], pa.Table] | None:
+    """`capacity` as a function to call later, when the capacity input is held in memory (a one-chunk log
+    whose `WholeCapacity` did not switch to streaming): its arrays are taken now, and the function reads
+    no file and nothing of the stream, so it may run in another thread while the aggregates and findings
+    run. None when the input streams from spills (`capacity` then, alone: see `run._reuse`)."""
+    from prefixscan.reuse.capacity_whole import WholeCapacity
+
+    whole = stream.capacity
+    if not isinstance(whole, WholeCapacity) or not whole.held:
+        return None
+    return whole.take(n_distinct, list(cfg.capacities) if cfg.capacities else None, sample=_sample(cfg, stream))
+
+
+def _sample(cfg: AnalyzeConfig, stream: RequestStream) -> float | None:
     from prefixscan.reuse.capacity_sampled import auto_rate
 
-    with writing(run_path):  # SHARDS when asked (--capacity-sample), or above the size threshold
-        return stream.capacity.finish(n_distinct, caps, sample=auto_rate(cfg.capacity_sample,
-                                                                          stream.capacity.total_blocks))
+    return auto_rate(cfg.capacity_sample, stream.capacity.total_blocks)
 
 
 def read_columns(path: Path, names: list[str]) -> pl.DataFrame:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,9 @@ from prefixscan.privacy import resolve_tenant_key
 from prefixscan.schema import REJECTS_SCHEMA
 
 Progress = Callable[[int, int, int], None]
+# The capacity curve of a log held in memory runs in a background thread beside the aggregates and
+# findings (tests switch this off to compare with the sequential order).
+OVERLAP_CAPACITY = True
 
 
 @dataclass
@@ -81,7 +85,7 @@ class Reused:
     side: aggregate.SideStats  # the summary's other per-request statistics
     summaries: pl.DataFrame
     prefixes: pl.DataFrame
-    curve: pa.Table
+    curve: _Curve  # computed, or being computed in a background thread
     requests_path: Path  # the finished requests table (a temporary name inside the working directory)
     rows: int
     reuse: dict[str, Any]  # which reuse engine ran (the summary's `reuse`)
@@ -99,6 +103,61 @@ class _Clock:
         self.timings[f"{stage}_s"] = now - self.t
         self.timings[f"peak_rss_mib_{stage}"] = peak_rss_mib()
         self.t = now
+
+
+class _Curve:
+    """The capacity curve: computed already, or (`start`) being computed in a background thread.
+
+    The thread runs only compiled kernels that release the GIL (`nogil=True`, checked by
+    tests/test_capacity_overlap.py) and is the only code of the run that launches numba's parallel
+    kernels while it runs (OPT and the simulated pool sizes; nothing the aggregates or findings call is
+    parallel), so the threading layer never sees two launches at once. It is a daemon: an interrupt
+    aborts the run at once (the run directory removed as before) and the thread's result is dropped.
+    """
+
+    def __init__(self, table: pa.Table | None = None) -> None:
+        self._table, self._error = table, None
+        self._thread: threading.Thread | None = None
+        self.seconds = self.peak_mib = self.wait_s = 0.0
+        self.background = False
+
+    @classmethod
+    def start(cls, job: Callable[[], pa.Table], work: Path) -> _Curve:
+        curve = cls()
+        curve.background = True
+        curve._thread = threading.Thread(target=curve._run, args=(job, work), name="prefixscan-capacity",
+                                         daemon=True)
+        curve._thread.start()
+        return curve
+
+    def _run(self, job: Callable[[], pa.Table], work: Path) -> None:
+        t = time.perf_counter()
+        try:
+            with writing(work):
+                self._table = job()
+            memory.trim()
+        except BaseException as exc:  # noqa: BLE001 - raised again, as it is, by `result` in the run's thread
+            self._error = exc
+        self.seconds, self.peak_mib = time.perf_counter() - t, peak_rss_mib()
+
+    def result(self) -> pa.Table:
+        """The table, once the thread is done; what the thread raised, raised again."""
+        if self._thread is not None:
+            t = time.perf_counter()
+            self._thread.join()
+            self._thread, self.wait_s = None, time.perf_counter() - t
+        if self._error is not None:
+            raise self._error
+        return self._table  # type: ignore[return-value]
+
+    def settle(self, exc: BaseException) -> BaseException:
+        """What to raise when the run's own stages failed with `exc` while the curve was computed: the
+        curve's error if it fails too (the sequential order ran it first, so that is what it raised),
+        else `exc`. An interrupt (not an Exception) does not wait for the thread."""
+        if self._thread is not None and isinstance(exc, Exception):
+            self._thread.join()
+            self._thread = None
+        return self._error if self._thread is None and self._error is not None else exc
 
 
 def run_analysis(cfg: AnalyzeConfig, progress: Progress | None = None) -> AnalysisResult:
@@ -180,6 +239,7 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
     os.close(fd)
     spill = tempfile.mkdtemp(dir=work, prefix=".spill.")
     stream = _stream_class(cfg)(cfg, Path(tmp), spill, one_chunk=one_chunk)
+    curve = _Curve()  # not started yet
 
     def feed(batch: Batch) -> None:
         with writing(work):
@@ -199,20 +259,39 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
         memory.trim()
         clock.done("ingest")
         clock.done("reuse")  # reuse ran chunk by chunk inside the ingest
-        # The capacity curve first: its state then never shares the process with the aggregates' columns.
-        curve = aggregate.capacity(cfg, stream, n_distinct, ing.block_size, ing.hit_rule, work)
-        memory.trim()
-        clock.done("capacity")
+        curve = _capacity(cfg, stream, n_distinct, ing, work, clock)
         with writing(work):
             stream.out.wait()
         agg, side, summaries, prefixes = aggregate.aggregates(cfg, stream, Path(tmp))
         memory.trim()
         clock.done("aggregate")
-    except BaseException:
+    except BaseException as exc:
         _discard(stream, tmp, spill)
+        err = curve.settle(exc)
+        if err is not exc:
+            raise err from None
         raise
     _discard(stream, None, spill)
     return Reused(ing, agg, side, summaries, prefixes, curve, Path(tmp), stream.seq, stream.reuse_info)
+
+
+def _capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, ing: Ingested, work: Path,
+              clock: _Clock) -> _Curve:
+    """The capacity curve: in a background thread when its input is held in memory (a one-chunk log),
+    joined where the summary first needs it; otherwise computed now, before the aggregates.
+
+    A streamed log's capacity input is on disk and its passes hold O(distinct blocks) of state each; run
+    beside the aggregates' columns, the two peaks would add up and break the bound on memory that
+    streaming promises (issue 6's 2 GiB target on a 10M-request trace). So it runs alone, first. A log
+    held in memory already holds its whole capacity input; the overlap adds the kernels' working arrays
+    to the aggregates' columns (measured in docs/pipeline.md)."""
+    job = aggregate.capacity_job(cfg, stream, n_distinct) if OVERLAP_CAPACITY else None
+    if job is not None:
+        return _Curve.start(job, work)
+    curve = aggregate.capacity(cfg, stream, n_distinct, ing.block_size, ing.hit_rule, work)
+    memory.trim()
+    clock.done("capacity")
+    return _Curve(curve)
 
 
 def _stream_class(cfg: AnalyzeConfig) -> type[RequestStream]:
@@ -236,22 +315,24 @@ def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
 
 
 def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_path: Path | None) -> AnalysisResult:
-    """Findings, miss attribution, summary and the run directory of the reused log."""
+    """Findings and miss attribution (while the capacity curve may still be computed), then the summary
+    and the run directory of the reused log."""
     timings, ing = clock.timings, r.ing
-    # Findings (issue 3): finalise the detector the encode stage fed; counterfactual re-analysis.
-    fres = detect.findings(cfg, ing, r.agg, r.requests_path)
-    timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest
-    timings["peak_rss_mib_findings"] = peak_rss_mib()
+    try:
+        fres, attribution = _detect(cfg, r, timings)
+    except BaseException as exc:
+        err = r.curve.settle(exc)
+        if err is not exc:
+            raise err from None
+        raise
     rejects = pa.Table.from_pylist(ing.rejects, schema=REJECTS_SCHEMA)
+    curve = _joined(r.curve, timings)
     tables = Tables({"requests": OnDisk(r.requests_path, r.rows), "rejects": rejects,
-                     "summaries": r.summaries.to_arrow(), "prefixes": r.prefixes.to_arrow(), "capacity_curve": r.curve})
+                     "summaries": r.summaries.to_arrow(), "prefixes": r.prefixes.to_arrow(), "capacity_curve": curve})
     if fres is not None:
         tables.update(fres.tables())
-    t_att = time.perf_counter()
-    attribution = detect.misses(ing, cfg, r.requests_path, fres)
     tables["misses"] = attribution.table
-    timings["attribution_s"] = time.perf_counter() - t_att
-    summary = build_summary(cfg, ing, r.agg, r.summaries, r.prefixes, r.curve, r.side)
+    summary = build_summary(cfg, ing, r.agg, r.summaries, r.prefixes, curve, r.side)
     summary["miss_attribution"] = attribution.summary
     summary["reuse"] = r.reuse
     summary["notes"] += notes
@@ -265,3 +346,26 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
         write_run(run_path, cfg, ing, tables, summary)
         result.run_dir = str(run_path)
     return result
+
+
+def _detect(cfg: AnalyzeConfig, r: Reused, timings: dict[str, float]) -> tuple[Any, Any]:
+    """(findings, miss attribution) of the requests table."""
+    # Findings (issue 3): finalise the detector the encode stage fed; counterfactual re-analysis.
+    fres = detect.findings(cfg, r.ing, r.agg, r.requests_path)
+    timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest
+    timings["peak_rss_mib_findings"] = peak_rss_mib()
+    t_att = time.perf_counter()
+    attribution = detect.misses(r.ing, cfg, r.requests_path, fres)
+    timings["attribution_s"] = time.perf_counter() - t_att
+    return fres, attribution
+
+
+def _joined(curve: _Curve, timings: dict[str, float]) -> pa.Table:
+    """The capacity curve's table; computed in the background, its own seconds and the process's peak
+    when it ended go to the timings, with how long the summary waited for it."""
+    table = curve.result()
+    if curve.background:
+        timings["capacity_s"] = curve.seconds
+        timings["peak_rss_mib_capacity"] = curve.peak_mib
+        timings["capacity_wait_s"] = curve.wait_s
+    return table

@@ -57,7 +57,7 @@ class Prepared(NamedTuple):
     total_prompt_tokens: int
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _block_weights(offsets, prompt_tokens, block_size, vllm):  # pragma: no cover - compiled
     out = np.zeros(offsets[len(offsets) - 1], np.int64)
     for r in range(len(offsets) - 1):
@@ -390,7 +390,7 @@ def _opt_one(offsets, ids, weights, nk, n_distinct, cap, width):  # pragma: no c
     return st[3], st[4]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def _opt_many(offsets, ids, weights, nk, n_distinct, caps, width):  # pragma: no cover - compiled
     tok = np.zeros(len(caps), np.int64)
     blk = np.zeros(len(caps), np.int64)

@@ -79,7 +79,7 @@ def _ones(tree, m):  # pragma: no cover - compiled
         tree[i] = max(0, min(i, m) - (i - (i & -i)))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def splitmix64(x):  # pragma: no cover - compiled
     """splitmix64: a sampling key independent of how the keys were made (uint64 in, uint64 out)."""
     z = x
@@ -140,7 +140,7 @@ def _mg_shrink(keys, cnt, kk, cc):  # pragma: no cover - compiled
     return left
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def mg_chunk(ids, keys, cnt, st, k):  # pragma: no cover - compiled
     """Misra-Gries with k counters over one chunk of ids (st[0] = counters in use): afterwards every block
     referenced more than N/(k+1) times of N is a key. The table has at least 2k slots."""
@@ -162,7 +162,7 @@ def mg_chunk(ids, keys, cnt, st, k):  # pragma: no cover - compiled
     st[0] = used
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def count_chunk(ids, keys, cnt):  # pragma: no cover - compiled
     """Exact reference counts of the table's keys over one chunk."""
     mask = len(keys) - 1
@@ -172,7 +172,7 @@ def count_chunk(ids, keys, cnt):  # pragma: no cover - compiled
             cnt[q] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def build_table(blks, size):  # pragma: no cover - compiled
     """An open-addressed table of `blks` (distinct) with values 0..len-1 in their order; size a power of 2."""
     keys = np.full(size, EMPTY, np.int64)
@@ -184,7 +184,7 @@ def build_table(blks, size):  # pragma: no cover - compiled
     return keys, val
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def kept_distinct(n, ht_keys, ht_val, salts, threshold, out):  # pragma: no cover - compiled
     """out[s] = blocks below n that salt s keeps outside the hot set: what sizes its table and tree."""
     for blk in range(n):
@@ -196,7 +196,7 @@ def kept_distinct(n, ht_keys, ht_val, salts, threshold, out):  # pragma: no cove
                 out[s] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ideal_chunk(offsets, ids, weights, st):  # pragma: no cover - compiled
     """The infinite cache's hit tokens from dense ids in first-seen order, resumable (st = [seen, hit]): a
     block was seen before iff its id is below the distinct count before its request; a request hits its
@@ -369,7 +369,7 @@ def _touch(a, b, code, ids, st, relab, tree_h, last_h, lastg_h, h_sclk, trees, s
             s_g[s, q] = st[2]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sampled_chunk(offsets, ids, wts, unl_prev, ht_keys, ht_val, salts, threshold, inv_rate, width, st, relab,
                   tree_h, last_h, lastg_h, h_sclk, trees, sst, s_keys, s_last, s_g, hist_hot,
                   hist_smp):  # pragma: no cover - compiled

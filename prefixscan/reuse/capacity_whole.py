@@ -8,11 +8,13 @@ simulated pool sizes in parallel threads, no spill read or written), which give 
 value (`tests/test_capacity_stream.py` checks stream == in memory; `tests/test_capacity_whole.py` this
 class). Past `max_blocks` listed blocks it hands what it holds to a CapacityStream and streams from then
 on, so a large log analysed as one chunk (not in time order, or with no run directory) stays bounded.
+`take` is `finish` split in two (take the arrays now, compute later), which lets `analyze` compute the
+curve in a background thread beside the aggregates and findings (docs/pipeline.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -54,26 +56,46 @@ class WholeCapacity:
             while parts:
                 self._stream.add(*parts.pop(0))
 
+    @property
+    def held(self) -> bool:
+        """Whether the input is still held in memory (not handed to a stream, not finished): `take` works."""
+        return self._stream is None and not self._done
+
     def finish(self, n_distinct: int, capacities_tokens: Sequence[int] | None = None, opt: bool = True,
                sample: float | None = None) -> pa.Table:
         """`CapacityStream.finish`'s table (the sampled one too, with `sample` below 1)."""
         if self._done:
             raise RuntimeError("WholeCapacity.finish called twice or after close()")
+        if self._stream is None:
+            return self.take(n_distinct, capacities_tokens, opt, sample)()
         try:
-            if self._stream is not None:
-                return self._stream.finish(n_distinct, capacities_tokens, opt, sample)
+            return self._stream.finish(n_distinct, capacities_tokens, opt, sample)
+        finally:
+            self.close()
+
+    def take(self, n_distinct: int, capacities_tokens: Sequence[int] | None = None, opt: bool = True,
+             sample: float | None = None) -> Callable[[], pa.Table]:
+        """`finish` in two steps, so that the curve can be computed in another thread: the held arrays are
+        checked and taken now (this object is closed), and the function returned computes `finish`'s table
+        from them alone (no file, nothing of this object), whenever and wherever it is called."""
+        if not self.held:
+            raise RuntimeError("WholeCapacity.take needs the input held in memory (not streamed, not finished)")
+        try:
             offsets, ids, prompts = self._whole()
             if len(ids) and (n_distinct < 0 or int(ids.max()) >= n_distinct):
                 raise ValueError(f"n_distinct={n_distinct} but block id {int(ids.max())} was fed")
+        finally:
+            self.close()
+        n, block_size, rule = int(n_distinct), self.block_size, self.rule
+
+        def curve() -> pa.Table:
             if sample is not None and sample < 1.0:  # as CapacityStream._sampled, on the same arrays
                 from prefixscan.reuse.capacity_sampled import sampled_capacity_curve
 
-                return sampled_capacity_curve(offsets, ids, int(n_distinct), prompts, self.block_size, self.rule,
-                                              sample, capacities_tokens)
-            return capacity_curve(offsets, ids, prompts, self.block_size, self.rule, capacities_tokens, opt,
-                                  ids=(ids, int(n_distinct)))
-        finally:
-            self.close()
+                return sampled_capacity_curve(offsets, ids, n, prompts, block_size, rule, sample, capacities_tokens)
+            return capacity_curve(offsets, ids, prompts, block_size, rule, capacities_tokens, opt, ids=(ids, n))
+
+        return curve
 
     def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         parts, self._parts = self._parts, []

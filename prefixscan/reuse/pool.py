@@ -261,7 +261,7 @@ def _pool_one(offsets, ids, prompts, block_size, trace, n_distinct, n_blocks, lo
     return st[HIT_TOK], st[DUPS]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def _pool_many(offsets, ids, prompts, block_size, trace, n_distinct, caps, longest):  # pragma: no cover - compiled
     tok = np.zeros(len(caps), np.int64)
     dups = np.zeros(len(caps), np.int64)
