@@ -122,6 +122,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="mainpath-bench-"))
     try:
         before = Path(args.before_dir) if args.before_dir else revision_tree(args.base, work / "before")
+        if not (before / "prefixscan" / "__init__.py").is_file():  # else both runs would import this checkout
+            ap.error(f"--before-dir {before} holds no prefixscan/ package")
         trees: dict[str, Path | None] = {"before": before, "after": None}
         print(f"load average at start: {os.getloadavg()}; before = {args.base}, after = working tree")
         for name, tree in trees.items():  # each tree imports its own package
