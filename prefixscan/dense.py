@@ -15,7 +15,6 @@ MAX_LOAD = 0.7  # linear probing with a well-mixed hash stays short up to ~70% f
 GROWTH = 1.3  # small steps: the table is the largest per-block structure of a long log, and while it
 # grows the old and the new table are both alive
 MIN_SLOTS = 1 << 16
-JUMP_SLOTS = 1 << 22  # up to here (48 MiB) a table may grow at once to a chunk's projected need
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -94,23 +93,12 @@ class DenseTable:
     def nbytes(self) -> int:
         return self.keys.nbytes + self.vals.nbytes
 
-    def _grow(self, want: int = 0) -> None:
-        """Grow by GROWTH, or at once to `want` slots when that is more (a long chunk still to insert)."""
-        cap = max(int(len(self.keys) * GROWTH) + 1, int(want))
+    def _grow(self) -> None:
+        cap = int(len(self.keys) * GROWTH) + 1
         new_keys = np.zeros(cap, dtype=np.uint64)
         new_vals = np.full(cap, -1, dtype=np.int32)
         _rehash(self.keys, self.vals, new_keys, new_vals)
         self.keys, self.vals = new_keys, new_vals
-
-    def _projected(self, left: int, done: int, new: int) -> int:
-        """Slots for the distinct hashes expected by the end of this call: the rate of new hashes so far
-        applied to what is left (new hashes thin out along a log, so this errs high, never past one slot
-        per hash left). Growing there at once instead of by GROWTH steps saves the rehash passes of a
-        large first chunk (a one-chunk trace of 10M listed blocks took ~16 of them). Only below JUMP_SLOTS,
-        so an overestimate costs at most that much memory; larger tables grow by GROWTH."""
-        if done <= 0 or len(self.keys) >= JUMP_SLOTS:
-            return 0
-        return min(int((self.n + left * min(1.0, new / done)) / MAX_LOAD) + 1, JUMP_SLOTS)
 
     def ids(self, flat: np.ndarray, offsets: np.ndarray | None = None, salts: np.ndarray | None = None) -> np.ndarray:
         """Dense ids of `flat` (of `hash ^ salt of its CSR row` with offsets and salts), adding new hashes."""
@@ -120,8 +108,7 @@ class DenseTable:
             offsets, salts = np.zeros(1, np.int64), np.zeros(0, np.uint64)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         salts = np.ascontiguousarray(salts, dtype=np.uint64)
-        at = start = 0
-        n0 = self.n
+        at = 0
         while True:
             limit = int(len(self.keys) * MAX_LOAD)
             self.n, at = _insert(self.keys, self.vals, self.n, limit, flat, out, at, offsets, salts)
@@ -129,7 +116,7 @@ class DenseTable:
                 if self.n >= 2**31 - 1:
                     raise OverflowError("more than 2^31 distinct blocks")
                 return out
-            self._grow(self._projected(len(flat) - at, at - start, self.n - n0))
+            self._grow()
 
 
 def dense_ids(flat: np.ndarray, offsets: np.ndarray | None = None,
