@@ -227,8 +227,9 @@ def _prefix_keys(root: int, piece_keys: list[bytes]) -> Callable[[int], int]:
     (each prefixed by its length unless all are 16 bytes, so the join stays unambiguous). A request
     needs only a few of these (the remembered one it resumes from, its checkpoints), not one per piece."""
     head = root.to_bytes(8, "little")
-    blob = head + b"".join(piece_keys)
-    if len(blob) == 8 + 16 * len(piece_keys):
+    if set(map(len, piece_keys)) <= {16}:  # every key 16 bytes (the tokenizers' keys): cuts at 16-byte steps
+        blob = head + b"".join(piece_keys)
+
         def cut(j: int) -> int:
             return 24 + 16 * j
     else:
