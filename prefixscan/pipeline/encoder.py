@@ -19,7 +19,7 @@ import xxhash
 from prefixscan.config import AnalyzeConfig
 from prefixscan.hashing import BytesLRU, ChainCache, namespace_hash
 from prefixscan.io.shapes import Record, RecordError
-from prefixscan.render import content_text
+from prefixscan.tokenize.base import conversation_key
 from prefixscan.vllm_hash import RequestKeys, has_lora_path, hasher_for, request_keys
 
 POOL_MIN_BYTES = 64 << 20  # below this much input the workers' start-up (~1-2 s) costs more than they save
@@ -243,13 +243,7 @@ def pool_threads(cfg: AnalyzeConfig, processes: int) -> int:
 
 
 def pin_hash(r: Record) -> int:
-    """A 64-bit hash of what a record's conversation is pinned by: its conversation id, else the start of
-    its prompt (the turns of one conversation share it). Pinning keeps a conversation's segments and
-    chain in one process's caches."""
-    if r.conversation_id is not None:
-        key = f"c\0{r.tenant}\0{r.conversation_id}"
-    elif r.messages:
-        key = "m\0" + "\0".join(content_text(m.get("content"))[:512] for m in r.messages[:2])
-    else:
-        key = "p\0" + (r.prompt or "")[:1024]
-    return xxhash.xxh64_intdigest(key.encode("utf-8", "surrogatepass"))
+    """A 64-bit hash of what a record's conversation is pinned by (`tokenize.base.conversation_key`: its
+    conversation id, else the start of its prompt; the turns of one conversation share it). Pinning keeps
+    a conversation's segments and chain in one process's caches."""
+    return xxhash.xxh64_intdigest(conversation_key(r).encode("utf-8", "surrogatepass"))

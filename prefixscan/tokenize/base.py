@@ -11,6 +11,7 @@ import xxhash
 
 from prefixscan.hashing import BytesLRU
 from prefixscan.io.shapes import Record
+from prefixscan.render import content_text
 from prefixscan.tokenize.cuts import CutRule
 
 EMPTY = np.zeros(0, dtype=np.uint32)
@@ -118,13 +119,16 @@ def _replay(text: str, starts: bytes, blob: bytes, units: list[tuple[bool, str]]
     return len(cuts) - 1
 
 
-def conversation_key(r: Record) -> Hashable:
-    """What finds a record's previous turn in the conversation cache: its conversation id, else the start
-    of its first two messages. Only speed depends on it: what is taken from the previous prompt is
-    checked piece by piece (`SegmentEncoder.plan`)."""
+def conversation_key(r: Record) -> str:
+    """What a record's conversation is known by: its conversation id (with its tenant), else the start of
+    its first two messages, else of its prompt. The encode pool pins a conversation to one process by it
+    (`pipeline.encoder.pin_hash`) and the conversation cache finds a turn's previous prompt by it; only
+    speed depends on it (what is taken from the previous prompt is checked piece by piece, `plan`)."""
     if r.conversation_id is not None:
-        return ("c", r.tenant, r.conversation_id)
-    return ("m", r.tenant, *(str(m.get("content"))[:256] for m in (r.messages or [])[:2]))
+        return f"c\0{r.tenant}\0{r.conversation_id}"
+    if r.messages:
+        return "m\0" + "\0".join(content_text(m.get("content"))[:512] for m in r.messages[:2])
+    return "p\0" + (r.prompt or "")[:1024]
 
 
 @dataclass
