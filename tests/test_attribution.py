@@ -295,3 +295,74 @@ def test_report_shows_why_requests_miss(tmp_path) -> None:
                        ("eviction", "lost_eviction_tokens")):
         row = next(x for x in section.splitlines() if x.startswith(f"| {label}"))
         assert row.rstrip(" |").endswith(f"{w[key]:,}"), row
+
+
+def _requests(reqs) -> pa.Table:
+    """A requests table (the attribution's columns and block hashes) from (blocks, replica, model, cut,
+    credited) tuples; replica and model may be None, engine values only where cut >= 0."""
+    hashes = [_chain(b) for b, *_ in reqs]
+    prompt = [len(h) * B + 5 for h in hashes]
+    return pa.table({
+        "seq": list(range(len(reqs))), "request_id": [f"q{i}" for i in range(len(reqs))],
+        "model": [None if m is None else f"m{m}" for _, _, m, _, _ in reqs],
+        "replica": [None if r is None else f"r{r}" for _, r, _, _, _ in reqs], "prompt_tokens": prompt,
+        "cached_tokens": [0] * len(reqs),
+        "actual_cached_tokens": [None if r[3] < 0 else max(n - B * (1 + r[3]), 0)
+                                 for n, r in zip(prompt, reqs, strict=True)],
+        "block_hashes": pa.array(hashes, pa.list_(pa.uint64()))})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 2), min_size=1, max_size=5), st.one_of(st.none(), st.integers(0, 2)),
+                          st.one_of(st.none(), st.integers(0, 1)), st.integers(-1, 3), st.integers(0, 4)),
+                max_size=30),
+       st.integers(1, 7), st.booleans(), st.booleans())
+def test_row_groups_give_the_table_of_one_group(tmp_path_factory, reqs, group, granular, mismatch) -> None:
+    """The run attributes the requests file one row group at a time and writes each group as it comes:
+    the same rows, totals and file bytes as the whole table at once, with replicas, engine values,
+    models (some mismatched), credited findings and every pass switched on or off."""
+    import types
+
+    import pyarrow.parquet as pq
+
+    from prefixscan.detect.attribution import attribute_table
+    from prefixscan.io import rundir
+    from prefixscan.pipeline import detect
+
+    table = _requests(reqs)
+    tmp = tmp_path_factory.mktemp("groups")
+    path = tmp / "requests.parquet"
+    pq.write_table(table, path, row_group_size=group)
+    findings = [types.SimpleNamespace(rank=k, request_ids=[f"q{i}" for i, r in enumerate(reqs) if r[4] % 3 == k]
+                                      + ["absent"], request_gains=[r[4] * B for r in reqs if r[4] % 3 == k] + [B])
+                for k in (1, 2)]
+    whole = attribute_table(table, B, "vllm", findings, granular, mismatch)
+    ing = types.SimpleNamespace(block_size=B, hit_rule="vllm", prompt_check=types.SimpleNamespace(
+        compared=len(reqs) if mismatch else 0, differ=len(reqs)))
+    cfg = types.SimpleNamespace(granularity="block" if granular else "token")
+    on_disk, summary = detect.misses(ing, cfg, path, types.SimpleNamespace(findings=findings), tmp / "m.tmp")
+    assert summary == whole.summary and on_disk.num_rows == len(reqs)
+    rundir.write_parquet(whole.table, tmp / "whole.parquet")
+    assert (tmp / "m.tmp").read_bytes() == (tmp / "whole.parquet").read_bytes()
+
+
+def test_streamed_misses_file_is_cut_like_one_written_at_once(tmp_path, monkeypatch) -> None:
+    """More rows than a row group (made small here): the streamed file has the whole table's groups and bytes."""
+    import types
+
+    from prefixscan.detect.attribution import attribute_table
+    from prefixscan.io import rundir
+    from prefixscan.pipeline import detect
+
+    monkeypatch.setattr(rundir, "ROW_GROUP_SIZE", 4)
+    import pyarrow.parquet as pq
+
+    reqs = [([i % 3, i % 2], i % 3, 0, i % 4 - 1, i) for i in range(23)]
+
+    pq.write_table(_requests(reqs), tmp_path / "requests.parquet", row_group_size=5)
+    ing = types.SimpleNamespace(block_size=B, hit_rule="vllm", prompt_check=types.SimpleNamespace(compared=0, differ=0))
+    cfg = types.SimpleNamespace(granularity="block")
+    on_disk, _ = detect.misses(ing, cfg, tmp_path / "requests.parquet", None, tmp_path / "m.tmp")
+    rundir.write_parquet(attribute_table(_requests(reqs), B, "vllm", []).table, tmp_path / "whole.parquet")
+    assert pq.ParquetFile(on_disk.path).num_row_groups == 6
+    assert on_disk.path.read_bytes() == (tmp_path / "whole.parquet").read_bytes()

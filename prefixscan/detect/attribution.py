@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from prefixscan.reuse.ideal import IdealStream, hit_tokens_array, scope_salts
@@ -53,6 +54,7 @@ MISSES_SCHEMA = pa.schema([
 ])
 
 Chunks = Iterable[tuple[np.ndarray, np.ndarray]]  # (local CSR offsets, block hashes), in row order
+COLUMNS = ["seq", "request_id", "model", "replica", "prompt_tokens", "cached_tokens", "actual_cached_tokens"]
 
 
 @dataclass
@@ -63,127 +65,38 @@ class Attribution:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def breaker_credit(findings: list[Any], request_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens a request gains once every finding is fixed, rank of the finding with the largest gain or
-    -1) per request, from the findings' per-request gains."""
-    at = {r: i for i, r in enumerate(request_ids)}
-    gain = np.zeros(len(request_ids), np.int64)
-    best = np.zeros(len(request_ids), np.int64)
-    rank = np.full(len(request_ids), -1, np.int64)
-    for f in findings:
-        for rid, g in zip(f.request_ids, f.request_gains or [0] * len(f.request_ids), strict=True):
-            i = at.get(rid)
-            if i is None:
-                continue
-            gain[i] += g
-            if g > best[i]:
-                best[i], rank[i] = g, f.rank
-    return np.maximum(gain, 0), rank
+class _Source:
+    """The requests table's columns and block hashes, one row group at a time: a Parquet file's groups,
+    or a table in memory as one group. Each pass reads only the columns it needs, so memory stays at a
+    row group's columns (a 10M-request trace's seven columns at once were ~3 GB)."""
 
+    def __init__(self, requests: pa.Table | pl.DataFrame | str, chunks: Chunks | None = None) -> None:
+        self.requests, self.chunks = requests, chunks
+        self.file = pq.ParquetFile(requests) if isinstance(requests, str) else None
 
-def _lcp_blocks(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    neq = np.nonzero(a[:n] != b[:n])[0]
-    return int(neq[0]) if len(neq) else n
+    def groups(self, columns: list[str]) -> Iterator[pl.DataFrame]:
+        if self.file is not None:
+            for g in range(self.file.num_row_groups):
+                yield pl.from_arrow(self.file.read_row_group(g, columns=columns))  # type: ignore[misc]
+        elif isinstance(self.requests, pl.DataFrame):
+            yield self.requests.select(columns)
+        else:
+            yield pl.from_arrow(self.requests.select(columns))  # type: ignore[misc]
 
+    def has_blocks(self) -> bool:
+        return self.chunks is not None or not isinstance(self.requests, pl.DataFrame)
 
-def replica_pass(req: pl.DataFrame, chunks: Chunks, block_size: int, rule: str
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ideal I, same-replica ideal R, hit on the previous request of the same replica P) per request.
-
-    One ideal pass with the replica as the scope (the scope salt), plus, per request, the common block
-    prefix with the last request the same replica served (kept per replica: a handful of arrays)."""
-    n = req.height
-    prompt = req["prompt_tokens"].to_numpy().astype(np.int64)
-    reps = req["replica"].to_list()
-    salts = scope_salts(reps)
-    ideal, same, prev_hit = (np.zeros(n, np.int64) for _ in range(3))
-    stream = IdealStream()
-    last: dict[str | None, np.ndarray] = {}
-    at = 0
-    for offsets, flat in chunks:
-        m = len(offsets) - 1
-        res, _ = stream.add(offsets, flat, prompt[at:at + m], block_size, rule, salts[at:at + m],
-                            np.zeros(m, np.uint64))
-        ideal[at:at + m] = res.cached_tokens
-        same[at:at + m] = res.tenant_cached_tokens
-        k_prev = np.zeros(m, np.int64)
-        for i in range(m):
-            h = flat[offsets[i]:offsets[i + 1]]
-            r = reps[at + i]
-            if r is not None and r in last:
-                k_prev[i] = _lcp_blocks(h, last[r])
-            last[r] = h
-        prev_hit[at:at + m] = hit_tokens_array(k_prev, prompt[at:at + m], block_size, rule)
-        at += m
-    stream.release()
-    if at != n:
-        raise ValueError(f"the block chunks cover {at} requests, the table has {n}")
-    return ideal, same, prev_hit
-
-
-def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: str,
-              findings: list[Any], block_granular: bool = True, tokenizer_mismatch: bool = False) -> Attribution:
-    """The misses table of a finished analysis. `req`: seq, request_id, model, replica, prompt_tokens,
-    cached_tokens (block-granular), actual_cached_tokens, in analysis order; `chunks`: every request's
-    block hashes (read only when the log names replicas, has engine values, or `cached_tokens` is not
-    block-granular, i.e. `--granularity token`). `tokenizer_mismatch`: the log's own prompt token counts
-    disagree with prefixscan's (ingest's check): every shortfall is then unexplained."""
-    n = req.height
-    if findings:
-        gain, rank = breaker_credit(findings, req["request_id"].to_list())
-    else:  # no finding credits anyone: no per-request Python strings (a 10M-request trace's ids)
-        gain, rank = np.zeros(n, np.int64), np.full(n, -1, np.int64)
-    # One distinct value says nothing about routing (a gateway often logs its one upstream URL): as absent.
-    has_replica = n > 0 and req["replica"].drop_nulls().n_unique() >= 2
-    if (has_replica or not block_granular or req["actual_cached_tokens"].null_count() < n) and chunks is not None:
-        ideal, same, prev_hit = replica_pass(req, chunks, block_size, rule)  # block-granular I as well
-        if not has_replica:
-            same = ideal
-    else:
-        ideal = req["cached_tokens"].to_numpy().astype(np.int64)
-        same, prev_hit = ideal, np.zeros(n, np.int64)
-    actual_s = req["actual_cached_tokens"]
-    has_a = actual_s.is_not_null().to_numpy()
-    actual = actual_s.fill_null(0).to_numpy().astype(np.int64)
-    gap = same - actual
-    excess = np.maximum(-gap, 0)
-    mismatch = _mismatched(req["model"], has_a, excess > 0) | tokenizer_mismatch
-    short = np.maximum(gap, 0)
-    if has_replica:
-        unexplained = np.where(mismatch, short, np.clip(np.minimum(prev_hit, same) - actual, 0, None))
-    else:
-        unexplained = short
-    eviction = short - unexplained
-
-    def opt(values: np.ndarray, valid: np.ndarray) -> pa.Array:
-        return pa.array(values, type=pa.int64(), mask=~valid)
-
-    every = np.ones(n, np.bool_)
-    rep_ok = every if has_replica else ~every
-    table = pa.table({
-        "seq": pa.array(req["seq"].to_numpy(), pa.int64()),
-        "request_id": req["request_id"].to_arrow().cast(pa.string()),
-        "replica": req["replica"].to_arrow().cast(pa.string()),
-        "prompt_tokens": pa.array(req["prompt_tokens"].to_numpy(), pa.int64()),
-        "counterfactual_cached_tokens": pa.array(ideal + gain, pa.int64()),
-        "ideal_cached_tokens": pa.array(ideal, pa.int64()),
-        "replica_cached_tokens": opt(same, rep_ok),
-        "actual_cached_tokens": opt(actual, has_a),
-        "lost_breaker_tokens": pa.array(gain, pa.int64()),
-        "breaker_rank": opt(rank, rank >= 0),
-        "lost_routing_tokens": opt(ideal - same, rep_ok),
-        "lost_eviction_tokens": opt(eviction, has_a & rep_ok),
-        "lost_unexplained_tokens": opt(unexplained, has_a),
-        "engine_excess_tokens": opt(excess, has_a),
-    }, schema=MISSES_SCHEMA)
-    return Attribution(table, _summary(req, has_replica, ideal, same, actual, has_a, gain, eviction,
-                                       unexplained, excess, mismatch))
-
-
-COLUMNS = ["seq", "request_id", "model", "replica", "prompt_tokens", "cached_tokens", "actual_cached_tokens"]
+    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(local CSR offsets, hashes) per group: given chunks (a frame in memory) are joined into one."""
+        if self.chunks is None:
+            yield from table_chunks(self.requests)  # type: ignore[arg-type]
+            return
+        offs, flats, base = [np.zeros(1, np.int64)], [], 0
+        for offsets, flat in self.chunks:
+            offs.append(np.asarray(offsets[1:], np.int64) + base)
+            flats.append(np.asarray(flat, np.uint64))
+            base += int(offsets[-1])
+        yield np.concatenate(offs), np.concatenate(flats) if flats else np.zeros(0, np.uint64)
 
 
 def table_chunks(requests: pa.Table | str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -200,54 +113,272 @@ def table_chunks(requests: pa.Table | str) -> Iterator[tuple[np.ndarray, np.ndar
         yield offsets - offsets[0], lists.values.to_numpy()[offsets[0]:offsets[-1]]
 
 
+class _Credit:
+    """Per request id: the tokens it gains once every finding is fixed, and the rank of the finding with
+    the largest gain (-1 if none). Held for the findings' requests only, looked up one group at a time."""
+
+    def __init__(self, findings: list[Any]) -> None:
+        gain: dict[str, int] = {}
+        best: dict[str, tuple[int, int]] = {}
+        for f in findings:
+            for rid, g in zip(f.request_ids, f.request_gains or [0] * len(f.request_ids), strict=True):
+                gain[rid] = gain.get(rid, 0) + g
+                if g > best.get(rid, (0, -1))[0]:
+                    best[rid] = (g, f.rank)
+        self.ids = pa.array(list(gain), pa.string())
+        self.gain = np.maximum(np.fromiter(gain.values(), np.int64, len(gain)), 0)
+        self.rank = np.array([best.get(r, (0, -1))[1] for r in gain], np.int64)
+
+    def of(self, request_id: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+        n = len(request_id)
+        if not len(self.ids):  # no finding credits anyone: no per-request strings (a 10M-request trace's ids)
+            return np.zeros(n, np.int64), np.full(n, -1, np.int64)
+        at = pc.index_in(request_id.to_arrow().cast(pa.string()), value_set=self.ids)
+        found = at.is_valid().to_numpy(zero_copy_only=False)
+        idx = at.fill_null(0).to_numpy(zero_copy_only=False)
+        return np.where(found, self.gain[idx], 0), np.where(found, self.rank[idx], -1)
+
+
+def _lcp_blocks(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    neq = np.nonzero(a[:n] != b[:n])[0]
+    return int(neq[0]) if len(neq) else n
+
+
+def replica_pass(src: _Source, n: int, block_size: int, rule: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ideal I, same-replica ideal R, hit on the previous request of the same replica P) per request.
+
+    One ideal pass with the replica as the scope (the scope salt), plus, per request, the common block
+    prefix with the last request the same replica served (kept per replica: a handful of arrays). Reads
+    one row group at a time; the three results are held for the whole log (24 bytes a request), since the
+    model mismatch check needs every R before any row is final."""
+    ideal, same, prev_hit = (np.zeros(n, np.int64) for _ in range(3))
+    stream = IdealStream()
+    last: dict[str | None, np.ndarray] = {}
+    at = 0
+    for g, (offsets, flat) in zip(src.groups(["prompt_tokens", "replica"]), src.blocks(), strict=True):
+        m = len(offsets) - 1
+        if m != g.height:
+            raise ValueError(f"a block chunk covers {m} requests, its row group has {g.height}")
+        prompt, reps = g["prompt_tokens"].to_numpy().astype(np.int64), g["replica"].to_list()
+        res, _ = stream.add(offsets, flat, prompt, block_size, rule, scope_salts(reps), np.zeros(m, np.uint64))
+        ideal[at:at + m] = res.cached_tokens
+        same[at:at + m] = res.tenant_cached_tokens
+        k_prev = np.zeros(m, np.int64)
+        for i in range(m):
+            h = flat[offsets[i]:offsets[i + 1]]
+            r = reps[i]
+            if r is not None and r in last:
+                k_prev[i] = _lcp_blocks(h, last[r])
+            last[r] = h.copy()  # not a view: the group's hashes are dropped after it
+        prev_hit[at:at + m] = hit_tokens_array(k_prev, prompt, block_size, rule)
+        at += m
+    stream.release()
+    if at != n:
+        raise ValueError(f"the block chunks cover {at} requests, the table has {n}")
+    return ideal, same, prev_hit
+
+
+@dataclass
+class _Scope:
+    """What the whole log decides before any row: its size, its distinct replicas, engine values at all."""
+
+    n: int = 0
+    replicas: set[str] = field(default_factory=set)
+    with_actual: int = 0
+
+    @property
+    def has_replica(self) -> bool:
+        # One distinct value says nothing about routing (a gateway often logs its one upstream URL): as absent.
+        return len(self.replicas) >= 2
+
+
+def _scope(src: _Source) -> _Scope:
+    s = _Scope()
+    for g in src.groups(["replica", "actual_cached_tokens"]):
+        s.n += g.height
+        s.replicas.update(g["replica"].drop_nulls().unique().to_list())
+        s.with_actual += g.height - g["actual_cached_tokens"].null_count()
+    return s
+
+
+class _Groups:
+    """Per row group: the hits I, R, P (from the replica pass, or I = R = the table's block-granular
+    `cached_tokens`, P = 0) beside the group's columns."""
+
+    def __init__(self, src: _Source, scope: _Scope, block_size: int, rule: str, block_granular: bool) -> None:
+        self.src = src
+        need = scope.has_replica or not block_granular or scope.with_actual > 0
+        self.passed = replica_pass(src, scope.n, block_size, rule) if need and src.has_blocks() else None
+        self.has_replica = scope.has_replica
+
+    def __call__(self, columns: list[str]) -> Iterator[tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray]]:
+        at = 0
+        cols = columns if self.passed is not None else sorted({*columns, "cached_tokens"}, key=COLUMNS.index)
+        for g in self.src.groups(cols):
+            m = g.height
+            if self.passed is None:
+                ideal = g["cached_tokens"].to_numpy().astype(np.int64)
+                yield g, ideal, ideal, np.zeros(m, np.int64)
+            else:
+                ideal, same, prev = (a[at:at + m] for a in self.passed)
+                yield g, ideal, same if self.has_replica else ideal, prev
+            at += m
+
+
+def attribute_groups(requests: pa.Table | str, block_size: int, rule: str, findings: list[Any],
+                     block_granular: bool = True, tokenizer_mismatch: bool = False
+                     ) -> tuple[Iterator[pa.Table], Totals]:
+    """(the misses table of a requests table in memory or a Parquet file, one row group at a time; its
+    totals, complete once the groups are consumed). Memory stays at a row group's columns, plus the replica
+    pass's seen blocks and results when it runs.
+
+    Three passes over the row groups before the rows: the log's replicas and engine values, the replica
+    pass (only when the log names replicas, has engine values, or `cached_tokens` is not block-granular,
+    i.e. `--granularity token`), and the models whose engine values exceed R (only with engine values)."""
+    return _groups(_Source(requests), block_size, rule, findings, block_granular, tokenizer_mismatch)
+
+
+def _groups(src: _Source, block_size: int, rule: str, findings: list[Any], block_granular: bool,
+            tokenizer_mismatch: bool) -> tuple[Iterator[pa.Table], Totals]:
+    scope = _scope(src)
+    hits = _Groups(src, scope, block_size, rule, block_granular)
+    mismatched = _mismatched(hits) if scope.with_actual else set()
+    totals = Totals(scope, tokenizer_mismatch)
+
+    def tables() -> Iterator[pa.Table]:
+        credit = _Credit(findings)
+        for g, ideal, same, prev in hits(["seq", "request_id", "model", "replica", "prompt_tokens",
+                                          "actual_cached_tokens"]):
+            gain, rank = credit.of(g["request_id"])
+            mismatch = (g["model"].fill_null("").is_in(list(mismatched)).to_numpy() if mismatched
+                        else np.zeros(g.height, np.bool_)) | tokenizer_mismatch
+            yield _rows(g, ideal, same, prev, gain, rank, mismatch, scope.has_replica, totals)
+
+    return tables(), totals
+
+
+def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: str,
+              findings: list[Any], block_granular: bool = True, tokenizer_mismatch: bool = False) -> Attribution:
+    """The misses table of a finished analysis held in memory. `req`: the COLUMNS, in analysis order;
+    `chunks`: every request's block hashes (read only when needed, see `attribute_groups`).
+    `tokenizer_mismatch`: the log's own prompt token counts disagree with prefixscan's (ingest's check):
+    every shortfall is then unexplained."""
+    return _whole(_Source(req, chunks), block_size, rule, findings, block_granular, tokenizer_mismatch)
+
+
 def attribute_table(requests: pa.Table | str, block_size: int, rule: str, findings: list[Any],
                     block_granular: bool = True, tokenizer_mismatch: bool = False) -> Attribution:
-    """`attribute` over a requests table (REQUESTS_SCHEMA) in memory or a Parquet file."""
-    t = requests.select(COLUMNS) if isinstance(requests, pa.Table) else pq.read_table(requests, columns=COLUMNS)
-    return attribute(pl.from_arrow(t), table_chunks(requests), block_size, rule, findings,  # type: ignore[arg-type]
-                     block_granular, tokenizer_mismatch)
+    """`attribute` over a requests table (REQUESTS_SCHEMA) in memory or a Parquet file, as one table (the
+    run writes `attribute_groups`' groups instead)."""
+    return _whole(_Source(requests), block_size, rule, findings, block_granular, tokenizer_mismatch)
 
 
-def _mismatched(model: pl.Series, has_a: np.ndarray, over: np.ndarray) -> np.ndarray:
-    """Per request: whether its model's engine values exceed the same-replica ideal on at least
-    MISMATCH_SHARE of its requests with an engine value (the engine tokenises or templates differently)."""
-    out = np.zeros(len(has_a), np.bool_)
-    if not has_a.any():
-        return out
-    models = model.fill_null("").to_numpy()
-    for m in np.unique(models[has_a]):
-        sel = models == m
-        with_a = sel & has_a
-        if over[with_a].sum() >= MISMATCH_SHARE * with_a.sum():
-            out |= sel
-    return out
+def _whole(src: _Source, block_size: int, rule: str, findings: list[Any], block_granular: bool,
+           tokenizer_mismatch: bool) -> Attribution:
+    groups, totals = _groups(src, block_size, rule, findings, block_granular, tokenizer_mismatch)
+    parts = list(groups)
+    table = pa.concat_tables(parts) if parts else MISSES_SCHEMA.empty_table()
+    return Attribution(table, totals.summary())
 
 
-def _summary(req: pl.DataFrame, has_replica: bool, ideal: np.ndarray, same: np.ndarray, actual: np.ndarray,
-             has_a: np.ndarray, gain: np.ndarray, eviction: np.ndarray, unexplained: np.ndarray,
-             excess: np.ndarray, mismatch: np.ndarray) -> dict[str, Any]:
-    """Totals over every request (breaker, routing) and over the requests with an engine value (all four:
-    there they add up to counterfactual - actual + excess)."""
-    a = has_a
-    out: dict[str, Any] = {
-        "replica_field": bool(has_replica),
-        "replicas": int(req["replica"].drop_nulls().n_unique()) if has_replica else 0,
-        "ideal_cached_tokens": int(ideal.sum()),
-        "counterfactual_cached_tokens": int((ideal + gain).sum()),
-        "lost_breaker_tokens": int(gain.sum()),
-        "lost_routing_tokens": int((ideal - same).sum()) if has_replica else None,
-        "requests_with_actual": int(a.sum()),
-        "tokenizer_mismatch": bool(mismatch.all()) if len(mismatch) else False,
-    }
-    if a.any():
-        out["with_actual"] = {
-            "counterfactual_cached_tokens": int((ideal + gain)[a].sum()),
-            "actual_cached_tokens": int(actual[a].sum()),
-            "lost_breaker_tokens": int(gain[a].sum()),
-            "lost_routing_tokens": int((ideal - same)[a].sum()) if has_replica else None,
-            "lost_eviction_tokens": int(eviction[a].sum()) if has_replica else None,
-            "lost_unexplained_tokens": int(unexplained[a].sum()),
-            "engine_excess_tokens": int(excess[a].sum()),
-            "requests_mismatched_model": int((mismatch & a).sum()),
+def _rows(g: pl.DataFrame, ideal: np.ndarray, same: np.ndarray, prev_hit: np.ndarray, gain: np.ndarray,
+          rank: np.ndarray, mismatch: np.ndarray, has_replica: bool, totals: Totals) -> pa.Table:
+    """One row group of the misses table (and its share of the totals)."""
+    actual_s = g["actual_cached_tokens"]
+    has_a = actual_s.is_not_null().to_numpy()
+    actual = actual_s.fill_null(0).to_numpy().astype(np.int64)
+    gap = same - actual
+    excess = np.maximum(-gap, 0)
+    short = np.maximum(gap, 0)
+    if has_replica:
+        unexplained = np.where(mismatch, short, np.clip(np.minimum(prev_hit, same) - actual, 0, None))
+    else:
+        unexplained = short
+    eviction = short - unexplained
+    totals.add(ideal, same, actual, has_a, gain, eviction, unexplained, excess, mismatch)
+
+    def opt(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+        return pa.array(values, type=pa.int64(), mask=~valid)
+
+    every = np.ones(g.height, np.bool_)
+    rep_ok = every if has_replica else ~every
+    return pa.table({
+        "seq": pa.array(g["seq"].to_numpy(), pa.int64()),
+        "request_id": g["request_id"].to_arrow().cast(pa.string()),
+        "replica": g["replica"].to_arrow().cast(pa.string()),
+        "prompt_tokens": pa.array(g["prompt_tokens"].to_numpy(), pa.int64()),
+        "counterfactual_cached_tokens": pa.array(ideal + gain, pa.int64()),
+        "ideal_cached_tokens": pa.array(ideal, pa.int64()),
+        "replica_cached_tokens": opt(same, rep_ok),
+        "actual_cached_tokens": opt(actual, has_a),
+        "lost_breaker_tokens": pa.array(gain, pa.int64()),
+        "breaker_rank": opt(rank, rank >= 0),
+        "lost_routing_tokens": opt(ideal - same, rep_ok),
+        "lost_eviction_tokens": opt(eviction, has_a & rep_ok),
+        "lost_unexplained_tokens": opt(unexplained, has_a),
+        "engine_excess_tokens": opt(excess, has_a),
+    }, schema=MISSES_SCHEMA)
+
+
+def _mismatched(hits: _Groups) -> set[str]:
+    """The models (null as "") whose engine values exceed the same-replica ideal on at least MISMATCH_SHARE
+    of their requests with an engine value (the engine tokenises or templates differently)."""
+    with_a: dict[str, int] = {}
+    over: dict[str, int] = {}
+    for g, _, same, _ in hits(["model", "actual_cached_tokens"]):
+        a = g["actual_cached_tokens"]
+        counted = pl.DataFrame({"model": g["model"].fill_null(""), "has_a": a.is_not_null(),
+                                "over": a.fill_null(0).to_numpy() > same})
+        per = counted.filter("has_a").group_by("model").agg(pl.len(), pl.col("over").sum())
+        for m, k, o in per.iter_rows():
+            with_a[m], over[m] = with_a.get(m, 0) + k, over.get(m, 0) + o
+    return {m for m, k in with_a.items() if over[m] >= MISMATCH_SHARE * k}
+
+
+class Totals:
+    """The summary's `miss_attribution`, summed one row group at a time: over every request (breaker,
+    routing) and over the requests with an engine value (all four: there they add up to counterfactual -
+    actual + excess)."""
+
+    SUMS = ("counterfactual_cached_tokens", "actual_cached_tokens", "lost_breaker_tokens", "lost_routing_tokens",
+            "lost_eviction_tokens", "lost_unexplained_tokens", "engine_excess_tokens", "requests_mismatched_model")
+
+    def __init__(self, scope: _Scope, tokenizer_mismatch: bool) -> None:
+        self.scope = scope
+        self.ideal = self.gain = self.routing = self.with_actual = 0
+        self.all_mismatched = True
+        self.actual = dict.fromkeys(self.SUMS, 0)
+
+    def add(self, ideal: np.ndarray, same: np.ndarray, actual: np.ndarray, a: np.ndarray, gain: np.ndarray,
+            eviction: np.ndarray, unexplained: np.ndarray, excess: np.ndarray, mismatch: np.ndarray) -> None:
+        self.ideal += int(ideal.sum())
+        self.gain += int(gain.sum())
+        self.routing += int((ideal - same).sum())
+        self.with_actual += int(a.sum())
+        self.all_mismatched &= bool(mismatch.all())
+        parts = (ideal + gain, actual, gain, ideal - same, eviction, unexplained, excess, mismatch)
+        for key, values in zip(self.SUMS, parts, strict=True):
+            self.actual[key] += int(values[a].sum())
+
+    def summary(self) -> dict[str, Any]:
+        """The totals; call once every group has been consumed."""
+        rep = self.scope.has_replica
+        out: dict[str, Any] = {
+            "replica_field": rep,
+            "replicas": len(self.scope.replicas) if rep else 0,
+            "ideal_cached_tokens": self.ideal,
+            "counterfactual_cached_tokens": self.ideal + self.gain,
+            "lost_breaker_tokens": self.gain,
+            "lost_routing_tokens": self.routing if rep else None,
+            "requests_with_actual": self.with_actual,
+            "tokenizer_mismatch": self.all_mismatched if self.scope.n else False,
         }
-    return out
+        if self.with_actual:
+            w = dict(self.actual)
+            for key in ("lost_routing_tokens", "lost_eviction_tokens"):
+                w[key] = w[key] if rep else None
+            out["with_actual"] = w
+        return out

@@ -90,6 +90,11 @@ class Reused:
     rows: int
     reuse: dict[str, Any]  # which reuse engine ran (the summary's `reuse`)
 
+    @property
+    def misses_path(self) -> Path:
+        """Where the detect stage writes the misses table, beside the requests table, until the run takes it."""
+        return self.requests_path.with_name(self.requests_path.name.replace(".requests.", ".misses.", 1))
+
 
 class _Clock:
     """Seconds and peak RSS per stage (the summary's `timings`)."""
@@ -203,8 +208,9 @@ def _in_workdir(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, run_pa
     scratch = None if run_path is not None else Path(tempfile.mkdtemp(prefix="prefixscan-"))
     try:
         result = _analyse(cfg, sources, chunked, run_path or scratch, run_path, progress)  # type: ignore[arg-type]
-        if scratch is not None:  # the requests table leaves the scratch directory in memory
-            result.tables["requests"]  # noqa: B018 - Tables reads it on access
+        if scratch is not None:  # the tables on disk (requests, misses) leave the scratch directory in memory
+            for name in [n for n, t in dict.items(result.tables) if isinstance(t, OnDisk)]:
+                result.tables[name]  # noqa: B018 - Tables reads it on access
         return result
     finally:
         if scratch is not None:
@@ -224,9 +230,10 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, work: Pat
     try:
         return _finish(cfg, reused, clock, notes, run_path)
     except BaseException:
-        # The requests table is still a temporary file in the run directory: leave none behind
+        # The requests and misses tables are still temporary files in the run directory: leave none behind
         # (a directory with stray files and no manifest would refuse a later --force).
         reused.requests_path.unlink(missing_ok=True)
+        reused.misses_path.unlink(missing_ok=True)
         raise
 
 
@@ -331,9 +338,9 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
                      "summaries": r.summaries.to_arrow(), "prefixes": r.prefixes.to_arrow(), "capacity_curve": curve})
     if fres is not None:
         tables.update(fres.tables())
-    tables["misses"] = attribution.table
+    tables["misses"], summary_misses = attribution
     summary = build_summary(cfg, ing, r.agg, r.summaries, r.prefixes, curve, r.side)
-    summary["miss_attribution"] = attribution.summary
+    summary["miss_attribution"] = summary_misses
     summary["reuse"] = r.reuse
     summary["notes"] += notes
     if fres is not None:
@@ -355,7 +362,7 @@ def _detect(cfg: AnalyzeConfig, r: Reused, timings: dict[str, float]) -> tuple[A
     timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest
     timings["peak_rss_mib_findings"] = peak_rss_mib()
     t_att = time.perf_counter()
-    attribution = detect.misses(r.ing, cfg, r.requests_path, fres)
+    attribution = detect.misses(r.ing, cfg, r.requests_path, fres, r.misses_path)
     timings["attribution_s"] = time.perf_counter() - t_att
     return fres, attribution
 

@@ -33,16 +33,18 @@ from prefixscan.schema import REQUESTS_SCHEMA
 
 
 class RowGroups:
-    """requests.parquet written group by group, with the settings and group cuts of `rundir.write_table`
-    (`rundir.group_ends`), so a streamed file has the bytes of one written at once.
+    """requests.parquet (or, given its schema, another table: misses.parquet) written group by group, with
+    the settings and group cuts of `rundir.write_table` (`rundir.group_ends`; a table without block hashes
+    passes zeros as their counts), so a streamed file has the bytes of one written at once.
 
     Groups are compressed and written by one background thread, in order (the Parquet writer releases the
     GIL): the reuse stage goes on with the next chunk, and the last groups are written while the capacity
     curve is computed. `close(wait=False)` hands the end of the file to that thread; `wait()` returns once
     the file is complete (and raises what the writes raised)."""
 
-    def __init__(self, path: Path, target: Path) -> None:
+    def __init__(self, path: Path, target: Path, schema: pa.Schema = REQUESTS_SCHEMA) -> None:
         self.path, self.target = path, target  # the file written, and the name errors give (the run's table)
+        self.schema = schema
         self.parts: list[pa.Table] = []
         self.lengths: list[np.ndarray] = []
         self.writer: pq.ParquetWriter | None = None
@@ -52,6 +54,8 @@ class RowGroups:
 
     def write(self, table: pa.Table, lengths: np.ndarray) -> None:
         """Buffer rows (with their block counts); write every group that can no longer grow."""
+        if not table.num_rows:
+            return
         self.parts.append(table)
         self.lengths.append(np.asarray(lengths, dtype=np.int64))
         ends = rundir.group_ends(np.concatenate(self.lengths))
@@ -67,7 +71,7 @@ class RowGroups:
             if self.writer is None:
                 # through a Python file, so a full disk or file-size limit arrives with its errno
                 self.file = open(self.path, "wb")  # noqa: SIM115 - closed in close() or _discard
-                self.writer = pq.ParquetWriter(self.file, REQUESTS_SCHEMA, **rundir.parquet_options(REQUESTS_SCHEMA))
+                self.writer = pq.ParquetWriter(self.file, self.schema, **rundir.parquet_options(self.schema))
         except OSError as exc:
             raise env_error(exc, self.target) from None
         start, groups = 0, []
@@ -110,7 +114,7 @@ class RowGroups:
             self.writer.close()
             self.file.close()
         else:  # no rows: the same empty file a table written at once has
-            rundir.write_parquet(REQUESTS_SCHEMA.empty_table(), self.path)
+            rundir.write_parquet(self.schema.empty_table(), self.path)
 
     def wait(self) -> None:
         """Block until every write handed to the thread is done; the thread then ends."""
