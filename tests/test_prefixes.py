@@ -125,3 +125,23 @@ def test_top_prefix_hashes_equals_a_dict_ranking(rows: list, top: int) -> None:
     want = sorted(sums, key=lambda h: (-sums[h], h))[:top]
     got = top_prefix_hashes(np.array([h for h, _ in rows], np.uint64), np.array([t for _, t in rows], np.int64), top)
     assert got.tolist() == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 12), st.sampled_from([0, 16, 32, 48]), st.integers(0, 2)),
+                min_size=1, max_size=80), st.integers(1, 9), st.integers(1, 20))
+def test_prefixes_grouped_in_parts_equal_one_group_by(rows, part_rows, k) -> None:
+    """Many hit rows are grouped in parts by prefix hash (bounded memory): the same table, any part size,
+    with one prefix's rows far beyond a part."""
+    import prefixscan.reuse.prefixes as prefixes
+
+    req, deepest = _requests(rows + [(5, 32, 1)] * 12)
+    snippets = [f"text {i}" for i in range(req.height)]
+    whole = prefixes_table(req, deepest, snippets, top=k)
+    saved = prefixes.PART_ROWS
+    prefixes.PART_ROWS = part_rows
+    try:
+        parted = prefixes_table(req, deepest, snippets, top=k)
+    finally:
+        prefixes.PART_ROWS = saved
+    assert parted.equals(whole)

@@ -83,25 +83,7 @@ def aggregate_prefixes(df: pl.DataFrame, first_ids: Callable[[np.ndarray], list[
     text all hits share); without it no text is shown unless `include_text`."""
     if df.height == 0:
         return _empty()
-    g = (
-        (df if df["seq"].is_sorted() else df.sort("seq"))
-        .group_by("prefix_hash")
-        .agg(
-            pl.col("cached_tokens").max().alias("prefix_tokens"),
-            pl.len().alias("hits"),
-            pl.col("cached_tokens").sum().alias("tokens_saved"),
-            pl.col("tenant").n_unique().alias("tenants"),
-            (pl.col("cached_tokens") > pl.col("tenant_cached_tokens")).sum().alias("cross_tenant_hits"),
-            pl.col("arrival_s").min().alias("first_hit_s"),
-            pl.col("arrival_s").max().alias("last_hit_s"),
-            pl.col("arrival_s").diff().median().alias("median_reuse_gap_s"),
-            pl.col("seq").first().alias("_first"),
-            sharer_key().drop_nulls().n_unique().alias("_sharers"),
-        )
-        .sort(["tokens_saved", "prefix_hash"], descending=[True, False])
-        .head(top)
-        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("rank"))
-    )
+    g = _ranked(df if df["seq"].is_sorted() else df.sort("seq"), top)
     first = g["_first"].to_numpy()
     if include_text:
         shown = [(s or "")[:SNIPPET_CHARS] for s in first_snippets(first)]
@@ -114,6 +96,46 @@ def aggregate_prefixes(df: pl.DataFrame, first_ids: Callable[[np.ndarray], list[
     return g.select("rank", "prefix_hash", "prefix_tokens", "hits", "tokens_saved", "tenants",
                     "cross_tenant_hits", "first_hit_s", "last_hit_s", "median_reuse_gap_s",
                     "first_hit_request_id", "snippet")
+
+
+PART_ROWS = 1 << 20  # hit rows grouped at once: the group-by's working memory is a few times its rows'
+
+
+def _ranked(df: pl.DataFrame, top: int) -> pl.DataFrame:
+    """The `top` prefixes' aggregates, ranked. Over more than PART_ROWS rows the prefixes are grouped in
+    parts (by prefix hash modulo the number of parts; a filter keeps the rows' order): every prefix's
+    rows fall in one part, so its aggregates are those of one group-by over all rows, and the top of the
+    union of each part's top is the top. On a 10M-request trace (5.7M hit rows) one group-by took the
+    run's peak from ~1.3 to ~2.1 GB."""
+    parts = -(-df.height // PART_ROWS)
+    if parts > 1:
+        g = pl.concat([_top(_grouped(df.filter(pl.col("prefix_hash") % parts == j)), top) for j in range(parts)])
+    else:
+        g = _grouped(df)
+    return _top(g, top).with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("rank"))
+
+
+def _top(g: pl.DataFrame, top: int) -> pl.DataFrame:
+    return g.sort(["tokens_saved", "prefix_hash"], descending=[True, False]).head(top)
+
+
+def _grouped(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per prefix hash: its aggregates over its hit rows (in seq order)."""
+    return (
+        df.group_by("prefix_hash")
+        .agg(
+            pl.col("cached_tokens").max().alias("prefix_tokens"),
+            pl.len().alias("hits"),
+            pl.col("cached_tokens").sum().alias("tokens_saved"),
+            pl.col("tenant").n_unique().alias("tenants"),
+            (pl.col("cached_tokens") > pl.col("tenant_cached_tokens")).sum().alias("cross_tenant_hits"),
+            pl.col("arrival_s").min().alias("first_hit_s"),
+            pl.col("arrival_s").max().alias("last_hit_s"),
+            pl.col("arrival_s").diff().median().alias("median_reuse_gap_s"),
+            pl.col("seq").first().alias("_first"),
+            sharer_key().drop_nulls().n_unique().alias("_sharers"),
+        )
+    )
 
 
 def _shown(text: str | None, sharers: int, tokens: int, prefix_hash: int, k: int) -> str:
