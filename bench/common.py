@@ -265,6 +265,20 @@ def cached(path: Path, params: dict[str, Any], make: Any) -> Path:
     return path
 
 
+def head_lines(src: Path, n: int, dst: Path) -> Path:
+    """The first `n` lines of `src` in `dst` (made once per source, count and size)."""
+    stamp, want = dst.with_name(dst.name + ".n"), f"{rel(src)}:{n}:{src.stat().st_size}"
+    if dst.exists() and stamp.exists() and stamp.read_text() == want:
+        return dst
+    with open(src, "rb") as f, open(dst, "wb") as g:
+        for i, line in enumerate(f):
+            if i >= n:
+                break
+            g.write(line)
+    stamp.write_text(want)
+    return dst
+
+
 def synth(path: Path, *, requests: int, seed: int, fmt: str = "jsonl", scenario: str = "chat",
           extra: list[str] | None = None, log: Path | None = None) -> Path:
     """A `prefixscan synth` output, generated once per parameter set with a fixed seed."""

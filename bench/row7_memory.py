@@ -18,8 +18,7 @@ import inputs
 import orjson
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from common import OUT, RowResult, analyze_cmd, human_bytes, measure_rss_cached, rel
-from row1_tokenize import head_lines
+from common import OUT, RowResult, analyze_cmd, head_lines, human_bytes, measure_rss_cached, rel
 
 LIMIT_KIB = 2 * 1024 * 1024
 GUARD_KIB = 12 * 1024 * 1024  # stop a run above 12 GiB: the machine is shared (24 GiB) and the target is 2 GiB

@@ -40,3 +40,13 @@ def test_naive_loop_and_floor_agree_with_analyze(tmp_path: Path) -> None:
     assert floor["requests"] == 80
     # The floor leaves out the chat markup (a few tokens per message) and tokenises tails on their own.
     assert 0.9 * uncached <= floor["tokens_tokenised"] <= 1.05 * uncached
+
+
+def test_every_bench_row_module_imports() -> None:
+    """`make bench` imports a row's module only when the row runs: a broken import (row 7 lost a helper
+    once) shows here instead of an hour into a full run."""
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    rows = sorted(p.stem for p in bench.glob("row*.py"))
+    code = "import importlib, sys; sys.path.insert(0, sys.argv[1]); [importlib.import_module(m) for m in sys.argv[2:]]"
+    out = subprocess.run([sys.executable, "-c", code, str(bench), *rows], capture_output=True, text=True)
+    assert len(rows) >= 9 and out.returncode == 0, out.stderr[-2000:]
