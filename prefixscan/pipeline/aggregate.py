@@ -162,8 +162,9 @@ def _prefixes(cfg: AnalyzeConfig, path: Path, hits: pl.DataFrame, deepest: np.nd
     def own_snippets(seqs: np.ndarray) -> list[str]:
         return text.take(pa.array(seqs)).to_pylist() if text is not None else [""] * len(seqs)
 
+    # No text at all (a hashed trace): every snippet is empty, with no pass over the hit rows to find so.
     return aggregate_prefixes(df, first_ids, first_snippets, include_text=cfg.include_text,
-                              own_snippets=own_snippets, k=cfg.snippet_k)
+                              own_snippets=own_snippets if text is not None else None, k=cfg.snippet_k)
 
 
 def _rows(path: Path, rows: np.ndarray, columns: list[str]) -> pl.DataFrame:
