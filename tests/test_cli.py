@@ -72,6 +72,34 @@ def test_python_dash_m_and_version() -> None:
     assert r.stdout.strip() == "0.1.0"
 
 
+def test_console_script_ends_like_python_dash_m(tmp_path, chat_log) -> None:
+    """The `prefixscan` command ends its process without the interpreter's teardown (`cli.app.console`):
+    the same stdout, stderr, exit codes and run directory as `python -m prefixscan`, which exits normally."""
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("prefixscan")
+    if not script.exists():
+        pytest.skip("the console script is not installed beside this interpreter")
+    bad = write_jsonl(tmp_path / "bad.jsonl", ["{bad"])
+    for args in (["--version"], ["analyze", str(tmp_path / "missing.jsonl")], ["analyze", str(bad), "--strict"],
+                 ["analyze", str(chat_log), "--field", "nonsense"], ["analyze", str(chat_log), "-o", "RUN"]):
+        runs = []
+        a, b = tmp_path / "run_a", tmp_path / "run_b"
+        for cmd, run in (([str(script)], a), ([sys.executable, "-m", "prefixscan"], b)):
+            argv = [str(run) if a == "RUN" else a for a in args]
+            r = subprocess.run([*cmd, *argv], capture_output=True, text=True, cwd=tmp_path)
+            out, err = (x.replace(str(run), "RUN").replace("python -m prefixscan", "prefixscan")
+                        for x in (r.stdout, r.stderr))
+            runs.append((r.returncode, out, err))
+        assert runs[0] == runs[1], args
+    assert runs[0][0] == 0 and "hit rate" in runs[0][1]
+    for name in ("requests", "misses", "prefixes"):
+        assert (a / f"{name}.parquet").read_bytes() == (b / f"{name}.parquet").read_bytes()
+    closed = subprocess.run(f"'{script}' analyze '{chat_log}' | head -c 1", shell=True, capture_output=True,
+                            text=True, cwd=tmp_path)
+    assert "Traceback" not in closed.stderr
+
+
 def test_python_api_mirrors_the_commands(tmp_path, chat_log) -> None:
     """analyze -> simulate -> estimate -> write_report from Python, as the README shows."""
     import prefixscan

@@ -122,6 +122,37 @@ def command_named(args: list[str]) -> str | None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """The CLI (`python -m prefixscan`): parse, run the command, exit as Python does."""
     name = command_named(sys.argv[1:])
     (full_app() if name is None else build_app(name))()
+
+
+def console() -> None:
+    """The `prefixscan` command: `main`, then end the process without tearing the interpreter down.
+
+    Freeing a finished run's objects one by one (tokenizer memos, caches, frames, modules) took 0.4-0.5 s
+    after a 12k-request chat log or a 1M-request trace, against a run of ~9 s. By then every file the
+    command writes is closed and renamed into place, and its worker processes and threads have ended; the
+    shortcut is taken only when this is the last thread, after stdout and stderr are flushed, with the
+    command's exit code. `python -m prefixscan` (profilers, coverage) exits normally."""
+    import logging
+    import os
+    import threading
+
+    code: Any = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    if threading.active_count() > 1:
+        sys.exit(code)
+    if code is not None and not isinstance(code, int):  # what SystemExit does with a message
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`): nothing more can be written anyway
+            pass
+    os._exit(code or 0)
