@@ -133,8 +133,8 @@ def console() -> None:
     Freeing a finished run's objects one by one (tokenizer memos, caches, frames, modules) took 0.4-0.5 s
     after a 12k-request chat log or a 1M-request trace, against a run of ~9 s. By then every file the
     command writes is closed and renamed into place, and its worker processes and threads have ended; the
-    shortcut is taken only when this is the last thread, after stdout and stderr are flushed, with the
-    command's exit code. `python -m prefixscan` (profilers, coverage) exits normally."""
+    shortcut is taken only when no other thread or child process is left, after stdout and stderr are
+    flushed, with the command's exit code. `python -m prefixscan` (profilers, coverage) exits normally."""
     import logging
     import os
     import threading
@@ -144,8 +144,8 @@ def console() -> None:
         main()
     except SystemExit as exc:
         code = exc.code
-    if threading.active_count() > 1:
-        sys.exit(code)
+    if threading.active_count() > 1 or ("multiprocessing" in sys.modules and _children()):
+        sys.exit(code)  # something still runs beside the command: the interpreter's own exit joins it
     if code is not None and not isinstance(code, int):  # what SystemExit does with a message
         print(code, file=sys.stderr)
         code = 1
@@ -156,3 +156,9 @@ def console() -> None:
         except (OSError, ValueError):  # a closed pipe (`| head`): nothing more can be written anyway
             pass
     os._exit(code or 0)
+
+
+def _children() -> bool:
+    import multiprocessing
+
+    return bool(multiprocessing.active_children())
