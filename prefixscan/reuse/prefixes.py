@@ -57,7 +57,10 @@ def top_prefix_hashes(prefix_hash: np.ndarray, cached_tokens: np.ndarray, top: i
     hash group-by: millions of distinct prefixes then cost a few arrays of 8 bytes per hit."""
     if len(prefix_hash) == 0:
         return np.zeros(0, np.uint64)
-    order = np.argsort(prefix_hash)  # not stable: a group's sum does not depend on its rows' order
+    # Stable (timsort) rather than introsort: the hit rows of a trace repeat few prefixes, in runs (8.6M
+    # rows of the 10M trace: 1.09 s vs 2.57 s); on distinct keys it is 1.4x slower (1.56 vs 1.09 s). The
+    # order within a prefix does not matter: a sum does not depend on it.
+    order = np.argsort(prefix_hash, kind="stable")
     keys = prefix_hash[order]
     starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
     sums = np.add.reduceat(np.asarray(cached_tokens, dtype=np.int64)[order], starts)
