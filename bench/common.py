@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,8 +266,9 @@ def cached(path: Path, params: dict[str, Any], make: Any) -> Path:
     return path
 
 
-def head_lines(src: Path, n: int, dst: Path) -> Path:
-    """The first `n` lines of `src` in `dst` (made once per source, count and size)."""
+def head_lines(src: Path, n: int, dst: Path, transform: Callable[[bytes], bytes] | None = None) -> Path:
+    """The first `n` lines of `src` in `dst`, each through `transform` if given (made once per source,
+    count and size)."""
     stamp, want = dst.with_name(dst.name + ".n"), f"{rel(src)}:{n}:{src.stat().st_size}"
     if dst.exists() and stamp.exists() and stamp.read_text() == want:
         return dst
@@ -274,7 +276,7 @@ def head_lines(src: Path, n: int, dst: Path) -> Path:
         for i, line in enumerate(f):
             if i >= n:
                 break
-            g.write(line)
+            g.write(transform(line) if transform is not None else line)
     stamp.write_text(want)
     return dst
 

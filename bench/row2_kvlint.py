@@ -17,7 +17,7 @@ import inputs
 import orjson
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from common import OUT, PEERS_BIN, RowResult, analyze_cmd, fmt_s, human_bytes, measure_rss, median, rel
+from common import OUT, PEERS_BIN, RowResult, analyze_cmd, fmt_s, head_lines, human_bytes, measure_rss, median, rel
 
 # kvlint needs ~1.5 GiB per 1,000 of these requests: 10,000 (~15 GiB) is the largest prefix of the log that
 # fits this 24 GiB machine with room to spare, and the longer run amortises both tools' start-up alike.
@@ -25,21 +25,15 @@ KVLINT_N = {"small": 1_000, "full": 10_000}
 
 
 def numeric_copy(src: Path, n: int, dst: Path) -> Path:
-    stamp = dst.with_name(dst.name + ".n")
-    want = f"{rel(src)}:{n}:{src.stat().st_size}"
-    if dst.exists() and stamp.exists() and stamp.read_text() == want:
-        return dst
-    with open(src, "rb") as f, open(dst, "wb") as g:
-        for i, line in enumerate(f):
-            if i >= n:
-                break
-            o = orjson.loads(line)
-            ts = o.get("timestamp")
-            if isinstance(ts, str):
-                o["timestamp"] = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-            g.write(orjson.dumps(o) + b"\n")
-    stamp.write_text(want)
-    return dst
+    """The first `n` records of `src` with ISO timestamps as epoch seconds (kvlint reads numbers)."""
+    def numeric(line: bytes) -> bytes:
+        o = orjson.loads(line)
+        ts = o.get("timestamp")
+        if isinstance(ts, str):
+            o["timestamp"] = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+        return orjson.dumps(o) + b"\n"
+
+    return head_lines(src, n, dst, numeric)
 
 
 def run_row(scale: str, repeats: int, lg: Path) -> RowResult:
