@@ -164,6 +164,29 @@ def test_a_failed_force_run_keeps_the_old_run(tmp_path: Path, monkeypatch: pytes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_a_full_disk_while_the_misses_table_is_written_keeps_the_old_run(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The misses table is written group by group during the detect stage, before the run directory is
+    assembled: a failed write there names the run, keeps the old one and leaves no temporary file."""
+    out = tmp_path / "run"
+    run_analysis(AnalyzeConfig(inputs=(SAMPLE,), output=str(out), quiet=True))
+    old = (out / "manifest.json").read_bytes()
+    write_group = rundir.write_group
+
+    def full_for_misses(writer: object, rows: object) -> None:
+        if "lost_breaker_tokens" in rows.column_names:  # type: ignore[attr-defined]
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write_group(writer, rows)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rundir, "write_group", full_for_misses)
+    with pytest.raises(EnvError, match="no space left on the device") as err:
+        run_analysis(AnalyzeConfig(inputs=(SAMPLE,), output=str(out), force=True, quiet=True))
+    assert str(out / "misses.parquet") in str(err.value) and ".tmp" not in str(err.value)
+    assert (out / "manifest.json").read_bytes() == old
+    _assert_complete(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 def _limited(args: list[str], max_bytes: int) -> subprocess.CompletedProcess:
     """The CLI with files limited to `max_bytes` (RLIMIT_FSIZE): a write beyond it fails with EFBIG, as on a
     full disk, through every layer (Python, pyarrow, DuckDB) and without root."""
