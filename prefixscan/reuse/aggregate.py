@@ -95,8 +95,10 @@ def group_summary(df: pl.DataFrame, key: str) -> pl.DataFrame:
     if values.null_count() and NONE_KEY not in names:
         names.append(NONE_KEY)
     index = {k: i for i, k in enumerate(names)}
-    codes = (values.fill_null(NONE_KEY).replace_strict(index, return_dtype=pl.Int32).to_numpy() if len(values)
-             else np.zeros(0, np.int32))
+    if values.null_count() == len(values):  # every request "(none)" (a trace's tenant): no strings to map
+        codes = np.zeros(len(values), np.int32)
+    else:
+        codes = values.fill_null(NONE_KEY).replace_strict(index, return_dtype=pl.Int32).to_numpy()
     ints, means = _sums(df, codes, len(names))
     g = pl.DataFrame({
         "_key": pl.Series(names, dtype=pl.String), "requests": ints[:, 0], "prompt_tokens": ints[:, 1],
