@@ -366,3 +366,17 @@ def test_streamed_misses_file_is_cut_like_one_written_at_once(tmp_path, monkeypa
     rundir.write_parquet(attribute_table(_requests(reqs), B, "vllm", []).table, tmp_path / "whole.parquet")
     assert pq.ParquetFile(on_disk.path).num_row_groups == 6
     assert on_disk.path.read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+
+
+def test_result_tables_on_disk_are_read_when_iterated(tmp_path) -> None:
+    """The requests and misses tables stay on disk until asked for, by name or by iterating the result."""
+    import pyarrow.parquet as pq
+
+    from tests.conftest import ROOT
+
+    run = tmp_path / "run"
+    r = prefixscan.analyze(str(ROOT / "sample_logs" / "mooncake_small.jsonl"), output=str(run))
+    items = dict(r.tables.items())
+    assert all(isinstance(t, pa.Table) for t in items.values()) and len(r.tables.values()) == len(items)
+    assert items["misses"].equals(pq.read_table(run / "misses.parquet")) and items["misses"].num_rows == 2000
+    assert r.tables.get("absent") is None and r.tables.get("requests").num_rows == 2000

@@ -65,8 +65,9 @@ def analyze(*inputs: str, output: str | None = None, **options: Any) -> Analysis
 
 
 class Tables(dict):
-    """The result's tables by name; the requests table is read from its Parquet file on first access
-    (it is the size of the log)."""
+    """The result's tables by name; the requests and misses tables are read from their Parquet files on
+    first access (they are the size of the log). The pipeline itself uses `dict.items(tables)`, which
+    leaves them on disk."""
 
     def __getitem__(self, name: str) -> pa.Table:
         t = super().__getitem__(name)
@@ -74,6 +75,15 @@ class Tables(dict):
             t = pq.read_table(t.path)
             self[name] = t
         return t
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def values(self) -> list[pa.Table]:  # type: ignore[override]
+        return [self[name] for name in self]
+
+    def items(self) -> list[tuple[str, pa.Table]]:  # type: ignore[override]
+        return [(name, self[name]) for name in self]
 
 
 @dataclass
