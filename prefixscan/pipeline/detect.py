@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.pipeline.aggregate import actual_rows, read_columns
@@ -25,17 +24,10 @@ def findings_input(path: Path, ing: Ingested) -> tuple[pl.DataFrame, Iterator[tu
     if ing.detector is not None and ing.detector.fed:
         req = read_columns(path, ["seq", "request_id", "tenant", "conversation_id", "user", "prompt_tokens",
                                   "cached_tokens", "actual_cached_tokens", "predicted_minus_actual"])
-        return req, _block_groups(path)
+        from prefixscan.detect.attribution import table_chunks
+
+        return req, table_chunks(str(path))  # one row group at a time
     return actual_rows(path), iter(())
-
-
-def _block_groups(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(local CSR offsets, hashes) of the requests table, one row group at a time."""
-    pf = pq.ParquetFile(path)
-    for g in range(pf.num_row_groups):
-        lists = pf.read_row_group(g, columns=["block_hashes"]).column(0).combine_chunks()
-        offsets = lists.offsets.to_numpy().astype(np.int64)
-        yield offsets - offsets[0], lists.values.to_numpy()[offsets[0]:offsets[-1]]
 
 
 def findings(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, path: Path) -> Any:
