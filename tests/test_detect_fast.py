@@ -207,16 +207,16 @@ def test_counterfactual_with_nothing_rewritten_is_the_baseline(tmp_path) -> None
     from pathlib import Path
 
     import prefixscan
+    from prefixscan.detect.attribution import table_chunks
     from prefixscan.detect.counterfactual import run_counterfactual
     from prefixscan.pipeline.aggregate import read_columns
-    from prefixscan.pipeline.detect import _block_groups
 
     log = tmp_path / "mix.jsonl"
     write(SynthConfig(requests=300, seed=9, tenants=3, breakers=()), str(log))
     prefixscan.analyze(str(log), output=str(tmp_path / "run"))
     path = Path(tmp_path / "run" / "requests.parquet")
     req = read_columns(path, ["request_id", "tenant", "prompt_tokens", "cached_tokens"])
-    full = run_counterfactual(req, _block_groups(path), 16, "vllm", {}, {}, skip_unchanged=False)
-    quick = run_counterfactual(req, _block_groups(path), 16, "vllm", {}, {})
+    full = run_counterfactual(req, table_chunks(str(path)), 16, "vllm", {}, {}, skip_unchanged=False)
+    quick = run_counterfactual(req, table_chunks(str(path)), 16, "vllm", {}, {})
     assert full.cached_after == full.cached_before > 0
     assert (quick.to_json(), quick.credit) == (full.to_json(), full.credit)
