@@ -30,7 +30,13 @@ from prefixscan.pipeline.encoder import (
     shared_chain_cache,
 )
 
-INITIAL_SHARE = 0.0
+# Before the pool has measured anything, this process's own CPU per record (reading, columns, detector,
+# reuse) is taken as PRIOR_MAIN_COST times a worker's per record encoded (fresh 12k chat log, default
+# tokenizer, 2026-12-02: ~0.15 ms against ~0.25 ms). Conversations stay where their first turn went, so a
+# share started at 0 left every early conversation's later turns with the workers while this process
+# waited for them (0.7 s of a 3.3 s ingest); `_adapt` takes over from the first job collected.
+PRIOR_MAIN_COST = 0.6
+INITIAL_SHARE: float | None = None  # None: the balance at PRIOR_MAIN_COST (tests hold a share still)
 SHARE_STEP = 0.05  # how fast this process's share of the encoding adapts (per job collected; 0: held)
 MAX_SHARE = 0.9
 SHARE_STEPS = 1 << 16
@@ -52,6 +58,15 @@ class _Job:
     local_pos: list[int]
     local: list[Any]
     local_done: list[Any] | None = None
+
+
+def balance_share(e: float, m: float, workers: int) -> float:
+    """The share of records this process should encode so that it ends with the workers: with m its own
+    CPU seconds per record and e a worker's per record encoded, m + s*e = (1 - s)*e/W at
+    s = (e - W*m) / (e*(W + 1)); none below 0, at most MAX_SHARE."""
+    if e <= 0:
+        return 0.0
+    return min(MAX_SHARE, max(0.0, (e - workers * m) / (e * (workers + 1))))
 
 
 class EncodePool:
@@ -77,7 +92,8 @@ class EncodePool:
         self._receivers = [Receiver() for _ in range(workers)]
         self._packers = [Packer() for _ in range(workers)]
         self._local_rewrites = shared_chain_cache(share, cfg)
-        self.share = INITIAL_SHARE  # fraction of new conversations encoded here (adapted in `collect`)
+        # the fraction of new conversations encoded here (adapted in `collect`)
+        self.share = balance_share(1.0, PRIOR_MAIN_COST, workers) if INITIAL_SHARE is None else INITIAL_SHARE
         self._owners: dict[int, int] = {}  # pin hash -> the process its conversation was given to
         self.local_items = 0
         self.closed = False
@@ -174,16 +190,14 @@ class EncodePool:
         return job.kind, out
 
     def _adapt(self) -> None:
-        """Move the share (by at most SHARE_STEP) towards the balance of the cost model: with m this
-        process's own CPU seconds per record and e a worker's per record encoded, this process's time
-        m + s*e equals a worker's (1 - s)*e/W at s = (e - W*m) / (e*(W + 1)); none below 0."""
+        """Move the share (by at most SHARE_STEP) towards the balance of the cost model (`balance_share`),
+        with the CPU seconds per record measured so far."""
         if not self._enc_n or not self._items:
             return
         e = self._enc_s / self._enc_n
         own = time.process_time() - self._t0 - self._local_s  # waiting takes no CPU
         m = own / self._items
-        w = self.workers
-        target = min(MAX_SHARE, max(0.0, (e - w * m) / (e * (w + 1)))) if e > 0 else 0.0
+        target = balance_share(e, m, self.workers)
         self.share += max(-SHARE_STEP, min(SHARE_STEP, target - self.share))
 
     def close(self) -> tuple[Identity | None, list[dict[str, Any]]]:
