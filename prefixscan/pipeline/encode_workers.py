@@ -143,7 +143,7 @@ PARENT_POLL_S = 0.5
 def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, outq: Any,
            parent_pid: int | None = None) -> None:
     """A worker's loop: encode batches until told to close, then report identity, counters, peak RSS."""
-    from prefixscan.memory import fixed_mmap_threshold, peak_rss_mib
+    from prefixscan.memory import fewer_collections, fixed_mmap_threshold, peak_rss_mib
 
     if parent_pid is not None:
         die_with_parent(parent_pid)
@@ -159,23 +159,24 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
     unpacker = Unpacker()
     busy = 0.0
     try:
-        while True:
-            kind, payload = inq.get()
-            t0, c0 = time.perf_counter(), time.process_time()
-            if kind == "close":
-                stats = enc.stats()
-                stats.update(cpu_s_workers=time.process_time(), busy_s_workers=busy)
-                outq.put(("done", (enc.identity(), stats, peak_rss_mib()), (0.0, 0)))
-                return
-            if kind == "encode":
-                out = enc.encode([unpacker.unpack(r) for r in payload])
-            else:
-                payload = [(rid, unpacker.unpack(r), root) for rid, r, root in payload]
-                done = rewrite_hashes(enc.load(), rewrites, cfg.block_size, payload)
-                out = [(rid, shipper.ship(parts), n) for rid, parts, n in done]
-            # the cost model's input (`EncodePool._adapt`): CPU seconds and items of this job
-            outq.put(("done", out, (time.process_time() - c0, len(payload))))
-            busy += time.perf_counter() - t0
+        with fewer_collections():  # its caches are large and hold no cycles
+            while True:
+                kind, payload = inq.get()
+                t0, c0 = time.perf_counter(), time.process_time()
+                if kind == "close":
+                    stats = enc.stats()
+                    stats.update(cpu_s_workers=time.process_time(), busy_s_workers=busy)
+                    outq.put(("done", (enc.identity(), stats, peak_rss_mib()), (0.0, 0)))
+                    return
+                if kind == "encode":
+                    out = enc.encode([unpacker.unpack(r) for r in payload])
+                else:
+                    payload = [(rid, unpacker.unpack(r), root) for rid, r, root in payload]
+                    done = rewrite_hashes(enc.load(), rewrites, cfg.block_size, payload)
+                    out = [(rid, shipper.ship(parts), n) for rid, parts, n in done]
+                # the cost model's input (`EncodePool._adapt`): CPU seconds and items of this job
+                outq.put(("done", out, (time.process_time() - c0, len(payload))))
+                busy += time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - every failure goes back to the ingesting process
         try:  # the queue pickles in a background thread, where a failure would be lost: try it here
             pickle.loads(pickle.dumps(exc))

@@ -178,7 +178,8 @@ class _Curve:
 def run_analysis(cfg: AnalyzeConfig, progress: Progress | None = None) -> AnalysisResult:
     """Run the whole analysis for a config; write the run directory when `cfg.output` is set."""
     try:
-        return _run(cfg, progress)
+        with memory.fewer_collections():  # the run's caches and columns hold no cycles
+            return _run(cfg, progress)
     finally:
         discard_early()  # encode workers started early for this run that its pool did not take
 
