@@ -236,7 +236,8 @@ class EncodeStage:
     def _columns(self, r: Record, e: Hashed) -> None:
         cols = self.cols
         if r.turn_index is None and r.messages:
-            r.turn_index = _user_turns(r.messages) - 1 if _user_turns(r.messages) else None
+            users = _user_turns(r.messages)  # counted once: it walks the whole history
+            r.turn_index = users - 1 if users else None
         inferred = self.infer is not None and r.conversation_id is None and bool(r.messages)
         if inferred:
             r.conversation_id = self.infer.assign(r.request_id, r.tenant, r.model, r.messages)  # type: ignore[union-attr]
