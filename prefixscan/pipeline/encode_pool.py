@@ -98,8 +98,9 @@ class EncodePool:
         self.local_items = 0
         self.closed = False
         self.wait_s = 0.0  # time the ingesting process spent waiting for workers (manifest)
-        # for `_adapt`, in CPU seconds (on a busy machine the walls say more about the load than the work)
-        self._t0, self._local_s, self._items = time.process_time(), 0.0, 0
+        # for `_adapt`, in CPU seconds (on a busy machine the walls say more about the load than the work);
+        # this thread's only: the requests writer and the capacity passes run beside it in other threads
+        self._t0, self._local_s, self._items = time.thread_time(), 0.0, 0
         self._enc_s, self._enc_n = 0.0, 0  # the workers' CPU seconds and items encoded
         self.peak_rss_mib = 0.0  # the workers' peaks, summed (known after close)
 
@@ -154,14 +155,14 @@ class EncodePool:
         if job.local_done is None and not job.local:
             job.local_done = []  # nothing here: the tokenizer need not even load in this process
         if job.local_done is None:
-            t0 = time.process_time()
+            t0 = time.thread_time()
             if job.kind == "encode":
                 job.local_done = self.local.encode(job.local)
             else:
                 job.local_done = rewrite_hashes(self.local.load(), self._local_rewrites, self.cfg.block_size,
                                                 job.local)
             job.local = []
-            self._local_s += time.process_time() - t0
+            self._local_s += time.thread_time() - t0
 
     def collect(self) -> tuple[str, list[Any]]:
         """The kind and results of the oldest job still out: for "encode" one Hashed or Rejected per
@@ -195,7 +196,7 @@ class EncodePool:
         if not self._enc_n or not self._items:
             return
         e = self._enc_s / self._enc_n
-        own = time.process_time() - self._t0 - self._local_s  # waiting takes no CPU
+        own = time.thread_time() - self._t0 - self._local_s  # waiting takes no CPU
         m = own / self._items
         target = balance_share(e, m, self.workers)
         self.share += max(-SHARE_STEP, min(SHARE_STEP, target - self.share))
