@@ -1,0 +1,26 @@
+"""bench/profile_stages.py: py-spy samples grouped by pipeline stage (the results' profile tables)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_samples_go_to_the_first_matching_stage(tmp_path: Path) -> None:
+    raw = tmp_path / "profile.txt"
+    raw.write_text(
+        'process 1:"prefixscan";thread (1): MainThread;main (a.py:1);SegmentEncoder.plan (b.py:2) 30\n'
+        'process 1:"prefixscan";thread (2): w;_worker (t.py:3);_WorkItem.run (concurrent/futures/thread.py:58) 20\n'
+        'process 2:"w";thread (3): MainThread;_serve (w.py:1);Encoding.encode_ordinary (tiktoken/core.py:76) 40\n'
+        'process 1:"prefixscan";thread (1): MainThread;_find_and_load (<frozen>:1) 10\n'
+        "not a sample line\n"
+        'process 1:"prefixscan";thread (1): MainThread;mystery (m.py:9) 100\n', encoding="utf-8")
+    out = subprocess.run([sys.executable, str(ROOT / "bench/profile_stages.py"), str(raw), "--rate", "10"],
+                         check=True, capture_output=True, text=True).stdout
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in out.splitlines()[3:]}
+    assert out.splitlines()[2].startswith("| all (20.00 s of samples)")
+    assert rows == {"other": "10.00", "tiktoken itself": "4.00", "segment plan + assemble": "3.00",
+                    "capacity curve": "2.00", "imports and start-up": "1.00"}
