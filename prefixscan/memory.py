@@ -70,12 +70,17 @@ YOUNG_THRESHOLD = 50_000
 def fewer_collections() -> Iterator[None]:
     """Collect cycles less often while a pipeline runs: what is alive on entry (modules, the tokenizer)
     is frozen out of every later pass, and the young generation is collected every YOUNG_THRESHOLD
-    allocations instead of 700. Cycles are still collected, only later; both are undone on exit."""
+    allocations instead of 700. Cycles are still collected, only later; both are undone on exit. A caller
+    that froze objects itself (a server that forks workers) keeps them frozen: nothing is frozen here then,
+    since unfreezing cannot tell its objects from ours. Only speed depends on any of this."""
     saved = gc.get_threshold()
-    gc.freeze()
+    ours = gc.get_freeze_count() == 0
+    if ours:
+        gc.freeze()
     gc.set_threshold(max(saved[0], YOUNG_THRESHOLD), *saved[1:])
     try:
         yield
     finally:
         gc.set_threshold(*saved)
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
