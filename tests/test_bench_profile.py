@@ -1,7 +1,9 @@
-"""bench/profile_stages.py: py-spy samples grouped by pipeline stage (the results' profile tables)."""
+"""The bench scripts behind the results' tables: py-spy samples by stage (bench/profile_stages.py) and the
+encode stage under the garbage collector's settings (bench/encode_gc.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +26,12 @@ def test_samples_go_to_the_first_matching_stage(tmp_path: Path) -> None:
     assert out.splitlines()[2].startswith("| all (20.00 s of samples)")
     assert rows == {"other": "10.00", "tiktoken itself": "4.00", "segment plan + assemble": "3.00",
                     "capacity curve": "2.00", "imports and start-up": "1.00"}
+
+
+def test_encode_gc_bench_runs_and_the_settings_agree() -> None:
+    """bench/encode_gc.py on the sample chat log: every collector setting gives the same block hashes."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench/encode_gc.py"), str(ROOT / "sample_logs/chat.jsonl"),
+                          "--limit", "60", "--repeats", "1"], check=True, capture_output=True, text=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["records"] == 60 and got["same_hashes"] is True
+    assert set(got["cpu_s_median"]) == {"default", "fewer", "off"}
