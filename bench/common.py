@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -407,19 +407,25 @@ def _frame(f: str) -> str:
     return f"{fn} ({path})"
 
 
+def raw_stacks(raw: Path, skip: tuple[str, ...] = ("process ",)) -> Iterator[tuple[list[str], int]]:
+    """(frames as `_frame` names, samples) of each stack of a py-spy `--format raw` file, root first; frames
+    starting with one of `skip` (`process ...` from `--subprocesses`, `thread ...` from `--threads`) are not
+    functions and are left out."""
+    for line in raw.read_text().splitlines():
+        stack, _, cnt = line.rpartition(" ")
+        if stack and cnt.isdigit():
+            frames = [f.strip() for f in stack.split(";")]
+            yield [_frame(f) for f in frames if f and not f.startswith(skip)], int(cnt)
+
+
 def collapsed_stacks(raw: Path) -> tuple[Counter[str], Counter[str], int]:
     """(samples by own function, samples by function anywhere on the stack, total samples) of a py-spy
-    `--format raw` file; `process ...` frames (from `--subprocesses`) are not functions and are skipped."""
+    `--format raw` file (`raw_stacks`)."""
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
     samples = 0
-    for line in raw.read_text().splitlines():
-        stack, _, cnt = line.rpartition(" ")
-        if not stack or not cnt.isdigit():
-            continue
-        c = int(cnt)
+    for names, c in raw_stacks(raw):
         samples += c
-        names = [_frame(f.strip()) for f in stack.split(";") if f.strip() and not f.strip().startswith("process ")]
         if not names:
             continue
         own[names[-1]] += c

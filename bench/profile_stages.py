@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from pathlib import Path
+
+from common import raw_stacks
 
 STAGES = [
     ("capacity curve", ["capacity", "pool_curve", "opt_hits", "lru_pool", "run_chunk", "_opt_chunk"]),
@@ -52,12 +55,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=100.0)
     args = ap.parse_args()
     samples: Counter[str] = Counter()
-    with open(args.profile, encoding="utf-8") as f:
-        for line in f:
-            stack, _, count = line.rstrip().rpartition(" ")
-            if count.isdigit():
-                frames = [x for x in stack.split(";") if x.strip() and not x.startswith(("process ", "thread "))]
-                samples[stage_of(frames)] += int(count)
+    for frames, count in raw_stacks(Path(args.profile), skip=("process ", "thread ")):
+        samples[stage_of(frames)] += count
     total = sum(samples.values()) or 1
     print(f"| stage | s | % |\n|---|---:|---:|\n| all ({total / args.rate:.2f} s of samples) | | |")
     for name, n in samples.most_common():
