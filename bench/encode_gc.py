@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/encode_gc.py LOG.jsonl [--limit 30000] [--repeats 3]
 
-Each run is a fresh child process that reads the first `--limit` records of LOG (untimed), then times
-`RecordEncoder.encode` over them in the encode pool's batches (CPU seconds of the process), under one
-setting: `default` (CPython's thresholds), `fewer` (`memory.fewer_collections`, what analyze and its
+Each run is a fresh child process that reads the first `--limit` accepted records of LOG through the
+pipeline's read stage (`Reader`, untimed), then times `RecordEncoder.encode` over them in the encode
+pool's batches (CPU seconds of the process), under one setting: `default` (CPython's thresholds), `fewer` (`memory.fewer_collections`, what analyze and its
 workers use) or `off` (no collection: the bound nothing can beat). Settings alternate, `--repeats` times
 each; medians are printed with every block hash's checksum, which must agree (the collector changes no
 result, only time). Prints one JSON line.
@@ -29,23 +29,27 @@ def child(log: str, limit: int, setting: str) -> None:
     import gc
     import time
     from contextlib import nullcontext
-    from itertools import islice
 
-    import orjson
     import xxhash
 
     from prefixscan.config import AnalyzeConfig
-    from prefixscan.io.shapes import detect, normalise
+    from prefixscan.io.sources import expand
     from prefixscan.memory import fewer_collections
     from prefixscan.pipeline.config import POOL_BATCH
-    from prefixscan.pipeline.encoder import RecordEncoder
+    from prefixscan.pipeline.encoder import Hashed, RecordEncoder
+    from prefixscan.pipeline.read import Reader
 
-    with open(log, "rb") as f:
-        objs = [orjson.loads(x) for x in islice(f, limit) if x.strip()]
-    shape = detect(objs[0])
-    recs = [normalise(o, shape, log, i + 1, {}) for i, o in enumerate(objs)]
-    del objs
-    enc = RecordEncoder(AnalyzeConfig(inputs=(log,)), keep_tokens=False)
+    cfg = AnalyzeConfig(inputs=(log,), workers=0)
+    recs: list = []
+    events = Reader(cfg, expand([log]), POOL_BATCH).events()  # the pipeline's own read stage
+    for ev in events:
+        if isinstance(ev, list):
+            recs += ev
+        if len(recs) >= limit:
+            events.close()
+            break
+    recs = recs[:limit]
+    enc = RecordEncoder(cfg, keep_tokens=False)
     enc.load()
     enc.set_threads(1)
     digest = xxhash.xxh3_64()
@@ -56,7 +60,7 @@ def child(log: str, limit: int, setting: str) -> None:
         t = time.process_time()
         for i in range(0, len(recs), POOL_BATCH):
             for h in enc.encode(recs[i:i + POOL_BATCH]):
-                digest.update(h.hashes.tobytes() if hasattr(h, "hashes") else b"rejected")
+                digest.update(h.hashes.tobytes() if isinstance(h, Hashed) else b"rejected")
         cpu = time.process_time() - t
     print(json.dumps({"setting": setting, "cpu_s": cpu, "records": len(recs), "checksum": digest.hexdigest()}))
 
