@@ -4,8 +4,9 @@
 
 Each run is a fresh child process that reads the first `--limit` accepted records of LOG through the
 pipeline's read stage (`Reader`, untimed), then times `RecordEncoder.encode` over them in the encode
-pool's batches (CPU seconds of the process), under one setting: `default` (CPython's thresholds), `fewer` (`memory.fewer_collections`, what analyze and its
-workers use) or `off` (no collection: the bound nothing can beat). Settings alternate, `--repeats` times
+pool's batches (CPU seconds of the process), under one setting: `default` (CPython's thresholds),
+`fewer` (`memory.fewer_collections`, what analyze and its workers use) or `off` (no collection: the bound
+nothing can beat). Settings alternate, `--repeats` times
 each; medians are printed with every block hash's checksum, which must agree (the collector changes no
 result, only time). Prints one JSON line.
 """
