@@ -411,6 +411,8 @@ class PromptMap:
         plan: list[tuple[int, int, int, str]] = []  # (span index or -1 = append, start, end, replacement)
         for i1, i2, repl in regions:
             at = next((k for k, (s, e, _) in enumerate(spans) if s <= i1 and i2 <= e), None)
+            if at is None:  # a diff places an insertion or deletion anywhere in a run of equal text: slide it
+                i1, i2, repl, at = _slide(old, i1, i2, repl, spans)
             if at is None:
                 if not (i1 == i2 == len(old) and ms.append is not None):
                     return False
@@ -600,6 +602,27 @@ def responses_map(pm: PromptMap, body: dict[str, Any], path: str) -> None:
     tools = pm.value(body, "tools")
     if isinstance(tools, list):
         pm.tools = (tools, f"{path}tools", lambda new, old: new)
+
+
+def _slide(old: str, i1: int, i2: int, repl: str, spans: list[tuple[int, int, Slot]]
+           ) -> tuple[int, int, str, int | None]:
+    """The same pure insertion or deletion moved along equal characters until it fits in one span."""
+    def fits(a: int, b: int) -> int | None:
+        return next((k for k, (s, e, _) in enumerate(spans) if s <= a and b <= e), None)
+
+    if i1 == i2 or not repl:
+        for step in (1, -1):
+            a, b, r = i1, i2, repl
+            while True:
+                if step == 1 and b < len(old) and (old[a] == old[b] if not r else r[0] == old[a]):
+                    a, b, r = (a + 1, b + 1, r) if not r else (a + 1, b + 1, r[1:] + old[a])
+                elif step == -1 and a > 0 and (old[a - 1] == old[b - 1] if not r else r[-1] == old[a - 1]):
+                    a, b, r = (a - 1, b - 1, r) if not r else (a - 1, b - 1, old[a - 1] + r[:-1])
+                else:
+                    break
+                if (k := fits(a, b)) is not None:
+                    return a, b, r, k
+    return i1, i2, repl, None
 
 
 def _regions(old: str, new: str) -> list[tuple[int, int, str]]:
