@@ -161,10 +161,13 @@ def fix_logs(cfg: AnalyzeConfig, output: str, force: bool = False) -> FixResult:
     for f in fres.findings if fres is not None else []:
         into = by_kind if fixable(f) else not_fixed
         into[f.kind] = into.get(f.kind, 0) + 1
+    rate = before.summary["hit_rate"]["token_weighted"]
+    cf = before.summary.get("counterfactual") or {}
     return FixResult(
-        outputs=targets, requests=requests, rewritten=rewritten,
-        before=before.summary["hit_rate"]["token_weighted"], after=after.summary["hit_rate"]["token_weighted"],
-        predicted=before.summary.get("counterfactual", {}).get("token_weighted_after_fixes", 0.0),
+        outputs=targets, requests=requests, rewritten=rewritten, before=rate,
+        after=after.summary["hit_rate"]["token_weighted"],
+        # nothing to rewrite (e.g. completions: only chat messages are searched for breakers): no gain predicted
+        predicted=cf.get("token_weighted_after_fixes", rate) if cf.get("requests_rewritten") else rate,
         findings_before=len(fres.findings) if fres is not None else 0,
         findings_after=len(after.findings.findings) if after.findings is not None else 0, by_kind=by_kind,
         not_fixed=not_fixed, unmapped=unmapped)
