@@ -215,3 +215,36 @@ def test_prompt_map_names_fields_and_refuses_a_cross_block_edit() -> None:
     assert pm.write_text(0, "Hello world", "Helloworld") and pm.write_text(1, "Hi", "Hi\n\nDate: x\n")
     assert pm.finish()["system"][0]["text"] == "Hello" and rec["system"][0]["text"] == "Hello "  # a copy
     assert orjson.dumps(pm.obj["messages"][0]["content"]) == b'[{"type":"text","text":"Hi\\n\\nDate: x\\n"}]'
+
+
+def test_fix_hint_names_the_field_and_position(conversations, tmp_path) -> None:
+    """"Move `<text 7 chars>:`" could not be acted on: the hint now gives the message and char, and in a shape
+    whose message list is not the record's, the record's own field (privacy rule unchanged)."""
+    from prefixscan.pipeline.run import run_analysis
+
+    src = build("anthropic", conversations, tmp_path)
+    res = run_analysis(AnalyzeConfig(inputs=(str(src),), findings=True))
+    moves = [f for f in res.findings.findings if f.fix.startswith("Move")]
+    assert moves
+    for f in moves:
+        assert f"(message {f.message_index} ({f.role}), char {f.char_offset})" in f.fix
+        assert f.field_path is not None and f"`{f.field_path[0]}` char {f.field_path[1]}" in f.fix
+        if f.message_index == 0:
+            assert f.field_path[0].startswith("system[")
+        if f.label and f.label.startswith("<text"):
+            assert f.label not in f.fix and "is not shown" in f.fix
+    chat = run_analysis(AnalyzeConfig(inputs=(str(build("chat", conversations, tmp_path)),), findings=True))
+    for f in chat.findings.findings:
+        if f.fix.startswith("Move"):
+            assert f"at message {f.message_index} ({f.role}), char {f.char_offset}" in f.fix and "`system[" not in f.fix
+
+
+def test_fix_completions_predicts_no_gain_and_copies(conversations, tmp_path) -> None:
+    """Completion prompts are not searched for breakers: nothing is rewritten, and the prediction is the
+    rate as logged (it said 0.0%)."""
+    recs = [{"request_id": r["request_id"], "timestamp": r["timestamp"],
+             "prompt": "\n".join(m["content"] for m in r["messages"])} for r in conversations[:60]]
+    src = write(tmp_path / "comp.jsonl", recs)
+    res = fix_logs(AnalyzeConfig(inputs=(str(src),)), str(tmp_path / "out.jsonl"))
+    assert res.rewritten == 0 and res.predicted == res.before == res.after > 0
+    assert (tmp_path / "out.jsonl").read_bytes() == src.read_bytes()

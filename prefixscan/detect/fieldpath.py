@@ -27,8 +27,11 @@ def locate_fields(findings: list[Finding], requests: Path | None, sources: list[
                   overrides: dict[str, str]) -> None:
     """Set `field_path` (and the fix sentence) of each finding whose example comes from a shape of its own.
     `requests`: the run's requests table (where each request id was read)."""
-    want = {f.example_request_id: f for f in findings if f.example_request_id and f.message_index is not None
-            and f.message_index >= 0 and f.char_offset is not None}
+    want: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.example_request_id and f.message_index is not None and f.message_index >= 0 \
+                and f.char_offset is not None:
+            want.setdefault(f.example_request_id, []).append(f)
     if not want or requests is None or all(s in OWN_LIST for s in shapes.values()):
         return
     rows = pl.scan_parquet(requests).select("request_id", "source_file", "source_line").filter(
@@ -50,17 +53,20 @@ def locate_fields(findings: list[Finding], requests: Path | None, sources: list[
 
 
 def _locate(obj: dict[str, Any], shape: str, path: str, line: int, overrides: dict[str, str], rids: list[str],
-            want: dict[str, Finding]) -> None:
+            want: dict[str, list[Finding]]) -> None:
     try:
         rec = normalise(obj, shape, path, line, overrides, {})
         pm = prompt_map(obj, shape, overrides)
     except (RecordError, Unmappable, ValueError):
         return
-    f = want.get(rec.request_id)
-    if f is None or rec.request_id not in rids or not rec.messages or f.message_index >= len(rec.messages):
+    if rec.request_id not in rids or not rec.messages:
         return
-    where = pm.locate(f.message_index, content_text(rec.messages[f.message_index].get("content")), f.char_offset)
-    if where is not None:
-        f.field_path = where
-        f.fix = fix_sentence(f.kind, f.label, f.role, f.detail, f.message_index, f.char_offset, where) \
-            if f.fix.startswith(("Move", "No safe")) else f.fix
+    for f in want.get(rec.request_id, []):
+        if f.message_index >= len(rec.messages):  # type: ignore[operator]
+            continue
+        mi = f.message_index
+        where = pm.locate(mi, content_text(rec.messages[mi].get("content")), f.char_offset)  # type: ignore[arg-type]
+        if where is not None:
+            f.field_path = where
+            if f.fix.startswith(("Move", "No safe")):
+                f.fix = fix_sentence(f.kind, f.label, f.role, f.detail, mi, f.char_offset, where)
