@@ -31,10 +31,10 @@ def register(app: typer.Typer) -> None:
         """Write the log again in its own format with dynamic fields moved after the shared content and the
         text normalised, then print the hit rate before and after (both measured by re-analysis).
 
-        Each record is rewritten in its own shape (OpenAI chat, batch, gateway, LiteLLM, Anthropic, Responses,
-        OTel spans, Parquet): a moved field keeps its label and value, and only the prompt's own fields change
-        (e.g. `system[0].text`); the output is compressed as the input was (gzip, zstd). Hashed traces and token
-        ids hold no text: refused with exit 3.
+        Each record is rewritten in its own shape (chat, batch, gateway, LiteLLM,
+        Anthropic, Responses, OTel, Parquet); only its prompt fields change.
+        A moved field keeps its label and value. Output compressed as the input.
+        Hashed traces and token ids hold no text: refused with exit 3.
         Example: prefixscan fix sample_logs/chat.jsonl -o /tmp/chat.fixed.jsonl
         """
         from prefixscan.cli.analyze import _parse_fields
