@@ -248,3 +248,26 @@ def test_fix_completions_predicts_no_gain_and_copies(conversations, tmp_path) ->
     res = fix_logs(AnalyzeConfig(inputs=(str(src),)), str(tmp_path / "out.jsonl"))
     assert res.rewritten == 0 and res.predicted == res.before == res.after > 0
     assert (tmp_path / "out.jsonl").read_bytes() == src.read_bytes()
+
+
+def test_regions_of_a_long_prompt_are_found_quickly() -> None:
+    """A character diff of a 50k-char system prompt with three moved lines took minutes; by lines it is
+    immediate, and applying the regions gives the new text."""
+    import random
+    import time
+
+    from prefixscan.io.ecosystem import _regions
+
+    rng = random.Random(1)
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+    old = "\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(1000))
+    for new in (old[:100] + old[140:20000] + old[20050:40000] + old[40030:] + "\n\nField: x\n",
+                old.replace("\n", " ")[:100] + old.replace("\n", " ")[140:] + "x"):
+        base = old if "\n" in new[:200] else old.replace("\n", " ")
+        t0 = time.perf_counter()
+        regions = _regions(base, new)
+        assert time.perf_counter() - t0 < 2
+        out = base
+        for i1, i2, rep in sorted(regions, reverse=True):
+            out = out[:i1] + rep + out[i2:]
+        assert out == new

@@ -626,8 +626,38 @@ def _slide(old: str, i1: int, i2: int, repl: str, spans: list[tuple[int, int, Sl
 
 
 def _regions(old: str, new: str) -> list[tuple[int, int, str]]:
-    """The changed regions of `old` (start, end, replacement) that make `new`: the common head and tail
-    first (one region: a single edit), else a character diff."""
+    """The changed regions of `old` (start, end, replacement) that make `new`: one region when the change is
+    a single edit, else a diff by lines (moves take whole lines) refined by characters inside small
+    changed runs. Bounded: a long run without line breaks stays one region (then it may not fit a slot)."""
+    a, b = _trim(old, new)
+    if len(old) - b - a <= 0 or len(new) - b - a <= 0:
+        return [(a, len(old) - b, new[a:len(new) - b])]
+    import difflib
+
+    la, lb = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    oa, ob = [0], [0]
+    for x in la:
+        oa.append(oa[-1] + len(x))
+    for x in lb:
+        ob.append(ob[-1] + len(x))
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        s0, e0, s1, e1 = oa[i1], oa[i2], ob[j1], ob[j2]
+        if tag == "replace" and max(e0 - s0, e1 - s1) <= CHAR_DIFF_MAX:
+            out += [(s0 + x1, s0 + x2, new[s1 + y1:s1 + y2]) for op, x1, x2, y1, y2 in difflib.SequenceMatcher(
+                None, old[s0:e0], new[s1:e1], autojunk=False).get_opcodes() if op != "equal"]
+        else:
+            out.append((s0, e0, new[s1:e1]))
+    return out
+
+
+CHAR_DIFF_MAX = 4096  # characters of a changed run diffed by character (quadratic at worst)
+
+
+def _trim(old: str, new: str) -> tuple[int, int]:
+    """Lengths of the common head and (not overlapping it) tail of two texts."""
     n = min(len(old), len(new))
     a = 0
     while a < n and old[a] == new[a]:
@@ -635,9 +665,4 @@ def _regions(old: str, new: str) -> list[tuple[int, int, str]]:
     b = 0
     while b < n - a and old[-1 - b] == new[-1 - b]:
         b += 1
-    if len(old) - b - a <= 0 or len(new) - b - a <= 0:
-        return [(a, len(old) - b, new[a:len(new) - b])]
-    import difflib
-
-    ops = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
-    return [(i1, i2, new[j1:j2]) for tag, i1, i2, j1, j2 in ops if tag != "equal"]
+    return a, b
