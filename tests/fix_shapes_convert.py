@@ -88,6 +88,13 @@ def anthropic_string_system(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def anthropic_strings(r: dict[str, Any]) -> dict[str, Any]:
+    """`system` and every message content as plain strings (the issue's log: system offsets cut messages[0])."""
+    out = anthropic_string_system(r)
+    out["messages"] = [{"role": m["role"], "content": m["content"][0]["text"]} for m in out["messages"]]
+    return out
+
+
 def anthropic_wrapped(r: dict[str, Any]) -> dict[str, Any]:
     body = anthropic(r)
     return {**_meta(r), "request": {k: v for k, v in body.items() if k not in KEEP or k == "model"},
@@ -138,7 +145,7 @@ def otlp_lines(recs: list[dict[str, Any]], per_line: int = 3) -> list[dict[str, 
 
 SHAPES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "chat": chat, "openai-batch": batch, "gateway": gateway, "gateway-string": gateway_string, "litellm": litellm,
-    "anthropic": anthropic, "anthropic-string-system": anthropic_string_system,
+    "anthropic": anthropic, "anthropic-string-system": anthropic_string_system, "anthropic-strings": anthropic_strings,
     "anthropic-wrapped": anthropic_wrapped, "responses": responses, "otel": otel,
 }
 

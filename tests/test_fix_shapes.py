@@ -74,6 +74,7 @@ def texts(path: Path, shape: str) -> dict[str, list[tuple[str, str]]]:
 def shape_of(kind: str) -> str:
     return {"chat": "chat", "openai-batch": "openai-batch", "gateway": "gateway", "gateway-string": "gateway",
             "litellm": "chat", "anthropic": "anthropic", "anthropic-string-system": "anthropic",
+            "anthropic-strings": "anthropic",
             "anthropic-wrapped": "gateway", "responses": "responses", "otel": "otel", "otlp-export": "otel"
             }.get(kind, "chat")
 
