@@ -272,3 +272,16 @@ def test_regions_of_a_long_prompt_are_found_quickly() -> None:
         for i1, i2, rep in sorted(regions, reverse=True):
             out = out[:i1] + rep + out[i2:]
         assert out == new
+
+
+def test_fix_refuses_a_truncated_compressed_log(tmp_path) -> None:
+    """The lines after the break cannot be copied: one line, exit 3, no output (it was an internal error)."""
+    from tests.test_fix import records
+
+    data = gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in records() * 20), mtime=0)
+    src = tmp_path / "cut.jsonl.gz"
+    src.write_bytes(data[: len(data) * 2 // 3])
+    out = tmp_path / "out.jsonl.gz"
+    r = runner.invoke(app, ["fix", str(src), "-o", str(out)])
+    assert r.exit_code == 3, r.output
+    assert r.stderr.count("\n") == 1 and "nothing was written" in r.stderr and not out.exists()
