@@ -116,7 +116,7 @@ def test_canned_queries_come_from_the_package(run) -> None:
 def test_table_values_are_printed_safely(run) -> None:
     r = _query(run, "select '[bold]x[/bold] \x1b[2J\x1b]8;;http://evil\x1b\\\\y' as v")
     assert r.exit_code == 0
-    assert "[bold]x[/bold]" in r.stdout and "\x1b" not in r.stdout and "evil" not in r.stdout
+    assert "[bold]x[/bold]" in r.stdout and "\x1b" not in r.stdout and "\\x1b[2J" in r.stdout
 
 
 @pytest.mark.parametrize("sql", [
