@@ -203,14 +203,21 @@ def run_query(run_dir: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]
         con.close()
 
 
-def encode_result(cols: list[str], rows: list[tuple[Any, ...]], fmt: str) -> bytes:
-    """A result as CSV, JSON or Parquet bytes (`table` is rendered by report.query_terminal)."""
+def encode_result(cols: list[str], rows: list[tuple[Any, ...]], fmt: str, for_terminal: bool = False) -> bytes:
+    """A result as CSV, JSON or Parquet bytes (`table` is rendered by report.query_terminal). Exact data for
+    a file or a pipe; `for_terminal` makes control characters in CSV text visible (`escape.visible`), so
+    a value cannot act on the terminal (JSON escapes them itself: `\u001b`)."""
     if fmt == "csv":
+        from prefixscan.report.escape import visible
+
+        def shown(row: Any) -> list[Any]:
+            return [visible(v) if isinstance(v, str) else v for v in row]
+
         buf = io.StringIO()
         w = csv.writer(buf)
-        w.writerow(cols)
-        w.writerows(rows)
-        return buf.getvalue().encode()
+        w.writerow(shown(cols) if for_terminal else cols)
+        w.writerows(shown(r) for r in rows) if for_terminal else w.writerows(rows)
+        return buf.getvalue().encode("utf-8", "backslashreplace")
     if fmt == "json":
         return (json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str, indent=2) + "\n").encode()
     if fmt == "parquet":

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         target = check_output(output, force) if output else None  # before the query runs
         cols, rows = run_query(run_dir, f"@{canned}" if canned else sql)
         if fmt != "table":
-            data = encode_result(cols, rows, fmt)
+            data = encode_result(cols, rows, fmt, for_terminal=target is None and sys.stdout.isatty())
             if target is None:
                 sys.stdout.write(data.decode())
             else:
