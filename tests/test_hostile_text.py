@@ -155,6 +155,23 @@ def test_csv_and_json_stay_exact_to_a_pipe_and_visible_on_a_terminal(hostile) ->
     assert "clr\\x1b[2Jscreen" in out and "cr\\x0dback" in out
 
 
+def test_commands_on_a_real_terminal_send_no_data_escape(hostile, tmp_path) -> None:
+    """On a terminal Rich styles its own output (so ESC appears), but never one of the data's sequences:
+    CliRunner cannot show this (click strips CSI sequences from echo when the output is no terminal)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    log = next(hostile["dir"].glob("log*.jsonl"))
+    run = str(hostile["run"])
+    py = [sys.executable, "-m", "prefixscan"]
+    for cmd in (["analyze", str(log), "-o", str(tmp_path / "run")], ["findings", run],
+                ["report", run, "-o", str(tmp_path / "rep\x1b[2J")],
+                ["query", run, "select tenant, model, conversation_id, request_id from requests"]):
+        out = _on_a_terminal(py + cmd, env)
+        for sequence in ("\x1b[2J", "\x1b]52", "cr\rback", "\x9b", "\x85", "\u202e", "\x07"):
+            assert sequence not in out, (cmd[0], sequence)
+        if cmd[0] == "report":
+            assert "rep\\x1b[2J" in out  # the -o name, echoed visibly
+
+
 def _on_a_terminal(cmd: list[str], env: dict) -> str:
     import pty
 
@@ -176,7 +193,7 @@ def _on_a_terminal(cmd: list[str], env: dict) -> str:
     return out.decode().replace("\r\n", "\n")
 
 
-@pytest.mark.parametrize("value", HOSTILE)
+@pytest.mark.parametrize("value", [*HOSTILE, "lone\udc80surrogate\ufffe"])
 def test_each_medium_helper(value: str) -> None:
     for helper in (escape.terminal, escape.markdown, escape.html_text, escape.svg_text):
         assert _raw_controls(helper(value)) == [], helper.__name__
