@@ -7,6 +7,7 @@ import typer
 from prefixscan.cli.choices import REPORT_FORMATS, one_of
 from prefixscan.cli.common import handle_errors
 from prefixscan.errors import UsageError
+from prefixscan.report.fmt import clean
 
 FORMATS = {"md": ("md",), "html": ("html",), "both": ("md", "html")}
 
@@ -67,4 +68,4 @@ def register(app: typer.Typer) -> None:
             )
         for kind in ("md", "html"):
             if kind in written and not quiet:
-                typer.echo(str(written[kind]))
+                typer.echo(clean(str(written[kind])))  # -o NAME is echoed: its controls shown, not sent
