@@ -141,6 +141,7 @@ class Traffic:
     with_actual_cached: int
     actual_cached_tokens: int
     predicted_cached_tokens_for_actual: int
+    busy_note: str | None = None  # a gappy log: its busy time and busy-period rate (prefixscan.cost.rate)
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,8 @@ def traffic(data: ReportData) -> list[Block]:
         )
     s = data.setup
     out.append(("table", ["", "value"], rows))
+    if t.busy_note:
+        out.append(("p", f"Note: {t.busy_note[0].upper()}{t.busy_note[1:]}."))
     out.append(
         (
             "p",
