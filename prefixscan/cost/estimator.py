@@ -310,7 +310,7 @@ def _notes(o: EstimateOptions, m: MeasuredWorkload | None, spec: ScenarioSpec, b
     if m is not None and m.rate_note and spec.rps_source == BUSY:
         notes.append(m.rate_note)
     if m is not None and spec.rps is not None and spec.sources.get("rps") != MEASURED:
-        busy = " busy-period" if m.gappy else ""
+        busy = " over the log's busy periods" if m.gappy else ""
         notes.append(f"rate {spec.rps:g} req/s ({spec.rps_source}) against {m.rps:.3g} req/s measured{busy}; the "
                      "replay compresses the log's arrival times to that rate (same requests, closer together)")
     if m is not None and m.engine is not None:

@@ -57,18 +57,22 @@ class Activity:
             return self.mean_rps
         return self.requests / self.busy_s if self.busy_s > 0 else float("nan")
 
+    def summary(self) -> str | None:
+        """'the log spans 24.0 h but is busy for 3.8 min (...)' on a gappy log, else None."""
+        if not self.gappy:
+            return None
+        return (f"the log spans {duration(self.span_s)} but is busy for {duration(self.busy_s)} "
+                f"({self.idle_gaps:,} idle gap(s) longer than {duration(self.gap_threshold_s)})")
+
     def note(self) -> str | None:
         """What a reader must be told when the busy-period rate replaces the mean (None when it does not)."""
         if not self.gappy:
             return None
-        busy = f"busy for {duration(self.busy_s)} ({self.idle_gaps:,} idle gap(s) longer than " \
-               f"{duration(self.gap_threshold_s)})"
         if self.busy_s <= 0:
-            return (f"the log spans {duration(self.span_s)} but its requests come in isolated instants, so no "
-                    "rate can be measured from it; pass --rps with the traffic's rate")
-        return (f"the log spans {duration(self.span_s)} but is {busy}: using the busy-period rate "
-                f"{self.rps:,.3g} req/s, not the mean {self.mean_rps:,.3g} req/s; pass --rps to set the "
-                "traffic's rate")
+            return (f"the log spans {duration(self.span_s)} but its requests come in isolated instants between "
+                    "idle gaps, so no rate can be measured from it")
+        return (f"{self.summary()}: using the busy-period rate {self.rps:,.3g} req/s, not the mean "
+                f"{self.mean_rps:,.3g} req/s; pass --rps to set the traffic's rate")
 
 
 def activity(arrivals: np.ndarray | list[float]) -> Activity:

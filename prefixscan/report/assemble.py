@@ -83,6 +83,7 @@ def _traffic(run: Run) -> Traffic:
     from prefixscan.cost.rate import activity
 
     arrival, prompt, cached = col("arrival_s").astype(float), col("prompt_tokens"), col("cached_tokens")
+    act = activity(arrival) if n else None
     span = float(arrival.max() - arrival.min()) if n else 0.0
     out = t.column("output_tokens").drop_null().to_numpy() if "output_tokens" in t.column_names else []
     actual_mask = np.zeros(n, bool)
@@ -111,7 +112,8 @@ def _traffic(run: Run) -> Traffic:
         with_actual_cached=int(actual_mask.sum()),
         actual_cached_tokens=int(actual[actual_mask].sum()),
         predicted_cached_tokens_for_actual=int(cached[actual_mask].sum()) if n else 0,
-        busy_note=activity(arrival).note() if n else None,
+        busy_note=act.summary() if act else None,
+        busy_rps=act.rps if act and act.gappy else None,
     )
 
 
