@@ -132,3 +132,24 @@ def test_old_report_name_still_works(tmp_path):
     assert res.exit_code == 0, res.output
     md = (run / "report.md").read_text()
     assert "25 req/s (--rps)" in md and "| rate | 25 req/s | flag |" in md
+
+
+def test_a_typed_old_name_wins_over_the_new_name_from_prefixscan_toml(tmp_path):
+    """[scenario] rps = 50 now reaches simulate too; a script that types an old name keeps its rate."""
+    cfg = tmp_path / "prefixscan.toml"
+    cfg.write_text("[scenario]\nrps = 50\n")
+    base = ["--config", str(cfg), "estimate", "--model", "llama-3.1-8b", "--replicas", "8", "--context-tokens",
+            "2000", "--new-tokens", "200", "--hit-rate", "0.6", "--json", "--no-save"]
+    doc = json.loads(CliRunner().invoke(app, [*base, "--scale-to-rps", "60"]).stdout)
+    assert doc["workload"]["rps"] == 60 and doc["scenario"]["sources"]["rps"] == "flag"
+    doc = json.loads(CliRunner().invoke(app, base).stdout)
+    assert doc["workload"]["rps"] == 50 and doc["scenario"]["sources"]["rps"] == "prefixscan.toml"
+    run = make_run(tmp_path, n=60, convs=10)
+    sim = ["--config", str(cfg), "simulate", str(run), "--replicas", "2", "-p", "round_robin", "--json",
+           "--kv-blocks", "400", "--no-decision-log"]
+    res = CliRunner().invoke(app, [*sim, "--target-rps", "20"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["config"]["target_rps"] == 20
+    res = CliRunner().invoke(app, sim)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["config"]["target_rps"] == 50

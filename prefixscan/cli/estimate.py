@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Collection
 from typing import Any
 
 import typer
@@ -40,9 +41,15 @@ RPS_HELP = ("The traffic's rate in requests (turns) per second. On a run the rep
             "rate when it has idle gaps).")
 
 
-def one_rate(rps: float | None, old: float | None, old_flag: str) -> float | None:
-    """--rps, or its hidden old name (kept so existing scripts work); both at once must agree."""
+def one_rate(rps: float | None, old: float | None, old_flag: str, config: Collection[str] = ()) -> float | None:
+    """--rps, or its hidden old name (kept so existing scripts work). When both are set and differ, the one
+    typed wins over the one prefixscan.toml filled in (`config`: names the file set); two typed, an error."""
+    old_name = old_flag.strip("-").replace("-", "_")
     if rps is not None and old is not None and rps != old:
+        if "rps" in config and old_name not in config:
+            return old
+        if old_name in config and "rps" not in config:
+            return rps
         raise UsageError(f"--rps {rps:g} and {old_flag} {old:g} (its old name) disagree; pass --rps only")
     return rps if rps is not None else old
 
@@ -145,9 +152,11 @@ def register(app: typer.Typer) -> None:
         from prefixscan.cost.estimator import estimate as run_estimate
 
         sources = option_sources(SCENARIO_PARAMS, locals())
-        rps = one_rate(rps, scale_to_rps, "--scale-to-rps")
-        if "scale_to_rps" in sources:
-            sources["rps"] = sources.pop("scale_to_rps")
+        rps = one_rate(rps, scale_to_rps, "--scale-to-rps", sources)
+        rate_src = sources.get("scale_to_rps") if rps == scale_to_rps else sources.get("rps")
+        sources.pop("rps", None), sources.pop("scale_to_rps", None)
+        if rate_src:
+            sources["rps"] = rate_src
         options = EstimateOptions(
             model=model, model_config=model_config, params=parse_count(params, "--params"),
             active_params=parse_count(active_params, "--active-params"), gpu=gpu,

@@ -57,9 +57,11 @@ def register(app: typer.Typer) -> None:
         from prefixscan.report.write import write_report
 
         sources = option_sources(SCENARIO_PARAMS, locals())
-        rps = one_rate(rps, scale_to_rps, "--scale-to-rps")
-        if "scale_to_rps" in sources:
-            sources["rps"] = sources.pop("scale_to_rps")
+        rps = one_rate(rps, scale_to_rps, "--scale-to-rps", sources)
+        rate_src = sources.get("scale_to_rps") if rps == scale_to_rps else sources.get("rps")
+        sources.pop("rps", None), sources.pop("scale_to_rps", None)
+        if rate_src:
+            sources["rps"] = rate_src
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
         if simulation is not None:

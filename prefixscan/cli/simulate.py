@@ -21,7 +21,7 @@ from prefixscan.cli.choices import (
     one_of,
 )
 from prefixscan.cli.common import handle_errors, safe, show_progress, stderr_console, stdout_console
-from prefixscan.cli.estimate import one_rate
+from prefixscan.cli.estimate import one_rate, option_sources
 from prefixscan.errors import UsageError
 
 
@@ -356,7 +356,7 @@ def register(app: typer.Typer) -> None:
             reserve_decode_blocks=reserve_decode,
             cache_generated=cache_generated,
             rate_scale=rate_scale,
-            target_rps=one_rate(rps, target_rps, "--target-rps"),
+            target_rps=one_rate(rps, target_rps, "--target-rps", option_sources(("rps", "target_rps"), locals())),
             warmup_s=warmup_s,
             seed=seed,
             policy_params=parse_params(param),
