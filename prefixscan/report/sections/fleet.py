@@ -298,4 +298,11 @@ def scenario(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
     """The one scenario every section is priced at, first thing in the report."""
     if not data.scenario:
         return []
-    return [("p", f"**Scenario:** {data.scenario}. Every section below uses it.")]
+    from prefixscan.cost.scenario import source_rows
+
+    sc = (data.estimate or {}).get("scenario") or {}
+    out: list[Block] = [("p", f"**Scenario:** {data.scenario}. Every section below uses it.")]
+    rows = source_rows(sc)
+    if rows:
+        out.append(("table", ["setting", "value", "from"], rows))
+    return out

@@ -96,6 +96,10 @@ def traffic(data: ReportData) -> list[Block]:
         )
     s = data.setup
     out.append(("table", ["", "value"], rows))
+    if t.busy_note:
+        rate = f"busy-period rate {num(t.busy_rps, 2)} req/s" if t.busy_rps == t.busy_rps else "no measurable rate"
+        out.append(("p", f"Note: {t.busy_note[0].upper()}{t.busy_note[1:]}: its {rate} is the traffic's rate "
+                         "an estimate uses unless `--rps` sets one."))
     out.append(
         (
             "p",
