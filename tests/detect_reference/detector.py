@@ -21,6 +21,8 @@ import xxhash
 
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.accumulate import Acc, _example, _prefix_record
+from prefixscan.detect.detector import Detector as FastDetector
+from prefixscan.detect.list_order import find_lists, signature
 from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.rewrite import _tool_hash, apply_ops
 from prefixscan.hashing import ChainCache
@@ -77,6 +79,8 @@ class Detector:
         self.pending: list[tuple[str, Record, int]] = []
         self.rewritten: dict[str, tuple[list[np.ndarray], int]] = {}  # block hashes (in parts), prompt tokens
         self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self.lists: dict[int, Any] = {}
+        self.held_chars = 0
         self.memo = BytesLRU(MEMO_BYTES if memo_bytes is None else memo_bytes)
         self._hot = BytesLRU(HOT_BYTES)  # unit lists kept unpacked, see _memo_units
         self.chains = ChainCache()
@@ -166,6 +170,10 @@ class Detector:
             self._spans(rec, fam, al, units, texts, ops)
             self._drifts(rec, fam, al, units, texts, ops)
         self._orders(rec, salt, eidx, texts, ops)
+        lists = [(mi, tl, *signature(tl, mi, salt)) for mi in eidx
+                 if (rec.messages or [])[mi].get("role") in ("system", "developer") for tl in find_lists(texts[mi])]
+        if lists:
+            self._lists(rec, root, lists, ops)
         for kind in self._drift_kinds(tenant):
             if self._needs(kind, rec, eidx, texts):
                 ops.append((("normalise", kind), ("drift", tenant, kind)))
@@ -393,6 +401,13 @@ class Detector:
             acc.observe(kind, str(seq))
             acc.add_request(rec.request_id)
             ops.append((("reorder", mi, entry[1]), key))
+
+    # Lists in message text (issue 27) came after the freeze; nothing of them is memoised, so the reference
+    # shares the fast detector's code (its list signatures come from each text, not from a memo).
+    _lists = FastDetector._lists
+    _hold = FastDetector._hold
+    _list_op = FastDetector._list_op
+    retro_lists = FastDetector.retro_lists
 
     def _queue(self, rec: Record, root: int, ops: list[tuple[tuple, tuple]]) -> None:
         rid = rec.request_id
