@@ -22,7 +22,7 @@ from prefixscan.detect.content import ContentMemo, tenant_salt
 from prefixscan.detect.dynamic_fields import SlotLine, inline_date, read_line, tool_field
 from prefixscan.detect.list_order import KIND as LIST_KIND
 from prefixscan.detect.list_order import UNSAFE as LIST_UNSAFE
-from prefixscan.detect.list_order import TextList, first_difference
+from prefixscan.detect.list_order import TextList, first_difference, in_regions
 from prefixscan.detect.pattern_free import PROSE, Alignment, Family, FamilyIndex, align, covered, is_edit
 from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.pieces import Units, joined
@@ -62,6 +62,7 @@ class Detector:
         self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
         self.lists: dict[int, ListEntry] = {}  # serialized lists in system messages, by multiset hash
         self.held_chars = 0  # text of the records `ListEntry.held` keeps (bounded by HOLD_CHARS)
+        self.moved: dict[int, list[tuple[int, int]]] = {}  # the current request's reordered list regions
         self.contents = ContentMemo(MEMO_BYTES if memo_bytes is None else memo_bytes)  # see content.py
         self.chains = ChainCache()
         self.tokenizer: Any = None
@@ -96,6 +97,8 @@ class Detector:
         if not c.live:
             return
         ops: list[tuple[tuple, tuple]] = []
+        list_ops: list[tuple[tuple, tuple]] = []  # first: a reordered list's lines are not spans (`_spans`)
+        self.moved = self._lists(rec, root, c.lists, list_ops) if c.lists else {}
         live = None  # the pieces, fetched only when something is computed from units
         if c.version != self.index.version:
             live = self.contents.pieces_of(c, rec, texts)
@@ -123,8 +126,7 @@ class Detector:
                     self._drifts(rec, fam, al, units, texts, ops)
         if c.checks:
             self._orders(rec, c.checks, ops)
-        if c.lists:
-            self._lists(rec, root, c.lists, ops)
+        ops += list_ops
         if c.cr:  # the whole-message normalisers (`_drift_kinds`), in sorted order
             ops.append((("normalise", "line_endings"), ("drift", tenant, "line_endings")))
         if c.nonnfc:
@@ -170,7 +172,8 @@ class Detector:
         msgs = rec.messages or []
         rid = rec.request_id
         seen_e: set[int] = set()
-        bad = {j for ri, ei, j, _ in al.pairs if not self._pair_ok(units[ri], fam, ei, texts)}
+        bad = {j for ri, ei, j, _ in al.pairs if not self._pair_ok(units[ri], fam, ei, texts)
+               or in_regions(self.moved, units[ri])}  # lines of a list seen in another order: `list_order`
         for ri, ei, j, i0 in al.pairs:
             if j in bad:
                 continue  # a different passage in the span: the variable layer, not a breaker
@@ -361,10 +364,12 @@ class Detector:
             acc.add_request(rec.request_id)
             ops.append((("reorder", mi, entry[1]), key))
 
-    def _lists(self, rec: Record, root: int, lists: list[tuple], ops: list) -> None:
+    def _lists(self, rec: Record, root: int, lists: list[tuple], ops: list) -> dict[int, list[tuple[int, int]]]:
         """Serialized lists in system messages (list_order.py): the same items as a request seen before,
         in another order. The canonical order is the sort by a name/id key where that is safe, else the
-        first order seen; requests not in it are rewritten once the list was seen in two orders."""
+        first order seen; requests not in it are rewritten once the list was seen in two orders.
+        Returns the regions (by message) of this request's lists that were seen in another order."""
+        moved: dict[int, list[tuple[int, int]]] = {}
         for mi, tl, ms, _seq in lists:
             entry = self.lists.get(ms)
             if entry is None:
@@ -380,8 +385,10 @@ class Detector:
                         self._hold(entry, rec, root, tl)
                     continue
                 entry.conflicted = True
+            moved.setdefault(mi, []).append(tl.region)
             if tl.hashes != entry.canon:
                 ops.append(self._list_op(entry, rec, tl))
+        return moved
 
     def _hold(self, entry: ListEntry, rec: Record, root: int, tl: TextList) -> None:
         if entry.held is None:

@@ -45,6 +45,7 @@ class TextList(NamedTuple):
     hashes: tuple[int, ...]  # hash of each item's text, in the order sent
     sort_key: str | None  # the key a safe sort uses ("name", "function.name", ...); None: not safe to sort
     canonical: tuple[int, ...]  # item hashes in the sorted order (safe lists); else the order sent
+    region: tuple[int, int]  # from the start of the first item's line to the end of the last item
 
 
 def _h(s: str) -> int:
@@ -165,14 +166,18 @@ def find_lists(text: str) -> list[TextList]:
         canon = hs
         if key is not None:
             canon = tuple(h for _, h in sorted(zip([_key_value(t, key) for t in items], hs, strict=True)))
-        out.append(TextList(len(out), spans, hs, key, canon))
+        out.append(TextList(len(out), spans, hs, key, canon, _region(text, spans)))
         taken.append((spans[0][0], end))
     for spans_l in [_separated(text), *_numbered(text)]:
         if len(spans_l) < MIN_ITEMS or any(a < e and s < b for s, e in spans_l for a, b in taken):
             continue
         hs = tuple(_h(text[s:e]) for s, e in spans_l)
-        out.append(TextList(len(out), tuple(spans_l), hs, None, hs))
+        out.append(TextList(len(out), tuple(spans_l), hs, None, hs, _region(text, spans_l)))
     return out
+
+
+def _region(text: str, spans: Any) -> tuple[int, int]:
+    return text.rfind("\n", 0, spans[0][0]) + 1, spans[-1][1]
 
 
 def signature(tl: TextList, mi: int, salt: int) -> tuple[int, int]:
@@ -184,6 +189,11 @@ def signature(tl: TextList, mi: int, salt: int) -> tuple[int, int]:
 
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), 0)
+
+
+def in_regions(regions: dict[int, list[tuple[int, int]]], u: Any) -> bool:
+    """Whether unit `u` (normalisation.Unit) lies inside one of `regions` (message index -> (start, end))."""
+    return any(s <= u.start and u.end <= e + 1 for s, e in regions.get(u.mi, ()))
 
 
 def reorder_text(text: str, canon: tuple[int, ...]) -> str:

@@ -22,7 +22,7 @@ import xxhash
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.accumulate import Acc, _example, _prefix_record
 from prefixscan.detect.detector import Detector as FastDetector
-from prefixscan.detect.list_order import find_lists, signature
+from prefixscan.detect.list_order import find_lists, in_regions, signature
 from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.rewrite import _tool_hash, apply_ops
 from prefixscan.hashing import ChainCache
@@ -81,6 +81,7 @@ class Detector:
         self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
         self.lists: dict[int, Any] = {}
         self.held_chars = 0
+        self.moved: dict[int, list[tuple[int, int]]] = {}
         self.memo = BytesLRU(MEMO_BYTES if memo_bytes is None else memo_bytes)
         self._hot = BytesLRU(HOT_BYTES)  # unit lists kept unpacked, see _memo_units
         self.chains = ChainCache()
@@ -156,6 +157,10 @@ class Detector:
             return
         rid = rec.request_id
         ops: list[tuple[tuple, tuple]] = []
+        lists = [(mi, tl, *signature(tl, mi, salt)) for mi in eidx
+                 if (rec.messages or [])[mi].get("role") in ("system", "developer") for tl in find_lists(texts[mi])]
+        list_ops: list[tuple[tuple, tuple]] = []
+        self.moved = self._lists(rec, root, lists, list_ops) if lists else {}
         fam, wants_new = self.index.assign(salt, units)
         if fam is None or wants_new:
             ftexts = [texts[u.mi][u.start:u.end].rstrip("\n") if u.mi >= 0 and u.length <= 4096 else None
@@ -170,10 +175,7 @@ class Detector:
             self._spans(rec, fam, al, units, texts, ops)
             self._drifts(rec, fam, al, units, texts, ops)
         self._orders(rec, salt, eidx, texts, ops)
-        lists = [(mi, tl, *signature(tl, mi, salt)) for mi in eidx
-                 if (rec.messages or [])[mi].get("role") in ("system", "developer") for tl in find_lists(texts[mi])]
-        if lists:
-            self._lists(rec, root, lists, ops)
+        ops += list_ops
         for kind in self._drift_kinds(tenant):
             if self._needs(kind, rec, eidx, texts):
                 ops.append((("normalise", kind), ("drift", tenant, kind)))
@@ -202,7 +204,8 @@ class Detector:
         msgs = rec.messages or []
         rid = rec.request_id
         seen_e: set[int] = set()
-        bad = {j for ri, ei, j, _ in al.pairs if not self._pair_ok(units[ri], fam, ei, texts)}
+        bad = {j for ri, ei, j, _ in al.pairs if not self._pair_ok(units[ri], fam, ei, texts)
+               or in_regions(self.moved, units[ri])}
         for ri, ei, j, i0 in al.pairs:
             if j in bad:
                 continue  # a different passage in the span: the variable layer, not a breaker
