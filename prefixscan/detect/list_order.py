@@ -45,7 +45,7 @@ class TextList(NamedTuple):
     hashes: tuple[int, ...]  # hash of each item's text, in the order sent
     sort_key: str | None  # the key a safe sort uses ("name", "function.name", ...); None: not safe to sort
     canonical: tuple[int, ...]  # item hashes in the sorted order (safe lists); else the order sent
-    region: tuple[int, int]  # from the start of the first item's line to the end of the last item
+    region: tuple[int, int]  # from the start of the line the list opens on to its end
 
 
 def _h(s: str) -> int:
@@ -72,8 +72,8 @@ def sort_key(items: list[Any]) -> str | None:
     return None
 
 
-def _json_lists(text: str) -> list[tuple[tuple[tuple[int, int], ...], list[Any], int]]:
-    """(item spans, items, end) of each JSON array of at least MIN_ITEMS objects in `text`."""
+def _json_lists(text: str) -> list[tuple[tuple[tuple[int, int], ...], list[Any], int, int]]:
+    """(item spans, items, start, end) of each JSON array of at least MIN_ITEMS objects in `text`."""
     out = []
     pos = 0
     for m in _JSON_OPEN.finditer(text):
@@ -101,7 +101,7 @@ def _json_lists(text: str) -> list[tuple[tuple[tuple[int, int], ...], list[Any],
             ok = text[i:i + 1] == "]"
             break
         if ok and len(items) >= MIN_ITEMS and all(isinstance(t, dict) for t in items):
-            out.append((tuple(spans), items, i + 1))
+            out.append((tuple(spans), items, m.start(), i + 1))
             pos = i + 1
     return out
 
@@ -160,24 +160,21 @@ def find_lists(text: str) -> list[TextList]:
     text = text[:MAX_CHARS]
     out: list[TextList] = []
     taken: list[tuple[int, int]] = []
-    for spans, items, end in _json_lists(text):
+    for spans, items, start, end in _json_lists(text):
         hs = tuple(_h(text[s:e]) for s, e in spans)
         key = sort_key(items)
         canon = hs
         if key is not None:
             canon = tuple(h for _, h in sorted(zip([_key_value(t, key) for t in items], hs, strict=True)))
-        out.append(TextList(len(out), spans, hs, key, canon, _region(text, spans)))
-        taken.append((spans[0][0], end))
+        out.append(TextList(len(out), spans, hs, key, canon, (text.rfind("\n", 0, start) + 1, end)))
+        taken.append((start, end))
     for spans_l in [_separated(text), *_numbered(text)]:
         if len(spans_l) < MIN_ITEMS or any(a < e and s < b for s, e in spans_l for a, b in taken):
             continue
         hs = tuple(_h(text[s:e]) for s, e in spans_l)
-        out.append(TextList(len(out), tuple(spans_l), hs, None, hs, _region(text, spans_l)))
+        out.append(TextList(len(out), tuple(spans_l), hs, None, hs,
+                            (text.rfind("\n", 0, spans_l[0][0]) + 1, spans_l[-1][1])))
     return out
-
-
-def _region(text: str, spans: Any) -> tuple[int, int]:
-    return text.rfind("\n", 0, spans[0][0]) + 1, spans[-1][1]
 
 
 def signature(tl: TextList, mi: int, salt: int) -> tuple[int, int]:
