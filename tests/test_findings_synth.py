@@ -127,8 +127,7 @@ def test_precision_and_recall_against_synth_truth(tmp_path, capsys) -> None:
     assert precision >= 0.95 and recall >= 0.95
     assert {"timestamp", "date", "request_id", "user_name", "pattern_free", "template_churn", "whitespace",
             "line_endings", "unicode", "rag_order", "tool_order", "json_key_order", "list_order"} <= {
-                k for k, v in total.items()
-                                                                                       if v[0]}
+                k for k, v in total.items() if v[0]}
 
 
 def test_no_findings_without_breakers(tmp_path) -> None:
