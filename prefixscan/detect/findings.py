@@ -159,8 +159,8 @@ def fix_sentence(kind: str, label: str | None, role: str | None, detail: str | N
         if detail and detail.startswith(LIST_UNSAFE):
             return (f"No safe automatic rewrite (`fix` leaves it): a list of text chunks in {where} arrives in "
                     f"another order; the {LIST_UNSAFE}, e.g. by source id.")
-        return (f"Sort this JSON list in {where} by its name/id key before serialising it ({detail or 'sorted'}; "
-                "`fix` does this).")
+        return (f"Sort this JSON list in {where} before serialising it: {detail or 'by its name/id key'} (`fix` does "
+                "this).")
     if kind in ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
                 "random_token", "pattern_free"):
         extra = " (or pass it in headers/metadata)" if kind in ("request_id", "session_id", "random_token",
