@@ -252,3 +252,23 @@ def test_synth_list_order_truth_is_found_and_fixed(tmp_path) -> None:
     res = fix_logs(AnalyzeConfig(inputs=(str(path),)), str(tmp_path / "fixed.jsonl"))
     assert res.by_kind["list_order"] == 3 and "list_order" not in res.not_fixed
     assert res.after == pytest.approx(res.predicted, abs=1e-6) and res.after > res.before
+
+
+def test_json_list_in_the_first_user_message(tmp_path) -> None:
+    """Retrieved documents as a JSON array in the first user message, shuffled per conversation: found
+    there (role user), and `fix` sorts them by `id`."""
+    docs = [{"id": f"kb-{i}", "text": prose(60 + i, 1, 40)} for i in range(6)]
+    recs = json.loads(json.dumps(records("indent")))  # a conversation's turns share message objects
+    for x in recs:
+        if x["tenant"] == "acme":
+            x["messages"][0]["content"] = INTRO + OUTRO
+            mine = list(docs)
+            random.Random(x["conversation_id"]).shuffle(mine)
+            first = next(m for m in x["messages"] if m["role"] == "user")
+            first["content"] = "Context:\n" + json.dumps(mine) + "\n\n" + first["content"]
+    log = write_jsonl(tmp_path / "log.jsonl", recs)
+    r = prefixscan.analyze(str(log))
+    [f] = r.findings.findings
+    assert (f.kind, f.message_index, f.role, f.detail) == ("list_order", 1, "user", "6 JSON objects sorted by `id`")
+    res = fix_logs(AnalyzeConfig(inputs=(str(log),)), str(tmp_path / "fixed.jsonl"))
+    assert res.after == pytest.approx(res.predicted, abs=1e-6) and res.after > res.before and res.findings_after == 0

@@ -3,7 +3,8 @@ memoised: later turns of a conversation resend the same early messages, and a te
 its system prompt, so almost everything the detector derives per request is found here by one look-up.
 
 A `Content` holds the request's pieces (pieces.py), its order checks (tool order, RAG order: pure
-functions of the tools and the first user message), whether its text needs the whole-message
+functions of the tools and the first user message), the serialized lists of its early messages
+(list_order.py), whether its text needs the whole-message
 normalisers, the family vote (valid while `FamilyIndex.version` is unchanged: owners are only added) and
 the alignment with one family's exemplar (a pure function of the two). Every memo here is bounded by
 bytes and holds only values a recomputation would give again, so only speed depends on the bounds.
@@ -125,8 +126,8 @@ class ContentMemo:
             got = self._rag(texts[keys[-1][1]], keys[-1][1], salt)
             if got:
                 checks.append(got)
-        lists = [(mi, tl, *signature(tl, mi, salt)) for k in keys if k[0] == "u" and k[2] == ROLE_SEED["system"]
-                 for mi in (k[1],) for tl in find_lists(texts[mi])]
+        lists = [(k[1], tl, *signature(tl, k[1], salt)) for k in keys if k[0] == "u"
+                 for tl in find_lists(texts[k[1]], chunks=k[2] == ROLE_SEED["system"])]
         return Content(key, pieces, checks, lists)
 
     def _rag(self, text: str, mi: int, salt: int) -> tuple:

@@ -3,8 +3,9 @@
 A system prompt that renders tool definitions as a JSON array, or retrieved chunks between `---` lines or
 as a numbered list, breaks the cache when the application builds the list from a dict, a set or a score
 ranking: the same items arrive in another order and the prompt diverges at the first item that moved.
-Like `tool_order` and `rag_order` (the `tools` field and the first user message), this is found by
-comparing each list's multiset of items with the order it was seen in before.
+Lists are read in system and developer messages, and JSON arrays also in the first user message (whose
+paragraphs `rag_order` reads); the `tools` field is `tool_order`. Each list's multiset of items is
+compared with the order it was seen in before.
 
 Where a stable order is safe, a JSON array of objects that each carry a distinct name/id-like key, the
 canonical order is the sort by that key, so `fix` can rewrite every request to it (keeping the original
@@ -158,8 +159,9 @@ def _numbered(text: str) -> list[list[tuple[int, int]]]:
     return out
 
 
-def find_lists(text: str) -> list[TextList]:
-    """Every serialized list of at least MIN_ITEMS items in the leading MAX_CHARS of `text`."""
+def find_lists(text: str, chunks: bool = True) -> list[TextList]:
+    """Every serialized list of at least MIN_ITEMS items in the leading MAX_CHARS of `text`; JSON arrays
+    only with `chunks=False` (a first user message, whose paragraphs `rag_order` reads)."""
     text = text[:MAX_CHARS]
     out: list[TextList] = []
     taken: list[tuple[int, int]] = []
@@ -171,7 +173,7 @@ def find_lists(text: str) -> list[TextList]:
             canon = tuple(h for _, h in sorted(zip([_key_value(t, key) for t in items], hs, strict=True)))
         out.append(TextList(len(out), spans, hs, key, canon, (text.rfind("\n", 0, start) + 1, end)))
         taken.append((start, end))
-    for spans_l in [_separated(text), *_numbered(text)]:
+    for spans_l in [_separated(text), *_numbered(text)] if chunks else []:
         if len(spans_l) < MIN_ITEMS or any(a < e and s < b for s, e in spans_l for a, b in taken):
             continue
         hs = tuple(_h(text[s:e]) for s, e in spans_l)

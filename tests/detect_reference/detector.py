@@ -157,8 +157,9 @@ class Detector:
             return
         rid = rec.request_id
         ops: list[tuple[tuple, tuple]] = []
-        lists = [(mi, tl, *signature(tl, mi, salt)) for mi in eidx
-                 if (rec.messages or [])[mi].get("role") in ("system", "developer") for tl in find_lists(texts[mi])]
+        roles = [(rec.messages or [])[mi].get("role") for mi in eidx]
+        lists = [(mi, tl, *signature(tl, mi, salt)) for mi, role in zip(eidx, roles, strict=True)
+                 for tl in find_lists(texts[mi], chunks=role in ("system", "developer"))]
         list_ops: list[tuple[tuple, tuple]] = []
         self.moved = self._lists(rec, root, lists, list_ops) if lists else {}
         fam, wants_new = self.index.assign(salt, units)
