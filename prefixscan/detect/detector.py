@@ -60,7 +60,7 @@ class Detector:
         self.pending: list[tuple[str, Record, int]] = []
         self.rewritten: dict[str, tuple[list[np.ndarray], int]] = {}  # block hashes (in parts), prompt tokens
         self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
-        self.lists: dict[int, ListEntry] = {}  # serialized lists in system messages, by multiset hash
+        self.lists: dict[int, ListEntry] = {}  # serialized lists in early messages, by multiset hash
         self.held_chars = 0  # text of the records `ListEntry.held` keeps (bounded by HOLD_CHARS)
         self.moved: dict[int, list[tuple[int, int]]] = {}  # the current request's reordered list regions
         self.contents = ContentMemo(MEMO_BYTES if memo_bytes is None else memo_bytes)  # see content.py
@@ -365,7 +365,7 @@ class Detector:
             ops.append((("reorder", mi, entry[1]), key))
 
     def _lists(self, rec: Record, root: int, lists: list[tuple], ops: list) -> dict[int, list[tuple[int, int]]]:
-        """Serialized lists in system messages (list_order.py): the same items as a request seen before,
+        """Serialized lists in early messages (list_order.py): the same items as a request seen before,
         in another order. The canonical order is the sort by a name/id key where that is safe, else the
         first order seen; requests not in it are rewritten once the list was seen in two orders.
         Returns the regions (by message) of this request's lists that were seen in another order."""
@@ -391,9 +391,11 @@ class Detector:
         return moved
 
     def _hold(self, entry: ListEntry, rec: Record, root: int, tl: TextList) -> None:
+        """Keep a record sent in its list's first order (not the canonical one) until a second order shows
+        the list is a breaker; past HOLD_CHARS the entry stops holding (its records stay as sent)."""
         if entry.held is None:
             return
-        chars = sum(len(m.get("content")) for m in rec.messages or [] if isinstance(m.get("content"), str))
+        chars = sum(len(nz.message_text(m)) for m in rec.messages or [])
         if self.held_chars + chars > HOLD_CHARS:
             entry.held = None
             return
