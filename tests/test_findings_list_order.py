@@ -272,3 +272,17 @@ def test_json_list_in_the_first_user_message(tmp_path) -> None:
     assert (f.kind, f.message_index, f.role, f.detail) == ("list_order", 1, "user", "6 JSON objects sorted by `id`")
     res = fix_logs(AnalyzeConfig(inputs=(str(log),)), str(tmp_path / "fixed.jsonl"))
     assert res.after == pytest.approx(res.predicted, abs=1e-6) and res.after > res.before and res.findings_after == 0
+
+
+def test_past_the_hold_bound_prediction_and_fix_still_agree(tmp_path, monkeypatch) -> None:
+    """Requests sent in a list's first order before a second order showed up are held to be rewritten;
+    past the bound they stay as sent, in the counterfactual and in `fix` alike."""
+    import prefixscan.detect.detector as detector_mod
+
+    log = write_jsonl(tmp_path / "log.jsonl", interleave(records("indent")))
+    full = prefixscan.analyze(str(log))
+    monkeypatch.setattr(detector_mod, "HOLD_CHARS", 1)
+    bounded = prefixscan.analyze(str(log))
+    assert cf(bounded)["requests_rewritten"] < cf(full)["requests_rewritten"]
+    res = fix_logs(AnalyzeConfig(inputs=(str(log),)), str(tmp_path / "fixed.jsonl"))
+    assert res.after == pytest.approx(res.predicted, abs=1e-6) == cf(bounded)["token_weighted_after_fixes"]
