@@ -286,3 +286,17 @@ def test_past_the_hold_bound_prediction_and_fix_still_agree(tmp_path, monkeypatc
     assert cf(bounded)["requests_rewritten"] < cf(full)["requests_rewritten"]
     res = fix_logs(AnalyzeConfig(inputs=(str(log),)), str(tmp_path / "fixed.jsonl"))
     assert res.after == pytest.approx(res.predicted, abs=1e-6) == cf(bounded)["token_weighted_after_fixes"]
+
+
+def test_with_a_timestamp_before_the_list_both_are_found_and_fixed(tmp_path) -> None:
+    recs = json.loads(json.dumps(records("indent")))
+    for x in recs:
+        if x["tenant"] == "acme":
+            stamp = f"Request time: 2026-11-29T10:{int(x['request_id'][1:]) % 60:02d}:00Z\n"
+            x["messages"][0]["content"] = stamp + x["messages"][0]["content"]
+    log = write_jsonl(tmp_path / "log.jsonl", recs)
+    r = prefixscan.analyze(str(log))
+    assert sorted(f.kind for f in r.findings.findings) == ["list_order", "timestamp"]
+    res = fix_logs(AnalyzeConfig(inputs=(str(log),)), str(tmp_path / "fixed.jsonl"))
+    assert res.by_kind == {"list_order": 1, "timestamp": 1}
+    assert res.after == pytest.approx(res.predicted, abs=1e-6) and res.findings_after == 0
