@@ -44,6 +44,8 @@ def render(items: list, style: str) -> str:
         return "Tools:\n" + json.dumps(items, indent=2)
     if style == "dashes":
         return "Documents:\n" + "\n---\n".join(items)
+    if style == "bullets":
+        return "Documents:\n" + "\n".join(f"- {c}" for c in items)
     return "Documents:\n" + "\n".join(f"{i + 1}. {c}" for i, c in enumerate(items))  # numbered
 
 
@@ -144,7 +146,7 @@ def test_openai_tool_objects_sort_by_function_name(tmp_path) -> None:
     assert [t["function"]["name"] for t in listed] == sorted(NAMES)
 
 
-@pytest.mark.parametrize("style", ["dashes", "numbered"])
+@pytest.mark.parametrize("style", ["dashes", "numbered", "bullets"])
 def test_text_chunks_are_costed_but_not_rewritten(tmp_path, style: str) -> None:
     log = write_jsonl(tmp_path / "log.jsonl", interleave(records(style)))
     r = prefixscan.analyze(str(log))
@@ -161,7 +163,7 @@ def test_text_chunks_are_costed_but_not_rewritten(tmp_path, style: str) -> None:
     assert "no safe rewrite, left as they are: list_order 1" in cli.output
 
 
-@pytest.mark.parametrize("style", ["indent", "dashes"])
+@pytest.mark.parametrize("style", ["indent", "dashes", "bullets"])
 def test_lists_whose_items_differ_are_not_list_order(tmp_path, style: str) -> None:
     """Not a permutation (each conversation leaves out another item): different content, not an order."""
     log = write_jsonl(tmp_path / "log.jsonl", records(style, order="differ"))

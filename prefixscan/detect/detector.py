@@ -36,6 +36,10 @@ MAX_ORDERS = 500_000
 # Records sent in a list's first order before a second order showed it is a breaker: kept (bounded by
 # their text) so they can be rewritten to the sorted order too; beyond the bound they stay as sent.
 HOLD_CHARS = 16_000_000
+# Lists tracked (one entry, ~350 bytes, per multiset of items): a list holding a dynamic field is a new
+# multiset on every request, so without a bound it would grow with the log; past it, new lists are not
+# tracked (only recall depends on it).
+MAX_LISTS = 100_000
 # Bound of the per-text memo (units of system prompts, first user messages, tool lists). A dynamic system
 # prompt is new text on every request, so a bound by entry count let it reach hundreds of MiB; only speed
 # depends on this bound (tests run with a tiny one).
@@ -373,7 +377,7 @@ class Detector:
         for mi, tl, ms, _seq in lists:
             entry = self.lists.get(ms)
             if entry is None:
-                if len(self.lists) >= MAX_ORDERS:
+                if len(self.lists) >= MAX_LISTS:
                     continue
                 entry = self.lists[ms] = ListEntry(mi, tl)
                 if tl.hashes != entry.canon:

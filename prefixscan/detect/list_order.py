@@ -33,8 +33,8 @@ _JSON_OPEN = re.compile(r"\[\s*\{")
 # Line patterns start with a newline (matched against "\n" + text): a literal first character lets the
 # regex engine skip ahead, 8 times faster on long prose than `^` with re.M, which is tried at every position.
 _SEPARATOR = re.compile(r"\n[ \t]*(?:-{3,}|\*{3,}|={3,}|_{3,})[ \t]*\r?(?=\n|\Z)")
-_ENUM = re.compile(r"\n[ \t]*(?:\d{1,3}[.)]|\[\d{1,3}\]|#\d{1,3}[.:]?|(?:document|doc|source|chunk|passage|result)"
-                   r"[ \t]*#?\d{1,3}[ \t]*[:.)-]?)[ \t]+(?=\S)", re.I)
+_ENUM = re.compile(r"\n[ \t]*(?:[-*\u2022]|\d{1,3}[.)]|\[\d{1,3}\]|#\d{1,3}[.:]?"
+                   r"|(?:document|doc|source|chunk|passage|result)[ \t]*#?\d{1,3}[ \t]*[:.)-]?)[ \t]+(?=\S)", re.I)
 _HEAD_END = re.compile(r"\n(?:[ \t\r]*|[^\n]*:[ \t\r]*|#{1,6} [^\n]*)(?=\n)")  # a blank or heading line
 _BLANK = re.compile(r"\n[ \t\r]*\n")
 _DECODER = json.JSONDecoder()
@@ -140,8 +140,9 @@ def _separated(text: str) -> list[tuple[int, int]]:
 
 
 def _numbered(text: str) -> list[list[tuple[int, int]]]:
-    """Numbered lists (`1. `, `[2] `, `Document 3: `): the items' texts without their numbers, each up to
-    the next number, the last one up to the paragraph's end. Numbers stay in place when items move."""
+    """Numbered or bulleted lists (`1. `, `[2] `, `Document 3: `, `- `, `* `): the items' texts without their
+    markers, each up to the next marker, the last one up to the paragraph's end. Markers stay in place when
+    items move."""
     out: list[list[tuple[int, int]]] = []
     run: list[tuple[int, int]] = []
     starts = [(m.start(), m.end() - 1) for m in _ENUM.finditer("\n" + text)]  # (line start, item start)
