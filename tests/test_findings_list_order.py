@@ -302,3 +302,20 @@ def test_with_a_timestamp_before_the_list_both_are_found_and_fixed(tmp_path) -> 
     res = fix_logs(AnalyzeConfig(inputs=(str(log),)), str(tmp_path / "fixed.jsonl"))
     assert res.by_kind == {"list_order": 1, "timestamp": 1}
     assert res.after == pytest.approx(res.predicted, abs=1e-6) and res.findings_after == 0
+
+
+def test_system_message_as_text_parts(tmp_path) -> None:
+    """A system message sent as content parts ([{"type": "text", "text": ...}]): found and fixed in its part."""
+    recs = json.loads(json.dumps(records("indent")))
+    for x in recs:
+        sys_msg = x["messages"][0]
+        sys_msg["content"] = [{"type": "text", "text": sys_msg["content"]}]
+    log = write_jsonl(tmp_path / "log.jsonl", recs)
+    r = prefixscan.analyze(str(log))
+    assert [f.kind for f in r.findings.findings] == ["list_order"]
+    out = tmp_path / "fixed.jsonl"
+    res = fix_logs(AnalyzeConfig(inputs=(str(log),)), str(out))
+    assert res.after == pytest.approx(res.predicted, abs=1e-6) and res.after > res.before + 0.2
+    canon = {x["request_id"]: x["messages"][0]["content"] for x in records("indent", order="sorted")}
+    for x in map(json.loads, out.read_text().splitlines()):
+        assert x["messages"][0]["content"] == [{"type": "text", "text": canon[x["request_id"]]}]

@@ -23,6 +23,7 @@ import numpy as np
 import xxhash
 
 from prefixscan.detect.normalisation import MAX_CHARS
+from prefixscan.render import is_text_part
 
 KIND = "list_order"
 MIN_ITEMS = 3
@@ -223,10 +224,18 @@ def reorder_text(text: str, canon: tuple[int, ...]) -> str:
 
 def apply_list_op(msgs: list[dict[str, Any]], op: tuple, counterfactual: bool) -> None:
     """Apply ("list_reorder", message_index, canonical hashes, safe) to `msgs` in place (a copy made by
-    `apply_ops`). `fix` applies only safe ones (a JSON list sorted by its key); the counterfactual all."""
+    `apply_ops`). `fix` applies only safe ones (a JSON list sorted by its key); the counterfactual all.
+    Content given as parts: the text part holding the list is rewritten (a new list of new parts)."""
     _, mi, canon, safe = op
     if not (safe or counterfactual) or not 0 <= mi < len(msgs):
         return
     content = msgs[mi].get("content")
     if isinstance(content, str):
         msgs[mi]["content"] = reorder_text(content, tuple(canon))
+    elif isinstance(content, list):
+        for i, part in enumerate(content):
+            if isinstance(part, dict) and is_text_part(part) and isinstance(part.get("text"), str):
+                new = reorder_text(part["text"], tuple(canon))
+                if new != part["text"]:
+                    msgs[mi]["content"] = [*content[:i], {**part, "text": new}, *content[i + 1:]]
+                    return
