@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
             0.3, "--breaker-rate", help="Fraction of prompt sources (system prompts, templates) that inject."),
         drift: str = typer.Option(
             "off", "--drift", help="Normalisation drift / template churn to inject: off, all, or a comma list of "
-            "whitespace, line_endings, unicode, json_key_order, tool_order, rag_order, template_churn."),
+            "whitespace, line_endings, unicode, json_key_order, tool_order, rag_order, template_churn, list_order."),
         drift_rate: float = typer.Option(0.3, "--drift-rate", help="Fraction of prompt sources that drift."),
         text: str = typer.Option(
             "corpus", "--text", metavar="corpus|fresh",

@@ -13,6 +13,7 @@ Operations (tuples, JSON-serialisable):
 - ("retool_cf", tool_index, tool)                       counterfactual only: a tool without its dynamic field
 - ("normalise", kind)                                  line_endings | unicode | whitespace | json_key_order
 - ("reorder", message_index, canonical_hashes)         message_index -1 = the tool list
+- ("list_reorder", message_index, canonical_hashes, safe)  a list inside message text (list_order.py)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import orjson
 import xxhash
 
+from prefixscan.detect.list_order import apply_list_op
 from prefixscan.detect.normalisation import NORMALISERS, _sorted_json, early_messages, paragraph_hash, paragraphs
 
 Op = tuple
@@ -84,6 +86,8 @@ def apply_ops(messages: list[dict[str, Any]], tools: list[Any] | None, ops: list
                     tools = sorted(tools, key=lambda t: order[_tool_hash(t)])
             elif 0 <= op[1] < len(msgs) and isinstance(msgs[op[1]].get("content"), str):
                 msgs[op[1]]["content"] = _reorder_text(msgs[op[1]]["content"], tuple(op[2]))
+        elif op[0] == "list_reorder":
+            apply_list_op(msgs, op, counterfactual)
     for op in ops:
         if op[0] != "normalise":
             continue
