@@ -45,10 +45,19 @@ EPILOG = ("Exit codes: 0 ok; 1 internal error (a bug); 2 usage; 3 input (unreada
 def build_app(only: str | None = None) -> typer.Typer:
     """The application with every command, or with only the command named `only` (a key of COMMANDS;
     "": none, for `--version`)."""
+    from typer.core import TyperCommand
+
+    from prefixscan.cli.usage import HELP_WIDTH, Command, Group
+
+    # plain help and one-line usage errors for every command (prefixscan/cli/usage.py)
     application = typer.Typer(name="prefixscan", help=HELP, no_args_is_help=True, add_completion=False,
-                              rich_markup_mode="rich", pretty_exceptions_enable=False, epilog=EPILOG)
+                              rich_markup_mode=None, pretty_exceptions_enable=False, epilog=EPILOG, cls=Group,
+                              context_settings={"max_content_width": HELP_WIDTH})
     for name in COMMANDS.values() if only is None else (COMMANDS[only],) if only else ():
         importlib.import_module(f"prefixscan.cli.{name}").register(application)
+    for info in application.registered_commands:
+        if info.cls in (None, TyperCommand):
+            info.cls = Command
     _hook_project_config(application)
     application.callback()(_root)
     return application

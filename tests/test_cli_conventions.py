@@ -1,0 +1,80 @@
+"""Conventions every command keeps (issue 27): help never cuts a flag name, usage errors are one line with
+exit 2, terminal tables never cut a number, -q everywhere, failed gates and empty recordings have their own
+exit codes, writers refuse to overwrite without --force."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from prefixscan.cli.app import COMMANDS, app
+
+runner = CliRunner()
+
+
+def _command(name: str):  # noqa: ANN202 - the click command behind `prefixscan NAME`
+    import typer.main
+
+    return typer.main.get_command(app).commands[name]
+
+
+def _long_names(name: str) -> list[str]:
+    names = []
+    for p in _command(name).params:
+        names += [o for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())) if o.startswith("--")]
+    return names
+
+
+@pytest.mark.parametrize("columns", ["80", "60"])
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_shows_every_flag_name_whole(name: str, columns: str) -> None:
+    r = runner.invoke(app, [name, "--help"], env={"COLUMNS": columns})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.stdout
+    names = _long_names(name)
+    assert names
+    for flag in names:  # whole: not followed by more of a word, not cut by an ellipsis
+        assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", r.stdout), f"{name} --help cuts {flag}"
+
+
+def test_help_text_is_not_split_inside_a_word() -> None:
+    r = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "60"})
+    assert "gpt-oss-120b" in r.stdout and "qwen3-235b-a22b" in r.stdout and "--kv-blocks" in r.stdout
+    assert not re.search(r"[a-z0-9]-\n", r.stdout)  # no line ends in the middle of a hyphenated word
+
+
+def _one_line_usage_error(args: list[str], command: str) -> str:
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, (args, r.output)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, (args, r.stderr)
+    assert lines[0].startswith("prefixscan: error: ") and lines[0].endswith(f"(see prefixscan {command}--help)")
+    assert "Usage:" not in r.output and "╭" not in r.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_unknown_option_is_one_line(name: str) -> None:
+    line = _one_line_usage_error([name, "x", "--no-such-flag"], f"{name} ")
+    assert "no such option: --no-such-flag" in line
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["check", "--min-hit-rate", "0.4"], "missing argument"),
+    (["explain", "runs/x"], "missing argument"),
+    (["diff", "runs/a"], "missing argument"),
+    (["analyze", "x.jsonl", "--block-size", "abc"], "'--block-size'"),
+    (["simulate", "runs/x", "--replicas", "many"], "'--replicas'"),
+    (["synth", "-o", "x.jsonl", "--requests", "1.5"], "'--requests'"),
+    (["query", "runs/x", "--limit", "ten"], "'--limit'"),
+    (["record-events", "tcp://127.0.0.1:1"], "missing option '--output'"),
+])
+def test_usage_errors_are_one_line(args: list[str], words: str) -> None:
+    assert words in _one_line_usage_error(args, f"{args[0]} ")
+
+
+def test_unknown_command_and_root_option_are_one_line() -> None:
+    assert "no such command 'simulat'" in _one_line_usage_error(["simulat", "x"], "")
+    assert "no such option: --bogus" in _one_line_usage_error(["--bogus"], "")
