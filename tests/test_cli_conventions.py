@@ -78,3 +78,53 @@ def test_usage_errors_are_one_line(args: list[str], words: str) -> None:
 def test_unknown_command_and_root_option_are_one_line() -> None:
     assert "no such command 'simulat'" in _one_line_usage_error(["simulat", "x"], "")
     assert "no such option: --bogus" in _one_line_usage_error(["--bogus"], "")
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory):  # noqa: ANN201 - a run with a co-located and a P/D simulation
+    from tests.conftest import chat, write_jsonl
+
+    d = tmp_path_factory.mktemp("conv")
+    log = write_jsonl(d / "log.jsonl", [chat(i, f"c{i % 6}", 1 + i // 6, tenant=["acme", "globex"][i % 2])
+                                        for i in range(24)])
+    run = d / "run"
+    assert runner.invoke(app, ["analyze", str(log), "-o", str(run), "-q", "--no-findings"]).exit_code == 0
+    r = runner.invoke(app, ["simulate", str(run), "-q", "-n", "4"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["simulate", str(run), "-q", "-p", "round_robin,prefix_hash", "--prefill-replicas", "2",
+                            "--decode-replicas", "2", "--name", "pd"])
+    assert r.exit_code == 0, r.output
+    return run
+
+
+def _cells(policies: dict, columns: list[tuple]) -> set[str]:
+    from prefixscan.report.simulate_terminal import fmt
+
+    return {fmt(s.get(c[1]), c[-1]) for s in policies.values() for c in columns} - {"–"}
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+@pytest.mark.parametrize("name", ["default", "pd"])
+def test_simulate_tables_never_cut_a_number(sim_run, name: str, columns: int) -> None:
+    import json
+
+    from prefixscan.report.simulate_terminal import COLUMNS as SIM_COLUMNS
+    from prefixscan.report.simulate_terminal import SPLIT
+    from prefixscan.report.simulate_tiers_terminal import PD_COLUMNS
+
+    js = runner.invoke(app, ["simulate", str(sim_run), "--load", "--name", name, "--json", "-q"])
+    policies = json.loads(js.stdout)["policies"]
+    r = runner.invoke(app, ["simulate", str(sim_run), "--load", "--name", name], env={"COLUMNS": str(columns)})
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= columns
+    split = [(None, f"{k}_requests", "int") for _, k in SPLIT]
+    split += [(None, f"ttft_{k}_{p}_s", "s") for _, k in SPLIT for p in ("p50", "p95")]
+    expected = _cells(policies, SIM_COLUMNS) | _cells(policies, split)
+    if name == "pd":
+        expected |= _cells(policies, PD_COLUMNS)
+        assert "2P + 2D" in out
+    assert len(expected) > 10
+    for cell in expected:  # every value, whole: not glued to more digits, not cut
+        assert re.search(rf"(?<![\w.,]){re.escape(cell)}(?![\w.,%])", out), f"{cell!r} cut at {columns} columns"

@@ -67,18 +67,61 @@ def plain(value: object) -> str:
     return clean(str(value))
 
 
+def _add_columns(t: Any, columns: list[str], rows: list[list[str]], text: set[str] | frozenset[str],
+                 keys: int = 0, justify: dict[str, str] | None = None) -> None:
+    """The column rule of every terminal table: a number column has a fixed width, its widest cell (or its
+    title's longest word), so it is never wrapped, shrunk or cut (its title wraps at spaces); a `text`
+    column folds onto more lines; the first `keys` columns (row labels such as a policy name) are whole."""
+    from rich.text import Text
+
+    for i, c in enumerate(columns):
+        widest = max([Text.from_markup(r[i]).cell_len for r in rows], default=0)
+        if c in text:
+            t.add_column(c, overflow="fold")
+        elif i < keys:
+            t.add_column(c, no_wrap=True, width=max(widest, len(c)))
+        else:
+            longest_word = max((len(w) for w in c.split()), default=0)
+            t.add_column(c, justify=(justify or {}).get(c, "right"), overflow="fold",
+                         width=max(widest, longest_word))
+    for r in rows:
+        t.add_row(*r)
+
+
 def numbers_table(title: str | None, columns: list[str], rows: list[list[str]], text: set[str]) -> Any:
     """A rich table whose number columns never wrap or shrink below their widest cell (a narrow terminal
     folds the `text` columns onto more lines instead: a cut number would be a wrong number)."""
     from rich.table import Table
 
     t = Table(title=title, title_justify="left", show_edge=False)
-    for i, c in enumerate(columns):
-        if c in text:
-            t.add_column(c, overflow="fold")
-        else:
-            widest = max([len(r[i]) for r in rows], default=0)
-            t.add_column(c, justify="right", no_wrap=True, min_width=max(widest, min(len(c), 8)))
-    for r in rows:
-        t.add_row(*r)
+    _add_columns(t, columns, rows, text)
     return t
+
+
+def number_tables(console: Any, title: str | None, columns: list[str], rows: list[list[str]], keys: int = 1,
+                  text: frozenset[str] | set[str] = frozenset(), justify: dict[str, str] | None = None,
+                  **table_options: Any) -> list[Any]:
+    """`rows` as one rich table, or as several when the console is too narrow to show every column whole:
+    each further table repeats the first `keys` columns and takes as many of the remaining columns as fit
+    (`_add_columns` rule). Print each with `console.print`. The narrowest console this keeps whole is one
+    that fits the key columns and the widest other column (about 40 columns for the simulate tables)."""
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    def build(cols: list[int], part: int) -> Any:
+        t = Table(title=title if part == 0 or title is None else f"{title} (continued)", title_justify="left",
+                  **table_options)
+        _add_columns(t, [columns[i] for i in cols], [[r[i] for i in cols] for r in rows], text, keys, justify)
+        return t
+
+    def width(t: Any) -> int:
+        return Measurement.get(console, console.options.update_width(10_000), t).minimum
+
+    head, tables, current = list(range(keys)), [], list(range(keys))
+    for i in range(keys, len(columns)):
+        if len(current) > keys and width(build([*current, i], len(tables))) > console.width:
+            tables.append(build(current, len(tables)))
+            current = [*head]
+        current.append(i)
+    tables.append(build(current, len(tables)))
+    return tables
