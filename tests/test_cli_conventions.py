@@ -128,3 +128,43 @@ def test_simulate_tables_never_cut_a_number(sim_run, name: str, columns: int) ->
     assert len(expected) > 10
     for cell in expected:  # every value, whole: not glued to more digits, not cut
         assert re.search(rf"(?<![\w.,]){re.escape(cell)}(?![\w.,%])", out), f"{cell!r} cut at {columns} columns"
+
+
+@pytest.fixture(scope="module")
+def trace_run(tmp_path_factory):  # noqa: ANN201 - a run of a hashed trace (no prompt text)
+    from tests.conftest import ROOT
+
+    run = tmp_path_factory.mktemp("trace") / "run"
+    r = runner.invoke(app, ["analyze", str(ROOT / "sample_logs" / "mooncake_small.jsonl"), "-o", str(run), "-q"])
+    assert r.exit_code == 0, r.output
+    return run
+
+
+def test_a_failed_gate_has_its_own_exit_code(sim_run) -> None:
+    from prefixscan.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL
+
+    assert EXIT_CHECK_FAILED == 8 and EXIT_CHECK_FAILED != EXIT_INTERNAL
+    r = runner.invoke(app, ["check", str(sim_run), "--min-hit-rate", "1.0"])
+    assert r.exit_code == 8 and r.output.splitlines()[-1] == "check failed: 1 of 1 gate(s) failed"
+    assert "8 a check failed" in runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).stdout
+    assert "8 when one fails" in " ".join(runner.invoke(app, ["check", "--help"]).stdout.split())
+
+
+def test_breaker_gates_on_a_hashed_trace_are_not_checkable(trace_run) -> None:
+    import json
+
+    r = runner.invoke(app, ["check", str(trace_run), "--fail-on", "low"])
+    assert r.exit_code == 8, r.output
+    lines = r.output.splitlines()
+    assert lines[0].startswith("NOT CHECKABLE fail-on low: run ") and "no prompt text" in lines[0]
+    assert lines[-1] == "check failed: 1 of 1 gate(s) failed (1 not checkable)"
+    r = runner.invoke(app, ["check", str(trace_run), "--max-breaker-tokens", "0", "--json"])
+    gate = json.loads(r.stdout)["gates"][0]
+    assert r.exit_code == 8 and gate["status"] == "not_checkable" and gate["value"] is None
+    r = runner.invoke(app, ["check", str(trace_run), "--fail-on", "low", "--min-hit-rate", "0.1",
+                            "--allow-uncheckable"])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[-1] == "check passed: 1 gate(s) held (1 not checkable)"
+    r = runner.invoke(app, ["check", str(trace_run), "--fail-on", "low", "--min-hit-rate", "0.99",
+                            "--allow-uncheckable"])
+    assert r.exit_code == 8  # allowing the uncheckable gate never hides a failed one

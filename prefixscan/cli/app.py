@@ -38,7 +38,8 @@ COMMAND_MODULES = list(COMMANDS.values())
 HELP = "Measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router."
 EPILOG = ("Exit codes: 0 ok; 1 internal error (a bug); 2 usage; 3 input (unreadable, or no record accepted); "
           "4 a reject under --strict; 5 run directory (missing, damaged, or in use by another prefixscan); "
-          "6 tokenizer; 7 environment (disk full, read-only file system, permission denied); 130 interrupted. "
+          "6 tokenizer; 7 environment (disk full, read-only file system, permission denied); 8 a check failed "
+          "(`check`: a gate failed or could not be checked); 130 interrupted. "
           "Errors are one line on stderr (docs/analyze.md).")
 
 

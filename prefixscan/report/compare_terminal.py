@@ -16,11 +16,12 @@ from prefixscan.report.fmt import tokens as tok
 
 def check_lines(result: CheckResult, quiet: bool = False) -> list[str]:
     """One line per gate (only the failed ones when quiet), then a verdict line."""
-    lines = [f"{'PASS' if g.passed else 'FAIL'} {g.name}: {plain(g.message)}"
-             for g in result.gates if not (quiet and g.passed)]
-    n_fail = len(result.failed)
-    lines.append(f"check passed: {len(result.gates)} gate(s) held" if result.passed else
-                 f"check failed: {n_fail} of {len(result.gates)} gate(s) failed")
+    lines = [f"{g.status} {g.name}: {plain(g.message)}"
+             for g in result.gates if not (quiet and g.passed and g.checkable)]
+    n_fail, n_unchecked = len(result.failed), len(result.uncheckable)
+    unchecked = f" ({n_unchecked} not checkable)" if n_unchecked else ""
+    lines.append(f"check passed: {len(result.gates) - n_unchecked} gate(s) held{unchecked}" if result.passed else
+                 f"check failed: {n_fail} of {len(result.gates)} gate(s) failed{unchecked}")
     return lines
 
 
