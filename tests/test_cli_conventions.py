@@ -168,3 +168,12 @@ def test_breaker_gates_on_a_hashed_trace_are_not_checkable(trace_run) -> None:
     r = runner.invoke(app, ["check", str(trace_run), "--fail-on", "low", "--min-hit-rate", "0.99",
                             "--allow-uncheckable"])
     assert r.exit_code == 8  # allowing the uncheckable gate never hides a failed one
+
+
+def test_record_events_with_no_event_fails_in_one_line(tmp_path) -> None:
+    out = tmp_path / "ev.parquet"
+    r = runner.invoke(app, ["record-events", "tcp://127.0.0.1:45999", "-o", str(out), "--idle-timeout", "0.5"])
+    assert r.exit_code == 3, r.output
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(
+        "prefixscan: error: no KV events received from tcp://127.0.0.1:45999 in ")
+    assert not out.exists()
