@@ -177,3 +177,19 @@ def test_record_events_with_no_event_fails_in_one_line(tmp_path) -> None:
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(
         "prefixscan: error: no KV events received from tcp://127.0.0.1:45999 in ")
     assert not out.exists()
+
+
+def test_quiet_on_explain_export_diff_and_query(sim_run, tmp_path) -> None:
+    run = str(sim_run)
+    for args in (["explain", run, "r7"], ["diff", run, run]):
+        loud, quiet = runner.invoke(app, args), runner.invoke(app, [*args, "-q"])
+        assert loud.exit_code == quiet.exit_code == 0, quiet.output
+        assert loud.stdout.strip() and quiet.output == ""
+        assert runner.invoke(app, [*args, "-q", "--json"]).stdout.startswith("{")  # --json still answers
+    out = tmp_path / "t.jsonl"
+    r = runner.invoke(app, ["export", run, "-o", str(out), "-q"])
+    assert r.exit_code == 0 and r.output == "" and out.stat().st_size > 0
+    sql = "select request_id from requests order by seq"
+    loud = runner.invoke(app, ["query", run, sql, "--limit", "2"])
+    quiet = runner.invoke(app, ["query", run, sql, "--limit", "2", "--quiet"])
+    assert "22 more rows" in loud.stdout and "more rows" not in quiet.stdout and "r1" in quiet.stdout

@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
                                                    "multiple of the run's block size."),
         force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
         json_out: bool = typer.Option(False, "--json", help="Print what was written as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing on success but what --json asks for."),
     ) -> None:
         """Write the run's requests as a hashed trace (ids renumbered, relative timestamps, lengths only).
 
@@ -36,6 +37,8 @@ def register(app: typer.Typer) -> None:
         r = export_trace(run_dir, output, to, block_size, force)
         if json_out:
             typer.echo(json.dumps(r.to_json(), indent=2))
+            return
+        if quiet:
             return
         typer.echo(f"wrote {r.path}: {r.requests:,} requests, {r.ids:,} block ids of {r.block_size} tokens "
                    f"({r.target}); unbounded-cache reuse in the trace: mean per request {r.request_mean:.4f}, "
