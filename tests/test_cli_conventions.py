@@ -193,3 +193,19 @@ def test_quiet_on_explain_export_diff_and_query(sim_run, tmp_path) -> None:
     loud = runner.invoke(app, ["query", run, sql, "--limit", "2"])
     quiet = runner.invoke(app, ["query", run, sql, "--limit", "2", "--quiet"])
     assert "22 more rows" in loud.stdout and "more rows" not in quiet.stdout and "r1" in quiet.stdout
+
+
+def test_synth_refuses_an_existing_log_or_truth_without_force(tmp_path) -> None:
+    out = tmp_path / "chat.jsonl"
+    truth = tmp_path / "chat.jsonl.truth.jsonl"
+    out.write_text("a real log\n")
+    r = runner.invoke(app, ["synth", "-o", str(out), "-n", "5", "-q"])
+    assert r.exit_code == 2 and r.stderr == f"prefixscan: error: {out} already exists; pass --force to replace it\n"
+    assert out.read_text() == "a real log\n" and not truth.exists()
+    out.unlink()
+    truth.write_text("its truth\n")  # the sidecar alone is protected too, and the log is not written either
+    r = runner.invoke(app, ["synth", "-o", str(out), "-n", "5", "-q"])
+    assert r.exit_code == 2 and "chat.jsonl.truth.jsonl already exists" in r.stderr
+    assert truth.read_text() == "its truth\n" and not out.exists()
+    r = runner.invoke(app, ["synth", "-o", str(out), "-n", "5", "-q", "--force"])
+    assert r.exit_code == 0 and len(out.read_text().splitlines()) == 5 and truth.read_text() != "its truth\n"
