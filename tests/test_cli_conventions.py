@@ -209,3 +209,42 @@ def test_synth_refuses_an_existing_log_or_truth_without_force(tmp_path) -> None:
     assert truth.read_text() == "its truth\n" and not out.exists()
     r = runner.invoke(app, ["synth", "-o", str(out), "-n", "5", "-q", "--force"])
     assert r.exit_code == 0 and len(out.read_text().splitlines()) == 5 and truth.read_text() != "its truth\n"
+
+
+def test_export_warns_when_its_block_size_loses_the_reuse(sim_run, tmp_path) -> None:
+    import json
+
+    r = runner.invoke(app, ["export", str(sim_run), "-o", str(tmp_path / "a.jsonl"), "--json"])
+    assert r.exit_code == 0, r.output
+    js = json.loads(r.stdout)
+    assert js["block_size"] == 512 and js["run_block_size"] == 16
+    assert js["request_mean"] < js["run_block_request_mean"] / 2  # the default keeps less than half of it
+    warning = r.stderr.splitlines()
+    assert len(warning) == 1 and warning[0].startswith("prefixscan: warning: at 512-token blocks")
+    assert f"{js['request_mean']:.4f}" in warning[0] and f"{js['run_block_request_mean']:.4f}" in warning[0]
+    assert "--block-size 16" in warning[0] and js["warning"] in warning[0]
+    r = runner.invoke(app, ["export", str(sim_run), "-o", str(tmp_path / "b.jsonl"), "--json", "--block-size", "16"])
+    js16 = json.loads(r.stdout)
+    assert r.exit_code == 0 and r.stderr == "" and js16["warning"] is None
+    assert js16["request_mean"] == js["run_block_request_mean"]  # the number the warning promised
+    assert runner.invoke(app, ["export", str(sim_run), "-o", str(tmp_path / "c.jsonl"), "-q"]).stderr == ""
+
+
+def test_export_compresses_the_timeline(sim_run, tmp_path) -> None:
+    import json
+
+    def lines(path, *extra):  # noqa: ANN001, ANN202
+        r = runner.invoke(app, ["export", str(sim_run), "-o", str(path), "-q", *extra])
+        assert r.exit_code == 0, r.output
+        return [json.loads(x) for x in path.read_text().splitlines()]
+
+    one, fast = lines(tmp_path / "1.jsonl"), lines(tmp_path / "4.jsonl", "--rate-scale", "4")
+    assert one[-1]["timestamp"] > 1000  # the fixture spans seconds
+    assert [x["hash_ids"] for x in one] == [x["hash_ids"] for x in fast]
+    assert all(abs(f["timestamp"] - o["timestamp"] / 4) <= 1 for o, f in zip(one, fast, strict=True))
+    slow = lines(tmp_path / "b.jsonl", "--to", "bailian", "--rate-scale", "0.5")
+    assert slow[-1]["timestamp"] == pytest.approx(one[-1]["timestamp"] / 1000 * 2, abs=0.002)
+    for bad in ("0", "-2", "inf"):
+        r = runner.invoke(app, ["export", str(sim_run), "-o", str(tmp_path / "x.jsonl"), "--rate-scale", bad])
+        assert r.exit_code == 2 and "--rate-scale must be a positive number" in r.stderr
+        assert not (tmp_path / "x.jsonl").exists()
