@@ -248,3 +248,23 @@ def test_export_compresses_the_timeline(sim_run, tmp_path) -> None:
         r = runner.invoke(app, ["export", str(sim_run), "-o", str(tmp_path / "x.jsonl"), "--rate-scale", bad])
         assert r.exit_code == 2 and "--rate-scale must be a positive number" in r.stderr
         assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_findings_kind_is_validated(tmp_path) -> None:
+    import json
+
+    from tests.conftest import ROOT
+
+    run = tmp_path / "run"
+    log = str(ROOT / "sample_logs" / "chat.jsonl")
+    assert runner.invoke(app, ["analyze", log, "-o", str(run), "-q"]).exit_code == 0
+    r = runner.invoke(app, ["findings", str(run), "--kind", "timestmp"])
+    assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+    assert "--kind 'timestmp' is not a finding kind; kinds: " in r.stderr and "timestamp, tool_order" in r.stderr
+    exact = json.loads(runner.invoke(app, ["findings", str(run), "--kind", "timestamp", "--json"]).stdout)["findings"]
+    assert exact and {f["kind"] for f in exact} == {"timestamp"}
+    for alias in ("timestamps", "TIMESTAMP", "timestamp,timestamps"):
+        r = runner.invoke(app, ["findings", str(run), "--kind", alias, "--json"])
+        assert r.exit_code == 0 and json.loads(r.stdout)["findings"] == exact
+    both = json.loads(runner.invoke(app, ["findings", str(run), "--kind", "random-token,timestamp", "--json"]).stdout)
+    assert {f["kind"] for f in both["findings"]} == {"timestamp", "random_token"}
