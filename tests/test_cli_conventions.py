@@ -268,3 +268,25 @@ def test_findings_kind_is_validated(tmp_path) -> None:
         assert r.exit_code == 0 and json.loads(r.stdout)["findings"] == exact
     both = json.loads(runner.invoke(app, ["findings", str(run), "--kind", "random-token,timestamp", "--json"]).stdout)
     assert {f["kind"] for f in both["findings"]} == {"timestamp", "random_token"}
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_analyze_and_diff_tables_keep_labels_and_numbers_whole(sim_run, columns: int) -> None:
+    import json
+
+    from tests.conftest import ROOT
+
+    log = str(ROOT / "sample_logs" / "chat.jsonl")
+    s = json.loads(runner.invoke(app, ["analyze", log, "--no-findings", "--json", "-q"]).stdout)
+    r = runner.invoke(app, ["analyze", log, "--no-findings"], env={"COLUMNS": str(columns)})
+    assert r.exit_code == 0 and "…" not in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= columns
+    for key in s["by_prefix_class"]:  # row labels whole on one line ("conversation_history" was folded)
+        assert re.search(rf"^ {key} +│", r.stdout, re.M), key
+    for tenant, row in s["by_tenant"].items():
+        line = next(line for line in r.stdout.splitlines() if line.strip().startswith(tenant))
+        assert f"{row['requests']:,}" in line.split("│")[1]
+    d = runner.invoke(app, ["diff", str(sim_run), str(sim_run)], env={"COLUMNS": str(columns)})
+    assert d.exit_code == 0 and "…" not in d.stdout
+    assert max(len(line) for line in d.stdout.splitlines()) <= columns
+    assert "+0.0 pts" in d.stdout
