@@ -43,6 +43,8 @@ def test_help_text_is_not_split_inside_a_word() -> None:
     r = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "60"})
     assert "gpt-oss-120b" in r.stdout and "qwen3-235b-a22b" in r.stdout and "--kv-blocks" in r.stdout
     assert not re.search(r"[a-z0-9]-\n", r.stdout)  # no line ends in the middle of a hyphenated word
+    check = runner.invoke(app, ["check", "--help"], env={"COLUMNS": "80"}).stdout
+    assert "\n  Example: prefixscan check runs/demo --min-hit-rate 0.4 --fail-on high\n" in check
 
 
 def _one_line_usage_error(args: list[str], command: str) -> str:

@@ -26,7 +26,8 @@ HELP_WIDTH = 100  # help lines never exceed the terminal (80 in a pipe) nor this
 
 def wrap(text: str, width: int, indent: str = "") -> list[str]:
     """`text` wrapped to `width` columns at spaces only (never inside a word), paragraphs kept apart by a
-    blank line; a paragraph starting with click's `\\b` marker keeps its lines as written."""
+    blank line, a line starting "Example:" kept on a line of its own; a paragraph starting with click's `\\b`
+    marker keeps its lines as written."""
     lines: list[str] = []
     for para in re.split(r"\n[ \t]*\n", text.strip("\n")):
         if lines:
@@ -34,9 +35,10 @@ def wrap(text: str, width: int, indent: str = "") -> list[str]:
         if para.startswith("\b"):
             lines.extend(indent + line for line in para[1:].strip("\n").splitlines())
             continue
-        words = " ".join(para.split())
-        lines.extend(textwrap.wrap(words, max(width, 1), initial_indent=indent, subsequent_indent=indent,
-                                   break_long_words=False, break_on_hyphens=False) or [indent])
+        for piece in re.split(r"\n(?=\s*Examples?:)", para):  # an example starts a line of its own
+            words = " ".join(piece.split())
+            lines.extend(textwrap.wrap(words, max(width, 1), initial_indent=indent, subsequent_indent=indent,
+                                       break_long_words=False, break_on_hyphens=False) or [indent])
     return lines
 
 
