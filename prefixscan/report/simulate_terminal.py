@@ -135,18 +135,14 @@ def _print(console: Console, title: str, columns: list[str], rows: list[list[str
 def render_listing(rows: list[dict[str, Any]], run: str, console: Console) -> None:
     """`simulate RUN --list`: one row per stored simulation; the one readers use by default is marked."""
     from rich import box
-    from rich.table import Table
 
     if not rows:
         console.print(f"{safe(run)} has no simulation; run `prefixscan simulate {safe(run)}` first")
         return
-    t = Table(title=f"Simulations in {safe(run)} (* = used by report/estimate without --simulation)",
-              title_justify="left", box=box.SIMPLE)
-    for col in ("name", "policies", "replicas", "KV blocks/replica", "requests", "tables in"):
-        t.add_column(col)
-    for r in rows:
-        kv = r["kv_blocks_per_replica"]
-        t.add_row(("* " if r["default"] else "  ") + safe(r["name"]), safe(", ".join(r["policies"])),
-                  str(r["replicas"]), f"{kv:,}" if isinstance(kv, int) else "-", f"{r['requests'] or 0:,}",
-                  safe(r["dir"]))
-    console.print(t)
+    cells = [[("* " if r["default"] else "  ") + safe(r["name"]), safe(", ".join(r["policies"])), str(r["replicas"]),
+              f"{r['kv_blocks_per_replica']:,}" if isinstance(r["kv_blocks_per_replica"], int) else "-",
+              f"{r['requests'] or 0:,}", safe(r["dir"])] for r in rows]
+    for t in number_tables(console, f"Simulations in {safe(run)} (* = used by report/estimate without --simulation)",
+                           ["name", "policies", "replicas", "KV blocks/replica", "requests", "tables in"], cells,
+                           keys=1, text={"policies", "tables in"}, box=box.SIMPLE):
+        console.print(t)
