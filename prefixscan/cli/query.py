@@ -16,7 +16,8 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def query(
         run_dir: str = typer.Argument(None, help="Run directory written by `prefixscan analyze -o`."),
-        sql: str = typer.Argument(None, help="SQL, @path/to/file.sql, or @NAME of a canned query (see --list)."),
+        sql: str = typer.Argument(None, help="One SELECT (or EXPLAIN [ANALYZE] of one), @path/to/file.sql, "
+                                  "or @NAME of a canned query (see --list)."),
         canned: str = typer.Option(None, "--canned", help="Run the canned query NAME (see --list)."),
         list_canned: bool = typer.Option(False, "--list", help="List the canned queries and exit."),
         fmt: str = typer.Option("table", "--format", metavar=one_of(QUERY_FORMATS),
@@ -28,8 +29,9 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q",
                                    help="Only the result: no note on rows left out of the table."),
     ) -> None:
-        """Run read-only SQL over a run directory with DuckDB (tables: requests, rejects, summaries, prefixes,
-        ...). The query sees only the run's tables: no other file, no network, no writes (docs/query.md).
+        """Run one read-only SQL statement over a run directory with DuckDB (tables: requests, rejects, summaries,
+        prefixes, ...). The query sees only the run's tables: no other file, no network, no writes; any statement
+        but a SELECT is refused before it runs (docs/query.md).
 
         Example: prefixscan query runs/demo "select tenant, sum(cached_tokens) from requests group by 1"
         """
@@ -46,7 +48,7 @@ def register(app: typer.Typer) -> None:
         target = check_output(output, force) if output else None  # before the query runs
         cols, rows = run_query(run_dir, f"@{canned}" if canned else sql)
         if fmt != "table":
-            data = encode_result(cols, rows, fmt)
+            data = encode_result(cols, rows, fmt, for_terminal=target is None and sys.stdout.isatty())
             if target is None:
                 sys.stdout.write(data.decode())
             else:

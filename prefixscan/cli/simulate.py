@@ -21,6 +21,7 @@ from prefixscan.cli.choices import (
     one_of,
 )
 from prefixscan.cli.common import handle_errors, safe, show_progress, stderr_console, stdout_console
+from prefixscan.cli.estimate import one_rate, option_sources
 from prefixscan.errors import UsageError
 
 
@@ -202,7 +203,9 @@ def register(app: typer.Typer) -> None:
         rate_scale: float = typer.Option(
             1.0, "--rate-scale", help="Compress time: 2 = twice the request rate."
         ),
-        target_rps: float = typer.Option(None, "--target-rps", help="Compress time to this request rate."),
+        rps: float = typer.Option(None, "--rps", help="Compress time so the log's busy periods run at this "
+                                  "request rate (req/s)."),
+        target_rps: float = typer.Option(None, "--target-rps", hidden=True, help="Old name of --rps."),
         warmup_s: float = typer.Option(0.0, "--warmup-s", help="Exclude requests arriving before this time."),
         seed: int = typer.Option(0, "--seed", help="Seed for random choices (same seed => same tables)."),
         param: list[str] = typer.Option(
@@ -353,7 +356,7 @@ def register(app: typer.Typer) -> None:
             reserve_decode_blocks=reserve_decode,
             cache_generated=cache_generated,
             rate_scale=rate_scale,
-            target_rps=target_rps,
+            target_rps=one_rate(rps, target_rps, "--target-rps", option_sources(("rps", "target_rps"), locals())),
             warmup_s=warmup_s,
             seed=seed,
             policy_params=parse_params(param),

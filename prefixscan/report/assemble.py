@@ -80,7 +80,10 @@ def _traffic(run: Run) -> Traffic:
             return 0
         return len(t.column(name).drop_null().unique())
 
+    from prefixscan.cost.rate import activity
+
     arrival, prompt, cached = col("arrival_s").astype(float), col("prompt_tokens"), col("cached_tokens")
+    act = activity(arrival) if n else None
     span = float(arrival.max() - arrival.min()) if n else 0.0
     out = t.column("output_tokens").drop_null().to_numpy() if "output_tokens" in t.column_names else []
     actual_mask = np.zeros(n, bool)
@@ -109,6 +112,8 @@ def _traffic(run: Run) -> Traffic:
         with_actual_cached=int(actual_mask.sum()),
         actual_cached_tokens=int(actual[actual_mask].sum()),
         predicted_cached_tokens_for_actual=int(cached[actual_mask].sum()) if n else 0,
+        busy_note=act.summary() if act else None,
+        busy_rps=act.rps if act and act.gappy else None,
     )
 
 
@@ -285,34 +290,41 @@ def _kv(run: Run, est: dict[str, Any] | None) -> KvBasis:
 
 
 def _estimate(data: ReportData, run: Run, options: Any | None) -> None:
-    """The saved estimate when the report was given no scenario option, else a fresh one at the options."""
-    from prefixscan.cost.saved import is_stale, load_estimate, scenario_options
+    """The report's scenario: options given now (flags, prefixscan.toml) merged field by field with the saved
+    estimate (prefixscan.cost.saved.merge_options); the saved result itself when nothing changes and the
+    run did not change since, else a fresh estimate at the merged scenario."""
+    from prefixscan.cost.estimator import estimate
+    from prefixscan.cost.saved import is_stale, load_estimate, merge_options, same_scenario
+    from prefixscan.cost.scenario import FLAG, SAVED
 
-    saved = load_estimate(run.path) if options is None else None
+    saved = load_estimate(run.path)
+    scenario = ((saved or {}).get("result") or {}).get("scenario") or None
     line = (saved or {}).get("command_line") or "prefixscan estimate"
-    if saved is not None and not is_stale(saved, run.path):
-        data.estimate = saved["result"]
+    merged = merge_options(scenario, options)
+    if saved is not None and not is_stale(saved, run.path) and same_scenario(scenario or {}, merged):
+        data.estimate = dict(saved["result"])
+        sc = dict(data.estimate.get("scenario") or {})
+        # from the report's view: options given now keep their label, the estimate's own flags are saved
+        sc["sources"] = {k: (merged.sources.get(k, FLAG) if getattr(merged, k, None) is not None else
+                             SAVED if v == FLAG else v) for k, v in (sc.get("sources") or {}).items()}
+        data.estimate["scenario"] = sc
         data.estimate_source = f"saved by `{line}` (estimate.json)"
-    elif saved is not None and saved["result"].get("scenario"):
-        from prefixscan.cost.estimator import estimate
-
-        try:
-            data.estimate = estimate(scenario_options(saved["result"]["scenario"]), run.path).to_json()
-        except PrefixscanError as exc:
-            data.estimate_error = str(exc)
-            return
-        data.estimate_source = (f"re-estimated at the scenario `{line}` saved in estimate.json (the run "
-                                "changed since: re-analysed or re-simulated)")
     else:
-        from prefixscan.cost.estimator import EstimateOptions, estimate
-
         try:
-            data.estimate = estimate(options or EstimateOptions(), run.path).to_json()
+            data.estimate = estimate(merged, run.path).to_json()
         except PrefixscanError as exc:
             data.estimate_error = str(exc)
             return
-        data.estimate_source = ("`prefixscan estimate` at the report's options" if options is not None else
-                                "`prefixscan estimate` defaults on this run")
+        if saved is None:
+            data.estimate_source = ("`prefixscan estimate` at the report's options" if options is not None else
+                                    "`prefixscan estimate` defaults on this run")
+        elif is_stale(saved, run.path):
+            data.estimate_source = (f"re-estimated at the scenario `{line}` saved in estimate.json, with the "
+                                    "report's options over it (the run changed since: re-analysed or "
+                                    "re-simulated)")
+        else:
+            data.estimate_source = (f"re-estimated: the report's options over the scenario `{line}` saved in "
+                                    "estimate.json")
     data.scenario = (data.estimate.get("scenario") or {}).get("description")
 
 

@@ -3,8 +3,9 @@ made safe to print (`safe`, `clean`)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from prefixscan.report.escape import rich, terminal
 
 
 def pct(x: float) -> str:
@@ -34,37 +35,26 @@ def tokens(n: float | None) -> str:
 
 
 # Terminal safety: a value from the data (tenant, file name, snippet, example, SQL result) is printed only
-# through `safe` (Rich markup) or `clean` (plain text): escape sequences from the data could otherwise clear
-# the screen, plant live hyperlinks (OSC 8), rewrite earlier output (\r, \b) or reorder it (bidi overrides),
-# and `[...]` would be read as Rich markup.
-_ESCAPES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves, screen clears)
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, OSC 8 hyperlinks), BEL- or ST-terminated
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
-    r"|\x1b[@-_]?"  # any other escape
-    r"|\x9b[0-?]*[ -/]*[@-~]|\x9d[^\x07\x9c]*[\x07\x9c]?"  # their 8-bit (C1) forms
-)
-_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_BREAKS = re.compile(r"[\t\n]")
+# through `safe` (Rich markup) or `clean` (plain text), the terminal helpers of `prefixscan.report.escape`:
+# escape sequences from the data could otherwise clear the screen, write the clipboard (OSC 52), plant
+# live hyperlinks (OSC 8), rewrite earlier output (\r, \b) or reorder it (bidi overrides), and `[...]`
+# would be read as Rich markup. Control characters are shown as `\xNN` / `\uNNNN`, never acted on.
 
 
 def clean(value: object) -> str:
-    """`value` as one line of plain printable text: escape sequences and control characters removed
-    (tabs and newlines become spaces)."""
-    s = _ESCAPES.sub("", "" if value is None else str(value))
-    return _INVISIBLE.sub("", _BREAKS.sub(" ", s))
+    """`value` as one line of plain printable text: control characters made visible (`\x1b`), tabs and
+    newlines become spaces (`escape.terminal`)."""
+    return terminal(value)
 
 
 def safe(value: object) -> str:
     """`clean(value)` escaped for Rich markup, for any data value inside a printed string or table cell."""
-    from rich.markup import escape
-
-    return escape(clean(value))
+    return rich(value)
 
 
 def plain(value: object) -> str:
     """`clean(value)` for text printed with markup off (or in a `rich.text.Text`); None prints as "None"."""
-    return clean(str(value))
+    return terminal(str(value))
 
 
 def _add_columns(t: Any, columns: list[str], rows: list[list[str]], text: set[str] | frozenset[str],
