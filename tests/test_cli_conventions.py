@@ -23,6 +23,8 @@ def _command(name: str):  # noqa: ANN202 - the click command behind `prefixscan 
 def _long_names(name: str) -> list[str]:
     names = []
     for p in _command(name).params:
+        if getattr(p, "hidden", False):  # old names kept working but not shown
+            continue
         names += [o for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())) if o.startswith("--")]
     return names
 
