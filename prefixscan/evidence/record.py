@@ -142,7 +142,8 @@ def record_events(endpoint: str, output: str | os.PathLike[str], replay: str | N
         what = (f"{len(rec.batches)} batch(es) with no event" if rec.batches else
                 f"{rec.bad_messages} undecodable message(s)" if rec.bad_messages else "nothing")
         raise InputError(f"no KV events received from {endpoint} in {time.monotonic() - t0:.1f} s ({what}); "
-                         "check the endpoint and that the engine publishes KV events (vLLM --kv-events-config); "
+                         "check the endpoint and that the engine publishes KV events (vLLM: kv_events_config with "
+                         "enable_kv_cache_events); "
                          f"{out} was not written")
     write_recording(rec, out, {"endpoint": endpoint, "replay": replay, "topic": topic})
     missing = sum(b - a - 1 for a, b, _ in rec.gaps)
