@@ -46,7 +46,7 @@ def handle_errors(func: F) -> F:
         except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback on request
             origin = type(exc).__module__.split(".")[0]
             if origin in ("typer", "click") or os.environ.get("PREFIXSCAN_TRACEBACK"):
-                raise  # the command line's own errors (bad parameter, exit) are typer's to print
+                raise  # the command line's own errors (bad parameter, exit): one line from cli/usage.py
             if origin == "pyarrow" and "arquet" in str(exc):  # a table read outside rundir's checks
                 fail(f"a Parquet file is damaged or unreadable: {str(exc).splitlines()[0][:200]}; if it belongs to "
                      "a run directory, re-create the run with `prefixscan analyze LOGS -o RUN --force`",

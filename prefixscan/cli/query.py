@@ -26,6 +26,8 @@ def register(app: typer.Typer) -> None:
                                    help="Write the result to this file (never inside a run directory)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing -o file."),
         limit: int = typer.Option(200, "--limit", help="Rows shown in table format (0 = all)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q",
+                                   help="Only the result: no note on rows left out of the table."),
     ) -> None:
         """Run one read-only SQL statement over a run directory with DuckDB (tables: requests, rejects, summaries,
         prefixes, ...). The query sees only the run's tables: no other file, no network, no writes; any statement
@@ -52,10 +54,10 @@ def register(app: typer.Typer) -> None:
             else:
                 write_output(target, data)
             return
-        _print_table(cols, rows, limit, target)
+        _print_table(cols, rows, limit, target, quiet)
 
 
-def _print_table(cols: list, rows: list, limit: int, target) -> None:  # noqa: ANN001
+def _print_table(cols: list, rows: list, limit: int, target, quiet: bool = False) -> None:  # noqa: ANN001
     import io
 
     from rich.console import Console
@@ -66,7 +68,7 @@ def _print_table(cols: list, rows: list, limit: int, target) -> None:  # noqa: A
     buf = io.StringIO() if target is not None else None
     console = Console(file=buf, width=200, emoji=False) if buf is not None else stdout_console()
     console.print(result_table(cols, shown, None if buf is not None else console.width))
-    if len(shown) < len(rows):
+    if len(shown) < len(rows) and not quiet:
         console.print(f"({len(rows) - len(shown)} more rows; use --limit 0 or --format csv)")
     if buf is not None:
         from prefixscan.query import write_output

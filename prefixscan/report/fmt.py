@@ -57,18 +57,68 @@ def plain(value: object) -> str:
     return terminal(str(value))
 
 
-def numbers_table(title: str | None, columns: list[str], rows: list[list[str]], text: set[str]) -> Any:
-    """A rich table whose number columns never wrap or shrink below their widest cell (a narrow terminal
-    folds the `text` columns onto more lines instead: a cut number would be a wrong number)."""
-    from rich.table import Table
+def _add_columns(t: Any, columns: list[str], rows: list[list[str]], text: set[str] | frozenset[str],
+                 keys: int = 0, justify: dict[str, str] | None = None, fixed: bool = False) -> None:
+    """The column rule of every terminal table: a number column never wraps and never shrinks below its
+    widest cell; a `text` column folds onto more lines; the first `keys` columns (row labels such as a
+    policy name) are whole. `fixed` (a table that needs all the width it can get) gives each number column
+    exactly its widest cell (or its title's longest word) and lets its title wrap at spaces, so the
+    table's width is known before rich lays it out and nothing is left for rich to cut."""
+    from rich.text import Text
 
-    t = Table(title=title, title_justify="left", show_edge=False)
     for i, c in enumerate(columns):
+        widest = max([Text.from_markup(r[i]).cell_len for r in rows], default=0)
+        align = (justify or {}).get(c, "right")
         if c in text:
-            t.add_column(c, overflow="fold")
+            t.add_column(c, overflow="fold", justify=(justify or {}).get(c, "left"))
+        elif i < keys:
+            t.add_column(c, no_wrap=True, min_width=max(widest, len(c)))
+        elif fixed:
+            t.add_column(c, justify=align, overflow="fold", width=max(widest, *(len(w) for w in c.split())))
         else:
-            widest = max([len(r[i]) for r in rows], default=0)
-            t.add_column(c, justify="right", no_wrap=True, min_width=max(widest, min(len(c), 8)))
+            t.add_column(c, justify=align, no_wrap=True, min_width=max(widest, min(len(c), 8)))
     for r in rows:
         t.add_row(*r)
-    return t
+
+
+def number_tables(console: Any, title: str | None, columns: list[str], rows: list[list[str]], keys: int = 1,
+                  text: frozenset[str] | set[str] = frozenset(), justify: dict[str, str] | None = None,
+                  **table_options: Any) -> list[Any]:
+    """`rows` as one rich table, or as several when the console is too narrow to show every column whole:
+    each further table repeats the first `keys` columns and takes as many of the remaining columns as fit
+    (`_add_columns` rule). Print each with `console.print`. The narrowest console this keeps whole is one
+    that fits the key columns and the widest other column (about 40 columns for the simulate tables)."""
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    def build(cols: list[int], part: int, fixed: bool = True) -> Any:
+        t = Table(title=title if part == 0 or title is None else f"{title} (continued)", title_justify="left",
+                  **table_options)
+        _add_columns(t, [columns[i] for i in cols], [[r[i] for i in cols] for r in rows], text, keys, justify,
+                     fixed)
+        return t
+
+    def measure(t: Any) -> Measurement:
+        return Measurement.get(console, console.options.update_width(10_000), t)
+
+    natural = build(list(range(len(columns))), 0, fixed=False)
+    if measure(natural).maximum <= console.width:  # room for every column at its full width
+        return [natural]
+    head, tables, current = list(range(keys)), [], list(range(keys))
+    for i in range(keys, len(columns)):
+        if len(current) > keys and measure(build([*current, i], len(tables))).minimum > console.width:
+            tables.append(build(current, len(tables)))
+            current = [*head]
+        current.append(i)
+    tables.append(build(current, len(tables)))
+    return tables
+
+
+def print_tables(console: Any, title: str | None, columns: list[str], rows: list[list[str]], keys: int = 1,
+                 text: frozenset[str] | set[str] = frozenset(), caption: str | None = None,
+                 **table_options: Any) -> None:
+    """Print `number_tables(...)`, with `caption` under the last part."""
+    tables = number_tables(console, title, columns, rows, keys=keys, text=text, **table_options)
+    tables[-1].caption = caption
+    for t in tables:
+        console.print(t)
