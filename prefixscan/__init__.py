@@ -63,14 +63,14 @@ def estimate(run_dir: str | None = None, save: bool = False, simulation: str | N
     """
     from prefixscan.cost.estimator import EstimateOptions
     from prefixscan.cost.estimator import estimate as _estimate
-    from prefixscan.io.simstore import using_simulation
+    from prefixscan.io.rundir import load_run as _load
 
-    with using_simulation(simulation):
-        result = _estimate(EstimateOptions(**options), run_dir=run_dir)
-        if save and run_dir is not None:
-            from prefixscan.cost.saved import save_estimate
+    run = _load(run_dir, simulation) if run_dir is not None else None
+    result = _estimate(EstimateOptions(**options), run_dir=run)
+    if save and run is not None:
+        from prefixscan.cost.saved import save_estimate
 
-            save_estimate(result, run_dir)
+        save_estimate(result, run)
     return result
 
 

@@ -52,19 +52,16 @@ def register(app: typer.Typer) -> None:
         ran another one). A section whose data is missing names the command that produces it.
         """
         from prefixscan.io.rundir import load_run
-        from prefixscan.io.simstore import using_simulation
         from prefixscan.report.write import write_report
 
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
-        if simulation is not None:
-            load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
-        with using_simulation(simulation):
-            written = write_report(
-                run_dir, output, FORMATS[fmt], compare_to=compare_to, model=model, gpu=gpu, dtype=dtype,
-                replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
-                scale_to_rps=scale_to_rps, usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
-            )
+        run = load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
+        written = write_report(
+            run, output, FORMATS[fmt], compare_to=compare_to, model=model, gpu=gpu, dtype=dtype,
+            replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
+            scale_to_rps=scale_to_rps, usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
+        )
         for kind in ("md", "html"):
             if kind in written and not quiet:
                 typer.echo(str(written[kind]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -258,7 +259,57 @@ def read_manifest(run: str | os.PathLike[str]) -> dict[str, Any]:
         raise RunDirError(f"{path} is damaged ({str(exc).splitlines()[0][:80]}); {_redo(run)}") from None
     if not isinstance(doc, dict):
         raise RunDirError(f"{path} is damaged (not a JSON object); {_redo(run)}")
+    _check_manifest(doc, path, run)
     return doc
+
+
+# The types of what readers take from a manifest (a key may be absent): a value of another type is a damaged
+# (or crafted) run, refused in one line before any command uses it. Nested: (type, {key: type or spec}).
+_SUMMARY = {k: dict for k in ("actual_vs_predicted", "by_hit_source", "by_model", "by_prefix_class", "by_tenant",
+                              "by_turn", "capacity", "conversations", "counterfactual", "cross_tenant", "hit_rate",
+                              "input", "miss_attribution", "requests", "reuse", "reuse_gap_s", "tokens")}
+_SCHEMA: dict[str, Any] = {
+    "analyze": (dict, {"hit_rate": dict, "requests": (dict, {"rejects_by_reason": dict}), "timings": dict,
+                       "notes": list, "summary": (dict, {**_SUMMARY, "findings": list, "notes": list,
+                                                         "top_prefixes": list})}),
+    "command_line": str, "config": dict, "file_mode": str, "format_version": int, "inputs": list,
+    "tables": dict, "tool": str, "version": str, "simulate": dict, "simulations": dict, "findings": dict,
+    "project_config": dict,
+}
+_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+
+
+def _check_types(doc: dict[str, Any], schema: dict[str, Any], at: str) -> str | None:
+    for key, spec in schema.items():
+        if key not in doc or doc[key] is None:
+            continue
+        kind, inner = spec if isinstance(spec, tuple) else (spec, None)
+        value = doc[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"{at}{key} is not {_TYPE_NAMES[kind]}"
+        if inner is not None:
+            bad = _check_types(value, inner, f"{at}{key}.")
+            if bad:
+                return bad
+    return None
+
+
+def _check_manifest(doc: dict[str, Any], path: Path, run: str | os.PathLike[str]) -> None:
+    """Refuse a manifest whose values a reader would misuse: wrong types, table names that are not plain
+    names, a file mode beyond read/write bits; simulations are checked by prefixscan.io.simstore."""
+    from prefixscan.io.modes import MANIFEST_KEY, parse_mode
+
+    why = _check_types(doc, _SCHEMA, "")
+    if why is None and not all(isinstance(t, str) and _PLAIN_TABLE.fullmatch(t) and isinstance(v, dict)
+                               for t, v in doc.get("tables", {}).items()):
+        why = "tables must map plain table names to objects"
+    if why is None and doc.get(MANIFEST_KEY) is not None and parse_mode(doc[MANIFEST_KEY]) is None:
+        why = f"{MANIFEST_KEY} {str(doc[MANIFEST_KEY])[:12]!r} is not a file mode within 0666"
+    if why is not None:
+        raise RunDirError(f"run directory damaged: {path}: {why}; {_redo(run)}")
+
+
+_PLAIN_TABLE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 def read_table_file(path: Path, run: str | os.PathLike[str], **kwargs: Any) -> pa.Table:
@@ -291,7 +342,7 @@ def add_tables(run: str | os.PathLike[str], tables: dict[str, pa.Table], section
 @dataclass
 class Run:
     """A run directory opened for reading; tables load on first use. `sim_*` tables come from the chosen
-    simulation (`simulation`, stored under `sim_dir`; prefixscan.io.simstore)."""
+    simulation only (`simulation`, its tables under `sim_dir`; prefixscan.io.simstore): never a stray file."""
 
     path: Path
     manifest: dict[str, Any]
@@ -299,30 +350,60 @@ class Run:
     sim_dir: str = ""
     simulation: str | None = None
 
-    def tables(self) -> list[str]:
-        return sorted(p.stem for p in self.path.glob("*.parquet"))
+    def __fspath__(self) -> str:
+        """A Run stands for its directory wherever a path is taken; handed on (say to the estimator), it
+        keeps the simulation it was opened with, since `load_run` returns it as it is."""
+        return str(self.path)
 
-    def _file(self, name: str) -> Path:
-        if self.sim_dir and name.startswith("sim_"):
-            return self.path / self.sim_dir / f"{name}.parquet"
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def tables(self) -> list[str]:
+        """The run's own tables and the chosen simulation's."""
+        own = [p.stem for p in self.path.glob("*.parquet") if not p.stem.startswith("sim_")]
+        return sorted({*own, *self.sim_tables()})
+
+    def sim_tables(self) -> list[str]:
+        """The chosen simulation's tables present on disk (none when no simulation is stored)."""
+        if self.simulation is None:
+            return []
+        from prefixscan.io.simstore import table_dir
+
+        return sorted(p.stem for p in table_dir(self.path, self.sim_dir).glob("sim_*.parquet"))
+
+    def file(self, name: str) -> Path | None:
+        """Where table `name` lives (the chosen simulation's directory for `sim_*`); None: it cannot exist."""
+        if name.startswith("sim_"):
+            if self.simulation is None:
+                return None
+            from prefixscan.io.simstore import table_dir
+
+            return table_dir(self.path, self.sim_dir) / f"{name}.parquet"
         return self.path / f"{name}.parquet"
 
     def has(self, name: str) -> bool:
-        return self._file(name).exists()
+        p = self.file(name)
+        return p is not None and p.exists()
 
     def table(self, name: str) -> pa.Table:
         if name not in self._cache:
-            p = self._file(name)
-            if not p.exists():
+            p = self.file(name)
+            if p is None or not p.exists():
                 raise RunDirError(f"run {self.path} has no table {name!r} (tables: {', '.join(self.tables())})")
             self._cache[name] = read_table_file(p, self.path)
         return self._cache[name]
 
 
-def load_run(path: str | os.PathLike[str], simulation: str | None = None) -> Run:
+def load_run(path: str | os.PathLike[str] | Run, simulation: str | None = None) -> Run:
     """Open a run directory written by `prefixscan analyze`. `simulation` picks a named simulation (default:
-    `default`, else the most recent; an unknown name is a UsageError listing the stored ones)."""
+    `default`, else the most recent; an unknown name is a UsageError listing the stored ones). Given a Run
+    (and no other simulation), returns it: the simulation a caller chose travels with the Run."""
     from prefixscan.io.simstore import selected_view
+
+    if isinstance(path, Run):
+        if simulation is None or simulation == path.simulation:
+            return path
+        path = path.path
 
     manifest, sim_dir, chosen = selected_view(read_manifest(path), simulation, path)
     return Run(Path(path), manifest, sim_dir=sim_dir, simulation=chosen)

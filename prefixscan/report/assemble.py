@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prefixscan.errors import PrefixscanError
-from prefixscan.io.rundir import Run, load_run
+from prefixscan.io.rundir import Run, load_run, read_table_file
 from prefixscan.redact import redact_snippet
 from prefixscan.report.model import (
     BASELINES,
@@ -237,9 +237,8 @@ def _sim(data: ReportData, run: Run) -> None:
     est_best = ((data.estimate or {}).get("verdict") or {}).get("router_policy")
     data.best_policy = est_best if data.policy(est_best) else (best["policy"] if best else None)
     if data.best_policy and run.has("sim_decisions"):
-        path = run.path / "sim_decisions.parquet"
-        t = pq.read_table(
-            path,
+        t = read_table_file(
+            run.file("sim_decisions"), run.path,
             columns=["policy", "decision", "queue_wait_s", "measured"],
             filters=[("policy", "=", data.best_policy)],
         )
