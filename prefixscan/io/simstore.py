@@ -32,9 +32,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from prefixscan.errors import RunDirError, UsageError
+from prefixscan.errors import PrefixscanError, RunDirError, UsageError
 from prefixscan.io.atomic import clean_temps, fsync_dir, is_temp_name, temp_path
-from prefixscan.io.rundir import extending, write_manifest, write_table
+from prefixscan.io.rundir import extending, read_manifest, write_manifest, write_table
 
 DEFAULT = "default"
 SIM_DIR = "simulations"
@@ -186,7 +186,11 @@ def save(run: str | os.PathLike[str], tables: dict[str, pa.Table], info: dict[st
             if isinstance(listed, dict):
                 manifest["tables"] = {t: v for t, v in listed.items()
                                       if not (isinstance(v, dict) and v.get("stage") == "simulate")}
-        write_manifest(path, manifest)  # the switch: from here on readers see the new simulation
+        try:
+            write_manifest(path, manifest)  # the switch: from here on readers see the new simulation
+        except BaseException:
+            _unless_listed(path, rel)
+            raise
         if old is not None:
             _remove_version(path, old)
     from prefixscan.io.modes import apply_mode, run_mode
@@ -203,6 +207,17 @@ def _remove_version(run: Path, entry: dict[str, Any]) -> None:
         return
     for t in entry.get("tables", {}):  # the old layout's default: its tables at the top of the run
         (run / f"{t}.parquet").unlink(missing_ok=True)
+
+
+def _unless_listed(run: Path, rel: str) -> None:
+    """After a failed switch: remove the new directory unless the manifest on disk points at it after all
+    (an interrupt that came just after the rename of the manifest)."""
+    try:
+        on_disk = index(read_manifest(run), run)
+    except (OSError, PrefixscanError):
+        return  # left for the next simulate's clean-up
+    if not any(e["dir"] == rel for e in on_disk.values()):
+        shutil.rmtree(run / rel, ignore_errors=True)
 
 
 def _remove_unlisted(sims: Path, idx: dict[str, dict[str, Any]]) -> None:
