@@ -56,9 +56,10 @@ def register(app: typer.Typer) -> None:
 
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
-        run = load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
+        load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones, before any work
         written = write_report(
-            run, output, FORMATS[fmt], compare_to=compare_to, model=model, gpu=gpu, dtype=dtype,
+            run_dir, output, FORMATS[fmt], compare_to=compare_to, simulation=simulation, model=model, gpu=gpu,
+            dtype=dtype,
             replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
             scale_to_rps=scale_to_rps, usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
         )

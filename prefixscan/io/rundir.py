@@ -187,7 +187,10 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     # Block-hash lists are near-unique 64-bit values: a dictionary page for them is built only to be
     # abandoned (a third of the write time on a 1M-request trace), while zstd still finds the repeats.
     flat_cols = [f.name for f in schema if not pa.types.is_list(f.type)]
-    return {"compression": "zstd", "write_statistics": True, "use_dictionary": flat_cols}
+    # Page checksums (CRC32): readers verify them (read_table_file), so flipped bytes on disk are a damaged
+    # run, not silently different numbers.
+    return {"compression": "zstd", "write_statistics": True, "use_dictionary": flat_cols,
+            "write_page_checksum": True}
 
 
 GROUP_BLOCKS = 4 << 20  # block hashes per row group of the requests table (32 MB): chat rows hold hundreds
@@ -272,11 +275,14 @@ _SCHEMA: dict[str, Any] = {
     "analyze": (dict, {"hit_rate": dict, "requests": (dict, {"rejects_by_reason": dict}), "timings": dict,
                        "notes": list, "summary": (dict, {**_SUMMARY, "findings": list, "notes": list,
                                                          "top_prefixes": list})}),
-    "command_line": str, "config": dict, "file_mode": str, "format_version": int, "inputs": list,
+    "command_line": str, "file_mode": str,
+    "config": (dict, {"block_size": int, "hit_rule": str, "tokenizer": str, "granularity": str,
+                      "isolate_tenants": bool, "inputs": list, "command_line": str}),
+    "format_version": int, "inputs": list,
     "tables": dict, "tool": str, "version": str, "simulate": dict, "simulations": dict, "findings": dict,
     "project_config": dict,
 }
-_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "true or false"}
 
 
 def _check_types(doc: dict[str, Any], schema: dict[str, Any], at: str) -> str | None:
@@ -315,7 +321,53 @@ _PLAIN_TABLE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 def read_table_file(path: Path, run: str | os.PathLike[str], **kwargs: Any) -> pa.Table:
     """A run's Parquet table, or a one-line RunDirError when it is truncated or not Parquet."""
     try:
-        return pq.read_table(path, **kwargs)
+        return pq.read_table(path, page_checksum_verification=True, **kwargs)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise env_error(exc, path) from None
+        raise RunDirError(f"{path} is damaged ({str(exc).splitlines()[0][:100]}); {_redo(run)}") from None
+
+
+def _same_kind(want: pa.DataType, got: pa.DataType) -> bool:
+    """Whether a column of type `got` can stand for the schema's `want` (widths and string kinds may vary)."""
+    if pa.types.is_null(got):
+        return True  # a column that is null throughout
+    if pa.types.is_list(want):
+        return (pa.types.is_list(got) or pa.types.is_large_list(got)) and pa.types.is_integer(got.value_type)
+    if pa.types.is_integer(want):
+        return pa.types.is_integer(got)
+    if pa.types.is_floating(want):
+        return pa.types.is_floating(got) or pa.types.is_integer(got)
+    if pa.types.is_string(want):
+        return pa.types.is_string(got) or pa.types.is_large_string(got) or (
+            pa.types.is_dictionary(got) and pa.types.is_string(got.value_type))
+    if pa.types.is_boolean(want):
+        return pa.types.is_boolean(got)
+    return True
+
+
+def check_requests_schema(schema: pa.Schema, path: Path, run: str | os.PathLike[str]) -> None:
+    """A requests table every reader can use: the columns a replay needs, and each known column of its
+    documented kind (prefixscan.schema); anything else is a damaged run (RunDirError, exit 5)."""
+    from prefixscan.schema import REQUESTS_SCHEMA
+    from prefixscan.sim.workload import REQUIRED
+
+    lacking = [c for c in REQUIRED if c not in schema.names]
+    if lacking:
+        raise RunDirError(f"run directory damaged: {path} lacks column(s) {', '.join(lacking)} (not a requests "
+                          f"table); {_redo(run)}")
+    for f in schema:
+        i = REQUESTS_SCHEMA.get_field_index(f.name)
+        if i >= 0 and not _same_kind(REQUESTS_SCHEMA.field(i).type, f.type):
+            raise RunDirError(f"run directory damaged: {path}: column {f.name} is {f.type}, expected "
+                              f"{REQUESTS_SCHEMA.field(i).type}; {_redo(run)}")
+
+
+def read_schema_file(path: Path, run: str | os.PathLike[str]) -> pa.Schema:
+    """A run's Parquet table's schema (its footer), or a one-line RunDirError when the file is empty or not
+    Parquet."""
+    try:
+        return pq.read_schema(path)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         if isinstance(exc, OSError) and exc.errno is not None:
             raise env_error(exc, path) from None
@@ -347,6 +399,7 @@ class Run:
     path: Path
     manifest: dict[str, Any]
     _cache: dict[str, pa.Table] = field(default_factory=dict, repr=False)
+    _checked: set[str] = field(default_factory=set, repr=False)
     sim_dir: str = ""
     simulation: str | None = None
 
@@ -385,12 +438,22 @@ class Run:
         p = self.file(name)
         return p is not None and p.exists()
 
+    def checked_file(self, name: str) -> Path:
+        """The file of table `name`, its footer read (and the requests table's columns checked): for
+        readers that read a few columns themselves. A damaged file is a one-line RunDirError."""
+        p = self.file(name)
+        if p is None or not p.exists():
+            raise RunDirError(f"run {self.path} has no table {name!r} (tables: {', '.join(self.tables())})")
+        if name not in self._checked:
+            schema = read_schema_file(p, self.path)
+            if name == "requests":
+                check_requests_schema(schema, p, self.path)
+            self._checked.add(name)
+        return p
+
     def table(self, name: str) -> pa.Table:
         if name not in self._cache:
-            p = self.file(name)
-            if p is None or not p.exists():
-                raise RunDirError(f"run {self.path} has no table {name!r} (tables: {', '.join(self.tables())})")
-            self._cache[name] = read_table_file(p, self.path)
+            self._cache[name] = read_table_file(self.checked_file(name), self.path)
         return self._cache[name]
 
 

@@ -80,8 +80,10 @@ def _check_entry(name: Any, entry: Any, run: str | os.PathLike[str]) -> dict[str
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         raise _damaged(run, f"simulation {name!r}: seq is not a count")
     for k in _INFO:
-        if k in entry and not isinstance(entry[k], dict):
-            raise _damaged(run, f"simulation {name!r}: {k} is not an object")
+        if not isinstance(entry.get(k), dict):
+            raise _damaged(run, f"simulation {name!r}: {k} is missing or not an object")
+    if not all(isinstance(p, str) and isinstance(m, dict) for p, m in entry["policies"].items()):
+        raise _damaged(run, f"simulation {name!r}: policies must map policy names to their metrics")
     return entry
 
 
