@@ -233,3 +233,57 @@ def test_old_layout_default_is_read_and_replaced(base_run, tmp_path) -> None:
     m = rundir.read_manifest(run)
     assert "simulate" not in m and not any(t.startswith("sim_") for t in m["tables"])
     assert SimResult.load(run).config["replicas"] == 16
+
+
+def test_report_estimate_query_read_the_chosen_simulation(base_run, tmp_path) -> None:
+    """Issue 27: with only named simulations, report works (its sim_decisions come from the simulation's own
+    directory); `report --simulation` shows that simulation's own P/D or KV-tier results; `query` sees the
+    chosen simulation's sim_* tables, `--simulation NAME` picks one."""
+    run = copy_run(base_run, tmp_path)
+    m = rundir.read_manifest(run)
+    shutil.rmtree(run / "simulations")
+    m.pop("simulations")
+    (run / "manifest.json").write_text(json.dumps(m))
+    base = ["simulate", str(run), "-p", "round_robin,prefix_hash", "--kv-blocks", "64", "-q"]
+    assert runner.invoke(app, [*base, "-n", "3", "--name", "only"]).exit_code == 0
+    out = tmp_path / "r_only"
+    r = runner.invoke(app, ["report", str(run), "-f", "md", "-o", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    md = (out / "report.md").read_text()
+    assert "Simulated on 3 replicas" in md and "saved simulation `only`" in md
+    plan = md.split("## Measurement plan")[1]
+    assert "no decision log in the run" not in plan and " req)" in plan  # sim_decisions of `only` was read
+    assert runner.invoke(app, [*base, "--prefill-replicas", "1", "--decode-replicas", "1", "--name", "pd"]
+                         ).exit_code == 0
+    assert runner.invoke(app, [*base, "-n", "2", "--host-kv-blocks", "64", "--shared-kv-blocks", "64",
+                               "--name", "tiers"]).exit_code == 0
+    sections = {}
+    for name in ("pd", "tiers", "only"):
+        out = tmp_path / f"r_{name}"
+        r = runner.invoke(app, ["report", str(run), "--simulation", name, "-f", "md", "-o", str(out), "-q"])
+        assert r.exit_code == 0, r.output
+        md = (out / "report.md").read_text()
+        sections[name] = md.split("## Routing policy comparison")[1].split("\n## ")[0]
+        assert f"saved simulation `{name}`" in sections[name]
+    assert "1 prefill + 1 decode replicas" in sections["pd"] and "Disaggregated prefill/decode" in sections["pd"]
+    assert "| round_robin | 1P + 1D |" in sections["pd"] and "Cached tokens by KV tier" not in sections["pd"]
+    assert "Cached tokens by KV tier" in sections["tiers"] and "Disaggregated" not in sections["tiers"]
+    assert "Simulated on 2 replicas" in sections["tiers"]
+    assert "Cached tokens by KV tier" not in sections["only"] and "Disaggregated" not in sections["only"]
+    assert len(set(sections.values())) == 3
+    # estimate reuses the simulation it was pointed at (its replica count)
+    r = runner.invoke(app, ["estimate", str(run), "--simulation", "only", "--no-save", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["scenario"]["replicas"] == 3
+    # query: the chosen simulation's tables as sim_* views
+    pols = {n: rundir.load_run(run, n).manifest["simulate"]["policies"] for n in ("only", "pd", "tiers")}
+    for name in ("only", "pd", "tiers", None):
+        args = ["query", str(run), "select policy, hit_rate_token_weighted from sim_policies order by 1",
+                "--format", "json"]
+        r = runner.invoke(app, args + (["--simulation", name] if name else []))
+        assert r.exit_code == 0, r.output
+        got = {x["policy"]: x["hit_rate_token_weighted"] for x in json.loads(r.stdout)}
+        want = pols[name or "tiers"]  # no default: the most recent
+        assert got == {p: v["hit_rate_token_weighted"] for p, v in want.items()}
+    r = runner.invoke(app, ["query", str(run), "select 1", "--simulation", "nope"])
+    assert r.exit_code == 2 and "no simulation named 'nope'" in r.output
