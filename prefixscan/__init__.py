@@ -47,9 +47,14 @@ def simulate(run_dir: str, save: bool = True, name: str = "default", **options: 
 
         options = {**profile_options(options["timing_profile"]), **{k: v for k, v in options.items()
                                                                    if k != "timing_profile"}}
-    result = _simulate(run_dir, SimConfig(**options))
-    if save:
-        result.save(run_dir, name)
+    import contextlib
+
+    from prefixscan.io.rundir import extending
+
+    with extending(run_dir) if save else contextlib.nullcontext():  # the run's lock from replay to store
+        result = _simulate(run_dir, SimConfig(**options))
+        if save:
+            result.save(run_dir, name)
     return result
 
 
@@ -75,7 +80,8 @@ def estimate(run_dir: str | None = None, save: bool = False, simulation: str | N
 
 
 def write_report(run_dir: str, output: str | None = None, **options: Any):  # noqa: ANN201
-    """Write report.md and report.html for a run; see `prefixscan.report.write.write_report`.
+    """Write report.md and report.html for a run; see `prefixscan.report.write.write_report`
+    (`simulation=NAME` reports that stored simulation).
 
     (Not named `report`: that is the subpackage of reporters.)
     """
