@@ -54,8 +54,8 @@ def check_name(name: str) -> str:
 
 def _damaged(run: str | os.PathLike[str], what: str) -> RunDirError:
     where = f"{run}/manifest.json" if str(run) else "manifest.json"
-    return RunDirError(f"run directory damaged: {where}: {what}; re-run `prefixscan simulate {run or 'RUN_DIR'}` "
-                       "with --name of that simulation, or re-create the run with `prefixscan analyze --force`")
+    return RunDirError(f"run directory damaged: {where}: {what}; re-create it with `prefixscan analyze LOGS -o "
+                       f"{run or 'RUN_DIR'} --force`")
 
 
 def _check_entry(name: Any, entry: Any, run: str | os.PathLike[str]) -> dict[str, Any]:
