@@ -287,3 +287,16 @@ def test_report_estimate_query_read_the_chosen_simulation(base_run, tmp_path) ->
         assert got == {p: v["hit_rate_token_weighted"] for p, v in want.items()}
     r = runner.invoke(app, ["query", str(run), "select 1", "--simulation", "nope"])
     assert r.exit_code == 2 and "no simulation named 'nope'" in r.output
+
+
+def test_a_reader_whose_simulation_was_replaced_is_told_so(base_run, tmp_path) -> None:
+    """A reader that opened the run before a re-simulation finished gets one line saying so, not a table
+    of the new simulation under the old one's manifest entry."""
+    from prefixscan.errors import RunDirError
+
+    run = copy_run(base_run, tmp_path)
+    before = rundir.load_run(run)
+    assert runner.invoke(app, ["simulate", str(run), *NEW, "-q"]).exit_code == 0
+    with pytest.raises(RunDirError, match="was replaced while this command read it"):
+        before.table("sim_policies")
+    assert rundir.load_run(run).table("sim_policies").num_rows > 1

@@ -442,6 +442,9 @@ class Run:
         """The file of table `name`, its footer read (and the requests table's columns checked): for
         readers that read a few columns themselves. A damaged file is a one-line RunDirError."""
         p = self.file(name)
+        if p is not None and not p.parent.exists() and self.sim_dir:
+            raise RunDirError(f"simulation {self.simulation!r} of run {self.path} was replaced while this command "
+                              "read it (another prefixscan simulate); run the command again")
         if p is None or not p.exists():
             raise RunDirError(f"run {self.path} has no table {name!r} (tables: {', '.join(self.tables())})")
         if name not in self._checked:
