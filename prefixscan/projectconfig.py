@@ -39,6 +39,7 @@ SCENARIO_COMMANDS = ("simulate", "estimate", "report")
 
 
 SECRET_KEYS = {"tenant_key"}
+NOT_RECORDED = {"output", "force"}  # never taken from the settings a run recorded (destinations, replacing)
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,18 @@ def _recorded(params: dict[str, Any]) -> ProjectConfig | None:
         pc = read_manifest(cand).get("project_config")
     except PrefixscanError:
         return None
-    return ProjectConfig(pc["path"], pc["sections"]) if isinstance(pc, dict) and "sections" in pc else None
+    if not isinstance(pc, dict) or "sections" not in pc:
+        return None
+    sections = pc["sections"]
+    if not isinstance(sections, dict) or not all(isinstance(t, dict) for t in sections.values()):
+        from prefixscan.errors import RunDirError
+
+        raise RunDirError(f"run directory damaged: {cand}/manifest.json: project_config.sections is not a table "
+                          "of tables; re-create the run with `prefixscan analyze --force`")
+    # what a run recorded settles analysis and scenario only: where output goes, and --force, come from the
+    # command line or an explicit --config (a crafted manifest must not make `report` write elsewhere)
+    kept = {name: {k: v for k, v in table.items() if k not in NOT_RECORDED} for name, table in sections.items()}
+    return ProjectConfig(str(pc.get("path", "")), kept)
 
 
 def _as_param(value: Any, current: Any) -> Any:

@@ -26,16 +26,19 @@ _TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 def run_tables(run: Run) -> dict[str, Path]:
-    """The run's tables by name: those the manifest lists (else the Parquet files present) whose name is a
-    plain identifier and whose file is a regular file inside the run directory (no symlink out)."""
+    """The run's tables by name: those the manifest lists (else the Parquet files present), plus the chosen
+    simulation's `sim_*` tables from its own directory (prefixscan.io.simstore), each a plain identifier
+    whose file is a regular file inside the run directory (no symlink out)."""
     listed = run.manifest.get("tables")
     names = sorted(listed) if isinstance(listed, dict) else run.tables()
+    names = [n for n in names if not n.startswith("sim_")] + run.sim_tables()
     root = run.path.resolve()
     out: dict[str, Path] = {}
     for name in names:
-        p = run.path / f"{name}.parquet"
-        if _TABLE_NAME.fullmatch(name) and p.is_file() and p.resolve().parent == root:
-            out[name] = p.resolve()
+        p = run.file(name)
+        if _TABLE_NAME.fullmatch(name) and p is not None and p.is_file() and not p.is_symlink() \
+                and p.resolve().is_relative_to(root):
+            out[name] = run.checked_file(name).resolve()  # a damaged file: one line, exit 5
     return out
 
 

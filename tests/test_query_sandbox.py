@@ -263,4 +263,4 @@ def test_a_damaged_table_is_a_run_directory_error(run, tmp_path) -> None:
     (copy / "prefixes.parquet").write_bytes(b"PAR1 not really")
     r = _query(copy, "select count(*) from requests")
     assert r.exit_code == 5 and len(r.stderr.strip().splitlines()) == 1
-    assert "table prefixes (prefixes.parquet) cannot be read" in r.stderr
+    assert "prefixes.parquet" in r.stderr and "damaged" in r.stderr

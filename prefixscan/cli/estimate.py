@@ -170,20 +170,18 @@ def register(app: typer.Typer) -> None:
             ttft_overhead_s=ttft_overhead_s, decode_batch=decode_batch, hours_per_month=hours_per_month,
             sources=sources,
         )
-        from prefixscan.io.simstore import using_simulation
-
-        if simulation is not None:
-            if run_dir is None:
-                raise UsageError("--simulation needs a run directory")
+        run = None
+        if run_dir is not None:
             from prefixscan.io.rundir import load_run
 
-            load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
-        with using_simulation(simulation):
-            result = run_estimate(options, run_dir)
-            if run_dir is not None and save:
-                from prefixscan.cost.saved import save_estimate
+            run = load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
+        elif simulation is not None:
+            raise UsageError("--simulation needs a run directory")
+        result = run_estimate(options, run)
+        if run is not None and save:
+            from prefixscan.cost.saved import save_estimate
 
-                save_estimate(result, run_dir, "prefixscan " + shlex.join(sys.argv[1:]))
+            save_estimate(result, run, "prefixscan " + shlex.join(sys.argv[1:]))
         if as_json:
             typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
             return

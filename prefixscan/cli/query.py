@@ -28,6 +28,9 @@ def register(app: typer.Typer) -> None:
         limit: int = typer.Option(200, "--limit", help="Rows shown in table format (0 = all)."),
         quiet: bool = typer.Option(False, "--quiet", "-q",
                                    help="Only the result: no note on rows left out of the table."),
+        simulation: str = typer.Option(
+            None, "--simulation", metavar="NAME",
+            help="Whose sim_* tables the views show (`simulate --name`; default: 'default', else the most recent)."),
     ) -> None:
         """Run one read-only SQL statement over a run directory with DuckDB (tables: requests, rejects, summaries,
         prefixes, ...). The query sees only the run's tables: no other file, no network, no writes; any statement
@@ -46,7 +49,10 @@ def register(app: typer.Typer) -> None:
         if fmt == "parquet" and not output:
             raise UsageError("--format parquet needs -o FILE")
         target = check_output(output, force) if output else None  # before the query runs
-        cols, rows = run_query(run_dir, f"@{canned}" if canned else sql)
+        from prefixscan.io.rundir import load_run
+
+        run = load_run(run_dir, simulation)  # the views: its tables and that simulation's sim_* tables
+        cols, rows = run_query(run, f"@{canned}" if canned else sql)
         if fmt != "table":
             data = encode_result(cols, rows, fmt, for_terminal=target is None and sys.stdout.isatty())
             if target is None:

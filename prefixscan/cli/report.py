@@ -54,7 +54,6 @@ def register(app: typer.Typer) -> None:
         the command that produces it.
         """
         from prefixscan.io.rundir import load_run
-        from prefixscan.io.simstore import using_simulation
         from prefixscan.report.write import write_report
 
         sources = option_sources(SCENARIO_PARAMS, locals())
@@ -65,14 +64,12 @@ def register(app: typer.Typer) -> None:
             sources["rps"] = rate_src
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
-        if simulation is not None:
-            load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
-        with using_simulation(simulation):
-            written = write_report(
-                run_dir, output, FORMATS[fmt], compare_to=compare_to, model=model, gpu=gpu, dtype=dtype,
-                replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
-                usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu, sources=sources or None,
-            )
+        load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones, before any work
+        written = write_report(
+            run_dir, output, FORMATS[fmt], compare_to=compare_to, simulation=simulation, model=model, gpu=gpu,
+            dtype=dtype, replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
+            usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu, sources=sources or None,
+        )
         for kind in ("md", "html"):
             if kind in written and not quiet:
                 typer.echo(clean(str(written[kind])))  # -o NAME is echoed: its controls shown, not sent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from typing import Any
 
@@ -300,6 +301,7 @@ def register(app: typer.Typer) -> None:
         Example: prefixscan simulate runs/demo --replicas 8 --policies all --kv-blocks 20000
         """
         from prefixscan.cli import simulate_logs
+        from prefixscan.io.rundir import extending
         from prefixscan.io.simstore import check_name
         from prefixscan.sim import SimConfig, SimResult
         from prefixscan.sim import simulate as run_sim
@@ -376,14 +378,16 @@ def register(app: typer.Typer) -> None:
                 simulate_logs.refuse_on_run(run_path, aopts)
             else:
                 run_path, tmp = simulate_logs.analyze_first(inputs, output, force, quiet, console, aopts)
-            if show_progress(quiet):
-                with console.status("simulating...") as status:
-                    result = run_sim(
-                        run_path, cfg, progress=lambda n, i, k: status.update(f"policy {i + 1}/{k}: {n}...")
-                    )
-            else:
-                result = run_sim(run_path, cfg)
-            where = result.save(run_path, name or "default") if save and tmp is None else None
+            writing = save and tmp is None
+            with extending(run_path) if writing else contextlib.nullcontext():  # the run's lock throughout
+                if show_progress(quiet):
+                    with console.status("simulating...") as status:
+                        result = run_sim(
+                            run_path, cfg, progress=lambda n, i, k: status.update(f"policy {i + 1}/{k}: {n}...")
+                        )
+                else:
+                    result = run_sim(run_path, cfg)
+                where = result.save(run_path, name or "default") if writing else None
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -442,7 +446,7 @@ def _list(inputs: list[str], json_out: bool) -> None:
 
     if len(inputs) != 1:
         raise UsageError("--list takes one run directory")
-    rows = listing(read_manifest(inputs[0]))
+    rows = listing(read_manifest(inputs[0]), inputs[0])
     if json_out:
         import json
 

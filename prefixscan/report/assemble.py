@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from prefixscan.errors import PrefixscanError
-from prefixscan.io.rundir import Run, load_run
+from prefixscan.io.rundir import Run, load_run, read_schema_file, read_table_file
 from prefixscan.redact import redact_snippet
 from prefixscan.report.model import (
     BASELINES,
@@ -65,9 +64,9 @@ def _traffic(run: Run) -> Traffic:
         "actual_cached_tokens",
         "cached_tokens",
     ]
-    path = run.path / "requests.parquet"
-    have = set(pq.read_schema(path).names)
-    t = pq.read_table(path, columns=[c for c in want if c in have])
+    path = run.checked_file("requests")
+    have = set(read_schema_file(path, run.path).names)
+    t = read_table_file(path, run.path, columns=[c for c in want if c in have])
     n = t.num_rows
 
     def col(name: str) -> np.ndarray:
@@ -219,13 +218,29 @@ def _estimate_policies(data: ReportData) -> bool:
     return True
 
 
+def _sim_results(data: ReportData, run: Run) -> bool:
+    """The chosen simulation's KV-tier and prefill/decode results (its own, per policy); True when it has
+    any: the estimate's replay cannot stand in for such a simulation."""
+    data.simulation = run.simulation
+    pols = run.manifest.get("simulate", {}).get("policies", {})
+    rows = [{"policy": name, **m} for name, m in pols.items() if isinstance(m, dict)]
+    if run.has("sim_policies"):  # the table keeps the run's policy order; the manifest sorts keys
+        order = [p for p in run.table("sim_policies").column("policy").to_pylist()]
+        rows.sort(key=lambda r: order.index(r["policy"]) if r["policy"] in order else len(order))
+    data.sim_tiers = [r for r in rows if "hit_rate_gpu" in r]
+    data.sim_pd = [r for r in rows if "decode_replicas" in r]
+    return bool(data.sim_tiers or data.sim_pd)
+
+
 def _sim(data: ReportData, run: Run) -> None:
     rows = _rows(run.table("sim_policies"), POLICY_COLUMNS)
     data.policies = rows
-    data.policies_source = "the run's saved simulation"
+    data.policies_source = "the run's saved simulation" + (
+        f" `{run.simulation}`" if run.simulation not in (None, "default") else "")
     sec = run.manifest.get("simulate", {})
     cfg, wl = sec.get("config", {}), sec.get("workload", {})
     data.sim = {
+        "decode_replicas": cfg.get("decode_replicas") or None,
         "replicas": cfg.get("replicas"),
         "model": cfg.get("model"),
         "gpu": cfg.get("gpu"),
@@ -242,9 +257,8 @@ def _sim(data: ReportData, run: Run) -> None:
     est_best = ((data.estimate or {}).get("verdict") or {}).get("router_policy")
     data.best_policy = est_best if data.policy(est_best) else (best["policy"] if best else None)
     if data.best_policy and run.has("sim_decisions"):
-        path = run.path / "sim_decisions.parquet"
-        t = pq.read_table(
-            path,
+        t = read_table_file(
+            run.file("sim_decisions"), run.path,
             columns=["policy", "decision", "queue_wait_s", "measured"],
             filters=[("policy", "=", data.best_policy)],
         )
@@ -301,7 +315,7 @@ def _estimate(data: ReportData, run: Run, options: Any | None) -> None:
     scenario = ((saved or {}).get("result") or {}).get("scenario") or None
     line = (saved or {}).get("command_line") or "prefixscan estimate"
     merged = merge_options(scenario, options)
-    if saved is not None and not is_stale(saved, run.path) and same_scenario(scenario or {}, merged):
+    if saved is not None and not is_stale(saved, run) and same_scenario(scenario or {}, merged):
         data.estimate = dict(saved["result"])
         sc = dict(data.estimate.get("scenario") or {})
         # from the report's view: options given now keep their label, the estimate's own flags are saved
@@ -311,7 +325,7 @@ def _estimate(data: ReportData, run: Run, options: Any | None) -> None:
         data.estimate_source = f"saved by `{line}` (estimate.json)"
     else:
         try:
-            data.estimate = estimate(merged, run.path).to_json()
+            data.estimate = estimate(merged, run).to_json()
         except PrefixscanError as exc:
             data.estimate_error = str(exc)
             return
@@ -341,13 +355,15 @@ def _config_note(stage: str, manifest: dict[str, Any]) -> str:
     return f"# {stage} settings that differ from the defaults: {', '.join(diffs) or 'none'}"
 
 
-def build(run_dir: str | os.PathLike[str], options: Any | None = None) -> ReportData:
+def build(run_dir: str | os.PathLike[str], options: Any | None = None, simulation: str | None = None) -> ReportData:
     """Assemble the report for a run directory (reads tables and the manifest; never re-analyses).
 
     `options` (an `EstimateOptions`) sets the scenario; None reuses the saved estimate.json, else prices
-    the run with the estimator's defaults (the saved simulation's scenario when there is one).
+    the run with the estimator's defaults (the saved simulation's scenario when there is one). `simulation`
+    names the stored simulation to report (default: `default`, else the most recent); a simulation named
+    so, or one with KV tiers or disaggregation, gives the routing section its own results.
     """
-    run = load_run(run_dir)
+    run = load_run(run_dir, simulation)
     m = run.manifest
     cfg = m.get("config", {})
     commands = [("analyze", m["command_line"])] if m.get("command_line") else []
@@ -394,7 +410,10 @@ def build(run_dir: str | os.PathLike[str], options: Any | None = None) -> Report
         _findings(data, run)
     else:
         data.missing["findings"] = f"prefixscan analyze LOGS -o {rd} --force"  # analyze writes findings
-    if _estimate_policies(data):
+    own = _sim_results(data, run) or simulation is not None
+    if own and run.has("sim_policies"):
+        _sim(data, run)
+    elif _estimate_policies(data):
         pass
     elif run.has("sim_policies"):
         _sim(data, run)

@@ -27,7 +27,7 @@ def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
     out.append(
         (
             "p",
-            f"Simulated on {esc(s.get('replicas'))} replicas of {esc(s.get('model'))} on {esc(s.get('gpu'))}, "
+            f"Simulated on {_fleet(s)} of {esc(s.get('model'))} on {esc(s.get('gpu'))}, "
             f"{num(s.get('kv_blocks_per_replica'))} KV blocks of {esc(s.get('block_size'))} tokens per replica, "
             f"router knowledge `{esc(s.get('knowledge'))}`; from {data.policies_source}. \"prompt tokens "
             f"cached\" is token-weighted over all replicas; \"of ideal\" is the share of an unbounded "
@@ -65,6 +65,7 @@ def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
         )
     )
     out.append(("fig", "policies"))
+    out.extend(_tiers_and_pd(data))
     out.append(("h", 3, "TTFT by cache outcome"))
     out.append(
         (
@@ -94,6 +95,44 @@ def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
             ],
         )
     )
+    return out
+
+
+def _fleet(s: dict) -> str:
+    """"8 replicas", or "2 prefill + 2 decode replicas" for a disaggregated simulation."""
+    if s.get("decode_replicas"):
+        return f"{s.get('replicas')} prefill + {s.get('decode_replicas')} decode replicas"
+    return f"{s.get('replicas')} replicas"
+
+
+_FORMATS = {"pct": pct, "s": sec, "short": num, "int": num}
+
+
+def _tiers_and_pd(data: ReportData) -> list[Block]:
+    """The simulation's own KV-tier and prefill/decode results (the columns `simulate` prints)."""
+    from prefixscan.report.simulate_tiers_terminal import PD_COLUMNS, TIER_COLUMNS
+
+    out: list[Block] = []
+    if data.sim_tiers:
+        out.append(("h", 3, "Cached tokens by KV tier"))
+        out.append(("p", "Share of prompt tokens served from each tier in the simulation (load = moving lower-tier "
+                         "KV onto the GPU; recomputed = prompt tokens no tier held, prefilled)."))
+        out.append(("table", ["policy", *(c for c, _, _ in TIER_COLUMNS)],
+                    [[r["policy"], *(_FORMATS[kind](r.get(k)) for _, k, kind in TIER_COLUMNS)]
+                     for r in data.sim_tiers]))
+    if data.sim_pd:
+        out.append(("h", 3, "Disaggregated prefill/decode against a co-located fleet"))
+        out.append(("p", "P/D TTFT includes the decode queue and the KV transfer; co-located = the same GPUs "
+                         "serving both phases; prefill GPUs needed keeps the prefill pool at most 80% busy."))
+        rows = []
+        for r in data.sim_pd:
+            rows.append([r["policy"], f"{r.get('prefill_replicas')}P + {r.get('decode_replicas')}D",
+                         *(_FORMATS[kind](r.get(k)) for _, k, kind in PD_COLUMNS)])
+            if r.get("colocated_replicas") is not None:
+                rows.append(["", f"{r['colocated_replicas']} co-located",
+                             *(_FORMATS[kind](r.get(f"colocated_{k}")) if f"colocated_{k}" in r else ""
+                               for _, k, kind in PD_COLUMNS)])
+        out.append(("table", ["policy", "fleet", *(c for c, _, _ in PD_COLUMNS)], rows))
     return out
 
 
