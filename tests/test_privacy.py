@@ -23,10 +23,14 @@ def _finding(kind: str, label: str | None, example: str, rids: list[str], mi: in
                    fix=fix_sentence(kind, label, "system"), request_ids=rids)
 
 
-def _req(convs: list[str | None]) -> pl.DataFrame:
-    return pl.DataFrame({"request_id": [f"r{i}" for i in range(len(convs))],
+def _req(convs: list[str | None], lengths: list[int] | None = None,
+         users: list[str | None] | None = None) -> pl.DataFrame:
+    """Requests r0.. of tenant acme; prompts of different lengths unless `lengths` says otherwise."""
+    n = len(convs)
+    return pl.DataFrame({"request_id": [f"r{i}" for i in range(n)],
                          "conversation_id": pl.Series(convs, dtype=pl.String),
-                         "tenant": ["acme"] * len(convs)})
+                         "tenant": ["acme"] * n, "user": pl.Series(users or [None] * n, dtype=pl.String),
+                         "prompt_tokens": lengths or [100 + 7 * i for i in range(n)]})
 
 
 def test_label_shared_by_k_conversations_stays_one_customers_label_is_hidden() -> None:
@@ -40,6 +44,25 @@ def test_label_shared_by_k_conversations_stays_one_customers_label_is_hidden() -
     kept = _finding("timestamp", "Dear Zorblax", "Dear Zorblax: ##:##", [f"r{i}" for i in range(5, 12)])
     guard_findings([kept], req, k=5, include_text=True)
     assert kept.label == "Dear Zorblax"
+
+
+def test_one_customers_label_in_many_conversations_is_one_source() -> None:
+    """Six requests of one customer, each its own (inferred or real) conversation, same prompt length:
+    one source. Six users, or six prompts with different surroundings, are six."""
+    rids = [f"r{i}" for i in range(6)]
+
+    def guarded(req: pl.DataFrame) -> str | None:
+        f = _finding("timestamp", "Dear Zorblax", "Dear Zorblax: ##:##", rids)
+        guard_findings([f], req, k=5, include_text=False)
+        return f.label
+
+    assert guarded(_req([f"inferred:{i}" for i in range(6)], lengths=[250] * 6)) == "<text 12 chars>"
+    assert guarded(_req([None] * 6, lengths=[250] * 6)) == "<text 12 chars>"
+    assert guarded(_req([f"c{i}" for i in range(6)], lengths=[250] * 6, users=["zorblax"] * 6)) == "<text 12 chars>"
+    assert guarded(_req([f"c{i}" for i in range(6)], lengths=[250] * 6, users=[f"u{i}" for i in range(6)])) == (
+        "Dear Zorblax")
+    assert guarded(_req([f"c{i}" for i in range(6)])) == "Dear Zorblax"  # different surroundings
+    assert guarded(_req(["c0"] * 6)) == "<text 12 chars>"  # one conversation is one source
 
 
 def test_id_values_show_only_their_kind_and_drift_lines_are_always_hidden() -> None:
