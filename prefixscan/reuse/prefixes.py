@@ -179,20 +179,23 @@ def shared_text(df: pl.DataFrame, own_snippets: Callable[[np.ndarray], list[str]
 
 
 CONTEXT_CHARS = 64  # of what follows the shared text in a hit, to tell its surroundings apart
+_VOLATILE = r"\w*\d\w*"  # a word with a digit (a clock, an id, a counter): the same surroundings whatever its value
 
 
 def shared_sources(df: pl.DataFrame, shared: dict[int, str | None],
                    own_snippets: Callable[[np.ndarray], list[str]], chunk: int = SHARED_CHUNK) -> dict[int, int]:
     """Per prefix hash with shared text, the independent sources of its hits (`privacy.independent_sources`).
-    A hit's surroundings are what follows the shared text in its snippet and its prompt's length: six
-    copies of one customer's request are one source, a system prompt before different questions is many."""
+    A hit's surroundings are what follows the shared text in its snippet, words with digits masked (a
+    clock or an id that changes every request does not make it another source), and its prompt's length:
+    six copies of one customer's request are one source, a system prompt before different questions many."""
     parts = []
     for start in range(0, df.height, chunk):
         part = df.slice(start, chunk)
         texts = own_snippets(part["seq"].to_numpy())
         heads = [shared.get(h) for h in part["prefix_hash"].to_list()]
         tails = [t[len(h):len(h) + CONTEXT_CHARS] if h and t else None for h, t in zip(heads, texts, strict=True)]
-        ctx = pl.DataFrame({"t": pl.Series(tails, dtype=pl.String), "n": part["prompt_tokens"]})
+        ctx = pl.DataFrame({"t": pl.Series(tails, dtype=pl.String).str.replace_all(_VOLATILE, "#"),
+                            "n": part["prompt_tokens"]})
         parts.append(part.select("prefix_hash", "user", "tenant", "conversation_id").with_columns(
             ctx.select(pl.when(pl.col("t").is_not_null()).then(pl.struct("t", "n").hash())).to_series()
             .alias("context")))
