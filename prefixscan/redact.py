@@ -1,7 +1,7 @@
 """Redaction of customer text in examples: digits, emails, ids and long tokens are masked, then truncated.
 
 Redaction is the second line of defence: what may be shown at all is decided first by how many
-conversations share the text (`prefixscan.privacy`); what is shown is then redacted. Text that may not be
+independent sources share the text (`prefixscan.privacy`); what is shown is then redacted. Text that may not be
 shown is replaced by `hidden()`, a marker that redaction leaves alone.
 """
 
@@ -20,7 +20,7 @@ _HIDDEN = re.compile(r"<text (?:[0-9a-f]{6}… )?\d+ (?:tokens|chars)>")
 
 
 def hidden(length: int, unit: str = "chars", ident: str | None = None) -> str:
-    """The marker shown instead of text that too few conversations share: `<text 2f9a1c… 412 tokens>`.
+    """The marker shown instead of text that too few independent sources share: `<text 2f9a1c… 412 tokens>`.
 
     `ident` is an identifier already public in the same output (a prefix's block hash), never a hash of
     the hidden text itself: an unkeyed hash of a short text is confirmed by guessing the text."""
