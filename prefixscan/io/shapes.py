@@ -399,7 +399,8 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         elif shape == "bailian" and "timestamp" not in overrides:
             ts = float(ts_raw)  # bailian timestamps are relative seconds
     except (ValueError, TypeError, OverflowError):  # the message may quote the value: say its kind only
-        raise RecordError("bad_timestamp", reject_detail("timestamp", "is not a time", ts_raw)) from None
+        why = "is neither ISO-8601, RFC 2822 nor an epoch number"
+        raise RecordError("bad_timestamp", reject_detail("timestamp", why, ts_raw)) from None
     if ts_raw is not NO_CLOCK:  # no clock: NaN on purpose, ingest gives it its place in input order
         check_timestamp(ts, ts_raw)
 
