@@ -149,9 +149,8 @@ def apply(command: str, config: ProjectConfig, params: dict[str, Any], defaulted
     if bad:
         raise UsageError(f"{config.path}: [{command}] has unknown key(s) {', '.join(bad)}; known: "
                          f"{', '.join(sorted(k for k in params if k not in ('json_out', 'quiet')))}")
-    for key in settings:
-        if key in params and key in PROTECTED_KEYS and not config.explicit:
-            section = command if key in own else "scenario"
+    for section, key in ((s, k) for s, table in config.sections.items() for k in table):
+        if key in PROTECTED_KEYS and not config.explicit:  # any table: a run must never record one
             raise UsageError(f"{config.path}: [{section}] {key} {PROTECTED_KEYS[key]}, which only the command "
                              f"line or a file given with --config may do (this file was found, not given); "
                              f"remove it, or pass the option or --config {config.path}")

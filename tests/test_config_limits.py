@@ -54,13 +54,20 @@ def test_a_found_file_may_not_set_destinations_text_or_hosts(logs: Path, tmp_pat
         assert json.loads((run / "manifest.json").read_text())["config"]["include_text"] is True
 
 
-def test_a_run_recorded_file_may_not_set_a_report_destination(logs: Path, tmp_path: Path) -> None:
-    _found(logs, f'[analyze]\nblock_size = 32\n\n[report]\noutput = "{tmp_path / "elsewhere"}"\n')
+def test_a_found_or_recorded_file_may_not_set_a_report_destination(logs: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    _found(logs, f'[analyze]\nblock_size = 32\n\n[report]\noutput = "{elsewhere}"\n')
     run = tmp_path / "run"
+    r = runner.invoke(app, ["analyze", str(logs / "chat.jsonl"), "-o", str(run), "-q"])
+    assert r.exit_code == 2 and "[report] output " in r.output and not run.exists(), r.output  # refused at once
+    (logs / "prefixscan.toml").unlink()
     assert runner.invoke(app, ["analyze", str(logs / "chat.jsonl"), "-o", str(run), "-q"]).exit_code == 0
+    manifest = json.loads((run / "manifest.json").read_text())  # a run whose recorded settings were crafted
+    manifest["project_config"] = {"path": "prefixscan.toml", "sections": {"report": {"output": str(elsewhere)}}}
+    (run / "manifest.json").write_text(json.dumps(manifest))
     r = runner.invoke(app, ["report", str(run), "-q"])
     assert r.exit_code == 2 and "[report] output " in r.output, r.output
-    assert not (tmp_path / "elsewhere").exists()
+    assert not elsewhere.exists()
 
 
 @pytest.mark.parametrize(("section", "toml", "command", "want"), [
