@@ -44,7 +44,9 @@ def _sources(findings: list[Finding], req: pl.DataFrame) -> dict[int, int]:
     if not pairs or not req.height or "request_id" not in req.columns:
         return {}
     cols = [c for c in (*IDENTITY_COLUMNS, "prompt_tokens") if c in req.columns]
-    who = req.select("request_id", *cols).unique("request_id", keep="first")
+    needed = list({r for _, r in pairs})  # a few rows of a large log
+    who = req.select("request_id", *cols).filter(pl.col("request_id").is_in(needed)).unique("request_id",
+                                                                                             keep="first")
     if "prompt_tokens" not in who.columns:
         who = who.with_columns(pl.lit(None, dtype=pl.Int64).alias("prompt_tokens"))
     rows = (pl.DataFrame({"_finding": [i for i, _ in pairs], "request_id": [r for _, r in pairs]},
