@@ -28,6 +28,7 @@ _KEY_OPTION = re.compile(r"(--tenant-key)(=|\s+)('[^']*'|\S+)")
 
 
 IDENTITY_COLUMNS = ("user", "tenant", "conversation_id")
+LENGTH_SLACK = 2  # tokens: prompts this close in length are the same surroundings (a clock, a counter grows)
 
 
 def independent_sources(rows: pl.DataFrame, group: str) -> dict[Any, int]:
@@ -35,21 +36,32 @@ def independent_sources(rows: pl.DataFrame, group: str) -> dict[Any, int]:
 
     A conversation id does not make a source: one customer opens many conversations, and a log without
     ids gets one inferred conversation per single-turn request. So two rows are the same source when
-    they have the same user (a person), or, with no user, the same tenant and the same `context` (the
-    surroundings of the text in that request: what follows it, the prompt's length), or the same
-    conversation (its turns are one source however they differ). Sources are the connected groups of
-    rows under those links. A row with no user and no context (null) vouches for nobody. `rows`
-    columns: `group`, `context` and any of user, tenant, conversation_id (missing ones count as absent).
+    they have the same user (a person), or, with no user, the same tenant and the same surroundings of
+    the text in that request (`context`: what follows it; `length`: the prompt's length in tokens, where
+    lengths within LENGTH_SLACK of each other are the same, so a value one token longer is no new
+    source), or the same conversation (its turns are one source however they differ). Sources are the
+    connected groups of rows under those links. A row with no user and no context (null) vouches for
+    nobody. `rows` columns: `group`, `context`, and any of `length`, user, tenant, conversation_id
+    (missing ones count as absent).
     """
     import polars as pl
 
     rows = rows.with_columns(*[pl.lit(None, dtype=pl.String).alias(c) for c in IDENTITY_COLUMNS
                                if c not in rows.columns])
-    who = pl.when(pl.col("user").is_not_null()).then(pl.lit("u\x00") + pl.col("user").cast(pl.String)).when(
-        pl.col("context").is_not_null()).then(
+    if "length" not in rows.columns:
+        rows = rows.with_columns(pl.lit(None, dtype=pl.Int64).alias("length"))
+    base = pl.when(pl.col("context").is_not_null()).then(
         pl.lit("x\x00") + pl.col("tenant").cast(pl.String).fill_null("") + pl.lit("\x00")
         + pl.col("context").cast(pl.String))
-    df = (rows.select(pl.col(group).alias("_g"), who.alias("_who"), pl.col("conversation_id").cast(pl.String))
+    df = rows.select(pl.col(group).alias("_g"), pl.col("user").cast(pl.String), base.alias("_base"),
+                     pl.col("length").cast(pl.Int64), pl.col("conversation_id").cast(pl.String))
+    # lengths cluster within (group, base): sorted, a gap wider than the slack starts another cluster
+    df = df.sort("_g", "_base", "length", nulls_last=True).with_columns(
+        (pl.col("length").diff().over("_g", "_base").fill_null(0) > LENGTH_SLACK).cast(pl.Int64)
+        .cum_sum().over("_g", "_base").alias("_cluster"))
+    who = pl.when(pl.col("user").is_not_null()).then(pl.lit("u\x00") + pl.col("user")).otherwise(
+        pl.col("_base") + pl.lit("\x00") + pl.col("_cluster").cast(pl.String))
+    df = (df.select("_g", who.alias("_who"), "conversation_id")
           .filter(pl.col("_who").is_not_null()).with_row_index("_lab"))
     if df.height == 0:
         return {}

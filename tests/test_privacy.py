@@ -151,3 +151,22 @@ def test_clean_never_lets_a_control_character_through(text: str) -> None:
     # Every character of the data is shown (none read as markup); only backslashes may differ: Rich's escape
     # doubles a trailing one (so `[b]{value}[/b]` still closes) and reads `\[` as an escaped bracket.
     assert console.export_text().replace("\\", "") == out.replace("\\", "")
+
+
+def test_prompt_lengths_a_token_or_two_apart_are_the_same_surroundings() -> None:
+    """A clock or a counter that grows by a digit changes the prompt's length by a token: no new source.
+    A template in front of questions of clearly different lengths is many sources."""
+    from prefixscan.privacy import LENGTH_SLACK, independent_sources
+
+    def count(lengths: list[int], users: list[str | None] | None = None) -> int:
+        n = len(lengths)
+        rows = pl.DataFrame({"g": [1] * n, "context": ["tail"] * n, "length": lengths,
+                             "conversation_id": [f"inferred:{i}" for i in range(n)],
+                             "user": pl.Series(users or [None] * n, dtype=pl.String)})
+        return independent_sources(rows, "g").get(1, 0)
+
+    assert LENGTH_SLACK >= 1
+    assert count([250, 250, 251, 251, 252, 253, 254]) == 1  # one customer, the value grows (chained)
+    assert count([100, 140, 180, 220, 260, 300]) == 6
+    assert count([250] * 6, users=[f"u{i}" for i in range(6)]) == 6
+    assert count([250] * 6, users=["u0"] * 3 + [None] * 3) == 2  # one user; the rest one surroundings

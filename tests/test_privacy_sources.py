@@ -33,7 +33,7 @@ def _records(ids: str) -> list[dict]:
                      "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
                      **_ids(ids, f"t{i}", f"user-{i}")})
     for i in range(REPEATS):
-        text = (f"Customer {NAME} clock: 10:{10 + 7 * i}:0{i}\n"
+        text = (f"Customer {NAME} clock: {8 + i}:0{i}, order {'9' * (3 * i + 1)}\n"  # a token longer each time
                 + f"{NAME} writes: my parcel is late and I am upset. " * 30)
         recs.append({"request_id": f"z{i}", "timestamp": 1_795_000_100 + 60 * i, "model": "m",
                      "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],

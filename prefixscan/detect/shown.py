@@ -51,7 +51,8 @@ def _sources(findings: list[Finding], req: pl.DataFrame) -> dict[int, int]:
         who = who.with_columns(pl.lit(None, dtype=pl.Int64).alias("prompt_tokens"))
     rows = (pl.DataFrame({"_finding": [i for i, _ in pairs], "request_id": [r for _, r in pairs]},
                          schema={"_finding": pl.Int64, "request_id": pl.String})
-            .join(who, on="request_id", how="inner").rename({"prompt_tokens": "context"}))
+            .join(who, on="request_id", how="inner").rename({"prompt_tokens": "length"})
+            .with_columns(pl.lit("").alias("context")))
     return independent_sources(rows, "_finding")
 
 

@@ -178,7 +178,7 @@ def shared_text(df: pl.DataFrame, own_snippets: Callable[[np.ndarray], list[str]
     return {h: common_prefix(lo[h], hi[h]) for h in lo}
 
 
-CONTEXT_CHARS = 64  # of what follows the shared text in a hit, to tell its surroundings apart
+CONTEXT_CHARS = 32  # of what follows the shared text in a hit (masked), to tell its surroundings apart
 _VOLATILE = r"\w*\d\w*"  # a word with a digit (a clock, an id, a counter): the same surroundings whatever its value
 
 
@@ -186,20 +186,24 @@ def shared_sources(df: pl.DataFrame, shared: dict[int, str | None],
                    own_snippets: Callable[[np.ndarray], list[str]], chunk: int = SHARED_CHUNK) -> dict[int, int]:
     """Per prefix hash with shared text, the independent sources of its hits (`privacy.independent_sources`).
     A hit's surroundings are what follows the shared text in its snippet, words with digits masked (a
-    clock or an id that changes every request does not make it another source), and its prompt's length:
-    six copies of one customer's request are one source, a system prompt before different questions many."""
+    clock or an id that changes every request does not make it another source), and its prompt's length
+    (within `privacy.LENGTH_SLACK`): six copies of one customer's request are one source, a system prompt
+    before different questions many. Snippets are cut (80 characters a message), so a value that grows
+    moves the cut: the masked tails of a prefix are compared over the length of its shortest one."""
     parts = []
     for start in range(0, df.height, chunk):
         part = df.slice(start, chunk)
         texts = own_snippets(part["seq"].to_numpy())
         heads = [shared.get(h) for h in part["prefix_hash"].to_list()]
-        tails = [t[len(h):len(h) + CONTEXT_CHARS] if h and t else None for h, t in zip(heads, texts, strict=True)]
-        ctx = pl.DataFrame({"t": pl.Series(tails, dtype=pl.String).str.replace_all(_VOLATILE, "#"),
-                            "n": part["prompt_tokens"]})
-        parts.append(part.select("prefix_hash", "user", "tenant", "conversation_id").with_columns(
-            ctx.select(pl.when(pl.col("t").is_not_null()).then(pl.struct("t", "n").hash())).to_series()
-            .alias("context")))
-    return independent_sources(pl.concat(parts), "prefix_hash") if parts else {}
+        tails = [t[len(h):] if h and t else None for h, t in zip(heads, texts, strict=True)]
+        tail = pl.Series(tails, dtype=pl.String).str.replace_all(_VOLATILE, "#").str.slice(0, CONTEXT_CHARS)
+        parts.append(part.select("prefix_hash", "user", "tenant", "conversation_id",
+                                 pl.col("prompt_tokens").alias("length")).with_columns(tail.alias("context")))
+    if not parts:
+        return {}
+    rows = pl.concat(parts).with_columns(  # no shared text (null): vouches for nobody
+        pl.col("context").str.slice(0, pl.col("context").str.len_chars().min().over("prefix_hash")))
+    return independent_sources(rows, "prefix_hash")
 
 
 def common_prefix(a: str, b: str) -> str:
