@@ -107,11 +107,11 @@ def register(app: typer.Typer) -> None:
                                             "Never written to the run."),
         include_text: bool = typer.Option(False, "--include-text",
                                           help="Show prompt text in snippets and examples even when fewer than "
-                                               "--snippet-k conversations share it (off by default)."),
+                                               "--snippet-k independent sources share it (off by default)."),
         snippet_k: int = typer.Option(5, "--snippet-k", min=1,
-                                      help="Show a text (redacted) only when at least this many distinct "
-                                           "conversations (else users, else tenants) share it; otherwise a "
-                                           "hash and a length."),
+                                      help="Show a text (redacted) only when at least this many independent "
+                                           "sources share it (distinct users; else tenants and surroundings; "
+                                           "never one conversation twice); otherwise a hash and a length."),
         stream: bool | None = typer.Option(
             None, "--stream/--in-memory",
             help="Stream the log to the run directory (memory grows with distinct blocks, not with the log) "

@@ -109,7 +109,10 @@ def _root(
     version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
                                  callback=_version),
     config: str = typer.Option(None, "--config", help="Project settings file (default: prefixscan.toml beside "
-                                                      "the logs, recorded in the run, or in this directory)."),
+                                                      "the logs, recorded in the run, or in this directory). Only "
+                                                      "a file given here may set output, force, include_text, "
+                                                      "snippet_k, engine, ray_address or reuse_temp_dir "
+                                                      "(docs/config.md)."),
 ) -> None:
     """prefixscan: how much prefill repeats in your logs, what breaks it, and what routing would capture."""
     ctx.obj = {"config": config}

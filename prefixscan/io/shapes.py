@@ -26,6 +26,7 @@ from prefixscan.io.ecosystem import (
 from prefixscan.io.fieldplan import FieldPlans, Plan
 from prefixscan.io.timestamps import parse_timestamp
 from prefixscan.media import MEDIA_KINDS, has_media, is_text_part
+from prefixscan.redact import field_name, reject_detail
 from prefixscan.render import content_text
 
 FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian", "otel",
@@ -199,16 +200,16 @@ def _int_or_none(value: Any, field: str) -> int | None:
         raise RecordError("wrong_type", f"`{field}` should be an integer, got a boolean")
     if isinstance(value, float):
         if not value.is_integer():
-            raise RecordError("wrong_type", f"`{field}` should be an integer, got {value!r}")
+            raise RecordError("wrong_type", reject_detail(field, "should be an integer", value))
         value = int(value)
     elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
         value = int(value)
     elif not isinstance(value, int):
-        raise RecordError("wrong_type", f"`{field}` should be an integer, got {type(value).__name__}")
+        raise RecordError("wrong_type", reject_detail(field, "should be an integer", value))
     if value < 0:
-        raise RecordError("out_of_range", f"`{field}` is negative ({value})")
+        raise RecordError("out_of_range", reject_detail(field, "is negative", value))
     if value > MAX_COUNT:
-        raise RecordError("out_of_range", f"`{field}` is {value:.3g}, beyond {MAX_COUNT:,}")
+        raise RecordError("out_of_range", reject_detail(field, f"is beyond {MAX_COUNT:,}", value))
     return value
 
 
@@ -216,11 +217,11 @@ def check_timestamp(ts: float, raw: Any) -> float:
     """A parsed timestamp must be finite, not negative, and before year 10000: NaN or 1e300 would poison
     every later duration and rate."""
     if ts != ts or ts in (float("inf"), float("-inf")):
-        raise RecordError("bad_timestamp", f"timestamp {str(raw)[:40]!r} is not finite")
+        raise RecordError("bad_timestamp", reject_detail("timestamp", "is not finite", raw))
     if ts < 0:
-        raise RecordError("bad_timestamp", f"timestamp {str(raw)[:40]!r} is negative")
+        raise RecordError("bad_timestamp", reject_detail("timestamp", "is negative", raw))
     if ts > MAX_TIMESTAMP_S:
-        raise RecordError("bad_timestamp", f"timestamp {str(raw)[:40]!r} is after year 9999 (wrong unit?)")
+        raise RecordError("bad_timestamp", reject_detail("timestamp", "is after year 9999 (wrong unit?)", raw))
     return ts
 
 
@@ -380,7 +381,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         kind, content = "tokens", {"token_ids": ids}
     else:
         raise RecordError("missing_field", f"a {shape} record needs `messages` (or `prompt`); found keys "
-                          f"{', '.join(sorted(body)[:8])}")
+                          f"{', '.join(field_name(str(k)) for k in sorted(body)[:8])}")
 
     if kind == "hashed" and not overrides:
         return _trace_record(obj, shape, source_file, line, content, bailian_roots)
@@ -397,8 +398,9 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
             ts = float(ts_raw) / 1000.0  # Mooncake timestamps are relative milliseconds
         elif shape == "bailian" and "timestamp" not in overrides:
             ts = float(ts_raw)  # bailian timestamps are relative seconds
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise RecordError("bad_timestamp", str(exc)) from None
+    except (ValueError, TypeError, OverflowError):  # the message may quote the value: say its kind only
+        why = "is neither ISO-8601, RFC 2822 nor an epoch number"
+        raise RecordError("bad_timestamp", reject_detail("timestamp", why, ts_raw)) from None
     if ts_raw is not NO_CLOCK:  # no clock: NaN on purpose, ingest gives it its place in input order
         check_timestamp(ts, ts_raw)
 
@@ -437,8 +439,9 @@ def _convert(obj: dict[str, Any], shape: str, roots: dict[Any, Any]) -> tuple[di
             return {**obj, **_present(responses_to_chat(body, usage, resp or obj, roots))}, "chat"
     except ShapeError as exc:
         raise RecordError(exc.reason, exc.detail) from None
-    except (TypeError, AttributeError, ValueError) as exc:
-        raise RecordError("wrong_type", f"a {shape} record has an unexpected structure ({exc})") from None
+    except (TypeError, AttributeError, ValueError) as exc:  # the message may quote a value: its type only
+        raise RecordError("wrong_type", f"a {shape} record has an unexpected structure "
+                                        f"({type(exc).__name__})") from None
     return obj, shape
 
 
@@ -458,7 +461,7 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
     try:
         ts = float(ts_raw) / 1000.0 if shape == "mooncake" else float(ts_raw)  # ms vs s (REFERENCE.md 8)
     except OverflowError:
-        raise RecordError("bad_timestamp", f"{shape} `timestamp` {ts_raw:.3g} is out of range") from None
+        raise RecordError("bad_timestamp", reject_detail("timestamp", f"is out of range for {shape}", ts_raw)) from None
     check_timestamp(ts, ts_raw)
     rid = obj.get("request_id")
     rec = Record(source_file=source_file, source_line=line,

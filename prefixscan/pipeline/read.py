@@ -22,6 +22,7 @@ from prefixscan.io.shapes import Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source
 from prefixscan.pipeline import config as pc
 from prefixscan.pipeline.encoder import root_of
+from prefixscan.redact import reject_detail
 
 
 @dataclass(slots=True)
@@ -143,7 +144,8 @@ class Reader:
             return None
         if rec.request_id in self.seen_ids:
             yield from self._reject(src.path, line, "duplicate_id",
-                                    f"request id {rec.request_id!r} already seen; the first occurrence is kept")
+                                    reject_detail("request_id", "was already seen; the first occurrence is kept",
+                                                  rec.request_id))
             return None
         self.seen_ids.add(rec.request_id)
         if self.cfg.order == "input" or rec.timestamp_s != rec.timestamp_s:  # NaN: a shape with no clock
