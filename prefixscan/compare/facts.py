@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefixscan.detect.reader import has_prompt_text
 from prefixscan.errors import RunDirError
 from prefixscan.io.rundir import load_run
 
@@ -102,5 +103,5 @@ def load_facts(run_dir: str | os.PathLike[str]) -> RunFacts:
         path=str(run_dir), requests=int(reqs.get("accepted", 0)), prompt_tokens=int(tokens.get("prompt", 0)),
         cached_tokens=int(tokens.get("cached", 0)), hit_rates=rates, groups=_groups(run), breakers=_breakers(run),
         block_size=int(config.get("block_size") or 0), tokenizer=str(config.get("tokenizer") or ""),
-        has_text=(summary.get("input") or {}).get("tokenizer") != "none",
+        has_text=has_prompt_text(run),
     )

@@ -203,8 +203,9 @@ def _findings(data: ReportData, run: Run) -> None:
     data.findings = rows[:TOP_FINDINGS]
 
 
-def _estimate_policies(data: ReportData) -> bool:
-    """Use the estimate's own replay for the policy table when it did not come from the saved simulation."""
+def _estimate_policies(data: ReportData, run: Run) -> bool:
+    """Use the estimate's own replay for the policy table when it did not come from the saved simulation
+    (which is then named, so a reader who ran `simulate --name NAME` sees why its table is not shown)."""
     est = data.estimate or {}
     if (est.get("baselines") or {}).get("basis") != "replay" or not est.get("policy_rows"):
         return False
@@ -213,7 +214,10 @@ def _estimate_policies(data: ReportData) -> bool:
     data.sim = {"replicas": sc["replicas"], "model": sc["model"], "gpu": sc["gpu"],
                 "kv_blocks_per_replica": sc["kv_blocks_per_replica"], "block_size": sc["block_size"],
                 "knowledge": "exact"}
-    data.policies_source = f"the estimate's replay: {est['baselines']['detail']}"
+    detail = str(est["baselines"]["detail"])
+    if run.simulation not in (None, "default"):
+        detail = detail.replace("the saved simulation", f"the saved simulation `{run.simulation}`")
+    data.policies_source = f"the estimate's replay: {detail}"
     data.best_policy = (est.get("verdict") or {}).get("router_policy")
     return True
 
@@ -413,7 +417,7 @@ def build(run_dir: str | os.PathLike[str], options: Any | None = None, simulatio
     own = _sim_results(data, run) or simulation is not None
     if own and run.has("sim_policies"):
         _sim(data, run)
-    elif _estimate_policies(data):
+    elif _estimate_policies(data, run):
         pass
     elif run.has("sim_policies"):
         _sim(data, run)
