@@ -24,6 +24,7 @@ from prefixscan.io.ecosystem import (
     responses_to_chat,
 )
 from prefixscan.io.fieldplan import FieldPlans, Plan
+from prefixscan.io.readers import default_request_id
 from prefixscan.io.timestamps import parse_timestamp
 from prefixscan.media import MEDIA_KINDS, has_media, is_text_part
 from prefixscan.render import content_text
@@ -404,7 +405,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
 
     rid = _lookup("request_id", holders, obj, overrides, plan)
     rec = Record(source_file=source_file, source_line=line,
-                 request_id=str(rid) if rid is not None else f"{source_file}:{line}",
+                 request_id=str(rid) if rid is not None else default_request_id(source_file, line),
                  timestamp_s=ts, kind=kind, **content)
     for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category"):
         setattr(rec, name, _str_or_none(_lookup(name, holders, obj, overrides, plan)))
@@ -462,7 +463,7 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
     check_timestamp(ts, ts_raw)
     rid = obj.get("request_id")
     rec = Record(source_file=source_file, source_line=line,
-                 request_id=str(rid) if rid is not None else f"{source_file}:{line}", timestamp_s=ts,
+                 request_id=str(rid) if rid is not None else default_request_id(source_file, line), timestamp_s=ts,
                  kind="hashed", **content)
     rec.output_tokens = _int_or_none(obj.get("output_length"), "output_length")
     if len(obj) > len(TRACE_FIELDS[shape]) or rid is not None:

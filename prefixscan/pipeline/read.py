@@ -17,7 +17,7 @@ import numpy as np
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
 from prefixscan.hashing import mix_ids, mix_ids_per
-from prefixscan.io.readers import Position, RawError, parse_line, read_jsonl, read_source
+from prefixscan.io.readers import Position, RawError, layout, parse_line, read_jsonl, read_source
 from prefixscan.io.shapes import Record, RecordError, detect, normalise
 from prefixscan.io.sources import Source
 from prefixscan.pipeline import config as pc
@@ -82,7 +82,7 @@ class Reader:
             shape = self._forced_shape()
             self.pos.bytes = 0
             if (pc.FAST_MOONCAKE and src.kind == "jsonl" and not self.overrides
-                    and (shape or _peek_shape(src)) == "mooncake"):
+                    and (shape or _peek_shape(src)) == "mooncake" and layout(src.path) == "lines"):
                 self.shapes[src.path] = "mooncake"
                 yield from self._fast_mooncake(src)
             else:

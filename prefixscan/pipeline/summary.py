@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io.sources import skipped_in
+from prefixscan.io.sources import walk_notes
 from prefixscan.pipeline.aggregate import SideStats
 from prefixscan.pipeline.encode import Ingested
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state
@@ -20,13 +20,9 @@ from prefixscan.vllm_hash import hash_description
 
 
 def skipped_note(inputs: tuple[str, ...]) -> list[str]:
-    """Files inside input directories that were not read (no .jsonl/.json/.ndjson/.parquet suffix)."""
-    skipped = skipped_in(inputs)
-    if not skipped:
-        return []
-    shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5:,} more" if len(skipped) > 5 else "")
-    return [f"{len(skipped):,} file(s) in the input directories were skipped (not a known log suffix): {shown}; "
-            "name them on the command line to read them."]
+    """What the walk over the inputs passed over: files with no known suffix, dangling symlinks, FIFOs,
+    unreadable directories, and paths that reach a file already read (`sources.Walk.notes`)."""
+    return walk_notes(inputs)
 
 
 def input_notes(ing: Ingested, n: int) -> list[str]:
