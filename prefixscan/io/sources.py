@@ -127,8 +127,10 @@ class Walk:
     def notes(self) -> list[str]:
         """One line per kind of file passed over (the summary's notes)."""
         out = []
+        if self.skipped:
+            out.append(f"{len(self.skipped):,} file(s) in the input directories were skipped (not a known log "
+                       f"suffix): {_shown(self.skipped)}; name them on the command line to read them.")
         for paths, what, hint in (
-                (self.skipped, "in directories were skipped (not a known log suffix)", "name them on the command line to read them"),
                 (self.dangling, "are symlinks to nothing and were skipped", "fix or remove the links"),
                 (self.not_regular, "are not regular files (FIFOs, sockets or devices) and were skipped",
                  "copy the data into a file to read it"),

@@ -25,6 +25,19 @@ def skipped_note(inputs: tuple[str, ...]) -> list[str]:
     return walk_notes(inputs)
 
 
+def check_accepted(counts: dict[str, Any], run_dir: str | None) -> None:
+    """Raise NothingAcceptedError (exit 3) when no record was accepted: a run that measured nothing must
+    not look like a success, from the CLI or from `prefixscan.analyze()`."""
+    if counts["accepted"]:
+        return
+    from prefixscan.errors import NothingAcceptedError
+
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejects_by_reason"].items(), key=lambda kv: -kv[1]))
+    where = f"; the rejects are in {run_dir}/rejects.parquet" if run_dir else "; pass -o RUN to keep the rejects"
+    raise NothingAcceptedError(f"no record accepted: {counts['read']:,} read, {counts['rejected']:,} rejected"
+                               f"{' (' + reasons + ')' if reasons else ''}{where}")
+
+
 def input_notes(ing: Ingested, n: int) -> list[str]:
     """What the summary must say about the input's clock and its own prompt token counts."""
     out = []
@@ -96,7 +109,8 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
                   "template": ing.template_version, "approximate_template": ing.approximate_template,
                   "block_size": ing.block_size, "hit_rule": ing.hit_rule, "granularity": cfg.granularity,
                   "isolate_tenants": cfg.isolate_tenants, "tokenizer_stats": ing.tokenizer_stats,
-                  "hash": hash_description(cfg)},
+                  "hash": hash_description(cfg),
+                  "fields": ing.fields.summary(ing.conversations_inferred) if ing.fields is not None else {}},
         "top_prefixes": [
             {k: r[k] for k in ("rank", "prefix_tokens", "hits", "tokens_saved", "tenants", "snippet")}
             for r in prefixes.head(5).iter_rows(named=True)],
@@ -119,6 +133,7 @@ def _notes(cfg: AnalyzeConfig, ing: Ingested, n: int, has_conv: int, n_models: i
     if ing.approximate_template:
         notes.append(f"Chat prompts were rendered with prefixscan's ChatML-style template ({ing.template_version}),"
                      " an approximation of the engine's; pass --tokenizer hf:<model dir> for exact token counts.")
+    notes += ing.read_notes + (ing.fields.warnings() if ing.fields is not None else [])
     notes += input_notes(ing, n) + skipped_note(cfg.inputs)
     return notes + _tokenizer_notes(cfg, ing, n_models)
 
