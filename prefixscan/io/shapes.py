@@ -27,7 +27,7 @@ from prefixscan.io.fieldplan import FieldPlans, Plan
 from prefixscan.io.readers import default_request_id
 from prefixscan.io.timestamps import describe_timestamp, parse_timestamp
 from prefixscan.media import MEDIA_KINDS, has_media, is_text_part
-from prefixscan.render import content_text
+from prefixscan.render import content_text, json_text
 
 FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian", "otel",
            "anthropic", "responses")
@@ -340,15 +340,38 @@ def _tools(body: dict[str, Any]) -> list[Any] | None:
             raise RecordError("wrong_type", "`tools` is a string that is not JSON") from None
     if tools is not None and not isinstance(tools, list):
         raise RecordError("wrong_type", "`tools` should be a list")
-    return tools or None
+    return json_checked(tools, "`tools`") if tools else None
 
 
-def _str_or_none(value: Any) -> str | None:
+def _str_or_none(value: Any, name: str = "a field") -> str | None:
     if value is None or value == "":
         return None
     if isinstance(value, (dict, list)):
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        try:
+            return json_text(value, sort_keys=True)
+        except (orjson.JSONEncodeError, TypeError):
+            raise RecordError("wrong_type", f"`{name}` holds a value that cannot be written as JSON (nested too "
+                              "deeply, or of a type JSON has no place for)") from None
+    if isinstance(value, bytes):
+        return json_text(value)[1:-1] if value else None
     return str(value)
+
+
+def json_checked(value: Any, what: str) -> Any:
+    """A value later stages write as JSON (tools, a message with tool calls or parts): as is when orjson can
+    write it; values JSON has no type for (bytes, decimals from Parquet) become JSON values by the
+    renderer's own rule (`render.json_default`); nested deeper than orjson writes (about 250 levels),
+    a `wrong_type` reject here rather than a crash in whichever stage writes it first."""
+    try:
+        orjson.dumps(value)
+        return value
+    except orjson.JSONEncodeError as exc:
+        if "ecursion" in str(exc):
+            raise RecordError("wrong_type", f"{what} is nested too deeply to be written as JSON") from None
+    try:
+        return orjson.loads(json_text(value))
+    except (orjson.JSONEncodeError, orjson.JSONDecodeError, TypeError):
+        raise RecordError("wrong_type", f"{what} holds a value that cannot be written as JSON") from None
 
 
 def _unwrap(obj: dict[str, Any], shape: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -371,13 +394,19 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
         raise RecordError("wrong_type", f"`messages` should be a list, got {type(messages).__name__}")
     if not messages:
         raise RecordError("empty_messages", "`messages` is empty")
+    messages = list(messages)  # checked values and media placeholders go into a copy: the record stays as read
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise RecordError("bad_message", f"message {i} has no string `role`")
         c = m.get("content")
         if c is not None and not isinstance(c, (str, list)):
             raise RecordError("bad_message", f"message {i} content should be a string or a list of parts")
+        if isinstance(c, list) or len(m) > 3 or not m.keys() <= _PLAIN_MESSAGE:  # tool calls, parts: written as JSON
+            messages[i] = json_checked(m, f"message {i}")
     return messages
+
+
+_PLAIN_MESSAGE = {"role", "content", "name"}
 
 
 def _flatten_media(messages: list[dict[str, Any]]) -> int:
@@ -532,7 +561,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
             value, where[name] = _lookup_at(name, holders, obj, overrides, plan)
         else:
             value = _lookup(name, holders, obj, overrides, plan)
-        setattr(rec, name, _str_or_none(value))
+        setattr(rec, name, _str_or_none(value, name))
     if shape == "bailian":
         rec.category = _str_or_none(obj.get("type"))
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
