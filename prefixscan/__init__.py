@@ -28,10 +28,9 @@ def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: A
 
     cfg = AnalyzeConfig(inputs=tuple(inputs), output=output, **options)
     start_encode_workers(cfg)  # their start-up overlaps the pipeline's imports
+    from prefixscan.errors import NothingAcceptedError
     from prefixscan.pipeline.run import run_analysis
     from prefixscan.pipeline.summary import check_accepted
-
-    from prefixscan.errors import NothingAcceptedError
 
     result = run_analysis(cfg)
     try:
