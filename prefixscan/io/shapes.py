@@ -111,6 +111,12 @@ class Record:
 
 
 TRACE_UNITS = {"mooncake": "relative ms", "bailian": "relative s"}
+# Keys an ecosystem converter (ecosystem.py) fills, named in the summary by where it took them from
+CONVERTED_KEYS = {
+    "otel": {"timestamp": "startTimeUnixNano", "conversation_id": "attributes.gen_ai.conversation.id",
+             "tenant": "attributes.tenant|tenant.id|enduser.id"},
+    "responses": {"conversation_id": "previous_response_id (chain)"},
+}
 KEY_SAMPLE = 64  # records whose keys are kept to suggest the nearest key of a --field path that matches nothing
 
 
@@ -567,6 +573,9 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
         where["conversation_id"] = "parent_chat_id" if rec.conversation_id is not None else None
     if use is not None:
+        if original_shape in CONVERTED_KEYS:  # the converter's keys, named by where it took them from
+            where = {f: CONVERTED_KEYS[original_shape].get(f, p) if p is not None and f not in overrides else p
+                     for f, p in where.items()}
         for name in overrides:  # the other mapped fields: found or not
             if name not in where and name in FIELD_CANDIDATES:
                 where[name] = overrides[name] if get_path(obj, overrides[name]) is not None else None
