@@ -57,14 +57,16 @@ def register(app: typer.Typer) -> None:
     @app.command(no_args_is_help=True)
     @handle_errors
     def analyze(
-        logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, JSONL.gz, Parquet)."),
+        logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, JSON arrays, gzip, zstd, "
+                                                   "Parquet; docs/inputs.md)."),
         output: str = typer.Option(None, "-o", "--output", help="Run directory to write (tables + manifest)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing run directory."),
         fmt: str = typer.Option("auto", "--format", metavar=one_of(RECORD_FORMATS),
                                 help="Record shape (auto: detected per file)."),
         order: str = typer.Option("time", "--order", metavar=one_of(ORDERS),
                                   help="time: the log's timestamps; input: input order is time (one request "
-                                       "a second; automatic for shapes with no clock, such as batch files)."),
+                                       "a second), timestamps or not. Automatic for shapes with no clock (batch "
+                                       "files) and for a file whose first record has no timestamp."),
         field: list[str] = typer.Option([], "--field", metavar="NAME=PATH",
                                         help="Map a field (repeatable), e.g. --field tenant=metadata.team; quote a "
                                              "part that holds dots (attributes.\"gen_ai.request.model\"). "
