@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,8 @@ def test_records_are_located_by_the_line_they_start_on(tmp_path: Path) -> None:
     starts = [i + 1 for i, ln in enumerate(text.splitlines()) if ln == "  {"]
     got = list(read_jsonl(str(_write(tmp_path / "a.json", text))))
     assert [int(line) for line, _ in got] == starts and [line.index for line, _ in got] == [1, 2, 3, 4]
+    again = pickle.loads(pickle.dumps(got[1][0]))  # records go to encode workers by pickle
+    assert (int(again), again.index) == (starts[1], 2)
     # one line: the same line, told apart by the record's number (also in the default request id)
     no_ids = [{k: v for k, v in r.items() if k != "request_id"} for r in recs]
     res = _analyze(_write(tmp_path / "b.json", json.dumps(no_ids)))

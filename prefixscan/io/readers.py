@@ -114,7 +114,7 @@ class RecordLoc(int):
 
     index: int
 
-    def __new__(cls, line: int, index: int) -> RecordLoc:
+    def __new__(cls, line: int, index: int = 0) -> RecordLoc:  # (index set again by pickle's state)
         loc = super().__new__(cls, line)
         loc.index = index
         return loc
