@@ -108,6 +108,13 @@ def test_records_larger_than_a_read_chunk_are_whole(tmp_path: Path) -> None:
     assert [o["request_id"] for _, o in got] == ["r0", "r1", "r2"]
 
 
+def test_pretty_objects_longer_than_the_sniffed_head_are_told_apart(tmp_path: Path) -> None:
+    recs = [dict(chat(i, "c", 1), pad="z" * 100_000) for i in range(2)]  # the first object > 64 KiB
+    path = _write(tmp_path / "big.json", "\n".join(json.dumps(r, indent=2) for r in recs) + "\n")
+    assert layout(str(path)) == "objects"
+    assert _analyze(path).summary["requests"]["accepted"] == 2
+
+
 @pytest.mark.parametrize(("text", "want"), [
     ('{"a": 1}\n{"a": 2}\n', "lines"),
     ('{"a": 1}\r\n{"a": 2}\r\n', "lines"),

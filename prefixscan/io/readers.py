@@ -126,6 +126,20 @@ def default_request_id(path: str, line: int) -> str:
 
 
 SNIFF = 64 << 10  # decompressed bytes read to tell a file's layout
+SNIFF_MAX = 16 << 20  # ... and at most this much to find the end of a first object that spans lines
+
+
+class _Limited:
+    """A binary file read no further than `limit` bytes."""
+
+    def __init__(self, f: Any, limit: int) -> None:
+        self.f, self.left = f, limit
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.f.read(n) if n > 0 else b""
+        self.left -= len(data)
+        return data
 LAYOUTS = ("lines", "cr-lines", "array", "objects")
 
 
@@ -134,9 +148,10 @@ def layout(path: str) -> str:
     line ends), "array" (one JSON array) or "objects" (concatenated objects, e.g. pretty-printed).
 
     Decided on the first 64 KiB: `[` first is an array; a first line that is a whole JSON value is JSONL;
-    otherwise, a first object that spans lines (or is followed by another on its line) and parses is
-    concatenated objects. Anything else reads as JSONL, whose rejects then say what is wrong per line. A file
-    that cannot be decompressed also reads as JSONL: its reader reports where it broke."""
+    otherwise, a first object that spans lines (or is followed by another on its line) and parses, found
+    within the first 16 MiB, is concatenated objects. Anything else reads as JSONL, whose rejects then say
+    what is wrong per line. A file that cannot be decompressed also reads as JSONL: its reader reports where
+    it broke."""
     try:
         with open_bytes(path) as f:
             head = f.read(SNIFF)
@@ -157,7 +172,11 @@ def layout(path: str) -> str:
         return lines
     except orjson.JSONDecodeError:
         pass
-    value = next(split_values(io.BytesIO(body), array=False, eol=b"\r" if cr_only else b"\n"), None)
+    try:  # the first object, however long (up to SNIFF_MAX: a broken first line must not scan the whole file)
+        with open_bytes(path) as f:
+            value = next(split_values(_Limited(f, SNIFF_MAX), array=False, eol=b"\r" if cr_only else b"\n"), None)
+    except (OSError, *DECODE_ERRORS):
+        return lines
     if value is None or value[2] is None:
         return lines
     try:
