@@ -20,15 +20,25 @@ __version__ = "0.1.0"
 
 
 def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: ANN201 - lazy import
-    """Analyse logs; see `prefixscan.pipeline.run.analyze`."""
+    """Analyse logs; see `prefixscan.pipeline.run.run_analysis`. Raises NothingAcceptedError (an
+    InputError) when every record was rejected, as the CLI exits 3: the run directory (with `output`) keeps
+    the rejects table, the error names its reasons, and its `result` attribute is the run."""
     from prefixscan.config import AnalyzeConfig
     from prefixscan.pipeline.early import start_encode_workers
 
     cfg = AnalyzeConfig(inputs=tuple(inputs), output=output, **options)
     start_encode_workers(cfg)  # their start-up overlaps the pipeline's imports
+    from prefixscan.errors import NothingAcceptedError
     from prefixscan.pipeline.run import run_analysis
+    from prefixscan.pipeline.summary import check_accepted
 
-    return run_analysis(cfg)
+    result = run_analysis(cfg)
+    try:
+        check_accepted(result.summary["requests"], result.run_dir)
+    except NothingAcceptedError as exc:
+        exc.result = result  # type: ignore[attr-defined]  # the rejects, for a caller that wants them
+        raise
+    return result
 
 
 def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):  # noqa: ANN201

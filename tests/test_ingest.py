@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import prefixscan
-from prefixscan.errors import InputError, RejectError, RunDirError, UsageError
+from prefixscan.errors import InputError, NothingAcceptedError, RejectError, RunDirError, UsageError
 from prefixscan.io.timestamps import parse_timestamp
 from tests.conftest import chat, write_jsonl
 
@@ -148,7 +148,9 @@ def test_usage_errors(tmp_path) -> None:
 def test_empty_input_reconciles(tmp_path) -> None:
     p = tmp_path / "empty.jsonl"
     p.write_text("\n")
-    r = prefixscan.analyze(str(p), output=str(tmp_path / "run"))
+    with pytest.raises(NothingAcceptedError, match="no record accepted: 0 read") as exc:  # as the CLI: exit 3
+        prefixscan.analyze(str(p), output=str(tmp_path / "run"))
+    r = exc.value.result
     assert r.summary["requests"] == {"read": 0, "accepted": 0, "rejected": 0, "rejects_by_reason": {}}
     assert r.summary["hit_rate"]["token_weighted"] == 0.0
 

@@ -60,3 +60,29 @@ def parse_timestamp(value: Any) -> float:
             dt = dt.replace(tzinfo=UTC)
         return dt.timestamp()
     raise ValueError(reject_detail("timestamp", "is not a time", value))
+
+
+def describe_timestamp(value: Any) -> str:
+    """How `parse_timestamp` reads a value, for the summary: "epoch s" (ms, us, ns), "ISO-8601",
+    "RFC 2822", "datetime" or "number string (epoch s)"."""
+    if isinstance(value, datetime):
+        return "datetime"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "epoch " + _unit(float(value))
+    if isinstance(value, str):
+        s = value.strip()
+        try:
+            return "epoch " + _unit(float(s)) + " (as text)"
+        except ValueError:
+            pass
+        try:
+            datetime.fromisoformat(s.replace(" UTC", "+00:00"))
+            return "ISO-8601"
+        except ValueError:
+            return "RFC 2822"
+    return type(value).__name__
+
+
+def _unit(value: float) -> str:
+    mag = abs(value)
+    return "s" if mag < 1e11 else "ms" if mag < 1e14 else "us" if mag < 1e17 else "ns"

@@ -43,6 +43,13 @@ def _hash_label(h: dict[str, Any]) -> str:
     return escape(f", hash {h['algorithm']} seed {h.get('seed')}")
 
 
+def records_line(rq: dict[str, Any]) -> str:
+    """`records read N = accepted A + rejected R  (rejects: reason count, ...)`."""
+    return (f"records read {rq['read']:,} = accepted {rq['accepted']:,} + rejected {rq['rejected']:,}"
+            + (f"  (rejects: {safe(', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items())))})"
+               if rq["rejected"] else ""))
+
+
 def render_summary(result: Any, console: Console) -> None:
     """Print the analysis summary."""
     s = result.summary
@@ -52,9 +59,9 @@ def render_summary(result: Any, console: Console) -> None:
                   f"tokenizer {safe(s['input']['tokenizer'])}, block {s['input']['block_size']}, "
                   f"hit rule {s['input']['hit_rule']}, granularity {s['input']['granularity']}"
                   + _hash_label(s['input'].get("hash") or {}))  # already escaped
-    console.print(f"records read {rq['read']:,} = accepted {rq['accepted']:,} + rejected {rq['rejected']:,}"
-                  + (f"  (rejects: {safe(', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items())))})"
-                     if rq["rejected"] else ""))
+    console.print(records_line(rq))
+    if s["input"].get("fields", {}).get("line"):
+        console.print(safe(s["input"]["fields"]["line"]))
     console.print(f"[bold]{headline(s)}[/bold]")
     hr = s["hit_rate"]
     print_tables(console, "Ideal-cache hit rate (three definitions)",
