@@ -20,15 +20,25 @@ __version__ = "0.1.0"
 
 
 def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: ANN201 - lazy import
-    """Analyse logs; see `prefixscan.pipeline.run.analyze`."""
+    """Analyse logs; see `prefixscan.pipeline.run.run_analysis`. Raises NothingAcceptedError (an
+    InputError) when every record was rejected, as the CLI exits 3: the run directory (with `output`) keeps
+    the rejects table, the error names its reasons, and its `result` attribute is the run."""
     from prefixscan.config import AnalyzeConfig
     from prefixscan.pipeline.early import start_encode_workers
 
     cfg = AnalyzeConfig(inputs=tuple(inputs), output=output, **options)
     start_encode_workers(cfg)  # their start-up overlaps the pipeline's imports
+    from prefixscan.errors import NothingAcceptedError
     from prefixscan.pipeline.run import run_analysis
+    from prefixscan.pipeline.summary import check_accepted
 
-    return run_analysis(cfg)
+    result = run_analysis(cfg)
+    try:
+        check_accepted(result.summary["requests"], result.run_dir)
+    except NothingAcceptedError as exc:
+        exc.result = result  # type: ignore[attr-defined]  # the rejects, for a caller that wants them
+        raise
+    return result
 
 
 def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):  # noqa: ANN201
@@ -47,9 +57,14 @@ def simulate(run_dir: str, save: bool = True, name: str = "default", **options: 
 
         options = {**profile_options(options["timing_profile"]), **{k: v for k, v in options.items()
                                                                    if k != "timing_profile"}}
-    result = _simulate(run_dir, SimConfig(**options))
-    if save:
-        result.save(run_dir, name)
+    import contextlib
+
+    from prefixscan.io.rundir import extending
+
+    with extending(run_dir) if save else contextlib.nullcontext():  # the run's lock from replay to store
+        result = _simulate(run_dir, SimConfig(**options))
+        if save:
+            result.save(run_dir, name)
     return result
 
 
@@ -63,19 +78,20 @@ def estimate(run_dir: str | None = None, save: bool = False, simulation: str | N
     """
     from prefixscan.cost.estimator import EstimateOptions
     from prefixscan.cost.estimator import estimate as _estimate
-    from prefixscan.io.simstore import using_simulation
+    from prefixscan.io.rundir import load_run as _load
 
-    with using_simulation(simulation):
-        result = _estimate(EstimateOptions(**options), run_dir=run_dir)
-        if save and run_dir is not None:
-            from prefixscan.cost.saved import save_estimate
+    run = _load(run_dir, simulation) if run_dir is not None else None
+    result = _estimate(EstimateOptions(**options), run_dir=run)
+    if save and run is not None:
+        from prefixscan.cost.saved import save_estimate
 
-            save_estimate(result, run_dir)
+        save_estimate(result, run)
     return result
 
 
 def write_report(run_dir: str, output: str | None = None, **options: Any):  # noqa: ANN201
-    """Write report.md and report.html for a run; see `prefixscan.report.write.write_report`.
+    """Write report.md and report.html for a run; see `prefixscan.report.write.write_report`
+    (`simulation=NAME` reports that stored simulation).
 
     (Not named `report`: that is the subpackage of reporters.)
     """

@@ -27,7 +27,7 @@ class AnalyzeConfig:
     capacities: tuple[int, ...] | None = None
     capacity_sample: float | None = None  # SHARDS rate of the capacity curve; None: auto by size, 1: exact
     include_text: bool = False
-    snippet_k: int = 5  # text is shown only when this many conversations share it (prefixscan.privacy)
+    snippet_k: int = 5  # text is shown only when this many independent sources share it (prefixscan.privacy)
     hash_tenants: bool = False
     tenant_key: str | None = field(default=None, repr=False)  # HMAC key of --hash-tenants; never written
     threads: int | None = None

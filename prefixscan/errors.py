@@ -7,6 +7,7 @@ to an exit code and prints the message on one line, never a traceback. The exit 
     2  usage              3  input (unreadable input, or no record accepted)
     4  a reject under --strict                  5  run directory (missing, damaged, in use, would be lost)
     6  tokenizer          7  environment (disk full, read-only file system, permission denied)
+    8  a check failed (`prefixscan check`: a gate failed, or could not be checked)
   130  interrupted (Ctrl-C or SIGTERM)
 """
 
@@ -63,5 +64,6 @@ class EnvError(PrefixscanError):
     exit_code = 7
 
 
+EXIT_CHECK_FAILED = 8  # not an error: `check` ran and a gate did not hold (or could not be evaluated)
 EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 1

@@ -56,18 +56,22 @@ def media_kind(part: dict[str, Any]) -> str:
     return MEDIA_KINDS.get(t, t)
 
 
+MAX_DEPTH = 64  # payload nesting searched (real parts nest 1-3 levels): a hostile part cannot exhaust the stack
+
+
 def _payload(obj: Any) -> tuple[str, Any] | None:
-    """(field, value) of the innermost payload of a part or of a nested object."""
-    if isinstance(obj, str) or isinstance(obj, bytes):
-        return "value", obj
-    if not isinstance(obj, dict):
-        return None
-    obj = drop_nulls(obj)
-    for k in PAYLOAD_KEYS:
-        if k in obj:
-            inner = _payload(obj[k])
-            if inner is not None:
-                return (k if inner[0] == "value" else inner[0]), inner[1]
+    """(field, value) of the innermost payload of a part or of a nested object: the first string or bytes
+    found depth first through PAYLOAD_KEYS, named by the key that holds it. Iterative and bounded by
+    MAX_DEPTH (a part nested 1,000 levels deep once ended the run with a RecursionError)."""
+    stack: list[tuple[Any, str, int]] = [(obj, "value", 0)]
+    while stack:
+        cur, field, depth = stack.pop()
+        if isinstance(cur, str | bytes):
+            return field, cur
+        if not isinstance(cur, dict) or depth >= MAX_DEPTH:
+            continue
+        cur = drop_nulls(cur)
+        stack.extend((cur[k], k, depth + 1) for k in reversed(PAYLOAD_KEYS) if k in cur)
     return None
 
 
@@ -97,7 +101,10 @@ def media_identifier(part: dict[str, Any]) -> str:
     part = drop_nulls(part)
     found = _payload({k: v for k, v in part.items() if k != "type"})
     if found is None:  # an unknown shape: the whole part, keys sorted, stands for its content
-        raw = orjson.dumps(part, option=orjson.OPT_SORT_KEYS, default=str)
+        try:
+            raw = orjson.dumps(part, option=orjson.OPT_SORT_KEYS, default=str)
+        except orjson.JSONEncodeError:  # nested past orjson's depth limit: its repr-free shape, bounded
+            raw = _shape_bytes(part)
     else:
         raw = _bytes_of(*found)
     return xxhash.xxh3_128_hexdigest(raw)
@@ -106,3 +113,21 @@ def media_identifier(part: dict[str, Any]) -> str:
 def placeholder(part: dict[str, Any]) -> str:
     """The text a media part renders as: its kind and identifier, e.g. `<image:3f2a9c0d41b7e655>`."""
     return f"<{media_kind(part)}:{media_identifier(part)[:ID_HEX]}>"
+
+
+def _shape_bytes(part: Any) -> bytes:
+    """A deterministic byte string for a part too deep to write as JSON: its leaves in depth-first order,
+    with their key paths' depth (iterative, so any depth is safe)."""
+    out: list[str] = []
+    stack: list[tuple[Any, int]] = [(part, 0)]
+    while stack:
+        cur, depth = stack.pop()
+        if isinstance(cur, dict):
+            stack.extend((v, depth + 1) for _, v in sorted(cur.items(), key=lambda kv: str(kv[0]), reverse=True))
+            out.append(f"{{{depth}:" + ",".join(sorted(map(str, cur))))
+        elif isinstance(cur, list | tuple):
+            stack.extend((v, depth + 1) for v in reversed(cur))
+            out.append(f"[{depth}:{len(cur)}")
+        else:
+            out.append(f"{depth}:{cur!s}")
+    return "\x00".join(out).encode("utf-8", "surrogatepass")

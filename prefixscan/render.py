@@ -8,7 +8,10 @@ pre-tokenisation never crosses a special token. `hf:` tokenizers use the model's
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -30,6 +33,31 @@ class Rendered:
 
     pieces: tuple[tuple[bool, str], ...]  # (is_special, text)
     head_pieces: int
+
+
+def json_default(obj: Any) -> Any:
+    """orjson's `default` for values a Parquet row can hold and JSON has no type for: bytes as UTF-8 text
+    (else `base64:...`), a Decimal as its exact number, a duration in seconds, a set as a sorted list. The
+    read stage (`shapes.json_checked`) and the renderer use this one rule, so a record renders the same
+    whichever reads it; anything else is a TypeError, as without it."""
+    if isinstance(obj, bytes | bytearray | memoryview):
+        raw = bytes(obj)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(raw).decode("ascii")
+    if isinstance(obj, Decimal):
+        return orjson.Fragment(str(obj)) if obj.is_finite() else str(obj)
+    if isinstance(obj, dt.timedelta):
+        return obj.total_seconds()
+    if isinstance(obj, set | frozenset):
+        return sorted(obj, key=repr)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def json_text(value: Any, sort_keys: bool = False) -> str:
+    """`value` as compact JSON text (orjson's), with `json_default` for the values JSON has no type for."""
+    return orjson.dumps(value, default=json_default, option=orjson.OPT_SORT_KEYS if sort_keys else 0).decode()
 
 
 def content_text(content: Any) -> str:
@@ -56,7 +84,7 @@ def content_text(content: Any) -> str:
 def _message_body(m: dict[str, Any]) -> str:
     body = content_text(m.get("content"))
     if m.get("tool_calls"):
-        body += "\n" + orjson.dumps(m["tool_calls"]).decode()
+        body += "\n" + json_text(m["tool_calls"])
     if m.get("name"):
         return f"{m['role']} name={m['name']}\n{body}"
     return f"{m['role']}\n{body}"
@@ -73,7 +101,7 @@ def render_chatml(messages: list[dict[str, Any]], tools: list[Any] | None) -> Re
         pieces += [(True, IM_START), (False, _message_body(messages[i])), (True, IM_END), (False, "\n")]
         i += 1
     if tools:
-        text = "system\n# Tools\n" + "\n".join(orjson.dumps(t).decode() for t in tools)
+        text = "system\n# Tools\n" + "\n".join(json_text(t) for t in tools)
         pieces += [(True, IM_START), (False, text), (True, IM_END), (False, "\n")]
     head = len(pieces)
     for m in messages[i:]:

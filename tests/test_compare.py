@@ -44,7 +44,7 @@ def test_check_passes_and_fails_with_exit_codes(runs) -> None:
     assert ok.exit_code == 0, ok.output
     assert ok.output.splitlines()[-1] == "check passed: 2 gate(s) held"
     bad = runner.invoke(app, ["check", a, "--min-hit-rate", f"{hit_a + 0.01:.4f}", "--fail-on", "high"])
-    assert bad.exit_code == 1
+    assert bad.exit_code == 8
     lines = bad.output.splitlines()
     assert lines[0].startswith("FAIL min-hit-rate (token_weighted): token_weighted hit rate ")
     assert lines[1].startswith("FAIL fail-on high: 1 breaker(s) of severity high or above; worst: timestamp "
@@ -55,7 +55,7 @@ def test_check_passes_and_fails_with_exit_codes(runs) -> None:
 def test_check_json_and_quiet(runs) -> None:
     a, b = runs
     r = runner.invoke(app, ["check", a, "--max-breaker-tokens", "0", "--min-hit-rate", "0", "--json"])
-    assert r.exit_code == 1
+    assert r.exit_code == 8
     data = json.loads(r.output)
     assert data["passed"] is False
     gates = {g["name"]: g for g in data["gates"]}
@@ -126,7 +126,7 @@ def test_check_exact_output_on_the_sample_log(tmp_path) -> None:
     prefixscan.analyze(str(ROOT / "sample_logs" / "chat.jsonl"), output=run)
     r = runner.invoke(app, ["check", run, "--min-hit-rate", "0.5", "--fail-on", "high", "--max-breaker-tokens",
                             "20000"])
-    assert r.exit_code == 1
+    assert r.exit_code == 8
     assert r.output.splitlines() == [
         "FAIL min-hit-rate (token_weighted): token_weighted hit rate 47.63% is below the minimum 50.00%",
         "FAIL max-breaker-tokens: cache breakers cost 24,608 prompt tokens of reuse (over the maximum 20,000)",

@@ -5,6 +5,7 @@ tools, drift) and on synth logs."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from hypothesis import HealthCheck, given, settings
@@ -40,7 +41,12 @@ FIELDS = st.sampled_from([
     lambda r: "",
 ])
 
-DRIFT = st.sampled_from(["none", "crlf", "nfd", "nfc", "spaces", "json_order", "blank_lines"])
+DRIFT = st.sampled_from(["none", "crlf", "nfd", "nfc", "spaces", "json_order", "blank_lines", "list_a", "list_b",
+                         "chunks_a", "chunks_b"])
+TOOLS_IN_TEXT = [{"name": n, "description": f"Use {n} when the customer asks about it in any message."}
+                 for n in ("refund", "lookup", "escalate", "cancel")]
+CHUNKS_IN_TEXT = [f"Passage {n}: " + "returns are accepted within thirty days of delivery, receipts required. " * 2
+                  for n in "abcd"]
 
 
 def _drift(text: str, kind: str) -> str:
@@ -53,6 +59,12 @@ def _drift(text: str, kind: str) -> str:
         return text.replace(". ", ".  ", 1).replace("\n", "  \n", 1)
     if kind == "json_order":
         return text.replace('{"region": "eu-west", "tier": 2', '{"tier": 2, "region": "eu-west"')
+    if kind in ("list_a", "list_b"):  # the same JSON list of tools in two orders (list_order)
+        tools = TOOLS_IN_TEXT if kind == "list_a" else TOOLS_IN_TEXT[2:] + TOOLS_IN_TEXT[:2]
+        return text + "Tools:\n" + json.dumps(tools, indent=2) + "\n" + BASE[5] + "\n"
+    if kind in ("chunks_a", "chunks_b"):  # the same chunks between --- lines in two orders
+        chunks = CHUNKS_IN_TEXT if kind == "chunks_a" else CHUNKS_IN_TEXT[::-1]
+        return text + "Documents:\n" + "\n---\n".join(chunks) + "\n\n" + BASE[5] + "\n"
     if kind == "blank_lines":
         return text.replace("\n", "\n\n\n", 2)
     return text
@@ -126,6 +138,8 @@ def _same(records: list[Record], fast: Detector | None = None) -> None:
     assert a == b, differences(a, b)
     fast.retro_exemplars()  # finalize's first step reads the exemplars' units again
     ref.retro_exemplars()
+    fast.retro_lists()
+    ref.retro_lists()
     a, b = snapshot(fast), snapshot(ref)
     assert a == b, differences(a, b)
 
@@ -178,12 +192,16 @@ def test_the_generated_records_exercise_every_path() -> None:
                                        (lambda r: f"Request id: {uuid.UUID(int=r + 1)}", "crlf", 2, "docs_swapped"),
                                        (lambda r: f"Customer name: {['Ana Lima', 'Bo Chen'][r % 2]}", "nfc", 3, "docs"),
                                        (lambda r: "", "spaces", 1, "plain"), (lambda r: "", "json_order", 1, "plain"),
-                                       (lambda r: f"Request id: {uuid.UUID(int=r + 1)}", "none", 1, "docs")]]
+                                       (lambda r: f"Request id: {uuid.UUID(int=r + 1)}", "none", 1, "docs"),
+                                       (lambda r: "", "list_b", 1, "plain"), (lambda r: "", "list_a", 1, "plain"),
+                                       (lambda r: "", "chunks_a", 1, "plain"), (lambda r: "", "chunks_b", 1, "plain")]]
     ref = Reference(16)
     for r in _records(specs):
         ref.feed(r, 0)
     kinds = {k[0] for k in ref.accs} | {k[2] for k in ref.accs if k[0] in ("drift", "order")}
-    assert {"span", "drift", "order", "line_endings", "unicode", "tool_order", "rag_order"} <= kinds, kinds
+    assert {"span", "drift", "order", "line_endings", "unicode", "tool_order", "rag_order",
+            "list_order"} <= kinds, kinds
+    assert {k[-1] for k in ref.accs if k[2:3] == ("list_order",)} == {"name", ""}  # a JSON list and text chunks
     assert ref.pending and not ref.errors
     _same(_records(specs))
 

@@ -150,7 +150,7 @@ def test_estimate_json_is_saved_and_reused_by_report(tmp_path):
     assert load_estimate(run)["result"]["monthly_savings_usd"] == pytest.approx(r.monthly_savings_usd)
     data = build(run)  # no options: the saved estimate, one scenario
     assert "estimate.json" in data.estimate_source
-    assert data.scenario == r.spec.describe() and "100 req/s (--scale-to-rps)" in data.scenario
+    assert data.scenario == r.spec.describe() and "100 req/s (--rps)" in data.scenario  # the old name, one rate
     assert "$4.00/GPU-hour" in data.scenario
     assert [p["policy"] for p in data.policies] == ["round_robin", "sglang_cache_aware"]
     again = build(run, dataclasses.replace(OPTS, replicas=2))  # options win over the saved estimate
@@ -183,7 +183,7 @@ def test_cli_writes_estimate_json_and_report_names_the_scenario(tmp_path):
     out = CliRunner().invoke(app, ["report", str(run), "-o", str(tmp_path / "rep"), "-f", "md"])
     assert out.exit_code == 0, out.output
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "**Scenario:** 4 replicas of llama-3.1-8b" in md and "50 req/s (--scale-to-rps)" in md
+    assert "**Scenario:** 4 replicas of llama-3.1-8b" in md and "50 req/s (--rps)" in md  # --rps's old name
     assert "| scenario | requests with a hit | prompt tokens cached | of ideal |" in md
     assert "hit (requests)" not in md
 
@@ -212,7 +212,7 @@ def test_scale_to_rps_prices_the_replay_at_that_rate(tmp_path):
     run = make_run(tmp_path)
     base = estimate(dataclasses.replace(OPTS, replicas=4), run)
     scaled = estimate(dataclasses.replace(OPTS, replicas=4, scale_to_rps=200.0), run)
-    assert scaled.workload.rps == 200.0 and scaled.spec.rps_source == "--scale-to-rps"
+    assert scaled.workload.rps == 200.0 and scaled.spec.rps_source == "--rps"  # scale_to_rps: its old name
     ratio = scaled.scenario("no_reuse").gpus / base.scenario("no_reuse").gpus
     assert ratio == pytest.approx(200.0 / base.workload.rps)
     at = _sim(run, 4, target_rps=200.0).policies["round_robin"]["hit_rate_token_weighted"]
@@ -263,7 +263,8 @@ def test_a_stale_estimate_json_is_re_estimated_at_its_scenario(tmp_path):
     _sim(run, 2).save(run)  # the run changes after the estimate
     data = build(run)
     assert data.estimate_source.startswith("re-estimated at the scenario")
-    assert data.scenario == r.spec.describe()  # same scenario, recomputed on the changed run
+    # same scenario, recomputed on the changed run; its rate now comes from the saved estimate
+    assert data.scenario == r.spec.describe().replace("(--rps)", "(saved estimate)")
     rr = next(s for s in data.estimate["scenarios"] if s["name"] == "round_robin")
     assert rr["hit_rate_token_weighted"] == r.scenario("round_robin").hit_rate_token_weighted
 

@@ -28,8 +28,10 @@ SYS = "You are a careful analyst who answers only from the attached document.\n"
 
 
 def rec(i: int, system: str, user: str, tenant: str = "acme", **extra) -> dict:
-    # One conversation per request: labels are shown only when k = 5 conversations share them.
-    r = {"request_id": f"r{i:03d}", "conversation_id": f"c{i:03d}", "timestamp": 1_795_000_000 + i, "tenant": tenant,
+    # One conversation and user per request: labels are shown only when k = 5 independent sources (users)
+    # share them.
+    r = {"request_id": f"r{i:03d}", "conversation_id": f"c{i:03d}", "user": f"u{i:03d}",
+         "timestamp": 1_795_000_000 + i, "tenant": tenant,
          "model": "m",
          "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
     r.update(extra)

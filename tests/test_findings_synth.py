@@ -22,7 +22,7 @@ from prefixscan.synth.drift import DRIFT_KINDS
 
 KIND_MAP = {"nonce": "random_token", "customer_name": "user_name", "account_id": "request_id",
             "order_id": "request_id", "plan": "pattern_free", "language": "pattern_free", "region": "pattern_free"}
-TENANT_DRIFT = {"whitespace", "line_endings", "unicode", "json_key_order", "tool_order", "rag_order"}
+TENANT_DRIFT = {"whitespace", "line_endings", "unicode", "json_key_order", "tool_order", "rag_order", "list_order"}
 ALL_BREAKERS = ("timestamp", "date", "request_id", "user_name", "email", "phone", "session_id", "counter", "nonce")
 
 
@@ -126,8 +126,8 @@ def test_precision_and_recall_against_synth_truth(tmp_path, capsys) -> None:
             print(f"  {kind:<16} precision {p:.3f} recall {r:.3f}  (tp {k_tp}, fp {k_fp}, fn {k_fn})")
     assert precision >= 0.95 and recall >= 0.95
     assert {"timestamp", "date", "request_id", "user_name", "pattern_free", "template_churn", "whitespace",
-            "line_endings", "unicode", "rag_order", "tool_order", "json_key_order"} <= {k for k, v in total.items()
-                                                                                       if v[0]}
+            "line_endings", "unicode", "rag_order", "tool_order", "json_key_order", "list_order"} <= {
+                k for k, v in total.items() if v[0]}
 
 
 def test_no_findings_without_breakers(tmp_path) -> None:

@@ -285,3 +285,18 @@ def test_fix_refuses_a_truncated_compressed_log(tmp_path) -> None:
     r = runner.invoke(app, ["fix", str(src), "-o", str(out)])
     assert r.exit_code == 3, r.output
     assert r.stderr.count("\n") == 1 and "nothing was written" in r.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("layout", ["array", "objects"])
+def test_fix_refuses_json_layouts_it_cannot_write_back(layout, tmp_path) -> None:
+    """A JSON array or pretty-printed objects are read, but lines copied one by one would corrupt them."""
+    from tests.test_fix import records
+
+    recs = records()
+    src = tmp_path / "log.json"
+    src.write_text(json.dumps(recs, indent=1) if layout == "array" else "\n".join(json.dumps(r, indent=2)
+                                                                                   for r in recs))
+    out = tmp_path / "out.json"
+    r = runner.invoke(app, ["fix", str(src), "-o", str(out)])
+    assert r.exit_code == 3, r.output
+    assert r.stderr.count("\n") == 1 and "convert it to JSON lines" in r.stderr and not out.exists()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import prefixscan
-from prefixscan.errors import InputError, RejectError, RunDirError, UsageError
+from prefixscan.errors import InputError, NothingAcceptedError, RejectError, RunDirError, UsageError
 from prefixscan.io.timestamps import parse_timestamp
 from tests.conftest import chat, write_jsonl
 
@@ -51,7 +51,8 @@ def test_every_malformed_kind_is_rejected_with_where_and_why(tmp_path) -> None:
     assert {x["source_line"] for x in rejects} == set(range(4, 14))
     assert all(x["source_file"] == str(p) and x["detail"] for x in rejects)
     dup = next(x for x in rejects if x["reason"] == "duplicate_id")
-    assert dup["source_line"] == 10 and "r1" in dup["detail"]
+    assert dup["source_line"] == 10 and dup["detail"].startswith("`request_id` was already seen")
+    assert "r1" not in dup["detail"]  # a request id may be a customer's (an email): never quoted
 
 
 def test_strict_stops_at_first_reject(tmp_path) -> None:
@@ -147,7 +148,9 @@ def test_usage_errors(tmp_path) -> None:
 def test_empty_input_reconciles(tmp_path) -> None:
     p = tmp_path / "empty.jsonl"
     p.write_text("\n")
-    r = prefixscan.analyze(str(p), output=str(tmp_path / "run"))
+    with pytest.raises(NothingAcceptedError, match="no record accepted: 0 read") as exc:  # as the CLI: exit 3
+        prefixscan.analyze(str(p), output=str(tmp_path / "run"))
+    r = exc.value.result
     assert r.summary["requests"] == {"read": 0, "accepted": 0, "rejected": 0, "rejects_by_reason": {}}
     assert r.summary["hit_rate"]["token_weighted"] == 0.0
 

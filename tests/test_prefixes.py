@@ -21,6 +21,7 @@ def _requests(rows: list[tuple[int, int, int]]) -> tuple[pl.DataFrame, np.ndarra
         "user": pl.Series([None] * n, dtype=pl.String),
         "arrival_s": np.arange(n, dtype=np.float64) * 1.5,
         "cached_tokens": np.array([c for _, c, _ in rows], dtype=np.int64),
+        "prompt_tokens": np.array([c + 40 for _, c, _ in rows], dtype=np.int64),
         "tenant_cached_tokens": np.array([c if t == 0 else 0 for _, c, t in rows], dtype=np.int64),
         "cached_blocks": np.array([1 if c else 0 for _, c, _ in rows], dtype=np.int32),
         "request_id": [f"r{i}" for i in range(n)],
@@ -51,12 +52,14 @@ def test_hits_and_gaps_of_one_prefix() -> None:
     assert row["median_reuse_gap_s"] == 2.25 and row["snippet"] == ""
 
 
-def _shared_log(texts: list[str], convs: list[str | None], tenants: list[str | None] | None = None):
+def _shared_log(texts: list[str], convs: list[str | None], tenants: list[str | None] | None = None,
+                users: list[str | None] | None = None):
     """Every request hits the same prefix (id 7); request i has snippet texts[i] and conversation convs[i]."""
     n = len(texts)
     req, deepest = _requests([(7, 32, 0)] * n)
     req = req.with_columns(pl.Series("conversation_id", convs, dtype=pl.String),
-                           pl.Series("tenant", tenants or [None] * n, dtype=pl.String))
+                           pl.Series("tenant", tenants or [None] * n, dtype=pl.String),
+                           pl.Series("user", users or [None] * n, dtype=pl.String))
     return req, deepest
 
 
@@ -78,8 +81,11 @@ def test_one_customers_text_is_hidden_however_often_it_repeats() -> None:
     (row,) = prefixes_table(req, deepest, texts, k=5).to_dicts()
     assert row["snippet"] == f"<text {row['prefix_hash']:016x}"[:12] + f"… {row['prefix_tokens']} tokens>"
     assert "Zorblax" not in row["snippet"] and "Initech" not in row["snippet"]
-    # four conversations are still fewer than k = 5; k = 4 lets the shared text through, redacted
-    req4, deepest4 = _shared_log(texts, [f"c{i % 4}" for i in range(40)])
+    # forty conversations repeating the same request with the same surroundings are one source
+    req40, deepest40 = _shared_log(texts, [f"c{i}" for i in range(40)])
+    assert prefixes_table(req40, deepest40, texts, k=2)["snippet"][0].startswith("<text ")
+    # four users are still fewer than k = 5; k = 4 lets the shared text through, redacted
+    req4, deepest4 = _shared_log(texts, [f"c{i}" for i in range(40)], users=[f"u{i % 4}" for i in range(40)])
     assert prefixes_table(req4, deepest4, texts, k=5)["snippet"][0].startswith("<text ")
     assert prefixes_table(req4, deepest4, texts, k=4)["snippet"][0] == redact_snippet(texts[0])
     assert prefixes_table(req4, deepest4, texts, k=5, include_text=True)["snippet"][0] == texts[0][:96]

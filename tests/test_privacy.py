@@ -23,10 +23,14 @@ def _finding(kind: str, label: str | None, example: str, rids: list[str], mi: in
                    fix=fix_sentence(kind, label, "system"), request_ids=rids)
 
 
-def _req(convs: list[str | None]) -> pl.DataFrame:
-    return pl.DataFrame({"request_id": [f"r{i}" for i in range(len(convs))],
+def _req(convs: list[str | None], lengths: list[int] | None = None,
+         users: list[str | None] | None = None) -> pl.DataFrame:
+    """Requests r0.. of tenant acme; prompts of different lengths unless `lengths` says otherwise."""
+    n = len(convs)
+    return pl.DataFrame({"request_id": [f"r{i}" for i in range(n)],
                          "conversation_id": pl.Series(convs, dtype=pl.String),
-                         "tenant": ["acme"] * len(convs)})
+                         "tenant": ["acme"] * n, "user": pl.Series(users or [None] * n, dtype=pl.String),
+                         "prompt_tokens": lengths or [100 + 7 * i for i in range(n)]})
 
 
 def test_label_shared_by_k_conversations_stays_one_customers_label_is_hidden() -> None:
@@ -41,6 +45,25 @@ def test_label_shared_by_k_conversations_stays_one_customers_label_is_hidden() -
     kept = _finding("timestamp", "Dear Zorblax", "Dear Zorblax: ##:##", [f"r{i}" for i in range(5, 12)])
     guard_findings([kept], req, k=5, include_text=True)
     assert kept.label == "Dear Zorblax"
+
+
+def test_one_customers_label_in_many_conversations_is_one_source() -> None:
+    """Six requests of one customer, each its own (inferred or real) conversation, same prompt length:
+    one source. Six users, or six prompts with different surroundings, are six."""
+    rids = [f"r{i}" for i in range(6)]
+
+    def guarded(req: pl.DataFrame) -> str | None:
+        f = _finding("timestamp", "Dear Zorblax", "Dear Zorblax: ##:##", rids)
+        guard_findings([f], req, k=5, include_text=False)
+        return f.label
+
+    assert guarded(_req([f"inferred:{i}" for i in range(6)], lengths=[250] * 6)) == "<text 12 chars>"
+    assert guarded(_req([None] * 6, lengths=[250] * 6)) == "<text 12 chars>"
+    assert guarded(_req([f"c{i}" for i in range(6)], lengths=[250] * 6, users=["zorblax"] * 6)) == "<text 12 chars>"
+    assert guarded(_req([f"c{i}" for i in range(6)], lengths=[250] * 6, users=[f"u{i}" for i in range(6)])) == (
+        "Dear Zorblax")
+    assert guarded(_req([f"c{i}" for i in range(6)])) == "Dear Zorblax"  # different surroundings
+    assert guarded(_req(["c0"] * 6)) == "<text 12 chars>"  # one conversation is one source
 
 
 def test_id_values_show_only_their_kind_and_drift_lines_are_always_hidden() -> None:
@@ -70,15 +93,19 @@ def test_redaction_masks_cut_emails_and_leaves_markers_alone() -> None:
 
 
 @pytest.mark.parametrize("raw,want", [
-    ("a\x1b[2Jb", "ab"),  # clear screen
-    ("x\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\y", "xclicky"),  # OSC 8 hyperlink
-    ("t\x1b]0;title\x07u", "tu"),  # window title
-    ("a\rb\bc", "abc"),
-    ("abc\u202edef\u2066", "abcdef"),  # bidi override / isolate
+    ("a\x1b[2Jb", "a\\x1b[2Jb"),  # clear screen: shown, not acted on
+    ("x\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\y",
+     "x\\x1b]8;;http://evil.example\\x1b\\click\\x1b]8;;\\x1b\\y"),  # OSC 8 hyperlink
+    ("c\x1b]52;c;cHduZWQ=\x07d", "c\\x1b]52;c;cHduZWQ=\\x07d"),  # OSC 52 clipboard write
+    ("t\x1b]0;title\x07u", "t\\x1b]0;title\\x07u"),  # window title
+    ("a\rb\bc", "a\\x0db\\x08c"),
+    ("abc\u202edef\u2066", "abc\\u202edef\\u2066"),  # bidi override / isolate
     ("tab\there\nnext", "tab here next"),
-    ("\x9b2Jz", "z"),  # 8-bit CSI
+    ("\x9b2Jz", "\\x9b2Jz"),  # 8-bit CSI
+    ("lone \udc80", "lone \\udc80"),  # a lone surrogate would make printing fail
 ])
-def test_clean_strips_escapes_and_controls(raw: str, want: str) -> None:
+def test_clean_shows_escapes_and_controls(raw: str, want: str) -> None:
+    """issue 28: a control character from the data is made visible (two tenants stay two), never acted on."""
     assert clean(raw) == want
 
 
@@ -90,7 +117,7 @@ def test_safe_values_print_literally_through_rich() -> None:
     raw = Console(file=None, width=200, emoji=False, force_terminal=True)
     with raw.capture() as cap:
         raw.print(safe("\x1b]8;;http://evil\x1b\\x\x1b]8;;\x1b\\"))
-    assert "\x1b]8" not in cap.get() and "evil" not in cap.get()
+    assert "\x1b]" not in cap.get() and "\\x1b" in cap.get()  # no OSC of any kind: shown as text
 
 
 def test_tenant_key_from_a_project_file_is_used_but_never_recorded(tmp_path) -> None:
@@ -129,3 +156,22 @@ def test_clean_never_lets_a_control_character_through(text: str) -> None:
     # Every character of the data is shown (none read as markup); only backslashes may differ: Rich's escape
     # doubles a trailing one (so `[b]{value}[/b]` still closes) and reads `\[` as an escaped bracket.
     assert console.export_text().replace("\\", "") == out.replace("\\", "")
+
+
+def test_prompt_lengths_a_token_or_two_apart_are_the_same_surroundings() -> None:
+    """A clock or a counter that grows by a digit changes the prompt's length by a token: no new source.
+    A template in front of questions of clearly different lengths is many sources."""
+    from prefixscan.privacy import LENGTH_SLACK, independent_sources
+
+    def count(lengths: list[int], users: list[str | None] | None = None) -> int:
+        n = len(lengths)
+        rows = pl.DataFrame({"g": [1] * n, "context": ["tail"] * n, "length": lengths,
+                             "conversation_id": [f"inferred:{i}" for i in range(n)],
+                             "user": pl.Series(users or [None] * n, dtype=pl.String)})
+        return independent_sources(rows, "g").get(1, 0)
+
+    assert LENGTH_SLACK >= 1
+    assert count([250, 250, 251, 251, 252, 253, 254]) == 1  # one customer, the value grows (chained)
+    assert count([100, 140, 180, 220, 260, 300]) == 6
+    assert count([250] * 6, users=[f"u{i}" for i in range(6)]) == 6
+    assert count([250] * 6, users=["u0"] * 3 + [None] * 3) == 2  # one user; the rest one surroundings

@@ -130,7 +130,7 @@ def test_no_customer_text_in_any_default_output(canary_log, tmp_path) -> None:
              **{c: json.dumps(pq.read_table(run / "findings.parquet").column(c).to_pylist())
                 for c in ("label", "example", "fix", "detail")}}
     assert _leaks(shown, TENANTS + USERS) == []
-    # the shared template text itself is allowed through (eight conversations share it), redacted
+    # the shared template text itself is allowed through (eight users share it), redacted
     prefixes = pq.read_table(tmp_path / "run" / "prefixes.parquet").to_pylist()
     assert any(r["snippet"].startswith("You are the support assistant") for r in prefixes) or all(
         r["snippet"].startswith("<text ") for r in prefixes)

@@ -35,7 +35,7 @@ def test_config_beside_the_logs_is_applied_and_recorded(project) -> None:
     assert m["config"]["block_size"] == 32 and m["config"]["findings"] is False
     assert m["config"]["fields"] == {"tenant": "tenant"}
     assert m["project_config"]["sections"]["scenario"]["replicas"] == 3
-    assert "config " in r.output and "block_size" in r.output
+    assert "settings from " in r.output and "block_size=32" in r.output
     # simulate on the run finds the recorded scenario and its own table
     s = runner.invoke(app, ["simulate", str(run), "-q", "--json"])
     assert s.exit_code == 0, s.output

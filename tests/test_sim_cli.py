@@ -55,9 +55,9 @@ def test_json_contract_and_tables(tmp_path: Path) -> None:
     for metrics in doc["policies"].values():
         assert all(k in metrics for k in HEADLINE)
     manifest = rundir.read_manifest(run)
-    assert manifest["simulate"]["config"]["replicas"] == 3
+    assert manifest["simulations"]["default"]["config"]["replicas"] == 3
     for t in ("sim_policies", "sim_replicas", "sim_decisions", "sim_timeline"):
-        assert (run / f"{t}.parquet").exists()
+        assert (run / "simulations" / "default@1" / f"{t}.parquet").exists()
     again = SimResult.load(run)
     assert set(again.policies) == set(doc["policies"])
     assert list(again.policies)[:2] == ["round_robin", "random"]  # the run's order, not alphabetical
@@ -86,7 +86,8 @@ def test_seeded_cli_runs_are_byte_identical(tmp_path: Path) -> None:
         )
         assert res.exit_code == 0, res.output
     for t in ("sim_policies", "sim_replicas", "sim_decisions", "sim_timeline"):
-        assert (runs[0] / f"{t}.parquet").read_bytes() == (runs[1] / f"{t}.parquet").read_bytes()
+        a, b = (r / "simulations" / "default@1" / f"{t}.parquet" for r in runs)
+        assert a.read_bytes() == b.read_bytes()
 
 
 def test_table_output_and_scenarios(tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_table_output_and_scenarios(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert "round_robin" in res.stdout and "oracle*" in res.stdout and "delayed" in res.stdout
-    assert not (run / "sim_policies.parquet").exists()
+    assert not (run / "sim_policies.parquet").exists() and not (run / "simulations").exists()
 
 
 @pytest.mark.parametrize(

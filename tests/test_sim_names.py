@@ -41,10 +41,11 @@ def test_named_side_by_side_and_default(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     m = rundir.read_manifest(run)
     assert simstore.names(m) == ["default", "small"]
-    assert m["simulate"]["config"]["kv_blocks"] == 300  # the default stays where readers find it
-    assert m["simulations"]["small"]["dir"] == "simulations/small"
-    assert (run / "simulations" / "small" / "sim_policies.parquet").exists()
-    assert not (run / "simulations" / "small" / "sim_decisions.parquet").exists()
+    assert m["simulations"]["default"]["config"]["kv_blocks"] == 300
+    assert "simulate" not in m and not list(run.glob("sim_*.parquet"))  # one home: the index
+    assert m["simulations"]["small"]["dir"] == "simulations/small@2"
+    assert (run / "simulations" / "small@2" / "sim_policies.parquet").exists()
+    assert not (run / "simulations" / "small@2" / "sim_decisions.parquet").exists()
     assert SimResult.load(run).config["kv_blocks"] == 300
     assert SimResult.load(run, "small").config["kv_blocks"] == 40
     small = rundir.load_run(run, "small")
@@ -57,14 +58,15 @@ def test_rerun_replaces_only_that_name(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run")
     assert sim(run, "--kv-blocks", "40", "--name", "a").exit_code == 0
     assert sim(run, "--kv-blocks", "50", "--name", "b").exit_code == 0
-    before_b = (run / "simulations" / "b" / "sim_policies.parquet").read_bytes()
-    assert (run / "simulations" / "a" / "sim_decisions.parquet").exists()
+    before_b = (run / "simulations" / "b@2" / "sim_policies.parquet").read_bytes()
+    assert (run / "simulations" / "a@1" / "sim_decisions.parquet").exists()
     assert sim(run, "--kv-blocks", "60", "--name", "a", "--no-decision-log").exit_code == 0
     m = rundir.read_manifest(run)
     assert simstore.names(m) == ["b", "a"]  # oldest write first: a was written again last
     assert m["simulations"]["a"]["config"]["kv_blocks"] == 60
-    assert not (run / "simulations" / "a" / "sim_decisions.parquet").exists()  # stale table removed
-    assert (run / "simulations" / "b" / "sim_policies.parquet").read_bytes() == before_b
+    assert sorted(p.name for p in (run / "simulations").iterdir()) == ["a@3", "b@2"]  # the old a removed whole
+    assert not (run / "simulations" / "a@3" / "sim_decisions.parquet").exists()
+    assert (run / "simulations" / "b@2" / "sim_policies.parquet").read_bytes() == before_b
     # no default stored: readers take the most recent
     assert simstore.resolve(m, None) == "a"
     assert rundir.load_run(run).manifest["simulate"]["config"]["kv_blocks"] == 60
@@ -75,8 +77,8 @@ def test_same_input_same_bytes(tmp_path: Path) -> None:
     for run in (a, b):
         assert sim(run, "--kv-blocks", "40", "--name", "x").exit_code == 0
     for t in ("sim_policies", "sim_decisions"):
-        assert pq.read_table(a / "simulations/x" / f"{t}.parquet").equals(
-            pq.read_table(b / "simulations/x" / f"{t}.parquet"))
+        assert pq.read_table(a / "simulations/x@1" / f"{t}.parquet").equals(
+            pq.read_table(b / "simulations/x@1" / f"{t}.parquet"))
 
 
 def test_list_and_unknown_names(tmp_path: Path) -> None:
@@ -88,7 +90,7 @@ def test_list_and_unknown_names(tmp_path: Path) -> None:
     rows = json.loads(runner.invoke(app, ["simulate", str(run), "--list", "--json"]).stdout)
     assert [(x["name"], x["default"]) for x in rows] == [("small", False), ("default", True)]
     text = runner.invoke(app, ["simulate", str(run), "--list"]).stdout
-    assert "small" in text and "simulations/small" in text
+    assert "small" in text and "simulations/small@1" in text
     for cmd in (["simulate", str(run), "--load", "--name", "nope"], ["report", str(run), "--simulation", "nope"],
                 ["estimate", str(run), "--simulation", "nope", "--no-save"]):
         r = runner.invoke(app, cmd)

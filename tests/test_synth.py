@@ -334,7 +334,8 @@ def test_cli_no_truth_and_custom_truth(tmp_path: Path) -> None:
     assert runner.invoke(app, ["synth", "-o", str(out), "-n", "10", "--no-truth", "-q"]).exit_code == 0
     assert not Path(f"{out}.truth.jsonl").exists()
     truth = tmp_path / "t.jsonl"
-    assert runner.invoke(app, ["synth", "-o", str(out), "-n", "10", "--truth", str(truth), "-q"]).exit_code == 0
+    args = ["synth", "-o", str(out), "-n", "10", "--truth", str(truth), "-q", "--force"]
+    assert runner.invoke(app, args).exit_code == 0
     assert len(read_jsonl(truth)) == 10
 
 

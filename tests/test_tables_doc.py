@@ -44,7 +44,7 @@ def test_every_written_column_is_documented(tmp_path, chat_log) -> None:
     assert r.exit_code == 0, r.output
     docs = documented()
     written: dict[str, set[str]] = {}
-    for path in sorted([*run.glob("*.parquet"), *run2.glob("*.parquet")]):
+    for path in sorted([*run.rglob("*.parquet"), *run2.rglob("*.parquet")]):  # simulations/NAME@N/ too
         written.setdefault(path.stem, set()).update(pq.read_schema(path).names)
     for stem, cols in sorted(written.items()):
         assert stem in docs, f"table {stem} is not documented in docs/tables.md"

@@ -85,7 +85,7 @@ def test_big_share_but_too_few_gpus_points_to_production_scale():
     v = decide(inputs)
     _consistent(v, inputs)
     assert v.worth_it is False and "50% of prefill GPUs, but only 0.20 GPUs at 3.13 req/s" in v.headline
-    assert "--scale-to-rps" in v.headline
+    assert "--rps" in v.headline
 
 
 @pytest.mark.parametrize("hit,worth", [(MIN_IDEAL_HIT - 0.01, False), (MIN_IDEAL_HIT, True)])

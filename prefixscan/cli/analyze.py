@@ -57,14 +57,16 @@ def register(app: typer.Typer) -> None:
     @app.command(no_args_is_help=True)
     @handle_errors
     def analyze(
-        logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, JSONL.gz, Parquet)."),
+        logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, JSON arrays, gzip, zstd, "
+                                                   "Parquet; docs/inputs.md)."),
         output: str = typer.Option(None, "-o", "--output", help="Run directory to write (tables + manifest)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing run directory."),
         fmt: str = typer.Option("auto", "--format", metavar=one_of(RECORD_FORMATS),
                                 help="Record shape (auto: detected per file)."),
         order: str = typer.Option("time", "--order", metavar=one_of(ORDERS),
                                   help="time: the log's timestamps; input: input order is time (one request "
-                                       "a second; automatic for shapes with no clock, such as batch files)."),
+                                       "a second), timestamps or not. Automatic for shapes with no clock (batch "
+                                       "files) and for a file whose first record has no timestamp."),
         field: list[str] = typer.Option([], "--field", metavar="NAME=PATH",
                                         help="Map a field (repeatable), e.g. --field tenant=metadata.team; quote a "
                                              "part that holds dots (attributes.\"gen_ai.request.model\"). "
@@ -107,11 +109,11 @@ def register(app: typer.Typer) -> None:
                                             "Never written to the run."),
         include_text: bool = typer.Option(False, "--include-text",
                                           help="Show prompt text in snippets and examples even when fewer than "
-                                               "--snippet-k conversations share it (off by default)."),
+                                               "--snippet-k independent sources share it (off by default)."),
         snippet_k: int = typer.Option(5, "--snippet-k", min=1,
-                                      help="Show a text (redacted) only when at least this many distinct "
-                                           "conversations (else users, else tenants) share it; otherwise a "
-                                           "hash and a length."),
+                                      help="Show a text (redacted) only when at least this many independent "
+                                           "sources share it (distinct users; else tenants and surroundings; "
+                                           "never one conversation twice); otherwise a hash and a length."),
         stream: bool | None = typer.Option(
             None, "--stream/--in-memory",
             help="Stream the log to the run directory (memory grows with distinct blocks, not with the log) "
@@ -217,22 +219,15 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
         if not quiet:  # -q: nothing on stdout but what --json asks for
             from prefixscan.cli.common import stdout_console
-            from prefixscan.report.analyze_terminal import render_evidence, render_summary
+            from prefixscan.report.analyze_terminal import records_line, render_evidence, render_summary
 
             out = stderr_console(False) if json_out else stdout_console()
-            render_summary(result, out)
-            if evidence is not None:
-                render_evidence(evidence.sentences(), out)
-        _check_accepted(result.summary["requests"], result.run_dir)
+            if not result.summary["requests"]["accepted"]:  # no tables of zeros: the counts, then the error
+                out.print(records_line(result.summary["requests"]))
+            else:
+                render_summary(result, out)
+                if evidence is not None:
+                    render_evidence(evidence.sentences(), out)
+        from prefixscan.pipeline.summary import check_accepted
 
-
-def _check_accepted(counts: dict, run_dir: str | None) -> None:
-    """Exit 3 when no record was accepted: a run that measured nothing must not look like a success."""
-    if counts["accepted"]:
-        return
-    from prefixscan.errors import NothingAcceptedError
-
-    reasons = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejects_by_reason"].items(), key=lambda kv: -kv[1]))
-    where = f"; the rejects are in {run_dir}/rejects.parquet" if run_dir else "; pass -o RUN to keep the rejects"
-    raise NothingAcceptedError(f"no record accepted: {counts['read']:,} read, {counts['rejected']:,} rejected"
-                               f"{' (' + reasons + ')' if reasons else ''}{where}")
+        check_accepted(result.summary["requests"], result.run_dir)

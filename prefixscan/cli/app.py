@@ -38,17 +38,27 @@ COMMAND_MODULES = list(COMMANDS.values())
 HELP = "Measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router."
 EPILOG = ("Exit codes: 0 ok; 1 internal error (a bug); 2 usage; 3 input (unreadable, or no record accepted); "
           "4 a reject under --strict; 5 run directory (missing, damaged, or in use by another prefixscan); "
-          "6 tokenizer; 7 environment (disk full, read-only file system, permission denied); 130 interrupted. "
+          "6 tokenizer; 7 environment (disk full, read-only file system, permission denied); 8 a check failed "
+          "(`check`: a gate failed or could not be checked); 130 interrupted. "
           "Errors are one line on stderr (docs/analyze.md).")
 
 
 def build_app(only: str | None = None) -> typer.Typer:
     """The application with every command, or with only the command named `only` (a key of COMMANDS;
     "": none, for `--version`)."""
+    from typer.core import TyperCommand
+
+    from prefixscan.cli.usage import HELP_WIDTH, Command, Group
+
+    # plain help and one-line usage errors for every command (prefixscan/cli/usage.py)
     application = typer.Typer(name="prefixscan", help=HELP, no_args_is_help=True, add_completion=False,
-                              rich_markup_mode="rich", pretty_exceptions_enable=False, epilog=EPILOG)
+                              rich_markup_mode=None, pretty_exceptions_enable=False, epilog=EPILOG, cls=Group,
+                              context_settings={"max_content_width": HELP_WIDTH})
     for name in COMMANDS.values() if only is None else (COMMANDS[only],) if only else ():
         importlib.import_module(f"prefixscan.cli.{name}").register(application)
+    for info in application.registered_commands:
+        if info.cls in (None, TyperCommand):
+            info.cls = Command
     _hook_project_config(application)
     application.callback()(_root)
     return application
@@ -99,7 +109,10 @@ def _root(
     version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
                                  callback=_version),
     config: str = typer.Option(None, "--config", help="Project settings file (default: prefixscan.toml beside "
-                                                      "the logs, recorded in the run, or in this directory)."),
+                                                      "the logs, recorded in the run, or in this directory). Only "
+                                                      "a file given here may set output, force, include_text, "
+                                                      "snippet_k, engine, ray_address or reuse_temp_dir "
+                                                      "(docs/config.md)."),
 ) -> None:
     """prefixscan: how much prefill repeats in your logs, what breaks it, and what routing would capture."""
     ctx.obj = {"config": config}

@@ -7,8 +7,7 @@ import json
 import typer
 
 from prefixscan.cli.common import handle_errors
-
-FAILED = 1  # exit code when a gate fails (usage and input errors keep their own codes)
+from prefixscan.errors import EXIT_CHECK_FAILED
 
 
 def register(app: typer.Typer) -> None:
@@ -30,22 +29,27 @@ def register(app: typer.Typer) -> None:
         fail_on: str | None = typer.Option(
             None, "--fail-on", help="Fail on any breaker of this severity or above: low, medium (>= 1% of the "
                                     "run's prompt tokens), high (>= 5%)."),
+        allow_uncheckable: bool = typer.Option(
+            False, "--allow-uncheckable", help="Let breaker gates the run cannot answer (a hashed trace or token ids: "
+                                               "no prompt text) pass as not checkable instead of failing."),
         json_out: bool = typer.Option(False, "--json", help="Print the gates as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only failed gates and the verdict."),
     ) -> None:
-        """Gate a build on a run's prefix reuse: exit 0 when every gate holds, 1 when one fails.
+        """Gate a build on a run's prefix reuse: exit 0 when every gate holds, 8 when one fails.
 
-        One line per gate (PASS/FAIL with the value seen), then the verdict. Usage errors exit 2, a missing
-        or incomplete run directory 5. Example: prefixscan check runs/demo --min-hit-rate 0.4 --fail-on high
+        One line per gate (PASS/FAIL with the value seen), then the verdict. A breaker gate on a run without
+        prompt text (a hashed trace) is NOT CHECKABLE and fails (exit 8) unless --allow-uncheckable. Usage
+        errors exit 2, a missing or incomplete run directory 5, a bug 1.
+        Example: prefixscan check runs/demo --min-hit-rate 0.4 --fail-on high
         """
         from prefixscan.compare.check import check_run
         from prefixscan.report.compare_terminal import check_lines
 
-        result = check_run(run_dir, min_hit_rate, definition, max_breaker_tokens, fail_on)
+        result = check_run(run_dir, min_hit_rate, definition, max_breaker_tokens, fail_on, allow_uncheckable)
         if json_out:
             typer.echo(json.dumps(result.to_json(), indent=2))
         else:
             for line in check_lines(result, quiet):
                 typer.echo(line)
         if not result.passed:
-            raise typer.Exit(FAILED)
+            raise typer.Exit(EXIT_CHECK_FAILED)

@@ -46,7 +46,7 @@ def handle_errors(func: F) -> F:
         except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback on request
             origin = type(exc).__module__.split(".")[0]
             if origin in ("typer", "click") or os.environ.get("PREFIXSCAN_TRACEBACK"):
-                raise  # the command line's own errors (bad parameter, exit) are typer's to print
+                raise  # the command line's own errors (bad parameter, exit): one line from cli/usage.py
             if origin == "pyarrow" and "arquet" in str(exc):  # a table read outside rundir's checks
                 fail(f"a Parquet file is damaged or unreadable: {str(exc).splitlines()[0][:200]}; if it belongs to "
                      "a run directory, re-create the run with `prefixscan analyze LOGS -o RUN --force`",
@@ -124,9 +124,9 @@ def with_project_config(command: str, func: F, scenario_keys: Callable[[], set[s
             if cfg is not None:
                 pc.check_scenario(cfg, scenario_keys())
                 defaulted = {n for n in kwargs if _defaulted(ctx, n)}
-                used = pc.apply(command, cfg, kwargs, defaulted)
-                if used and not kwargs.get("quiet"):
-                    typer.echo(f"prefixscan: config {cfg.path}: {', '.join(used)}", err=True)
+                used = pc.apply(command, cfg, kwargs, defaulted, _hints(func))
+                if used and (not kwargs.get("quiet") or not cfg.explicit):  # a found file: said even with -q
+                    typer.echo(f"prefixscan: {clean(pc.describe(cfg, used, kwargs))}", err=True)
             result = func(**kwargs)
             if cfg is not None and command == "analyze" and kwargs.get("output"):
                 from prefixscan.io.rundir import add_tables
@@ -144,6 +144,16 @@ def with_project_config(command: str, func: F, scenario_keys: Callable[[], set[s
 
 
 CTX = "_prefixscan_ctx"
+
+
+def _hints(func: Callable[..., Any]) -> dict[str, Any]:
+    """The command's parameter types (for checking config values); none when they cannot be resolved."""
+    import typing
+
+    try:
+        return typing.get_type_hints(func)
+    except (NameError, TypeError):
+        return {}
 
 
 def _defaulted(ctx: Any, name: str) -> bool:

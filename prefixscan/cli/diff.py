@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("bf16", "--dtype", help="Compute dtype for --model: bf16 or fp8."),
         mfu: float = typer.Option(0.5, "--mfu", help="Model FLOPs utilisation during prefill."),
         json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but what --json asks for."),
     ) -> None:
         """What changed from run A to run B: hit rates under every definition, by tenant and prefix class,
         cache breakers fixed, new and remaining, and ideal-cache prefill (GPUs with --model and --rps).
@@ -36,5 +37,7 @@ def register(app: typer.Typer) -> None:
         result = diff_runs(run_a, run_b, model=model, gpu=gpu, rps=rps, dtype=dtype, mfu=mfu)
         if json_out:
             typer.echo(json.dumps(diff_json(result), indent=2))
+            return
+        if quiet:
             return
         render_diff(result, stdout_console())

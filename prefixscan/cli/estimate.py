@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Collection
+from typing import Any
 
 import typer
 
@@ -32,6 +34,53 @@ def parse_count(text: str | None, flag: str) -> float | None:
     if value <= 0:
         raise UsageError(f"{flag} must be > 0, got {text}")
     return value
+
+
+RPS_HELP = ("The traffic's rate in requests (turns) per second. On a run the replay compresses the log's "
+            "busy periods to it (default: the saved simulation's rate, else the log's own: its busy-period "
+            "rate when it has idle gaps).")
+
+
+def one_rate(rps: float | None, old: float | None, old_flag: str, config: Collection[str] = ()) -> float | None:
+    """--rps, or its hidden old name (kept so existing scripts work). When both are set and differ, the one
+    typed wins over the one prefixscan.toml filled in (`config`: names the file set); two typed, an error."""
+    old_name = old_flag.strip("-").replace("-", "_")
+    if rps is not None and old is not None and rps != old:
+        if "rps" in config and old_name not in config:
+            return old
+        if old_name in config and "rps" not in config:
+            return rps
+        raise UsageError(f"--rps {rps:g} and {old_flag} {old:g} (its old name) disagree; pass --rps only")
+    return rps if rps is not None else old
+
+
+def option_sources(names: tuple[str, ...], values: dict[str, object]) -> dict[str, str]:
+    """Which of these options were filled from prefixscan.toml rather than typed (EstimateOptions.sources):
+    the config fills options the user left at their defaults, so click still reports them as defaults."""
+    from prefixscan.cost.scenario import CONFIG
+
+    ctx = _current_context()
+    if ctx is None:
+        return {}
+    out = {}
+    for name in names:
+        src = ctx.get_parameter_source(name)
+        if values.get(name) is not None and (src is None or src.name in ("DEFAULT", "DEFAULT_MAP")):
+            out[name] = CONFIG
+    return out
+
+
+def _current_context() -> Any:
+    """The running command's click context (typer may bundle its own click, with its own context stack)."""
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:  # a typer that uses the installed click
+        from click import get_current_context
+    return get_current_context(silent=True)
+
+
+SCENARIO_PARAMS = ("model", "model_config", "gpu", "usd_per_gpu_hour", "dtype", "kv_dtype", "mfu", "replicas",
+                   "tensor_parallel", "gpu_memory_utilization", "kv_blocks", "rps", "scale_to_rps")
 
 
 def register(app: typer.Typer) -> None:
@@ -67,10 +116,9 @@ def register(app: typer.Typer) -> None:
         kv_blocks: int | None = typer.Option(None, "--kv-blocks",
                                              help="KV blocks per replica for the replay (default: from model, "
                                                   "GPU, TP and memory, or the simulation's)."),
-        rps: float | None = typer.Option(None, "--rps", help="Requests (turns) per second."),
-        scale_to_rps: float | None = typer.Option(None, "--scale-to-rps",
-                                                  help="Price the run's traffic at this rate (the replay "
-                                                       "compresses its arrival times to it)."),
+        rps: float | None = typer.Option(None, "--rps", help=RPS_HELP),
+        scale_to_rps: float | None = typer.Option(None, "--scale-to-rps", hidden=True,
+                                                  help="Old name of --rps."),
         context_tokens: float | None = typer.Option(None, "--context-tokens", help="Mean prompt tokens."),
         new_tokens: float | None = typer.Option(None, "--new-tokens", help="Mean uncachable tokens/turn."),
         output_tokens: float | None = typer.Option(None, "--output-tokens", help="Mean output tokens."),
@@ -103,6 +151,12 @@ def register(app: typer.Typer) -> None:
         from prefixscan.cost.estimator import EstimateOptions
         from prefixscan.cost.estimator import estimate as run_estimate
 
+        sources = option_sources(SCENARIO_PARAMS, locals())
+        rps = one_rate(rps, scale_to_rps, "--scale-to-rps", sources)
+        rate_src = sources.get("scale_to_rps") if rps == scale_to_rps else sources.get("rps")
+        sources.pop("rps", None), sources.pop("scale_to_rps", None)
+        if rate_src:
+            sources["rps"] = rate_src
         options = EstimateOptions(
             model=model, model_config=model_config, params=parse_count(params, "--params"),
             active_params=parse_count(active_params, "--active-params"), gpu=gpu,
@@ -110,25 +164,24 @@ def register(app: typer.Typer) -> None:
             usd_per_gpu_hour=usd_per_gpu_hour, dtype=dtype, kv_dtype=kv_dtype, mfu=mfu, linear=linear,
             replicas=replicas, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
             kv_blocks=kv_blocks, policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
-            rps=rps, scale_to_rps=scale_to_rps, context_tokens=context_tokens, new_tokens=new_tokens,
+            rps=rps, context_tokens=context_tokens, new_tokens=new_tokens,
             output_tokens=output_tokens, hit_rate=hit_rate, token_hit_rate=token_hit_rate,
             ttft_gpus=ttft_gpus,
             ttft_overhead_s=ttft_overhead_s, decode_batch=decode_batch, hours_per_month=hours_per_month,
+            sources=sources,
         )
-        from prefixscan.io.simstore import using_simulation
-
-        if simulation is not None:
-            if run_dir is None:
-                raise UsageError("--simulation needs a run directory")
+        run = None
+        if run_dir is not None:
             from prefixscan.io.rundir import load_run
 
-            load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
-        with using_simulation(simulation):
-            result = run_estimate(options, run_dir)
-            if run_dir is not None and save:
-                from prefixscan.cost.saved import save_estimate
+            run = load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
+        elif simulation is not None:
+            raise UsageError("--simulation needs a run directory")
+        result = run_estimate(options, run)
+        if run is not None and save:
+            from prefixscan.cost.saved import save_estimate
 
-                save_estimate(result, run_dir, "prefixscan " + shlex.join(sys.argv[1:]))
+            save_estimate(result, run, "prefixscan " + shlex.join(sys.argv[1:]))
         if as_json:
             typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
             return

@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
                                           help="Show the text around the divergence (off: offsets, lengths and "
                                                "hashes only)."),
         json_out: bool = typer.Option(False, "--json", help="Print the explanation as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but what --json asks for."),
     ) -> None:
         """Block by block: which blocks hit and which earlier request (tenant, conversation) first computed
         them; where the prompt diverged from its best earlier match (message, character, token); the
@@ -35,6 +36,8 @@ def register(app: typer.Typer) -> None:
             import json
 
             typer.echo(json.dumps(ex, indent=2, default=str))
+            return
+        if quiet:
             return
         from prefixscan.cli.common import stdout_console
         from prefixscan.report.explain_terminal import render_explanation

@@ -7,6 +7,24 @@ import typer
 from prefixscan.cli.common import handle_errors
 
 
+def finding_kinds(given: list[str], in_run: set[str]) -> set[str]:
+    """The kinds `--kind` names, each checked against every kind prefixscan reports (and any in the run): a
+    typo must not read as "no cache breaker found". A plural or a hyphen is accepted when it names one kind
+    only (timestamps -> timestamp, random-token -> random_token); anything else is a UsageError listing them."""
+    from prefixscan.detect.findings import CATEGORIES
+    from prefixscan.errors import UsageError
+
+    known = sorted(set(CATEGORIES) | in_run)
+    out = set()
+    for value in (v.strip() for g in given for v in g.split(",") if v.strip()):
+        v = value.lower().replace("-", "_")
+        match = [k for k in known if k == v] or [k for k in known if v in (k + "s", k + "es") or v + "s" == k]
+        if len(match) != 1:
+            raise UsageError(f"--kind {value!r} is not a finding kind; kinds: {', '.join(known)}")
+        out.add(match[0])
+    return out
+
+
 def register(app: typer.Typer) -> None:
     """Add the `findings` command to the application."""
 
@@ -14,7 +32,8 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def findings(
         run_dir: str = typer.Argument(..., help="Run directory written by `prefixscan analyze -o`."),
-        kind: list[str] = typer.Option([], "--kind", help="Only these kinds (repeatable), e.g. timestamp."),
+        kind: list[str] = typer.Option([], "--kind", help="Only these kinds (repeatable or comma-separated), e.g. "
+                                                          "timestamp; an unknown kind is an error listing them."),
         tenant: str = typer.Option(None, "--tenant", help="Only this tenant's findings."),
         limit: int = typer.Option(0, "--limit", help="Show at most this many (0: all)."),
         json_out: bool = typer.Option(False, "--json", help="Print findings and counterfactual as JSON on stdout."),
@@ -30,21 +49,27 @@ def register(app: typer.Typer) -> None:
         """
         import json
 
-        from prefixscan.detect.reader import read_findings, read_miss_attribution
+        from prefixscan.detect.reader import has_prompt_text, read_findings, read_miss_attribution
 
         rows, cf = read_findings(run_dir)
+        checkable = has_prompt_text(run_dir)
         misses = read_miss_attribution(run_dir)
         if kind:
-            rows = [r for r in rows if r["kind"] in kind]
+            wanted = finding_kinds(kind, {r["kind"] for r in rows})
+            rows = [r for r in rows if r["kind"] in wanted]
         if tenant:
             rows = [r for r in rows if r.get("tenant") == tenant]
         if limit > 0:
             rows = rows[:limit]
         if json_out:
-            typer.echo(json.dumps({"findings": rows, "counterfactual": cf, "miss_attribution": misses}, indent=2,
-                                  default=str))
+            typer.echo(json.dumps({"findings": rows, "checkable": checkable, "counterfactual": cf,
+                                   "miss_attribution": misses}, indent=2, default=str))
             return
         if quiet:
+            return
+        if not checkable:
+            typer.echo(f"Not checkable: run {run_dir} has no prompt text (a hashed trace or token ids), so no cache "
+                       "breaker can be detected; analyze the text logs the trace came from to find them.")
             return
         from prefixscan.cli.common import stdout_console
         from prefixscan.report.analyze_terminal import miss_line

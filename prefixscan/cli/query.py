@@ -16,7 +16,8 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def query(
         run_dir: str = typer.Argument(None, help="Run directory written by `prefixscan analyze -o`."),
-        sql: str = typer.Argument(None, help="SQL, @path/to/file.sql, or @NAME of a canned query (see --list)."),
+        sql: str = typer.Argument(None, help="One SELECT (or EXPLAIN [ANALYZE] of one), @path/to/file.sql, "
+                                  "or @NAME of a canned query (see --list)."),
         canned: str = typer.Option(None, "--canned", help="Run the canned query NAME (see --list)."),
         list_canned: bool = typer.Option(False, "--list", help="List the canned queries and exit."),
         fmt: str = typer.Option("table", "--format", metavar=one_of(QUERY_FORMATS),
@@ -25,9 +26,15 @@ def register(app: typer.Typer) -> None:
                                    help="Write the result to this file (never inside a run directory)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing -o file."),
         limit: int = typer.Option(200, "--limit", help="Rows shown in table format (0 = all)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q",
+                                   help="Only the result: no note on rows left out of the table."),
+        simulation: str = typer.Option(
+            None, "--simulation", metavar="NAME",
+            help="Whose sim_* tables the views show (`simulate --name`; default: 'default', else the most recent)."),
     ) -> None:
-        """Run read-only SQL over a run directory with DuckDB (tables: requests, rejects, summaries, prefixes,
-        ...). The query sees only the run's tables: no other file, no network, no writes (docs/query.md).
+        """Run one read-only SQL statement over a run directory with DuckDB (tables: requests, rejects, summaries,
+        prefixes, ...). The query sees only the run's tables: no other file, no network, no writes; any statement
+        but a SELECT is refused before it runs (docs/query.md).
 
         Example: prefixscan query runs/demo "select tenant, sum(cached_tokens) from requests group by 1"
         """
@@ -42,18 +49,21 @@ def register(app: typer.Typer) -> None:
         if fmt == "parquet" and not output:
             raise UsageError("--format parquet needs -o FILE")
         target = check_output(output, force) if output else None  # before the query runs
-        cols, rows = run_query(run_dir, f"@{canned}" if canned else sql)
+        from prefixscan.io.rundir import load_run
+
+        run = load_run(run_dir, simulation)  # the views: its tables and that simulation's sim_* tables
+        cols, rows = run_query(run, f"@{canned}" if canned else sql)
         if fmt != "table":
-            data = encode_result(cols, rows, fmt)
+            data = encode_result(cols, rows, fmt, for_terminal=target is None and sys.stdout.isatty())
             if target is None:
                 sys.stdout.write(data.decode())
             else:
                 write_output(target, data)
             return
-        _print_table(cols, rows, limit, target)
+        _print_table(cols, rows, limit, target, quiet)
 
 
-def _print_table(cols: list, rows: list, limit: int, target) -> None:  # noqa: ANN001
+def _print_table(cols: list, rows: list, limit: int, target, quiet: bool = False) -> None:  # noqa: ANN001
     import io
 
     from rich.console import Console
@@ -64,7 +74,7 @@ def _print_table(cols: list, rows: list, limit: int, target) -> None:  # noqa: A
     buf = io.StringIO() if target is not None else None
     console = Console(file=buf, width=200, emoji=False) if buf is not None else stdout_console()
     console.print(result_table(cols, shown, None if buf is not None else console.width))
-    if len(shown) < len(rows):
+    if len(shown) < len(rows) and not quiet:
         console.print(f"({len(rows) - len(shown)} more rows; use --limit 0 or --format csv)")
     if buf is not None:
         from prefixscan.query import write_output

@@ -30,7 +30,8 @@ def register(app: typer.Typer) -> None:
         """Subscribe to an engine's KV events (BlockStored, BlockRemoved, AllBlocksCleared) and write them.
 
         Sequence gaps are detected, asked for again from --replay when given, and listed in the file.
-        Stops at --duration, --max-batches, --idle-timeout or Ctrl-C, and writes what arrived. Join the file
+        Stops at --duration, --max-batches, --idle-timeout or Ctrl-C, and writes what arrived; nothing
+        received is exit 3 and no file. Join the file
         with a run: prefixscan analyze LOGS --hash vllm:sha256 --hash-seed SEED -o RUN --kv-events EVENTS.
         Example: prefixscan record-events tcp://127.0.0.1:5557 -o events.parquet --idle-timeout 30
         """

@@ -6,7 +6,9 @@ import typer
 
 from prefixscan.cli.choices import REPORT_FORMATS, one_of
 from prefixscan.cli.common import handle_errors
+from prefixscan.cli.estimate import RPS_HELP, SCENARIO_PARAMS, one_rate, option_sources
 from prefixscan.errors import UsageError
+from prefixscan.report.fmt import clean
 
 FORMATS = {"md": ("md",), "html": ("html",), "both": ("md", "html")}
 
@@ -30,9 +32,8 @@ def register(app: typer.Typer) -> None:
         replicas: int | None = typer.Option(None, "--replicas", help="Engine replicas serving the traffic."),
         tensor_parallel: int | None = typer.Option(None, "--tensor-parallel", "--tp", help="GPUs per replica."),
         kv_blocks: int | None = typer.Option(None, "--kv-blocks", help="KV blocks per replica."),
-        rps: float | None = typer.Option(None, "--rps", help="Price the traffic at this rate (req/s)."),
-        scale_to_rps: float | None = typer.Option(None, "--scale-to-rps",
-                                                  help="Project the run's traffic to this rate (req/s)."),
+        rps: float | None = typer.Option(None, "--rps", help=RPS_HELP),
+        scale_to_rps: float | None = typer.Option(None, "--scale-to-rps", hidden=True, help="Old name of --rps."),
         usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
         mfu: float | None = typer.Option(None, "--mfu", help="Model FLOPs utilisation during prefill."),
         compare_to: str | None = typer.Option(None, "--compare-to",
@@ -47,24 +48,28 @@ def register(app: typer.Typer) -> None:
         """Write report.md (figures in report_figures/) and a self-contained report.html for a run.
 
         Re-renders from the run's tables without re-analysing. Every section uses one scenario, named at
-        the top: the one saved by `prefixscan estimate` (estimate.json), or, when any scenario option is
-        given, that scenario (round robin and the router are replayed for it when the saved simulation
-        ran another one). A section whose data is missing names the command that produces it.
+        the top with where each value came from: the one saved by `prefixscan estimate` (estimate.json),
+        with any scenario option given here overriding it field by field (round robin and the router are
+        replayed for it when the saved simulation ran another one). A section whose data is missing names
+        the command that produces it.
         """
         from prefixscan.io.rundir import load_run
-        from prefixscan.io.simstore import using_simulation
         from prefixscan.report.write import write_report
 
+        sources = option_sources(SCENARIO_PARAMS, locals())
+        rps = one_rate(rps, scale_to_rps, "--scale-to-rps", sources)
+        rate_src = sources.get("scale_to_rps") if rps == scale_to_rps else sources.get("rps")
+        sources.pop("rps", None), sources.pop("scale_to_rps", None)
+        if rate_src:
+            sources["rps"] = rate_src
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
-        if simulation is not None:
-            load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
-        with using_simulation(simulation):
-            written = write_report(
-                run_dir, output, FORMATS[fmt], compare_to=compare_to, model=model, gpu=gpu, dtype=dtype,
-                replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
-                scale_to_rps=scale_to_rps, usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu,
-            )
+        load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones, before any work
+        written = write_report(
+            run_dir, output, FORMATS[fmt], compare_to=compare_to, simulation=simulation, model=model, gpu=gpu,
+            dtype=dtype, replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
+            usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu, sources=sources or None,
+        )
         for kind in ("md", "html"):
             if kind in written and not quiet:
-                typer.echo(str(written[kind]))
+                typer.echo(clean(str(written[kind])))  # -o NAME is echoed: its controls shown, not sent

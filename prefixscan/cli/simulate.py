@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from typing import Any
 
@@ -21,6 +22,7 @@ from prefixscan.cli.choices import (
     one_of,
 )
 from prefixscan.cli.common import handle_errors, safe, show_progress, stderr_console, stdout_console
+from prefixscan.cli.estimate import one_rate, option_sources
 from prefixscan.errors import UsageError
 
 
@@ -202,7 +204,9 @@ def register(app: typer.Typer) -> None:
         rate_scale: float = typer.Option(
             1.0, "--rate-scale", help="Compress time: 2 = twice the request rate."
         ),
-        target_rps: float = typer.Option(None, "--target-rps", help="Compress time to this request rate."),
+        rps: float = typer.Option(None, "--rps", help="Compress time so the log's busy periods run at this "
+                                  "request rate (req/s)."),
+        target_rps: float = typer.Option(None, "--target-rps", hidden=True, help="Old name of --rps."),
         warmup_s: float = typer.Option(0.0, "--warmup-s", help="Exclude requests arriving before this time."),
         seed: int = typer.Option(0, "--seed", help="Seed for random choices (same seed => same tables)."),
         param: list[str] = typer.Option(
@@ -297,6 +301,7 @@ def register(app: typer.Typer) -> None:
         Example: prefixscan simulate runs/demo --replicas 8 --policies all --kv-blocks 20000
         """
         from prefixscan.cli import simulate_logs
+        from prefixscan.io.rundir import extending
         from prefixscan.io.simstore import check_name
         from prefixscan.sim import SimConfig, SimResult
         from prefixscan.sim import simulate as run_sim
@@ -353,7 +358,7 @@ def register(app: typer.Typer) -> None:
             reserve_decode_blocks=reserve_decode,
             cache_generated=cache_generated,
             rate_scale=rate_scale,
-            target_rps=target_rps,
+            target_rps=one_rate(rps, target_rps, "--target-rps", option_sources(("rps", "target_rps"), locals())),
             warmup_s=warmup_s,
             seed=seed,
             policy_params=parse_params(param),
@@ -373,14 +378,16 @@ def register(app: typer.Typer) -> None:
                 simulate_logs.refuse_on_run(run_path, aopts)
             else:
                 run_path, tmp = simulate_logs.analyze_first(inputs, output, force, quiet, console, aopts)
-            if show_progress(quiet):
-                with console.status("simulating...") as status:
-                    result = run_sim(
-                        run_path, cfg, progress=lambda n, i, k: status.update(f"policy {i + 1}/{k}: {n}...")
-                    )
-            else:
-                result = run_sim(run_path, cfg)
-            where = result.save(run_path, name or "default") if save and tmp is None else None
+            writing = save and tmp is None
+            with extending(run_path) if writing else contextlib.nullcontext():  # the run's lock throughout
+                if show_progress(quiet):
+                    with console.status("simulating...") as status:
+                        result = run_sim(
+                            run_path, cfg, progress=lambda n, i, k: status.update(f"policy {i + 1}/{k}: {n}...")
+                        )
+                else:
+                    result = run_sim(run_path, cfg)
+                where = result.save(run_path, name or "default") if writing else None
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -439,7 +446,7 @@ def _list(inputs: list[str], json_out: bool) -> None:
 
     if len(inputs) != 1:
         raise UsageError("--list takes one run directory")
-    rows = listing(read_manifest(inputs[0]))
+    rows = listing(read_manifest(inputs[0]), inputs[0])
     if json_out:
         import json
 

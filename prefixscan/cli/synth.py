@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
             0.3, "--breaker-rate", help="Fraction of prompt sources (system prompts, templates) that inject."),
         drift: str = typer.Option(
             "off", "--drift", help="Normalisation drift / template churn to inject: off, all, or a comma list of "
-            "whitespace, line_endings, unicode, json_key_order, tool_order, rag_order, template_churn."),
+            "whitespace, line_endings, unicode, json_key_order, tool_order, rag_order, template_churn, list_order."),
         drift_rate: float = typer.Option(0.3, "--drift-rate", help="Fraction of prompt sources that drift."),
         text: str = typer.Option(
             "corpus", "--text", metavar="corpus|fresh",
@@ -52,6 +52,7 @@ def register(app: typer.Typer) -> None:
             "message: markdown answers, heavy-tailed user turns, JSON tool results; for realistic benchmarks)."),
         truth: str = typer.Option("", "--truth", help="Ground-truth sidecar path (default: OUTPUT.truth.jsonl)."),
         no_truth: bool = typer.Option(False, "--no-truth", help="Do not write the ground-truth sidecar."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing output or ground-truth file."),
         start: str = typer.Option("2026-11-29T10:00:00Z", "--start", help="Time of the first arrival window (UTC)."),
         id_prefix: str = typer.Option("", "--id-prefix",
                                       help="Prefix for request and conversation ids (to analyse several logs "
@@ -61,7 +62,10 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing on success."),
     ) -> None:
-        """Generate a realistic synthetic request log with ground truth (for demos, tests, benchmarks)."""
+        """Generate a realistic synthetic request log with ground truth (for demos, tests, benchmarks).
+
+        An existing output or ground-truth file is refused (exit 2) unless --force.
+        """
         from prefixscan.errors import UsageError
         from prefixscan.synth import FORMATS, SynthConfig, parse_breakers, parse_scenarios, write
         from prefixscan.synth.config import parse_drift
@@ -76,7 +80,7 @@ def register(app: typer.Typer) -> None:
         )
         began = time.perf_counter()
         try:
-            result = write(config, output, fmt, None if no_truth else truth)
+            result = write(config, output, fmt, None if no_truth else truth, force=force)
         except OSError as exc:
             raise UsageError(f"cannot write {exc.filename or output}: {exc.strerror or exc}") from None
         elapsed = time.perf_counter() - began

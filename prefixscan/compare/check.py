@@ -28,16 +28,25 @@ def severity(tokens_lost: int, prompt_tokens: int) -> str:
 
 @dataclass(frozen=True)
 class Gate:
-    """One check: what was compared, the value seen, the threshold, and whether it held."""
+    """One check: what was compared, the value seen, the threshold, and whether it held. A gate the run
+    cannot answer (breaker gates on a run without prompt text) is not checkable: it fails, unless the
+    check allows it (`--allow-uncheckable`), and never counts as a pass."""
 
     name: str
-    value: float
+    value: float | None
     threshold: float
     passed: bool
     message: str
+    checkable: bool = True
+
+    @property
+    def status(self) -> str:
+        """PASS, FAIL or NOT CHECKABLE, as the terminal lines and the JSON name it."""
+        return "NOT CHECKABLE" if not self.checkable else "PASS" if self.passed else "FAIL"
 
     def to_json(self) -> dict:
         return {"name": self.name, "value": self.value, "threshold": self.threshold, "passed": self.passed,
+                "checkable": self.checkable, "status": self.status.lower().replace(" ", "_"),
                 "message": self.message}
 
 
@@ -55,6 +64,10 @@ class CheckResult:
     @property
     def failed(self) -> tuple[Gate, ...]:
         return tuple(g for g in self.gates if not g.passed)
+
+    @property
+    def uncheckable(self) -> tuple[Gate, ...]:
+        return tuple(g for g in self.gates if not g.checkable)
 
     def to_json(self) -> dict:
         return {"run": self.run, "passed": self.passed, "gates": [g.to_json() for g in self.gates]}
@@ -75,6 +88,18 @@ def _breakers_of(f: RunFacts, gate: str) -> tuple[Breaker, ...]:
         raise UsageError(f"{gate} needs findings, and run {f.path} has none (analysed with --no-findings or "
                          "from a hashed trace)")
     return f.breakers
+
+
+def _not_checkable(f: RunFacts, name: str, threshold: float, allow: bool) -> Gate | None:
+    """The gate `name` as not checkable when the run has no prompt text (a hashed trace or token ids):
+    no breaker can be detected there, so "no breaker found" would be a pass that means nothing."""
+    if f.has_text:
+        return None
+    return Gate(name, None, threshold, allow,
+                f"run {f.path} has no prompt text (a hashed trace or token ids), so no cache "
+                "breaker can be detected" + ("; allowed by --allow-uncheckable" if allow else
+                                             "; pass --allow-uncheckable to let the check pass without it"),
+                checkable=False)
 
 
 def _breaker_gate(f: RunFacts, maximum: int) -> Gate:
@@ -98,8 +123,9 @@ def _severity_gate(f: RunFacts, level: str) -> Gate:
 
 def check_run(run_dir: str | os.PathLike[str], min_hit_rate: float | None = None,
               definition: str = "token_weighted", max_breaker_tokens: int | None = None,
-              fail_on: str | None = None) -> CheckResult:
-    """Evaluate the gates asked for; at least one must be asked (a check of nothing passes nothing)."""
+              fail_on: str | None = None, allow_uncheckable: bool = False) -> CheckResult:
+    """Evaluate the gates asked for; at least one must be asked (a check of nothing passes nothing).
+    Breaker gates on a run without prompt text are not checkable: they fail unless `allow_uncheckable`."""
     if definition not in DEFINITIONS:
         raise UsageError(f"--definition must be one of {', '.join(DEFINITIONS)}")
     if min_hit_rate is not None and not 0.0 <= min_hit_rate <= 1.0:
@@ -115,7 +141,8 @@ def check_run(run_dir: str | os.PathLike[str], min_hit_rate: float | None = None
     if min_hit_rate is not None:
         gates.append(_hit_gate(f, min_hit_rate, definition))
     if max_breaker_tokens is not None:
-        gates.append(_breaker_gate(f, max_breaker_tokens))
+        gates.append(_not_checkable(f, "max-breaker-tokens", float(max_breaker_tokens), allow_uncheckable)
+                     or _breaker_gate(f, max_breaker_tokens))
     if fail_on is not None:
-        gates.append(_severity_gate(f, fail_on))
+        gates.append(_not_checkable(f, f"fail-on {fail_on}", 0.0, allow_uncheckable) or _severity_gate(f, fail_on))
     return CheckResult(str(run_dir), tuple(gates))

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prefixscan.cost import flops as F
 from prefixscan.cost.measure import MeasuredWorkload, measure_run
 from prefixscan.cost.replay import ROUTER_POLICIES, Baselines, PolicyHit, baselines, replay
 from prefixscan.cost.result import EstimateResult, Scenario, SensitivityRow, Workload
-from prefixscan.cost.scenario import ScenarioSpec, resolve_scenario
+from prefixscan.cost.scenario import BUSY, MEASURED, ScenarioSpec, resolve_scenario
 from prefixscan.cost.status_quo import StatusQuo, explain, sweep_counts
 from prefixscan.cost.verdict import VerdictInputs, decide
 from prefixscan.errors import UsageError
@@ -51,8 +51,8 @@ class EstimateOptions:
     tensor_parallel: int | None = None
     gpu_memory_utilization: float | None = None  # None: the simulation's, else 0.9 (vLLM)
     kv_blocks: int | None = None  # KV blocks per replica (None: derived from model, GPU, TP and memory)
-    rps: float | None = None
-    scale_to_rps: float | None = None
+    rps: float | None = None  # the traffic's rate; on a run the replay compresses the log's busy periods to it
+    scale_to_rps: float | None = None  # the old name of `rps` (kept so existing callers work)
     context_tokens: float | None = None
     new_tokens: float | None = None
     output_tokens: float | None = None
@@ -63,6 +63,8 @@ class EstimateOptions:
     ttft_overhead_s: float = TTFT_OVERHEAD_S
     decode_batch: int = 64
     hours_per_month: float = HOURS_PER_MONTH
+    # where a given option came from, by field name, when not a flag: "prefixscan.toml", "saved estimate"
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 def _positive(name: str, value: float | None, allow_zero: bool = False) -> None:
@@ -111,8 +113,9 @@ def _workload(o: EstimateOptions, m: MeasuredWorkload | None, spec: ScenarioSpec
     missing = [f for f, v in given if v is None]
     if missing:
         raise UsageError(f"without a run directory pass {', '.join(missing)} (or give RUN_DIR)")
-    if rps != rps:  # NaN: all arrivals at one instant
-        raise UsageError("cannot measure a request rate: all requests share one arrival time; pass --rps")
+    if rps != rps:  # NaN: all arrivals at one instant, or only isolated instants between idle gaps
+        why = m.rate_note if m is not None and m.gappy else "all requests share one arrival time"
+        raise UsageError(f"cannot measure a request rate: {why}; pass --rps (the traffic's requests per second)")
     if context <= 0:
         raise UsageError(f"mean context is {context:g} tokens; nothing to prefill (check the requests table)")
     if new > context:
@@ -284,7 +287,7 @@ def _verdict_inputs(m: MeasuredWorkload | None, spec: ScenarioSpec, base: Baseli
     router = base.router if pa.basis != "flags" else None
     return VerdictInputs(
         repetition_measured=m is not None, ideal_hit_rate=wl.ideal_hit_rate_token_weighted,
-        replicas=spec.replicas, basis=base.basis, rps=wl.rps,
+        replicas=spec.replicas, basis=base.basis, rps=wl.rps, rate_from_sample=spec.rps_source == BUSY,
         status_quo="today (engine-reported)" if status.name == "today" else "round robin",
         status_quo_gpus=status.gpus, status_quo_hit=status.hit_rate_token_weighted,
         router=(router.policy if router else (f"prefix-aware routing ({pa.source})" if pa.basis == "flags"
@@ -304,8 +307,11 @@ def _notes(o: EstimateOptions, m: MeasuredWorkload | None, spec: ScenarioSpec, b
     if spec.kv_tokens_per_replica == 0:
         notes.append(f"the weights do not fit on {spec.tensor_parallel} x {spec.gpu.name} at this dtype; raise "
                      "--tensor-parallel")
-    if m is not None and spec.rps is not None and spec.rps_source != "measured":
-        notes.append(f"rate {spec.rps:g} req/s ({spec.rps_source}) against {m.rps:.3g} req/s measured; the "
+    if m is not None and m.rate_note and spec.rps_source == BUSY:
+        notes.append(m.rate_note)
+    if m is not None and spec.rps is not None and spec.sources.get("rps") != MEASURED:
+        busy = " over the log's busy periods" if m.gappy else ""
+        notes.append(f"rate {spec.rps:g} req/s ({spec.rps_source}) against {m.rps:.3g} req/s measured{busy}; the "
                      "replay compresses the log's arrival times to that rate (same requests, closer together)")
     if m is not None and m.engine is not None:
         notes.append("savings are against what the engine reported (today), assumed to hold at this rate")

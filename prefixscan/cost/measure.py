@@ -43,7 +43,7 @@ class MeasuredWorkload:
 
     requests: int
     span_s: float
-    rps: float
+    rps: float  # the log's rate: the busy-period rate on a gappy log (prefixscan.cost.rate), else n / span
     context_tokens: float
     new_tokens: float
     output_tokens: float | None
@@ -54,6 +54,13 @@ class MeasuredWorkload:
     replayable: str | None  # None when the simulator can replay the table, else why not
     sim_config: dict[str, Any] | None  # manifest["simulate"]["config"], when a simulation was saved
     sim_workload: dict[str, Any] | None  # manifest["simulate"]["workload"]
+    mean_rps: float = math.nan  # requests / span, gaps included
+    busy_s: float | None = None  # span minus idle gaps, when the log is gappy
+    rate_note: str | None = None  # why `rps` is not the mean rate (a gappy log), for every printer
+
+    @property
+    def gappy(self) -> bool:
+        return self.busy_s is not None
 
     @property
     def replicas(self) -> int | None:
@@ -120,9 +127,12 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
     arrival = _col(req, "arrival_s")
     prompt = pc.cast(_col(req, "prompt_tokens"), "float64")
     cached = pc.cast(_col(req, "cached_tokens"), "float64")
-    span = float(pc.max(arrival).as_py() - pc.min(arrival).as_py())
-    # rows / span (the team's definition; differs from (n-1)/span by 1/n, negligible on real logs).
-    rps = n / span if span > 0 else math.nan
+    from prefixscan.cost.rate import activity
+
+    act = activity(arrival.to_numpy())
+    span = act.span_s
+    # rows / (busy) span (the team's definition; differs from (n-1)/span by 1/n, negligible on real logs).
+    rps = act.rps
     sum_prompt = float(pc.sum(prompt).as_py() or 0.0)
     sum_cached = float(pc.sum(cached).as_py() or 0.0)
     output = None
@@ -145,4 +155,5 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
         replayable=(f"the requests table lacks {', '.join(lacking)}" if lacking else None),
         sim_config=sim.get("config") if isinstance(sim.get("config"), dict) else None,
         sim_workload=sim.get("workload") if isinstance(sim.get("workload"), dict) else None,
+        mean_rps=act.mean_rps, busy_s=act.busy_s if act.gappy else None, rate_note=act.note(),
     )

@@ -104,6 +104,9 @@ class VerdictInputs:
     router_ttft_p95_s: float | None = None
     round_robin_ttft_p95_s: float | None = None
     best_policy: str | None = None
+    # the rate is the busy-period rate of a gappy log (prefixscan.cost.rate): a sample's rate, not the
+    # traffic's, so the absolute size of the saving is unchecked rather than failed
+    rate_from_sample: bool = False
 
 
 def _repetition(v: VerdictInputs) -> Check:
@@ -133,10 +136,15 @@ def _saving(v: VerdictInputs) -> Check:
     if sq > 0 and frac >= MIN_SAVED_FRACTION and saved >= MIN_SAVED_GPUS:
         return Check("saving", "pass", f"{said}: it saves {gpus_text(saved)} of {gpus_text(sq)} prefill GPUs "
                      f"({frac:.0%})", nums)
+    if sq > 0 and frac >= MIN_SAVED_FRACTION and v.rate_from_sample:
+        return Check("saving", "unknown", f"{said}: it saves {frac:.0%} of prefill GPUs, {gpus_text(saved)} GPUs "
+                     f"at the log's busy-period rate of {v.rps:,.4g} req/s; the log is a sample with idle gaps, "
+                     "so whether that is enough to run a router for depends on the real traffic (price it "
+                     "with --rps)", nums)
     if sq > 0 and frac >= MIN_SAVED_FRACTION:
         return Check("saving", "fail", f"{said}: it saves {frac:.0%} of prefill GPUs, but only "
                      f"{gpus_text(saved)} GPUs at {v.rps:,.4g} req/s, too little to run a router for (price "
-                     "production traffic with --scale-to-rps)", nums)
+                     "production traffic with --rps)", nums)
     warm = ""
     if v.basis != "analytic" and v.router_hit > 0 and v.round_robin_hit >= 0.8 * v.router_hit:
         warm = (f"; round robin already caches {v.round_robin_hit:.1%} because shared prefixes end up warm "

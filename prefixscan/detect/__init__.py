@@ -79,6 +79,7 @@ def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size
     ops: dict[str, list[tuple]] = {}
     if det is not None and det.fed:
         det.retro_exemplars()
+        det.retro_lists()
         det.flush(det.tokenizer)
         alias = merge_aliases(det.accs)
         if alias:
@@ -103,6 +104,8 @@ def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size
             detail = None
             if acc.detail == "inline" and kind in ("timestamp", "date"):
                 detail = "written inside a sentence: no safe automatic rewrite"
+            if kind == "list_order":
+                detail = acc.detail
             if kind == "template_churn":
                 counts = sorted(acc.values.values(), reverse=True)
                 detail = f"{len(counts)} versions serve {'/'.join(map(str, counts))} requests"

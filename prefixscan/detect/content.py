@@ -3,7 +3,8 @@ memoised: later turns of a conversation resend the same early messages, and a te
 its system prompt, so almost everything the detector derives per request is found here by one look-up.
 
 A `Content` holds the request's pieces (pieces.py), its order checks (tool order, RAG order: pure
-functions of the tools and the first user message), whether its text needs the whole-message
+functions of the tools and the first user message), the serialized lists of its early messages
+(list_order.py), whether its text needs the whole-message
 normalisers, the family vote (valid while `FamilyIndex.version` is unchanged: owners are only added) and
 the alignment with one family's exemplar (a pure function of the two). Every memo here is bounded by
 bytes and holds only values a recomputation would give again, so only speed depends on the bounds.
@@ -19,6 +20,7 @@ import orjson
 import xxhash
 
 from prefixscan.detect import normalisation as nz
+from prefixscan.detect.list_order import find_lists, signature
 from prefixscan.detect.pattern_free import Alignment, Family
 from prefixscan.detect.pieces import Piece, PieceMemo, text_key
 from prefixscan.detect.rewrite import _tool_hash
@@ -38,14 +40,15 @@ def tenant_salt(tenant: str) -> int:
 class Content:
     """One request content (see module docstring); shared by every request that sends it."""
 
-    __slots__ = ("key", "live", "checks", "cr", "nonnfc", "version", "fam", "wants_new", "fid", "al")
+    __slots__ = ("key", "live", "checks", "lists", "cr", "nonnfc", "version", "fam", "wants_new", "fid", "al")
 
-    def __init__(self, key: tuple, pieces: list[Piece], checks: list[tuple]) -> None:
+    def __init__(self, key: tuple, pieces: list[Piece], checks: list[tuple], lists: list[tuple] | None = None) -> None:
         self.key = key  # (tenant salt, the piece keys in request order: tools before the first user message)
         # The keys of the pieces with units: the pieces themselves stay in the piece memo only, so a
         # content never keeps evicted units alive (and memory stays within the two bounds).
         self.live = [p.key for p in pieces if p.norm]
         self.checks = checks  # (kind, message index, item hashes, item starts, multiset hash, sequence hash)
+        self.lists = lists or []  # (message index, list_order.TextList, multiset hash, sequence hash)
         self.cr = self.nonnfc = False
         for p in pieces:
             self.cr |= p.cr  # `nz.needs("line_endings", ...)` of some early message
@@ -60,7 +63,8 @@ class Content:
         """Bytes charged to the memo (its pieces are charged to the piece memo)."""
         al = self.al
         n = 100 * max(4, len(al.pairs) + len(al.runs) + len(al.drifts)) if al is not None else 400
-        return 600 + 60 * len(self.key) + sum(200 + 24 * len(c[2]) for c in self.checks) + n
+        return (600 + 60 * len(self.key) + sum(200 + 24 * len(c[2]) for c in self.checks)
+                + sum(300 + 80 * len(c[1].hashes) for c in self.lists) + n)
 
 
 class ContentMemo:
@@ -122,7 +126,9 @@ class ContentMemo:
             got = self._rag(texts[keys[-1][1]], keys[-1][1], salt)
             if got:
                 checks.append(got)
-        return Content(key, pieces, checks)
+        lists = [(k[1], tl, *signature(tl, k[1], salt)) for k in keys if k[0] == "u"
+                 for tl in find_lists(texts[k[1]], chunks=k[2] == ROLE_SEED["system"])]
+        return Content(key, pieces, checks, lists)
 
     def _rag(self, text: str, mi: int, salt: int) -> tuple:
         """The RAG-order check of a first user message, memoised by its head as well (documents recur

@@ -11,6 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from prefixscan.detect.list_order import UNSAFE as LIST_UNSAFE
+
 JSON_KEYS = ("kind", "tenant", "message_index", "role", "char_offset", "token_offset", "requests_affected",
              "tokens_lost", "example", "fix")
 
@@ -21,7 +23,7 @@ CATEGORIES = {
     "pattern_free": "pattern_free",
     "whitespace": "normalisation", "line_endings": "normalisation", "unicode": "normalisation",
     "json_key_order": "normalisation", "json_spacing": "normalisation", "rag_order": "normalisation",
-    "tool_order": "normalisation", "template_churn": "normalisation",
+    "tool_order": "normalisation", "list_order": "normalisation", "template_churn": "normalisation",
 }
 
 FINDINGS_SCHEMA = pa.schema([
@@ -132,10 +134,13 @@ FIELD_KINDS_MOVABLE = ("timestamp", "date", "request_id", "session_id", "user_na
 
 def fixable(f: Finding) -> bool:
     """Whether `fix` rewrites this finding's requests: not a date inside a sentence (no safe rewrite), not
-    a template version (which version to keep is the team's call), not a field inside a tool schema."""
+    a template version (which version to keep is the team's call), not a field inside a tool schema, not
+    a list of text chunks whose order may be a ranking."""
     if f.detail and f.detail.startswith("written inside a sentence"):
         return False
     if f.kind == "template_churn":
+        return False
+    if f.kind == "list_order" and (f.detail or "").startswith(LIST_UNSAFE):
         return False
     return not (f.message_index == -1 and f.kind in FIELD_KINDS_MOVABLE)
 
@@ -174,6 +179,12 @@ def fix_sentence(kind: str, label: str | None, role: str | None, detail: str | N
         return (f"No safe automatic rewrite (`fix` leaves it): the {kind} is written inside a sentence of {where}"
                 + (f" ({at})" if at else "") + "; reword it so the date comes after the shared content (the end "
                 "of the last user message), or round it to the day if the time is not needed.")
+    if kind == "list_order":
+        if detail and detail.startswith(LIST_UNSAFE):
+            return (f"No safe automatic rewrite (`fix` leaves it): a list of text chunks in {where} arrives in "
+                    f"another order; the {LIST_UNSAFE}, e.g. by source id.")
+        return (f"Sort this JSON list in {where} before serialising it: {detail or 'by its name/id key'} (`fix` does "
+                "this).")
     if kind in ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
                 "random_token", "pattern_free"):
         extra = " (or pass it in headers/metadata)" if kind in ("request_id", "session_id", "random_token",

@@ -21,7 +21,7 @@ from prefixscan.detect.rewrite import apply_ops
 from prefixscan.errors import InputError, UsageError
 from prefixscan.io.atomic import env_error, refuse_existing, replacing
 from prefixscan.io.ecosystem import Unmappable, expand_otlp
-from prefixscan.io.readers import DECODE_ERRORS, RawError, compression, open_bytes, read_source
+from prefixscan.io.readers import DECODE_ERRORS, RawError, compression, layout, open_bytes, read_source
 from prefixscan.io.shapes import Record, RecordError, normalise, prompt_map
 from prefixscan.io.sources import check_output, expand
 from prefixscan.pipeline.run import run_analysis
@@ -54,6 +54,9 @@ class FixResult:
 
 # Shapes that carry no prompt text: nothing in them can be moved or normalised, so `fix` refuses them.
 NO_TEXT = {"mooncake": "a hashed trace", "bailian": "a hashed trace", "tokens": "token ids"}
+# JSON text layouts the reader accepts but `fix` cannot write back record by record (readers.layout)
+LAYOUTS = {"cr-lines": "JSON lines ended by CR alone", "array": "one JSON array",
+           "objects": "concatenated (pretty-printed) JSON objects"}
 
 
 def _rewrite(obj: dict[str, Any], shape: str, rec: Record, ops: list[tuple],
@@ -128,6 +131,10 @@ def fix_logs(cfg: AnalyzeConfig, output: str, force: bool = False) -> FixResult:
     shapes = before.summary["input"]["shapes"]
     for src in sources:
         shape = shapes.get(src.path)
+        how = layout(src.path) if src.kind != "parquet" else "lines"
+        if how != "lines":
+            raise InputError(f"{src.path} holds {LAYOUTS[how]}: fix writes JSON lines back line by line and "
+                             "cannot keep that layout; convert it to JSON lines first; nothing was written")
         if shape in NO_TEXT:
             raise InputError(f"{src.path} is {NO_TEXT[shape]} ({shape}): it holds no prompt text, so there is "
                              "nothing `fix` could rewrite; nothing was written")

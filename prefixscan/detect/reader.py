@@ -20,6 +20,13 @@ def read_findings(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]]
     return rows, summary.get("counterfactual")
 
 
+def has_prompt_text(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether the run tokenised prompt text: a hashed trace or token ids hold none, so no cache breaker can
+    be detected in them and "none found" would mean nothing (findings, check)."""
+    summary = (load_run(run_dir).manifest.get("analyze") or {}).get("summary") or {}
+    return (summary.get("input") or {}).get("tokenizer") != "none"
+
+
 def read_miss_attribution(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The summary's `miss_attribution` (the `misses` table's totals) of a run, None for older runs."""
     summary = (load_run(run_dir).manifest.get("analyze") or {}).get("summary") or {}

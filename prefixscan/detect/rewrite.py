@@ -18,6 +18,7 @@ Operations (tuples, JSON-serialisable):
 - ("retool_cf", tool_index, tool)                       counterfactual only: a tool without its dynamic field
 - ("normalise", kind)                                  line_endings | unicode | whitespace | json_key_order
 - ("reorder", message_index, canonical_hashes)         message_index -1 = the tool list
+- ("list_reorder", message_index, canonical_hashes, safe)  a list inside message text (list_order.py)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import orjson
 import xxhash
 
+from prefixscan.detect.list_order import apply_list_op
 from prefixscan.detect.normalisation import NORMALISERS, _sorted_json, early_messages, paragraph_hash, paragraphs
 from prefixscan.render import content_text
 
@@ -102,6 +104,8 @@ def apply_ops(messages: list[dict[str, Any]], tools: list[Any] | None, ops: list
                 new = _reorder_text(text, tuple(op[2]))
                 if new != text:
                     msgs[op[1]]["content"] = new
+        elif op[0] == "list_reorder":
+            apply_list_op(msgs, op, counterfactual)
     for op in ops:
         if op[0] != "normalise":
             continue

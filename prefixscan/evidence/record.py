@@ -114,7 +114,8 @@ def _loop(sub, ctx, rec: Recording, replay: str | None, limits: tuple, stop: _St
 def record_events(endpoint: str, output: str | os.PathLike[str], replay: str | None = None, topic: str = "",
                   duration: float | None = None, max_batches: int | None = None,
                   idle_timeout: float | None = None, force: bool = False) -> RecordResult:
-    """Record until the duration, batch count or idle timeout is reached, or until interrupted (Ctrl-C)."""
+    """Record until the duration, batch count or idle timeout is reached, or until interrupted (Ctrl-C).
+    Nothing received is an InputError (exit 3) and writes no file."""
     import zmq
 
     out = Path(output)
@@ -137,6 +138,13 @@ def record_events(endpoint: str, output: str | os.PathLike[str], replay: str | N
     finally:
         signal.signal(signal.SIGINT, old)
         sub.close()
+    if not any(b.events for b in rec.batches):  # an empty file would read as "the engine stored nothing"
+        what = (f"{len(rec.batches)} batch(es) with no event" if rec.batches else
+                f"{rec.bad_messages} undecodable message(s)" if rec.bad_messages else "nothing")
+        raise InputError(f"no KV events received from {endpoint} in {time.monotonic() - t0:.1f} s ({what}); "
+                         "check the endpoint and that the engine publishes KV events (vLLM: kv_events_config with "
+                         "enable_kv_cache_events); "
+                         f"{out} was not written")
     write_recording(rec, out, {"endpoint": endpoint, "replay": replay, "topic": topic})
     missing = sum(b - a - 1 for a, b, _ in rec.gaps)
     return RecordResult(str(out), len(rec.batches), sum(len(b.events) for b in rec.batches), len(rec.gaps),

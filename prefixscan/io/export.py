@@ -8,6 +8,11 @@ prompt whose length is a multiple of the run's block size ends on a full block);
 id of its own, which can only under-state reuse, by at most that one block. Ids are then renumbered
 0, 1, 2, ... in first-seen order and timestamps made relative, so nothing of the original hashes,
 request ids, tenants or text leaves the run.
+
+The target block size is the format's (512 for Mooncake, what its replay tools assume), so a trace of
+short prompts can keep little of the run's reuse: the result carries the reuse at the run's own block size
+beside it, and `warning` says so in one line when the export keeps less than half of it. `rate_scale`
+compresses the timeline (timestamps divided by it) to replay the same requests at a higher rate.
 """
 
 from __future__ import annotations
@@ -41,9 +46,23 @@ class ExportResult:
     own_tail_ids: int  # partial last blocks that got an id of their own (reuse there is not kept)
     request_mean: float  # mean over requests of leading ids seen before / ids (AIPerf's "theoretical hit rate")
     block_weighted: float  # leading ids seen before / all ids
+    run_block_size: int = 0  # the run's own block size ...
+    run_block_request_mean: float = 0.0  # ... and the trace's mean per-request reuse at it
+    rate_scale: float = 1.0  # timestamps were divided by this
+
+    @property
+    def warning(self) -> str | None:
+        """One line when the target block size keeps less than half of the reuse the run's own blocks have."""
+        lost = self.run_block_request_mean - self.request_mean
+        if lost < 0.05 or self.request_mean >= self.run_block_request_mean / 2:
+            return None
+        return (f"at {self.block_size}-token blocks the trace keeps a reuse of {self.request_mean:.4f} (mean per "
+                f"request) against {self.run_block_request_mean:.4f} at the run's own {self.run_block_size}-token "
+                f"blocks (most prompts end inside a shared block); pass --block-size {self.run_block_size} to keep "
+                "it, and replay with that block size")
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
+        return {**self.__dict__, "warning": self.warning}
 
 
 def _target_ids(hashes: np.ndarray, n: int, k: int, run_block: int, listed_partial: bool) -> tuple[list, bool]:
@@ -112,9 +131,10 @@ def _conversation_fields(conv: list, turns: list) -> list[tuple[int, int, int]]:
     return out
 
 
-def _records(target: str, t, ids: list[list[int]]) -> list[bytes]:  # noqa: ANN001 - pyarrow table
-    arrival = t.column("arrival_s").to_pylist()
-    t0 = min((a for a in arrival if a is not None), default=0.0)
+def _records(target: str, t, ids: list[list[int]], rate_scale: float = 1.0) -> list[bytes]:  # noqa: ANN001
+    """One JSON line per request; times relative to the first arrival, divided by `rate_scale`."""
+    t0 = min((a for a in t.column("arrival_s").to_pylist() if a is not None), default=0.0)
+    arrival = [t0 + (a - t0) / rate_scale for a in t.column("arrival_s").to_pylist()]
     n = t.column("prompt_tokens").to_pylist()
     out_tok = [o or 0 for o in t.column("output_tokens").to_pylist()]
     if target == "mooncake":
@@ -137,10 +157,13 @@ def _check_output(out: Path, force: bool) -> None:
 
 
 def export_trace(run_dir: str | os.PathLike[str], output: str | os.PathLike[str], target: str = "mooncake",
-                 block_size: int | None = None, force: bool = False) -> ExportResult:
-    """Write the run's requests as a Mooncake or bailian trace; returns what the trace carries."""
+                 block_size: int | None = None, force: bool = False, rate_scale: float = 1.0) -> ExportResult:
+    """Write the run's requests as a Mooncake or bailian trace; returns what the trace carries.
+    `rate_scale` F divides every timestamp by F (2 = the same requests at twice the rate)."""
     if target not in FORMATS:
         raise UsageError(f"--to must be one of {', '.join(FORMATS)}")
+    if not rate_scale > 0 or rate_scale == float("inf"):
+        raise UsageError(f"--rate-scale must be a positive number (2 = twice the request rate), not {rate_scale}")
     out = Path(output)
     _check_output(out, force)
     run = load_run(run_dir)
@@ -152,16 +175,24 @@ def export_trace(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
     t = run.table("requests").select(COLUMNS)
     t = t.take(pc.sort_indices(t, [("arrival_s", "ascending")]))  # stable: log order among equal times
     listed_partial = config.get("hit_rule") == "trace"
+    hashes = t.column("block_hashes").to_numpy(zero_copy_only=False)
+    ids, own = _ids(hashes, t.column("prompt_tokens").to_pylist(), tb // run_block, run_block, listed_partial)
+    _write_lines(out, _records(target, t, ids, rate_scale))
+    mean, blocks = trace_reuse(ids)
+    own_mean = mean if tb == run_block else trace_reuse(
+        _ids(hashes, t.column("prompt_tokens").to_pylist(), 1, run_block, listed_partial)[0])[0]
+    return ExportResult(str(out), target, tb, len(ids), sum(map(len, ids)), own, mean, blocks, run_block, own_mean,
+                        rate_scale)
+
+
+def _ids(hashes: np.ndarray, prompts: list, k: int, run_block: int, listed_partial: bool) -> tuple[list, int]:
+    """(renumbered target-block ids per request, partial last blocks that got an id of their own)."""
     rows, own = [], 0
-    for hashes, n in zip(t.column("block_hashes").to_numpy(zero_copy_only=False),
-                         t.column("prompt_tokens").to_pylist(), strict=True):
-        row, fresh = _target_ids(np.asarray(hashes), int(n), tb // run_block, run_block, listed_partial)
+    for h, n in zip(hashes, prompts, strict=True):
+        row, fresh = _target_ids(np.asarray(h), int(n), k, run_block, listed_partial)
         rows.append(row)
         own += fresh
-    ids = renumber(rows)
-    _write_lines(out, _records(target, t, ids))
-    mean, blocks = trace_reuse(ids)
-    return ExportResult(str(out), target, tb, len(ids), sum(map(len, ids)), own, mean, blocks)
+    return renumber(rows), own
 
 
 def _write_lines(out: Path, lines: list[bytes]) -> None:

@@ -55,8 +55,8 @@ class RunLock:
                 holder = _read_pid(fd)
                 os.close(fd)
                 raise RunLockedError(
-                    f"run directory {self.run} is being written by another prefixscan (pid {holder or '?'}, "
-                    f"lock {self.path}); wait for it to finish or write to another -o")
+                    f"run directory {self.run} is in use: another prefixscan (pid {holder or '?'}, lock "
+                    f"{self.path}) is writing it; wait for it to finish or write to another -o")
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:

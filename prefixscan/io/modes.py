@@ -8,7 +8,6 @@ x bits); `analyze` records it in the manifest (`file_mode`) for the commands tha
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -46,13 +45,23 @@ def dir_mode(mode: int) -> int:
     return mode | 0o100 | ((mode & 0o444) >> 2)
 
 
-def run_mode(run: str | os.PathLike[str]) -> int | None:
-    """The mode `analyze` recorded for this run, if any."""
-    try:
-        text = json.loads((Path(run) / "manifest.json").read_text()).get(MANIFEST_KEY)
-        return int(text, 8) if isinstance(text, str) else None
-    except (OSError, ValueError, AttributeError):
+def parse_mode(value: object) -> int | None:
+    """A recorded `file_mode` ("0640"), or None when it is not a sane file mode: octal text of read/write
+    bits only (within 0o666; no x, setuid, setgid or sticky bit), as `input_mode` produces."""
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 4:
         return None
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        return None
+    return mode if mode & ~0o666 == 0 else None
+
+
+def run_mode(run: str | os.PathLike[str]) -> int | None:
+    """The mode `analyze` recorded for this run, if any (checked: read_manifest refuses an insane one)."""
+    from prefixscan.io.rundir import read_manifest
+
+    return parse_mode(read_manifest(run).get(MANIFEST_KEY))
 
 
 def apply_mode(root: str | os.PathLike[str], mode: int | None, paths: Iterable[Path] | None = None) -> None:

@@ -1,13 +1,18 @@
 """Streaming readers: yield (line or row number, raw record or error) without holding the file.
 
-JSONL is read line by line (plain or gzip); Parquet in record batches. Memory stays bounded by one batch
-whatever the file size.
+JSON text (plain, gzip or zstd) comes in four layouts, told apart by its first bytes (`layout`): JSON lines
+(LF or CRLF), JSON lines with CR-only ends (old Mac exports), one JSON array of records (`[...]`, pretty or
+on one line) and concatenated objects (`{...}{...}`, typically pretty-printed). Lines are read line by
+line; arrays and concatenated objects are split into records by a byte scanner that holds one record at a
+time (`split_values`), never the whole file. Parquet is read in record batches. Memory stays bounded by one
+batch, or by the largest record, whatever the file size.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import re
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -110,6 +115,174 @@ def open_bytes(path: str):  # noqa: ANN201 - a binary file object
     return open(path, "rb", buffering=1 << 20)
 
 
+class RecordLoc(int):
+    """Where a record of a JSON array or of concatenated objects starts: its line (the int value, as for a
+    JSONL record) and its 1-based number in the file (`index`), since one line may hold many records."""
+
+    index: int
+
+    def __new__(cls, line: int, index: int = 0) -> RecordLoc:  # (index set again by pickle's state)
+        loc = super().__new__(cls, line)
+        loc.index = index
+        return loc
+
+
+def default_request_id(path: str, line: int) -> str:
+    """The id of a record that carries none: `file:line`, and `#N` (its number) when a line may hold many."""
+    return f"{path}:{int(line)}#{line.index}" if isinstance(line, RecordLoc) else f"{path}:{line}"
+
+
+SNIFF = 64 << 10  # decompressed bytes read to tell a file's layout
+SNIFF_MAX = 16 << 20  # ... and at most this much to find the end of a first object that spans lines
+
+
+class _Limited:
+    """A binary file read no further than `limit` bytes."""
+
+    def __init__(self, f: Any, limit: int) -> None:
+        self.f, self.left = f, limit
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.f.read(n) if n > 0 else b""
+        self.left -= len(data)
+        return data
+LAYOUTS = ("lines", "cr-lines", "array", "objects")
+
+
+def layout(path: str) -> str:
+    """How a JSON text file holds its records: "lines" (JSONL, LF or CRLF), "cr-lines" (JSONL with CR-only
+    line ends), "array" (one JSON array) or "objects" (concatenated objects, e.g. pretty-printed).
+
+    Decided on the first 64 KiB: `[` first is an array; a first line that is a whole JSON value is JSONL;
+    otherwise, a first object that spans lines (or is followed by another on its line) and parses, found
+    within the first 16 MiB, is concatenated objects. Anything else reads as JSONL, whose rejects then say
+    what is wrong per line. A file that cannot be decompressed also reads as JSONL: its reader reports where
+    it broke."""
+    try:
+        with open_bytes(path) as f:
+            head = f.read(SNIFF)
+    except (OSError, *DECODE_ERRORS):
+        return "lines"
+    cr_only = b"\r" in head and b"\n" not in head
+    body = head.lstrip(b" \t\r\n")
+    if body.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
+        body = body[3:].lstrip(b" \t\r\n")
+    if body.startswith(b"["):
+        return "array"
+    lines = "cr-lines" if cr_only else "lines"
+    if not body.startswith(b"{"):
+        return lines
+    first = body.split(b"\r" if cr_only else b"\n", 1)[0]
+    try:
+        orjson.loads(first)
+        return lines
+    except orjson.JSONDecodeError:
+        pass
+    try:  # the first object, however long (up to SNIFF_MAX: a broken first line must not scan the whole file)
+        with open_bytes(path) as f:
+            value = next(split_values(_Limited(f, SNIFF_MAX), array=False, eol=b"\r" if cr_only else b"\n"), None)
+    except (OSError, *DECODE_ERRORS):
+        return lines
+    if value is None or value[2] is None:
+        return lines
+    try:
+        return "objects" if isinstance(orjson.loads(value[2]), dict) else lines
+    except orjson.JSONDecodeError:
+        return lines
+
+
+_STRUCTURE = re.compile(rb'["\\,\[\]{}]')
+CHUNK = 1 << 20
+
+
+def split_values(f: Any, array: bool, eol: bytes = b"\n", pos: Position | None = None, raw: Any = None
+                 ) -> Iterator[tuple[int, int, bytes | None]]:
+    """Yield (1-based line where it starts, 1-based number, bytes) of each record of a JSON array (`array`)
+    or of concatenated top-level values, reading `f` in 1 MiB chunks and holding at most the current record.
+
+    A scanner, not a parser: it follows strings (with escapes) and bracket depth only, so a broken record
+    comes out as its bytes and fails in `parse_line` as an ordinary reject. Bytes is None once, at the end,
+    when an array ends after a comma and is never closed (a truncated file)."""
+    buf = bytearray()
+    scan = 0  # next byte of buf to scan
+    start = 0  # where the current record's bytes begin in buf
+    counted, line = 0, 1  # buf[:counted] holds line - 1 line ends (plus those trimmed away)
+    depth, in_str, skip = 0, False, -1
+    top = 1 if array else 0  # records are the values at this depth
+    opened = closed = False  # the array's `[` and `]`
+    number = 0
+
+    def record(end: int) -> tuple[int, int, bytes] | None:
+        nonlocal counted, line, number
+        seg = bytes(buf[start:end])
+        body = seg.strip()
+        if not body:
+            return None
+        first = start + len(seg) - len(seg.lstrip())
+        line += buf.count(eol, counted, first)
+        counted = first
+        number += 1
+        return line, number, body
+
+    while True:
+        chunk = f.read(CHUNK)
+        if pos is not None and raw is not None:
+            pos.bytes = raw.tell()
+        if not chunk:
+            break
+        buf += chunk
+        for m in _STRUCTURE.finditer(buf, scan):
+            i = m.start()
+            if i == skip:
+                continue
+            c = buf[i]
+            if in_str:
+                if c == 0x5C:  # backslash: the next byte is escaped
+                    skip = i + 1
+                elif c == 0x22:
+                    in_str = False
+                continue
+            if c == 0x22:
+                in_str = True
+            elif c in b"[{":
+                if array and depth == 0:  # the array opens (a second array after the first: its records follow)
+                    opened, closed = True, False
+                    depth = 1
+                    start = i + 1
+                    continue
+                depth += 1
+            elif c in b"]}":
+                depth -= 1
+                if array and depth == 0:
+                    out = record(i)
+                    if out is not None:
+                        yield out
+                    closed = True
+                    start = i + 1
+                elif not array and depth == 0:
+                    out = record(i + 1)
+                    if out is not None:
+                        yield out
+                    start = i + 1
+                elif depth < 0:  # a stray closing bracket: it becomes part of a record that fails to parse
+                    depth = 0
+            elif depth == top:  # a comma between records
+                out = record(i)
+                if out is not None:
+                    yield out
+                start = i + 1
+        scan = len(buf)
+        line += buf.count(eol, counted, start)
+        del buf[:start]
+        scan, skip, counted, start = scan - start, skip - start, 0, 0
+    tail = record(len(buf))
+    if tail is not None:  # a record cut by the end of the file fails to parse: its reject says so
+        yield tail
+    elif array and opened and not closed:
+        yield line + buf.count(eol, counted), number + 1, None
+
+
 def parse_line(line: bytes) -> dict[str, Any] | RawError | None:
     """One JSONL line: the object, a RawError saying why it is not one, or None for a blank line."""
     if not line.strip():
@@ -139,30 +312,68 @@ def corrupt(what: str, exc: BaseException, rest: str = "the records before it we
 
 
 def read_jsonl(path: str, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
-    """Yield (1-based line number, parsed object or RawError); blank lines are skipped, not records. A file
-    that cannot be decompressed to its end yields one `corrupt_file` RawError where it broke, then stops."""
+    """Yield (1-based line number, parsed object or RawError); blank lines are skipped, not records. A JSON
+    array or concatenated objects yield each record at the line where it starts (a `RecordLoc`, which also
+    carries its number). A file that cannot be decompressed to its end yields one `corrupt_file` RawError
+    where it broke, then stops."""
+    shape = layout(path)
     lineno = 0
     with open_bytes(path) as f:
         raw = getattr(f, "fileobj", None) or getattr(getattr(f, "raw", None), "fileobj", None) or f
         try:
-            for lineno, line in enumerate(f, start=1):
+            if shape in ("array", "objects"):
+                for lineno, number, value in split_values(f, shape == "array", pos=pos, raw=raw):
+                    loc = RecordLoc(lineno, number)
+                    if value is None:
+                        yield loc, RawError("corrupt_file", "the JSON array is not closed: the file ends inside "
+                                                            "it (truncated?); the records before were read")
+                        continue
+                    yield from _records(loc, parse_line(value), shape)
+                return
+            for lineno, line in enumerate(_cr_lines(f) if shape == "cr-lines" else f, start=1):
                 if pos is not None and lineno % 1024 == 0:
                     pos.bytes = raw.tell()
                 obj = parse_line(line)
                 if obj is None:
                     continue
-                spans = expand_otlp(obj) if isinstance(obj, dict) and "resourceSpans" in obj else None
-                if spans is None:
-                    yield lineno, obj
-                    continue
-                if not spans:
-                    yield lineno, RawError("empty_otlp_batch", "an OTLP export line with no spans")
-                for span in spans:  # an OTLP JSON export: every span of the line is a record of that line
-                    yield lineno, span
+                yield from _records(lineno, obj, "lines")
         except DECODE_ERRORS as exc:
             kind = "zstd" if isinstance(raw, _Zstd) or getattr(f, "raw", None).__class__ is _Zstd else "gzip"
             where = f"{kind} data broken after line {lineno} (compressed byte offset {_tell(raw)})"
             yield lineno + 1, corrupt(where, exc)
+
+
+def _records(line: int, obj: dict[str, Any] | RawError, shape: str
+             ) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
+    """One parsed value as records: an OTLP export holds many spans, each a record of that line."""
+    if isinstance(obj, RawError):
+        if shape != "lines" and obj.reason == "not_an_object":
+            obj = RawError("not_an_object", obj.detail.replace("line holds", f"record {line.index} is")
+                           if isinstance(line, RecordLoc) else obj.detail)
+        yield line, obj
+        return
+    spans = expand_otlp(obj) if "resourceSpans" in obj else None
+    if spans is None:
+        yield line, obj
+        return
+    if not spans:
+        yield line, RawError("empty_otlp_batch", "an OTLP export line with no spans")
+    for span in spans:  # an OTLP JSON export: every span of the line is a record of that line
+        yield line, span
+
+
+def _cr_lines(f: Any) -> Iterator[bytes]:
+    """Lines of a file whose line ends are CR alone (a CR followed by LF is one end, as in CRLF)."""
+    rest = b""
+    while True:
+        chunk = f.read(CHUNK)
+        if not chunk:
+            break
+        parts = (rest + chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        rest = parts.pop()
+        yield from parts
+    if rest:
+        yield rest
 
 
 def _tell(f: Any) -> str:

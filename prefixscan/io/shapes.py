@@ -29,13 +29,17 @@ from prefixscan.io.ecosystem import (
     responses_to_chat,
 )
 from prefixscan.io.fieldplan import FieldPlans, Plan
-from prefixscan.io.timestamps import parse_timestamp
+from prefixscan.io.readers import default_request_id
+from prefixscan.io.timestamps import describe_timestamp, parse_timestamp
 from prefixscan.media import MEDIA_KINDS, has_media, is_text_part
-from prefixscan.render import content_text
+from prefixscan.redact import field_name, reject_detail
+from prefixscan.render import content_text, json_text
 
 FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "mooncake", "bailian", "otel",
            "anthropic", "responses")
 # Shapes with no clock of their own: input order is their time (one request a second, said in the summary).
+# A record of another shape with no timestamp is accepted the same way under --order input or in a file
+# whose first record has none (read.Reader), and rejected `missing_timestamp` in a file whose records have one.
 CLOCKLESS = ("openai-batch",)
 NO_CLOCK = object()
 
@@ -110,6 +114,112 @@ class Record:
     hash_ids: np.ndarray | None = None
     input_length: int | None = None
     media_items: int = 0  # media parts in the messages, each now a placeholder (media.py)
+
+
+TRACE_UNITS = {"mooncake": "relative ms", "bailian": "relative s"}
+# Keys an ecosystem converter (ecosystem.py) fills, named in the summary by where it took them from
+CONVERTED_KEYS = {
+    "otel": {"timestamp": "startTimeUnixNano", "conversation_id": "attributes.gen_ai.conversation.id",
+             "tenant": "attributes.tenant|tenant.id|enduser.id"},
+    "responses": {"conversation_id": "previous_response_id (chain)"},
+}
+KEY_SAMPLE = 64  # records whose keys are kept to suggest the nearest key of a --field path that matches nothing
+
+
+class FieldUse:
+    """Which log key each summarised field (tenant, timestamp, conversation, replica, and every --field
+    mapping) came from, counted over the records read, so the summary can say so and a --field path that
+    matches nothing (a typo) is caught instead of leaving a column null in silence."""
+
+    TRACKED = ("tenant", "timestamp", "conversation_id", "replica")
+
+    def __init__(self, overrides: dict[str, str] | None = None) -> None:
+        self.overrides = dict(overrides or {})
+        self.records = 0
+        self.paths: dict[str, dict[str, int]] = {f: {} for f in (*self.TRACKED, *self.overrides)}
+        self.units: dict[str, int] = {}  # how timestamps were read: "epoch s", "ISO-8601", "input order", ...
+        self.keys: set[str] = set()  # dotted keys of the first records, for suggestions
+        self.converted = False  # a shape converted to chat first (its keys are the converter's)
+        self._sampled = 0
+
+    def add(self, where: dict[str, str | None], unit: str | None, keys: dict[str, Any] | None = None,
+            converted: bool = False, n: int = 1) -> None:
+        """Count `n` records whose fields came from `where` (field -> path, None: not found)."""
+        self.records += n
+        self.converted |= converted
+        for f, path in where.items():
+            if path is not None and f in self.paths:
+                self.paths[f][path] = self.paths[f].get(path, 0) + n
+        if unit is not None:
+            self.units[unit] = self.units.get(unit, 0) + n
+        if keys is not None and self._sampled < KEY_SAMPLE:
+            self._sampled += 1
+            self.keys.update(_dotted_keys(keys))
+
+    def summary(self, inferred: int = 0) -> dict[str, Any]:
+        """The summary's `input.fields`: per field the log keys it came from (most records first), how many
+        records had it, and `line`, the one line the terminal prints."""
+        out: dict[str, Any] = {}
+        for f, paths in self.paths.items():
+            got = sorted(paths.items(), key=lambda kv: (-kv[1], kv[0]))
+            entry: dict[str, Any] = {"from": [p for p, _ in got], "records": sum(n for _, n in got),
+                                     "of": self.records, "mapped": f in self.overrides}
+            if f == "timestamp":
+                entry["read_as"] = [u for u, _ in sorted(self.units.items(), key=lambda kv: (-kv[1], kv[0]))]
+            if f == "conversation_id":
+                entry["inferred"] = inferred
+            out[f] = entry
+        out["line"] = "fields: " + ", ".join(self._shown(f, out[f]) for f in self.paths)
+        return out
+
+    def _shown(self, f: str, e: dict[str, Any]) -> str:
+        name = {"conversation_id": "conversation"}.get(f, f)
+        src = " | ".join(e["from"][:3]) + (f" (+{len(e['from']) - 3})" if len(e["from"]) > 3 else "")
+        if e["mapped"] and not e["from"]:
+            return f"{name} <- {self.overrides[f]} (--field; matched no record)"
+        if e["from"] and e["records"] < e["of"]:
+            src += f" ({e['records']:,} of {e['of']:,})"
+        if f == "timestamp":
+            units = [u for u in e.get("read_as", []) if u != "input order"]
+            if units:
+                src += f" ({', '.join(units[:2])})"
+            if "input order" in e.get("read_as", []):
+                src = (src + " + " if e["from"] else "") + "(input order)"
+        if f == "conversation_id" and e.get("inferred"):
+            src = (src + " + " if e["from"] else "") + "(inferred)"
+        return f"{name} <- {src or '(none)'}"
+
+    def warnings(self) -> list[str]:
+        """One line per --field mapping that matched under half of the records: a typo leaves a column
+        null in silence otherwise. Names the nearest keys the log has."""
+        import difflib
+
+        out = []
+        for f, path in self.overrides.items():
+            if f not in self.paths or not self.records:
+                continue
+            got = sum(self.paths[f].values())
+            if got * 2 >= self.records:
+                continue
+            keys = sorted(self.keys)
+            near = difflib.get_close_matches(path, keys, n=3, cutoff=0.6) or [
+                k for k in keys if "." not in k][:6]
+            out.append(f"--field {f}={path} matched {got:,} of {self.records:,} records ({f} stays null where "
+                       f"it does not match); nearest keys in the log: {', '.join(near) or '(none)'}")
+        return out
+
+
+def _dotted_keys(obj: dict[str, Any], prefix: str = "", depth: int = 3) -> list[str]:
+    """The record's keys as dotted paths, objects followed `depth` levels (lists and JSON strings are not)."""
+    out = []
+    for k, v in obj.items():
+        if not isinstance(k, str):
+            continue
+        path = prefix + k
+        out.append(path)
+        if isinstance(v, dict) and depth > 1:
+            out += _dotted_keys(v, path + ".", depth - 1)
+    return out
 
 
 @lru_cache(maxsize=256)
@@ -204,16 +314,16 @@ def _int_or_none(value: Any, field: str) -> int | None:
         raise RecordError("wrong_type", f"`{field}` should be an integer, got a boolean")
     if isinstance(value, float):
         if not value.is_integer():
-            raise RecordError("wrong_type", f"`{field}` should be an integer, got {value!r}")
+            raise RecordError("wrong_type", reject_detail(field, "should be an integer", value))
         value = int(value)
     elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
         value = int(value)
     elif not isinstance(value, int):
-        raise RecordError("wrong_type", f"`{field}` should be an integer, got {type(value).__name__}")
+        raise RecordError("wrong_type", reject_detail(field, "should be an integer", value))
     if value < 0:
-        raise RecordError("out_of_range", f"`{field}` is negative ({value})")
+        raise RecordError("out_of_range", reject_detail(field, "is negative", value))
     if value > MAX_COUNT:
-        raise RecordError("out_of_range", f"`{field}` is {value:.3g}, beyond {MAX_COUNT:,}")
+        raise RecordError("out_of_range", reject_detail(field, f"is beyond {MAX_COUNT:,}", value))
     return value
 
 
@@ -221,11 +331,11 @@ def check_timestamp(ts: float, raw: Any) -> float:
     """A parsed timestamp must be finite, not negative, and before year 10000: NaN or 1e300 would poison
     every later duration and rate."""
     if ts != ts or ts in (float("inf"), float("-inf")):
-        raise RecordError("bad_timestamp", f"timestamp {str(raw)[:40]!r} is not finite")
+        raise RecordError("bad_timestamp", reject_detail("timestamp", "is not finite", raw))
     if ts < 0:
-        raise RecordError("bad_timestamp", f"timestamp {str(raw)[:40]!r} is negative")
+        raise RecordError("bad_timestamp", reject_detail("timestamp", "is negative", raw))
     if ts > MAX_TIMESTAMP_S:
-        raise RecordError("bad_timestamp", f"timestamp {str(raw)[:40]!r} is after year 9999 (wrong unit?)")
+        raise RecordError("bad_timestamp", reject_detail("timestamp", "is after year 9999 (wrong unit?)", raw))
     return ts
 
 
@@ -242,15 +352,38 @@ def _tools(body: dict[str, Any]) -> list[Any] | None:
             raise RecordError("wrong_type", "`tools` is a string that is not JSON") from None
     if tools is not None and not isinstance(tools, list):
         raise RecordError("wrong_type", "`tools` should be a list")
-    return tools or None
+    return json_checked(tools, "`tools`") if tools else None
 
 
-def _str_or_none(value: Any) -> str | None:
+def _str_or_none(value: Any, name: str = "a field") -> str | None:
     if value is None or value == "":
         return None
     if isinstance(value, (dict, list)):
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        try:
+            return json_text(value, sort_keys=True)
+        except (orjson.JSONEncodeError, TypeError):
+            raise RecordError("wrong_type", f"`{name}` holds a value that cannot be written as JSON (nested too "
+                              "deeply, or of a type JSON has no place for)") from None
+    if isinstance(value, bytes):
+        return json_text(value)[1:-1] if value else None
     return str(value)
+
+
+def json_checked(value: Any, what: str) -> Any:
+    """A value later stages write as JSON (tools, a message with tool calls or parts): as is when orjson can
+    write it; values JSON has no type for (bytes, decimals from Parquet) become JSON values by the
+    renderer's own rule (`render.json_default`); nested deeper than orjson writes (about 250 levels),
+    a `wrong_type` reject here rather than a crash in whichever stage writes it first."""
+    try:
+        orjson.dumps(value)
+        return value
+    except orjson.JSONEncodeError as exc:
+        if "ecursion" in str(exc):
+            raise RecordError("wrong_type", f"{what} is nested too deeply to be written as JSON") from None
+    try:
+        return orjson.loads(json_text(value))
+    except (orjson.JSONEncodeError, orjson.JSONDecodeError, TypeError):
+        raise RecordError("wrong_type", f"{what} holds a value that cannot be written as JSON") from None
 
 
 def _unwrap(obj: dict[str, Any], shape: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -273,13 +406,19 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
         raise RecordError("wrong_type", f"`messages` should be a list, got {type(messages).__name__}")
     if not messages:
         raise RecordError("empty_messages", "`messages` is empty")
+    messages = list(messages)  # checked values and media placeholders go into a copy: the record stays as read
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise RecordError("bad_message", f"message {i} has no string `role`")
         c = m.get("content")
         if c is not None and not isinstance(c, (str, list)):
             raise RecordError("bad_message", f"message {i} content should be a string or a list of parts")
+        if isinstance(c, list) or len(m) > 3 or not m.keys() <= _PLAIN_MESSAGE:  # tool calls, parts: written as JSON
+            messages[i] = json_checked(m, f"message {i}")
     return messages
+
+
+_PLAIN_MESSAGE = {"role", "content", "name"}
 
 
 def _flatten_media(messages: list[dict[str, Any]]) -> int:
@@ -332,6 +471,19 @@ def _lookup_ref(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str
     return None
 
 
+def _lookup_at(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
+               overrides: dict[str, str], plan: Plan) -> tuple[Any, str | None]:
+    """`_lookup`, also saying which path the value came from (None when none matched)."""
+    if field in overrides:
+        v = get_path(outer, overrides[field])
+        return v, overrides[field] if v is not None else None
+    for path, dotted, i in plan[field]:
+        v = get_path(holders[i], path) if dotted else holders[i].get(path)
+        if v is not None:
+            return v, path
+    return None, None
+
+
 def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
             overrides: dict[str, str], plan: Plan) -> Any:
     """`_lookup_ref`, trying only the candidates the holders' layout can match (`fieldplan`)."""
@@ -345,12 +497,15 @@ def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, An
 
 
 def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
-              overrides: dict[str, str], bailian_roots: dict[Any, Any] | None = None) -> Record:
+              overrides: dict[str, str], bailian_roots: dict[Any, Any] | None = None,
+              use: FieldUse | None = None) -> Record:
     """Map one parsed record of a known shape to a Record, or raise RecordError saying why not.
 
-    A record of a shape with no clock (CLOCKLESS) and no timestamp gets NaN: ingest gives it its place in
-    input order as its time."""
-    clockless = shape in CLOCKLESS
+    A record with no timestamp gets NaN: whether that is accepted is the read stage's decision (its place
+    in input order becomes its time for a shape with no clock, under `--order input`, or in a file whose
+    first record had none; otherwise it raises `missing_timestamp()`). `use`, when given, counts which log
+    key each summarised field came from."""
+    original_shape = shape
     obj, shape = _convert(obj, shape, bailian_roots if bailian_roots is not None else {})
     body, resp = _unwrap(obj, shape)
     if overrides and any(k in overrides for k in CONTENT_FIELDS):
@@ -385,37 +540,54 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         kind, content = "tokens", {"token_ids": ids}
     else:
         raise RecordError("missing_field", f"a {shape} record needs `messages` (or `prompt`); found keys "
-                          f"{', '.join(sorted(body)[:8])}")
+                          f"{', '.join(field_name(str(k)) for k in sorted(body)[:8])}")
 
     if kind == "hashed" and not overrides:
-        return _trace_record(obj, shape, source_file, line, content, bailian_roots)
+        rec = _trace_record(obj, shape, source_file, line, content, bailian_roots)
+        if use is not None:
+            use.add({"timestamp": "timestamp", "conversation_id": "parent_chat_id" if shape == "bailian" else None,
+                     "tenant": None, "replica": None}, TRACE_UNITS[shape], keys=obj)
+        return rec
     plan = _PLANS.plan(holders)
-    ts_raw = _lookup("timestamp", holders, obj, overrides, plan)
-    if ts_raw is None and clockless:
+    where: dict[str, str | None] = {}
+    ts_raw, where["timestamp"] = _lookup_at("timestamp", holders, obj, overrides, plan)
+    if ts_raw is None:
         ts_raw = NO_CLOCK
-    elif ts_raw is None:
-        raise RecordError("missing_timestamp", "no timestamp field (tried "
-                          f"{', '.join(FIELD_CANDIDATES['timestamp'][:5])}...); map one with --field timestamp=PATH")
     try:
         ts = float("nan") if ts_raw is NO_CLOCK else parse_timestamp(ts_raw)
         if shape == "mooncake" and "timestamp" not in overrides:
             ts = float(ts_raw) / 1000.0  # Mooncake timestamps are relative milliseconds
         elif shape == "bailian" and "timestamp" not in overrides:
             ts = float(ts_raw)  # bailian timestamps are relative seconds
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise RecordError("bad_timestamp", str(exc)) from None
+    except (ValueError, TypeError, OverflowError):  # the message may quote the value: say its kind only
+        why = "is neither ISO-8601, RFC 2822 nor an epoch number"
+        raise RecordError("bad_timestamp", reject_detail("timestamp", why, ts_raw)) from None
     if ts_raw is not NO_CLOCK:  # no clock: NaN on purpose, ingest gives it its place in input order
         check_timestamp(ts, ts_raw)
 
     rid = _lookup("request_id", holders, obj, overrides, plan)
     rec = Record(source_file=source_file, source_line=line,
-                 request_id=str(rid) if rid is not None else f"{source_file}:{line}",
+                 request_id=str(rid) if rid is not None else default_request_id(source_file, line),
                  timestamp_s=ts, kind=kind, **content)
     for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category"):
-        setattr(rec, name, _str_or_none(_lookup(name, holders, obj, overrides, plan)))
+        if use is not None and (name in FieldUse.TRACKED or name in overrides):
+            value, where[name] = _lookup_at(name, holders, obj, overrides, plan)
+        else:
+            value = _lookup(name, holders, obj, overrides, plan)
+        setattr(rec, name, _str_or_none(value, name))
     if shape == "bailian":
         rec.category = _str_or_none(obj.get("type"))
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
+        where["conversation_id"] = "parent_chat_id" if rec.conversation_id is not None else None
+    if use is not None:
+        if original_shape in CONVERTED_KEYS:  # the converter's keys, named by where it took them from
+            where = {f: CONVERTED_KEYS[original_shape].get(f, p) if p is not None and f not in overrides else p
+                     for f, p in where.items()}
+        for name in overrides:  # the other mapped fields: found or not
+            if name not in where and name in FIELD_CANDIDATES:
+                where[name] = overrides[name] if get_path(obj, overrides[name]) is not None else None
+        use.add(where, describe_timestamp(ts_raw) if ts_raw is not NO_CLOCK else "input order", keys=obj,
+                converted=shape != original_shape)
     rec.turn_index = _int_or_none(_lookup("turn_index", holders, obj, overrides, plan), "turn_index")
     rec.output_tokens = _int_or_none(_lookup("output_tokens", holders, obj, overrides, plan), "output_tokens")
     rec.actual_cached_tokens = _int_or_none(
@@ -441,6 +613,15 @@ def _ecosystem(obj: dict[str, Any], shape: str) -> tuple[str | None, dict[str, A
     return None, body, resp, usage
 
 
+def missing_timestamp(overrides: dict[str, str]) -> RecordError:
+    """The reject of a record with no timestamp in a log whose records have one (read.Reader decides)."""
+    if "timestamp" in overrides:
+        return RecordError("missing_timestamp", "the --field timestamp path is absent from this record")
+    return RecordError("missing_timestamp", "no timestamp field (tried "
+                       f"{', '.join(FIELD_CANDIDATES['timestamp'][:5])}...); map one with --field timestamp=PATH, "
+                       "or pass --order input to time records by their order")
+
+
 def _convert(obj: dict[str, Any], shape: str, roots: dict[Any, Any]) -> tuple[dict[str, Any], str]:
     """Ecosystem shapes (OTel spans, Anthropic, Responses; also inside gateway or batch wrappers) as chat."""
     if shape == "chat":  # the hot path: a bare chat file is never converted
@@ -455,8 +636,9 @@ def _convert(obj: dict[str, Any], shape: str, roots: dict[Any, Any]) -> tuple[di
             return {**obj, **_present(responses_to_chat(body, usage, resp or obj, roots))}, "chat"
     except ShapeError as exc:
         raise RecordError(exc.reason, exc.detail) from None
-    except (TypeError, AttributeError, ValueError) as exc:
-        raise RecordError("wrong_type", f"a {shape} record has an unexpected structure ({exc})") from None
+    except (TypeError, AttributeError, ValueError) as exc:  # the message may quote a value: its type only
+        raise RecordError("wrong_type", f"a {shape} record has an unexpected structure "
+                                        f"({type(exc).__name__})") from None
     return obj, shape
 
 
@@ -547,11 +729,11 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
     try:
         ts = float(ts_raw) / 1000.0 if shape == "mooncake" else float(ts_raw)  # ms vs s (REFERENCE.md 8)
     except OverflowError:
-        raise RecordError("bad_timestamp", f"{shape} `timestamp` {ts_raw:.3g} is out of range") from None
+        raise RecordError("bad_timestamp", reject_detail("timestamp", f"is out of range for {shape}", ts_raw)) from None
     check_timestamp(ts, ts_raw)
     rid = obj.get("request_id")
     rec = Record(source_file=source_file, source_line=line,
-                 request_id=str(rid) if rid is not None else f"{source_file}:{line}", timestamp_s=ts,
+                 request_id=str(rid) if rid is not None else default_request_id(source_file, line), timestamp_s=ts,
                  kind="hashed", **content)
     rec.output_tokens = _int_or_none(obj.get("output_length"), "output_length")
     if len(obj) > len(TRACE_FIELDS[shape]) or rid is not None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
-from pathlib import Path
+import stat
+from dataclasses import dataclass, field
 
 import xxhash
 
@@ -51,40 +51,177 @@ def fingerprint(path: str, size: int) -> str:
     return h.hexdigest()
 
 
-def skipped_in(inputs: list[str] | tuple[str, ...]) -> list[str]:
-    """Files a directory walk passes over (no known log suffix), so the summary can list them."""
-    out: list[str] = []
-    for arg in inputs:
-        if os.path.isdir(arg):
-            out += sorted(str(p) for p in Path(arg).rglob("*") if p.is_file() and not _kind(str(p)))
-    return out
+@dataclass
+class Walk:
+    """What expanding the inputs found: the log files to read (each file once, whatever the paths that
+    reach it) and everything passed over, so the summary can say so rather than skip it silently."""
+
+    files: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # no known log suffix
+    dangling: list[str] = field(default_factory=list)  # symlinks whose target does not exist
+    not_regular: list[str] = field(default_factory=list)  # FIFOs, sockets, devices inside a directory
+    unreadable: list[str] = field(default_factory=list)  # directories that could not be listed
+    duplicates: list[tuple[str, str]] = field(default_factory=list)  # (path passed over, the path read)
+    stored: dict[str, int] = field(default_factory=dict)  # objects in a store (`remote`) and their sizes
+    _ids: dict[tuple[int, int], str] = field(default_factory=dict)  # (st_dev, st_ino) -> the path read
+
+    def add(self, path: str, st: os.stat_result | None = None) -> None:
+        """Read `path` unless the same file (device and inode: a hard link or a symlink) is read already."""
+        if st is None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                self.files.append(path)  # `expand` reports why it cannot be read
+                return
+        key = (st.st_dev, st.st_ino)
+        first = self._ids.get(key)
+        if first is not None:
+            if first != path:
+                self.duplicates.append((path, first))
+            return
+        self._ids[key] = path
+        self.files.append(path)
+
+    def directory(self, root: str) -> None:
+        """Every log file under `root`, sorted, following symlinked directories once (no cycles)."""
+        seen_dirs: set[tuple[int, int]] = set()
+
+        def visit(d: str) -> None:
+            try:
+                st = os.stat(d)
+                if (st.st_dev, st.st_ino) in seen_dirs:
+                    return
+                seen_dirs.add((st.st_dev, st.st_ino))
+                with os.scandir(d) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError:
+                self.unreadable.append(d)
+                return
+            for e in entries:
+                if self.entry(e.path, need_suffix=True):
+                    visit(e.path)
+
+        visit(root)
+
+    def entry(self, path: str, need_suffix: bool) -> bool:
+        """File a path met in a directory or a glob; True when it is a directory (to descend into)."""
+        try:
+            st = os.stat(path)  # follows symlinks
+        except FileNotFoundError:
+            if os.path.islink(path):
+                self.dangling.append(path)
+            return False
+        except OSError:
+            self.unreadable.append(path)
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            return True
+        if not stat.S_ISREG(st.st_mode):
+            self.not_regular.append(path)
+        elif _kind(path) or not need_suffix:
+            self.add(path, st)
+        else:
+            self.skipped.append(path)
+        return False
+
+    def notes(self) -> list[str]:
+        """One line per kind of file passed over (the summary's notes)."""
+        out = []
+        if self.skipped:
+            out.append(f"{len(self.skipped):,} file(s) in the input directories were skipped (not a known log "
+                       f"suffix): {_shown(self.skipped)}; name them on the command line to read them.")
+        for paths, what, hint in (
+                (self.dangling, "are symlinks to nothing and were skipped", "fix or remove the links"),
+                (self.not_regular, "are not regular files (FIFOs, sockets or devices) and were skipped",
+                 "copy the data into a file to read it"),
+                (self.unreadable, "could not be listed or read (permissions?) and were skipped",
+                 "check their permissions")):
+            if paths:
+                out.append(f"{len(paths):,} path(s) among the inputs {what}: {_shown(paths)}; {hint}.")
+        if self.duplicates:
+            pairs = [f"{a} (= {b})" for a, b in self.duplicates]
+            out.append(f"{len(pairs):,} input path(s) reach a file already read (a hard link or a symlink: same "
+                       f"device and inode) and were not read again: {_shown(pairs)}.")
+        return out
 
 
-def expand(inputs: list[str]) -> list[Source]:
-    """Resolve files, directories (recursively, known suffixes) and globs, sorted, without duplicates."""
-    if not inputs:
-        raise InputError("no input logs given; pass one or more files, directories or globs")
-    paths: list[str] = []
-    stored: dict[str, int] = {}  # objects in a store (`remote`) and their sizes
+def _shown(items: list[str], limit: int = 5) -> str:
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit:,} more" if len(items) > limit else "")
+
+
+def _not_regular(arg: str) -> str | None:
+    """Why an existing path is not a log file that can be read, or None when it is a regular file."""
+    try:
+        mode = os.stat(arg).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+    return (f"input {arg!r} is not a regular file ({kind}); prefixscan reads a log more than once (to sniff "
+            "its layout, then its records): save the stream to a file first")
+
+
+def walk(inputs: list[str] | tuple[str, ...], list_remote: bool = False) -> Walk:
+    """The files `inputs` name (files, directories, globs), each file once, in argument order; objects in
+    a store only with `list_remote` (listing them is a request to the store). An existing path is taken as
+    itself even when its name holds glob characters (`[`, `*`, `?`). Raises InputError for an argument
+    that names nothing readable."""
+    w = Walk()
     for arg in inputs:
         if remote.is_uri(arg):
-            found = remote.list_uri(arg, SUFFIXES)
-            stored.update(found)
-            paths.extend(u for u, _ in found)
+            if list_remote:
+                found = remote.list_uri(arg, SUFFIXES)
+                w.stored.update(found)
+                w.files.extend(u for u, _ in found)
+            continue
+        if os.path.isdir(arg):
+            before = len(w.files) + len(w.duplicates)
+            w.directory(arg)
+            if len(w.files) + len(w.duplicates) == before:
+                raise InputError(f"directory {arg!r} holds no .jsonl, .json, .ndjson (optionally .gz or .zst) "
+                                 "or .parquet files")
+        elif os.path.isfile(arg):
+            w.add(arg)
+        elif os.path.lexists(arg) and (why := _not_regular(arg)):
+            raise InputError(why)
+        elif os.path.islink(arg):
+            raise InputError(f"input {arg!r} is a symlink to {os.readlink(arg)!r}, which does not exist")
         elif any(ch in arg for ch in "*?["):
             matched = sorted(glob.glob(arg, recursive=True))
             if not matched:
-                raise InputError(f"glob {arg!r} matched no files")
-            paths.extend(m for m in matched if os.path.isfile(m))
-        elif os.path.isdir(arg):
-            found = sorted(str(p) for p in Path(arg).rglob("*") if p.is_file() and _kind(str(p)))
-            if not found:
-                raise InputError(f"directory {arg!r} holds no .jsonl, .jsonl.gz or .parquet files")
-            paths.extend(found)
-        elif os.path.isfile(arg):
-            paths.append(arg)
+                raise InputError(f"glob {arg!r} matched no files (and no file has that name)")
+            for m in matched:
+                w.entry(m, need_suffix=False)  # a directory a glob matches is not descended into, as before
         else:
             raise InputError(f"input {arg!r} does not exist; check the path")
+    return w
+
+
+def skipped_in(inputs: list[str] | tuple[str, ...]) -> list[str]:
+    """Files a directory walk passes over (no known log suffix), so the summary can list them."""
+    try:
+        return walk(inputs).skipped
+    except InputError:
+        return []
+
+
+def walk_notes(inputs: list[str] | tuple[str, ...]) -> list[str]:
+    """The summary's notes on what the walk over the inputs passed over (see `Walk.notes`)."""
+    try:
+        return walk(inputs).notes()
+    except InputError:  # the inputs changed since they were read: nothing to say about them
+        return []
+
+
+def expand(inputs: list[str]) -> list[Source]:
+    """Resolve files, directories (recursively, known suffixes) and globs, sorted, without duplicates (the
+    same file reached by two paths is read once, see `Walk`)."""
+    if not inputs:
+        raise InputError("no input logs given; pass one or more files, directories or globs")
+    w = walk(inputs, list_remote=True)
+    paths, stored = w.files, w.stored
     seen: set[str] = set()
     out: list[Source] = []
     for p in paths:

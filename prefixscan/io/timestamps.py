@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any
 
+from prefixscan.redact import reject_detail
+
 _UNITS = ((1e11, 1.0), (1e14, 1e-3), (1e17, 1e-6), (float("inf"), 1e-9))
-
-
-_TIME_LIKE = re.compile(r"[0-9\s:.,+\-/TZ]*")
 
 
 def epoch_number_to_seconds(value: float) -> float:
@@ -32,24 +30,16 @@ def _rfc2822(s: str) -> datetime:
     try:
         return parsedate_to_datetime(s)
     except (TypeError, ValueError, IndexError):
-        raise ValueError(f"timestamp {shown_value(s)} is neither ISO-8601, RFC 2822 nor an epoch number") from None
-
-
-def shown_value(s: str, limit: int = 40) -> str:
-    """A bad timestamp as a reject may quote it: time-like text as is, anything else (a name or a message
-    in the wrong field) only by its length, so rejects carry no customer text."""
-    if _TIME_LIKE.fullmatch(s[:limit]):
-        return repr(s[:limit])
-    return f"(a {len(s)}-character string, not shown)"
+        raise ValueError(reject_detail("timestamp", "is neither ISO-8601, RFC 2822 nor an epoch number", s)) from None
 
 
 def parse_timestamp(value: Any) -> float:
     """Seconds (epoch or relative) from a log's timestamp field; raises ValueError when unparseable."""
     if isinstance(value, bool) or value is None:
-        raise ValueError(f"timestamp {value!r} is not a time")
+        raise ValueError(reject_detail("timestamp", "is not a time", value))
     if isinstance(value, (int, float)):
         if value != value:  # NaN
-            raise ValueError("timestamp is NaN")
+            raise ValueError(reject_detail("timestamp", "is NaN"))
         return epoch_number_to_seconds(float(value))
     if isinstance(value, datetime):
         dt = value if value.tzinfo else value.replace(tzinfo=UTC)
@@ -57,7 +47,7 @@ def parse_timestamp(value: Any) -> float:
     if isinstance(value, str):
         s = value.strip()
         if not s:
-            raise ValueError("timestamp is empty")
+            raise ValueError(reject_detail("timestamp", "is empty"))
         try:
             return epoch_number_to_seconds(float(s))
         except ValueError:
@@ -69,4 +59,30 @@ def parse_timestamp(value: Any) -> float:
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
         return dt.timestamp()
-    raise ValueError(f"timestamp of type {type(value).__name__} is not a time")
+    raise ValueError(reject_detail("timestamp", "is not a time", value))
+
+
+def describe_timestamp(value: Any) -> str:
+    """How `parse_timestamp` reads a value, for the summary: "epoch s" (ms, us, ns), "ISO-8601",
+    "RFC 2822", "datetime" or "number string (epoch s)"."""
+    if isinstance(value, datetime):
+        return "datetime"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "epoch " + _unit(float(value))
+    if isinstance(value, str):
+        s = value.strip()
+        try:
+            return "epoch " + _unit(float(s)) + " (as text)"
+        except ValueError:
+            pass
+        try:
+            datetime.fromisoformat(s.replace(" UTC", "+00:00"))
+            return "ISO-8601"
+        except ValueError:
+            return "RFC 2822"
+    return type(value).__name__
+
+
+def _unit(value: float) -> str:
+    mag = abs(value)
+    return "s" if mag < 1e11 else "ms" if mag < 1e14 else "us" if mag < 1e17 else "ns"

@@ -95,6 +95,8 @@ class Ingested:
     detector: Any = None  # prefixscan.detect.Detector when findings are on (fed here, finalised in detect)
     conversations_inferred: int = 0  # chat requests given an inferred conversation id
     conversations_continued: int = 0  # of those, requests found to continue an earlier request
+    fields: Any = None  # prefixscan.io.shapes.FieldUse: which log keys became tenant, timestamp, ...
+    read_notes: list[str] = field(default_factory=list)  # what the read stage must say (files timed by order)
 
 
 def _user_turns(messages: list[dict[str, Any]]) -> int:
@@ -288,4 +290,5 @@ class EncodeStage:
             approximate_template=bool(ident and ident.approximate_template), tokenizer_stats=tokenizer_stats,
             input_ordered=reader.ordered, prompt_check=self.prompt_check, detector=self.detector,
             conversations_inferred=infer.inferred if infer is not None else 0,
-            conversations_continued=infer.continued if infer is not None else 0)
+            conversations_continued=infer.continued if infer is not None else 0, fields=reader.fields,
+            read_notes=reader.clock_notes())

@@ -17,11 +17,21 @@ import numpy as np
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
 from prefixscan.hashing import mix_ids, mix_ids_per
-from prefixscan.io.readers import Position, RawError, parse_line, read_jsonl, read_source
-from prefixscan.io.shapes import Record, RecordError, detect, normalise
+from prefixscan.io.readers import Position, RawError, layout, parse_line, read_jsonl, read_source
+from prefixscan.io.shapes import (
+    CLOCKLESS,
+    TRACE_UNITS,
+    FieldUse,
+    Record,
+    RecordError,
+    detect,
+    missing_timestamp,
+    normalise,
+)
 from prefixscan.io.sources import Source
 from prefixscan.pipeline import config as pc
 from prefixscan.pipeline.encoder import root_of
+from prefixscan.redact import reject_detail
 
 
 @dataclass(slots=True)
@@ -62,6 +72,11 @@ class Reader:
         self.overrides = dict(cfg.fields)
         self.read = 0
         self.ordered = 0  # records timed by input order
+        # Per file: True when its first accepted record has a timestamp (then every record needs one), False
+        # when it has none (the file is timed by input order, like --order input), absent until decided
+        self.clock: dict[str, bool] = {}
+        self.clock_ignored: dict[str, int] = {}  # timestamps met later in a file timed by input order
+        self.fields = FieldUse(self.overrides)
         self.shapes: dict[str, str] = {}
         self.mode: str | None = None  # "tokens" or a trace name; runs cannot mix block sizes
         self.seen_ids: set[str] = set()
@@ -82,7 +97,7 @@ class Reader:
             shape = self._forced_shape()
             self.pos.bytes = 0
             if (pc.FAST_MOONCAKE and src.kind == "jsonl" and not self.overrides
-                    and (shape or _peek_shape(src)) == "mooncake"):
+                    and (shape or _peek_shape(src)) == "mooncake" and layout(src.path) == "lines"):
                 self.shapes[src.path] = "mooncake"
                 yield from self._fast_mooncake(src)
             else:
@@ -137,20 +152,56 @@ class Reader:
             yield from self._reject(src.path, line, obj.reason, obj.detail)
             return None
         try:
-            rec = normalise(obj, shape or detect(obj), src.path, line, self.overrides, self.bailian_roots)
+            shape = shape or detect(obj)
+            rec = normalise(obj, shape, src.path, line, self.overrides, self.bailian_roots, self.fields)
+            by_order = self._by_order(src.path, shape, rec.timestamp_s != rec.timestamp_s)  # NaN: no timestamp
         except RecordError as exc:
             yield from self._reject(src.path, line, exc.reason, exc.detail)
             return None
         if rec.request_id in self.seen_ids:
             yield from self._reject(src.path, line, "duplicate_id",
-                                    f"request id {rec.request_id!r} already seen; the first occurrence is kept")
+                                    reject_detail("request_id", "was already seen; the first occurrence is kept",
+                                                  rec.request_id))
             return None
         self.seen_ids.add(rec.request_id)
-        if self.cfg.order == "input" or rec.timestamp_s != rec.timestamp_s:  # NaN: a shape with no clock
+        if by_order:
             rec.timestamp_s = float(self.ordered)
             self.ordered += 1
         self._set_mode(shape if rec.kind == "hashed" else "tokens", f"{src.path}:{line}")  # type: ignore[arg-type]
         return rec
+
+    def _by_order(self, path: str, shape: str, no_clock: bool) -> bool:
+        """Whether a record is timed by its place in the input rather than by its timestamp: always under
+        --order input or for a shape with no clock; in a file whose first record has no timestamp (and no
+        --field timestamp), every record of the file (a later timestamp would mix two clocks: it is counted
+        and ignored). A record with no timestamp in a file whose records have one raises missing_timestamp."""
+        if self.cfg.order == "input" or shape in CLOCKLESS:
+            return True
+        state = self.clock.get(path)
+        if state is None:
+            if no_clock and "timestamp" in self.overrides:
+                raise missing_timestamp(self.overrides)
+            state = self.clock[path] = not no_clock
+        if state:
+            if no_clock:
+                raise missing_timestamp(self.overrides)
+            return False
+        if not no_clock:
+            self.clock_ignored[path] = self.clock_ignored.get(path, 0) + 1
+        return True
+
+    def clock_notes(self) -> list[str]:
+        """The summary's word on files timed by input order because their records carry no timestamp."""
+        files = [p for p, clocked in self.clock.items() if not clocked]
+        if not files:
+            return []
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        ignored = sum(self.clock_ignored.get(p, 0) for p in files)
+        return [f"{len(files)} file(s) have no timestamp on their first record and were timed by input order "
+                f"(one request a second): {shown}"
+                + (f"; {ignored:,} later record(s) there had a timestamp, ignored so as not to mix two clocks"
+                   if ignored else "")
+                + ". Map the log's time with --field timestamp=PATH if it has one."]
 
     def _set_mode(self, this_mode: str, where: str) -> None:
         if self.mode is None:
@@ -170,6 +221,7 @@ class Reader:
             self.read += chunk.non_blank
             if len(chunk.line):
                 self._set_mode("mooncake", f"{src.path}:{int(chunk.line[0])}")
+                self.fields.add({"timestamp": "timestamp"}, TRACE_UNITS["mooncake"], n=len(chunk.line))
                 yield TraceChunk(src.path, chunk.line, chunk.timestamp_ms / 1000.0, chunk.input_length,
                                  np.uint64(root), chunk.lengths, chunk.ids, {"output_tokens": chunk.output_length})
             for line, raw in chunk.slow:

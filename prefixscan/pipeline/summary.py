@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io.sources import skipped_in
+from prefixscan.io.sources import walk_notes
 from prefixscan.pipeline.aggregate import SideStats
 from prefixscan.pipeline.encode import Ingested
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state
@@ -20,13 +20,22 @@ from prefixscan.vllm_hash import hash_description
 
 
 def skipped_note(inputs: tuple[str, ...]) -> list[str]:
-    """Files inside input directories that were not read (no .jsonl/.json/.ndjson/.parquet suffix)."""
-    skipped = skipped_in(inputs)
-    if not skipped:
-        return []
-    shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5:,} more" if len(skipped) > 5 else "")
-    return [f"{len(skipped):,} file(s) in the input directories were skipped (not a known log suffix): {shown}; "
-            "name them on the command line to read them."]
+    """What the walk over the inputs passed over: files with no known suffix, dangling symlinks, FIFOs,
+    unreadable directories, and paths that reach a file already read (`sources.Walk.notes`)."""
+    return walk_notes(inputs)
+
+
+def check_accepted(counts: dict[str, Any], run_dir: str | None) -> None:
+    """Raise NothingAcceptedError (exit 3) when no record was accepted: a run that measured nothing must
+    not look like a success, from the CLI or from `prefixscan.analyze()`."""
+    if counts["accepted"]:
+        return
+    from prefixscan.errors import NothingAcceptedError
+
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejects_by_reason"].items(), key=lambda kv: -kv[1]))
+    where = f"; the rejects are in {run_dir}/rejects.parquet" if run_dir else "; pass -o RUN to keep the rejects"
+    raise NothingAcceptedError(f"no record accepted: {counts['read']:,} read, {counts['rejected']:,} rejected"
+                               f"{' (' + reasons + ')' if reasons else ''}{where}")
 
 
 def input_notes(ing: Ingested, n: int) -> list[str]:
@@ -100,7 +109,8 @@ def build_summary(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, summarie
                   "template": ing.template_version, "approximate_template": ing.approximate_template,
                   "block_size": ing.block_size, "hit_rule": ing.hit_rule, "granularity": cfg.granularity,
                   "isolate_tenants": cfg.isolate_tenants, "tokenizer_stats": ing.tokenizer_stats,
-                  "hash": hash_description(cfg)},
+                  "hash": hash_description(cfg),
+                  "fields": ing.fields.summary(ing.conversations_inferred) if ing.fields is not None else {}},
         "top_prefixes": [
             {k: r[k] for k in ("rank", "prefix_tokens", "hits", "tokens_saved", "tenants", "snippet")}
             for r in prefixes.head(5).iter_rows(named=True)],
@@ -123,6 +133,7 @@ def _notes(cfg: AnalyzeConfig, ing: Ingested, n: int, has_conv: int, n_models: i
     if ing.approximate_template:
         notes.append(f"Chat prompts were rendered with prefixscan's ChatML-style template ({ing.template_version}),"
                      " an approximation of the engine's; pass --tokenizer hf:<model dir> for exact token counts.")
+    notes += ing.read_notes + (ing.fields.warnings() if ing.fields is not None else [])
     notes += input_notes(ing, n) + skipped_note(cfg.inputs)
     return notes + _tokenizer_notes(cfg, ing, n_models)
 

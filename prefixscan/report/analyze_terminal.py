@@ -6,10 +6,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from prefixscan.report.fmt import numbers_table, plain, safe
 from prefixscan.report.fmt import pct as _pct
+from prefixscan.report.fmt import plain, print_tables, safe
 from prefixscan.report.fmt import tokens as _tok
 
 
@@ -28,15 +27,13 @@ def headline(s: dict[str, Any]) -> str:
             f"({_tok(s['tokens']['cached'])} of {_tok(s['tokens']['prompt'])} tokens): this traffic {verdict}.")
 
 
-def _group_table(title: str, rows: dict[str, Any], limit: int = 8) -> Table:
+def _group_table(console: Console, title: str, rows: dict[str, Any], limit: int = 8) -> None:
     cells = [[safe(key), f"{r['requests']:,}", _tok(r["prompt_tokens"]), _tok(r["cached_tokens"]),
               _pct(r["token_weighted"]), _pct(r["block_weighted"]), _pct(r["request_mean"])]
              for key, r in list(rows.items())[:limit]]
-    t = numbers_table(title, ["key", "requests", "prompt tok", "cached tok", "token-wt", "block-wt", "req mean"],
-                      cells, text={"key"})
-    if len(rows) > limit:
-        t.caption = f"{len(rows) - limit} more in the summaries table"
-    return t
+    print_tables(console, title, ["key", "requests", "prompt tok", "cached tok", "token-wt", "block-wt", "req mean"],
+                 cells, text={"key"}, show_edge=False,
+                 caption=f"{len(rows) - limit} more in the summaries table" if len(rows) > limit else None)
 
 
 def _hash_label(h: dict[str, Any]) -> str:
@@ -44,6 +41,13 @@ def _hash_label(h: dict[str, Any]) -> str:
     if not h or h.get("algorithm", "xxh3") == "xxh3":
         return ""
     return escape(f", hash {h['algorithm']} seed {h.get('seed')}")
+
+
+def records_line(rq: dict[str, Any]) -> str:
+    """`records read N = accepted A + rejected R  (rejects: reason count, ...)`."""
+    return (f"records read {rq['read']:,} = accepted {rq['accepted']:,} + rejected {rq['rejected']:,}"
+            + (f"  (rejects: {safe(', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items())))})"
+               if rq["rejected"] else ""))
 
 
 def render_summary(result: Any, console: Console) -> None:
@@ -55,13 +59,13 @@ def render_summary(result: Any, console: Console) -> None:
                   f"tokenizer {safe(s['input']['tokenizer'])}, block {s['input']['block_size']}, "
                   f"hit rule {s['input']['hit_rule']}, granularity {s['input']['granularity']}"
                   + _hash_label(s['input'].get("hash") or {}))  # already escaped
-    console.print(f"records read {rq['read']:,} = accepted {rq['accepted']:,} + rejected {rq['rejected']:,}"
-                  + (f"  (rejects: {safe(', '.join(f'{k} {v}' for k, v in sorted(rq['rejects_by_reason'].items())))})"
-                     if rq["rejected"] else ""))
+    console.print(records_line(rq))
+    if s["input"].get("fields", {}).get("line"):
+        console.print(safe(s["input"]["fields"]["line"]))
     console.print(f"[bold]{headline(s)}[/bold]")
     hr = s["hit_rate"]
-    console.print(numbers_table("Ideal-cache hit rate (three definitions)",
-                                ["definition", "whole log", "steady state (2nd half)"], [
+    print_tables(console, "Ideal-cache hit rate (three definitions)",
+                 ["definition", "whole log", "steady state (2nd half)"], [
         ["token-weighted (cached / prompt tokens; what vLLM counters show)", _pct(hr["token_weighted"]),
          _pct(hr["steady_state_token_weighted"])],
         ["block-weighted (hit blocks / all blocks)", _pct(hr["block_weighted"]),
@@ -69,17 +73,17 @@ def render_summary(result: Any, console: Console) -> None:
         ["mean of per-request hit fractions (AIPerf)", _pct(hr["request_mean"]),
          _pct(hr["steady_state_request_mean"])],
         ["token-weighted with tenants isolated", _pct(hr["tenant_isolated_token_weighted"]), ""]],
-        text={"definition"}))
+        text={"definition"}, show_edge=False)
     tk = s["tokens"]
     console.print(f"avoidable prefill: {_tok(tk['cached'])} tokens; still computed: {_tok(tk['uncached'])}. "
                   f"prompt length p50/p90/p99 {_tok(tk['prompt_percentiles']['p50'])}/"
                   f"{_tok(tk['prompt_percentiles']['p90'])}/{_tok(tk['prompt_percentiles']['p99'])}, "
                   f"cached p50/p90 {_tok(tk['cached_percentiles']['p50'])}/{_tok(tk['cached_percentiles']['p90'])}")
-    console.print(_group_table("Where reuse lives: prefix class", s["by_prefix_class"]))
-    console.print(_group_table("Hit source", s["by_hit_source"]))
-    console.print(_group_table("By tenant", s["by_tenant"]))
+    _group_table(console, "Where reuse lives: prefix class", s["by_prefix_class"])
+    _group_table(console, "Hit source", s["by_hit_source"])
+    _group_table(console, "By tenant", s["by_tenant"])
     if s["by_turn"] and len(s["by_turn"]) > 1:
-        console.print(_group_table("By turn index", s["by_turn"], limit=11))
+        _group_table(console, "By turn index", s["by_turn"], limit=11)
     cap = s.get("capacity") or {}
     if cap.get("points"):
         need90 = cap.get("lru_tokens_for_90pct_of_ideal")
@@ -94,9 +98,9 @@ def render_summary(result: Any, console: Console) -> None:
     if s["top_prefixes"]:
         cells = [[str(r["rank"]), _tok(r["prefix_tokens"]), f"{r['hits']:,}", _tok(r["tokens_saved"]),
                   str(r["tenants"]), safe(r["snippet"] or "(hashed trace: no text)")] for r in s["top_prefixes"]]
-        console.print(numbers_table("Top shared prefixes (shared text only, redacted)",
-                                    ["#", "length", "hits", "saved", "tenants", "starts with"], cells,
-                                    text={"starts with"}))
+        print_tables(console, "Top shared prefixes (shared text only, redacted)",
+                     ["#", "length", "hits", "saved", "tenants", "starts with"], cells, text={"starts with"},
+                     show_edge=False)
     av = s["actual_vs_predicted"]
     if av["requests_with_actual"]:
         console.print(f"engine-reported cached tokens on {av['requests_with_actual']:,} requests: "

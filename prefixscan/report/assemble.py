@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from prefixscan.errors import PrefixscanError
-from prefixscan.io.rundir import Run, load_run
+from prefixscan.io.rundir import Run, load_run, read_schema_file, read_table_file
 from prefixscan.redact import redact_snippet
 from prefixscan.report.model import (
     BASELINES,
@@ -65,9 +64,9 @@ def _traffic(run: Run) -> Traffic:
         "actual_cached_tokens",
         "cached_tokens",
     ]
-    path = run.path / "requests.parquet"
-    have = set(pq.read_schema(path).names)
-    t = pq.read_table(path, columns=[c for c in want if c in have])
+    path = run.checked_file("requests")
+    have = set(read_schema_file(path, run.path).names)
+    t = read_table_file(path, run.path, columns=[c for c in want if c in have])
     n = t.num_rows
 
     def col(name: str) -> np.ndarray:
@@ -80,7 +79,10 @@ def _traffic(run: Run) -> Traffic:
             return 0
         return len(t.column(name).drop_null().unique())
 
+    from prefixscan.cost.rate import activity
+
     arrival, prompt, cached = col("arrival_s").astype(float), col("prompt_tokens"), col("cached_tokens")
+    act = activity(arrival) if n else None
     span = float(arrival.max() - arrival.min()) if n else 0.0
     out = t.column("output_tokens").drop_null().to_numpy() if "output_tokens" in t.column_names else []
     actual_mask = np.zeros(n, bool)
@@ -109,6 +111,8 @@ def _traffic(run: Run) -> Traffic:
         with_actual_cached=int(actual_mask.sum()),
         actual_cached_tokens=int(actual[actual_mask].sum()),
         predicted_cached_tokens_for_actual=int(cached[actual_mask].sum()) if n else 0,
+        busy_note=act.summary() if act else None,
+        busy_rps=act.rps if act and act.gappy else None,
     )
 
 
@@ -199,8 +203,9 @@ def _findings(data: ReportData, run: Run) -> None:
     data.findings = rows[:TOP_FINDINGS]
 
 
-def _estimate_policies(data: ReportData) -> bool:
-    """Use the estimate's own replay for the policy table when it did not come from the saved simulation."""
+def _estimate_policies(data: ReportData, run: Run) -> bool:
+    """Use the estimate's own replay for the policy table when it did not come from the saved simulation
+    (which is then named, so a reader who ran `simulate --name NAME` sees why its table is not shown)."""
     est = data.estimate or {}
     if (est.get("baselines") or {}).get("basis") != "replay" or not est.get("policy_rows"):
         return False
@@ -209,18 +214,37 @@ def _estimate_policies(data: ReportData) -> bool:
     data.sim = {"replicas": sc["replicas"], "model": sc["model"], "gpu": sc["gpu"],
                 "kv_blocks_per_replica": sc["kv_blocks_per_replica"], "block_size": sc["block_size"],
                 "knowledge": "exact"}
-    data.policies_source = f"the estimate's replay: {est['baselines']['detail']}"
+    detail = str(est["baselines"]["detail"])
+    if run.simulation not in (None, "default"):
+        detail = detail.replace("the saved simulation", f"the saved simulation `{run.simulation}`")
+    data.policies_source = f"the estimate's replay: {detail}"
     data.best_policy = (est.get("verdict") or {}).get("router_policy")
     return True
+
+
+def _sim_results(data: ReportData, run: Run) -> bool:
+    """The chosen simulation's KV-tier and prefill/decode results (its own, per policy); True when it has
+    any: the estimate's replay cannot stand in for such a simulation."""
+    data.simulation = run.simulation
+    pols = run.manifest.get("simulate", {}).get("policies", {})
+    rows = [{"policy": name, **m} for name, m in pols.items() if isinstance(m, dict)]
+    if run.has("sim_policies"):  # the table keeps the run's policy order; the manifest sorts keys
+        order = [p for p in run.table("sim_policies").column("policy").to_pylist()]
+        rows.sort(key=lambda r: order.index(r["policy"]) if r["policy"] in order else len(order))
+    data.sim_tiers = [r for r in rows if "hit_rate_gpu" in r]
+    data.sim_pd = [r for r in rows if "decode_replicas" in r]
+    return bool(data.sim_tiers or data.sim_pd)
 
 
 def _sim(data: ReportData, run: Run) -> None:
     rows = _rows(run.table("sim_policies"), POLICY_COLUMNS)
     data.policies = rows
-    data.policies_source = "the run's saved simulation"
+    data.policies_source = "the run's saved simulation" + (
+        f" `{run.simulation}`" if run.simulation not in (None, "default") else "")
     sec = run.manifest.get("simulate", {})
     cfg, wl = sec.get("config", {}), sec.get("workload", {})
     data.sim = {
+        "decode_replicas": cfg.get("decode_replicas") or None,
         "replicas": cfg.get("replicas"),
         "model": cfg.get("model"),
         "gpu": cfg.get("gpu"),
@@ -237,9 +261,8 @@ def _sim(data: ReportData, run: Run) -> None:
     est_best = ((data.estimate or {}).get("verdict") or {}).get("router_policy")
     data.best_policy = est_best if data.policy(est_best) else (best["policy"] if best else None)
     if data.best_policy and run.has("sim_decisions"):
-        path = run.path / "sim_decisions.parquet"
-        t = pq.read_table(
-            path,
+        t = read_table_file(
+            run.file("sim_decisions"), run.path,
             columns=["policy", "decision", "queue_wait_s", "measured"],
             filters=[("policy", "=", data.best_policy)],
         )
@@ -285,34 +308,41 @@ def _kv(run: Run, est: dict[str, Any] | None) -> KvBasis:
 
 
 def _estimate(data: ReportData, run: Run, options: Any | None) -> None:
-    """The saved estimate when the report was given no scenario option, else a fresh one at the options."""
-    from prefixscan.cost.saved import is_stale, load_estimate, scenario_options
+    """The report's scenario: options given now (flags, prefixscan.toml) merged field by field with the saved
+    estimate (prefixscan.cost.saved.merge_options); the saved result itself when nothing changes and the
+    run did not change since, else a fresh estimate at the merged scenario."""
+    from prefixscan.cost.estimator import estimate
+    from prefixscan.cost.saved import is_stale, load_estimate, merge_options, same_scenario
+    from prefixscan.cost.scenario import FLAG, SAVED
 
-    saved = load_estimate(run.path) if options is None else None
+    saved = load_estimate(run.path)
+    scenario = ((saved or {}).get("result") or {}).get("scenario") or None
     line = (saved or {}).get("command_line") or "prefixscan estimate"
-    if saved is not None and not is_stale(saved, run.path):
-        data.estimate = saved["result"]
+    merged = merge_options(scenario, options)
+    if saved is not None and not is_stale(saved, run) and same_scenario(scenario or {}, merged):
+        data.estimate = dict(saved["result"])
+        sc = dict(data.estimate.get("scenario") or {})
+        # from the report's view: options given now keep their label, the estimate's own flags are saved
+        sc["sources"] = {k: (merged.sources.get(k, FLAG) if getattr(merged, k, None) is not None else
+                             SAVED if v == FLAG else v) for k, v in (sc.get("sources") or {}).items()}
+        data.estimate["scenario"] = sc
         data.estimate_source = f"saved by `{line}` (estimate.json)"
-    elif saved is not None and saved["result"].get("scenario"):
-        from prefixscan.cost.estimator import estimate
-
-        try:
-            data.estimate = estimate(scenario_options(saved["result"]["scenario"]), run.path).to_json()
-        except PrefixscanError as exc:
-            data.estimate_error = str(exc)
-            return
-        data.estimate_source = (f"re-estimated at the scenario `{line}` saved in estimate.json (the run "
-                                "changed since: re-analysed or re-simulated)")
     else:
-        from prefixscan.cost.estimator import EstimateOptions, estimate
-
         try:
-            data.estimate = estimate(options or EstimateOptions(), run.path).to_json()
+            data.estimate = estimate(merged, run).to_json()
         except PrefixscanError as exc:
             data.estimate_error = str(exc)
             return
-        data.estimate_source = ("`prefixscan estimate` at the report's options" if options is not None else
-                                "`prefixscan estimate` defaults on this run")
+        if saved is None:
+            data.estimate_source = ("`prefixscan estimate` at the report's options" if options is not None else
+                                    "`prefixscan estimate` defaults on this run")
+        elif is_stale(saved, run.path):
+            data.estimate_source = (f"re-estimated at the scenario `{line}` saved in estimate.json, with the "
+                                    "report's options over it (the run changed since: re-analysed or "
+                                    "re-simulated)")
+        else:
+            data.estimate_source = (f"re-estimated: the report's options over the scenario `{line}` saved in "
+                                    "estimate.json")
     data.scenario = (data.estimate.get("scenario") or {}).get("description")
 
 
@@ -329,13 +359,15 @@ def _config_note(stage: str, manifest: dict[str, Any]) -> str:
     return f"# {stage} settings that differ from the defaults: {', '.join(diffs) or 'none'}"
 
 
-def build(run_dir: str | os.PathLike[str], options: Any | None = None) -> ReportData:
+def build(run_dir: str | os.PathLike[str], options: Any | None = None, simulation: str | None = None) -> ReportData:
     """Assemble the report for a run directory (reads tables and the manifest; never re-analyses).
 
     `options` (an `EstimateOptions`) sets the scenario; None reuses the saved estimate.json, else prices
-    the run with the estimator's defaults (the saved simulation's scenario when there is one).
+    the run with the estimator's defaults (the saved simulation's scenario when there is one). `simulation`
+    names the stored simulation to report (default: `default`, else the most recent); a simulation named
+    so, or one with KV tiers or disaggregation, gives the routing section its own results.
     """
-    run = load_run(run_dir)
+    run = load_run(run_dir, simulation)
     m = run.manifest
     cfg = m.get("config", {})
     commands = [("analyze", m["command_line"])] if m.get("command_line") else []
@@ -382,7 +414,10 @@ def build(run_dir: str | os.PathLike[str], options: Any | None = None) -> Report
         _findings(data, run)
     else:
         data.missing["findings"] = f"prefixscan analyze LOGS -o {rd} --force"  # analyze writes findings
-    if _estimate_policies(data):
+    own = _sim_results(data, run) or simulation is not None
+    if own and run.has("sim_policies"):
+        _sim(data, run)
+    elif _estimate_policies(data, run):
         pass
     elif run.has("sim_policies"):
         _sim(data, run)

@@ -6,62 +6,61 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from prefixscan.compare.check import CheckResult
 from prefixscan.compare.diff import DiffResult
-from prefixscan.report.fmt import opt_pct, plain, points
+from prefixscan.report.fmt import number_tables, opt_pct, plain, points, safe
 from prefixscan.report.fmt import tokens as tok
 
 
 def check_lines(result: CheckResult, quiet: bool = False) -> list[str]:
     """One line per gate (only the failed ones when quiet), then a verdict line."""
-    lines = [f"{'PASS' if g.passed else 'FAIL'} {g.name}: {plain(g.message)}"
-             for g in result.gates if not (quiet and g.passed)]
-    n_fail = len(result.failed)
-    lines.append(f"check passed: {len(result.gates)} gate(s) held" if result.passed else
-                 f"check failed: {n_fail} of {len(result.gates)} gate(s) failed")
+    lines = [f"{g.status} {g.name}: {plain(g.message)}"
+             for g in result.gates if not (quiet and g.passed and g.checkable)]
+    n_fail, n_unchecked = len(result.failed), len(result.uncheckable)
+    unchecked = f" ({n_unchecked} not checkable)" if n_unchecked else ""
+    lines.append(f"check passed: {len(result.gates) - n_unchecked} gate(s) held{unchecked}" if result.passed else
+                 f"check failed: {n_fail} of {len(result.gates)} gate(s) failed{unchecked}")
     return lines
 
 
-def _rates_table(r: DiffResult) -> Table:
-    t = Table(title="Ideal-cache hit rate (B - A)", title_justify="left", show_edge=False)
-    for c in ("definition", "A", "B", "change"):
-        t.add_column(c, justify="left" if c == "definition" else "right")
-    for name, a, b in r.rates:
-        t.add_row(name.replace("_", " "), opt_pct(a), opt_pct(b), points(a, b))
-    return t
+def _tables(console: Console, title: str, columns: list[str], rows: list[list[str]], keys: int,
+            text: set[str]) -> list[Table]:
+    """Row labels and data fold, numbers stay whole (report/fmt.py), split when the terminal is too narrow."""
+    left = {c: "left" for c in text}
+    return number_tables(console, title, columns, rows, keys=keys, text=text, justify=left, show_edge=False)
 
 
-def _groups_table(r: DiffResult, dimension: str) -> Table | None:
+def _rates_table(r: DiffResult, console: Console) -> list[Table]:
+    return _tables(console, "Ideal-cache hit rate (B - A)", ["definition", "A", "B", "change"],
+                   [[name.replace("_", " "), opt_pct(a), opt_pct(b), points(a, b)] for name, a, b in r.rates],
+                   1, {"definition"})
+
+
+def _groups_table(r: DiffResult, dimension: str, console: Console) -> list[Table]:
     rows = [g for g in r.groups if g.dimension == dimension]
     if not rows:
-        return None
-    t = Table(title=f"Token-weighted hit rate by {dimension.replace('_', ' ')}", title_justify="left",
-              show_edge=False)
-    for c in ("key", "requests A", "requests B", "A", "B", "change"):
-        t.add_column(c, justify="left" if c == "key" else "right", overflow="fold")
-    for g in rows:
-        t.add_row(Text(plain(g.key)), "-" if g.requests_a is None else f"{g.requests_a:,}",
-                  "-" if g.requests_b is None else f"{g.requests_b:,}", opt_pct(g.rate_a), opt_pct(g.rate_b),
-                  points(g.rate_a, g.rate_b))
-    return t
+        return []
+    return _tables(console, f"Token-weighted hit rate by {dimension.replace('_', ' ')}",
+                   ["key", "requests A", "requests B", "A", "B", "change"],
+                   [[safe(g.key), "-" if g.requests_a is None else f"{g.requests_a:,}",
+                     "-" if g.requests_b is None else f"{g.requests_b:,}", opt_pct(g.rate_a), opt_pct(g.rate_b),
+                     points(g.rate_a, g.rate_b)] for g in rows], 1, {"key"})
 
 
-def _breakers_table(r: DiffResult) -> Table | None:
+def _breakers_table(r: DiffResult, console: Console) -> list[Table]:
     if not r.breakers:
-        return None
-    t = Table(title="Cache breakers", title_justify="left", show_edge=False)
-    for c in ("status", "kind", "tenant", "where", "tokens lost A", "tokens lost B"):
-        t.add_column(c, justify="right" if c.startswith("tokens") else "left", overflow="fold")
+        return []
+    rows = []
     for c in r.breakers:
         b = c.breaker
         where = "tools" if b.message_index == -1 else (
             "-" if b.message_index is None else f"message {b.message_index} ({b.role})")
-        label = f"{b.kind} ({plain(b.label)})" if b.label else b.kind
-        t.add_row(c.status, Text(label), Text(plain(b.tenant or "(none)")), where, tok(c.tokens_lost_a),
-                  tok(c.tokens_lost_b))
-    return t
+        label = f"{b.kind} ({b.label})" if b.label else b.kind
+        rows.append([c.status, safe(label), safe(b.tenant or "(none)"), safe(where), tok(c.tokens_lost_a),
+                     tok(c.tokens_lost_b)])
+    return _tables(console, "Cache breakers", ["status", "kind", "tenant", "where", "tokens lost A", "tokens lost B"],
+                   rows, 2, {"status", "kind", "tenant", "where"})
 
 
 def prefill_line(r: DiffResult) -> str:
@@ -81,18 +80,13 @@ def render_diff(r: DiffResult, console: Console) -> None:
                   f"({r.b.requests:,} requests)", markup=False)
     for w in r.warnings:
         console.print(f"warning: {plain(w)}", markup=False)
-    console.print(_rates_table(r))
-    for dim in ("tenant", "prefix_class"):
-        t = _groups_table(r, dim)
-        if t is not None:
-            console.print(t)
-    bt = _breakers_table(r)
-    if bt is not None:
-        console.print(bt)
-    elif r.breakers is None:
-        console.print("cache breakers: not compared (a run has no findings table)", markup=False)
-    else:
-        console.print("cache breakers: none in either run", markup=False)
+    tables = _rates_table(r, console) + _groups_table(r, "tenant", console) + _groups_table(r, "prefix_class", console)
+    breakers = _breakers_table(r, console)
+    for t in tables + breakers:
+        console.print(t)
+    if not breakers:
+        console.print("cache breakers: not compared (a run has no findings table)" if r.breakers is None else
+                      "cache breakers: none in either run", markup=False)
     console.print(prefill_line(r), markup=False)
 
 

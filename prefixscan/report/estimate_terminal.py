@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prefixscan.cost.verdict import gpus_text
-from prefixscan.report.fmt import safe
+from prefixscan.report.fmt import number_tables, safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,10 +37,15 @@ def _row(s: Scenario) -> list[str]:
             s.basis]
 
 
+def _print(console: Console, title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A table whose row labels and numbers are never cut (report/fmt.py), split when too wide."""
+    for t in number_tables(console, title, columns, rows, keys=1, text={"basis"}, justify={"basis": "left"}):
+        console.print(t)
+
+
 def render(result: EstimateResult, console: Console) -> None:
     """Print the summary, scenario table, TTFT, simulated policies, sensitivity and verdict."""
     from rich.panel import Panel
-    from rich.table import Table
 
     r, wl, m, g = result, result.workload, result.model, result.gpu
     out = wl.output_tokens
@@ -63,12 +68,7 @@ def render(result: EstimateResult, console: Console) -> None:
                   f"{r.kv_capacity_tokens_per_replica:,} tokens per replica")
 
     console.print(f"Round robin and router from: {safe(r.baseline_basis)} ({safe(r.baseline_detail)})", highlight=False)
-    t = Table(title="Prefill GPUs by routing", title_justify="left")
-    for col in COLUMNS:
-        t.add_column(col, justify="left" if col in ("routing", "basis") else "right")
-    for s in r.scenarios:
-        t.add_row(*_row(s))
-    console.print(t)
+    _print(console, "Prefill GPUs by routing", list(COLUMNS), [_row(s) for s in r.scenarios])
     pa, sq = r.scenario("prefix_aware"), r.scenario(r.status_quo)
     console.print(f"Prefix-aware from: {safe(pa.source)}")
     if r.engine is not None:
@@ -86,28 +86,20 @@ def render(result: EstimateResult, console: Console) -> None:
         console.print(f"Prefill share of GPU time under {_LABELS[r.status_quo]}: {r.prefill_share:.0%}")
 
     if r.policies:
-        pt = Table(title=f"Replayed policies ({r.baseline_basis})", title_justify="left")
-        for col in ("policy", "requests with a hit", "prompt tokens cached", "GPUs", "$/month", "TTFT p50",
-                    "TTFT p95"):
-            pt.add_column(col, justify="left" if col == "policy" else "right")
-        for s in r.policies:
-            pt.add_row(safe(s.name), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted), gpus_text(s.gpus),
-                       _usd(s.usd_per_month),
-                       "-" if s.ttft_p50_s is None else f"{s.ttft_p50_s:.2f} s",
-                       "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f} s")
-        console.print(pt)
+        _print(console, f"Replayed policies ({safe(r.baseline_basis)})",
+               ["policy", "requests with a hit", "prompt tokens cached", "GPUs", "$/month", "TTFT p50", "TTFT p95"],
+               [[safe(s.name), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted), gpus_text(s.gpus),
+                 _usd(s.usd_per_month), "-" if s.ttft_p50_s is None else f"{s.ttft_p50_s:.2f} s",
+                 "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f} s"] for s in r.policies])
 
-    st = Table(title="Sensitivity (one assumption moved at a time)", title_justify="left")
-    for col in ("assumption", "value", "prefix-aware GPUs", "saving/month"):
-        st.add_column(col, justify="left" if col == "assumption" else "right")
     fmt = {"capture_of_ideal": lambda v: f"{v:.0%}", "mfu": lambda v: f"{v:.0%}",
            "usd_per_gpu_hour": lambda v: f"${v:.2f}"}
     names = {"capture_of_ideal": "prefix-aware: share of ideal hits", "mfu": "MFU",
              "usd_per_gpu_hour": "$/GPU-hour"}
-    for row in r.sensitivity:
-        st.add_row(names[row.parameter], fmt[row.parameter](row.value), gpus_text(row.gpus_prefix_aware),
-                   _usd(row.monthly_savings_usd))
-    console.print(st)
+    _print(console, "Sensitivity (one assumption moved at a time)",
+           ["assumption", "value", "prefix-aware GPUs", "saving/month"],
+           [[names[row.parameter], fmt[row.parameter](row.value), gpus_text(row.gpus_prefix_aware),
+             _usd(row.monthly_savings_usd)] for row in r.sensitivity])
 
     v = r.verdict
     style = {True: "green", False: "red", None: "yellow"}[v.worth_it]

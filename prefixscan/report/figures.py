@@ -1,7 +1,8 @@
 """Report figures: matplotlib (Agg) drawn from a ReportData, returned as deterministic SVG text.
 
 Determinism: a fixed `svg.hashsalt`, text kept as text (`svg.fonttype: none`) and no Date metadata, so
-the same run directory gives byte-identical figures.
+the same run directory gives byte-identical figures. Every label from the data passes `escape.svg_text`
+(controls visible; no mathtext), and the document passes `escape.xml_legal`, so each SVG is valid XML.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from prefixscan.report.escape import svg_text, xml_legal
 
 if TYPE_CHECKING:
     from prefixscan.report.model import ReportData
@@ -22,6 +25,7 @@ RC = {
     "axes.spines.top": False,
     "axes.spines.right": False,
     "figure.dpi": 100,
+    "text.parse_math": False,  # a `$` in a tenant or model name is text, never mathtext
 }
 BLUE, ORANGE, GREEN, GREY, RED = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#d62728"
 SCENARIO_LABELS = {
@@ -48,7 +52,7 @@ def _svg(fig: Any) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
     plt.close(fig)
-    return buf.getvalue()
+    return xml_legal(buf.getvalue())
 
 
 def _tok_fmt(x: float, _pos: Any = None) -> str:
@@ -91,7 +95,7 @@ def capacity(data: ReportData) -> Figure | None:
     bpt = data.kv.bytes_per_token
     top = ax.secondary_xaxis("top", functions=(lambda t: t * bpt / 2**30, lambda g: g * 2**30 / bpt))
     top.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
-    top.set_xlabel(f"KV memory (GiB, {data.kv.model} {data.kv.dtype})")
+    top.set_xlabel(svg_text(f"KV memory (GiB, {data.kv.model} {data.kv.dtype})"))
     ax.legend(loc="lower right", fontsize=8)
     return Figure(
         "capacity",
@@ -105,7 +109,7 @@ def _stacked(rows: list[dict[str, Any]], title: str) -> Any:
     from matplotlib.ticker import FuncFormatter
 
     rows = list(reversed(rows))
-    keys = [str(r["key"]) for r in rows]
+    keys = [svg_text(r["key"]) for r in rows]
     cached = [r["cached_tokens"] for r in rows]
     rest = [r["prompt_tokens"] - r["cached_tokens"] for r in rows]
     fig, ax = plt.subplots(figsize=(8, max(1.6, 0.32 * len(rows) + 1.0)))
@@ -140,7 +144,7 @@ def turns(data: ReportData) -> Figure | None:
     from matplotlib.ticker import PercentFormatter
 
     fig, ax = plt.subplots(figsize=(8, 3.2))
-    keys = [str(r["key"]) for r in rows]
+    keys = [svg_text(r["key"]) for r in rows]
     ax.bar(keys, [r["token_weighted"] for r in rows], color=BLUE)
     for i, r in enumerate(rows):
         ax.text(i, r["token_weighted"], f"{r['requests']:,}", ha="center", va="bottom", fontsize=7)
@@ -159,7 +163,7 @@ def policies(data: ReportData) -> Figure | None:
     from matplotlib.ticker import PercentFormatter
 
     rows = list(reversed(rows))
-    names = [r["policy"] for r in rows]
+    names = [svg_text(r["policy"]) for r in rows]
     colors = [ORANGE if r["policy"] == data.best_policy else BLUE for r in rows]
     ys = range(len(rows))
 
@@ -196,7 +200,7 @@ def gpus(data: ReportData) -> Figure | None:
     import matplotlib.pyplot as plt
 
     sc = est["scenarios"]
-    labels = [SCENARIO_LABELS.get(s["name"], s["name"]) for s in sc]
+    labels = [svg_text(SCENARIO_LABELS.get(s["name"], s["name"])) for s in sc]
     fig, ax = plt.subplots(figsize=(8, 3.2))
     by_name = {"no_reuse": GREY, "today": RED, "round_robin": BLUE, "prefix_aware": ORANGE, "ideal": GREEN}
     colors = [by_name.get(s["name"], GREY) for s in sc]
@@ -210,7 +214,7 @@ def gpus(data: ReportData) -> Figure | None:
             va="bottom",
             fontsize=8,
         )
-    ax.set_ylabel(f"prefill GPUs ({est.get('gpu', {}).get('name', '')})")
+    ax.set_ylabel(svg_text(f"prefill GPUs ({est.get('gpu', {}).get('name', '')})"))
     ax.set_ylim(top=max(s["gpus"] for s in sc) * 1.3 or 1)
     ax.grid(axis="x", visible=False)
     return Figure("gpus", "Prefill GPUs and monthly cost per routing scenario", _svg(fig))

@@ -3,8 +3,9 @@ made safe to print (`safe`, `clean`)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from prefixscan.report.escape import rich, terminal
 
 
 def pct(x: float) -> str:
@@ -34,51 +35,90 @@ def tokens(n: float | None) -> str:
 
 
 # Terminal safety: a value from the data (tenant, file name, snippet, example, SQL result) is printed only
-# through `safe` (Rich markup) or `clean` (plain text): escape sequences from the data could otherwise clear
-# the screen, plant live hyperlinks (OSC 8), rewrite earlier output (\r, \b) or reorder it (bidi overrides),
-# and `[...]` would be read as Rich markup.
-_ESCAPES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves, screen clears)
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, OSC 8 hyperlinks), BEL- or ST-terminated
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
-    r"|\x1b[@-_]?"  # any other escape
-    r"|\x9b[0-?]*[ -/]*[@-~]|\x9d[^\x07\x9c]*[\x07\x9c]?"  # their 8-bit (C1) forms
-)
-_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_BREAKS = re.compile(r"[\t\n]")
+# through `safe` (Rich markup) or `clean` (plain text), the terminal helpers of `prefixscan.report.escape`:
+# escape sequences from the data could otherwise clear the screen, write the clipboard (OSC 52), plant
+# live hyperlinks (OSC 8), rewrite earlier output (\r, \b) or reorder it (bidi overrides), and `[...]`
+# would be read as Rich markup. Control characters are shown as `\xNN` / `\uNNNN`, never acted on.
 
 
 def clean(value: object) -> str:
-    """`value` as one line of plain printable text: escape sequences and control characters removed
-    (tabs and newlines become spaces)."""
-    s = _ESCAPES.sub("", "" if value is None else str(value))
-    return _INVISIBLE.sub("", _BREAKS.sub(" ", s))
+    """`value` as one line of plain printable text: control characters made visible (`\x1b`), tabs and
+    newlines become spaces (`escape.terminal`)."""
+    return terminal(value)
 
 
 def safe(value: object) -> str:
     """`clean(value)` escaped for Rich markup, for any data value inside a printed string or table cell."""
-    from rich.markup import escape
-
-    return escape(clean(value))
+    return rich(value)
 
 
 def plain(value: object) -> str:
     """`clean(value)` for text printed with markup off (or in a `rich.text.Text`); None prints as "None"."""
-    return clean(str(value))
+    return terminal(str(value))
 
 
-def numbers_table(title: str | None, columns: list[str], rows: list[list[str]], text: set[str]) -> Any:
-    """A rich table whose number columns never wrap or shrink below their widest cell (a narrow terminal
-    folds the `text` columns onto more lines instead: a cut number would be a wrong number)."""
-    from rich.table import Table
+def _add_columns(t: Any, columns: list[str], rows: list[list[str]], text: set[str] | frozenset[str],
+                 keys: int = 0, justify: dict[str, str] | None = None, fixed: bool = False) -> None:
+    """The column rule of every terminal table: a number column never wraps and never shrinks below its
+    widest cell; a `text` column folds onto more lines; the first `keys` columns (row labels such as a
+    policy name) are whole. `fixed` (a table that needs all the width it can get) gives each number column
+    exactly its widest cell (or its title's longest word) and lets its title wrap at spaces, so the
+    table's width is known before rich lays it out and nothing is left for rich to cut."""
+    from rich.text import Text
 
-    t = Table(title=title, title_justify="left", show_edge=False)
     for i, c in enumerate(columns):
+        widest = max([Text.from_markup(r[i]).cell_len for r in rows], default=0)
+        align = (justify or {}).get(c, "right")
         if c in text:
-            t.add_column(c, overflow="fold")
+            t.add_column(c, overflow="fold", justify=(justify or {}).get(c, "left"))
+        elif i < keys:
+            t.add_column(c, no_wrap=True, min_width=max(widest, len(c)))
+        elif fixed:
+            t.add_column(c, justify=align, overflow="fold", width=max(widest, *(len(w) for w in c.split())))
         else:
-            widest = max([len(r[i]) for r in rows], default=0)
-            t.add_column(c, justify="right", no_wrap=True, min_width=max(widest, min(len(c), 8)))
+            t.add_column(c, justify=align, no_wrap=True, min_width=max(widest, min(len(c), 8)))
     for r in rows:
         t.add_row(*r)
-    return t
+
+
+def number_tables(console: Any, title: str | None, columns: list[str], rows: list[list[str]], keys: int = 1,
+                  text: frozenset[str] | set[str] = frozenset(), justify: dict[str, str] | None = None,
+                  **table_options: Any) -> list[Any]:
+    """`rows` as one rich table, or as several when the console is too narrow to show every column whole:
+    each further table repeats the first `keys` columns and takes as many of the remaining columns as fit
+    (`_add_columns` rule). Print each with `console.print`. The narrowest console this keeps whole is one
+    that fits the key columns and the widest other column (about 40 columns for the simulate tables)."""
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    def build(cols: list[int], part: int, fixed: bool = True) -> Any:
+        t = Table(title=title if part == 0 or title is None else f"{title} (continued)", title_justify="left",
+                  **table_options)
+        _add_columns(t, [columns[i] for i in cols], [[r[i] for i in cols] for r in rows], text, keys, justify,
+                     fixed)
+        return t
+
+    def measure(t: Any) -> Measurement:
+        return Measurement.get(console, console.options.update_width(10_000), t)
+
+    natural = build(list(range(len(columns))), 0, fixed=False)
+    if measure(natural).maximum <= console.width:  # room for every column at its full width
+        return [natural]
+    head, tables, current = list(range(keys)), [], list(range(keys))
+    for i in range(keys, len(columns)):
+        if len(current) > keys and measure(build([*current, i], len(tables))).minimum > console.width:
+            tables.append(build(current, len(tables)))
+            current = [*head]
+        current.append(i)
+    tables.append(build(current, len(tables)))
+    return tables
+
+
+def print_tables(console: Any, title: str | None, columns: list[str], rows: list[list[str]], keys: int = 1,
+                 text: frozenset[str] | set[str] = frozenset(), caption: str | None = None,
+                 **table_options: Any) -> None:
+    """Print `number_tables(...)`, with `caption` under the last part."""
+    tables = number_tables(console, title, columns, rows, keys=keys, text=text, **table_options)
+    tables[-1].caption = caption
+    for t in tables:
+        console.print(t)

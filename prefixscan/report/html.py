@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import re
 
+from prefixscan.report.escape import html_inline, html_text, plain, visible
 from prefixscan.report.figures import Figure
 from prefixscan.report.markdown import document
 from prefixscan.report.model import ReportData
@@ -38,14 +39,13 @@ _NUMERIC = re.compile(r"^[-$]?[\d,.]+(\s?[kMBG%]|\s?GiB|\s?ms|\s?s|\s?req/s)?$|^
 
 
 def inline(text: str) -> str:
-    """Escape, then turn `code` and **bold** into tags (the only inline markup blocks carry)."""
-    out = html.escape(text, quote=False)
-    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
-    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    """Escape, then turn `code` and **bold** into tags (the only inline markup blocks carry); data values
+    (`escape.data`) are escaped and never read as markup."""
+    return html_inline(text)
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return re.sub(r"[^a-z0-9]+", "-", plain(text).lower()).strip("-")
 
 
 def embed_svg(fig: Figure) -> str:
@@ -57,7 +57,7 @@ def embed_svg(fig: Figure) -> str:
     svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{pre}{m.group(1)}"', svg)
     svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{pre}{m.group(1)})", svg)
     svg = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{pre}{m.group(1)}"', svg)
-    svg = svg.replace("<svg ", f'<svg role="img" aria-label="{html.escape(fig.alt)}" ', 1)
+    svg = svg.replace("<svg ", f'<svg role="img" aria-label="{html_text(fig.alt)}" ', 1)
     return svg.strip()
 
 
@@ -66,7 +66,7 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     body = []
     for r in rows:
         tds = "".join(
-            f'<td class="n">{inline(c)}</td>' if _NUMERIC.match(c) else f"<td>{inline(c)}</td>" for c in r
+            f'<td class="n">{inline(c)}</td>' if _NUMERIC.match(plain(c)) else f"<td>{inline(c)}</td>" for c in r
         )
         body.append(f"<tr>{tds}</tr>")
     return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -106,12 +106,12 @@ def render(data: ReportData, figures: dict[str, Figure]) -> str:
                 f"<figcaption>{inline(f.alt)}</figcaption></figure>"
             )
         elif kind == "code":
-            parts.append(f"<pre><code>{html.escape(b[1], quote=False)}</code></pre>")
+            parts.append(f"<pre><code>{html.escape(plain(visible(b[1])), quote=False)}</code></pre>")
     nav = f"<nav><ol>{''.join(toc)}</ol></nav>"
     body = "\n".join(parts).replace("<!--TOC-->", nav, 1)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+        f"<title>{html_text(plain(title))}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
     )

@@ -141,6 +141,8 @@ class Traffic:
     with_actual_cached: int
     actual_cached_tokens: int
     predicted_cached_tokens_for_actual: int
+    busy_note: str | None = None  # a gappy log: its span, busy time and idle gaps (prefixscan.cost.rate)
+    busy_rps: float | None = None  # a gappy log: requests / busy time
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,9 @@ class ReportData:
     sim: dict[str, Any] = field(default_factory=dict)
     best_policy: str | None = None
     queue_by_decision: list[dict[str, Any]] = field(default_factory=list)
+    simulation: str | None = None  # the stored simulation the report reads (`report --simulation`)
+    sim_tiers: list[dict[str, Any]] = field(default_factory=list)  # its per-policy KV-tier results, if any
+    sim_pd: list[dict[str, Any]] = field(default_factory=list)  # its disaggregated prefill/decode results
     estimate: dict[str, Any] | None = None
     estimate_source: str = ""
     scenario: str | None = None  # the one deployment every section is priced at (estimate's scenario)

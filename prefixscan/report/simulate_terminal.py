@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from prefixscan.report.fmt import safe
+from prefixscan.report.fmt import number_tables, safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,9 +68,6 @@ def best_values(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def render(result: SimResult, console: Console) -> None:
     """Print the workload line, the comparison table and the TTFT split by cache outcome."""
-    from rich import box
-    from rich.table import Table
-
     info, cfg = result.info, result.config
     kv = "unbounded" if info.get("unbounded_kv") else f"{info['kv_blocks_per_replica']:,} blocks"
     ideal = info.get("ideal_hit_rate_token_weighted")
@@ -86,15 +83,7 @@ def render(result: SimResult, console: Console) -> None:
     if ideal is not None:
         console.print(f"Ideal-cache hit rate (token-weighted, one unbounded cache): {ideal:.1%}")
     best = best_values(result.policies)
-    t = Table(
-        title="Routing policies (best value in bold green; *oracle = perfect-knowledge reference)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    t.add_column("policy", no_wrap=True)
-    for title, *_ in COLUMNS:
-        t.add_column(title, justify="right")
+    rows = []
     for name, s in result.policies.items():
         cells = []
         for _, key, _, kind in COLUMNS:
@@ -102,19 +91,10 @@ def render(result: SimResult, console: Console) -> None:
             if name != "oracle" and key in best and s.get(key) == best[key]:
                 text = f"[bold green]{text}[/]"
             cells.append(text)
-        t.add_row(safe(name) + ("*" if name == "oracle" else ""), *cells)
-    console.print(t)
-    split = Table(
-        title="TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    split.add_column("policy", no_wrap=True)
-    for label, _ in SPLIT:
-        split.add_column(f"{label} n", justify="right")
-        split.add_column(f"{label} p50", justify="right")
-        split.add_column(f"{label} p95", justify="right")
+        rows.append([safe(name) + ("*" if name == "oracle" else ""), *cells])
+    _print(console, "Routing policies (best value in bold green; *oracle = perfect-knowledge reference)",
+           ["policy"] + [title for title, *_ in COLUMNS], rows)
+    split = []
     for name, s in result.policies.items():
         row = [safe(name)]
         for _, key in SPLIT:
@@ -123,25 +103,15 @@ def render(result: SimResult, console: Console) -> None:
                 fmt(s.get(f"ttft_{key}_p50_s"), "s"),
                 fmt(s.get(f"ttft_{key}_p95_s"), "s"),
             ]
-        split.add_row(*row)
-    console.print(split)
+        split.append(row)
+    _print(console, "TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
+           ["policy"] + [f"{label} {m}" for label, _ in SPLIT for m in ("n", "p50", "p95")], split)
     if any(s.get("isolation_cost_hit_rate") is not None for s in result.policies.values()):
-        iso = Table(
-            title="What tenant isolation costs (shared minus isolated)",
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-        )
-        for col in ("policy", "hit rate lost", "extra prefill tok", "TTFT p95 change"):
-            iso.add_column(col, justify="left" if col == "policy" else "right")
-        for name, s in result.policies.items():
-            iso.add_row(
-                safe(name),
-                fmt(s.get("isolation_cost_hit_rate"), "pct"),
-                fmt(s.get("isolation_cost_prefill_tokens"), "short"),
-                fmt(s.get("isolation_cost_ttft_p95_s"), "s"),
-            )
-        console.print(iso)
+        _print(console, "What tenant isolation costs (shared minus isolated)",
+               ["policy", "hit rate lost", "extra prefill tok", "TTFT p95 change"],
+               [[safe(name), fmt(s.get("isolation_cost_hit_rate"), "pct"),
+                 fmt(s.get("isolation_cost_prefill_tokens"), "short"), fmt(s.get("isolation_cost_ttft_p95_s"), "s")]
+                for name, s in result.policies.items()])
     from prefixscan.report.simulate_tiers_terminal import render_tiers
 
     render_tiers(result.policies, console, result.tables.get("sim_tier_capacity"))
@@ -154,21 +124,25 @@ def render(result: SimResult, console: Console) -> None:
     )
 
 
+def _print(console: Console, title: str, columns: list[str], rows: list[list[str]], keys: int = 1) -> None:
+    """A comparison table, split into parts when the terminal is too narrow (numbers are never cut)."""
+    from rich import box
+
+    for t in number_tables(console, title, columns, rows, keys=keys, box=box.SIMPLE_HEAD, pad_edge=False):
+        console.print(t)
+
+
 def render_listing(rows: list[dict[str, Any]], run: str, console: Console) -> None:
     """`simulate RUN --list`: one row per stored simulation; the one readers use by default is marked."""
     from rich import box
-    from rich.table import Table
 
     if not rows:
         console.print(f"{safe(run)} has no simulation; run `prefixscan simulate {safe(run)}` first")
         return
-    t = Table(title=f"Simulations in {safe(run)} (* = used by report/estimate without --simulation)",
-              title_justify="left", box=box.SIMPLE)
-    for col in ("name", "policies", "replicas", "KV blocks/replica", "requests", "tables in"):
-        t.add_column(col)
-    for r in rows:
-        kv = r["kv_blocks_per_replica"]
-        t.add_row(("* " if r["default"] else "  ") + safe(r["name"]), safe(", ".join(r["policies"])),
-                  str(r["replicas"]), f"{kv:,}" if isinstance(kv, int) else "-", f"{r['requests'] or 0:,}",
-                  safe(r["dir"]))
-    console.print(t)
+    cells = [[("* " if r["default"] else "  ") + safe(r["name"]), safe(", ".join(r["policies"])), str(r["replicas"]),
+              f"{r['kv_blocks_per_replica']:,}" if isinstance(r["kv_blocks_per_replica"], int) else "-",
+              f"{r['requests'] or 0:,}", safe(r["dir"])] for r in rows]
+    for t in number_tables(console, f"Simulations in {safe(run)} (* = used by report/estimate without --simulation)",
+                           ["name", "policies", "replicas", "KV blocks/replica", "requests", "tables in"], cells,
+                           keys=1, text={"policies", "tables in"}, box=box.SIMPLE):
+        console.print(t)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prefixscan.report.fmt import safe
-from prefixscan.report.simulate_terminal import fmt
+from prefixscan.report.simulate_terminal import _print, fmt
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,24 +40,12 @@ PD_COLUMNS = [
 ]
 
 
-def _table(title: str, cols: list[str]) -> Any:
-    from rich import box
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for i, c in enumerate(cols):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i < 2)
-    return t
-
-
 def render_tiers(policies: dict[str, dict[str, Any]], console: Console, sweep: Any = None) -> None:
     """Cached tokens by tier, the disaggregated fleet against the co-located one, the capacity view."""
     if any("hit_rate_gpu" in s for s in policies.values()):
-        t = _table("Cached tokens by KV tier (share of prompt tokens; load = lower-tier KV onto the GPU)",
-                   ["policy"] + [c for c, _, _ in TIER_COLUMNS])
-        for name, s in policies.items():
-            t.add_row(safe(name), *[fmt(s.get(k), kind) for _, k, kind in TIER_COLUMNS])
-        console.print(t)
+        _print(console, "Cached tokens by KV tier (share of prompt tokens; load = lower-tier KV onto the GPU)",
+               ["policy"] + [c for c, _, _ in TIER_COLUMNS],
+               [[safe(name), *[fmt(s.get(k), kind) for _, k, kind in TIER_COLUMNS]] for name, s in policies.items()])
     if any("decode_replicas" in s for s in policies.values()):
         _render_pd(policies, console)
     if sweep is not None and sweep.num_rows:
@@ -67,28 +55,28 @@ def render_tiers(policies: dict[str, dict[str, Any]], console: Console, sweep: A
 def _render_sweep(rows: list[dict[str, Any]], console: Console) -> None:
     ratios = list(dict.fromkeys(r["second_tier_ratio"] for r in rows))
     axis, policy = rows[0]["second_tier"], rows[0]["policy"]
-    t = _table(f"Capacity view ({safe(policy)}): hit rate (GPU's share)",
-               ["GPU blocks"] + [f"{axis} x{r:g}" for r in ratios])
+    table = []
     for gpu in dict.fromkeys(r["gpu_kv_blocks"] for r in rows):
         cells = {r["second_tier_ratio"]: r for r in rows if r["gpu_kv_blocks"] == gpu}
-        t.add_row(f"{gpu:,}", *[
+        table.append([f"{gpu:,}", *[
             f"{fmt(cells[x]['hit_rate_token_weighted'], 'pct')} ({fmt(cells[x]['hit_rate_gpu'], 'pct')})"
             for x in ratios
-        ])
-    console.print(t)
+        ]])
+    _print(console, f"Capacity view ({safe(policy)}): hit rate (GPU's share)",
+           ["GPU blocks"] + [f"{axis} x{r:g}" for r in ratios], table)
     console.print(f"rows: GPU KV blocks per replica; columns: {axis} tier size as a multiple of the GPU's (0 = none)")
 
 
 def _render_pd(policies: dict[str, dict[str, Any]], console: Console) -> None:
-    t = _table("Disaggregated prefill/decode vs a co-located fleet at the same traffic "
-               "(P/D TTFT includes the decode queue and the KV transfer)",
-               ["policy", "fleet"] + [c for c, _, _ in PD_COLUMNS])
+    rows = []
     for name, s in policies.items():
         fleet = f"{s.get('prefill_replicas')}P + {s.get('decode_replicas')}D"
-        t.add_row(safe(name), fleet, *[fmt(s.get(k), kind) for _, k, kind in PD_COLUMNS])
+        rows.append([safe(name), fleet, *[fmt(s.get(k), kind) for _, k, kind in PD_COLUMNS]])
         if s.get("colocated_replicas") is not None:
             colo = [fmt(s.get(f"colocated_{k}"), kind) if f"colocated_{k}" in s else "" for _, k, kind in PD_COLUMNS]
-            t.add_row("", f"{s['colocated_replicas']} co-located", *colo)
-    console.print(t)
+            rows.append(["", f"{s['colocated_replicas']} co-located", *colo])
+    _print(console, "Disaggregated prefill/decode vs a co-located fleet at the same traffic "
+           "(P/D TTFT includes the decode queue and the KV transfer)",
+           ["policy", "fleet"] + [c for c, _, _ in PD_COLUMNS], rows, keys=2)
     console.print("co-located = the same GPUs serving both phases; prefill GPUs needed keeps the prefill pool at "
                   "most 80% busy")

@@ -40,6 +40,7 @@ def write_report(
     output: str | os.PathLike[str] | None = None,
     formats: tuple[str, ...] = ("md", "html"),
     compare_to: str | os.PathLike[str] | None = None,
+    simulation: str | None = None,
     **scenario: Any,
 ) -> dict[str, Path]:
     """Build the report data once and write report.md (+ report_figures/*.svg) and/or report.html.
@@ -48,11 +49,13 @@ def write_report(
     dtype, kv_blocks, ...); without any, the saved estimate.json is reused. Returns the written paths by
     kind ("md", "html", "figures"). Same run directory and options give byte-identical files. With
     `compare_to` (an earlier run, say before a template change) the report gains a before/after section.
+    `simulation` names the stored simulation to report (`simulate --name`; default: `default`, else the most
+    recent).
     """
     unknown = set(formats) - {"md", "html"}
     if unknown:
         raise UsageError(f"--format must be md, html or both, got {', '.join(sorted(unknown))}")
-    data = build(run_dir, scenario_options(**scenario))
+    data = build(run_dir, scenario_options(**scenario), simulation)
     if compare_to is not None:
         from prefixscan.compare.diff import diff_runs
 

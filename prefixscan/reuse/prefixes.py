@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from prefixscan.privacy import DEFAULT_SNIPPET_K, sharer_key
+from prefixscan.privacy import DEFAULT_SNIPPET_K, independent_sources, may_show
 from prefixscan.redact import hidden, redact_snippet
 
 TOP = 1000
@@ -21,7 +21,8 @@ def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], 
     `tokens_saved` is the prefill the ideal cache avoids through that prefix; `tenants` counts distinct
     tenants that hit it, and `cross_tenant_hits` the hits that only another tenant's request could serve.
     A snippet shows the text every hit of the prefix starts with, only when hits from at least `k`
-    conversations share it (`prefixscan.privacy`), redacted and truncated; otherwise a `hidden()` marker.
+    independent sources share it (`prefixscan.privacy.may_show`), redacted and truncated; otherwise a
+    `hidden()` marker.
     `--include-text` shows the first hit's source text instead. An empty `snippets` list means the log has
     no text (hashed traces). `req` rows are in analysis order (seq = row).
     """
@@ -45,7 +46,8 @@ def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], 
     return aggregate_prefixes(df, first_ids, first_snippets, top, include_text, own_snippets, k)
 
 
-ROW_COLUMNS = ("seq", "tenant", "conversation_id", "user", "arrival_s", "cached_tokens", "tenant_cached_tokens")
+ROW_COLUMNS = ("seq", "tenant", "conversation_id", "user", "arrival_s", "cached_tokens", "tenant_cached_tokens",
+               "prompt_tokens")
 
 
 def top_prefix_hashes(prefix_hash: np.ndarray, cached_tokens: np.ndarray, top: int = TOP) -> np.ndarray:
@@ -92,8 +94,9 @@ def aggregate_prefixes(df: pl.DataFrame, first_ids: Callable[[np.ndarray], list[
         shown = [(s or "")[:SNIPPET_CHARS] for s in first_snippets(first)]
     else:
         shared = shared_text(df, own_snippets) if own_snippets is not None else {}
-        shown = [_shown(shared.get(h), n, t, h, k) for h, n, t in
-                 zip(g["prefix_hash"].to_list(), g["_sharers"].to_list(), g["prefix_tokens"].to_list(), strict=True)]
+        sources = shared_sources(df, shared, own_snippets) if own_snippets is not None and shared else {}
+        shown = [_shown(shared.get(h), sources.get(h, 0), t, h, k) for h, t in
+                 zip(g["prefix_hash"].to_list(), g["prefix_tokens"].to_list(), strict=True)]
     g = g.with_columns(pl.Series("first_hit_request_id", first_ids(first), dtype=pl.String),
                        pl.Series("snippet", shown, dtype=pl.String))
     return g.select("rank", "prefix_hash", "prefix_tokens", "hits", "tokens_saved", "tenants",
@@ -136,17 +139,16 @@ def _grouped(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("arrival_s").max().alias("last_hit_s"),
             pl.col("arrival_s").diff().median().alias("median_reuse_gap_s"),
             pl.col("seq").first().alias("_first"),
-            sharer_key().drop_nulls().n_unique().alias("_sharers"),
         )
     )
 
 
-def _shown(text: str | None, sharers: int, tokens: int, prefix_hash: int, k: int) -> str:
-    """The snippet of one prefix: the shared text, redacted, when `k` conversations share it; no text
-    at all (hashed traces) stays empty; anything else is hidden behind the prefix hash and its length."""
+def _shown(text: str | None, sources: int, tokens: int, prefix_hash: int, k: int) -> str:
+    """The snippet of one prefix: the shared text, redacted, when `k` independent sources share it; no
+    text at all (hashed traces) stays empty; anything else is hidden behind the prefix hash and its length."""
     if text is None:
         return ""
-    s = redact_snippet(text, SNIPPET_CHARS).removesuffix(" |") if sharers >= k else ""  # " | ": message break
+    s = redact_snippet(text, SNIPPET_CHARS).removesuffix(" |") if may_show(sources, k) else ""  # " | ": break
     return s or hidden(tokens, "tokens", f"{prefix_hash:016x}")
 
 
@@ -174,6 +176,34 @@ def shared_text(df: pl.DataFrame, own_snippets: Callable[[np.ndarray], list[str]
     if not any_text:
         return {}
     return {h: common_prefix(lo[h], hi[h]) for h in lo}
+
+
+CONTEXT_CHARS = 32  # of what follows the shared text in a hit (masked), to tell its surroundings apart
+_VOLATILE = r"\w*\d\w*"  # a word with a digit (a clock, an id, a counter): the same surroundings whatever its value
+
+
+def shared_sources(df: pl.DataFrame, shared: dict[int, str | None],
+                   own_snippets: Callable[[np.ndarray], list[str]], chunk: int = SHARED_CHUNK) -> dict[int, int]:
+    """Per prefix hash with shared text, the independent sources of its hits (`privacy.independent_sources`).
+    A hit's surroundings are what follows the shared text in its snippet, words with digits masked (a
+    clock or an id that changes every request does not make it another source), and its prompt's length
+    (within `privacy.LENGTH_SLACK`): six copies of one customer's request are one source, a system prompt
+    before different questions many. Snippets are cut (80 characters a message), so a value that grows
+    moves the cut: the masked tails of a prefix are compared over the length of its shortest one."""
+    parts = []
+    for start in range(0, df.height, chunk):
+        part = df.slice(start, chunk)
+        texts = own_snippets(part["seq"].to_numpy())
+        heads = [shared.get(h) for h in part["prefix_hash"].to_list()]
+        tails = [t[len(h):] if h and t else None for h, t in zip(heads, texts, strict=True)]
+        tail = pl.Series(tails, dtype=pl.String).str.replace_all(_VOLATILE, "#").str.slice(0, CONTEXT_CHARS)
+        parts.append(part.select("prefix_hash", "user", "tenant", "conversation_id",
+                                 pl.col("prompt_tokens").alias("length")).with_columns(tail.alias("context")))
+    if not parts:
+        return {}
+    rows = pl.concat(parts).with_columns(  # no shared text (null): vouches for nobody
+        pl.col("context").str.slice(0, pl.col("context").str.len_chars().min().over("prefix_hash")))
+    return independent_sources(rows, "prefix_hash")
 
 
 def common_prefix(a: str, b: str) -> str:

@@ -122,7 +122,7 @@ class SimConfig:
         if self.event_delay_s < 0 or self.approx_ttl_s <= 0:
             raise UsageError("--event-delay must be >= 0 and --approx-ttl > 0")
         if self.rate_scale <= 0 or (self.target_rps is not None and self.target_rps <= 0):
-            raise UsageError("--rate-scale and --target-rps must be > 0")
+            raise UsageError("--rate-scale and --rps must be > 0")
         if self.token_budget < 2 or self.max_num_seqs < 1 or self.max_num_seqs >= self.token_budget:
             raise UsageError("need --token-budget > --max-num-seqs >= 1 (each decode uses one budget token)")
         if self.tpot_s <= 0 or self.decode_slowdown < 0 or self.default_output_tokens < 1:

@@ -112,7 +112,11 @@ def build_workload(
     if n:
         arrival = arrival - arrival[0]
     if target_rps is not None and n > 1 and arrival[-1] > 0:
-        rate_scale = target_rps / ((n - 1) / arrival[-1])  # compress (or stretch) to the target rate
+        from prefixscan.cost.rate import activity
+
+        # compress (or stretch) so the busy periods run at the target rate (idle gaps do not dilute it)
+        busy = arrival[-1] * activity(arrival).busy_fraction
+        rate_scale = target_rps / ((n - 1) / busy) if busy > 0 else target_rps / ((n - 1) / arrival[-1])
     arrival = arrival / rate_scale
     prompt = table["prompt_tokens"].to_numpy().astype(np.int64)
     if "output_tokens" in table.column_names:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from prefixscan.io.atomic import replacing
+from prefixscan.io.atomic import refuse_existing, replacing
 from prefixscan.synth.breakers import REGISTRY, BreakerKind, register
 from prefixscan.synth.config import FORMATS, SynthConfig, parse_breakers, parse_scenarios
 from prefixscan.synth.engine import Engine
@@ -84,10 +84,13 @@ def generate_mooncake(config: SynthConfig, block: int = 512) -> Iterator[dict[st
         yield mooncake_record(plan, length, ids)
 
 
-def write(config: SynthConfig, path: str, fmt: str = "jsonl", truth_path: str | None = "") -> SynthResult:
+def write(config: SynthConfig, path: str, fmt: str = "jsonl", truth_path: str | None = "",
+          force: bool = True) -> SynthResult:
     """Stream a synthetic log to `path` in `fmt` plus a ground-truth sidecar.
 
-    `truth_path` "" means `path + ".truth.jsonl"`; None writes no sidecar.
+    `truth_path` "" means `path + ".truth.jsonl"`; None writes no sidecar. With `force` False an existing
+    log or sidecar is refused (UsageError) before either is written (the CLI's default: a real log must
+    never be replaced by a synthetic one by mistake).
     """
     from prefixscan.errors import UsageError
 
@@ -104,6 +107,10 @@ def write(config: SynthConfig, path: str, fmt: str = "jsonl", truth_path: str | 
     # long-lived prefix trie cost ~10 % of the run, so `_write_all` collects less often while writing.
     # Both files are written under temporary names and renamed when complete (io/atomic.py); not flushed
     # to disk first: a synthetic log is cheap to make again, and bench logs are gigabytes.
+    if not force:
+        for target in (path, truth_path):
+            if target is not None:
+                refuse_existing(target, force)
     truth_ctx = replacing(truth_path, durable=False) if truth_path is not None else nullcontext()
     with replacing(path, durable=False) as tmp, truth_ctx as tmp_truth:
         _write_all(engine, mapper, config, fmt, str(tmp), tmp_truth, result)

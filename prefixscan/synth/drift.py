@@ -2,13 +2,15 @@
 
 Real fleets build "the same" prompt in several services: one sends CRLF, one NFD, one trailing spaces,
 one serialises tool schemas with another key order or retrieved chunks in score order with ties broken
-at random; and system prompts are edited between deploys (template churn). Each prompt source picks at
+at random, or render a JSON list of tool definitions into the system prompt from an unordered mapping
+(list order); and system prompts are edited between deploys (template churn). Each prompt source picks at
 most one drift kind; a fixed share of its conversations (one service) sends the variant. The truth lists
 where the variant first differs from the canonical text.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import unicodedata
 from typing import Any
@@ -16,10 +18,12 @@ from typing import Any
 from prefixscan.synth.plan import Part, Plan, ToolProfile
 
 DRIFT_KINDS = ("whitespace", "line_endings", "unicode", "json_key_order", "tool_order", "rag_order",
-               "template_churn")
+               "template_churn", "list_order")
 TEXT_KINDS = ("whitespace", "line_endings", "unicode", "template_churn")
 VARIANT_SHARE = 0.35
 ACCENTED = "Brand voice: Café Zürich, crème brûlée, naïve façade.\n"
+LIST_TOOLS = ("search_orders", "refund_payment", "lookup_customer", "open_ticket", "send_email", "get_invoice",
+              "cancel_order", "track_parcel")
 
 
 def applicable(kind: str, scenario: str) -> bool:
@@ -76,6 +80,53 @@ def _system_edit(plan: Plan, edit: Any, tag: tuple) -> dict[str, Any] | None:
             "position": "drift"}
 
 
+def tool_list(seed: int, source: str, tenant: str) -> tuple[list[dict[str, Any]], bool]:
+    """A prompt source's own tools rendered into its system prompt (5-8 objects keyed by `name`) and whether
+    its tenant renders them indented (else compact: one serialiser per tenant, so two sources with the same
+    tools never differ in layout alone)."""
+    r = random.Random(f"{seed}-list-tools-{source}")
+    names = sorted(r.sample(LIST_TOOLS, r.randint(5, 8)))
+    return [{"name": n, "description": f"Call {n.replace('_', ' ')} (API v{r.randint(1, 9)}.{r.randint(0, 99)}) "
+             "when the customer asks for it; never guess its arguments.",
+             "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}
+            for n in names], random.Random(f"{seed}-list-style-{tenant}").random() < 0.5
+
+
+def _list_text(tools: list[dict[str, Any]], indent: bool) -> str:
+    body = json.dumps(tools, indent=2) if indent else json.dumps(tools, separators=(",", ":"))
+    return "Tools available in this conversation:\n" + body + "\n\n"
+
+
+def _list_order(plan: Plan, seed: int, seq: int) -> list[dict[str, Any]]:
+    """Insert the source's tool list before the system prompt's body, sorted by name (the canonical order);
+    a share of conversations (one service, building it from an unordered mapping) sends it shuffled, in a
+    seeded order per conversation. Truth: where the variant first differs from the sorted text."""
+    role, parts = plan.messages[0]
+    if role != "system" or any(p.key is not None and p.key[0] == "list" for p in parts):
+        return []
+    tools, indent = tool_list(seed, plan.source, plan.tenant)
+    body = next((i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "sys" and p.key[-1] == 1),
+                len(parts))
+    canonical = _list_text(tools, indent)
+    who = plan.conversation_id or f"r{seq}"
+    r = random.Random(f"{seed}-variant-{plan.source}-{who}")
+    text = canonical
+    if r.random() < VARIANT_SHARE:
+        order = list(tools)
+        while order == tools:
+            r.shuffle(order)
+        text = _list_text(order, indent)
+    scope = parts[-1].scope
+    plan.messages[0] = (role, [*parts[:body], Part(text, ("list", plan.source, text), scope), *parts[body:]])
+    if text == canonical:
+        return []
+    before = "".join(p.text for p in parts[:body]) + canonical
+    after = "".join(p.text for p in parts[:body]) + text
+    return [{"kind": "list_order", "source": "drift", "message_index": 0, "role": role,
+             "char_offset": _first_diff(before, after), "value": "shuffled", "label": "", "form": "",
+             "position": "drift"}]
+
+
 def _churn(text: str, version: int) -> str:
     cut = text.find(". ")
     cut = cut + 2 if cut >= 0 else 0
@@ -91,6 +142,8 @@ def apply(plan: Plan, kind: str, seq: int, requests: int, seed: int) -> list[dic
             body = next((i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "sys"
                          and p.key[-1] == 1), len(parts))
             plan.messages[0] = (role, [*parts[:body], Part(ACCENTED, ("accent",), parts[-1].scope), *parts[body:]])
+    if kind == "list_order":  # every request of the source carries the list; variants send it shuffled
+        return _list_order(plan, seed, seq)
     if kind == "template_churn":
         version = min(2, seq * 3 // max(requests, 1))
         if version == 0:

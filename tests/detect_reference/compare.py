@@ -20,6 +20,7 @@ def snapshot(det: Any) -> dict[str, Any]:
         "families": [_family(f) for f in det.index.families],
         "accs": det.accs, "ops_of": det.ops_of, "opsets": det.opsets, "keys": det.keys,
         "pending": det.pending, "orders": det.orders, "seeded": det._seeded,
+        "lists": {ms: (e.mi, e.first, e.canon, e.conflicted, e.held) for ms, e in det.lists.items()},
     }
 
 

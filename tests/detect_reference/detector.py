@@ -21,6 +21,8 @@ import xxhash
 
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.accumulate import Acc, _example, _prefix_record
+from prefixscan.detect.detector import Detector as FastDetector
+from prefixscan.detect.list_order import find_lists, in_regions, signature
 from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.rewrite import _tool_hash, apply_ops
 from prefixscan.hashing import ChainCache
@@ -77,6 +79,9 @@ class Detector:
         self.pending: list[tuple[str, Record, int]] = []
         self.rewritten: dict[str, tuple[list[np.ndarray], int]] = {}  # block hashes (in parts), prompt tokens
         self.orders: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self.lists: dict[int, Any] = {}
+        self.held_chars = 0
+        self.moved: dict[int, list[tuple[int, int]]] = {}
         self.memo = BytesLRU(MEMO_BYTES if memo_bytes is None else memo_bytes)
         self._hot = BytesLRU(HOT_BYTES)  # unit lists kept unpacked, see _memo_units
         self.chains = ChainCache()
@@ -152,6 +157,11 @@ class Detector:
             return
         rid = rec.request_id
         ops: list[tuple[tuple, tuple]] = []
+        roles = [(rec.messages or [])[mi].get("role") for mi in eidx]
+        lists = [(mi, tl, *signature(tl, mi, salt)) for mi, role in zip(eidx, roles, strict=True)
+                 for tl in find_lists(texts[mi], chunks=role in ("system", "developer"))]
+        list_ops: list[tuple[tuple, tuple]] = []
+        self.moved = self._lists(rec, root, lists, list_ops) if lists else {}
         fam, wants_new = self.index.assign(salt, units)
         if fam is None or wants_new:
             ftexts = [texts[u.mi][u.start:u.end].rstrip("\n") if u.mi >= 0 and u.length <= 4096 else None
@@ -166,6 +176,7 @@ class Detector:
             self._spans(rec, fam, al, units, texts, ops)
             self._drifts(rec, fam, al, units, texts, ops)
         self._orders(rec, salt, eidx, texts, ops)
+        ops += list_ops
         for kind in self._drift_kinds(tenant):
             if self._needs(kind, rec, eidx, texts):
                 ops.append((("normalise", kind), ("drift", tenant, kind)))
@@ -194,7 +205,8 @@ class Detector:
         msgs = rec.messages or []
         rid = rec.request_id
         seen_e: set[int] = set()
-        bad = {j for ri, ei, j, _ in al.pairs if not self._pair_ok(units[ri], fam, ei, texts)}
+        bad = {j for ri, ei, j, _ in al.pairs if not self._pair_ok(units[ri], fam, ei, texts)
+               or in_regions(self.moved, units[ri])}
         for ri, ei, j, i0 in al.pairs:
             if j in bad:
                 continue  # a different passage in the span: the variable layer, not a breaker
@@ -393,6 +405,13 @@ class Detector:
             acc.observe(kind, str(seq))
             acc.add_request(rec.request_id)
             ops.append((("reorder", mi, entry[1]), key))
+
+    # Lists in message text (issue 27) came after the freeze; nothing of them is memoised, so the reference
+    # shares the fast detector's code (its list signatures come from each text, not from a memo).
+    _lists = FastDetector._lists
+    _hold = FastDetector._hold
+    _list_op = FastDetector._list_op
+    retro_lists = FastDetector.retro_lists
 
     def _queue(self, rec: Record, root: int, ops: list[tuple[tuple, tuple]]) -> None:
         rid = rec.request_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from prefixscan.report.escape import data as esc
 from prefixscan.report.model import ReportData
 
 Block = (
@@ -71,8 +72,8 @@ def gib(x: float | None) -> str:
 def missing_block(data: ReportData, key: str, what: str) -> Block:
     return (
         "missing",
-        f"No {what} in this run: run `{data.missing[key]}` to fill this section, then "
-        f"`prefixscan report {data.run_path}` again.",
+        f"No {what} in this run: run `{esc(data.missing[key])}` to fill this section, then "
+        f"`prefixscan report {esc(data.run_path)}` again.",
     )
 
 
@@ -80,7 +81,7 @@ def estimate_missing(data: ReportData) -> str:
     err = (data.estimate_error or "no data").rstrip(".")
     if "--replicas" in err:
         return (
-            f"The cost estimate needs a replica count: run `{data.missing['estimate']}` to fill this "
-            f"section, or pass `--replicas N` to `prefixscan report {data.run_path}`."
+            f"The cost estimate needs a replica count: run `{esc(data.missing['estimate'])}` to fill this "
+            f"section, or pass `--replicas N` to `prefixscan report {esc(data.run_path)}`."
         )
     return f"The cost estimate could not run on this traffic: {err}."

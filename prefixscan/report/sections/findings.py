@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from prefixscan.report.escape import data as esc
 from prefixscan.report.fmt import opt_pct, points
 from prefixscan.report.model import ReportData
 from prefixscan.report.sections.blocks import Block, missing_block, num, tok
@@ -27,12 +28,12 @@ def findings(data: ReportData) -> list[Block]:
             ["kind", "tenant", "where", "requests", "tokens lost", "example (redacted)", "fix"],
             [
                 [
-                    str(f.get("kind")),
-                    str(f.get("tenant") or "all"),
-                    f"message {f.get('message_index')} ({f.get('role')}), token {f.get('token_offset')}",
+                    esc(f.get("kind")),
+                    esc(f.get("tenant") or "all"),
+                    f"message {esc(f.get('message_index'))} ({esc(f.get('role'))}), token {esc(f.get('token_offset'))}",
                     num(f.get("requests_affected")),
                     tok(f.get("tokens_lost")),
-                    str(f.get("example") or ""),
+                    esc(f.get("example") or ""),
                     str(f.get("fix") or ""),
                 ]
                 for f in data.findings
@@ -82,7 +83,7 @@ def comparison(data: ReportData) -> list[Block]:
     if d is None:
         return []
     out: list[Block] = [("h", 2, "Before and after"),
-                        ("p", f"This run (after) against `{d.a.path}` (before): {num(d.a.requests)} and "
+                        ("p", f"This run (after) against `{esc(d.a.path)}` (before): {num(d.a.requests)} and "
                               f"{num(d.b.requests)} requests." + "".join(f" {w}." for w in d.warnings)),
                         ("table", ["hit rate (ideal cache)", "before", "after", "change"],
                          [[k.replace("_", " "), opt_pct(a), opt_pct(b), points(a, b)] for k, a, b in d.rates])]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from prefixscan.report.escape import data as esc
 from prefixscan.report.figures import SCENARIO_LABELS, Figure
 from prefixscan.report.model import ReportData
 from prefixscan.report.sections.blocks import (
@@ -26,11 +27,11 @@ def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
     out.append(
         (
             "p",
-            f"Simulated on {s.get('replicas')} replicas of {s.get('model')} on {s.get('gpu')}, "
-            f"{num(s.get('kv_blocks_per_replica'))} KV blocks of {s.get('block_size')} tokens per replica, "
-            f"router knowledge `{s.get('knowledge')}`; from {data.policies_source}. \"prompt tokens "
+            f"Simulated on {_fleet(s)} of {esc(s.get('model'))} on {esc(s.get('gpu'))}, "
+            f"{num(s.get('kv_blocks_per_replica'))} KV blocks of {esc(s.get('block_size'))} tokens per replica, "
+            f"router knowledge `{esc(s.get('knowledge'))}`; from {data.policies_source}. \"prompt tokens "
             f"cached\" is token-weighted over all replicas; \"of ideal\" is the share of an unbounded "
-            f"single cache's hits; the chosen policy is **{data.best_policy}**.",
+            f"single cache's hits; the chosen policy is **{esc(data.best_policy)}**.",
         )
     )
     out.append(
@@ -49,7 +50,7 @@ def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
             ],
             [
                 [
-                    p["policy"],
+                    esc(p["policy"]),
                     pct(p.get("hit_rate_token_weighted")),
                     pct(p.get("capture_of_ideal")),
                     sec(p.get("ttft_p50_s")),
@@ -64,6 +65,7 @@ def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
         )
     )
     out.append(("fig", "policies"))
+    out.extend(_tiers_and_pd(data))
     out.append(("h", 3, "TTFT by cache outcome"))
     out.append(
         (
@@ -78,7 +80,7 @@ def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
                 "cold p50 / p95",
             ],
             [
-                [p["policy"]]
+                [esc(p["policy"])]
                 + sum(
                     (
                         [
@@ -96,6 +98,44 @@ def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
     return out
 
 
+def _fleet(s: dict) -> str:
+    """"8 replicas", or "2 prefill + 2 decode replicas" for a disaggregated simulation."""
+    if s.get("decode_replicas"):
+        return f"{s.get('replicas')} prefill + {s.get('decode_replicas')} decode replicas"
+    return f"{s.get('replicas')} replicas"
+
+
+_FORMATS = {"pct": pct, "s": sec, "short": num, "int": num}
+
+
+def _tiers_and_pd(data: ReportData) -> list[Block]:
+    """The simulation's own KV-tier and prefill/decode results (the columns `simulate` prints)."""
+    from prefixscan.report.simulate_tiers_terminal import PD_COLUMNS, TIER_COLUMNS
+
+    out: list[Block] = []
+    if data.sim_tiers:
+        out.append(("h", 3, "Cached tokens by KV tier"))
+        out.append(("p", "Share of prompt tokens served from each tier in the simulation (load = moving lower-tier "
+                         "KV onto the GPU; recomputed = prompt tokens no tier held, prefilled)."))
+        out.append(("table", ["policy", *(c for c, _, _ in TIER_COLUMNS)],
+                    [[r["policy"], *(_FORMATS[kind](r.get(k)) for _, k, kind in TIER_COLUMNS)]
+                     for r in data.sim_tiers]))
+    if data.sim_pd:
+        out.append(("h", 3, "Disaggregated prefill/decode against a co-located fleet"))
+        out.append(("p", "P/D TTFT includes the decode queue and the KV transfer; co-located = the same GPUs "
+                         "serving both phases; prefill GPUs needed keeps the prefill pool at most 80% busy."))
+        rows = []
+        for r in data.sim_pd:
+            rows.append([r["policy"], f"{r.get('prefill_replicas')}P + {r.get('decode_replicas')}D",
+                         *(_FORMATS[kind](r.get(k)) for _, k, kind in PD_COLUMNS)])
+            if r.get("colocated_replicas") is not None:
+                rows.append(["", f"{r['colocated_replicas']} co-located",
+                             *(_FORMATS[kind](r.get(f"colocated_{k}")) if f"colocated_{k}" in r else ""
+                               for _, k, kind in PD_COLUMNS)])
+        out.append(("table", ["policy", "fleet", *(c for c, _, _ in PD_COLUMNS)], rows))
+    return out
+
+
 def cost(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
     out: list[Block] = [("h", 2, "GPUs and dollars")]
     est = data.estimate
@@ -106,8 +146,8 @@ def cost(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
     out.append(
         (
             "p",
-            f"Source: {data.estimate_source}. {m['name']} ({a['dtype']}, TP {a['tensor_parallel']}) on "
-            f"{est['gpu']['name']}, MFU {pct(a['mfu'], 0)}, ${a['usd_per_gpu_hour']:.2f}/GPU-hour, "
+            f"Source: {data.estimate_source}. {esc(m['name'])} ({esc(a['dtype'])}, TP {esc(a['tensor_parallel'])}) on "
+            f"{esc(est['gpu']['name'])}, MFU {pct(a['mfu'], 0)}, ${a['usd_per_gpu_hour']:.2f}/GPU-hour, "
             f"{num(a['replicas'])} replicas; traffic {num(w['rps'], 2)} req/s, mean context "
             f"{tok(w['context_tokens'])} tokens of which {tok(w['new_tokens'])} new per request. Round "
             f"robin and the router: {base.get('basis', 'analytic')} ({base.get('detail', '')}).",
@@ -126,7 +166,7 @@ def cost(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
                     num(s["prefill_tokens_s"]),
                     gpus(s["gpus"]),
                     usd(s["usd_per_month"]),
-                    s.get("source") or "",
+                    esc(s.get("source") or ""),
                 ]
                 for s in est["scenarios"]
             ],
@@ -182,7 +222,7 @@ def plan(data: ReportData) -> list[Block]:
             "`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`; "
             "cached and uncached input tokens",
             pred(
-                f"{pct(best.get('hit_rate_token_weighted'))} with `{data.best_policy}` (ideal {pct(ideal)})"
+                f"{pct(best.get('hit_rate_token_weighted'))} with `{esc(data.best_policy)}` (ideal {pct(ideal)})"
             ),
         ],
         [
@@ -237,17 +277,17 @@ def plan(data: ReportData) -> list[Block]:
 
 def rollout(data: ReportData) -> list[Block]:
     status = [
-        f"done for this log: see the reuse and prefix sections (`{data.commands[0][1]}`)."
+        f"done for this log: see the reuse and prefix sections (`{esc(data.commands[0][1])}`)."
         if data.commands
         else "run `prefixscan analyze` on several days of logs.",
         (
             f"{data.findings_total.get('findings', 0)} cache breakers listed above, each with its fix."
             if data.findings is not None
-            else f"run `{data.missing.get('findings')}` to list what to move."
+            else f"run `{esc(data.missing.get('findings'))}` to list what to move."
         ),
         "compare the engine's cached-token counts with this report's ideal and LRU numbers.",
         (
-            f"start from `{data.best_policy}` "
+            f"start from `{esc(data.best_policy)}` "
             f"({(data.estimate or {}).get('verdict', {}).get('router', 'router')})."
             if data.best_policy
             else "run `prefixscan simulate` to choose the policy."
@@ -284,12 +324,12 @@ def appendix(data: ReportData) -> list[Block]:
             "table",
             ["file", "kind", "bytes", "fingerprint"],
             [
-                [str(i.get("path")), str(i.get("kind")), num(i.get("size")), str(i.get("fingerprint"))]
+                [esc(i.get("path")), esc(i.get("kind")), num(i.get("size")), esc(i.get("fingerprint"))]
                 for i in data.inputs
             ],
         )
     )
-    out.append(("p", f"prefixscan {data.version}; run directory `{data.run_path}`."))
+    out.append(("p", f"prefixscan {esc(data.version)}; run directory `{esc(data.run_path)}`."))
     return out
 
 
@@ -297,4 +337,11 @@ def scenario(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
     """The one scenario every section is priced at, first thing in the report."""
     if not data.scenario:
         return []
-    return [("p", f"**Scenario:** {data.scenario}. Every section below uses it.")]
+    from prefixscan.cost.scenario import source_rows
+
+    sc = (data.estimate or {}).get("scenario") or {}
+    out: list[Block] = [("p", f"**Scenario:** {data.scenario}. Every section below uses it.")]
+    rows = source_rows(sc)
+    if rows:
+        out.append(("table", ["setting", "value", "from"], rows))
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prefixscan.report.escape import data as esc
 from prefixscan.report.figures import SCENARIO_LABELS, Figure
 from prefixscan.report.model import ReportData
 from prefixscan.report.sections.blocks import (
@@ -41,7 +42,7 @@ def summary(data: ReportData) -> list[Block]:
     best, rr = data.policy(data.best_policy), data.policy("round_robin")
     if best:
         line = (
-            f"Best simulated router policy `{best['policy']}` caches "
+            f"Best simulated router policy `{esc(best['policy'])}` caches "
             f"**{pct(best['hit_rate_token_weighted'])}** "
             f"of prompt tokens on {data.sim.get('replicas')} replicas (token-weighted, cluster-wide; "
             f"{data.policies_source})"
@@ -84,7 +85,7 @@ def traffic(data: ReportData) -> list[Block]:
         ["tenants / conversations / models", f"{num(t.tenants)} / {num(t.conversations)} / {num(t.models)}"],
     ]
     for reason, n in sorted(t.rejects_by_reason.items()):
-        rows.append([f"rejected: {reason}", num(n)])
+        rows.append([f"rejected: {esc(reason)}", num(n)])
     if t.with_actual_cached:
         rows.append(["requests with engine-reported cached tokens", num(t.with_actual_cached)])
         rows.append(
@@ -95,11 +96,15 @@ def traffic(data: ReportData) -> list[Block]:
         )
     s = data.setup
     out.append(("table", ["", "value"], rows))
+    if t.busy_note:
+        rate = f"busy-period rate {num(t.busy_rps, 2)} req/s" if t.busy_rps == t.busy_rps else "no measurable rate"
+        out.append(("p", f"Note: {t.busy_note[0].upper()}{t.busy_note[1:]}: its {rate} is the traffic's rate "
+                         "an estimate uses unless `--rps` sets one."))
     out.append(
         (
             "p",
-            f"Tokenizer `{s.get('tokenizer')}`, block size {s.get('block_size')}, hit rule "
-            f"`{s.get('hit_rule')}`, granularity `{s.get('granularity')}`.",
+            f"Tokenizer `{esc(s.get('tokenizer'))}`, block size {esc(s.get('block_size'))}, hit rule "
+            f"`{esc(s.get('hit_rule'))}`, granularity `{esc(s.get('granularity'))}`.",
         )
     )
     return out
@@ -119,7 +124,7 @@ def _dim_table(rows: list[dict[str, Any]], title: str) -> Block:
         ],
         [
             [
-                str(r["key"]),
+                esc(r["key"]),
                 num(r["requests"]),
                 tok(r["prompt_tokens"]),
                 tok(r["cached_tokens"]),
@@ -194,7 +199,7 @@ def capacity(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
         (
             "p",
             f"Token-weighted hit rate of one cache of each size. GiB use {num(kv.bytes_per_token)} "
-            f"bytes of KV per token ({kv.model}, {kv.dtype} KV; model from {kv.source}; change with "
+            f"bytes of KV per token ({esc(kv.model)}, {esc(kv.dtype)} KV; model from {esc(kv.source)}; change with "
             "`--model`).",
         )
     )
@@ -263,7 +268,7 @@ def prefixes(data: ReportData) -> list[Block]:
                     num(p.get("tenants")),
                     num(p.get("cross_tenant_hits")),
                     sec(p.get("median_reuse_gap_s")),
-                    p["snippet"],
+                    esc(p["snippet"]),
                 ]
                 for p in data.prefixes
             ],
