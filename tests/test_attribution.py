@@ -6,11 +6,13 @@ from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import prefixscan
 from prefixscan.detect.attribution import MISSES_SCHEMA
+from prefixscan.errors import NothingAcceptedError
 from tests.conftest import write_jsonl
 from tests.test_findings_detect import DOC, SYS, question, rec, ts
 
@@ -199,7 +201,9 @@ def test_misses_table_on_a_trace_and_empty_log(tmp_path) -> None:
     assert m.num_rows == 2000 and m["lost_breaker_tokens"].to_pylist() == [0] * 2000
     assert m["ideal_cached_tokens"].to_pylist() == r.tables["requests"]["cached_tokens"].to_pylist()
     empty = write_jsonl(tmp_path / "empty.jsonl", [])
-    assert prefixscan.analyze(str(empty)).tables["misses"].num_rows == 0
+    with pytest.raises(NothingAcceptedError) as nothing:  # the library refuses a run that measured nothing
+        prefixscan.analyze(str(empty))
+    assert nothing.value.result.tables["misses"].num_rows == 0  # the run it built is still there to inspect
     assert isinstance(m, pa.Table)
 
 

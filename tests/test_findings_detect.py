@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 import prefixscan
 from prefixscan.cli.app import app
 from prefixscan.detect.findings import JSON_KEYS
+from prefixscan.errors import NothingAcceptedError
 from tests.conftest import write_jsonl
 from tests.test_tokenize import hf_dir  # noqa: F401 - the tiny Hugging Face tokenizer fixture
 
@@ -168,7 +169,9 @@ def test_cli_findings_and_analyze_json(timestamp_log, tmp_path) -> None:
 
 def test_empty_and_hashed_inputs(tmp_path) -> None:
     empty = write_jsonl(tmp_path / "empty.jsonl", [])
-    r = prefixscan.analyze(str(empty))
+    with pytest.raises(NothingAcceptedError) as nothing:
+        prefixscan.analyze(str(empty))
+    r = nothing.value.result
     assert r.findings.findings == [] and r.summary["counterfactual"]["requests_rewritten"] == 0
     trace = write_jsonl(tmp_path / "mc.jsonl", [{"timestamp": i, "input_length": 1024, "output_length": 8,
                                                  "hash_ids": [1, 2]} for i in range(5)])
