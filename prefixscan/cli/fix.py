@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
     @app.command("fix", no_args_is_help=True)
     @handle_errors
     def fix(
-        logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, JSONL.gz, Parquet)."),
+        logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, .gz, .zst, Parquet)."),
         output: str = typer.Option(..., "-o", "--output",
                                    help="Fixed log file (one input) or directory (several inputs)."),
         force: bool = typer.Option(False, "--force", help="Replace existing output files."),
@@ -31,7 +31,10 @@ def register(app: typer.Typer) -> None:
         """Write the log again in its own format with dynamic fields moved after the shared content and the
         text normalised, then print the hit rate before and after (both measured by re-analysis).
 
-        A moved field keeps its label and value; only `messages` and `tools` change.
+        Each record is rewritten in its own shape (chat, batch, gateway, LiteLLM,
+        Anthropic, Responses, OTel, Parquet); only its prompt fields change.
+        A moved field keeps its label and value. Output compressed as the input.
+        Hashed traces and token ids hold no text: refused with exit 3.
         Example: prefixscan fix sample_logs/chat.jsonl -o /tmp/chat.fixed.jsonl
         """
         from prefixscan.cli.analyze import _parse_fields
@@ -53,6 +56,10 @@ def register(app: typer.Typer) -> None:
         console.print(f"rewrote {result.rewritten:,} of {result.requests:,} records into "
                       f"{safe(', '.join(result.outputs))} (findings fixed: {safe(kinds)})", highlight=False,
                       soft_wrap=True)
+        if result.unmapped:
+            console.print(f"left as they were: {result.unmapped:,} records whose rewrite could not be placed in "
+                          "their own fields (an edit across two content blocks or an OTLP typed value)",
+                          highlight=False, soft_wrap=True)
         if result.not_fixed:
             left = ", ".join(f"{k} {v}" for k, v in sorted(result.not_fixed.items()))
             console.print(f"no safe rewrite, left as they are: {safe(left)} (see each finding's fix)",

@@ -118,7 +118,7 @@ def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size
                 block_index=acc.token_offset // block_size if acc.token_offset is not None else None,
                 requests_affected=len(acc.requests), distinct_values=len(acc.values) if key[0] == "span" else None,
                 tokens_lost=int(lost), example=acc.example, example_request_id=acc.example_request_id,
-                detail=detail, fix=fix_sentence(kind, acc.label or None, acc.role, detail),
+                detail=detail, fix=fix_sentence(kind, acc.label or None, acc.role, detail, acc.mi, offset),
                 request_ids=list(acc.requests), request_gains=[int(credit.get(r, 0)) for r in acc.requests],
             ))
         kept = {k for k in cands if sum(cf.credit.get(k, {}).values()) >= block_size}

@@ -78,6 +78,8 @@ class Finding:
     rank: int = 0
     request_ids: list[str] = field(default_factory=list, repr=False)
     request_gains: list[int] = field(default_factory=list, repr=False)
+    # (path in the record's own shape, char) of the example, for shapes whose message list is not the record's
+    field_path: tuple[str, int] | None = field(default=None, repr=False)
 
     @property
     def category(self) -> str:
@@ -91,7 +93,7 @@ class Finding:
         return {k: getattr(self, k) for k in JSON_KEYS}
 
     def to_row(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k not in ("request_ids", "request_gains")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("request_ids", "request_gains", "field_path")}
         d["category"] = self.category
         d["tokens_lost_per_request"] = round(self.tokens_lost_per_request, 3)
         return d
@@ -147,14 +149,36 @@ _WHERE = {"system": "the system message", "user": "the user message", "developer
           "tools": "the tool list"}
 
 
-def fix_sentence(kind: str, label: str | None, role: str | None, detail: str | None = None) -> str:
-    """The fix in one sentence."""
-    lab = f"`{label}:`" if label else "the varying text"
+def _position(message_index: int | None, role: str | None, char_offset: int | None,
+              field: tuple[str, int] | None) -> str:
+    """Where to act: the record's own field and char (non-OpenAI shapes), and always the message and char."""
+    if message_index is None or message_index < 0:
+        return ""
+    at = f"message {message_index}" + (f" ({role})" if role else "") + \
+        (f", char {char_offset}" if char_offset is not None else "")
+    return f"`{field[0]}` char {field[1]} ({at})" if field else at
+
+
+def fix_sentence(kind: str, label: str | None, role: str | None, detail: str | None = None,
+                 message_index: int | None = None, char_offset: int | None = None,
+                 field: tuple[str, int] | None = None, hidden_label: int | None = None) -> str:
+    """The fix in one sentence, with where to act. `label`: the template text in front of the value (shown
+    only as privacy allows); `hidden_label`: the length of a label that may not be shown (the field is then
+    named by its kind and position only); `field`: (path in the record's own shape, char) from
+    `prompt_map`, for shapes whose message list is not the record's."""
+    at = _position(message_index, role, char_offset, field)
+    if label:
+        lab = f"`{label}:`" + (f" at {at}" if at else "")
+    elif hidden_label:
+        lab = (f"the {kind} field" + (f" at {at}" if at else "") + f" (its label, {hidden_label} characters of "
+               "template text, is not shown: too few conversations share it)")
+    else:
+        lab = "the varying text" + (f" at {at}" if at else "")
     where = _WHERE.get(role or "", "its message")
     if detail and detail.startswith("written inside a sentence"):
-        return (f"No safe automatic rewrite (`fix` leaves it): the {kind} is written inside a sentence of {where}; "
-                "reword it so the date comes after the shared content (the end of the last user message), or "
-                "round it to the day if the time is not needed.")
+        return (f"No safe automatic rewrite (`fix` leaves it): the {kind} is written inside a sentence of {where}"
+                + (f" ({at})" if at else "") + "; reword it so the date comes after the shared content (the end "
+                "of the last user message), or round it to the day if the time is not needed.")
     if kind == "list_order":
         if detail and detail.startswith(LIST_UNSAFE):
             return (f"No safe automatic rewrite (`fix` leaves it): a list of text chunks in {where} arrives in "

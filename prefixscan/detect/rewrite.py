@@ -5,6 +5,11 @@ end of the last user message (after the stable section); normalisers change byte
 reorder restores the order in which the same retrieved chunks or tools were first seen. Only the
 counterfactual uses `replace` (unifying template versions), because choosing a version is the team's call.
 
+Offsets are into a message's text (`render.content_text`: a list of text parts counts as its parts joined),
+in the normalised message list of `prefixscan.io.shapes.normalise`; `fix` writes the result back into each
+record's own fields through `prefixscan.io.shapes.prompt_map`. A new operation kind only has to change
+message texts (or the tool list) here: the mapping back to every shape is shared.
+
 Operations (tuples, JSON-serialisable):
 - ("move", message_index, start, end)
 - ("replace", message_index, start, end, text)        counterfactual only (template version)
@@ -25,6 +30,7 @@ import xxhash
 
 from prefixscan.detect.list_order import apply_list_op
 from prefixscan.detect.normalisation import NORMALISERS, _sorted_json, early_messages, paragraph_hash, paragraphs
+from prefixscan.render import content_text
 
 Op = tuple
 
@@ -53,6 +59,16 @@ def _reorder_text(text: str, canon: tuple[int, ...]) -> str:
     return "".join(out) + text[head[-1][1]:]
 
 
+def _text(content: Any) -> str | None:
+    """The editable text of a message's content: a string, or a list of text parts joined (normalised
+    records carry media as placeholders in strings, so a list holds text parts only); None otherwise."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return content_text(content)
+    return None
+
+
 def apply_ops(messages: list[dict[str, Any]], tools: list[Any] | None, ops: list[Op],
               counterfactual: bool = True) -> tuple[list[dict[str, Any]], list[Any] | None]:
     """New (messages, tools) with `ops` applied; inputs are not modified."""
@@ -65,8 +81,8 @@ def apply_ops(messages: list[dict[str, Any]], tools: list[Any] | None, ops: list
         elif (op[0] == "retool" or (op[0] == "retool_cf" and counterfactual)) and tools and 0 <= op[1] < len(tools):
             tools = [*tools[:op[1]], op[2], *tools[op[1] + 1:]]
     for mi in sorted(edits):
-        content = msgs[mi].get("content") if 0 <= mi < len(msgs) else None
-        if not isinstance(content, str):
+        content = _text(msgs[mi].get("content")) if 0 <= mi < len(msgs) else None
+        if content is None:
             continue
         blocks = []
         for op in sorted(edits[mi], key=lambda o: (-o[2], -o[3])):
@@ -84,8 +100,10 @@ def apply_ops(messages: list[dict[str, Any]], tools: list[Any] | None, ops: list
                 order = {h: i for i, h in enumerate(op[2])}
                 if sorted(order) == sorted(_tool_hash(t) for t in tools):
                     tools = sorted(tools, key=lambda t: order[_tool_hash(t)])
-            elif 0 <= op[1] < len(msgs) and isinstance(msgs[op[1]].get("content"), str):
-                msgs[op[1]]["content"] = _reorder_text(msgs[op[1]]["content"], tuple(op[2]))
+            elif 0 <= op[1] < len(msgs) and (text := _text(msgs[op[1]].get("content"))) is not None:
+                new = _reorder_text(text, tuple(op[2]))
+                if new != text:
+                    msgs[op[1]]["content"] = new
         elif op[0] == "list_reorder":
             apply_list_op(msgs, op, counterfactual)
     for op in ops:
@@ -93,16 +111,14 @@ def apply_ops(messages: list[dict[str, Any]], tools: list[Any] | None, ops: list
             continue
         fn = NORMALISERS[op[1]]
         for mi in early_messages(msgs):
-            if isinstance(msgs[mi].get("content"), str):
-                msgs[mi]["content"] = fn(msgs[mi]["content"])
+            if (text := _text(msgs[mi].get("content"))) is not None and (new := fn(text)) != text:
+                msgs[mi]["content"] = new
         if op[1] == "json_key_order" and tools:
             tools = [_sorted_json(t) for t in tools]
     if moved:
         dest = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=len(msgs) - 1)
-        content = msgs[dest].get("content")
+        content = _text(msgs[dest].get("content"))
         tail = "\n".join(moved)
-        if isinstance(content, str):
+        if content is not None:  # the same bytes whether the content was a string or a list of parts
             msgs[dest]["content"] = content + ("\n" if content.endswith("\n") else "\n\n") + tail + "\n"
-        elif isinstance(content, list):
-            msgs[dest]["content"] = [*content, {"type": "text", "text": "\n" + tail + "\n"}]
     return msgs, tools

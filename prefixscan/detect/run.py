@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,14 +11,17 @@ import polars as pl
 from prefixscan.config import AnalyzeConfig
 from prefixscan.detect import FindingsResult, finalize
 from prefixscan.detect.counterfactual import Blocks
+from prefixscan.detect.fieldpath import locate_fields
 from prefixscan.detect.shown import guard_findings
 from prefixscan.pipeline.frame import identity_hasher
 from prefixscan.reuse.ideal import ideal_reuse, scope_salts
 
 
-def run_findings(cfg: AnalyzeConfig, ing: Any, req: pl.DataFrame, blocks: Blocks) -> FindingsResult | None:
+def run_findings(cfg: AnalyzeConfig, ing: Any, req: pl.DataFrame, blocks: Blocks,
+                 requests: Path | None = None) -> FindingsResult | None:
     """Findings for an analysis, or None with --no-findings. `blocks`: every request's hashes, chunk by
-    chunk in row order (`counterfactual.Blocks`)."""
+    chunk in row order (`counterfactual.Blocks`); `requests`: the requests table (to name a finding's
+    field in the record's own shape)."""
     if not cfg.findings:
         return None
     baseline = None
@@ -29,6 +33,7 @@ def run_findings(cfg: AnalyzeConfig, ing: Any, req: pl.DataFrame, blocks: Blocks
                                scope_salts(req["tenant"].to_list()),
                                scope_salts(req["conversation_id"].to_list())).cached_tokens
     res = finalize(ing.detector, req, blocks, ing.block_size, ing.hit_rule, identity_hasher(cfg), baseline)
+    locate_fields(res.findings, requests, ing.sources, ing.shapes, dict(cfg.fields))  # `system[0].text` char 146
     guard_findings(res.findings, req, cfg.snippet_k, cfg.include_text)  # example text only as privacy allows
     return res
 

@@ -72,7 +72,8 @@ def _guard_label(f: Finding, shared: bool) -> None:
     f.example = f"{mark}: {value}" if value is not None else mark
     f.label = mark
     if CATEGORIES.get(f.kind, "dynamic_field") in ("dynamic_field", "pattern_free"):
-        f.fix = fix_sentence(f.kind, mark, f.role, f.detail)
+        f.fix = fix_sentence(f.kind, None, f.role, f.detail, f.message_index, f.char_offset, f.field_path,
+                             hidden_label=len(label))
 
 
 def _hide_line(f: Finding) -> None:

@@ -15,6 +15,8 @@ pipeline knows one shape. Field names were checked against each format's documen
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -300,3 +302,367 @@ def responses_to_chat(body: dict[str, Any], usage: dict[str, Any], response: dic
     return {"messages": messages, "tools": body.get("tools"), "model": body.get("model"), "request_id": rid,
             "conversation_id": conv, "actual_cached_tokens": details.get("cached_tokens"),
             "output_tokens": usage.get("output_tokens"), "reported_prompt_tokens": usage.get("input_tokens")}
+
+
+# ---- Where each message's text lives in the record: the converters above, inverted (for `fix`) ------------
+# Each `*_map` walks a record exactly as its converter does and, for every message the converter produces
+# (same index as `Record.messages`), names the raw strings whose texts appear, in order, in that message's
+# text. `fix` edits the record through these slots, so an offset found in the normalised message list is
+# applied to the record's own field (`system[0].text`, `input[2].content[0].text`, ...).
+
+class Unmappable(ValueError):
+    """A record whose prompt text cannot be located in its own fields: `fix` leaves it as it is."""
+
+
+@dataclass
+class Slot:
+    """One raw string of a record, `holder[key]`, named by its path in the record's own shape."""
+
+    holder: Any
+    key: Any
+    path: str
+
+    @property
+    def text(self) -> str:
+        return self.holder[self.key]
+
+
+@dataclass
+class MessageSlots:
+    """The raw strings of one normalised message, and how to add a text part at its end (None: cannot)."""
+
+    slots: list[Slot]
+    append: Callable[[str], None] | None = None
+
+
+@dataclass
+class PromptMap:
+    """The text slots of a *copy* of a record; edit through them, then `finish()` gives the rewritten record
+    (JSON strings met on the way are encoded again)."""
+
+    obj: dict[str, Any]
+    messages: list[MessageSlots] = field(default_factory=list)
+    # the record's tool list (edited in place), its path, and a normalised tool in the shape's own form
+    tools: tuple[list[Any], str, Callable[[dict[str, Any], Any], Any]] | None = None
+    finishers: list[Callable[[], None]] = field(default_factory=list)
+
+    def value(self, holder: Any, key: Any) -> Any:
+        """`holder[key]`; a JSON string there is decoded, edited as an object and encoded again by `finish`."""
+        v = holder[key] if isinstance(holder, list) else holder.get(key)
+        if isinstance(v, str) and v[:1] in "[{":
+            try:
+                d = orjson.loads(v)
+            except orjson.JSONDecodeError:
+                return v
+            self.finishers.append(lambda: holder.__setitem__(key, orjson.dumps(d).decode()))
+            return d
+        return v
+
+    def add(self, slots: list[Slot], append: Callable[[str], None] | None = None) -> None:
+        self.messages.append(MessageSlots(slots, append))
+
+    def parts(self, holder: Any, key: Any, path: str, text_key: str = "text", new_type: str = "text") -> None:
+        """One message whose content is `holder[key]`: a string, or a list of parts (text parts are slots).
+        A string is the text itself, even when it holds JSON (the converters never decode content)."""
+        content = holder.get(key)
+        if isinstance(content, str):
+            self.add([Slot(holder, key, path)])
+        elif isinstance(content, list):
+            self.add([Slot(p, text_key, f"{path}[{i}].{text_key}") for i, p in enumerate(content)
+                      if isinstance(p, dict) and _is_text(p) and isinstance(p.get(text_key), str)],
+                     lambda t: content.append({"type": new_type, text_key: t}))
+        else:
+            self.add([])
+
+    def spans(self, mi: int, text: str) -> list[tuple[int, int, Slot]] | None:
+        """Where each raw string of message `mi` sits in its normalised `text`; None when one is not found."""
+        out, pos = [], 0
+        for s in self.messages[mi].slots:
+            t = s.text
+            j = text.find(t, pos)
+            if j < 0:
+                return None
+            out.append((j, j + len(t), s))
+            pos = j + len(t)
+        return out
+
+    def locate(self, mi: int, text: str, offset: int) -> tuple[str, int] | None:
+        """The record's own field and char offset of `offset` in normalised message `mi` (for fix hints)."""
+        if not 0 <= mi < len(self.messages):
+            return None
+        for s, e, slot in self.spans(mi, text) or []:
+            if s <= offset < e or s == offset == e:
+                return slot.path, offset - s
+        return None
+
+    def write_text(self, mi: int, old: str, new: str) -> bool:
+        """Make message `mi`'s text `new` (it was `old`) by editing its raw strings: each changed region must
+        lie inside one raw string (or be added at the end); False, with nothing changed, when one does not."""
+        if not 0 <= mi < len(self.messages):
+            return False
+        spans = self.spans(mi, old)
+        if spans is None:
+            return False
+        ms = self.messages[mi]
+        if len(spans) == 1 and spans[0][:2] == (0, len(old)):  # one raw string holds the whole text
+            spans[0][2].holder[spans[0][2].key] = new
+            return True
+        regions = _regions(old, new)
+        plan: list[tuple[int, int, int, str]] = []  # (span index or -1 = append, start, end, replacement)
+        for i1, i2, repl in regions:
+            at = next((k for k, (s, e, _) in enumerate(spans) if s <= i1 and i2 <= e), None)
+            if at is None:  # a diff places an insertion or deletion anywhere in a run of equal text: slide it
+                i1, i2, repl, at = _slide(old, i1, i2, repl, spans)
+            if at is None:
+                if not (i1 == i2 == len(old) and ms.append is not None):
+                    return False
+                plan.append((-1, i1, i2, repl))
+            else:
+                plan.append((at, i1 - spans[at][0], i2 - spans[at][0], repl))
+        for at, i1, i2, repl in sorted(plan, key=lambda p: (p[0] < 0, -p[1], -p[2])):
+            if at < 0:
+                ms.append(repl)  # type: ignore[misc]
+            else:
+                slot = spans[at][2]
+                t = slot.text
+                slot.holder[slot.key] = t[:i1] + repl + t[i2:]
+        return True
+
+    def write_tools(self, old: list[Any], new: list[Any]) -> bool:
+        """Make the tool list `new` (normalised; it was `old`): unchanged tools keep their raw bytes, changed
+        ones are written in the shape's own form."""
+        if self.tools is None:
+            return False
+        raw, _, to_raw = self.tools
+        if len(raw) != len(old) or len(new) != len(old):
+            return False
+        free = list(range(len(old)))
+        out = []
+        for j, t in enumerate(new):
+            k = next((k for k in free if old[k] == t), None)
+            if k is None:
+                out.append(to_raw(t, raw[j]))
+            else:
+                free.remove(k)
+                out.append(raw[k])
+        raw[:] = out
+        return True
+
+    def finish(self) -> dict[str, Any]:
+        for f in reversed(self.finishers):  # innermost JSON string first
+            f()
+        self.finishers.clear()
+        return self.obj
+
+
+def _is_text(p: dict[str, Any]) -> bool:
+    from prefixscan.media import MEDIA_KINDS, is_text_part
+
+    return is_text_part(p) and p.get("type") not in MEDIA_KINDS
+
+
+def _blocks(blocks: list[Any], path: str) -> list[Slot]:
+    """Slots of a list joined by `_parts_text` (dict parts of type text or none, and plain strings)."""
+    out = []
+    for i, p in enumerate(blocks):
+        if isinstance(p, str):
+            out.append(Slot(blocks, i, f"{path}[{i}]"))
+        elif isinstance(p, dict) and p.get("type") in (None, "text"):
+            tk = "content" if "content" in p else "text"
+            if isinstance(p.get(tk), str):
+                out.append(Slot(p, tk, f"{path}[{i}].{tk}"))
+    return out
+
+
+def otel_map(pm: PromptMap, span: dict[str, Any]) -> None:
+    """`otel_to_chat`, inverted."""
+    attrs = span.get("attributes")
+
+    def attr(key: str) -> tuple[Any, Any, Any, str]:
+        path = f'attributes."{key}"'
+        if isinstance(attrs, dict):
+            return pm.value(attrs, key), attrs, key, path
+        entry = next((a for a in reversed(attrs) if isinstance(a, dict) and a.get("key") == key), None) \
+            if isinstance(attrs, list) else None
+        if entry is None:
+            return None, None, None, path
+        v = entry.get("value")
+        if isinstance(v, dict) and "stringValue" in v:
+            return pm.value(v, "stringValue"), v, "stringValue", path
+        if isinstance(v, dict):
+            raise Unmappable(f"OTLP attribute {key} is not a string value")
+        return pm.value(entry, "value"), entry, "value", path
+
+    system, h, k, path = attr("gen_ai.system_instructions")
+    if system:
+        pm.add([Slot(h, k, path)] if isinstance(system, str) else _blocks(system, path)
+               if isinstance(system, list) else [])
+    raw, _, _, path = attr("gen_ai.input.messages")
+    for i, m in enumerate(raw if isinstance(raw, list) else []):
+        if not isinstance(m, dict):
+            raise Unmappable(f"gen_ai.input.messages item {i} is not an object")
+        parts = m.get("parts")
+        if parts is None:
+            pm.parts(m, "content", f"{path}[{i}].content")
+            continue
+        slots, results, content, calls = [], [], False, False
+        for j, p in enumerate(parts if isinstance(parts, list) else []):
+            kind = p.get("type") if isinstance(p, dict) else "text"
+            if kind == "tool_call":
+                calls = True
+            elif kind == "tool_call_response":
+                rk = "result" if "result" in p else "response"
+                results.append([Slot(p, rk, f"{path}[{i}].parts[{j}].{rk}")] if isinstance(p.get(rk), str) else [])
+            else:
+                content = True
+                if isinstance(p, str):
+                    slots.append(Slot(parts, j, f"{path}[{i}].parts[{j}]"))
+                elif kind == "text":
+                    tk = "content" if "content" in p else "text"
+                    if isinstance(p.get(tk), str):
+                        slots.append(Slot(p, tk, f"{path}[{i}].parts[{j}].{tk}"))
+        if content or calls or not results:
+            pm.add(slots, (lambda t, ps=parts: ps.append({"type": "text", "content": t}))
+                   if isinstance(parts, list) else None)
+        for r in results:
+            pm.add(r)
+    tools, _, _, path = attr("gen_ai.tool.definitions")
+    if isinstance(tools, list):
+        pm.tools = (tools, path, lambda new, old: new)
+
+
+def anthropic_map(pm: PromptMap, body: dict[str, Any], path: str) -> None:
+    """`anthropic_to_chat`, inverted (`path`: where the body sits, "" or "request.")."""
+    system = body.get("system")
+    if system:
+        pm.add([Slot(body, "system", f"{path}system")] if isinstance(system, str) else
+               [Slot(b, "text", f"{path}system[{i}].text") for i, b in enumerate(system)
+                if isinstance(b, dict) and isinstance(b.get("text"), str)])
+    raw = pm.value(body, "messages")
+    for i, m in enumerate(raw if isinstance(raw, list) else []):
+        if not isinstance(m, dict):
+            raise Unmappable(f"message {i} is not an object")
+        content, where = m.get("content"), f"{path}messages[{i}].content"
+        if isinstance(content, str):
+            pm.add([Slot(m, "content", where)])
+            continue
+        slots, results, other = [], [], False
+        for j, b in enumerate(content or []):
+            if not isinstance(b, dict):
+                continue
+            kind = b.get("type")
+            if kind == "tool_result":
+                c = b.get("content")
+                results.append([Slot(b, "content", f"{where}[{j}].content")] if isinstance(c, str) else
+                               [Slot(x, "text", f"{where}[{j}].content[{n}].text") for n, x in enumerate(c or [])
+                                if isinstance(x, dict) and isinstance(x.get("text"), str)])
+            else:
+                other = True
+                if kind == "text" and isinstance(b.get("text"), str):
+                    slots.append(Slot(b, "text", f"{where}[{j}].text"))
+        if other or not results:
+            pm.add(slots, (lambda t, c=content: c.append({"type": "text", "text": t}))
+                   if isinstance(content, list) else None)
+        for r in results:
+            pm.add(r)
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools:
+        if not all(isinstance(t, dict) for t in tools):
+            raise Unmappable("a tool is not an object")
+
+        def to_raw(new: dict[str, Any], old: Any) -> dict[str, Any]:
+            fn = new.get("function") or {}
+            out = {**(old if isinstance(old, dict) else {}), "name": fn.get("name"),
+                   "input_schema": fn.get("parameters")}
+            if fn.get("description") is not None or "description" in out:
+                out["description"] = fn.get("description")
+            return out
+        pm.tools = (tools, f"{path}tools", to_raw)
+
+
+def responses_map(pm: PromptMap, body: dict[str, Any], path: str) -> None:
+    """`responses_to_chat`, inverted."""
+    if body.get("instructions"):
+        pm.add([Slot(body, "instructions", f"{path}instructions")] if isinstance(body["instructions"], str) else [])
+    inp = pm.value(body, "input")
+    if isinstance(inp, str):
+        pm.add([Slot(body, "input", f"{path}input")])
+    for i, item in enumerate(inp if isinstance(inp, list) else []):
+        where = f"{path}input[{i}]"
+        if isinstance(item, str):
+            pm.add([Slot(inp, i, where)])
+        elif not isinstance(item, dict):
+            continue
+        elif item.get("type") == "function_call":
+            pm.add([])
+        elif item.get("type") == "function_call_output":
+            pm.add([Slot(item, "output", f"{where}.output")] if isinstance(item.get("output"), str) else [])
+        else:
+            pm.parts(item, "content", f"{where}.content", new_type="input_text")
+    tools = pm.value(body, "tools")
+    if isinstance(tools, list):
+        pm.tools = (tools, f"{path}tools", lambda new, old: new)
+
+
+def _slide(old: str, i1: int, i2: int, repl: str, spans: list[tuple[int, int, Slot]]
+           ) -> tuple[int, int, str, int | None]:
+    """The same pure insertion or deletion moved along equal characters until it fits in one span."""
+    def fits(a: int, b: int) -> int | None:
+        return next((k for k, (s, e, _) in enumerate(spans) if s <= a and b <= e), None)
+
+    if i1 == i2 or not repl:
+        for step in (1, -1):
+            a, b, r = i1, i2, repl
+            while True:
+                if step == 1 and b < len(old) and (old[a] == old[b] if not r else r[0] == old[a]):
+                    a, b, r = (a + 1, b + 1, r) if not r else (a + 1, b + 1, r[1:] + old[a])
+                elif step == -1 and a > 0 and (old[a - 1] == old[b - 1] if not r else r[-1] == old[a - 1]):
+                    a, b, r = (a - 1, b - 1, r) if not r else (a - 1, b - 1, old[a - 1] + r[:-1])
+                else:
+                    break
+                if (k := fits(a, b)) is not None:
+                    return a, b, r, k
+    return i1, i2, repl, None
+
+
+def _regions(old: str, new: str) -> list[tuple[int, int, str]]:
+    """The changed regions of `old` (start, end, replacement) that make `new`: one region when the change is
+    a single edit, else a diff by lines (moves take whole lines) refined by characters inside small
+    changed runs. Bounded: a long run without line breaks stays one region (then it may not fit a slot)."""
+    a, b = _trim(old, new)
+    if len(old) - b - a <= 0 or len(new) - b - a <= 0:
+        return [(a, len(old) - b, new[a:len(new) - b])]
+    import difflib
+
+    la, lb = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    oa, ob = [0], [0]
+    for x in la:
+        oa.append(oa[-1] + len(x))
+    for x in lb:
+        ob.append(ob[-1] + len(x))
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        s0, e0, s1, e1 = oa[i1], oa[i2], ob[j1], ob[j2]
+        if tag == "replace" and max(e0 - s0, e1 - s1) <= CHAR_DIFF_MAX:
+            out += [(s0 + x1, s0 + x2, new[s1 + y1:s1 + y2]) for op, x1, x2, y1, y2 in difflib.SequenceMatcher(
+                None, old[s0:e0], new[s1:e1], autojunk=False).get_opcodes() if op != "equal"]
+        else:
+            out.append((s0, e0, new[s1:e1]))
+    return out
+
+
+CHAR_DIFF_MAX = 4096  # characters of a changed run diffed by character (quadratic at worst)
+
+
+def _trim(old: str, new: str) -> tuple[int, int]:
+    """Lengths of the common head and (not overlapping it) tail of two texts."""
+    n = min(len(old), len(new))
+    a = 0
+    while a < n and old[a] == new[a]:
+        a += 1
+    b = 0
+    while b < n - a and old[-1 - b] == new[-1 - b]:
+        b += 1
+    return a, b

@@ -93,15 +93,22 @@ def _open_raw(path: str):  # noqa: ANN202 - a binary file object
     return remote.open_random(path) if remote.is_uri(path) else open(path, "rb")  # noqa: SIM115
 
 
-def open_bytes(path: str):  # noqa: ANN201 - a binary file object
-    """The file for reading bytes, decompressed when it is gzip or zstd (by its magic, not its name)."""
+def compression(path: str) -> str | None:
+    """"gzip", "zstd" or None: how a file is compressed, by its magic bytes, not its name (`fix` writes
+    its output compressed the same way)."""
     with _open_raw(path) as f:
         magic = f.read(4)
+    return "gzip" if magic[:2] == b"\x1f\x8b" else "zstd" if magic == ZSTD_MAGIC else None
+
+
+def open_bytes(path: str):  # noqa: ANN201 - a binary file object
+    """The file for reading bytes, decompressed when it is gzip or zstd (by its magic, not its name)."""
+    kind = compression(path)
     # 1 MiB buffer: chat log lines are tens of KB, and the default 8 KiB buffer made line reading a
     # quarter slower
-    if magic[:2] == b"\x1f\x8b":
+    if kind == "gzip":
         return gzip.open(_open_raw(path), "rb") if remote.is_uri(path) else gzip.open(path, "rb")
-    if magic == ZSTD_MAGIC:
+    if kind == "zstd":
         return io.BufferedReader(_Zstd(path), buffer_size=1 << 20)
     if remote.is_uri(path):
         return io.BufferedReader(_open_raw(path), buffer_size=1 << 20)

@@ -15,12 +15,17 @@ import numpy as np
 import orjson
 
 from prefixscan.io.ecosystem import (
+    PromptMap,
     ShapeError,
+    Unmappable,
+    anthropic_map,
     anthropic_to_chat,
     is_anthropic,
     is_genai_span,
     is_responses,
+    otel_map,
     otel_to_chat,
+    responses_map,
     responses_to_chat,
 )
 from prefixscan.io.fieldplan import FieldPlans, Plan
@@ -515,7 +520,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
             raise RecordError("missing_field", "hashed trace record has no `input_length`")
         kind, content = "hashed", {"hash_ids": hash_ids, "input_length": n}
     elif shape in ("chat", "openai-batch", "gateway") and "messages" in body:
-        msgs = _check_messages(body.get("messages"))
+        msgs = list(_check_messages(body.get("messages")))  # a copy: media flattening must not edit the record
         kind, content = "chat", {"messages": msgs, "tools": _tools(body), "media_items": _flatten_media(msgs)}
     elif "prompt" in body and shape in ("completion", "openai-batch", "gateway", "chat"):
         p = body.get("prompt")
@@ -592,6 +597,22 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     return rec
 
 
+def _ecosystem(obj: dict[str, Any], shape: str) -> tuple[str | None, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Which converter a record goes through ("otel", "anthropic", "responses" or None), with its body, the
+    response (or {}) and the usage: one decision for `_convert` and `prompt_map`, so the two cannot drift."""
+    if shape == "otel":
+        return "otel", obj, {}, {}
+    if shape not in ("anthropic", "responses", "gateway", "openai-batch"):
+        return None, obj, {}, {}
+    body, resp = _unwrap(obj, shape)
+    usage = next((u for u in (resp.get("usage"), body.get("usage"), obj.get("usage")) if isinstance(u, dict)), {})
+    if shape == "anthropic" or ("messages" in body and is_anthropic(body, usage)):
+        return "anthropic", body, resp, usage
+    if shape == "responses" or is_responses(body, usage):
+        return "responses", body, resp, usage
+    return None, body, resp, usage
+
+
 def missing_timestamp(overrides: dict[str, str]) -> RecordError:
     """The reject of a record with no timestamp in a log whose records have one (read.Reader decides)."""
     if "timestamp" in overrides:
@@ -606,15 +627,12 @@ def _convert(obj: dict[str, Any], shape: str, roots: dict[Any, Any]) -> tuple[di
     if shape == "chat":  # the hot path: a bare chat file is never converted
         return obj, shape
     try:
-        if shape == "otel":
+        kind, body, resp, usage = _ecosystem(obj, shape)
+        if kind == "otel":
             return {**obj, **_present(otel_to_chat(obj))}, "chat"
-        if shape not in ("anthropic", "responses", "gateway", "openai-batch"):
-            return obj, shape
-        body, resp = _unwrap(obj, shape)
-        usage = next((u for u in (resp.get("usage"), body.get("usage"), obj.get("usage")) if isinstance(u, dict)), {})
-        if shape == "anthropic" or ("messages" in body and is_anthropic(body, usage)):
+        if kind == "anthropic":
             return {**obj, **_present(anthropic_to_chat(body, usage))}, "chat"
-        if shape == "responses" or is_responses(body, usage):
+        if kind == "responses":
             return {**obj, **_present(responses_to_chat(body, usage, resp or obj, roots))}, "chat"
     except ShapeError as exc:
         raise RecordError(exc.reason, exc.detail) from None
@@ -622,6 +640,77 @@ def _convert(obj: dict[str, Any], shape: str, roots: dict[Any, Any]) -> tuple[di
         raise RecordError("wrong_type", f"a {shape} record has an unexpected structure "
                                         f"({type(exc).__name__})") from None
     return obj, shape
+
+
+WRAPPER_KEYS = {"openai-batch": "body", "gateway": "request"}
+
+
+def prompt_map(obj: dict[str, Any], shape: str, overrides: dict[str, str] | None = None) -> PromptMap:
+    """Where each message of `normalise(obj, shape)` has its text in the record's own fields (a copy of
+    `obj`, edited through the map by `fix`). Raises Unmappable when the record has no messages to map."""
+    import copy
+
+    pm = PromptMap(copy.deepcopy(obj))
+    root = pm.obj
+    overrides = overrides or {}
+    try:
+        kind, _, _, _ = _ecosystem(root, shape)
+    except (RecordError, TypeError, AttributeError, ValueError) as exc:
+        raise Unmappable(str(exc)) from None
+    body, path = root, ""
+    if shape in WRAPPER_KEYS:
+        path = WRAPPER_KEYS[shape]
+        body = pm.value(root, path)
+        path += "."
+        if not isinstance(body, dict):
+            raise Unmappable(f"`{path[:-1]}` is not an object")
+    if kind is not None and any(k in overrides for k in CONTENT_FIELDS):
+        raise Unmappable(f"--field messages/tools on a {kind} record")
+    if kind == "otel":
+        otel_map(pm, root)
+    elif kind == "anthropic":
+        anthropic_map(pm, body, path)
+    elif kind == "responses":
+        responses_map(pm, body, path)
+    else:
+        _chat_map(pm, root, body, path, overrides)
+    return pm
+
+
+def _walk(pm: PromptMap, root: dict[str, Any], path: str) -> tuple[Any, Any]:
+    """(holder, key) of a --field path, decoding JSON strings on the way as `get_path` does."""
+    parts = split_path(path)
+    cur: Any = root
+    for p in parts[:-1]:
+        cur = pm.value(cur, p) if isinstance(cur, dict) else None
+        if not isinstance(cur, dict):
+            raise Unmappable(f"--field path {path} does not lead to an object")
+    return cur, parts[-1]
+
+
+def _chat_map(pm: PromptMap, root: dict[str, Any], body: dict[str, Any], path: str,
+              overrides: dict[str, str]) -> None:
+    """The chat shapes (bare, batch `body`, gateway `request`, LiteLLM): one message per raw message."""
+    holder, key, where = body, "messages", f"{path}messages"
+    if "messages" in overrides:
+        (holder, key), where = _walk(pm, root, overrides["messages"]), overrides["messages"]
+    msgs = pm.value(holder, key)
+    if not isinstance(msgs, list):
+        raise Unmappable("no `messages` list")
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise Unmappable(f"message {i} is not an object")
+        pm.parts(m, "content", f"{where}[{i}].content")
+    if "tools" in overrides:
+        holder, key = _walk(pm, root, overrides["tools"])
+        tpath = overrides["tools"]
+    elif body.get("tools") is None and isinstance(get_path(body, "model_parameters.tools"), list | str):
+        holder, key, tpath = pm.value(body, "model_parameters"), "tools", f"{path}model_parameters.tools"
+    else:
+        holder, key, tpath = body, "tools", f"{path}tools"
+    tools = pm.value(holder, key) if isinstance(holder, dict) else None
+    if isinstance(tools, list):
+        pm.tools = (tools, tpath, lambda new, old: new)
 
 
 def _present(d: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def findings(cfg: AnalyzeConfig, ing: Ingested, req: pl.DataFrame, path: Path) -
     from prefixscan.detect.run import run_findings
 
     freq, blocks = findings_input(path, ing) if cfg.findings else (req, [])
-    return run_findings(cfg, ing, freq, blocks)
+    return run_findings(cfg, ing, freq, blocks, path)
 
 
 def misses(ing: Ingested, cfg: AnalyzeConfig, path: Path, fres: Any, out: Path) -> tuple[OnDisk, dict[str, Any]]:
