@@ -240,15 +240,17 @@ def test_fix_hint_names_the_field_and_position(conversations, tmp_path) -> None:
             assert f"at message {f.message_index} ({f.role}), char {f.char_offset}" in f.fix and "`system[" not in f.fix
 
 
-def test_fix_completions_predicts_no_gain_and_copies(conversations, tmp_path) -> None:
-    """Completion prompts are not searched for breakers: nothing is rewritten, and the prediction is the
-    rate as logged (it said 0.0%)."""
+def test_fix_refuses_completions_in_one_line(conversations, tmp_path) -> None:
+    """Completion prompts are not searched for breakers: fix says so and writes nothing (it said 0.0%, then
+    copied the file as if it had checked it)."""
+    from prefixscan.errors import InputError
+
     recs = [{"request_id": r["request_id"], "timestamp": r["timestamp"],
              "prompt": "\n".join(m["content"] for m in r["messages"])} for r in conversations[:60]]
     src = write(tmp_path / "comp.jsonl", recs)
-    res = fix_logs(AnalyzeConfig(inputs=(str(src),)), str(tmp_path / "out.jsonl"))
-    assert res.rewritten == 0 and res.predicted == res.before == res.after > 0
-    assert (tmp_path / "out.jsonl").read_bytes() == src.read_bytes()
+    with pytest.raises(InputError, match="holds completion prompts: cache breakers are searched for in chat"):
+        fix_logs(AnalyzeConfig(inputs=(str(src),)), str(tmp_path / "out.jsonl"))
+    assert not (tmp_path / "out.jsonl").exists()
 
 
 def test_regions_of_a_long_prompt_are_found_quickly() -> None:

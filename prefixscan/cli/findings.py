@@ -49,10 +49,10 @@ def register(app: typer.Typer) -> None:
         """
         import json
 
-        from prefixscan.detect.reader import has_prompt_text, read_findings, read_miss_attribution
+        from prefixscan.detect.reader import read_findings, read_miss_attribution, uncheckable
 
         rows, cf = read_findings(run_dir)
-        checkable = has_prompt_text(run_dir)
+        why_not = uncheckable(run_dir)
         misses = read_miss_attribution(run_dir)
         if kind:
             wanted = finding_kinds(kind, {r["kind"] for r in rows})
@@ -62,14 +62,13 @@ def register(app: typer.Typer) -> None:
         if limit > 0:
             rows = rows[:limit]
         if json_out:
-            typer.echo(json.dumps({"findings": rows, "checkable": checkable, "counterfactual": cf,
+            typer.echo(json.dumps({"findings": rows, "checkable": why_not is None, "counterfactual": cf,
                                    "miss_attribution": misses}, indent=2, default=str))
             return
         if quiet:
             return
-        if not checkable:
-            typer.echo(f"Not checkable: run {run_dir} has no prompt text (a hashed trace or token ids), so no cache "
-                       "breaker can be detected; analyze the text logs the trace came from to find them.")
+        if why_not is not None:
+            typer.echo(f"Not checkable: run {run_dir} {why_not}, so no cache breaker can be detected.")
             return
         from prefixscan.cli.common import stdout_console
         from prefixscan.report.analyze_terminal import miss_line

@@ -91,12 +91,12 @@ def _breakers_of(f: RunFacts, gate: str) -> tuple[Breaker, ...]:
 
 
 def _not_checkable(f: RunFacts, name: str, threshold: float, allow: bool) -> Gate | None:
-    """The gate `name` as not checkable when the run has no prompt text (a hashed trace or token ids):
-    no breaker can be detected there, so "no breaker found" would be a pass that means nothing."""
-    if f.has_text:
+    """The gate `name` as not checkable when no breaker can be detected in the run (a hashed trace, token
+    ids, completion prompts): "no breaker found" would be a pass that means nothing."""
+    if f.uncheckable is None:
         return None
     return Gate(name, None, threshold, allow,
-                f"run {f.path} has no prompt text (a hashed trace or token ids), so no cache "
+                f"run {f.path} {f.uncheckable}, so no cache "
                 "breaker can be detected" + ("; allowed by --allow-uncheckable" if allow else
                                              "; pass --allow-uncheckable to let the check pass without it"),
                 checkable=False)

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefixscan.detect.reader import has_prompt_text
+from prefixscan.detect.reader import uncheckable
 from prefixscan.errors import RunDirError
 from prefixscan.io.rundir import load_run
 
@@ -56,7 +56,7 @@ class RunFacts:
     block_size: int
     tokenizer: str
     extra: dict[str, Any] = field(default_factory=dict)
-    has_text: bool = True  # False: nothing was tokenized (a hashed trace, token ids): no breaker can be found
+    uncheckable: str | None = None  # why no breaker can be detected (detect.reader.uncheckable), None: it can
 
     @property
     def breaker_tokens(self) -> int:
@@ -103,5 +103,5 @@ def load_facts(run_dir: str | os.PathLike[str]) -> RunFacts:
         path=str(run_dir), requests=int(reqs.get("accepted", 0)), prompt_tokens=int(tokens.get("prompt", 0)),
         cached_tokens=int(tokens.get("cached", 0)), hit_rates=rates, groups=_groups(run), breakers=_breakers(run),
         block_size=int(config.get("block_size") or 0), tokenizer=str(config.get("tokenizer") or ""),
-        has_text=has_prompt_text(run),
+        uncheckable=uncheckable(run),
     )

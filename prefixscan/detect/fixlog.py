@@ -138,6 +138,9 @@ def fix_logs(cfg: AnalyzeConfig, output: str, force: bool = False) -> FixResult:
         if shape in NO_TEXT:
             raise InputError(f"{src.path} is {NO_TEXT[shape]} ({shape}): it holds no prompt text, so there is "
                              "nothing `fix` could rewrite; nothing was written")
+    if sources and all(shapes.get(s.path) == "completion" for s in sources):
+        raise InputError(f"{sources[0].path} holds completion prompts: cache breakers are searched for in chat "
+                         "messages only, so there is nothing `fix` could rewrite; nothing was written")
     rewritten = requests = unmapped = 0
     seen: set[str] = set()  # a duplicate id was rejected by the analysis: only its first occurrence is fixed
     for src, target in zip(sources, targets, strict=True):

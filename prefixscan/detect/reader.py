@@ -20,11 +20,18 @@ def read_findings(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]]
     return rows, summary.get("counterfactual")
 
 
-def has_prompt_text(run_dir: str | os.PathLike[str]) -> bool:
-    """Whether the run tokenised prompt text: a hashed trace or token ids hold none, so no cache breaker can
-    be detected in them and "none found" would mean nothing (findings, check)."""
+def uncheckable(run_dir: str | os.PathLike[str]) -> str | None:
+    """Why no cache breaker can be detected in this run (None: it can). Breakers are searched for in chat
+    messages: a hashed trace or token ids hold no text, and a completion prompt is one string with no
+    message structure to align, so "none found" there would mean nothing (findings, check, fix)."""
     summary = (load_run(run_dir).manifest.get("analyze") or {}).get("summary") or {}
-    return (summary.get("input") or {}).get("tokenizer") != "none"
+    inputs = summary.get("input") or {}
+    if inputs.get("tokenizer") == "none":
+        return "has no prompt text (a hashed trace or token ids)"
+    shapes = set((inputs.get("shapes") or {}).values())
+    if shapes and shapes <= {"completion"}:
+        return "holds only completion prompts, which are not searched for cache breakers (chat messages are)"
+    return None
 
 
 def read_miss_attribution(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
