@@ -54,6 +54,19 @@ def one_rate(rps: float | None, old: float | None, old_flag: str, config: Collec
     return rps if rps is not None else old
 
 
+def rate_and_sources(values: dict[str, Any]) -> tuple[float | None, dict[str, str]]:
+    """(the rate, the options prefixscan.toml filled) of a command with --rps and its hidden old name
+    --scale-to-rps: one rate, labelled by whichever of the two supplied it (estimate, report)."""
+    rps, old = values.get("rps"), values.get("scale_to_rps")
+    sources = option_sources(SCENARIO_PARAMS, values)
+    rate = one_rate(rps, old, "--scale-to-rps", sources)
+    rate_src = sources.get("scale_to_rps") if rate == old else sources.get("rps")
+    sources.pop("rps", None), sources.pop("scale_to_rps", None)
+    if rate_src:
+        sources["rps"] = rate_src
+    return rate, sources
+
+
 def option_sources(names: tuple[str, ...], values: dict[str, object]) -> dict[str, str]:
     """Which of these options were filled from prefixscan.toml rather than typed (EstimateOptions.sources):
     the config fills options the user left at their defaults, so click still reports them as defaults."""
@@ -151,12 +164,7 @@ def register(app: typer.Typer) -> None:
         from prefixscan.cost.estimator import EstimateOptions
         from prefixscan.cost.estimator import estimate as run_estimate
 
-        sources = option_sources(SCENARIO_PARAMS, locals())
-        rps = one_rate(rps, scale_to_rps, "--scale-to-rps", sources)
-        rate_src = sources.get("scale_to_rps") if rps == scale_to_rps else sources.get("rps")
-        sources.pop("rps", None), sources.pop("scale_to_rps", None)
-        if rate_src:
-            sources["rps"] = rate_src
+        rps, sources = rate_and_sources(locals())
         options = EstimateOptions(
             model=model, model_config=model_config, params=parse_count(params, "--params"),
             active_params=parse_count(active_params, "--active-params"), gpu=gpu,
