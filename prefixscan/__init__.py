@@ -16,7 +16,7 @@ if "polars" not in _sys.modules:
     # (read once, when polars loads; a user's own setting wins). See prefixscan/memory.py.
     _os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:250,muzzy_decay_ms:0")
 
-__version__ = "0.1.0"
+from prefixscan.version import __version__
 
 
 def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: ANN201 - lazy import

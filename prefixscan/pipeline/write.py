@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
 from prefixscan.io import rundir
 from prefixscan.io.atomic import env_error
@@ -30,6 +29,7 @@ from prefixscan.io.modes import apply_mode, input_mode
 from prefixscan.pipeline.encode import Ingested
 from prefixscan.privacy import scrub_command_line
 from prefixscan.schema import REQUESTS_SCHEMA
+from prefixscan.version import __version__
 
 
 class RowGroups:

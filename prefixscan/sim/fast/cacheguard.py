@@ -34,10 +34,8 @@ def _dispatchers() -> list:  # noqa: ANN401
 
     from numba.core.registry import CPUDispatcher
 
-    import prefixscan.sim.fast as pkg
-
-    out = []
-    for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+    out = []  # this package's modules, found by path: importing the package here would be an import cycle
+    for mod in pkgutil.walk_packages([str(_SIM / "fast")], f"{__package__}."):
         m = importlib.import_module(mod.name)
         out += [v for v in vars(m).values() if isinstance(v, CPUDispatcher) and v.__module__ == m.__name__]
     return out
