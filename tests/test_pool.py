@@ -171,7 +171,7 @@ def test_one_replica_simulation_without_overlap_equals_vllm(case: dict, engine: 
     assert got == [r["cached_tokens"] for r in reqs]
 
 
-def _no_overlap_table(offsets: np.ndarray, hashes: np.ndarray, prompts: np.ndarray):  # noqa: ANN202
+def _no_overlap_table(offsets: np.ndarray, hashes: np.ndarray, prompts: np.ndarray):
     import pyarrow as pa
 
     n = len(prompts)

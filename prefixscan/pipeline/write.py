@@ -70,7 +70,7 @@ class RowGroups:
         try:
             if self.writer is None:
                 # through a Python file, so a full disk or file-size limit arrives with its errno
-                self.file = open(self.path, "wb")  # noqa: SIM115 - closed in close() or _discard
+                self.file = open(self.path, "wb")  # closed in close() or _discard
                 self.writer = pq.ParquetWriter(self.file, self.schema, **rundir.parquet_options(self.schema))
         except OSError as exc:
             raise env_error(exc, self.target) from None
