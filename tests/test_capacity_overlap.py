@@ -207,8 +207,8 @@ def test_take_gives_finish_and_closes(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- what the overlap relies on
 
-CURVE_MODULES = ("capacity", "capacity_whole", "capacity_optbound", "capacity_sampled", "capacity_sampled_kernel",
-                 "pool", "pool_fast", "fenwick")
+CURVE_MODULES = ("capacity", "capacity_table", "capacity_whole", "capacity_optbound", "capacity_sampled",
+                 "capacity_sampled_kernel", "pool", "pool_fast", "fenwick")
 
 
 def _called_from_python(mod: types.ModuleType) -> set[tuple[str, CPUDispatcher]]:
