@@ -12,9 +12,8 @@ import typer
 
 from prefixscan.cli.choices import DTYPES, gpu_names, model_names
 from prefixscan.cli.common import handle_errors, stdout_console
+from prefixscan.cost.options import ROUTER_POLICIES  # a module without dependencies: the CLI stays light
 from prefixscan.errors import UsageError
-
-ROUTER_POLICIES = ("sglang_cache_aware",)  # prefixscan.cost.replay.ROUTER_POLICIES (not imported: CLI stays light)
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 
@@ -161,8 +160,8 @@ def register(app: typer.Typer) -> None:
         Give a run directory to measure traffic and replay round robin and the router on its requests
         (the saved simulation when it matches the scenario), or flags alone for an analytic what-if.
         """
-        from prefixscan.cost.estimator import EstimateOptions
         from prefixscan.cost.estimator import estimate as run_estimate
+        from prefixscan.cost.options import EstimateOptions
 
         rps, sources = rate_and_sources(locals())
         options = EstimateOptions(
