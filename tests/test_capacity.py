@@ -12,16 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.hashing import hit_tokens
-from prefixscan.reuse.capacity import (
-    capacity_curve,
-    capacity_for_fraction,
-    lru_curves,
-    lru_hit_tokens_all_capacities,
-    opt_hits,
-    prepare,
-)
-from prefixscan.reuse.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
+from prefixscan.reuse.capacity import capacity_curve, opt_hits, prepare
 from prefixscan.reuse.capacity_table import SCHEMA, block_weights, default_capacities
+from tests.oracles.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
+from tests.oracles.lru_stack import capacity_for_fraction, lru_curves, lru_hit_tokens_all_capacities
 
 MOONCAKE = Path("/work/shared/data/mooncake/synthetic_trace.jsonl")
 # Mooncake (FAST'25) Figure 9, one LRU cache: capacity in tokens -> token-weighted hit rate.

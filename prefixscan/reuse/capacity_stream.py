@@ -92,7 +92,7 @@ class CapacityStream:
         self._total_prompt_tokens = 0
         self._max_prompt = 0
         self._occupied = 0  # blocks all requests occupy (pool.occupied_blocks): a pool that never evicts
-        # LRU state (capacity._lru_chunk): Fenwick tree, latest time per block, token histogram, [marked, clock]
+        # LRU state (pool_fast._lru_pool_chunk): Fenwick tree, latest time per block, token histogram, [marked, clock]
         self._tree = np.zeros(lru_tree_slots(0, self._tree_floor) + 1, np.int32)
         self._last = np.zeros(0, np.int32)
         self._tok_hist = np.zeros(1, np.int64)
