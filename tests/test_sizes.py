@@ -24,8 +24,6 @@ FUNCTION_LIMIT = 100
 MODULES: dict[str, int] = {
     "prefixscan/io/shapes.py": 765,
     "prefixscan/io/ecosystem.py": 668,
-    "prefixscan/detect/detector.py": 558,
-    "prefixscan/reuse/capacity_stream.py": 527,
 }
 
 # Functions over the limit today ("path:qualified name" -> lines). Only shrink.
