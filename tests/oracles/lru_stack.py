@@ -95,14 +95,6 @@ def lru_hit_tokens_all_capacities(offsets: np.ndarray, hashes: np.ndarray, promp
     """Hit tokens of one LRU cache for every capacity in blocks: element c is the hit at c blocks.
 
     Length n_distinct + 1; the last element is the infinite-cache (ideal) hit. Ask any capacity with
-    `curve[min(c, len(curve) - 1)]`, or the capacity for a target with `capacity_for_fraction`.
+    `curve[min(c, len(curve) - 1)]`.
     """
     return lru_curves(prepare(offsets, hashes, prompt_tokens, block_size, rule))[0]
-
-
-def capacity_for_fraction(curve: np.ndarray, fraction: float) -> int:
-    """Smallest capacity in blocks whose LRU hit reaches `fraction` of the ideal (infinite-cache) hit."""
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
-    target = fraction * float(curve[-1])
-    return int(np.searchsorted(curve, target - 1e-9 * max(1.0, target), side="left"))
