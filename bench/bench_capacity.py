@@ -14,8 +14,9 @@ import time
 
 import numpy as np
 
-from prefixscan.reuse.capacity import lru_curves, lru_hit_tokens_all_capacities, opt_hits, prepare
+from prefixscan.reuse.capacity import opt_hits, prepare
 from prefixscan.reuse.capacity_table import default_capacities
+from prefixscan.reuse.pool_fast import lru_pool_curves
 
 
 def synthetic_trace(n_req: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -57,15 +58,16 @@ def main() -> None:
     args = ap.parse_args()
 
     tiny = synthetic_trace(200, seed=1)  # compile (or load cached) kernels outside the timings
-    lru_hit_tokens_all_capacities(*tiny, 512, args.rule)
-    opt_hits(prepare(*tiny, 512, args.rule), [4, 64])
+    warm = prepare(*tiny, 512, args.rule)
+    lru_pool_curves(warm.offsets, warm.ids, warm.weights, warm.n_distinct, tiny[2], 512, args.rule)
+    opt_hits(warm, [4, 64])
 
     t0 = time.perf_counter()
     offsets, hashes, prompts = synthetic_trace(args.requests)
     t1 = time.perf_counter()
     prep = prepare(offsets, hashes, prompts, 512, args.rule)
     t2 = time.perf_counter()
-    tok, _ = lru_curves(prep)
+    tok, _ = lru_pool_curves(prep.offsets, prep.ids, prep.weights, prep.n_distinct, prompts, 512, args.rule)
     t3 = time.perf_counter()
     grid = default_capacities(prep.n_distinct, 512)
     caps = [c // 512 for c in grid[:: max(1, len(grid) // args.opt_points)]][: args.opt_points]

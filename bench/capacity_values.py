@@ -17,7 +17,8 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-from prefixscan.reuse.capacity import lru_curves, opt_hits, prepare
+from prefixscan.reuse.capacity import opt_hits, prepare
+from prefixscan.reuse.pool_fast import lru_pool_curves
 
 
 def main() -> None:
@@ -42,7 +43,8 @@ def main() -> None:
     weights[: offsets[warm]] = 0
     prep = prep._replace(weights=weights)
     measured_total = int(prompt[warm:].sum())
-    lru_tok, _ = lru_curves(prep)
+    lru_tok, _ = lru_pool_curves(prep.offsets, prep.ids, prep.weights, prep.n_distinct, prompt,
+                                 args.block_size, "trace")
     t1 = time.perf_counter()
     opt_tok, _ = opt_hits(prep, caps)
     t2 = time.perf_counter()

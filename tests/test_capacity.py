@@ -12,16 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.hashing import hit_tokens
-from prefixscan.reuse.capacity import (
-    capacity_curve,
-    capacity_for_fraction,
-    lru_curves,
-    lru_hit_tokens_all_capacities,
-    opt_hits,
-    prepare,
-)
-from prefixscan.reuse.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
+from prefixscan.reuse.capacity import capacity_curve, opt_hits, prepare
 from prefixscan.reuse.capacity_table import SCHEMA, block_weights, default_capacities
+from tests.oracles.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
+from tests.oracles.lru_stack import lru_curves, lru_hit_tokens_all_capacities
 
 MOONCAKE = Path("/work/shared/data/mooncake/synthetic_trace.jsonl")
 # Mooncake (FAST'25) Figure 9, one LRU cache: capacity in tokens -> token-weighted hit rate.
@@ -180,15 +174,6 @@ def test_default_capacities_grid() -> None:
     assert all(c % 512 == 0 and c > 0 for c in grid)
     assert default_capacities(0, 16) == []
     assert default_capacities(1, 16) == [16]
-
-
-def test_capacity_for_fraction() -> None:
-    curve = np.array([0, 10, 40, 90, 100, 100])
-    assert capacity_for_fraction(curve, 0.9) == 3
-    assert capacity_for_fraction(curve, 1.0) == 4
-    assert capacity_for_fraction(curve, 0.0) == 0
-    with pytest.raises(ValueError):
-        capacity_for_fraction(curve, 1.5)
 
 
 def test_bad_input_is_rejected() -> None:

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from prefixscan.reuse.capacity import capacity_curve, lru_curves, opt_hits, prepare
-from prefixscan.reuse.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
+from prefixscan.reuse.capacity import capacity_curve, opt_hits, prepare
+from tests.oracles.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
+from tests.oracles.lru_stack import lru_curves
 
 Trace = tuple[np.ndarray, np.ndarray, np.ndarray, int, str]
 

@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from prefixscan.reuse import capacity_sampled_ref as ref
 from prefixscan.reuse.capacity import capacity_curve, prepare
 from prefixscan.reuse.capacity_sampled import (
     MG_PER_HOT,
@@ -23,6 +22,7 @@ from prefixscan.reuse.capacity_sampled import (
 )
 from prefixscan.reuse.capacity_table import block_weights, capacity_sampling
 from prefixscan.reuse.pool_fast import lru_pool_curves, request_shape
+from tests.oracles import capacity_sampled_ref as ref
 
 
 def workload(seed: int, n: int = 400, block: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

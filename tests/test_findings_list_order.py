@@ -279,11 +279,11 @@ def test_json_list_in_the_first_user_message(tmp_path) -> None:
 def test_past_the_hold_bound_prediction_and_fix_still_agree(tmp_path, monkeypatch) -> None:
     """Requests sent in a list's first order before a second order showed up are held to be rewritten;
     past the bound they stay as sent, in the counterfactual and in `fix` alike."""
-    import prefixscan.detect.detector as detector_mod
+    import prefixscan.detect.orders as orders_mod
 
     log = write_jsonl(tmp_path / "log.jsonl", interleave(records("indent")))
     full = prefixscan.analyze(str(log))
-    monkeypatch.setattr(detector_mod, "HOLD_CHARS", 1)
+    monkeypatch.setattr(orders_mod, "HOLD_CHARS", 1)
     bounded = prefixscan.analyze(str(log))
     assert cf(bounded)["requests_rewritten"] < cf(full)["requests_rewritten"]
     res = fix_logs(AnalyzeConfig(inputs=(str(log),)), str(tmp_path / "fixed.jsonl"))

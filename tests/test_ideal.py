@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from prefixscan.hashing import block_hashes, hit_tokens, mix_ids, namespace_hash
 from prefixscan.reuse.ideal import TokenPrefixIndex, ideal_reuse, scope_salts
-from prefixscan.reuse.ideal_ref import ideal_reuse_ref, token_lcp_ref
+from tests.oracles.ideal_ref import ideal_reuse_ref, token_lcp_ref
 
 B = 4
 

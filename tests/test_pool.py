@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.reuse.capacity import capacity_curve
-from prefixscan.reuse.capacity_ref import opt_hit_tokens_ref
 from prefixscan.reuse.capacity_table import capacity_targets
 from prefixscan.reuse.pool import pool_curve, pool_hits
-from prefixscan.reuse.pool_ref import ReferencePool, pool_hits_ref
 from prefixscan.sim.kvcache import KVState
+from tests.oracles.capacity_ref import opt_hit_tokens_ref
+from tests.oracles.pool_ref import ReferencePool, pool_hits_ref
 from tests.test_capacity import csr, traces
 
 CASES = json.loads((Path(__file__).parent / "data" / "vllm_pool_cases.json").read_text())["cases"]
@@ -81,7 +81,7 @@ def test_the_recorded_cases_exercise_every_rule() -> None:
         offsets, hashes, prompts, vllm = as_csr(case)
         b, n = case["block_size"], case["num_blocks"]
         differ_null += int((pool_hits(offsets, hashes, prompts, b, n + 1) != vllm).sum())
-        from prefixscan.reuse.capacity_ref import lru_hit_tokens_ref
+        from tests.oracles.capacity_ref import lru_hit_tokens_ref
 
         differ_lru += lru_hit_tokens_ref(offsets, hashes, prompts, b, "vllm", n)[0] != vllm.sum()
     assert differ_null > 0 and differ_lru > 0

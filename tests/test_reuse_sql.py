@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from prefixscan.config import AnalyzeConfig
 from prefixscan.distributed.reuse_sql import connect, reuse_of_requests, reuse_sql, run_reuse, views_of_requests
 from prefixscan.pipeline.run import run_analysis
-from prefixscan.reuse.ideal_ref import ideal_reuse_ref
 from tests.conftest import MOONCAKE, ROOT, chat, write_jsonl
+from tests.oracles.ideal_ref import ideal_reuse_ref
 
 COLUMNS = ("cached_blocks", "cached_tokens", "divergence_token", "tenant_cached_tokens", "conversation_cached_tokens")
 
@@ -151,8 +151,8 @@ def test_views_over_an_arrow_table_match_a_parquet_file(tmp_path: Path) -> None:
 def test_sql_stage_equals_the_scan_array_for_array(reqs: list, rule: str, B: int, cut: float) -> None:
     """SqlIdealStream.add returns what IdealStream.add returns, fed the same two chunks: every result array
     and the dense ids."""
-    from prefixscan.distributed.reuse_stage import SqlIdealStream
     from prefixscan.reuse.ideal import IdealStream, scope_salts
+    from tests.oracles.sql_ideal_ref import SqlIdealStream
 
     blocks = [_chain(s) for s, *_ in reqs]
     offsets = np.zeros(len(blocks) + 1, np.int64)
@@ -178,7 +178,7 @@ def test_a_whole_analysis_with_the_sql_as_its_reuse_stage(tmp_path: Path, monkey
     import filecmp
 
     import prefixscan.pipeline.reuse as reuse_mod
-    from prefixscan.distributed.reuse_stage import SqlIdealStream
+    from tests.oracles.sql_ideal_ref import SqlIdealStream
 
     inputs = (str(_chat_log(tmp_path / "c.jsonl")), str(ROOT / "sample_logs" / "chat.parquet"))
     scan = run_analysis(AnalyzeConfig(inputs=inputs, output=str(tmp_path / "scan"), streaming=False))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.sim.kvcache import KVState
-from prefixscan.sim.reference import ReferenceReplica
+from tests.oracles.replica_ref import ReferenceReplica
 
 
 def random_chains(

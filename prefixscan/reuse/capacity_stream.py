@@ -5,13 +5,14 @@ slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinc
 
 - `add` runs the one-pass LRU stack-distance histogram (Mattson, Gecsei, Slutz and Traiger 1970)
   chunk by chunk with its state carried over, over a Fenwick tree of about two slots per distinct block
-  (marks are renumbered when the clock reaches its end, `capacity._renumber`), and appends the chunk's
+  (marks are renumbered when the clock reaches its end, `fenwick._renumber`), and appends the chunk's
   block ids to a spill file. Per request it keeps only the length and the prompt tokens (12 bytes).
 - `finish` computes the next-use keys of Belady's rule (1966) by reading the ids spill backwards into a
   second spill, then runs the optimal cache with bypass forward, chunk by chunk, two capacities at a
   time (each with its per-block keys and a bounded heap), reading both spills into reused buffers.
 
-Spills are read with `readinto`, not memory-mapped: mapped file pages would count in the RSS. The kernels
+Spills are read with `readinto`, not memory-mapped (`capacity_spill.py`: the chunk check, the run plan, the
+reads and writes): mapped file pages would count in the RSS. The kernels
 are `capacity`'s own, so the table is the same, value for value; `tests/test_capacity_stream.py` checks it.
 """
 
@@ -36,21 +37,19 @@ from prefixscan.reuse.capacity import (
     target_guesses,
 )
 from prefixscan.reuse.capacity_optbound import _last_use, _overlap, new_bound_state, opt_ideal_from
+from prefixscan.reuse.capacity_spill import (
+    Chunk,
+    check_chunk,
+    key_width,
+    local_offsets,
+    plan_chunks,
+    read_at,
+    write_all,
+)
 from prefixscan.reuse.capacity_table import block_weights, curve_table, resolve_capacities
 from prefixscan.reuse.fenwick import _fenwick_ones, _renumber, lru_tree_slots
 from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
 from prefixscan.reuse.pool_fast import _lru_pool_chunk, fast_pool, merged, new_st, request_shape
-
-_INT32_MAX = np.iinfo(np.int32).max
-
-
-class _Chunk(NamedTuple):
-    """A run of whole requests: requests r0..r1-1, listed blocks b0..b1-1 of the concatenated stream."""
-
-    r0: int
-    r1: int
-    b0: int
-    b1: int
 
 
 class _Opt(NamedTuple):
@@ -92,7 +91,7 @@ class CapacityStream:
         self._total_prompt_tokens = 0
         self._max_prompt = 0
         self._occupied = 0  # blocks all requests occupy (pool.occupied_blocks): a pool that never evicts
-        # LRU state (capacity._lru_chunk): Fenwick tree, latest time per block, token histogram, [marked, clock]
+        # LRU state (pool_fast._lru_pool_chunk): Fenwick tree, latest time per block, token histogram, [marked, clock]
         self._tree = np.zeros(lru_tree_slots(0, self._tree_floor) + 1, np.int32)
         self._last = np.zeros(0, np.int32)
         self._tok_hist = np.zeros(1, np.int64)
@@ -121,7 +120,7 @@ class CapacityStream:
         prompt_tokens: int64 per request."""
         if self._done:
             raise RuntimeError("CapacityStream.add after finish() or close()")
-        offsets, ids, prompts = _check_chunk(offsets, ids, prompt_tokens)
+        offsets, ids, prompts = check_chunk(offsets, ids, prompt_tokens)
         if self._defer_lru:
             if len(ids):
                 self._n_seen = max(self._n_seen, int(ids.max()) + 1)
@@ -157,13 +156,13 @@ class CapacityStream:
         self._reserve(seen)
         if self._total_blocks == 0:
             return
-        chunks = _plan(lengths, self._chunk_blocks)
+        chunks = plan_chunks(lengths, self._chunk_blocks)
         ids_buf = np.empty(max(c.b1 - c.b0 for c in chunks), np.int32)
         prompts = np.empty(max(c.r1 - c.r0 for c in chunks), np.int64)
         with open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp:
             for c in chunks:
-                self._lru(_local_offsets(lengths, c), _read_at(fi, c.b0, ids_buf[: c.b1 - c.b0]),
-                          _read_at(fp, c.r0, prompts[: c.r1 - c.r0]))
+                self._lru(local_offsets(lengths, c), read_at(fi, c.b0, ids_buf[: c.b1 - c.b0]),
+                          read_at(fp, c.r0, prompts[: c.r1 - c.r0]))
 
     def _spill(self, prefix: str) -> tuple[str, BinaryIO]:
         fd, path = tempfile.mkstemp(prefix=prefix, suffix=".bin", dir=self._spill_dir)
@@ -261,16 +260,16 @@ class CapacityStream:
         self._prompts_file.close()
         lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
         self._lengths = []
-        chunks = _plan(lengths, self._chunk_blocks) if self._total_blocks else []
+        chunks = plan_chunks(lengths, self._chunk_blocks) if self._total_blocks else []
         ids_buf = np.empty(max((c.b1 - c.b0 for c in chunks), default=0), np.int32)
         prompts = np.empty(max((c.r1 - c.r0 for c in chunks), default=0), np.int64)
 
         def read() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
             with open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp:
                 for c in chunks:
-                    offsets = _local_offsets(lengths, c)
-                    ids = _read_at(fi, c.b0, ids_buf[: c.b1 - c.b0])
-                    pr = _read_at(fp, c.r0, prompts[: c.r1 - c.r0])
+                    offsets = local_offsets(lengths, c)
+                    ids = read_at(fi, c.b0, ids_buf[: c.b1 - c.b0])
+                    pr = read_at(fp, c.r0, prompts[: c.r1 - c.r0])
                     yield (offsets, ids, block_weights(offsets, pr, self.block_size, self.rule),
                            request_shape(offsets, pr, self.block_size, self.rule)[1])
 
@@ -283,7 +282,7 @@ class CapacityStream:
         forward read of the spills, their kernels in two threads."""
         if self._total_blocks == 0 or len(sizes) == 0:
             return np.zeros(len(sizes), np.int64)
-        chunks = _plan(lengths, self._chunk_blocks)
+        chunks = plan_chunks(lengths, self._chunk_blocks)
         uniq = np.unique(sizes)
         hits = dict.fromkeys(uniq.tolist(), 0)
         longest = self._longest(lengths)
@@ -309,7 +308,7 @@ class CapacityStream:
         most = int(lengths.max()) if len(lengths) else 0
         return max(most, -(-self._max_prompt // self.block_size))
 
-    def _forward_ids(self, chunks: list[_Chunk],
+    def _forward_ids(self, chunks: list[Chunk],
                      lengths: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """(local offsets, ids, prompt tokens) chunk by chunk into reused buffers (the caller is done with a
         chunk before asking for the next)."""
@@ -317,8 +316,8 @@ class CapacityStream:
         prompts = np.empty(max(c.r1 - c.r0 for c in chunks), np.int64)
         with open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp:
             for c in chunks:
-                yield (_local_offsets(lengths, c), _read_at(fi, c.b0, ids_buf[: c.b1 - c.b0]),
-                       _read_at(fp, c.r0, prompts[: c.r1 - c.r0]))
+                yield (local_offsets(lengths, c), read_at(fi, c.b0, ids_buf[: c.b1 - c.b0]),
+                       read_at(fp, c.r0, prompts[: c.r1 - c.r0]))
 
     # ------------------------------------------------------------ OPT from the spills
 
@@ -327,16 +326,16 @@ class CapacityStream:
         the whole working set never evicts, and from L on OPT = ideal (capacity_optbound): those need no run."""
         small = held < self._opt_ideal_capacity(n, lengths)
         if small.any() and self._total_blocks:
-            width, never = _width_never(lengths)
-            self._spill_keys(_plan(lengths, self._chunk_blocks), lengths, n, width, never)
+            width, never = key_width(lengths)
+            self._spill_keys(plan_chunks(lengths, self._chunk_blocks), lengths, n, width, never)
         return small
 
     def _opt_hits(self, caps: np.ndarray, n: int, lengths: np.ndarray) -> np.ndarray:
         """Hit tokens of the optimal cache at each capacity in blocks (all below n), as `opt_hits`."""
         if self._total_blocks == 0:
             return np.zeros(len(caps), np.int64)
-        width, never = _width_never(lengths)
-        chunks = _plan(lengths, self._chunk_blocks)
+        width, never = key_width(lengths)
+        chunks = plan_chunks(lengths, self._chunk_blocks)
         if self._keys_path is None:
             self._spill_keys(chunks, lengths, n, width, never)
         uniq = np.unique(caps)
@@ -350,7 +349,7 @@ class CapacityStream:
         """`capacity_optbound.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
         if self._total_blocks == 0:
             return n
-        chunks = _plan(lengths, self._chunk_blocks)
+        chunks = plan_chunks(lengths, self._chunk_blocks)
         last = np.full(max(n, 1), -1, np.int32)
         for c, (offsets, ids, _) in zip(chunks, self._forward_ids(chunks, lengths), strict=True):
             _last_use(offsets, ids, c.r0, last)
@@ -359,7 +358,7 @@ class CapacityStream:
             _overlap(offsets, ids, c.r0, last, seen, st)
         return opt_ideal_from(st, n)
 
-    def _spill_keys(self, chunks: list[_Chunk], lengths: np.ndarray, n: int, width: int, never: int) -> None:
+    def _spill_keys(self, chunks: list[Chunk], lengths: np.ndarray, n: int, width: int, never: int) -> None:
         """Next-use keys (`capacity.next_keys`) of every listed block into a spill, from a backward read of
         the ids spill: the scan must see the future first."""
         fd, self._keys_path = tempfile.mkstemp(prefix="capacity-keys-", suffix=".i64",
@@ -372,10 +371,10 @@ class CapacityStream:
             fo.truncate(self._total_blocks * 8)
             for c in reversed(chunks):
                 m = c.b1 - c.b0
-                ids = _read_at(fi, c.b0, ids_buf[:m])
-                _next_keys(_local_offsets(lengths, c), ids, upcoming, c.r0, width, keys_buf[:m])
+                ids = read_at(fi, c.b0, ids_buf[:m])
+                _next_keys(local_offsets(lengths, c), ids, upcoming, c.r0, width, keys_buf[:m])
                 fo.seek(c.b0 * 8)
-                _write_all(fo, keys_buf[:m])
+                write_all(fo, keys_buf[:m])
 
     def _groups(self, caps: list[int], n: int, cost: Callable[[int, int], int]) -> Iterator[list[int]]:
         """Capacities to run together, up to OPT_GROUP per read of the spills: the largest left, then the
@@ -397,7 +396,7 @@ class CapacityStream:
     def _opt_bytes(self, cap: int, n: int) -> int:
         return 8 * n + 12 * opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
 
-    def _opt_pass(self, pool: ThreadPoolExecutor, caps: list[int], n: int, chunks: list[_Chunk],
+    def _opt_pass(self, pool: ThreadPoolExecutor, caps: list[int], n: int, chunks: list[Chunk],
                   lengths: np.ndarray, width: int, never: int) -> dict[int, int]:
         """Hit tokens per capacity of the group: one forward read of the spills, each chunk run for every
         capacity in the pool's threads (the kernel releases the GIL) while the next chunk is read."""
@@ -422,7 +421,7 @@ class CapacityStream:
                 f.result()
         return {s.cap: int(s.st[3]) for s in states}
 
-    def _forward(self, chunks: list[_Chunk],
+    def _forward(self, chunks: list[Chunk],
                  lengths: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
         """(local offsets, ids, next-use keys, weights) chunk by chunk, alternating two sets of buffers: the
         caller has finished with a chunk before the one after the next is read into its buffers."""
@@ -435,10 +434,10 @@ class CapacityStream:
             for i, c in enumerate(chunks):
                 ids_buf, keys_buf = bufs[i % 2]
                 m = c.b1 - c.b0
-                offsets = _local_offsets(lengths, c)
-                weights = block_weights(offsets, _read_at(fp, c.r0, prompts[: c.r1 - c.r0]), self.block_size,
+                offsets = local_offsets(lengths, c)
+                weights = block_weights(offsets, read_at(fp, c.r0, prompts[: c.r1 - c.r0]), self.block_size,
                                         self.rule)
-                yield offsets, _read_at(fi, c.b0, ids_buf[:m]), _read_at(fk, c.b0, keys_buf[:m]), weights
+                yield offsets, read_at(fi, c.b0, ids_buf[:m]), read_at(fk, c.b0, keys_buf[:m]), weights
 
     # ------------------------------------------------------------ cleanup
 
@@ -466,62 +465,3 @@ class CapacityStream:
 OPT_GROUP = 4  # capacities per pass over the spills (their kernels share two threads)
 _THREADED_BLOCKS = 1 << 14  # smaller chunks run in the calling thread
 _HEAP_SLACK = 0.25  # heap slots = 1.25 x capacity + 64: compaction every cap/4 pushes at most
-
-
-def _check_chunk(offsets: np.ndarray, ids: np.ndarray,
-                 prompt_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Validate one chunk and return (int64 offsets, int32 ids, int64 prompt tokens)."""
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    ids = np.asarray(ids)
-    prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
-    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
-        raise ValueError("offsets must be non-decreasing CSR offsets starting at 0 (local to the chunk)")
-    if ids.ndim != 1 or len(ids) != offsets[-1]:
-        raise ValueError(f"offsets end at {offsets[-1]} but the chunk has {len(ids)} block ids")
-    if prompts.ndim != 1 or len(prompts) != len(offsets) - 1:
-        raise ValueError(f"{len(prompts)} prompt lengths for {len(offsets) - 1} requests")
-    if len(ids) and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() > _INT32_MAX):
-        raise ValueError("block ids must be non-negative int32 dense ids")
-    return offsets, np.ascontiguousarray(ids, dtype=np.int32), prompts
-
-
-def _width_never(lengths: np.ndarray) -> tuple[int, int]:
-    """The next-use key's width (most listed blocks of a request + 1) and its "never used again" value."""
-    width = int(lengths.max()) + 1
-    return width, len(lengths) * width
-
-
-def _plan(lengths: np.ndarray, chunk_blocks: int) -> list[_Chunk]:
-    """Cut the requests into runs of about `chunk_blocks` listed blocks (a longer request is a run alone)."""
-    starts = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=starts[1:])
-    total = int(starts[-1])
-    cuts = np.searchsorted(starts, np.arange(0, total, chunk_blocks, dtype=np.int64), side="right") - 1
-    cuts = np.unique(np.concatenate([[0], cuts, [len(lengths)]]))
-    return [_Chunk(int(a), int(b), int(starts[a]), int(starts[b])) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-
-
-def _local_offsets(lengths: np.ndarray, c: _Chunk) -> np.ndarray:
-    out = np.zeros(c.r1 - c.r0 + 1, np.int64)
-    np.cumsum(lengths[c.r0 : c.r1], out=out[1:])
-    return out
-
-
-def _read_at(f: BinaryIO, item: int, out: np.ndarray) -> np.ndarray:
-    """Fill `out` from the file's items starting at index `item` (a reused buffer; no memory map)."""
-    f.seek(item * out.itemsize)
-    view = memoryview(out).cast("B")
-    got = 0
-    while got < len(view):
-        k = f.readinto(view[got:])
-        if not k:
-            raise OSError(f"spill file {f.name!r} ended early")
-        got += k
-    return out
-
-
-def _write_all(f: BinaryIO, arr: np.ndarray) -> None:
-    view = memoryview(arr).cast("B")
-    done = 0
-    while done < len(view):
-        done += f.write(view[done:])

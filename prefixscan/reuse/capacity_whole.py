@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscan.reuse.capacity import capacity_curve
-from prefixscan.reuse.capacity_stream import CapacityStream, _check_chunk
+from prefixscan.reuse.capacity_spill import check_chunk
+from prefixscan.reuse.capacity_stream import CapacityStream
 
 MAX_BLOCKS = 1 << 25  # 32M listed blocks (a 256 MiB Mooncake trace has ~20M): ~0.7 GiB of kernel input
 
@@ -47,7 +48,7 @@ class WholeCapacity:
         if self._stream is not None:
             self._stream.add(offsets, ids, prompt_tokens)
             return
-        part = _check_chunk(offsets, ids, prompt_tokens)
+        part = check_chunk(offsets, ids, prompt_tokens)
         self._parts.append(part)
         self._blocks += len(part[1])
         if self._blocks > self.max_blocks:  # too large to hold: stream from here on

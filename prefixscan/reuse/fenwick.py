@@ -1,6 +1,6 @@
-"""The Fenwick tree over virtual access times that the one-pass LRU kernels share (`capacity._lru_chunk`,
-`pool_fast._lru_pool_chunk`): renumbering the marks when the clock reaches the end lets a tree of
-O(distinct) slots serve any number of accesses.
+"""The Fenwick tree over virtual access times that the one-pass LRU kernels share (`pool_fast._lru_pool_chunk`,
+`capacity_stream`; the tests' `tests/oracles/lru_stack.py`): renumbering the marks when the clock reaches
+the end lets a tree of O(distinct) slots serve any number of accesses.
 """
 
 from __future__ import annotations

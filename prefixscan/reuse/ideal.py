@@ -5,7 +5,7 @@ hit is the longest run of leading blocks already seen. `ideal_reuse` finds it in
 dense block ids; `TokenPrefixIndex` (token granularity) uses binary search over hashes. The same search
 runs in three scopes (whole log, same tenant, same conversation), which attributes each hit exactly and
 gives the hit rate under tenant isolation.
-The brute-force definition lives in `ideal_ref.py`; property tests keep the two equal.
+The brute-force definition lives in `tests/oracles/ideal_ref.py`; property tests keep the two equal.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """vLLM's block pool, exactly, compiled: cached tokens per request for a pool of N blocks.
 
-`pool_ref.ReferencePool` is the readable model and states the rules (null block, partial blocks that
-occupy a block, duplicate copies after capped full hits, lazy eviction from an LRU free queue filled in
-reverse order). This is the same machine over dense block ids and flat arrays, one request at a time,
-for the capacity curve (one pass per pool size, sizes in parallel) and for callers that compare per
+`ReferencePool` (tests/oracles/pool_ref.py) is the readable model and states the rules (null block,
+partial blocks that occupy a block, duplicate copies after capped full hits, lazy eviction from an LRU
+free queue filled in reverse order). This is the same machine over dense block ids and flat arrays, one
+request at a time, for the capacity curve (one pass per pool size, sizes in parallel) and for callers that compare per
 request (`pool_hits`). State is carried in arrays, so `capacity_stream` runs it chunk by chunk.
 
 Arrays of one pool of N blocks (slot 0 is the null block and is never used):
@@ -156,7 +156,7 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
         st[HIT_BLK] += k
         if per_req:
             out[r] = hit
-        if total > n_slots:  # oversized: keep only its first n_slots full blocks (pool_ref.pool_hits_ref)
+        if total > n_slots:  # oversized: keep only its first n_slots full blocks (oracle: pool_hits_ref)
             st[OVERSIZED] += 1
             _clear(slot_id, qprev, qnext, cnext, sref, first, last, st)
             total = n_slots
@@ -216,7 +216,7 @@ def longest_request(offsets: np.ndarray, prompts: np.ndarray, block_size: int) -
     if len(prompts) == 0:
         return 0
     listed = int(np.diff(offsets).max())
-    return max(listed, int(-(-int(prompts.max()) // block_size)))  # both rules: see pool_ref.request_shape
+    return max(listed, int(-(-int(prompts.max()) // block_size)))  # both rules: see the oracle's request_shape
 
 
 def run_chunk(state: PoolState, offsets: np.ndarray, ids: np.ndarray, prompts: np.ndarray, block_size: int,
@@ -233,7 +233,7 @@ def pool_hits(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray
     the null block, so N - 1 hold cache), requests one at a time in the given order.
 
     `offsets`/`hashes`: the requests' block hashes as CSR (a list<uint64> column's offsets and values);
-    under "vllm" they are the full blocks only, as vLLM hashes them. Equal to `pool_ref.pool_hits_ref`.
+    under "vllm" they are the full blocks only, as vLLM hashes them. Equal to the tests' `pool_hits_ref`.
     """
     offsets, prompts = _check(offsets, hashes, prompt_tokens, block_size, rule)
     ids, n = dense_ids(np.ascontiguousarray(hashes, dtype=np.uint64))

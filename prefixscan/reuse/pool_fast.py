@@ -5,7 +5,7 @@ block is cached twice (a duplicate copy) and no empty slot is left over from an 
 of N blocks holds, before request r, exactly the N - 1 - u most recently used distinct blocks, where u is
 the number of unlisted blocks request r - 1 occupied (a partial last block without an id goes to the front
 of the free queue and is the first slot reused). The free queue's order is the keyed LRU stack's order
-(a request's blocks released tail first, so its head is most recent; `capacity._lru_chunk`). So a block
+(a request's blocks released tail first, so its head is most recent). So a block
 hits at size N iff the largest stack distance d among it and the blocks before it, plus u, is < N - 1,
 and one histogram over d + u gives the hit of every such size.
 
@@ -107,7 +107,7 @@ def _request_distances(offsets, ids, weights, cap, unl, tree, last, tok_hist, po
 
 @njit(cache=True, nogil=True)
 def _lru_pool_chunk(offsets, ids, weights, cap, unl, tree, last, tok_hist, pool_hist, st):  # pragma: no cover
-    """`capacity._lru_chunk`'s keyed LRU histogram (tok_hist, over prefix-max distance) and the pool's
+    """The keyed LRU histogram (tok_hist, over prefix-max distance) and the pool's
     (pool_hist, over that plus the previous request's unlisted blocks), with the risk bound, one run of
     requests; resumable through the arrays and st (`new_st`)."""
     size = len(tree) - 1
@@ -167,7 +167,7 @@ def fast_pool(pool_hist: np.ndarray, st: np.ndarray, most_blocks: int) -> FastPo
 
 def lru_pool_curves(offsets: np.ndarray, ids: np.ndarray, weights: np.ndarray, n_distinct: int,
                     prompts: np.ndarray, block_size: int, rule: str) -> tuple[np.ndarray, FastPool]:
-    """(the keyed LRU hit tokens for every capacity c = 0..n_distinct, as `capacity.lru_curves`, and the
+    """(the keyed LRU hit tokens for every capacity c = 0..n_distinct, as the tests' `lru_stack.lru_curves`, and the
     pool's hit at every size in its exact range), in one pass over the requests."""
     from prefixscan.reuse.fenwick import lru_tree_slots
 

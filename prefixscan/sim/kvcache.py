@@ -1,7 +1,7 @@
 """Per-replica KV block pools with vLLM v1 prefix-caching semantics, compiled with numba.
 
-Each replica is vLLM's block pool (`prefixscan/reuse/pool_ref.py` states the rules, from
-vllm/v1/core/block_pool.py and kv_cache_manager.py; `reference.py` is the brute-force model the property
+Each replica is vLLM's block pool (`tests/oracles/pool_ref.py` states the rules, from
+vllm/v1/core/block_pool.py and kv_cache_manager.py; `tests/oracles/replica_ref.py` is the brute-force model the property
 tests compare against). Physical blocks have identities, as in the engine:
 - block 0 is the null block: a pool of N blocks holds at most N - 1;
 - a request's block table holds its hit blocks (pinned: ref counts), then new blocks for the rest of its

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from prefixscan.reuse.pool_ref import ReferencePool
+from tests.oracles.pool_ref import ReferencePool
 
 
 class ReferenceReplica:
