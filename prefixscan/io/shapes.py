@@ -28,6 +28,7 @@ from prefixscan.io.ecosystem import (
     responses_map,
     responses_to_chat,
 )
+from prefixscan.io import latency
 from prefixscan.io.fieldplan import FieldPlans, Plan
 from prefixscan.io.readers import default_request_id
 from prefixscan.io.timestamps import describe_timestamp, parse_timestamp
@@ -74,7 +75,8 @@ FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 # Where the prompt itself is: mapped with --field like the fields above, never looked up by name.
 CONTENT_FIELDS = ("messages", "tools", "prompt")
-FIELDS = tuple(FIELD_CANDIDATES) + CONTENT_FIELDS
+# Latency columns (seconds) are mapped by a name that says the log's unit: ttft_ms, queue_wait_s, ... (latency.py)
+FIELDS = tuple(FIELD_CANDIDATES) + CONTENT_FIELDS + tuple(latency.MAPPABLE)
 
 
 class RecordError(ValueError):
@@ -107,6 +109,9 @@ class Record:
     output_tokens: int | None = None
     actual_cached_tokens: int | None = None
     reported_prompt_tokens: int | None = None  # the log's own prompt token count (a tokenizer/template check)
+    ttft_s: float | None = None  # time to first token, end-to-end latency and queue wait (latency.py)
+    e2e_s: float | None = None
+    queue_wait_s: float | None = None
     messages: list[dict[str, Any]] | None = None
     tools: list[Any] | None = None
     prompt: str | None = None
@@ -584,7 +589,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
             where = {f: CONVERTED_KEYS[original_shape].get(f, p) if p is not None and f not in overrides else p
                      for f, p in where.items()}
         for name in overrides:  # the other mapped fields: found or not
-            if name not in where and name in FIELD_CANDIDATES:
+            if name not in where and (name in FIELD_CANDIDATES or name in latency.MAPPABLE):
                 where[name] = overrides[name] if get_path(obj, overrides[name]) is not None else None
         use.add(where, describe_timestamp(ts_raw) if ts_raw is not NO_CLOCK else "input order", keys=obj,
                 converted=shape != original_shape)
@@ -594,6 +599,11 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         _lookup("actual_cached_tokens", holders, obj, overrides, plan), "actual_cached_tokens")
     rec.reported_prompt_tokens = _int_or_none(
         _lookup("reported_prompt_tokens", holders, obj, overrides, plan), "reported_prompt_tokens")
+    try:
+        rec.ttft_s, rec.e2e_s, rec.queue_wait_s = latency.read(holders, obj, overrides, original_shape == "otel",
+                                                                get_path)
+    except ShapeError as exc:
+        raise RecordError(exc.reason, exc.detail) from None
     return rec
 
 

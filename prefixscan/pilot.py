@@ -1,0 +1,154 @@
+"""The pilot's outcome, measured from its own logs: latency of warm, partial and cold requests (issue 31).
+
+The seed's rollout enables prefix caching in a limited pool and then compares "warm, partial, and cold
+requests by time to first token, queue time". This module reads the requests table's latency columns
+(`ttft_s`, `e2e_s`, `queue_wait_s`, io/latency.py) and groups them:
+
+* by class: each request is warm, partial or cold by its cached prompt tokens, the ENGINE's count
+  (`actual_cached_tokens`) when the log reports it, else the ideal cache's (`cached_tokens`); the run
+  says which (`cached_source`). With the engine's count, a request that lacks it is `unknown` rather
+  than classed by a prediction: measured and predicted are never mixed in one class.
+* by model and replica (the pool): cached and uncached input tokens, and the same latency percentiles.
+
+Classes (`classify`), with B the run's block size (tokens) and P the request's prompt tokens:
+cold when cached < B (not one whole block reused: an engine caches whole blocks only), warm when
+cached >= WARM_SHARE * P, partial otherwise. WARM_SHARE is 0.9, not 1.0: a full-prefix hit still
+computes the new turn and the last partial block, so a warm multi-turn request lands at 90-99% cached.
+
+Percentiles are numpy's default rule (linear interpolation between the closest ranks), the rule of
+every other percentile in the analyze summary; a group with no value has null percentiles.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+WARM_SHARE = 0.9
+CLASSES = ("warm", "partial", "cold")
+UNKNOWN = "unknown"  # engine-counted run, request without the engine's count
+METRICS = ("ttft", "e2e", "queue_wait")
+PCTS = (50, 95)
+NONE_KEY = "(none)"
+LATENCY = ("ttft_s", "e2e_s", "queue_wait_s")
+
+PILOT_SCHEMA = pa.schema([
+    pa.field("level", pa.string(), nullable=False),
+    pa.field("model", pa.string()),
+    pa.field("replica", pa.string()),
+    pa.field("class", pa.string()),
+    pa.field("requests", pa.int64(), nullable=False),
+    pa.field("cached_requests", pa.int64(), nullable=False),
+    pa.field("prompt_tokens", pa.int64(), nullable=False),
+    pa.field("cached_tokens", pa.int64(), nullable=False),
+    pa.field("uncached_tokens", pa.int64(), nullable=False),
+    *[f for m in METRICS for f in (pa.field(f"{m}_requests", pa.int64(), nullable=False),
+                                   *[pa.field(f"{m}_p{p}_s", pa.float64()) for p in PCTS])],
+])
+
+
+def percentile(values: np.ndarray, p: float) -> float | None:
+    """The p-th percentile by numpy's default (linear) rule; None for no value."""
+    return float(np.percentile(values, p, method="linear")) if len(values) else None
+
+
+def classify(cached: np.ndarray, prompt: np.ndarray, block: int) -> np.ndarray:
+    """warm / partial / cold per request (the module docstring gives the rule and why)."""
+    out = np.full(len(cached), "partial", dtype=object)
+    out[cached >= WARM_SHARE * prompt] = "warm"
+    out[cached < block] = "cold"
+    return out
+
+
+def has_latency(path: str | Path) -> bool:
+    """Whether any request of the requests table carries a latency value (the pilot table is written)."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    names = f.schema_arrow.names
+    if not all(c in names for c in LATENCY):
+        return False
+    t = f.read(columns=list(LATENCY))
+    return any(t.column(c).null_count < t.num_rows for c in LATENCY)
+
+
+def measure(path: str | Path, block: int) -> tuple[pa.Table, dict[str, Any]] | None:
+    """(the pilot table, the summary's `pilot` section) of a requests table, or None when no request
+    has a latency value."""
+    if not has_latency(path):
+        return None
+    cols = ["model", "replica", "prompt_tokens", "cached_tokens", "actual_cached_tokens", *LATENCY]
+    df = pl.read_parquet(path, columns=cols)
+    return of_frame(df, block)
+
+
+def of_frame(df: pl.DataFrame, block: int) -> tuple[pa.Table, dict[str, Any]]:
+    """`measure` over requests already in memory (columns as the requests table's)."""
+    engine = df["actual_cached_tokens"].null_count() < df.height
+    source = "engine" if engine else "ideal"
+    cached = df["actual_cached_tokens"] if engine else df["cached_tokens"]
+    known = cached.is_not_null().to_numpy()
+    c = cached.fill_null(0).to_numpy().astype(np.int64)
+    prompt = df["prompt_tokens"].to_numpy().astype(np.int64)
+    cls = classify(c, prompt, block)
+    cls[~known] = UNKNOWN
+    frame = df.with_columns(pl.Series("class", cls.tolist(), dtype=pl.String),
+                            pl.Series("_cached", np.where(known, c, 0)),
+                            pl.Series("_known", known),
+                            pl.Series("_prompt_known", np.where(known, prompt, 0)))
+    rows = [_row(frame, "all", None, None, None)]
+    present = set(cls.tolist())
+    for k in (*CLASSES, UNKNOWN):
+        if k in CLASSES or k in present:
+            rows.append(_row(frame.filter(pl.col("class") == k), "class", None, None, k))
+    keys = frame.select("model", "replica").unique().sort(["model", "replica"], nulls_last=True)
+    for model, replica in keys.iter_rows():
+        g = frame.filter(_eq("model", model) & _eq("replica", replica))
+        rows.append(_row(g, "model_replica", model, replica, None))
+    table = pa.Table.from_pylist(rows, schema=PILOT_SCHEMA)
+    return table, _summary(rows, source, block, frame)
+
+
+def _eq(col: str, value: str | None) -> pl.Expr:
+    return pl.col(col).is_null() if value is None else pl.col(col) == value
+
+
+def _row(g: pl.DataFrame, level: str, model: str | None, replica: str | None, cls: str | None) -> dict[str, Any]:
+    cached = int(g["_cached"].sum()) if g.height else 0
+    prompt = int(g["_prompt_known"].sum()) if g.height else 0
+    row: dict[str, Any] = {"level": level, "model": model, "replica": replica, "class": cls,
+                           "requests": g.height, "cached_requests": int(g["_known"].sum()) if g.height else 0,
+                           "prompt_tokens": prompt, "cached_tokens": cached, "uncached_tokens": prompt - cached}
+    for m, col in zip(METRICS, LATENCY, strict=True):
+        v = g[col].drop_nulls().to_numpy()
+        row[f"{m}_requests"] = len(v)
+        for p in PCTS:
+            row[f"{m}_p{p}_s"] = percentile(v, p)
+    return row
+
+
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in ("level", "model", "replica", "class")}
+
+
+def _summary(rows: list[dict[str, Any]], source: str, block: int, frame: pl.DataFrame) -> dict[str, Any]:
+    """The `pilot` section of the analyze summary (docs/pilot.md)."""
+    return {
+        "cached_source": source,
+        "classes": {"warm": f"cached >= {WARM_SHARE:.0%} of prompt tokens (and >= {block} tokens)",
+                    "partial": "between cold and warm",
+                    "cold": f"cached < {block} tokens (one block)",
+                    "warm_share": WARM_SHARE, "block_tokens": block,
+                    "unknown": "the engine's cached count is missing on this request" if source == "engine" else None},
+        "percentile_rule": "linear interpolation between the closest ranks (numpy's default)",
+        "requests_with": {m: int(frame[c].is_not_null().sum()) for m, c in zip(METRICS, LATENCY, strict=True)},
+        "all": _shown(rows[0]),
+        "by_class": {r["class"]: _shown(r) for r in rows if r["level"] == "class"},
+        "by_model_replica": [{"model": r["model"] if r["model"] is not None else NONE_KEY,
+                              "replica": r["replica"] if r["replica"] is not None else NONE_KEY, **_shown(r)}
+                             for r in rows if r["level"] == "model_replica"],
+    }
