@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from prefixscan.io import latency
 from prefixscan.io.ecosystem import (
     PromptMap,
     ShapeError,
@@ -28,7 +29,6 @@ from prefixscan.io.ecosystem import (
     responses_map,
     responses_to_chat,
 )
-from prefixscan.io import latency
 from prefixscan.io.fieldplan import FieldPlans, Plan
 from prefixscan.io.readers import default_request_id
 from prefixscan.io.timestamps import describe_timestamp, parse_timestamp
