@@ -10,10 +10,16 @@ requests by time to first token, queue time". This module reads the requests tab
   than classed by a prediction: measured and predicted are never mixed in one class.
 * by model and replica (the pool): cached and uncached input tokens, and the same latency percentiles.
 
-Classes (`classify`), with B the run's block size (tokens) and P the request's prompt tokens:
-cold when cached < B (not one whole block reused: an engine caches whole blocks only), warm when
-cached >= WARM_SHARE * P, partial otherwise. WARM_SHARE is 0.9, not 1.0: a full-prefix hit still
-computes the new turn and the last partial block, so a warm multi-turn request lands at 90-99% cached.
+Classes (`classify`), with B the run's block size (tokens), P the request's prompt tokens and C its
+cached tokens: cold when C < B (not one whole block reused: an engine caches whole blocks only); warm
+when C >= WARM_SHARE * P or P - C <= WARM_UNCACHED; partial otherwise. Prefill time follows the uncached
+tokens, and even a perfect prefix hit computes the new turn and the last partial block: WARM_SHARE (0.9)
+calls a long prompt warm when 10% or less is left, WARM_UNCACHED (256 tokens, about one user turn) a
+short one whose whole remainder is one turn. Both are constants here, documented in docs/pilot.md.
+
+Token sums count a request's cached tokens up to its prompt tokens: an engine count above prefixscan's
+prompt count is a tokenizer or template mismatch (the misses table's `engine_excess_tokens`), and would
+make the uncached tokens negative.
 
 Percentiles are numpy's default rule (linear interpolation between the closest ranks), the rule of
 every other percentile in the analyze summary; a group with no value has null percentiles.
@@ -29,6 +35,7 @@ import polars as pl
 import pyarrow as pa
 
 WARM_SHARE = 0.9
+WARM_UNCACHED = 256
 CLASSES = ("warm", "partial", "cold")
 UNKNOWN = "unknown"  # engine-counted run, request without the engine's count
 METRICS = ("ttft", "e2e", "queue_wait")
@@ -59,7 +66,7 @@ def percentile(values: np.ndarray, p: float) -> float | None:
 def classify(cached: np.ndarray, prompt: np.ndarray, block: int) -> np.ndarray:
     """warm / partial / cold per request (the module docstring gives the rule and why)."""
     out = np.full(len(cached), "partial", dtype=object)
-    out[cached >= WARM_SHARE * prompt] = "warm"
+    out[(cached >= WARM_SHARE * prompt) | (prompt - cached <= WARM_UNCACHED)] = "warm"
     out[cached < block] = "cold"
     return out
 
@@ -97,7 +104,7 @@ def of_frame(df: pl.DataFrame, block: int) -> tuple[pa.Table, dict[str, Any]]:
     cls = classify(c, prompt, block)
     cls[~known] = UNKNOWN
     frame = df.with_columns(pl.Series("class", cls.tolist(), dtype=pl.String),
-                            pl.Series("_cached", np.where(known, c, 0)),
+                            pl.Series("_cached", np.where(known, np.minimum(c, prompt), 0)),
                             pl.Series("_known", known),
                             pl.Series("_prompt_known", np.where(known, prompt, 0)))
     rows = [_row(frame, "all", None, None, None)]
@@ -139,10 +146,11 @@ def _summary(rows: list[dict[str, Any]], source: str, block: int, frame: pl.Data
     """The `pilot` section of the analyze summary (docs/pilot.md)."""
     return {
         "cached_source": source,
-        "classes": {"warm": f"cached >= {WARM_SHARE:.0%} of prompt tokens (and >= {block} tokens)",
+        "classes": {"warm": f"not cold, and cached >= {WARM_SHARE:.0%} of prompt tokens or at most "
+                            f"{WARM_UNCACHED} prompt tokens uncached",
                     "partial": "between cold and warm",
                     "cold": f"cached < {block} tokens (one block)",
-                    "warm_share": WARM_SHARE, "block_tokens": block,
+                    "warm_share": WARM_SHARE, "warm_uncached_tokens": WARM_UNCACHED, "block_tokens": block,
                     "unknown": "the engine's cached count is missing on this request" if source == "engine" else None},
         "percentile_rule": "linear interpolation between the closest ranks (numpy's default)",
         "requests_with": {m: int(frame[c].is_not_null().sum()) for m, c in zip(METRICS, LATENCY, strict=True)},

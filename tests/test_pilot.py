@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 
 import prefixscan
 from prefixscan.cli.app import app
-from tests.conftest import chat, write_jsonl
+from tests.conftest import SYSTEM, chat, write_jsonl
 from tests.test_tables_doc import documented
 
 runner = CliRunner()
@@ -42,8 +43,10 @@ def pilot_log(tmp_path, **extra_of: dict) -> tuple:
     recs, i = [], 0
     for cls, ttfts in (("warm", WARM), ("partial", PARTIAL), ("cold", COLD)):
         for k, t in enumerate(ttfts):
-            recs.append(chat(i, f"{cls}{k}", 1, ttft_ms=t * 1000, queue_wait_ms=QUEUE[cls][k] * 1000,
-                             actual_cached_tokens=ENGINE[cls], replica=f"pod-{i % 2}", **extra_of.get(cls, {})))
+            rec = chat(i, f"{cls}{k}", 1, ttft_ms=t * 1000, queue_wait_ms=QUEUE[cls][k] * 1000,
+                       actual_cached_tokens=ENGINE[cls], replica=f"pod-{i % 2}", **extra_of.get(cls, {}))
+            rec["messages"][0]["content"] = SYSTEM * 4  # long enough that 32 cached tokens leave > 256 to compute
+            recs.append(rec)
             i += 1
     return write_jsonl(tmp_path / "pilot.jsonl", recs), recs
 
@@ -77,17 +80,19 @@ def test_classes_follow_the_engine_count_and_the_documented_rule(tmp_path) -> No
     log, recs = pilot_log(tmp_path)
     res = prefixscan.analyze(str(log), findings=False)
     req = pl.from_arrow(res.tables["requests"])
-    # every partial request has at least one block and under 90% of its prompt cached by the engine
-    assert (req["prompt_tokens"] * 0.9 > 32).all()
+    # every partial request has at least one block cached by the engine, under 90% of its prompt, and more
+    # than 256 tokens left to compute: partial by the documented rule
+    assert (req["prompt_tokens"] * 0.9 > 32).all() and (req["prompt_tokens"] - 32 > 256).all()
     by_model = res.summary["pilot"]["by_model_replica"]
     assert [(g["model"], g["replica"]) for g in by_model] == [("m", "pod-0"), ("m", "pod-1")]
     assert sum(g["requests"] for g in by_model) == len(recs)
     # cached + uncached = prompt tokens of the requests whose count is known (here: all)
     for g in by_model:
         assert g["cached_tokens"] + g["uncached_tokens"] == g["prompt_tokens"]
-    total_cached = sum(min(ENGINE[c], 10**6) for c, vs in (("warm", WARM), ("partial", PARTIAL), ("cold", COLD))
-                       for _ in vs)
-    assert sum(g["cached_tokens"] for g in by_model) == total_cached
+    # the engine's 10**6 on warm requests counts up to each request's prompt (more is a tokenizer mismatch)
+    engine = req["actual_cached_tokens"].to_numpy()
+    assert sum(g["cached_tokens"] for g in by_model) == int(np.minimum(engine, req["prompt_tokens"].to_numpy()).sum())
+    assert all(g["uncached_tokens"] >= 0 for g in by_model)
 
 
 def test_a_missing_engine_count_is_unknown_not_a_prediction(tmp_path) -> None:
@@ -187,3 +192,44 @@ def test_a_latency_of_the_wrong_kind_is_a_reject_with_its_reason(tmp_path, extra
     assert res.summary["requests"]["rejects_by_reason"] == {reason: 1}
     rej = res.tables["rejects"].to_pylist()[0]
     assert rej["source_line"] == 2 and "soon" not in (rej["detail"] or "") and "fast" not in (rej["detail"] or "")
+
+
+def test_class_boundaries_in_absolute_tokens_and_share() -> None:
+    from prefixscan.pilot import classify
+
+    prompt = np.array([5000, 5000, 1000, 300, 300, 100, 10], dtype=np.int64)
+    cached = np.array([4500, 4499, 15, 44, 43, 16, 0], dtype=np.int64)
+    # 90% of 5000 is warm, one token less (501 left) partial; under one block (16) is cold whatever the share;
+    # 256 tokens left to compute is warm, 257 partial; a short prompt with one block cached is warm
+    assert classify(cached, prompt, 16).tolist() == ["warm", "partial", "cold", "warm", "partial", "warm", "cold"]
+
+
+def test_report_shows_the_pilot_with_values_escaped(tmp_path) -> None:
+    log, recs = pilot_log(tmp_path)
+    recs[0]["replica"] = "pod-\x1b]52;c;evil\x07 [x](http://e.example) <img src=x>"
+    write_jsonl(log, recs)
+    run = tmp_path / "run"
+    assert runner.invoke(app, ["analyze", str(log), "-q", "-o", str(run)]).exit_code == 0
+    r = runner.invoke(app, ["report", str(run), "-o", str(tmp_path / "rep"), "--format", "both"])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Pilot: latency by warm, partial and cold requests" in md
+    part = md.split("## Pilot")[1]
+    assert f"{linear(PARTIAL, 50) * 1000:,.0f} ms / {linear(PARTIAL, 95) * 1000:,.0f} ms" in part
+    assert "\x1b" not in md and "\\x1b" in part and "<img" not in md and "\\[x\\](http" in part
+    assert "| all requests | 30 |" in part and "-9" not in part  # no negative uncached tokens
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "Pilot: latency by warm" in html and "<img src=x>" not in html and "\x1b" not in html
+
+
+def test_no_customer_text_in_the_pilot_outputs(tmp_path) -> None:
+    log, recs = pilot_log(tmp_path)
+    for rec in recs:
+        rec["messages"][-1]["content"] += " Customer Zelda Quimby-Arkwright asks."
+    write_jsonl(log, recs)
+    run = tmp_path / "run"
+    r = runner.invoke(app, ["analyze", str(log), "--json", "-q", "-o", str(run)])
+    assert r.exit_code == 0 and "pilot" in json.loads(r.stdout)
+    assert "Zelda" not in r.stdout and b"Zelda" not in (run / "pilot.parquet").read_bytes()
+    term = runner.invoke(app, ["analyze", str(log)])
+    assert "Pilot: latency" in term.stdout and "Zelda" not in term.stdout

@@ -33,8 +33,9 @@ def render_pilot(p: dict[str, Any], console: Console, limit: int = 8) -> None:
              for k, r in p["by_class"].items()]
     print_tables(console, "Pilot: latency p50 / p95 by class", ["class", "requests", "TTFT", "queue wait",
                                                                  "end to end"], cells, show_edge=False,
-                 caption=f"classes by {src}: warm >= {cl['warm_share']:.0%} of the prompt cached, cold < "
-                         f"{cl['block_tokens']} tokens cached, partial between")
+                 caption=f"classes by {src}: cold < {cl['block_tokens']} tokens cached; warm >= "
+                         f"{cl['warm_share']:.0%} of the prompt cached or <= {cl['warm_uncached_tokens']} "
+                         "tokens left to compute; partial between")
     rows = p["by_model_replica"]
     cells = [[safe(r["model"]), safe(r["replica"]), f"{r['requests']:,}", _tok(r["cached_tokens"]),
               _tok(r["uncached_tokens"]), _pair(r, "ttft")] for r in rows[:limit]]
