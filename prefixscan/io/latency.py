@@ -32,8 +32,8 @@ from prefixscan.io.timestamps import parse_timestamp
 from prefixscan.redact import reject_detail
 
 COLUMNS = ("ttft_s", "e2e_s", "queue_wait_s")
-MS = 1e-3
-# --field names: the column each fills and the factor that turns the log's unit into seconds.
+MS = 1000.0  # units per second: a value is divided by it (35 ms is 0.035 s exactly as written, not 35 * 1e-3)
+# --field names: the column each fills and how many of the log's units make a second.
 MAPPABLE: dict[str, tuple[str, float]] = {
     "ttft_s": ("ttft_s", 1.0), "ttft_ms": ("ttft_s", MS),
     "e2e_s": ("e2e_s", 1.0), "e2e_ms": ("e2e_s", MS),
@@ -66,27 +66,27 @@ def conflicting(names: list[str]) -> list[str]:
     return out
 
 
-def seconds(value: Any, name: str, scale: float = 1.0) -> float | None:
+def seconds(value: Any, name: str, per_second: float = 1.0) -> float | None:
     """A duration field in seconds: None when absent; ShapeError when not a non-negative finite number."""
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ShapeError("wrong_type", f"`{name}` should be a number of {_unit(scale)}, got a boolean")
+        raise ShapeError("wrong_type", f"`{name}` should be a number of {_unit(per_second)}, got a boolean")
     if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
-            raise ShapeError("wrong_type", reject_detail(name, f"should be a number of {_unit(scale)}",
+            raise ShapeError("wrong_type", reject_detail(name, f"should be a number of {_unit(per_second)}",
                                                           value)) from None
     if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ShapeError("wrong_type", reject_detail(name, f"should be a number of {_unit(scale)}", value))
+        raise ShapeError("wrong_type", reject_detail(name, f"should be a number of {_unit(per_second)}", value))
     if value < 0:
         raise ShapeError("out_of_range", reject_detail(name, "is negative", value))
-    return float(value) * scale
+    return float(value) / per_second
 
 
-def _unit(scale: float) -> str:
-    return "seconds" if scale == 1.0 else "milliseconds"
+def _unit(per_second: float) -> str:
+    return "seconds" if per_second == 1.0 else "milliseconds"
 
 
 def _clock(value: Any, name: str) -> float:
@@ -114,8 +114,8 @@ def read(holders: tuple[dict[str, Any], ...], obj: dict[str, Any], overrides: di
     mapped = set()
     for name, path in overrides.items():
         if name in MAPPABLE:
-            col, scale = MAPPABLE[name]
-            out[col] = seconds(get_path(obj, path), name, scale)
+            col, per_second = MAPPABLE[name]
+            out[col] = seconds(get_path(obj, path), name, per_second)
             mapped.add(col)
     plan = _PLANS.plan(holders)
     for col in COLUMNS:
