@@ -72,15 +72,28 @@ def classify(cached: np.ndarray, prompt: np.ndarray, block: int) -> np.ndarray:
 
 
 def has_latency(path: str | Path) -> bool:
-    """Whether any request of the requests table carries a latency value (the pilot table is written)."""
+    """Whether any request of the requests table carries a latency value (the pilot table is written).
+    Read from the Parquet footer's null counts where it has them, so a log without latency (the usual
+    case, and every hashed trace) costs no column read."""
     import pyarrow.parquet as pq
 
     f = pq.ParquetFile(path)
     names = f.schema_arrow.names
     if not all(c in names for c in LATENCY):
         return False
-    t = f.read(columns=list(LATENCY))
-    return any(t.column(c).null_count < t.num_rows for c in LATENCY)
+    md = f.metadata
+    index = {md.schema.column(i).name: i for i in range(md.num_columns)}
+    for rg in range(md.num_row_groups):
+        group = md.row_group(rg)
+        for c in LATENCY:
+            stats = group.column(index[c]).statistics
+            if stats is not None and stats.has_null_count:
+                nulls = stats.null_count
+            else:  # a footer without the count: read this column of this row group
+                nulls = f.read_row_group(rg, columns=[c]).column(0).null_count
+            if nulls < group.num_rows:
+                return True
+    return False
 
 
 def measure(path: str | Path, block: int) -> tuple[pa.Table, dict[str, Any]] | None:

@@ -233,3 +233,21 @@ def test_no_customer_text_in_the_pilot_outputs(tmp_path) -> None:
     assert "Zelda" not in r.stdout and b"Zelda" not in (run / "pilot.parquet").read_bytes()
     term = runner.invoke(app, ["analyze", str(log)])
     assert "Pilot: latency" in term.stdout and "Zelda" not in term.stdout
+
+
+def test_has_latency_reads_the_footer_and_every_row_group(tmp_path) -> None:
+    import pyarrow as pa
+
+    from prefixscan.pilot import has_latency
+
+    nulls = pa.array([None] * 4, pa.float64())
+    late = pa.array([None, None, None, 0.5], pa.float64())
+    t = pa.table({"ttft_s": late, "e2e_s": nulls, "queue_wait_s": nulls})
+    for stats in (True, False):  # with and without the footer's null counts
+        pq.write_table(t, tmp_path / "r.parquet", row_group_size=2, write_statistics=stats)
+        assert has_latency(tmp_path / "r.parquet")  # the value is in the second row group only
+        pq.write_table(t.set_column(0, "ttft_s", nulls), tmp_path / "n.parquet", row_group_size=2,
+                       write_statistics=stats)
+        assert not has_latency(tmp_path / "n.parquet")
+    pq.write_table(pa.table({"x": [1]}), tmp_path / "old.parquet")  # a run written before the columns existed
+    assert not has_latency(tmp_path / "old.parquet")
