@@ -20,7 +20,8 @@ install: $(STAMP)  ## create .venv and install prefixscan with the test and ray 
 demo: $(STAMP)  ## analyze the sample logs and print the summary and the run directory
 	$(BIN)/prefixscan analyze sample_logs/chat.jsonl sample_logs/chat.parquet -o runs/demo --force
 
-test: $(STAMP)  ## run the test suite
+test: $(STAMP)  ## ruff, then the test suite
+	$(BIN)/ruff check prefixscan tests bench conformance
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)  ## ruff

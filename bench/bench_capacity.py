@@ -14,13 +14,8 @@ import time
 
 import numpy as np
 
-from prefixscan.reuse.capacity import (
-    default_capacities,
-    lru_curves,
-    lru_hit_tokens_all_capacities,
-    opt_hits,
-    prepare,
-)
+from prefixscan.reuse.capacity import lru_curves, lru_hit_tokens_all_capacities, opt_hits, prepare
+from prefixscan.reuse.capacity_table import default_capacities
 
 
 def synthetic_trace(n_req: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

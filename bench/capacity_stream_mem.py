@@ -78,7 +78,7 @@ def _generate(n_req, ring, ring_len, tpl, tpl_len, st):  # pragma: no cover - co
     return offsets, ids[:nb].copy(), prompts
 
 
-def stream(n_req: int, chunk: int, seed: int):  # noqa: ANN201 - a generator of chunks
+def stream(n_req: int, chunk: int, seed: int):  # a generator of chunks
     """Yield (offsets, ids, prompt tokens) chunks; returns the distinct count through `state[0]` at the end."""
     _seed(seed)
     rng = np.random.default_rng(seed)

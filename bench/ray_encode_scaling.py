@@ -21,16 +21,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import numpy as np
+import pyarrow.parquet as pq
 
-from prefixscan.config import AnalyzeConfig  # noqa: E402
-from prefixscan.distributed import reuse_sql  # noqa: E402
-from prefixscan.distributed.ray_encode import encode_on_ray, read_encoded  # noqa: E402
-from prefixscan.distributed.stages import RecordEncoder, text_records  # noqa: E402
-from prefixscan.io.sources import expand  # noqa: E402
-from prefixscan.pipeline.run import run_analysis  # noqa: E402
-from prefixscan.reuse.ideal import IdealStream, scope_salts  # noqa: E402
+from prefixscan.config import AnalyzeConfig
+from prefixscan.distributed import reuse_sql
+from prefixscan.distributed.ray_encode import encode_on_ray, read_encoded
+from prefixscan.distributed.stages import RecordEncoder, text_records
+from prefixscan.io.sources import expand
+from prefixscan.pipeline.run import run_analysis
+from prefixscan.reuse.ideal import IdealStream, scope_salts
 
 
 def load() -> str:

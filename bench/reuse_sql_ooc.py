@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow.parquet as pq
 
-from prefixscan.config import AnalyzeConfig  # noqa: E402
-from prefixscan.distributed.reuse_sql import reuse_of_requests  # noqa: E402
-from prefixscan.pipeline.run import run_analysis  # noqa: E402
+from prefixscan.config import AnalyzeConfig
+from prefixscan.distributed.reuse_sql import reuse_of_requests
+from prefixscan.pipeline.run import run_analysis
 
 COLUMNS = ("cached_blocks", "cached_tokens", "divergence_token", "tenant_cached_tokens", "conversation_cached_tokens")
 

@@ -80,7 +80,7 @@ def measure(run_dir: str, mode: str) -> dict:
                                         ("capacity_blocks", "lru_hit_rate", "lru_hit_rate_low", "lru_hit_rate_high")}}
 
 
-def _streamed(offsets, ids, prompt, bs: int, rule: str, sample: float, spill: str):  # noqa: ANN001, ANN202
+def _streamed(offsets, ids, prompt, bs: int, rule: str, sample: float, spill: str):
     """Analyze's path: the requests fed to `CapacityStream` (spilled, as the reuse stage does), then its
     `finish` timed alone; memory is counted from before the feed (the spill's page cache is not RSS)."""
     from prefixscan.reuse.capacity_stream import CapacityStream
@@ -139,7 +139,7 @@ def _cpu(r: dict) -> str:
     return f"{r['cpu_seconds']:.2f}" if "cpu_seconds" in r else "-"
 
 
-def run_row(scale: str, repeats: int, lg: Path):  # noqa: ANN201 - RowResult, imported lazily
+def run_row(scale: str, repeats: int, lg: Path):  # RowResult, imported lazily
     import inputs
     from common import OUT, ROOT, RowResult, analyze_cmd, rel, run
     from row3_aiperf import TRACE_N, trace_run_dir

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+from common import (
     BENCH,
     OUT,
     PEERS,
@@ -147,7 +147,7 @@ def main() -> None:
             if n in PROFILED_ROWS:
                 kw["profile"] = not args.no_profile
             res = mod.run_row(args.scale, args.repeats, lg, **kw)
-        except Exception as exc:  # noqa: BLE001 - a failing row is reported, the others still run
+        except Exception as exc:  # a failing row is reported, the others still run
             res = RowResult(n, ROWS[n], "", "", verdict=f"failed: {type(exc).__name__}")
             res.details.append("```\n" + traceback.format_exc()[-2500:] + "\n```")
         res.details.append(f"row wall time including input generation: {time.perf_counter() - t0:,.0f} s")

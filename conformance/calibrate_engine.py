@@ -31,7 +31,7 @@ from typing import Any
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process: one clock
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
-from conformance.engine import digest, make_llm, read_workload, render  # noqa: E402
+from conformance.engine import digest, make_llm, read_workload, render
 
 
 def cpu_name() -> str:

@@ -146,7 +146,7 @@ def compare_hashes(ps: Prefixscan, head: dict[str, Any], rows: list[dict[str, An
         return "not available (this prefixscan has no --hash vllm:ALGO)"
     try:
         res, _ = ps.run(head["block_size"], head["hash_algo"], head["pythonhashseed"])
-    except Exception as e:  # noqa: BLE001 - an option that exists but refuses this run is a finding
+    except Exception as e:  # an option that exists but refuses this run is a finding
         return f"not available ({type(e).__name__}: {e})"
     ours = [[f"{h:016x}" for h in x] for x in res.tables["requests"]["block_hashes"].to_pylist()]
     eq = 0

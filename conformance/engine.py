@@ -49,7 +49,7 @@ def read_workload(path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def make_llm(model_dir: str, block_size: int, pool: int, max_model_len: int, **overrides: Any):  # noqa: ANN201
+def make_llm(model_dir: str, block_size: int, pool: int, max_model_len: int, **overrides: Any):
     """The engine with a pool of `pool` blocks (always set: the default would take 30% of the machine's
     memory, slow to allocate; an "unbounded" run gets a pool larger than all the workload's blocks).
     `overrides` replace or add engine arguments (conformance.calibrate: max_num_seqs, stats on)."""

@@ -17,7 +17,7 @@ from typing import Any
 from conformance.engine import digest, read_workload, render
 
 
-def make_llm(model_dir: str, pool: int, max_model_len: int, port: int):  # noqa: ANN201
+def make_llm(model_dir: str, pool: int, max_model_len: int, port: int):
     from vllm import LLM
     from vllm.config import KVEventsConfig
 

@@ -16,10 +16,10 @@ if "polars" not in _sys.modules:
     # (read once, when polars loads; a user's own setting wins). See prefixscan/memory.py.
     _os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:250,muzzy_decay_ms:0")
 
-__version__ = "0.1.0"
+from prefixscan.version import __version__
 
 
-def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: ANN201 - lazy import
+def analyze(*inputs: str, output: str | None = None, **options: Any):  # lazy import
     """Analyse logs; see `prefixscan.pipeline.run.run_analysis`. Raises NothingAcceptedError (an
     InputError) when every record was rejected, as the CLI exits 3: the run directory (with `output`) keeps
     the rejects table, the error names its reasons, and its `result` attribute is the run."""
@@ -41,7 +41,7 @@ def analyze(*inputs: str, output: str | None = None, **options: Any):  # noqa: A
     return result
 
 
-def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):  # noqa: ANN201
+def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):
     """Replay a run through N replicas under routing policies; see `prefixscan.sim.simulate`.
 
     Options are `SimConfig` fields (replicas=8, policies=("round_robin", ...), kv_blocks=...);
@@ -69,7 +69,7 @@ def simulate(run_dir: str, save: bool = True, name: str = "default", **options: 
 
 
 def estimate(run_dir: str | None = None, save: bool = False, simulation: str | None = None,
-             **options: Any):  # noqa: ANN201
+             **options: Any):
     """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`. `simulation` names the
     stored simulation to reuse (`simulate --name`; default: `default`, else the most recent).
 
@@ -89,7 +89,7 @@ def estimate(run_dir: str | None = None, save: bool = False, simulation: str | N
     return result
 
 
-def write_report(run_dir: str, output: str | None = None, **options: Any):  # noqa: ANN201
+def write_report(run_dir: str, output: str | None = None, **options: Any):
     """Write report.md and report.html for a run; see `prefixscan.report.write.write_report`
     (`simulation=NAME` reports that stored simulation).
 
@@ -100,35 +100,35 @@ def write_report(run_dir: str, output: str | None = None, **options: Any):  # no
     return _write(run_dir, output, **options)
 
 
-def check(run_dir: str, **gates: Any):  # noqa: ANN201
+def check(run_dir: str, **gates: Any):
     """CI gates over a run (min_hit_rate=, max_breaker_tokens=, fail_on=); see `prefixscan.compare.check_run`."""
     from prefixscan.compare import check_run
 
     return check_run(run_dir, **gates)
 
 
-def diff(run_a: str, run_b: str, **options: Any):  # noqa: ANN201
+def diff(run_a: str, run_b: str, **options: Any):
     """Run B against run A (hit rates, groups, breakers, prefill); see `prefixscan.compare.diff_runs`."""
     from prefixscan.compare import diff_runs
 
     return diff_runs(run_a, run_b, **options)
 
 
-def export(run_dir: str, output: str, to: str = "mooncake", **options: Any):  # noqa: ANN201
+def export(run_dir: str, output: str, to: str = "mooncake", **options: Any):
     """Write a run as an anonymised Mooncake or bailian trace; see `prefixscan.io.export.export_trace`."""
     from prefixscan.io.export import export_trace
 
     return export_trace(run_dir, output, to, **options)
 
 
-def explain(run_dir: str, request_id: str, include_text: bool = False):  # noqa: ANN201
+def explain(run_dir: str, request_id: str, include_text: bool = False):
     """Why one request hit or missed, block by block; see `prefixscan.explain.explain`."""
     from prefixscan.explain import explain as _explain
 
     return _explain(run_dir, request_id, include_text)
 
 
-def load_run(path: str, simulation: str | None = None):  # noqa: ANN201
+def load_run(path: str, simulation: str | None = None):
     """Open a run directory (its `sim_*` tables: the named simulation's); see `prefixscan.io.rundir.load_run`."""
     from prefixscan.io.rundir import load_run as _load
 

@@ -19,7 +19,7 @@ _M_MMAP_THRESHOLD = -3
 _libc = None
 
 
-def _glibc():  # noqa: ANN202 - ctypes handle or None
+def _glibc():  # ctypes handle or None
     global _libc
     if _libc is None:
         try:

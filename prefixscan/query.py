@@ -74,7 +74,7 @@ def lock(con: Any) -> None:
         con.execute(f"SET {setting}")
 
 
-def connect(run_dir: str):  # noqa: ANN201 - duckdb is imported lazily
+def connect(run_dir: str):  # duckdb is imported lazily
     """An in-memory, sandboxed DuckDB connection with a read-only relation per table of the run."""
     import duckdb
 

@@ -13,17 +13,15 @@ from hypothesis import strategies as st
 
 from prefixscan.hashing import hit_tokens
 from prefixscan.reuse.capacity import (
-    SCHEMA,
-    block_weights,
     capacity_curve,
     capacity_for_fraction,
-    default_capacities,
     lru_curves,
     lru_hit_tokens_all_capacities,
     opt_hits,
     prepare,
 )
 from prefixscan.reuse.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
+from prefixscan.reuse.capacity_table import SCHEMA, block_weights, default_capacities
 
 MOONCAKE = Path("/work/shared/data/mooncake/synthetic_trace.jsonl")
 # Mooncake (FAST'25) Figure 9, one LRU cache: capacity in tokens -> token-weighted hit rate.
@@ -225,7 +223,7 @@ def test_mooncake_figure9_single_lru() -> None:
 def test_capacity_targets_are_the_exact_smallest_capacities() -> None:
     """The summary's "tokens for 50%/90% of ideal" are pool sizes between the grid points where vLLM's pool
     reaches the fraction and one block less does not (tests/test_pool.py checks the crossing itself)."""
-    from prefixscan.reuse.capacity import capacity_targets
+    from prefixscan.reuse.capacity_table import capacity_targets
 
     rng = np.random.default_rng(5)
     rows = [rng.integers(0, 40, size=rng.integers(1, 9)).cumsum() for _ in range(300)]  # shared prefixes

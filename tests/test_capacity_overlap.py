@@ -32,7 +32,7 @@ from tests.conftest import MOONCAKE, ROOT
 MOONCAKE_SMALL = str(ROOT / "sample_logs" / "mooncake_small.jsonl")
 
 
-def _run(inp: str, out: Path, overlap: bool, monkeypatch: pytest.MonkeyPatch, **opts: object):  # noqa: ANN202
+def _run(inp: str, out: Path, overlap: bool, monkeypatch: pytest.MonkeyPatch, **opts: object):
     monkeypatch.setattr(run_mod, "OVERLAP_CAPACITY", overlap)
     return run_analysis(AnalyzeConfig(inputs=(inp,), output=str(out), **opts))
 
@@ -68,7 +68,7 @@ def _trace_head(tmp: Path) -> str:
 
 @pytest.mark.parametrize("make", [lambda t: MOONCAKE_SMALL, lambda t: str(ROOT / "sample_logs" / "chat.jsonl"),
                                   _chat_log, _trace_head], ids=["mooncake_small", "chat", "synth_chat", "mooncake"])
-def test_overlap_writes_the_sequential_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make) -> None:  # noqa: ANN001
+def test_overlap_writes_the_sequential_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make) -> None:
     if make is _trace_head and not MOONCAKE.exists():
         pytest.skip("shared/data/mooncake not present")
     inp = make(tmp_path)
@@ -170,7 +170,7 @@ def test_a_streamed_curve_stays_sequential(tmp_path: Path, monkeypatch: pytest.M
     threads: list[str] = []
     finish = CapacityStream.finish
 
-    def spy(self, *a: object, **k: object):  # noqa: ANN001, ANN202
+    def spy(self, *a: object, **k: object):
         threads.append(threading.current_thread().name)
         return finish(self, *a, **k)
 
@@ -207,8 +207,8 @@ def test_take_gives_finish_and_closes(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- what the overlap relies on
 
-CURVE_MODULES = ("capacity", "capacity_whole", "capacity_optbound", "capacity_sampled", "capacity_sampled_kernel",
-                 "pool", "pool_fast", "fenwick")
+CURVE_MODULES = ("capacity", "capacity_table", "capacity_whole", "capacity_optbound", "capacity_sampled",
+                 "capacity_sampled_kernel", "pool", "pool_fast", "fenwick")
 
 
 def _called_from_python(mod: types.ModuleType) -> set[tuple[str, CPUDispatcher]]:

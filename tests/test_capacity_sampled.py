@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from prefixscan.reuse import capacity_sampled_ref as ref
-from prefixscan.reuse.capacity import block_weights, capacity_curve, capacity_sampling, prepare
+from prefixscan.reuse.capacity import capacity_curve, prepare
 from prefixscan.reuse.capacity_sampled import (
     MG_PER_HOT,
     array_chunks,
@@ -21,6 +21,7 @@ from prefixscan.reuse.capacity_sampled import (
     salt_keys,
     sampled_pool_curve,
 )
+from prefixscan.reuse.capacity_table import block_weights, capacity_sampling
 from prefixscan.reuse.pool_fast import lru_pool_curves, request_shape
 
 

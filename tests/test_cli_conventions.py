@@ -14,7 +14,7 @@ from prefixscan.cli.app import COMMANDS, app
 runner = CliRunner()
 
 
-def _command(name: str):  # noqa: ANN202 - the click command behind `prefixscan NAME`
+def _command(name: str):  # the click command behind `prefixscan NAME`
     import typer.main
 
     return typer.main.get_command(app).commands[name]
@@ -85,7 +85,7 @@ def test_unknown_command_and_root_option_are_one_line() -> None:
 
 
 @pytest.fixture(scope="module")
-def sim_run(tmp_path_factory):  # noqa: ANN201 - a run with a co-located and a P/D simulation
+def sim_run(tmp_path_factory):  # a run with a co-located and a P/D simulation
     from tests.conftest import chat, write_jsonl
 
     d = tmp_path_factory.mktemp("conv")
@@ -135,7 +135,7 @@ def test_simulate_tables_never_cut_a_number(sim_run, name: str, columns: int) ->
 
 
 @pytest.fixture(scope="module")
-def trace_run(tmp_path_factory):  # noqa: ANN201 - a run of a hashed trace (no prompt text)
+def trace_run(tmp_path_factory):  # a run of a hashed trace (no prompt text)
     from tests.conftest import ROOT
 
     run = tmp_path_factory.mktemp("trace") / "run"
@@ -237,7 +237,7 @@ def test_export_warns_when_its_block_size_loses_the_reuse(sim_run, tmp_path) -> 
 def test_export_compresses_the_timeline(sim_run, tmp_path) -> None:
     import json
 
-    def lines(path, *extra):  # noqa: ANN001, ANN202
+    def lines(path, *extra):
         r = runner.invoke(app, ["export", str(sim_run), "-o", str(path), "-q", *extra])
         assert r.exit_code == 0, r.output
         return [json.loads(x) for x in path.read_text().splitlines()]

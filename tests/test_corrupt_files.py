@@ -22,15 +22,15 @@ CHAT = ROOT / "sample_logs" / "chat.jsonl"
 MOONCAKE = ROOT / "sample_logs" / "mooncake_small.jsonl"
 
 
-def _analyze(*paths: Path, **kw: object):  # noqa: ANN202
+def _analyze(*paths: Path, **kw: object):
     return run_analysis(AnalyzeConfig(inputs=tuple(str(p) for p in paths), quiet=True, findings=False, **kw))
 
 
-def _rejects(res) -> list[dict]:  # noqa: ANN001
+def _rejects(res) -> list[dict]:
     return res.tables["rejects"].to_pylist()
 
 
-def _reconciles(res) -> dict:  # noqa: ANN001
+def _reconciles(res) -> dict:
     req = res.summary["requests"]
     assert req["read"] == req["accepted"] + req["rejected"]
     return req

@@ -44,7 +44,7 @@ def _log(path: Path) -> Path:
     return write_jsonl(path, recs)
 
 
-def _run(tmp: Path, name: str, inputs: list[str], **opts: object):  # noqa: ANN202
+def _run(tmp: Path, name: str, inputs: list[str], **opts: object):
     return run_analysis(AnalyzeConfig(inputs=tuple(inputs), output=str(tmp / name), **opts))
 
 

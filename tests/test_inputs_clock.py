@@ -29,7 +29,7 @@ def _anthropic(i: int) -> dict:
 
 @pytest.mark.parametrize("make", [_openai, _anthropic], ids=["openai-chat", "anthropic"])
 @pytest.mark.parametrize("order", [[], ["--order", "input"]], ids=["default", "order-input"])
-def test_bare_bodies_without_a_timestamp_are_read_in_input_order(tmp_path: Path, make, order: list) -> None:  # noqa: ANN001
+def test_bare_bodies_without_a_timestamp_are_read_in_input_order(tmp_path: Path, make, order: list) -> None:
     log = write_jsonl(tmp_path / "bodies.jsonl", [make(i) for i in range(9)])
     r = runner.invoke(app, ["analyze", str(log), "--json", "-q", "--no-findings", *order])
     assert r.exit_code == 0, r.output

@@ -34,7 +34,7 @@ def _line(content_part: str) -> str:
             '"content": [' + content_part + "]}]}")
 
 
-def _analyze(path: Path, **kw: object):  # noqa: ANN202
+def _analyze(path: Path, **kw: object):
     return run_analysis(AnalyzeConfig(inputs=(str(path),), quiet=True, **kw))
 
 

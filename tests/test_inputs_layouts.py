@@ -22,7 +22,7 @@ def _recs(n: int = 10) -> list[dict]:
     return [chat(i, f"c{i % 3}", 1 + i % 2) for i in range(n)]
 
 
-def _analyze(path: Path, **kw: object):  # noqa: ANN202
+def _analyze(path: Path, **kw: object):
     return run_analysis(AnalyzeConfig(inputs=(str(path),), quiet=True, findings=False, **kw))
 
 

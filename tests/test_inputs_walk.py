@@ -24,11 +24,11 @@ def _log(path: Path, n: int = 6, first: int = 0) -> Path:
     return write_jsonl(path, [chat(first + i, f"c{i % 2}", 1) for i in range(n)])
 
 
-def _analyze(*paths: Path | str):  # noqa: ANN202
+def _analyze(*paths: Path | str):
     return run_analysis(AnalyzeConfig(inputs=tuple(str(p) for p in paths), quiet=True, findings=False))
 
 
-def _note(res, words: str) -> str:  # noqa: ANN001
+def _note(res, words: str) -> str:
     found = [n for n in res.summary["notes"] if words in n]
     assert len(found) == 1, res.summary["notes"]
     return found[0]
@@ -69,7 +69,7 @@ def test_an_unreadable_subdirectory_is_noted(tmp_path: Path, monkeypatch: pytest
     _log(d / "locked" / "b.jsonl", first=100)
     real = os.scandir
 
-    def scandir(path: str):  # noqa: ANN202 - chmod 000 does not stop root, so the refusal is simulated
+    def scandir(path: str):  # chmod 000 does not stop root, so the refusal is simulated
         if str(path).endswith("locked"):
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.reuse.capacity import capacity_curve, capacity_targets
+from prefixscan.reuse.capacity import capacity_curve
 from prefixscan.reuse.capacity_ref import opt_hit_tokens_ref
+from prefixscan.reuse.capacity_table import capacity_targets
 from prefixscan.reuse.pool import pool_curve, pool_hits
 from prefixscan.reuse.pool_ref import ReferencePool, pool_hits_ref
 from prefixscan.sim.kvcache import KVState
@@ -170,7 +171,7 @@ def test_one_replica_simulation_without_overlap_equals_vllm(case: dict, engine: 
     assert got == [r["cached_tokens"] for r in reqs]
 
 
-def _no_overlap_table(offsets: np.ndarray, hashes: np.ndarray, prompts: np.ndarray):  # noqa: ANN202
+def _no_overlap_table(offsets: np.ndarray, hashes: np.ndarray, prompts: np.ndarray):
     import pyarrow as pa
 
     n = len(prompts)

@@ -28,7 +28,7 @@ ENGINE_DEPENDENT = {"timings"}
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():  # noqa: ANN201
+def ray_cluster():
     """One local cluster of 2 CPUs for the module (its start-up is most of the cost); with moto, a local
     S3 server too, whose endpoint the cluster's workers get in their environment."""
     import ray

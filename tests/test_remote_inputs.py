@@ -45,7 +45,7 @@ def same_run(local: Path, stored: Path, local_dir: Path, uri: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def s3():  # noqa: ANN201
+def s3():
     with s3_server() as endpoint:
         yield endpoint
 

@@ -37,13 +37,13 @@ def run(base_run: Path, tmp_path: Path) -> Path:
     return r
 
 
-def edit(run: Path, change) -> None:  # noqa: ANN001
+def edit(run: Path, change) -> None:
     m = json.loads((run / "manifest.json").read_text())
     change(m)
     (run / "manifest.json").write_text(json.dumps(m))
 
 
-def one_line_exit_5(r) -> None:  # noqa: ANN001
+def one_line_exit_5(r) -> None:
     assert r.exit_code == 5, r.output
     assert len(r.output.strip().splitlines()) == 1 and r.output.startswith("prefixscan: error: "), r.output
     assert "internal error" not in r.output and "Traceback" not in r.output
@@ -78,7 +78,7 @@ def test_simulation_table_names_cannot_leave_the_run(run: Path, tmp_path: Path) 
 
 @pytest.mark.parametrize("where", ["../../outside", "/tmp", "simulations/default@1/../../..", "simulations/other@1",
                                    "simulations", "", 5])
-def test_simulation_directories_stay_in_simulations(run: Path, where) -> None:  # noqa: ANN001
+def test_simulation_directories_stay_in_simulations(run: Path, where) -> None:
     """A simulation's `dir` must be simulations/NAME@N of its own name (the old default alone: the top)."""
     outside = run.parent.parent / "outside"
     outside.mkdir()
@@ -100,7 +100,7 @@ def test_a_symlinked_simulations_directory_is_refused(run: Path, tmp_path: Path)
 
 
 @pytest.mark.parametrize("mode", ["7777", "4644", "0777", "1666", "0755", "abc", "", "06440", 420])
-def test_file_mode_must_be_read_write_bits(run: Path, mode) -> None:  # noqa: ANN001
+def test_file_mode_must_be_read_write_bits(run: Path, mode) -> None:
     """`file_mode` beyond 0666 (setuid, sticky, x bits) or not octal text: refused, no file chmod-ed."""
     edit(run, lambda m: m.__setitem__("file_mode", mode))
     before = {p: p.stat().st_mode for p in run.rglob("*")}

@@ -48,7 +48,7 @@ def cluster(n: int = 3) -> tuple[ClusterView, Req, Req]:
     return view, req(1), req(2)
 
 
-def choose(name: str, view: ClusterView, r: Req, **params: object):  # noqa: ANN201
+def choose(name: str, view: ClusterView, r: Req, **params: object):
     return make_policy(name, {k: str(v) for k, v in params.items()}, 0, B).choose(r, view)
 
 

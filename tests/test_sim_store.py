@@ -88,13 +88,13 @@ def test_error_after_k_tables_leaves_the_old_simulation(base_run, old_and_new, t
     written = []
     real_table, real_manifest = simstore.write_table, simstore.write_manifest
 
-    def table(where, name, tb):  # noqa: ANN001, ANN202
+    def table(where, name, tb):
         if len(written) == k:
             raise Boom(28, "No space left on device")
         written.append(name)
         return real_table(where, name, tb)
 
-    def manifest(path, m):  # noqa: ANN001, ANN202
+    def manifest(path, m):
         if k == NEW_TABLES:
             raise Boom(28, "No space left on device")
         return real_manifest(path, m)

@@ -35,7 +35,7 @@ SAME = ("replica", "start_s", "first_token_s", "finish_s", "cached_tokens", "pre
         "routed_cached", "prefill_s", "evictions", "area_outstanding", "area_waiting")
 
 
-def _run(table: pa.Table, name: str, cfg: SimConfig, serving: ServingModel | None = None, fast: bool = False):  # noqa: ANN202
+def _run(table: pa.Table, name: str, cfg: SimConfig, serving: ServingModel | None = None, fast: bool = False):
     w = build_workload(table, 16)
     serving = serving or serving_model(cfg)
     pol = make_policy(name, {}, cfg.seed, 16)

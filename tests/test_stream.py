@@ -43,7 +43,7 @@ def _both(tmp: Path, inputs: list[str], **opts: object) -> tuple:
     return out[False], out[True]
 
 
-def _assert_same(mem, streamed) -> None:  # noqa: ANN001
+def _assert_same(mem, streamed) -> None:
     a, b = Path(mem.run_dir), Path(streamed.run_dir)
     names = sorted(p.name for p in a.glob("*.parquet"))
     assert names == sorted(p.name for p in b.glob("*.parquet"))

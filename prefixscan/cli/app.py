@@ -98,7 +98,7 @@ def _hook_project_config(application: typer.Typer) -> None:
 
 def _version(value: bool) -> None:
     if value:
-        from prefixscan import __version__
+        from prefixscan.version import __version__
 
         typer.echo(__version__)
         raise typer.Exit()

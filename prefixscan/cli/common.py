@@ -43,7 +43,7 @@ def handle_errors(func: F) -> F:
             fail(str(err), err.exit_code)
         except MemoryError:
             fail("out of memory; pass --stream (analyze) or run on a larger machine", EnvError.exit_code)
-        except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback on request
+        except Exception as exc:  # a bug: one line, the traceback on request
             origin = type(exc).__module__.split(".")[0]
             if origin in ("typer", "click") or os.environ.get("PREFIXSCAN_TRACEBACK"):
                 raise  # the command line's own errors (bad parameter, exit): one line from cli/usage.py
@@ -82,14 +82,14 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def stderr_console(quiet: bool = False):  # noqa: ANN201 - rich is imported lazily
+def stderr_console(quiet: bool = False):  # rich is imported lazily
     """A rich console on stderr for progress and summaries that must not pollute --json stdout."""
     from rich.console import Console
 
     return Console(stderr=True, quiet=quiet, width=_width(sys.stderr), emoji=False)
 
 
-def stdout_console():  # noqa: ANN201
+def stdout_console():
     from rich.console import Console
 
     return Console(file=sys.stdout, width=_width(sys.stdout), emoji=False)

@@ -12,9 +12,8 @@ import typer
 
 from prefixscan.cli.choices import DTYPES, gpu_names, model_names
 from prefixscan.cli.common import handle_errors, stdout_console
+from prefixscan.cost.options import ROUTER_POLICIES  # a module without dependencies: the CLI stays light
 from prefixscan.errors import UsageError
-
-ROUTER_POLICIES = ("sglang_cache_aware",)  # prefixscan.cost.replay.ROUTER_POLICIES (not imported: CLI stays light)
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 
@@ -52,6 +51,19 @@ def one_rate(rps: float | None, old: float | None, old_flag: str, config: Collec
             return rps
         raise UsageError(f"--rps {rps:g} and {old_flag} {old:g} (its old name) disagree; pass --rps only")
     return rps if rps is not None else old
+
+
+def rate_and_sources(values: dict[str, Any]) -> tuple[float | None, dict[str, str]]:
+    """(the rate, the options prefixscan.toml filled) of a command with --rps and its hidden old name
+    --scale-to-rps: one rate, labelled by whichever of the two supplied it (estimate, report)."""
+    rps, old = values.get("rps"), values.get("scale_to_rps")
+    sources = option_sources(SCENARIO_PARAMS, values)
+    rate = one_rate(rps, old, "--scale-to-rps", sources)
+    rate_src = sources.get("scale_to_rps") if rate == old else sources.get("rps")
+    sources.pop("rps", None), sources.pop("scale_to_rps", None)
+    if rate_src:
+        sources["rps"] = rate_src
+    return rate, sources
 
 
 def option_sources(names: tuple[str, ...], values: dict[str, object]) -> dict[str, str]:
@@ -148,15 +160,10 @@ def register(app: typer.Typer) -> None:
         Give a run directory to measure traffic and replay round robin and the router on its requests
         (the saved simulation when it matches the scenario), or flags alone for an analytic what-if.
         """
-        from prefixscan.cost.estimator import EstimateOptions
         from prefixscan.cost.estimator import estimate as run_estimate
+        from prefixscan.cost.options import EstimateOptions
 
-        sources = option_sources(SCENARIO_PARAMS, locals())
-        rps = one_rate(rps, scale_to_rps, "--scale-to-rps", sources)
-        rate_src = sources.get("scale_to_rps") if rps == scale_to_rps else sources.get("rps")
-        sources.pop("rps", None), sources.pop("scale_to_rps", None)
-        if rate_src:
-            sources["rps"] = rate_src
+        rps, sources = rate_and_sources(locals())
         options = EstimateOptions(
             model=model, model_config=model_config, params=parse_count(params, "--params"),
             active_params=parse_count(active_params, "--active-params"), gpu=gpu,

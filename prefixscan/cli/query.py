@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         _print_table(cols, rows, limit, target, quiet)
 
 
-def _print_table(cols: list, rows: list, limit: int, target, quiet: bool = False) -> None:  # noqa: ANN001
+def _print_table(cols: list, rows: list, limit: int, target, quiet: bool = False) -> None:
     import io
 
     from rich.console import Console

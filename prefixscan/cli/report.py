@@ -6,7 +6,7 @@ import typer
 
 from prefixscan.cli.choices import REPORT_FORMATS, one_of
 from prefixscan.cli.common import handle_errors
-from prefixscan.cli.estimate import RPS_HELP, SCENARIO_PARAMS, one_rate, option_sources
+from prefixscan.cli.estimate import RPS_HELP, rate_and_sources
 from prefixscan.errors import UsageError
 from prefixscan.report.fmt import clean
 
@@ -56,12 +56,7 @@ def register(app: typer.Typer) -> None:
         from prefixscan.io.rundir import load_run
         from prefixscan.report.write import write_report
 
-        sources = option_sources(SCENARIO_PARAMS, locals())
-        rps = one_rate(rps, scale_to_rps, "--scale-to-rps", sources)
-        rate_src = sources.get("scale_to_rps") if rps == scale_to_rps else sources.get("rps")
-        sources.pop("rps", None), sources.pop("scale_to_rps", None)
-        if rate_src:
-            sources["rps"] = rate_src
+        rps, sources = rate_and_sources(locals())
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
         load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones, before any work

@@ -63,7 +63,7 @@ class RunFacts:
         return sum(b.tokens_lost for b in self.breakers or ())
 
 
-def _breakers(run) -> tuple[Breaker, ...] | None:  # noqa: ANN001 - rundir.Run
+def _breakers(run) -> tuple[Breaker, ...] | None:  # rundir.Run
     if not run.has("findings"):
         return None
     out = []
@@ -75,7 +75,7 @@ def _breakers(run) -> tuple[Breaker, ...] | None:  # noqa: ANN001 - rundir.Run
     return tuple(out)
 
 
-def _groups(run) -> dict[str, dict[str, dict[str, float]]]:  # noqa: ANN001
+def _groups(run) -> dict[str, dict[str, dict[str, float]]]:
     out: dict[str, dict[str, dict[str, float]]] = {g: {} for g in GROUPS}
     if not run.has("summaries"):
         return out

@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "EstimateOptions": "estimator", "estimate": "estimator",
+    "EstimateOptions": "options", "estimate": "estimator",
     "kv_capacity_tokens": "flops", "prefill_flops": "flops", "prefill_seconds": "flops",
     "GpuSpec": "gpus", "get_gpu": "gpus", "list_gpus": "gpus",
     "ModelSpec": "models", "get_model": "models", "list_models": "models", "load_hf_config": "models",

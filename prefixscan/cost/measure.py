@@ -68,7 +68,7 @@ class MeasuredWorkload:
         return int(r) if isinstance(r, int | float) else None
 
 
-def _col(table, name: str) -> Any:  # noqa: ANN001 - pyarrow table
+def _col(table, name: str) -> Any:  # pyarrow table
     if name not in table.column_names:
         raise InputError(f"requests table lacks column {name!r} (has {', '.join(table.column_names)})")
     return table.column(name)

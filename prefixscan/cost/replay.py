@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefixscan.cost.measure import MeasuredWorkload
+from prefixscan.cost.options import ROUTER_POLICIES
 from prefixscan.cost.scenario import ScenarioSpec
 from prefixscan.cost.verdict import adoptable
-
-# Replayed on the fly when no saved simulation matches: SGLang's cache_aware is the router the verdict
-# recommends without other evidence (prefixscan.cost.verdict.router_for_policy).
-ROUTER_POLICIES = ("sglang_cache_aware",)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def merge_options(scenario: dict[str, Any] | None, options: Any | None) -> Any:
     itself came from prefixscan.toml yields to the file's current value."""
     import dataclasses
 
-    from prefixscan.cost.estimator import EstimateOptions
+    from prefixscan.cost.options import EstimateOptions
     from prefixscan.cost.scenario import CONFIG, FIELDS, FLAG, SAVED
 
     o = options if options is not None else EstimateOptions()

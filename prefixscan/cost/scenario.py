@@ -18,8 +18,8 @@ from prefixscan.cost.models import ModelSpec, get_model, load_hf_config, overrid
 from prefixscan.errors import UsageError
 
 if TYPE_CHECKING:
-    from prefixscan.cost.estimator import EstimateOptions
     from prefixscan.cost.measure import MeasuredWorkload
+    from prefixscan.cost.options import EstimateOptions
 
 DEFAULT_MODEL = "llama-3.1-70b"
 DEFAULT_GPU = "h100"

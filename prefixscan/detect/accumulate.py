@@ -148,7 +148,7 @@ def _token_offset(tokenizer: Any, rec: Record, mi: int, offset: int) -> int | No
         a = tokenizer.encode_direct(Record("", 0, "", 0.0, "chat", messages=head, tools=rec.tools))
         b = tokenizer.encode_direct(Record("", 0, "", 0.0, "chat", messages=empty, tools=rec.tools))
         return int(len(a) - (len(b) - _lcp(a, b)))
-    except Exception:  # noqa: BLE001 - a location hint must never fail the analysis
+    except Exception:  # a location hint must never fail the analysis
         return None
 
 

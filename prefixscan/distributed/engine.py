@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prefixscan.distributed.ray_encode import encode_on_ray, require_ray
+from prefixscan.distributed.ray_encode import encode_on_ray
 from prefixscan.distributed.stages import (
     AnalyzeConfig,
     Batch,
@@ -42,16 +42,8 @@ from prefixscan.distributed.stages import (
     has_lora_path,
     ingest,
 )
-from prefixscan.errors import UsageError
 
 ROWS_PER_BATCH = 4096  # encodings per partition file held by the driver at a time
-
-
-def check(cfg: AnalyzeConfig) -> None:
-    """Options the Ray engine cannot honour, as usage errors; Ray itself must be importable."""
-    if cfg.granularity != "block":
-        raise UsageError("--engine ray measures block granularity; drop --granularity token")
-    require_ray()
 
 
 class EncodedCursor:

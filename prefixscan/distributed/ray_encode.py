@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from prefixscan.distributed.ray_check import require_ray
 from prefixscan.distributed.stages import AnalyzeConfig, Hashed, RecordEncoder, Source, pin_hash, text_records
 from prefixscan.errors import EnvError, PrefixscanError
 
@@ -45,15 +46,6 @@ ENCODED_SCHEMA = pa.schema([
 ])
 ENCODE_BATCH = 256  # records per tokenizer call inside an actor
 PARTS_PER_WORKER = 4  # conversation partitions per encode actor (balance without splitting conversations)
-
-
-def require_ray() -> Any:
-    """The `ray` module, or an EnvError naming the extra that installs it."""
-    try:
-        import ray
-    except ImportError:
-        raise EnvError("--engine ray needs Ray: pip install 'prefixscan[ray]'") from None
-    return ray
 
 
 def _cores() -> int:

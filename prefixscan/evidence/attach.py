@@ -29,7 +29,7 @@ class Evidence:
                 "kv_events": None if self.kv_events is None else self.kv_events.to_json()}
 
 
-def _measured(run) -> float | None:  # noqa: ANN001 - rundir.Run
+def _measured(run) -> float | None:  # rundir.Run
     """The log's own engine-reported hit rate (token-weighted), as the estimator measures it."""
     from prefixscan.cost.measure import engine_reported
 

@@ -38,7 +38,7 @@ class RecordResult:
         return dict(self.__dict__)
 
 
-def _replay(ctx, endpoint: str, start: int, timeout_s: float) -> list[Batch]:  # noqa: ANN001 - zmq.Context
+def _replay(ctx, endpoint: str, start: int, timeout_s: float) -> list[Batch]:  # zmq.Context
     import zmq
 
     sock = ctx.socket(zmq.DEALER)
@@ -89,7 +89,7 @@ def _done(start: float, rec: Recording, duration: float | None, max_batches: int
                 or (idle_timeout is not None and now - idle_since >= idle_timeout))
 
 
-def _loop(sub, ctx, rec: Recording, replay: str | None, limits: tuple, stop: _Stop) -> None:  # noqa: ANN001
+def _loop(sub, ctx, rec: Recording, replay: str | None, limits: tuple, stop: _Stop) -> None:
     duration, max_batches, idle_timeout = limits
     start = idle_since = time.monotonic()
     while not stop.flag and not _done(start, rec, duration, max_batches, idle_since, idle_timeout):

@@ -131,7 +131,7 @@ def _conversation_fields(conv: list, turns: list) -> list[tuple[int, int, int]]:
     return out
 
 
-def _records(target: str, t, ids: list[list[int]], rate_scale: float = 1.0) -> list[bytes]:  # noqa: ANN001
+def _records(target: str, t, ids: list[list[int]], rate_scale: float = 1.0) -> list[bytes]:
     """One JSON line per request; times relative to the first arrival, divided by `rate_scale`."""
     t0 = min((a for a in t.column("arrival_s").to_pylist() if a is not None), default=0.0)
     arrival = [t0 + (a - t0) / rate_scale for a in t.column("arrival_s").to_pylist()]

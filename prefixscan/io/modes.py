@@ -3,7 +3,8 @@
 Logs hold customer text, and so do the tables and reports made from them: when the inputs are readable
 by their owner only (0600), a run's files must not be readable by anyone else. Every file of a run gets
 one mode, the read/write bits that every input grants and the umask allows (directories add the matching
-x bits); `analyze` records it in the manifest (`file_mode`) for the commands that add files later.
+x bits); `analyze` records it in the manifest (`file_mode`) for the commands that add files later
+(`prefixscan.io.rundir.run_mode` reads it back).
 """
 
 from __future__ import annotations
@@ -55,13 +56,6 @@ def parse_mode(value: object) -> int | None:
     except ValueError:
         return None
     return mode if mode & ~0o666 == 0 else None
-
-
-def run_mode(run: str | os.PathLike[str]) -> int | None:
-    """The mode `analyze` recorded for this run, if any (checked: read_manifest refuses an insane one)."""
-    from prefixscan.io.rundir import read_manifest
-
-    return parse_mode(read_manifest(run).get(MANIFEST_KEY))
 
 
 def apply_mode(root: str | os.PathLike[str], mode: int | None, paths: Iterable[Path] | None = None) -> None:

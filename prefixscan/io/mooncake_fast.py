@@ -28,19 +28,19 @@ MAX_DIGITS = 15  # |value| < 10^15 < 2^53: exact as int64 and as float64, far be
 
 
 @njit(cache=True)
-def _ws(c):  # noqa: ANN001, ANN202
+def _ws(c):
     return c == 32 or c == 9 or c == 13
 
 
 @njit(cache=True)
-def _skip_ws(buf, p, end):  # noqa: ANN001, ANN202
+def _skip_ws(buf, p, end):
     while p < end and _ws(buf[p]):
         p += 1
     return p
 
 
 @njit(cache=True)
-def _int(buf, p, end, signed):  # noqa: ANN001, ANN202
+def _int(buf, p, end, signed):
     """(value, new position, ok) of a JSON integer literal with at most MAX_DIGITS digits."""
     neg = False
     if signed and p < end and buf[p] == 45:  # '-'
@@ -60,7 +60,7 @@ def _int(buf, p, end, signed):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _key(buf, p, end, k0, k1, k2, k3):  # noqa: ANN001, ANN202
+def _key(buf, p, end, k0, k1, k2, k3):
     """Key code 0-3 of the quoted key at p (just after the opening quote) and the position after the
     closing quote, or -1 for any other key (including escapes)."""
     q = p
@@ -86,7 +86,7 @@ def _key(buf, p, end, k0, k1, k2, k3):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _line(buf, p, end, k0, k1, k2, k3, ids, n_ids):  # noqa: ANN001, ANN202
+def _line(buf, p, end, k0, k1, k2, k3, ids, n_ids):
     """Parse one line [p, end). Returns (status, ts, input_length, output_length or -1, ids written)."""
     q = p
     blank = True

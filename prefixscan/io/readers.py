@@ -88,9 +88,9 @@ class _Zstd(io.RawIOBase):
         super().close()
 
 
-def _open_raw(path: str):  # noqa: ANN202 - a binary file object
+def _open_raw(path: str):  # a binary file object
     """The file's bytes as stored: a local file, or an object in a store (`remote`), seekable."""
-    return remote.open_random(path) if remote.is_uri(path) else open(path, "rb")  # noqa: SIM115
+    return remote.open_random(path) if remote.is_uri(path) else open(path, "rb")
 
 
 def compression(path: str) -> str | None:
@@ -101,7 +101,7 @@ def compression(path: str) -> str | None:
     return "gzip" if magic[:2] == b"\x1f\x8b" else "zstd" if magic == ZSTD_MAGIC else None
 
 
-def open_bytes(path: str):  # noqa: ANN201 - a binary file object
+def open_bytes(path: str):  # a binary file object
     """The file for reading bytes, decompressed when it is gzip or zstd (by its magic, not its name)."""
     kind = compression(path)
     # 1 MiB buffer: chat log lines are tens of KB, and the default 8 KiB buffer made line reading a

@@ -36,6 +36,8 @@ from prefixscan.io.atomic import (
     write_text,
 )
 from prefixscan.io.lock import RunLock
+from prefixscan.io.modes import MANIFEST_KEY, apply_mode, parse_mode
+from prefixscan.io.simindex import selected_view, table_dir
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -302,9 +304,7 @@ def _check_types(doc: dict[str, Any], schema: dict[str, Any], at: str) -> str | 
 
 def _check_manifest(doc: dict[str, Any], path: Path, run: str | os.PathLike[str]) -> None:
     """Refuse a manifest whose values a reader would misuse: wrong types, table names that are not plain
-    names, a file mode beyond read/write bits; simulations are checked by prefixscan.io.simstore."""
-    from prefixscan.io.modes import MANIFEST_KEY, parse_mode
-
+    names, a file mode beyond read/write bits; simulations are checked by prefixscan.io.simindex."""
     why = _check_types(doc, _SCHEMA, "")
     if why is None and not all(isinstance(t, str) and _PLAIN_TABLE.fullmatch(t) and isinstance(v, dict)
                                for t, v in doc.get("tables", {}).items()):
@@ -386,15 +386,18 @@ def add_tables(run: str | os.PathLike[str], tables: dict[str, pa.Table], section
         if info is not None:
             manifest[section] = info
         write_manifest(path, manifest)
-    from prefixscan.io.modes import apply_mode, run_mode
-
     apply_mode(run, run_mode(run))  # the new files as private as the run's inputs
+
+
+def run_mode(run: str | os.PathLike[str]) -> int | None:
+    """The file mode `analyze` recorded for this run, if any (checked: read_manifest refuses an insane one)."""
+    return parse_mode(read_manifest(run).get(MANIFEST_KEY))
 
 
 @dataclass
 class Run:
     """A run directory opened for reading; tables load on first use. `sim_*` tables come from the chosen
-    simulation only (`simulation`, its tables under `sim_dir`; prefixscan.io.simstore): never a stray file."""
+    simulation only (`simulation`, its tables under `sim_dir`; prefixscan.io.simindex): never a stray file."""
 
     path: Path
     manifest: dict[str, Any]
@@ -420,8 +423,6 @@ class Run:
         """The chosen simulation's tables present on disk (none when no simulation is stored)."""
         if self.simulation is None:
             return []
-        from prefixscan.io.simstore import table_dir
-
         return sorted(p.stem for p in table_dir(self.path, self.sim_dir).glob("sim_*.parquet"))
 
     def file(self, name: str) -> Path | None:
@@ -429,8 +430,6 @@ class Run:
         if name.startswith("sim_"):
             if self.simulation is None:
                 return None
-            from prefixscan.io.simstore import table_dir
-
             return table_dir(self.path, self.sim_dir) / f"{name}.parquet"
         return self.path / f"{name}.parquet"
 
@@ -464,8 +463,6 @@ def load_run(path: str | os.PathLike[str] | Run, simulation: str | None = None) 
     """Open a run directory written by `prefixscan analyze`. `simulation` picks a named simulation (default:
     `default`, else the most recent; an unknown name is a UsageError listing the stored ones). Given a Run
     (and no other simulation), returns it: the simulation a caller chose travels with the Run."""
-    from prefixscan.io.simstore import selected_view
-
     if isinstance(path, Run):
         if simulation is None or simulation == path.simulation:
             return path

@@ -11,6 +11,7 @@ import os
 import orjson
 
 from prefixscan.config import AnalyzeConfig
+from prefixscan.distributed import ray_check
 from prefixscan.errors import UsageError
 from prefixscan.io.latency import conflicting
 from prefixscan.io.shapes import FIELDS, FORMATS, RecordError, detect
@@ -43,9 +44,7 @@ def validate(cfg: AnalyzeConfig) -> None:
     if cfg.engine not in ("local", "ray"):
         raise UsageError(f"--engine must be local or ray, got {cfg.engine!r}")
     if cfg.engine == "ray":
-        from prefixscan.distributed.engine import check
-
-        check(cfg)
+        ray_check.check(cfg)
     _check_reuse(cfg)
 
 

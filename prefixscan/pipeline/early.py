@@ -31,7 +31,7 @@ def start_encode_workers(cfg: AnalyzeConfig) -> bool:
 
     try:
         validate(cfg)
-    except Exception:  # noqa: BLE001 - the run itself reports a bad option
+    except Exception:  # the run itself reports a bad option
         return False
     workers = auto_workers(cfg, sum(os.path.getsize(p) for p in paths))
     if not workers or not text_log(cfg, paths[0]):

@@ -152,7 +152,7 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
     enc.set_threads(pool_threads(cfg, round(1 / cache_share)))
     try:  # before the first batch arrives (the workers may start early: `start_early`)
         enc.load()
-    except Exception:  # noqa: BLE001, S110 - the first batch loads it again and reports the failure as usual
+    except Exception:  # the first batch loads it again and reports the failure as usual
         pass
     # the detector's rewrites have their own chain cache, as in-process
     rewrites, shipper = shared_chain_cache(cache_share, cfg), Shipper()
@@ -177,9 +177,9 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
                 # the cost model's input (`EncodePool._adapt`): CPU seconds and items of this job
                 outq.put(("done", out, (time.process_time() - c0, len(payload))))
                 busy += time.perf_counter() - t0
-    except Exception as exc:  # noqa: BLE001 - every failure goes back to the ingesting process
+    except Exception as exc:  # every failure goes back to the ingesting process
         try:  # the queue pickles in a background thread, where a failure would be lost: try it here
             pickle.loads(pickle.dumps(exc))
             outq.put(("error", exc, None))
-        except Exception:  # noqa: BLE001 - an exception that cannot be pickled goes back as text
+        except Exception:  # an exception that cannot be pickled goes back as text
             outq.put(("error", traceback.format_exc(), None))

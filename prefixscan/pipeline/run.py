@@ -152,7 +152,7 @@ class _Curve:
             with writing(work):
                 self._table = job()
             memory.trim()
-        except BaseException as exc:  # noqa: BLE001 - raised again, as it is, by `result` in the run's thread
+        except BaseException as exc:  # raised again, as it is, by `result` in the run's thread
             self._error = exc
         self.seconds, self.peak_mib = time.perf_counter() - t, peak_rss_mib()
 
@@ -222,7 +222,7 @@ def _in_workdir(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, run_pa
         result = _analyse(cfg, sources, chunked, run_path or scratch, run_path, progress)  # type: ignore[arg-type]
         if scratch is not None:  # the tables on disk (requests, misses) leave the scratch directory in memory
             for name in [n for n, t in dict.items(result.tables) if isinstance(t, OnDisk)]:
-                result.tables[name]  # noqa: B018 - Tables reads it on access
+                result.tables[name]  # Tables reads it on access
         return result
     finally:
         if scratch is not None:

@@ -8,14 +8,14 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
 from prefixscan.io.sources import walk_notes
 from prefixscan.pipeline.aggregate import SideStats
 from prefixscan.pipeline.encode import Ingested
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state
-from prefixscan.reuse.capacity import capacity_sampling, capacity_targets
 from prefixscan.reuse.capacity_sampled import AUTO_SAMPLE_BLOCKS
+from prefixscan.reuse.capacity_table import capacity_sampling, capacity_targets
+from prefixscan.version import __version__
 from prefixscan.vllm_hash import hash_description
 
 

@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prefixscan import __version__
 from prefixscan.config import AnalyzeConfig
 from prefixscan.io import rundir
 from prefixscan.io.atomic import env_error
@@ -30,6 +29,7 @@ from prefixscan.io.modes import apply_mode, input_mode
 from prefixscan.pipeline.encode import Ingested
 from prefixscan.privacy import scrub_command_line
 from prefixscan.schema import REQUESTS_SCHEMA
+from prefixscan.version import __version__
 
 
 class RowGroups:
@@ -70,7 +70,7 @@ class RowGroups:
         try:
             if self.writer is None:
                 # through a Python file, so a full disk or file-size limit arrives with its errno
-                self.file = open(self.path, "wb")  # noqa: SIM115 - closed in close() or _discard
+                self.file = open(self.path, "wb")  # closed in close() or _discard
                 self.writer = pq.ParquetWriter(self.file, self.schema, **rundir.parquet_options(self.schema))
         except OSError as exc:
             raise env_error(exc, self.target) from None

@@ -122,3 +122,34 @@ def print_tables(console: Any, title: str | None, columns: list[str], rows: list
     tables[-1].caption = caption
     for t in tables:
         console.print(t)
+
+
+def metric(value: Any, kind: str) -> str:
+    """Format one simulate metric value (`kind`: pct, s, x, int, short, f1); missing values show as an en dash."""
+    if value is None:
+        return "–"
+    if kind == "pct":
+        return f"{value:.1%}"
+    if kind == "s":
+        return f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.2f} s"
+    if kind == "x":
+        return f"{value:.2f}x"
+    if kind == "int":
+        return f"{int(value):,}"
+    if kind == "short":
+        v = float(value)
+        for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if abs(v) >= div:
+                return f"{v / div:.3g}{unit}"
+        return f"{int(v)}"
+    if kind == "f1":
+        return f"{value:,.1f}"
+    return f"{value:.2f}"
+
+
+def print_comparison(console: Any, title: str, columns: list[str], rows: list[list[str]], keys: int = 1) -> None:
+    """A simulate comparison table, split into parts when the terminal is too narrow (numbers are never cut)."""
+    from rich import box
+
+    for t in number_tables(console, title, columns, rows, keys=keys, box=box.SIMPLE_HEAD, pad_edge=False):
+        console.print(t)

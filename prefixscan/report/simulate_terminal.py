@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from prefixscan.report.fmt import number_tables, safe
+from prefixscan.report.fmt import metric as fmt
+from prefixscan.report.fmt import number_tables, print_comparison, safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,29 +32,6 @@ COLUMNS: list[tuple[str, str, str, str]] = [
 ]
 
 SPLIT: list[tuple[str, str]] = [("warm", "warm"), ("partial", "partial"), ("cold", "cold")]
-
-
-def fmt(value: Any, kind: str) -> str:
-    """Format one metric value; missing values show as an en dash."""
-    if value is None:
-        return "–"
-    if kind == "pct":
-        return f"{value:.1%}"
-    if kind == "s":
-        return f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.2f} s"
-    if kind == "x":
-        return f"{value:.2f}x"
-    if kind == "int":
-        return f"{int(value):,}"
-    if kind == "short":
-        v = float(value)
-        for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-            if abs(v) >= div:
-                return f"{v / div:.3g}{unit}"
-        return f"{int(v)}"
-    if kind == "f1":
-        return f"{value:,.1f}"
-    return f"{value:.2f}"
 
 
 def best_values(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -92,8 +70,8 @@ def render(result: SimResult, console: Console) -> None:
                 text = f"[bold green]{text}[/]"
             cells.append(text)
         rows.append([safe(name) + ("*" if name == "oracle" else ""), *cells])
-    _print(console, "Routing policies (best value in bold green; *oracle = perfect-knowledge reference)",
-           ["policy"] + [title for title, *_ in COLUMNS], rows)
+    print_comparison(console, "Routing policies (best value in bold green; *oracle = perfect-knowledge reference)",
+                     ["policy"] + [title for title, *_ in COLUMNS], rows)
     split = []
     for name, s in result.policies.items():
         row = [safe(name)]
@@ -104,14 +82,15 @@ def render(result: SimResult, console: Console) -> None:
                 fmt(s.get(f"ttft_{key}_p95_s"), "s"),
             ]
         split.append(row)
-    _print(console, "TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
-           ["policy"] + [f"{label} {m}" for label, _ in SPLIT for m in ("n", "p50", "p95")], split)
+    print_comparison(console, "TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
+                     ["policy"] + [f"{label} {m}" for label, _ in SPLIT for m in ("n", "p50", "p95")], split)
     if any(s.get("isolation_cost_hit_rate") is not None for s in result.policies.values()):
-        _print(console, "What tenant isolation costs (shared minus isolated)",
-               ["policy", "hit rate lost", "extra prefill tok", "TTFT p95 change"],
-               [[safe(name), fmt(s.get("isolation_cost_hit_rate"), "pct"),
-                 fmt(s.get("isolation_cost_prefill_tokens"), "short"), fmt(s.get("isolation_cost_ttft_p95_s"), "s")]
-                for name, s in result.policies.items()])
+        print_comparison(console, "What tenant isolation costs (shared minus isolated)",
+                         ["policy", "hit rate lost", "extra prefill tok", "TTFT p95 change"],
+                         [[safe(name), fmt(s.get("isolation_cost_hit_rate"), "pct"),
+                           fmt(s.get("isolation_cost_prefill_tokens"), "short"),
+                           fmt(s.get("isolation_cost_ttft_p95_s"), "s")]
+                          for name, s in result.policies.items()])
     from prefixscan.report.simulate_tiers_terminal import render_tiers
 
     render_tiers(result.policies, console, result.tables.get("sim_tier_capacity"))
@@ -122,14 +101,6 @@ def render(result: SimResult, console: Console) -> None:
         "load = max/mean of time-averaged requests in flight;\n"
         "prefill = tokens computed; pred ok = router-predicted cached tokens equal to what the engine found."
     )
-
-
-def _print(console: Console, title: str, columns: list[str], rows: list[list[str]], keys: int = 1) -> None:
-    """A comparison table, split into parts when the terminal is too narrow (numbers are never cut)."""
-    from rich import box
-
-    for t in number_tables(console, title, columns, rows, keys=keys, box=box.SIMPLE_HEAD, pad_edge=False):
-        console.print(t)
 
 
 def render_listing(rows: list[dict[str, Any]], run: str, console: Console) -> None:

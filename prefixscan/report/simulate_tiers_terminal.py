@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from prefixscan.report.fmt import safe
-from prefixscan.report.simulate_terminal import _print, fmt
+from prefixscan.report.fmt import metric as fmt
+from prefixscan.report.fmt import print_comparison, safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -43,9 +43,10 @@ PD_COLUMNS = [
 def render_tiers(policies: dict[str, dict[str, Any]], console: Console, sweep: Any = None) -> None:
     """Cached tokens by tier, the disaggregated fleet against the co-located one, the capacity view."""
     if any("hit_rate_gpu" in s for s in policies.values()):
-        _print(console, "Cached tokens by KV tier (share of prompt tokens; load = lower-tier KV onto the GPU)",
-               ["policy"] + [c for c, _, _ in TIER_COLUMNS],
-               [[safe(name), *[fmt(s.get(k), kind) for _, k, kind in TIER_COLUMNS]] for name, s in policies.items()])
+        print_comparison(
+            console, "Cached tokens by KV tier (share of prompt tokens; load = lower-tier KV onto the GPU)",
+            ["policy"] + [c for c, _, _ in TIER_COLUMNS],
+            [[safe(name), *[fmt(s.get(k), kind) for _, k, kind in TIER_COLUMNS]] for name, s in policies.items()])
     if any("decode_replicas" in s for s in policies.values()):
         _render_pd(policies, console)
     if sweep is not None and sweep.num_rows:
@@ -62,8 +63,8 @@ def _render_sweep(rows: list[dict[str, Any]], console: Console) -> None:
             f"{fmt(cells[x]['hit_rate_token_weighted'], 'pct')} ({fmt(cells[x]['hit_rate_gpu'], 'pct')})"
             for x in ratios
         ]])
-    _print(console, f"Capacity view ({safe(policy)}): hit rate (GPU's share)",
-           ["GPU blocks"] + [f"{axis} x{r:g}" for r in ratios], table)
+    print_comparison(console, f"Capacity view ({safe(policy)}): hit rate (GPU's share)",
+                     ["GPU blocks"] + [f"{axis} x{r:g}" for r in ratios], table)
     console.print(f"rows: GPU KV blocks per replica; columns: {axis} tier size as a multiple of the GPU's (0 = none)")
 
 
@@ -75,8 +76,8 @@ def _render_pd(policies: dict[str, dict[str, Any]], console: Console) -> None:
         if s.get("colocated_replicas") is not None:
             colo = [fmt(s.get(f"colocated_{k}"), kind) if f"colocated_{k}" in s else "" for _, k, kind in PD_COLUMNS]
             rows.append(["", f"{s['colocated_replicas']} co-located", *colo])
-    _print(console, "Disaggregated prefill/decode vs a co-located fleet at the same traffic "
-           "(P/D TTFT includes the decode queue and the KV transfer)",
-           ["policy", "fleet"] + [c for c, _, _ in PD_COLUMNS], rows, keys=2)
+    print_comparison(console, "Disaggregated prefill/decode vs a co-located fleet at the same traffic "
+                     "(P/D TTFT includes the decode queue and the KV transfer)",
+                     ["policy", "fleet"] + [c for c, _, _ in PD_COLUMNS], rows, keys=2)
     console.print("co-located = the same GPUs serving both phases; prefill GPUs needed keeps the prefill pool at "
                   "most 80% busy")

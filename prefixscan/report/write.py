@@ -82,7 +82,8 @@ def write_report(
             written["md"] = write_text(out / "report.md", markdown.render(data, figures, fdir.name))
         if "html" in formats:
             written["html"] = write_text(out / "report.html", html.render(data, figures))
-    from prefixscan.io.modes import apply_mode, run_mode
+    from prefixscan.io.modes import apply_mode
+    from prefixscan.io.rundir import run_mode
 
     fig = written.get("figures")
     apply_mode(out, run_mode(run_dir), [*written.values(), *(fig.glob("*.svg") if fig else [])])

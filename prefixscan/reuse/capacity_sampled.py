@@ -38,6 +38,7 @@ from prefixscan.reuse.capacity_sampled_kernel import (
     sampled_chunk,
     splitmix64,
 )
+from prefixscan.reuse.capacity_table import Sampling, block_weights, curve_table, resolve_capacities
 
 P_BITS = 24
 HOT_DEFAULT = 1024
@@ -235,7 +236,7 @@ def sampled_pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, we
     """Estimate the pool's hit at every size from a rate-`rate` sample of blocks plus the `hot` hottest.
 
     `ids`: dense block ids (int32, below n_distinct, first-seen order; `prefixscan.dense.dense_ids`);
-    `weights`: the tokens each listed block adds to its request's hit (`capacity.block_weights`); `unlisted`:
+    `weights`: the tokens each listed block adds to its request's hit (`capacity_table.block_weights`); `unlisted`:
     per request, the blocks it occupies beyond its listing (`pool_fast.request_shape`); `ideal`: the exact
     infinite-cache hit, if known (then the sampled part is scaled to it). Rate 1 is the exact curve."""
     w = np.ascontiguousarray(weights, dtype=np.int64)
@@ -267,7 +268,6 @@ def sampled_table(chunks: Chunks, n_distinct: int, total_tokens: int, block_size
                   hot: int = HOT_DEFAULT, seed: int = 0) -> pa.Table:
     """`capacity.capacity_curve`'s table with the `lru_*` columns estimated (`curve_from_chunks`) and their
     band, OPT null; the chunks' ids are dense ids in first-seen order, so the ideal hit stays exact."""
-    from prefixscan.reuse.capacity import Sampling, curve_table, resolve_capacities
     from prefixscan.reuse.pool import hit_target
 
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, n_distinct, block_size)
@@ -292,7 +292,6 @@ def sampled_capacity_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int
                            hot: int = HOT_DEFAULT, seed: int = 0) -> pa.Table:
     """`sampled_table` of an in-memory log; `ids`: dense block ids in first-seen order (as
     `prefixscan.dense.dense_ids` gives). Weights are made chunk by chunk, not for the whole log."""
-    from prefixscan.reuse.capacity import block_weights
     from prefixscan.reuse.pool_fast import request_shape
 
     rate = check_rate(rate)

@@ -31,14 +31,12 @@ from prefixscan.hashing import HIT_RULES
 from prefixscan.reuse.capacity import (
     _next_keys,
     _opt_chunk,
-    block_weights,
-    curve_table,
     opt_heap_slots,
     pool_size_targets,
-    resolve_capacities,
     target_guesses,
 )
 from prefixscan.reuse.capacity_optbound import _last_use, _overlap, new_bound_state, opt_ideal_from
+from prefixscan.reuse.capacity_table import block_weights, curve_table, resolve_capacities
 from prefixscan.reuse.fenwick import _fenwick_ones, _renumber, lru_tree_slots
 from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
 from prefixscan.reuse.pool_fast import _lru_pool_chunk, fast_pool, merged, new_st, request_shape

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from prefixscan.errors import UsageError
+from prefixscan.sim.links import HOST_WRITES, link_gbs
 
 KNOWLEDGE_MODES = ("exact", "delayed", "approximate")
 PREFILL_MODELS = ("cost", "preble", "coeffs", "profile")
@@ -78,7 +79,7 @@ class SimConfig:
     # replay every policy a second time with tenant isolation flipped and report what isolation costs
     compare_isolation: bool = False
     # lower KV tiers (sim/tiers.py): blocks (or GiB) of host memory per replica and of a fleet-shared
-    # store; 0 = none, -1 = unbounded. Links are GB/s or a name in tiers.LINKS.
+    # store; 0 = none, -1 = unbounded. Links are GB/s or a name in links.LINKS.
     host_kv_blocks: int = 0
     host_kv_gib: float = 0.0
     host_link: str = "pcie5-x16"
@@ -136,8 +137,6 @@ class SimConfig:
         self._check_tiers()
 
     def _check_tiers(self) -> None:
-        from prefixscan.sim.tiers import HOST_WRITES, link_gbs
-
         if self.host_kv_blocks < -1 or self.shared_kv_blocks < -1 or self.host_kv_gib < 0 or self.shared_kv_gib < 0:
             raise UsageError("host and shared KV sizes must be >= 0 (blocks may be -1: unbounded)")
         if self.host_write not in HOST_WRITES:

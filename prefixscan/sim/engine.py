@@ -273,7 +273,7 @@ class _Replay:
                 return
         kv.release(r, table, now)
 
-    def scenario(self, ev, now: float) -> None:  # noqa: ANN001
+    def scenario(self, ev, now: float) -> None:
         cv = self.cv
         if ev.action == "restart":
             r = ev.replica

@@ -84,7 +84,7 @@ class DelayedView(ExactView):
 
 
 @njit(cache=True)
-def _match_ttl(last, blocks, thresh, out):  # noqa: ANN001, ANN202
+def _match_ttl(last, blocks, thresh, out):
     for r in range(last.shape[0]):
         lo, hi = 0, len(blocks)
         while lo < hi:

@@ -99,7 +99,7 @@ class KVState:
 
 
 @njit(cache=True)
-def match_len(res, r, blocks):  # noqa: ANN001, ANN201
+def match_len(res, r, blocks):
     lo, hi = 0, len(blocks)
     while lo < hi:
         mid = (lo + hi) // 2
@@ -111,13 +111,13 @@ def match_len(res, r, blocks):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def match_all(res, blocks, out):  # noqa: ANN001, ANN201
+def match_all(res, blocks, out):
     for r in range(res.shape[0]):
         out[r] = match_len(res, r, blocks)
 
 
 @njit(cache=True, inline="always")
-def _unlink(sl, meta, r, s):  # noqa: ANN001, ANN202
+def _unlink(sl, meta, r, s):
     p, q = sl[r, s, PRV], sl[r, s, NXT]
     if p:
         sl[r, p, NXT] = q
@@ -133,7 +133,7 @@ def _unlink(sl, meta, r, s):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
-def _append(sl, meta, r, s):  # noqa: ANN001, ANN202
+def _append(sl, meta, r, s):
     t = meta[r, TAIL]
     sl[r, s, PRV] = t
     sl[r, s, NXT] = 0
@@ -146,7 +146,7 @@ def _append(sl, meta, r, s):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
-def _prepend(sl, meta, r, s):  # noqa: ANN001, ANN202
+def _prepend(sl, meta, r, s):
     h = meta[r, HEAD]
     sl[r, s, PRV] = 0
     sl[r, s, NXT] = h
@@ -159,7 +159,7 @@ def _prepend(sl, meta, r, s):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
-def _drop(res, kf, sl, r, s):  # noqa: ANN001, ANN202
+def _drop(res, kf, sl, r, s):
     """Slot s loses its hash; returns the id if that was its last copy (no longer cached), else -1."""
     b = sl[r, s, KEY] - 1
     if b < 0:
@@ -184,7 +184,7 @@ def _drop(res, kf, sl, r, s):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
-def _cache(res, kf, sl, r, s, b):  # noqa: ANN001, ANN202
+def _cache(res, kf, sl, r, s, b):
     """Slot s gets id b's hash, as its last copy; returns True if b was not cached before."""
     sl[r, s, KEY] = b + 1
     sl[r, s, CNX] = 0
@@ -199,7 +199,7 @@ def _cache(res, kf, sl, r, s, b):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, inline="always")
-def _take_slot(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, now, ne):  # noqa: ANN001, ANN202
+def _take_slot(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, now, ne):
     """A slot for a new block: a never-used one while any remain, else the free queue's head, whose hash
     (if any) is dropped. Returns (slot, ids evicted so far)."""
     if meta[r, USED] < meta[r, CAP]:
@@ -227,7 +227,7 @@ def _take_slot(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, now
 
 
 @njit(cache=True)
-def admit(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, blocks, max_hit, total, now, table):  # noqa: ANN001, ANN201
+def admit(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, blocks, max_hit, total, now, table):
     k = min(match_len(res, r, blocks), max(max_hit, 0))
     hit_free = 0
     for i in range(k):
@@ -257,7 +257,7 @@ def admit(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, blocks, 
 
 
 @njit(cache=True)
-def release(sl, slf, meta, r, table, now):  # noqa: ANN001, ANN201
+def release(sl, slf, meta, r, table, now):
     """Free a block table in reverse order (tail blocks become the oldest); a block without a hash goes to
     the front of the free queue instead (vLLM reuses those first)."""
     for i in range(len(table) - 1, -1, -1):
@@ -272,7 +272,7 @@ def release(sl, slf, meta, r, table, now):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def clear_free(res, kf, sl, meta, scratch, r):  # noqa: ANN001, ANN201
+def clear_free(res, kf, sl, meta, scratch, r):
     n = 0
     s = meta[r, HEAD]
     while s:
@@ -285,7 +285,7 @@ def clear_free(res, kf, sl, meta, scratch, r):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def release_gen(res, kf, sl, slf, meta, scratch, r, table, first_gen, gen, now):  # noqa: ANN001, ANN201
+def release_gen(res, kf, sl, slf, meta, scratch, r, table, first_gen, gen, now):
     """Release like `release`, but first give the blocks that generated tokens filled their hashes.
 
     vLLM caches generated tokens once they fill a block, so the next turn of a conversation can hit the

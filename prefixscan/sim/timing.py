@@ -87,7 +87,7 @@ def from_coeffs(coeffs: tuple[float, ...]) -> PrefillModel:
     return PrefillModel(*[float(v) for v in vals[:5]], source="user-coeffs")
 
 
-def _cost_api():  # noqa: ANN202 - lazy import so the simulator works while prefixscan.cost evolves
+def _cost_api():  # lazy import so the simulator works while prefixscan.cost evolves
     try:
         from prefixscan.cost import flops, gpus, models
     except ImportError as exc:  # pragma: no cover - depends on the tree

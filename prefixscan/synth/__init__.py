@@ -124,7 +124,7 @@ def _write_all(engine: Engine, mapper: BlockMapper, config: SynthConfig, fmt: st
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], 50_000), *thresholds[1:])
     sink = open_sink(path, fmt)
-    truth_f = open(truth_path, "wb") if truth_path is not None else None  # noqa: SIM115
+    truth_f = open(truth_path, "wb") if truth_path is not None else None
     opts = orjson.OPT_APPEND_NEWLINE
     try:
         for seq, plan in enumerate(engine.plans()):

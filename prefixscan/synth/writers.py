@@ -18,7 +18,7 @@ class JsonlSink:
     """One JSON object per line; gzip-compressed when `gz`."""
 
     def __init__(self, path: str, gz: bool = False) -> None:
-        self._raw: IO[bytes] = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._raw: IO[bytes] = open(path, "wb")  # closed in close()
         self._f: IO[bytes] = (gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
                               if gz else self._raw)
 

@@ -63,7 +63,7 @@ class HFTokenizer(Tokenizer):
             raise TokenizerError(f"hf: tokenizers need transformers ({exc})") from None
         try:  # never the network: a hub id must already be in the local cache (no retries, no waiting)
             self.tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
-        except Exception as exc:  # noqa: BLE001 - transformers raises many types
+        except Exception as exc:  # transformers raises many types
             if not local:
                 raise TokenizerError(
                     f"hub id {name} is not in the local Hugging Face cache and prefixscan does not download; "
@@ -131,7 +131,7 @@ class HFTokenizer(Tokenizer):
             return self.tok.apply_chat_template(messages, tools=tools, add_generation_prompt=gen, tokenize=False)
         except TokenizerError:
             raise
-        except Exception as exc:  # noqa: BLE001 - jinja raises on templates that reject a message
+        except Exception as exc:  # jinja raises on templates that reject a message
             raise RecordError("template_error", f"chat template rejected the request: {str(exc)[:160]}") from None
 
     def _split(self, text: str) -> list[str]:
@@ -249,7 +249,7 @@ class HFTokenizer(Tokenizer):
         try:
             ids = self.tok.apply_chat_template(record.messages or [], tools=record.tools,
                                                add_generation_prompt=True, tokenize=True)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise RecordError("template_error", f"chat template rejected the request: {str(exc)[:160]}") from None
         return np.asarray(_ids(ids), dtype=np.uint32)
 

@@ -52,7 +52,7 @@ class TiktokenTokenizer(Tokenizer):
             raise TokenizerError(f"unknown tiktoken encoding {encoding!r}; known: {', '.join(names)}")
         try:  # an Encoding as given, or a name from tiktoken's cache (else a download)
             base = _encoding_params(encoding)
-        except Exception as exc:  # noqa: BLE001 - tiktoken raises several types when offline
+        except Exception as exc:  # tiktoken raises several types when offline
             if f"{encoding}_offline" in names:
                 raise TokenizerError(
                     f"tiktoken:{encoding} needs to download its vocabulary ({type(exc).__name__}); use "

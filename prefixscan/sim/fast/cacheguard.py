@@ -28,16 +28,14 @@ def fingerprint() -> str:
     return h.hexdigest()
 
 
-def _dispatchers() -> list:  # noqa: ANN401
+def _dispatchers() -> list:
     import importlib
     import pkgutil
 
     from numba.core.registry import CPUDispatcher
 
-    import prefixscan.sim.fast as pkg
-
-    out = []
-    for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+    out = []  # this package's modules, found by path: importing the package here would be an import cycle
+    for mod in pkgutil.walk_packages([str(_SIM / "fast")], f"{__package__}."):
         m = importlib.import_module(mod.name)
         out += [v for v in vars(m).values() if isinstance(v, CPUDispatcher) and v.__module__ == m.__name__]
     return out
@@ -51,13 +49,13 @@ def guard() -> None:
     _done = True
     try:
         disps = _dispatchers()
-        stamp_dir = Path(disps[0]._cache.cache_path)  # noqa: SLF001 - numba has no public API for this
+        stamp_dir = Path(disps[0]._cache.cache_path)  # numba has no public API for this
         stamp = stamp_dir / "prefixscan-fast.fingerprint"
         fp = fingerprint()
         if stamp.exists() and stamp.read_text() == fp:
             return
         for d in disps:
-            d._cache.flush()  # noqa: SLF001
+            d._cache.flush()
         stamp.write_text(fp)
     except (OSError, AttributeError, IndexError):
         return  # a read-only or unusual cache location: numba's own per-file check still applies

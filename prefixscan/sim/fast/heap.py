@@ -12,19 +12,19 @@ KIND_SHIFT = 1 << 42
 
 
 @njit(cache=True)
-def _less(ht, hm, a, b):  # noqa: ANN001, ANN202
+def _less(ht, hm, a, b):
     return ht[a] < ht[b] or (ht[a] == ht[b] and hm[a, 0] < hm[b, 0])
 
 
 @njit(cache=True)
-def _swap(ht, hm, a, b):  # noqa: ANN001, ANN202
+def _swap(ht, hm, a, b):
     ht[a], ht[b] = ht[b], ht[a]
     for c in range(3):
         hm[a, c], hm[b, c] = hm[b, c], hm[a, c]
 
 
 @njit(cache=True)
-def push(ht, hm, size, t, kind, counter, r, i):  # noqa: ANN001, ANN201
+def push(ht, hm, size, t, kind, counter, r, i):
     """Insert an event; returns the new size."""
     j = size
     ht[j] = t
@@ -41,7 +41,7 @@ def push(ht, hm, size, t, kind, counter, r, i):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def pop(ht, hm, size):  # noqa: ANN001, ANN201
+def pop(ht, hm, size):
     """Remove the earliest event; returns (time, kind, replica, request, new size)."""
     t, kind, r, i = ht[0], hm[0, 0] // KIND_SHIFT, hm[0, 1], hm[0, 2]
     size -= 1

@@ -97,12 +97,12 @@ from prefixscan.sim.kvcache import CAP, NFREE, USED, admit, clear_free, match_al
 
 
 @njit(cache=True)
-def _available(meta, r):  # noqa: ANN001, ANN202
+def _available(meta, r):
     return meta[r, CAP] - meta[r, USED] + meta[r, NFREE]
 
 
 @njit(cache=True)
-def _account(ci, cf, r, now):  # noqa: ANN001, ANN202
+def _account(ci, cf, r, now):
     dt = now - cf[LAST_T, r]
     if dt > 0:
         cf[AREA_OUT, r] += dt * ci[INFLIGHT, r]
@@ -111,18 +111,18 @@ def _account(ci, cf, r, now):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _prefill_s(fp, new, cached, decoding):  # noqa: ANN001, ANN202
+def _prefill_s(fp, new, cached, decoding):
     return seconds(fp, new, cached) / share(fp, decoding)
 
 
 @njit(cache=True)
-def _decode_s(fp, output_tokens, decoding):  # noqa: ANN001, ANN202
+def _decode_s(fp, output_tokens, decoding):
     tpot = fp[SV_TPOT] * (1.0 + fp[SV_SLOW] * max(decoding - 1, 0))
     return max(output_tokens - 1, 0) * tpot
 
 
 @njit(cache=True)
-def _set_active(ci, g):  # noqa: ANN001, ANN202
+def _set_active(ci, g):
     n = 0
     for r in range(ci.shape[1]):
         if ci[ACTIVE, r]:
@@ -133,7 +133,7 @@ def _set_active(ci, g):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN202
+def _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,
                 scratch, tbl, items, dids):
     """Admit replica r's queue head if its blocks fit (engine.py admit_head): its id, or -1."""
     i = ci[WQ_HEAD, r]
@@ -165,7 +165,7 @@ def _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, 
 
 
 @njit(cache=True)
-def _batch_s(fp, rq, batch, nb, decoding):  # noqa: ANN001, ANN202
+def _batch_s(fp, rq, batch, nb, decoding):
     """ServingModel.prefill_batch_s: the fixed term once, each prefill's token terms summed."""
     ms, any_new = fp[SV_A], False
     for j in range(nb):
@@ -179,7 +179,7 @@ def _batch_s(fp, rq, batch, nb, decoding):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN202
+def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,
                scratch, tbl, items, dids, ht, hm):
     """Start replica r's next prefill step: its queue head, or with batch_prefills every head that fits."""
     if ci[LANE_BUSY, r] or ci[WQ_HEAD, r] < 0 or ci[RUNNING, r] >= g[G_MAX_SEQS]:
@@ -217,7 +217,7 @@ def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, e
 
 
 @njit(cache=True)
-def _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids):  # noqa: ANN001, ANN202
+def _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids):
     """Free request i's block table; with cached generation, first hash the blocks its answer filled."""
     s = off[i]
     pin, nb, extra = rq[i, RQ_PIN], rq[i, RQ_NB], rq[i, RQ_EXTRA]
@@ -237,7 +237,7 @@ def _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl
 
 
 @njit(cache=True)
-def _scenario(action, rep, now, ci, cf, g, fp, res, kf, sl, meta, scratch, items, dids):  # noqa: ANN001, ANN202
+def _scenario(action, rep, now, ci, cf, g, fp, res, kf, sl, meta, scratch, items, dids):
     if action == EV_RESTART:
         n = clear_free(res, kf, sl, meta, scratch, rep)
         ci[KV_AVAIL, rep] = _available(meta, rep)
@@ -257,7 +257,7 @@ def _scenario(action, rep, now, ci, cf, g, fp, res, kf, sl, meta, scratch, items
 
 
 @njit(cache=True)
-def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids, dres, last,  # noqa: ANN001, ANN202
+def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids, dres, last,
            pf, pi, sf, si, pu, uni):
     """Match request i everywhere, let the policy choose, record the decision and queue it; returns r."""
     s, e = off[i], off[i + 1]
@@ -310,7 +310,7 @@ def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids,
 
 
 @njit(cache=True)
-def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, evictions, age_sum, hist,  # noqa: ANN001, ANN201
+def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, evictions, age_sum, hist,
         scratch, tbl, items, dids, dres_bm, last_bm, ht, hm, pf, pi, sf, si, pu, uni, ev_t, ev_a, ev_r):
     """Replay every request; fills `rq`/`rf`/`cand` and the counters in place, returns the last event time.
 

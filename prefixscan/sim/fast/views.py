@@ -35,7 +35,7 @@ from prefixscan.sim.fast.layout import (
 
 
 @njit(cache=True)
-def delayed_push(g, items, dids, r, value, ids, due):  # noqa: ANN001, ANN201
+def delayed_push(g, items, dids, r, value, ids, due):
     """Queue an event for replica r: set `ids` to `value` at time `due` (no-op when empty)."""
     n = len(ids)
     if n == 0:
@@ -53,7 +53,7 @@ def delayed_push(g, items, dids, r, value, ids, due):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def delayed_advance(g, items, dids, dres, now):  # noqa: ANN001, ANN201
+def delayed_advance(g, items, dids, dres, now):
     """Deliver every event due by `now` to the view's resident set."""
     while g[G_IT_HEAD] < g[G_IT_TAIL] and items[g[G_IT_HEAD], 0] <= now:
         h = g[G_IT_HEAD]
@@ -66,7 +66,7 @@ def delayed_advance(g, items, dids, dres, now):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def _expire_oldest(ci, rq, rf, last, off, wb, r):  # noqa: ANN001, ANN202
+def _expire_oldest(ci, rq, rf, last, off, wb, r):
     i = ci[REC_HEAD, r]
     ci[REC_HEAD, r] = rq[i, RQ_REC_NEXT]
     if ci[REC_HEAD, r] < 0:
@@ -83,7 +83,7 @@ def _expire_oldest(ci, rq, rf, last, off, wb, r):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _prune(fp, ci, rq, rf, last, off, wb, r):  # noqa: ANN001, ANN202
+def _prune(fp, ci, rq, rf, last, off, wb, r):
     cap = fp[VP_MAX_BLOCKS]
     if cap < 0:
         return
@@ -92,7 +92,7 @@ def _prune(fp, ci, rq, rf, last, off, wb, r):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def approx_advance(fp, ci, rq, rf, last, off, wb, now):  # noqa: ANN001, ANN201
+def approx_advance(fp, ci, rq, rf, last, off, wb, now):
     """Expire records older than the TTL; at sweep times prune every replica to its size cap."""
     ttl = fp[VP_TTL]
     slots = ci.shape[1]
@@ -109,7 +109,7 @@ def approx_advance(fp, ci, rq, rf, last, off, wb, now):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def approx_route(fp, ci, cf, rq, rf, last, off, wb, r, i, now):  # noqa: ANN001, ANN201
+def approx_route(fp, ci, cf, rq, rf, last, off, wb, r, i, now):
     """Record that request i went to replica r (record times strictly increase per replica)."""
     t = now if now > cf[PREV_T, r] else np.nextafter(cf[PREV_T, r], np.inf)
     cf[PREV_T, r] = t

@@ -17,12 +17,12 @@ _LO32 = np.uint64(0xFFFFFFFF)
 
 
 @njit(cache=True)
-def _rotl(x, r):  # noqa: ANN001, ANN202
+def _rotl(x, r):
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
 @njit(cache=True)
-def xxh3_u64(value, seed):  # noqa: ANN001, ANN201
+def xxh3_u64(value, seed):
     """xxh3_64 of `value` as 8 little-endian bytes, with `seed` (both uint64)."""
     v = np.uint64(value)
     s = np.uint64(seed)
@@ -42,7 +42,7 @@ def xxh3_u64(value, seed):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def xxh3_u64_vec(values, seed, out):  # noqa: ANN001, ANN201
+def xxh3_u64_vec(values, seed, out):
     for j in range(len(values)):
         out[j] = xxh3_u64(values[j], seed)
     return out

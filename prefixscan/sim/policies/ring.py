@@ -59,7 +59,7 @@ class Ring:
         return next(self.walk(key))
 
 
-def request_key(req, mode: str, prefix_blocks: int, block_keys: np.ndarray) -> int:  # noqa: ANN001
+def request_key(req, mode: str, prefix_blocks: int, block_keys: np.ndarray) -> int:
     """Routing key: the conversation (falling back to the prefix) or the first K blocks' chain hash.
 
     Block hashes chain, so the hash of block K-1 stands for the whole K-block prefix.

@@ -36,19 +36,19 @@ RING_HEADER = 6
 
 
 @njit(cache=True)
-def py_max(a, b):  # noqa: ANN001, ANN201
+def py_max(a, b):
     """Python's max(a, b): a unless b is strictly larger."""
     return b if b > a else a
 
 
 @njit(cache=True)
-def np_max(a, b):  # noqa: ANN001, ANN201
+def np_max(a, b):
     """np.maximum for two floats: a unless b is larger (NaN in a wins)."""
     return a if a >= b or a != a else b
 
 
 @njit(cache=True)
-def seconds(fp, new, cached):  # noqa: ANN001, ANN201
+def seconds(fp, new, cached):
     """PrefillModel.seconds: solo prefill seconds for `new` uncached and `cached` tokens."""
     if new <= 0:
         return 0.0
@@ -58,20 +58,20 @@ def seconds(fp, new, cached):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def share(fp, decoding):  # noqa: ANN001, ANN201
+def share(fp, decoding):
     """Fraction of the step token budget a prefill gets beside `decoding` running decodes."""
     budget = int(fp[SV_BUDGET])
     return max(budget - decoding, 1) / budget
 
 
 @njit(cache=True)
-def backlog(cf, r, now):  # noqa: ANN001, ANN201
+def backlog(cf, r, now):
     """ClusterView.backlog_s for one replica."""
     return np_max(cf[LANE_UNTIL, r] - now, 0.0) + cf[QUEUED_PREFILL, r]
 
 
 @njit(cache=True)
-def pick(ci, row, n, uni, g):  # noqa: ANN001, ANN201
+def pick(ci, row, n, uni, g):
     """ClusterView.pick: a seeded uniform choice among the first n replicas of row `row` of ci."""
     if n == 1:
         return ci[row, 0]
@@ -81,7 +81,7 @@ def pick(ci, row, n, uni, g):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def argmin_active(cf, row, ci, nact):  # noqa: ANN001, ANN201
+def argmin_active(cf, row, ci, nact):
     """Lowest value of cf[row] among active replicas; ties go to the lowest id."""
     best = ci[ACT, 0]
     for a in range(1, nact):
@@ -92,7 +92,7 @@ def argmin_active(cf, row, ci, nact):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def ranked(cf, row, sign, ci, nact, k, out):  # noqa: ANN001, ANN201
+def ranked(cf, row, sign, ci, nact, k, out):
     """First k active replicas by ascending sign * cf[row], stable; returns how many were written."""
     m = min(k, nact)
     pv, pp = 0.0, -1
@@ -110,7 +110,7 @@ def ranked(cf, row, sign, ci, nact, k, out):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def ring_sync(ci, g, si, pu):  # noqa: ANN001, ANN201
+def ring_sync(ci, g, si, pu):
     """Ring.sync: rebuild the sorted virtual-node points when the active set changed."""
     if si[RING_VER] == g[G_VERSION]:
         return
@@ -132,7 +132,7 @@ def ring_sync(ci, g, si, pu):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def ring_start(ci, si, pu, key):  # noqa: ANN001, ANN201
+def ring_start(ci, si, pu, key):
     """Position of a key on the ring (np.searchsorted side="left")."""
     rp = si[RING_NREQ] + ci.shape[1] * si[RING_VN]
     lo, hi = 0, si[RING_M]
@@ -146,13 +146,13 @@ def ring_start(ci, si, pu, key):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def ring_owner(ci, si, pu, key):  # noqa: ANN001, ANN201
+def ring_owner(ci, si, pu, key):
     """Ring.owner: the first replica clockwise from the key."""
     return si[si[RING_OWN] + ring_start(ci, si, pu, key) % si[RING_M]]
 
 
 @njit(cache=True)
-def ring_next(ci, si, pos, j):  # noqa: ANN001, ANN201
+def ring_next(ci, si, pos, j):
     """Ring.walk step: the j-th point clockwise from pos; -1 if its replica was already yielded.
 
     Yielded replicas are marked in ci[SCR1]; `ring_unmark` clears them after the walk.
@@ -165,13 +165,13 @@ def ring_next(ci, si, pos, j):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def ring_unmark(ci, out, n):  # noqa: ANN001, ANN201
+def ring_unmark(ci, out, n):
     for j in range(n):
         ci[SCR1, out[j]] = 0
 
 
 @njit(cache=True)
-def ring_walk(ci, si, pu, key, limit, out):  # noqa: ANN001, ANN201
+def ring_walk(ci, si, pu, key, limit, out):
     """The first `limit` distinct replicas clockwise from the key; returns how many."""
     pos = ring_start(ci, si, pu, key)
     n = 0

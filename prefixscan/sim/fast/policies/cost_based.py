@@ -30,7 +30,7 @@ def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
 
 
 @njit(cache=True)
-def predicted_cost(now, nbi, prompt, ci, cf, g, fp, weight, risk):  # noqa: ANN001, ANN201
+def predicted_cost(now, nbi, prompt, ci, cf, g, fp, weight, risk):
     """cost_based.predicted_cost per active replica: queue wait in cf[FSCR1], score in cf[FSCR0]."""
     for a in range(g[G_NACT]):
         r = ci[ACT, a]
@@ -44,14 +44,14 @@ def predicted_cost(now, nbi, prompt, ci, cf, g, fp, weight, risk):  # noqa: ANN0
 
 
 @njit(cache=True)
-def _before(ci, cf, a, b):  # noqa: ANN001, ANN202
+def _before(ci, cf, a, b):
     """np.lexsort((score, -cached)) order: more cached first, then lower score."""
     ca, cb = ci[CACHEDV, a], ci[CACHEDV, b]
     return ca > cb or (ca == cb and cf[FSCR0, a] < cf[FSCR0, b])
 
 
 @njit(cache=True)
-def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):  # noqa: ANN001, ANN201
+def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
     nact = g[G_NACT]
     predicted_cost(now, nbi, prompt, ci, cf, g, fp, pf[3], pf[4])
     min_warm, cold_pool = pi[0], pi[1]

@@ -21,7 +21,7 @@ from prefixscan.sim.fast.policies import (
 
 
 @njit(cache=True)
-def choose(code, i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):  # noqa: ANN001, ANN201, PLR0911
+def choose(code, i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
     """Route request i: (replica, reason code, predicted cached tokens, candidates written to `cand`)."""
     if code == round_robin.CODE:
         return round_robin.choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)

@@ -22,7 +22,7 @@ def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
 
 
 @njit(cache=True)
-def softmax_sample(ci, cf, nact, temperature, uni, g):  # noqa: ANN001, ANN201
+def softmax_sample(ci, cf, nact, temperature, uni, g):
     """dynamo_kv.softmax_sample over cf[FSCR0]: weights exp(-(cost - min) / span / T), one uniform."""
     lo = hi = cf[FSCR0, ci[ACT, 0]]
     for a in range(nact):
@@ -44,7 +44,7 @@ def softmax_sample(ci, cf, nact, temperature, uni, g):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True)
-def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):  # noqa: ANN001, ANN201
+def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
     nact = g[G_NACT]
     kmax = ci[KB, ci[ACT, 0]]
     for a in range(nact):

@@ -19,7 +19,7 @@ def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
 
 
 @njit(cache=True)
-def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):  # noqa: ANN001, ANN201
+def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
     nact = g[G_NACT]
     predicted_cost(now, nbi, prompt, ci, cf, g, fp, 0.0, pf[0])
     r = argmin_active(cf, FSCR0, ci, nact)

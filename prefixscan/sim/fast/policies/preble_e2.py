@@ -27,7 +27,7 @@ def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
 
 
 @njit(cache=True)
-def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):  # noqa: ANN001, ANN201
+def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
     slots, n = pi[0], pi[1]
     ht, hs = slots, slots + n  # history times and seconds in sf; replicas in si[2:]
     while si[0] < si[1] and sf[ht + si[0]] < now - pf[0]:

@@ -18,7 +18,7 @@ def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
 
 
 @njit(cache=True)
-def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):  # noqa: ANN001, ANN201
+def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
     r = pick(ci, ACT, g[G_NACT], uni, g)
     cand[0] = r
     return r, 0, ci[CACHEDV, r], 1

@@ -17,7 +17,7 @@ def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
 
 
 @njit(cache=True)
-def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):  # noqa: ANN001, ANN201
+def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
     r = ci[ACT, si[0] % g[G_NACT]]
     si[0] += 1
     cand[0] = r

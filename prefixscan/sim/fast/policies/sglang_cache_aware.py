@@ -22,7 +22,7 @@ def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
 
 
 @njit(cache=True)
-def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):  # noqa: ANN001, ANN201
+def choose(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
     nact = g[G_NACT]
     lo = hi = ci[INFLIGHT, ci[ACT, 0]]
     for a in range(nact):
