@@ -120,6 +120,7 @@ def test_without_an_engine_count_the_ideal_cache_classes_and_says_so(tmp_path) -
 def test_no_latency_no_pilot(chat_log, tmp_path) -> None:
     res = prefixscan.analyze(str(chat_log), output=str(tmp_path / "run"), findings=False)
     assert "pilot" not in res.summary and not (tmp_path / "run" / "pilot.parquet").exists()
+    assert "ttft_s" not in res.summary["input"]["fields"] and "ttft" not in res.summary["input"]["fields"]["line"]
     assert pl.from_arrow(res.tables["requests"])["ttft_s"].null_count() == 15
 
 
@@ -129,10 +130,15 @@ def test_litellm_clocks_give_ttft_and_end_to_end(tmp_path) -> None:
                  endTime=1_700_000_001.5 + i) for i in range(3)]
     for r in recs:
         del r["timestamp"]  # startTime is the record's time
-    req = pl.from_arrow(prefixscan.analyze(str(write_jsonl(tmp_path / "l.jsonl", recs)),
-                                           findings=False).tables["requests"])
-    assert req["ttft_s"].to_list() == [0.25] * 3 and req["e2e_s"].to_list() == [1.5] * 3
+    recs[2]["time_to_first_token"] = 0.5  # a key without a unit: read as seconds, and the summary says so
+    res = prefixscan.analyze(str(write_jsonl(tmp_path / "l.jsonl", recs)), findings=False)
+    req = pl.from_arrow(res.tables["requests"])
+    assert req["ttft_s"].to_list() == [0.25, 0.25, 0.5] and req["e2e_s"].to_list() == [1.5] * 3
     assert req["queue_wait_s"].null_count() == 3
+    fields = res.summary["input"]["fields"]
+    assert fields["ttft_s"]["from"] == ["completionStartTime - startTime", "time_to_first_token (s)"]
+    assert fields["e2e_s"]["from"] == ["endTime - startTime"] and "queue_wait_s" not in fields
+    assert "ttft_s <- completionStartTime - startTime | time_to_first_token (s)" in fields["line"]
 
 
 def test_vllm_per_request_metrics_in_a_gateway_response(tmp_path) -> None:
@@ -157,9 +163,12 @@ def test_otel_genai_span_time_to_first_chunk_and_span_duration(tmp_path) -> None
                                                      "gen_ai.response.time_to_first_chunk": 0.375}.items()]}
              for i in range(3)]
     line = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {"name": "x"}, "spans": spans}]}]}
-    req = pl.from_arrow(prefixscan.analyze(str(write_jsonl(tmp_path / "o.jsonl", [line])),
-                                           findings=False).tables["requests"])
+    res = prefixscan.analyze(str(write_jsonl(tmp_path / "o.jsonl", [line])), findings=False)
+    req = pl.from_arrow(res.tables["requests"])
     assert req["ttft_s"].to_list() == [0.375] * 3 and req["e2e_s"].to_list() == [0.75] * 3
+    fields = res.summary["input"]["fields"]
+    assert fields["ttft_s"]["from"] == ["gen_ai.response.time_to_first_chunk (s)"]
+    assert fields["e2e_s"]["from"] == ["endTimeUnixNano - startTimeUnixNano"]
 
 
 def test_field_maps_a_latency_with_its_unit(tmp_path) -> None:

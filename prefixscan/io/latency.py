@@ -106,11 +106,15 @@ def _between(start: float, end: float, what: str) -> float:
 
 
 def read(holders: tuple[dict[str, Any], ...], obj: dict[str, Any], overrides: dict[str, str], span: bool,
-         get_path: Callable[[Any, str], Any]) -> tuple[float | None, float | None, float | None]:
+         get_path: Callable[[Any, str], Any], where: dict[str, str | None] | None = None,
+         ) -> tuple[float | None, float | None, float | None]:
     """(ttft_s, e2e_s, queue_wait_s) of one record; `holders` as in shapes.normalise, `obj` the outer
     record (a converted OTel span keeps its own keys there), `span` when it came from an OTel span,
-    `get_path` the --field path walk (shapes.get_path)."""
+    `get_path` the --field path walk (shapes.get_path). `where`, when given, gets each column found by
+    name or convention and where it came from, with the unit it was read in (the summary's `fields`
+    line says so: a key without a unit in its name is read as seconds, which the user should see)."""
     out: dict[str, float | None] = dict.fromkeys(COLUMNS)
+    src: dict[str, str] = {}
     mapped = set()
     for name, path in overrides.items():
         if name in MAPPABLE:
@@ -125,15 +129,19 @@ def read(holders: tuple[dict[str, Any], ...], obj: dict[str, Any], overrides: di
             v = get_path(holders[i], path) if dotted else holders[i].get(path)
             if v is not None:
                 out[col] = seconds(v, path, _SCALE[col][path])
+                src[col] = f"{path} ({'ms' if _SCALE[col][path] == MS else 's'})"
                 break
     if span:
-        _span_times(obj, out, mapped)
+        _span_times(obj, out, mapped, src)
     elif out["ttft_s"] is None or out["e2e_s"] is None:
-        _litellm_times(holders, out, mapped)
+        _litellm_times(holders, out, mapped, src)
+    if where is not None:
+        where.update(src)
     return out["ttft_s"], out["e2e_s"], out["queue_wait_s"]
 
 
-def _litellm_times(holders: tuple[dict[str, Any], ...], out: dict[str, float | None], mapped: set[str]) -> None:
+def _litellm_times(holders: tuple[dict[str, Any], ...], out: dict[str, float | None], mapped: set[str],
+                   src: dict[str, str]) -> None:
     """LiteLLM's StandardLoggingPayload: the call's start, its first chunk and its end, epoch seconds."""
     holder = next((h for h in holders if h.get("startTime") is not None), None)
     if holder is None:
@@ -144,20 +152,25 @@ def _litellm_times(holders: tuple[dict[str, Any], ...], out: dict[str, float | N
     start = _clock(holder["startTime"], "startTime")
     if out["ttft_s"] is None and "ttft_s" not in mapped and first is not None:
         out["ttft_s"] = _between(start, _clock(first, "completionStartTime"), "completionStartTime")
+        src["ttft_s"] = "completionStartTime - startTime"
     if out["e2e_s"] is None and "e2e_s" not in mapped and end is not None:
         out["e2e_s"] = _between(start, _clock(end, "endTime"), "endTime")
+        src["e2e_s"] = "endTime - startTime"
 
 
-def _span_times(span: dict[str, Any], out: dict[str, float | None], mapped: set[str]) -> None:
+def _span_times(span: dict[str, Any], out: dict[str, float | None], mapped: set[str], src: dict[str, str]) -> None:
     """An OpenTelemetry GenAI span: its time-to-first-chunk attribute and its own start and end."""
     if out["ttft_s"] is None and "ttft_s" not in mapped:
         out["ttft_s"] = seconds(span_attributes(span).get(OTEL_TTFT), OTEL_TTFT)
+        if out["ttft_s"] is not None:
+            src["ttft_s"] = f"{OTEL_TTFT} (s)"
     if out["e2e_s"] is None and "e2e_s" not in mapped:
         start = span.get("startTimeUnixNano", span.get("start_time_unix_nano"))
         end = span.get("endTimeUnixNano", span.get("end_time_unix_nano"))
         if start is not None and end is not None:
             out["e2e_s"] = _between(_nanos(start, "startTimeUnixNano"), _nanos(end, "endTimeUnixNano"),
                                     "endTimeUnixNano") * 1e-9
+            src["e2e_s"] = "endTimeUnixNano - startTimeUnixNano"
 
 
 def _nanos(value: Any, name: str) -> int:

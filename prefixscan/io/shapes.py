@@ -153,8 +153,9 @@ class FieldUse:
         self.records += n
         self.converted |= converted
         for f, path in where.items():
-            if path is not None and f in self.paths:
-                self.paths[f][path] = self.paths[f].get(path, 0) + n
+            if path is not None and (f in self.paths or f in latency.COLUMNS):  # latency: once found
+                got = self.paths.setdefault(f, {})
+                got[path] = got.get(path, 0) + n
         if unit is not None:
             self.units[unit] = self.units.get(unit, 0) + n
         if keys is not None and self._sampled < KEY_SAMPLE:
@@ -584,6 +585,11 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         rec.category = _str_or_none(obj.get("type"))
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
         where["conversation_id"] = "parent_chat_id" if rec.conversation_id is not None else None
+    try:
+        rec.ttft_s, rec.e2e_s, rec.queue_wait_s = latency.read(holders, obj, overrides, original_shape == "otel",
+                                                                get_path, where if use is not None else None)
+    except ShapeError as exc:
+        raise RecordError(exc.reason, exc.detail) from None
     if use is not None:
         if original_shape in CONVERTED_KEYS:  # the converter's keys, named by where it took them from
             where = {f: CONVERTED_KEYS[original_shape].get(f, p) if p is not None and f not in overrides else p
@@ -599,11 +605,6 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         _lookup("actual_cached_tokens", holders, obj, overrides, plan), "actual_cached_tokens")
     rec.reported_prompt_tokens = _int_or_none(
         _lookup("reported_prompt_tokens", holders, obj, overrides, plan), "reported_prompt_tokens")
-    try:
-        rec.ttft_s, rec.e2e_s, rec.queue_wait_s = latency.read(holders, obj, overrides, original_shape == "otel",
-                                                                get_path)
-    except ShapeError as exc:
-        raise RecordError(exc.reason, exc.detail) from None
     return rec
 
 
