@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prefixscan.io.ecosystem import ShapeError, span_attributes
-from prefixscan.io.fieldplan import FieldPlans
+from prefixscan.io.fieldplan import Plan
 from prefixscan.io.timestamps import parse_timestamp
 from prefixscan.redact import reject_detail
 
@@ -50,7 +50,8 @@ CANDIDATES: dict[str, tuple[tuple[str, float], ...]] = {
 }
 OTEL_TTFT = "gen_ai.response.time_to_first_chunk"  # seconds, from the client's request to the first chunk
 _SCALE = {c: dict(cands) for c, cands in CANDIDATES.items()}
-_PLANS = FieldPlans({c: tuple(p for p, _ in cands) for c, cands in CANDIDATES.items()})
+# The candidate paths per column: shapes plans them with its own fields, one plan per record layout.
+PATHS = {c: tuple(p for p, _ in cands) for c, cands in CANDIDATES.items()}
 
 
 def conflicting(names: list[str]) -> list[str]:
@@ -106,13 +107,17 @@ def _between(start: float, end: float, what: str) -> float:
 
 
 def read(holders: tuple[dict[str, Any], ...], obj: dict[str, Any], overrides: dict[str, str], span: bool,
-         get_path: Callable[[Any, str], Any], where: dict[str, str | None] | None = None,
+         get_path: Callable[[Any, str], Any], plan: Plan, where: dict[str, str | None] | None = None,
          ) -> tuple[float | None, float | None, float | None]:
     """(ttft_s, e2e_s, queue_wait_s) of one record; `holders` as in shapes.normalise, `obj` the outer
     record (a converted OTel span keeps its own keys there), `span` when it came from an OTel span,
-    `get_path` the --field path walk (shapes.get_path). `where`, when given, gets each column found by
+    `get_path` the --field path walk (shapes.get_path), `plan` the holders' field plan (fieldplan, with
+    PATHS among its fields). `where`, when given, gets each column found by
     name or convention and where it came from, with the unit it was read in (the summary's `fields`
     line says so: a key without a unit in its name is read as seconds, which the user should see)."""
+    if not (span or overrides or plan["ttft_s"] or plan["e2e_s"] or plan["queue_wait_s"]) and all(
+            h.get("startTime") is None for h in holders):
+        return None, None, None  # the usual log: no latency anywhere (one check per record)
     out: dict[str, float | None] = dict.fromkeys(COLUMNS)
     src: dict[str, str] = {}
     mapped = set()
@@ -121,7 +126,6 @@ def read(holders: tuple[dict[str, Any], ...], obj: dict[str, Any], overrides: di
             col, per_second = MAPPABLE[name]
             out[col] = seconds(get_path(obj, path), name, per_second)
             mapped.add(col)
-    plan = _PLANS.plan(holders)
     for col in COLUMNS:
         if col in mapped:
             continue

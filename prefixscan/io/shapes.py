@@ -460,7 +460,7 @@ TRACE_FIELDS = {"mooncake": {"timestamp", "input_length", "output_length", "hash
                             "output_length", "hash_ids"}}
 
 
-_PLANS = FieldPlans(FIELD_CANDIDATES)
+_PLANS = FieldPlans({**FIELD_CANDIDATES, **latency.PATHS})  # latency columns planned with the fields
 
 
 def _lookup_ref(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
@@ -587,7 +587,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         where["conversation_id"] = "parent_chat_id" if rec.conversation_id is not None else None
     try:
         rec.ttft_s, rec.e2e_s, rec.queue_wait_s = latency.read(holders, obj, overrides, original_shape == "otel",
-                                                                get_path, where if use is not None else None)
+                                                                get_path, plan, where if use is not None else None)
     except ShapeError as exc:
         raise RecordError(exc.reason, exc.detail) from None
     if use is not None:
