@@ -63,12 +63,17 @@ def percentile(values: np.ndarray, p: float) -> float | None:
     return float(np.percentile(values, p, method="linear")) if len(values) else None
 
 
-def classify(cached: np.ndarray, prompt: np.ndarray, block: int) -> np.ndarray:
-    """warm / partial / cold per request (the module docstring gives the rule and why)."""
-    out = np.full(len(cached), "partial", dtype=object)
-    out[(cached >= WARM_SHARE * prompt) | (prompt - cached <= WARM_UNCACHED)] = "warm"
-    out[cached < block] = "cold"
+def class_codes(cached: np.ndarray, prompt: np.ndarray, block: int) -> np.ndarray:
+    """Per request, the index in CLASSES of its class (the module docstring gives the rule and why)."""
+    out = np.ones(len(cached), dtype=np.int8)  # partial
+    out[(cached >= WARM_SHARE * prompt) | (prompt - cached <= WARM_UNCACHED)] = 0  # warm
+    out[cached < block] = 2  # cold
     return out
+
+
+def classify(cached: np.ndarray, prompt: np.ndarray, block: int) -> np.ndarray:
+    """warm / partial / cold per request, by name (`class_codes`)."""
+    return np.asarray(CLASSES, dtype=object)[class_codes(cached, prompt, block)]
 
 
 def has_latency(path: str | Path) -> bool:
@@ -107,34 +112,31 @@ def measure(path: str | Path, block: int) -> tuple[pa.Table, dict[str, Any]] | N
 
 
 def of_frame(df: pl.DataFrame, block: int) -> tuple[pa.Table, dict[str, Any]]:
-    """`measure` over requests already in memory (columns as the requests table's)."""
+    """`measure` over requests already in memory (columns as the requests table's). Classes are small
+    integer codes and groups one partition pass, so a log of millions of requests costs a few numpy
+    passes, not a Python object per request."""
     engine = df["actual_cached_tokens"].null_count() < df.height
     source = "engine" if engine else "ideal"
     cached = df["actual_cached_tokens"] if engine else df["cached_tokens"]
     known = cached.is_not_null().to_numpy()
     c = cached.fill_null(0).to_numpy().astype(np.int64)
     prompt = df["prompt_tokens"].to_numpy().astype(np.int64)
-    cls = classify(c, prompt, block)
-    cls[~known] = UNKNOWN
-    frame = df.with_columns(pl.Series("class", cls.tolist(), dtype=pl.String),
-                            pl.Series("_cached", np.where(known, np.minimum(c, prompt), 0)),
-                            pl.Series("_known", known),
-                            pl.Series("_prompt_known", np.where(known, prompt, 0)))
+    codes = class_codes(c, prompt, block)
+    codes[~known] = len(CLASSES)  # unknown
+    frame = df.select("model", "replica", *LATENCY).with_columns(
+        pl.Series("_class", codes), pl.Series("_cached", np.where(known, np.minimum(c, prompt), 0)),
+        pl.Series("_known", known), pl.Series("_prompt_known", np.where(known, prompt, 0)))
     rows = [_row(frame, "all", None, None, None)]
-    present = set(cls.tolist())
-    for k in (*CLASSES, UNKNOWN):
-        if k in CLASSES or k in present:
-            rows.append(_row(frame.filter(pl.col("class") == k), "class", None, None, k))
-    keys = frame.select("model", "replica").unique().sort(["model", "replica"], nulls_last=True)
-    for model, replica in keys.iter_rows():
-        g = frame.filter(_eq("model", model) & _eq("replica", replica))
-        rows.append(_row(g, "model_replica", model, replica, None))
+    by_class = frame.partition_by("_class", as_dict=True)
+    for i, name in enumerate((*CLASSES, UNKNOWN)):
+        g = by_class.get((i,))
+        if g is not None or name in CLASSES:  # the three classes always; unknown when it occurs
+            rows.append(_row(g if g is not None else frame.clear(), "class", None, None, name))
+    pools = frame.partition_by("model", "replica", as_dict=True)
+    for (model, replica) in sorted(pools, key=lambda k: (k[0] is None, k[0] or "", k[1] is None, k[1] or "")):
+        rows.append(_row(pools[(model, replica)], "model_replica", model, replica, None))
     table = pa.Table.from_pylist(rows, schema=PILOT_SCHEMA)
     return table, _summary(rows, source, block, frame)
-
-
-def _eq(col: str, value: str | None) -> pl.Expr:
-    return pl.col(col).is_null() if value is None else pl.col(col) == value
 
 
 def _row(g: pl.DataFrame, level: str, model: str | None, replica: str | None, cls: str | None) -> dict[str, Any]:
