@@ -30,6 +30,10 @@ REQUEST_INPUT_FIELDS: list[pa.Field] = [
     pa.field("head_tokens", pa.int64()),
     pa.field("output_tokens", pa.int64()),
     pa.field("actual_cached_tokens", pa.int64()),
+    # The log's own latency, seconds (io/latency.py): null where the log has none.
+    pa.field("ttft_s", pa.float64()),
+    pa.field("e2e_s", pa.float64()),
+    pa.field("queue_wait_s", pa.float64()),
     pa.field("namespace", pa.uint64(), nullable=False),
     pa.field("block_hashes", pa.list_(pa.uint64()), nullable=False),
 ]

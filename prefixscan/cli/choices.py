@@ -19,7 +19,7 @@ POLICIES = ("round_robin", "random", "least_loaded", "session_affinity", "chwbl"
             "sglang_cache_aware", "dynamo_kv", "llmd_weighted", "preble_e2", "cost_based", "oracle")
 FIELDS = ("request_id", "timestamp", "tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica",
           "category", "turn_index", "output_tokens", "actual_cached_tokens", "reported_prompt_tokens", "messages",
-          "tools", "prompt")
+          "tools", "prompt", "ttft_s", "ttft_ms", "e2e_s", "e2e_ms", "queue_wait_s", "queue_wait_ms")
 DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "mxfp4")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from prefixscan.io import latency
 from prefixscan.io.ecosystem import (
     PromptMap,
     ShapeError,
@@ -74,7 +75,8 @@ FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 # Where the prompt itself is: mapped with --field like the fields above, never looked up by name.
 CONTENT_FIELDS = ("messages", "tools", "prompt")
-FIELDS = tuple(FIELD_CANDIDATES) + CONTENT_FIELDS
+# Latency columns (seconds) are mapped by a name that says the log's unit: ttft_ms, queue_wait_s, ... (latency.py)
+FIELDS = tuple(FIELD_CANDIDATES) + CONTENT_FIELDS + tuple(latency.MAPPABLE)
 
 
 class RecordError(ValueError):
@@ -107,6 +109,9 @@ class Record:
     output_tokens: int | None = None
     actual_cached_tokens: int | None = None
     reported_prompt_tokens: int | None = None  # the log's own prompt token count (a tokenizer/template check)
+    ttft_s: float | None = None  # time to first token, end-to-end latency and queue wait (latency.py)
+    e2e_s: float | None = None
+    queue_wait_s: float | None = None
     messages: list[dict[str, Any]] | None = None
     tools: list[Any] | None = None
     prompt: str | None = None
@@ -148,8 +153,9 @@ class FieldUse:
         self.records += n
         self.converted |= converted
         for f, path in where.items():
-            if path is not None and f in self.paths:
-                self.paths[f][path] = self.paths[f].get(path, 0) + n
+            if path is not None and (f in self.paths or f in latency.COLUMNS):  # latency: once found
+                got = self.paths.setdefault(f, {})
+                got[path] = got.get(path, 0) + n
         if unit is not None:
             self.units[unit] = self.units.get(unit, 0) + n
         if keys is not None and self._sampled < KEY_SAMPLE:
@@ -454,7 +460,7 @@ TRACE_FIELDS = {"mooncake": {"timestamp", "input_length", "output_length", "hash
                             "output_length", "hash_ids"}}
 
 
-_PLANS = FieldPlans(FIELD_CANDIDATES)
+_PLANS = FieldPlans({**FIELD_CANDIDATES, **latency.PATHS})  # latency columns planned with the fields
 
 
 def _lookup_ref(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
@@ -579,12 +585,17 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         rec.category = _str_or_none(obj.get("type"))
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
         where["conversation_id"] = "parent_chat_id" if rec.conversation_id is not None else None
+    try:
+        rec.ttft_s, rec.e2e_s, rec.queue_wait_s = latency.read(holders, obj, overrides, original_shape == "otel",
+                                                                get_path, plan, where if use is not None else None)
+    except ShapeError as exc:
+        raise RecordError(exc.reason, exc.detail) from None
     if use is not None:
         if original_shape in CONVERTED_KEYS:  # the converter's keys, named by where it took them from
             where = {f: CONVERTED_KEYS[original_shape].get(f, p) if p is not None and f not in overrides else p
                      for f, p in where.items()}
         for name in overrides:  # the other mapped fields: found or not
-            if name not in where and name in FIELD_CANDIDATES:
+            if name not in where and (name in FIELD_CANDIDATES or name in latency.MAPPABLE):
                 where[name] = overrides[name] if get_path(obj, overrides[name]) is not None else None
         use.add(where, describe_timestamp(ts_raw) if ts_raw is not NO_CLOCK else "input order", keys=obj,
                 converted=shape != original_shape)

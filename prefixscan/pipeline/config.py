@@ -13,6 +13,7 @@ import orjson
 from prefixscan.config import AnalyzeConfig
 from prefixscan.distributed import ray_check
 from prefixscan.errors import UsageError
+from prefixscan.io.latency import conflicting
 from prefixscan.io.shapes import FIELDS, FORMATS, RecordError, detect
 from prefixscan.io.sources import Source
 from prefixscan.vllm_hash import check_hash_options
@@ -76,6 +77,9 @@ def check_read_options(cfg: AnalyzeConfig) -> None:
     bad = [k for k, _ in cfg.fields if k not in FIELDS]
     if bad:
         raise UsageError(f"unknown --field name(s) {', '.join(bad)}; known: {', '.join(FIELDS)}")
+    twice = conflicting([k for k, _ in cfg.fields])
+    if twice:
+        raise UsageError(f"--field {'; '.join(twice)} map the same latency column: keep one (its suffix is the unit)")
 
 
 def text_log(cfg: AnalyzeConfig, path: str) -> bool:

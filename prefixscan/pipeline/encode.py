@@ -38,7 +38,8 @@ from prefixscan.render import content_text
 
 COLS = ("request_id", "source_file", "source_line", "timestamp_s", "tenant", "conversation_id",
         "conversation_inferred", "user", "model", "adapter", "cache_salt", "replica", "category", "turn_index",
-        "prompt_tokens", "head_tokens", "output_tokens", "actual_cached_tokens", "namespace")
+        "prompt_tokens", "head_tokens", "output_tokens", "actual_cached_tokens", "ttft_s", "e2e_s",
+        "queue_wait_s", "namespace")
 _DERIVED = ("prompt_tokens", "head_tokens", "namespace", "conversation_inferred")
 
 

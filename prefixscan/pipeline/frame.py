@@ -15,6 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from prefixscan.config import AnalyzeConfig
+from prefixscan.io.latency import COLUMNS as LATENCY_COLS
 from prefixscan.pipeline.trace_columns import permute_csr
 from prefixscan.privacy import tenant_hasher
 from prefixscan.schema import REQUESTS_SCHEMA
@@ -96,6 +97,7 @@ def input_frame(cfg: AnalyzeConfig, ing: Any) -> tuple[pl.DataFrame, np.ndarray,
         "head_tokens": pl.Series("head_tokens", data["head_tokens"], dtype=pl.Int64),
         "output_tokens": pl.Series("output_tokens", data["output_tokens"], dtype=pl.Int64),
         "actual_cached_tokens": pl.Series("actual_cached_tokens", data["actual_cached_tokens"], dtype=pl.Int64),
+        **{c: pl.Series(c, data[c], dtype=pl.Float64) for c in LATENCY_COLS},
         "namespace": pl.Series("namespace", data["namespace"], dtype=pl.UInt64),
     })
     return frame, offsets, flat, snippets, per_request, order
@@ -111,7 +113,9 @@ def analysis_order(ts: np.ndarray) -> np.ndarray:
 
 
 def _typed(frame: pl.DataFrame) -> pl.DataFrame:
-    """A trace frame with the same column types as a text log's."""
+    """A trace frame with the same column types as a text log's (hashed traces carry no latency: null)."""
+    frame = frame.with_columns(*[pl.lit(None, dtype=pl.Float64).alias(c) for c in LATENCY_COLS
+                                 if c not in frame.columns])
     return frame.with_columns(
         pl.col("source_line").cast(pl.Int64), pl.col("timestamp_s").cast(pl.Float64),
         *[pl.col(c).cast(pl.String) for c in STRING_COLS], pl.col("turn_index").cast(pl.Int32),
@@ -119,7 +123,7 @@ def _typed(frame: pl.DataFrame) -> pl.DataFrame:
         pl.col("output_tokens").cast(pl.Int64), pl.col("actual_cached_tokens").cast(pl.Int64),
         pl.col("namespace").cast(pl.UInt64), pl.col("request_id").cast(pl.String),
         pl.col("conversation_inferred").cast(pl.Boolean),
-        pl.col("source_file").cast(pl.String))
+        pl.col("source_file").cast(pl.String), *[pl.col(c).cast(pl.Float64) for c in LATENCY_COLS])
 
 
 def requests_arrow(df: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray) -> pa.Table:

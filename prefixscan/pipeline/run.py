@@ -28,6 +28,7 @@ from prefixscan.errors import EnvError
 from prefixscan.io import rundir
 from prefixscan.io.sources import Source, check_output, expand
 from prefixscan.memory import peak_rss_mib
+from prefixscan.pilot import measure as measure_pilot
 from prefixscan.pipeline import aggregate, detect
 from prefixscan.pipeline.config import streams, validate
 from prefixscan.pipeline.encode import Batch, Ingested, ingest
@@ -352,6 +353,9 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
     tables["misses"], summary_misses = attribution
     summary = build_summary(cfg, ing, r.agg, r.summaries, r.prefixes, curve, r.side)
     summary["miss_attribution"] = summary_misses
+    pilot = measure_pilot(r.requests_path, ing.block_size)  # only when the log carries latency
+    if pilot is not None:
+        tables["pilot"], summary["pilot"] = pilot
     summary["reuse"] = r.reuse
     summary["notes"] += notes
     if fres is not None:

@@ -106,6 +106,10 @@ def render_summary(result: Any, console: Console) -> None:
         console.print(f"engine-reported cached tokens on {av['requests_with_actual']:,} requests: "
                       f"{_tok(av['actual_cached'])} actual vs {_tok(av['predicted_cached'])} predicted; "
                       f"{av['requests_short']:,} requests fell short of the prediction")
+    if s.get("pilot"):  # the log carries latency: the pilot's outcome by warm / partial / cold
+        from prefixscan.report.pilot_terminal import render_pilot
+
+        render_pilot(s["pilot"], console)
     line = miss_line(s.get("miss_attribution"))
     if line:
         console.print(line, highlight=False, soft_wrap=True)

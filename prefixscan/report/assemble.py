@@ -428,6 +428,9 @@ def build(run_dir: str | os.PathLike[str], options: Any | None = None, simulatio
         notes.append("The run has no accepted requests: every section below is empty.")
     data.notes = notes
     data.misses = (m.get("analyze", {}).get("summary") or {}).get("miss_attribution")
+    if run.has("pilot"):
+        data.pilot = {"rows": run.table("pilot").to_pylist(),
+                      "summary": (m.get("analyze", {}).get("summary") or {}).get("pilot")}
     return data
 
 

@@ -17,6 +17,7 @@ from prefixscan.report.model import ReportData
 from prefixscan.report.sections.blocks import Block
 from prefixscan.report.sections.findings import comparison, findings, misses
 from prefixscan.report.sections.fleet import appendix, cost, plan, policies, rollout, scenario
+from prefixscan.report.sections.pilot import pilot
 from prefixscan.report.sections.traffic import capacity, prefixes, reuse, summary, traffic
 
 Section = Callable[[ReportData, dict[str, Figure]], list[Block]]
@@ -33,6 +34,7 @@ SECTIONS: tuple[Section, ...] = (
     lambda d, f: prefixes(d),
     lambda d, f: findings(d),
     lambda d, f: misses(d),
+    lambda d, f: pilot(d),
     policies,
     cost,
     lambda d, f: plan(d),

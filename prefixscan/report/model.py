@@ -205,6 +205,7 @@ class ReportData:
     missing: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     misses: dict[str, Any] | None = None  # analyze's miss attribution (summary["miss_attribution"])
+    pilot: dict[str, Any] | None = None  # the `pilot` table's rows and summary["pilot"] (sections/pilot.py)
     comparison: Any = None  # prefixscan.compare.diff.DiffResult against an earlier run (report --compare-to)
 
     def policy(self, name: str | None) -> dict[str, Any] | None:

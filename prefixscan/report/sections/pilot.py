@@ -1,0 +1,56 @@
+"""The pilot's outcome (issue 31): latency by warm, partial and cold request, and input tokens by model and
+replica, from the run's `pilot` table (written by analyze when the log carries latency; prefixscan.pilot)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefixscan.report.escape import data as esc
+from prefixscan.report.model import ReportData
+from prefixscan.report.sections.blocks import Block, num, tok
+
+LIMIT = 12  # model x replica rows shown; the rest stay in the table
+
+
+def ms(v: float | None) -> str:
+    """A latency in milliseconds (the pilot table holds seconds)."""
+    return "n/a" if v is None else f"{v * 1000:,.0f} ms"
+
+
+def _pair(r: dict[str, Any], m: str) -> str:
+    return "n/a" if not r[f"{m}_requests"] else f"{ms(r[f'{m}_p50_s'])} / {ms(r[f'{m}_p95_s'])}"
+
+
+def pilot(data: ReportData) -> list[Block]:
+    """TTFT, queue wait and end-to-end latency p50 / p95 per class; cached and uncached tokens per pool."""
+    p = data.pilot
+    if not p:
+        return []
+    rows, info = p["rows"], p.get("summary") or {}
+    src = info.get("cached_source")
+    basis = ("the engine's reported cached tokens (`actual_cached_tokens`)" if src == "engine" else
+             "the ideal cache's cached tokens (the log reports no engine count)")
+    cl = info.get("classes") or {}
+    out: list[Block] = [
+        ("h", 2, "Pilot: latency by warm, partial and cold requests"),
+        ("p", f"Measured from the log's own latency fields. Classes by {basis}: **cold** when fewer than "
+              f"{num(cl.get('block_tokens'))} tokens (one block) were cached, **warm** when at least "
+              f"{num(100 * cl.get('warm_share', 0.9))}% of the prompt was or at most "
+              f"{num(cl.get('warm_uncached_tokens'))} tokens were left to compute, **partial** between. "
+              "Percentiles: linear interpolation between the closest ranks; n/a where the log has no value."),
+        ("table", ["class", "requests", "TTFT p50 / p95", "queue wait p50 / p95", "end to end p50 / p95"],
+         [[esc(r["class"] or "all requests"), num(r["requests"]), _pair(r, "ttft"), _pair(r, "queue_wait"),
+           _pair(r, "e2e")] for r in rows if r["level"] in ("class", "all")]),
+    ]
+    pools = [r for r in rows if r["level"] == "model_replica"]
+    out += [("p", "Input tokens by model and replica (the pool that served them): cached tokens skipped prefill, "
+                  "uncached were computed."),
+            ("table", ["model", "replica", "requests", "cached tokens", "uncached tokens", "TTFT p50 / p95"],
+             [[esc(r["model"] if r["model"] is not None else "(none)"),
+               esc(r["replica"] if r["replica"] is not None else "(none)"), num(r["requests"]),
+               tok(r["cached_tokens"]), tok(r["uncached_tokens"]), _pair(r, "ttft")] for r in pools[:LIMIT]])]
+    if len(pools) > LIMIT:
+        out.append(("p", f"{num(len(pools) - LIMIT)} more model and replica rows in the run's `pilot` table."))
+    out.append(("p", "Not measured yet: queue wait by routing decision and prediction against outcome (they need "
+                     "the router's decision log, docs/pilot.md)."))
+    return out
