@@ -22,7 +22,7 @@ FUNCTION_LIMIT = 100
 
 # Modules over the limit today (path from the repository root -> lines). Only shrink.
 MODULES: dict[str, int] = {
-    "prefixscan/io/shapes.py": 765,
+    "prefixscan/io/shapes.py": 684,
     "prefixscan/io/ecosystem.py": 668,
 }
 

@@ -30,6 +30,7 @@ from prefixscan.io.ecosystem import (
     responses_to_chat,
 )
 from prefixscan.io.fieldplan import FieldPlans, Plan
+from prefixscan.io.fielduse import CONVERTED_KEYS, TRACE_UNITS, FieldUse
 from prefixscan.io.readers import default_request_id
 from prefixscan.io.timestamps import describe_timestamp, parse_timestamp
 from prefixscan.media import MEDIA_KINDS, has_media, is_text_part
@@ -119,113 +120,6 @@ class Record:
     hash_ids: np.ndarray | None = None
     input_length: int | None = None
     media_items: int = 0  # media parts in the messages, each now a placeholder (media.py)
-
-
-TRACE_UNITS = {"mooncake": "relative ms", "bailian": "relative s"}
-# Keys an ecosystem converter (ecosystem.py) fills, named in the summary by where it took them from
-CONVERTED_KEYS = {
-    "otel": {"timestamp": "startTimeUnixNano", "conversation_id": "attributes.gen_ai.conversation.id",
-             "tenant": "attributes.tenant|tenant.id|enduser.id"},
-    "responses": {"conversation_id": "previous_response_id (chain)"},
-}
-KEY_SAMPLE = 64  # records whose keys are kept to suggest the nearest key of a --field path that matches nothing
-
-
-class FieldUse:
-    """Which log key each summarised field (tenant, timestamp, conversation, replica, and every --field
-    mapping) came from, counted over the records read, so the summary can say so and a --field path that
-    matches nothing (a typo) is caught instead of leaving a column null in silence."""
-
-    TRACKED = ("tenant", "timestamp", "conversation_id", "replica")
-
-    def __init__(self, overrides: dict[str, str] | None = None) -> None:
-        self.overrides = dict(overrides or {})
-        self.records = 0
-        self.paths: dict[str, dict[str, int]] = {f: {} for f in (*self.TRACKED, *self.overrides)}
-        self.units: dict[str, int] = {}  # how timestamps were read: "epoch s", "ISO-8601", "input order", ...
-        self.keys: set[str] = set()  # dotted keys of the first records, for suggestions
-        self.converted = False  # a shape converted to chat first (its keys are the converter's)
-        self._sampled = 0
-
-    def add(self, where: dict[str, str | None], unit: str | None, keys: dict[str, Any] | None = None,
-            converted: bool = False, n: int = 1) -> None:
-        """Count `n` records whose fields came from `where` (field -> path, None: not found)."""
-        self.records += n
-        self.converted |= converted
-        for f, path in where.items():
-            if path is not None and (f in self.paths or f in latency.COLUMNS):  # latency: once found
-                got = self.paths.setdefault(f, {})
-                got[path] = got.get(path, 0) + n
-        if unit is not None:
-            self.units[unit] = self.units.get(unit, 0) + n
-        if keys is not None and self._sampled < KEY_SAMPLE:
-            self._sampled += 1
-            self.keys.update(_dotted_keys(keys))
-
-    def summary(self, inferred: int = 0) -> dict[str, Any]:
-        """The summary's `input.fields`: per field the log keys it came from (most records first), how many
-        records had it, and `line`, the one line the terminal prints."""
-        out: dict[str, Any] = {}
-        for f, paths in self.paths.items():
-            got = sorted(paths.items(), key=lambda kv: (-kv[1], kv[0]))
-            entry: dict[str, Any] = {"from": [p for p, _ in got], "records": sum(n for _, n in got),
-                                     "of": self.records, "mapped": f in self.overrides}
-            if f == "timestamp":
-                entry["read_as"] = [u for u, _ in sorted(self.units.items(), key=lambda kv: (-kv[1], kv[0]))]
-            if f == "conversation_id":
-                entry["inferred"] = inferred
-            out[f] = entry
-        out["line"] = "fields: " + ", ".join(self._shown(f, out[f]) for f in self.paths)
-        return out
-
-    def _shown(self, f: str, e: dict[str, Any]) -> str:
-        name = {"conversation_id": "conversation"}.get(f, f)
-        src = " | ".join(e["from"][:3]) + (f" (+{len(e['from']) - 3})" if len(e["from"]) > 3 else "")
-        if e["mapped"] and not e["from"]:
-            return f"{name} <- {self.overrides[f]} (--field; matched no record)"
-        if e["from"] and e["records"] < e["of"]:
-            src += f" ({e['records']:,} of {e['of']:,})"
-        if f == "timestamp":
-            units = [u for u in e.get("read_as", []) if u != "input order"]
-            if units:
-                src += f" ({', '.join(units[:2])})"
-            if "input order" in e.get("read_as", []):
-                src = (src + " + " if e["from"] else "") + "(input order)"
-        if f == "conversation_id" and e.get("inferred"):
-            src = (src + " + " if e["from"] else "") + "(inferred)"
-        return f"{name} <- {src or '(none)'}"
-
-    def warnings(self) -> list[str]:
-        """One line per --field mapping that matched under half of the records: a typo leaves a column
-        null in silence otherwise. Names the nearest keys the log has."""
-        import difflib
-
-        out = []
-        for f, path in self.overrides.items():
-            if f not in self.paths or not self.records:
-                continue
-            got = sum(self.paths[f].values())
-            if got * 2 >= self.records:
-                continue
-            keys = sorted(self.keys)
-            near = difflib.get_close_matches(path, keys, n=3, cutoff=0.6) or [
-                k for k in keys if "." not in k][:6]
-            out.append(f"--field {f}={path} matched {got:,} of {self.records:,} records ({f} stays null where "
-                       f"it does not match); nearest keys in the log: {', '.join(near) or '(none)'}")
-        return out
-
-
-def _dotted_keys(obj: dict[str, Any], prefix: str = "", depth: int = 3) -> list[str]:
-    """The record's keys as dotted paths, objects followed `depth` levels (lists and JSON strings are not)."""
-    out = []
-    for k, v in obj.items():
-        if not isinstance(k, str):
-            continue
-        path = prefix + k
-        out.append(path)
-        if isinstance(v, dict) and depth > 1:
-            out += _dotted_keys(v, path + ".", depth - 1)
-    return out
 
 
 @lru_cache(maxsize=256)
@@ -519,34 +413,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     holders = (body,) if body is obj else (body, obj)
     if resp:
         holders += ({"usage": resp.get("usage")},)
-    if shape in ("mooncake", "bailian"):
-        hash_ids = _int_list(obj.get("hash_ids"), "hash_ids")
-        n = _int_or_none(obj.get("input_length"), "input_length")
-        if n is None:
-            raise RecordError("missing_field", "hashed trace record has no `input_length`")
-        kind, content = "hashed", {"hash_ids": hash_ids, "input_length": n}
-    elif shape in ("chat", "openai-batch", "gateway") and "messages" in body:
-        msgs = list(_check_messages(body.get("messages")))  # a copy: media flattening must not edit the record
-        kind, content = "chat", {"messages": msgs, "tools": _tools(body), "media_items": _flatten_media(msgs)}
-    elif "prompt" in body and shape in ("completion", "openai-batch", "gateway", "chat"):
-        p = body.get("prompt")
-        if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-            kind, content = "tokens", {"token_ids": _int_list(p, "prompt")}
-        elif isinstance(p, str):
-            if not p:
-                raise RecordError("empty_prompt", "`prompt` is empty")
-            kind, content = "completion", {"prompt": p}
-        else:
-            raise RecordError("wrong_type", "`prompt` should be a string or a list of token ids")
-    elif shape == "tokens" or "prompt_token_ids" in body or "token_ids" in body:
-        key = "prompt_token_ids" if "prompt_token_ids" in body else "token_ids"
-        ids = _int_list(body.get(key), key)
-        if len(ids) == 0:
-            raise RecordError("empty_prompt", f"`{key}` is empty")
-        kind, content = "tokens", {"token_ids": ids}
-    else:
-        raise RecordError("missing_field", f"a {shape} record needs `messages` (or `prompt`); found keys "
-                          f"{', '.join(field_name(str(k)) for k in sorted(body)[:8])}")
+    kind, content = _content(obj, body, shape)
 
     if kind == "hashed" and not overrides:
         rec = _trace_record(obj, shape, source_file, line, content, bailian_roots)
@@ -559,17 +426,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     ts_raw, where["timestamp"] = _lookup_at("timestamp", holders, obj, overrides, plan)
     if ts_raw is None:
         ts_raw = NO_CLOCK
-    try:
-        ts = float("nan") if ts_raw is NO_CLOCK else parse_timestamp(ts_raw)
-        if shape == "mooncake" and "timestamp" not in overrides:
-            ts = float(ts_raw) / 1000.0  # Mooncake timestamps are relative milliseconds
-        elif shape == "bailian" and "timestamp" not in overrides:
-            ts = float(ts_raw)  # bailian timestamps are relative seconds
-    except (ValueError, TypeError, OverflowError):  # the message may quote the value: say its kind only
-        why = "is neither ISO-8601, RFC 2822 nor an epoch number"
-        raise RecordError("bad_timestamp", reject_detail("timestamp", why, ts_raw)) from None
-    if ts_raw is not NO_CLOCK:  # no clock: NaN on purpose, ingest gives it its place in input order
-        check_timestamp(ts, ts_raw)
+    ts = _timestamp(ts_raw, shape, overrides)
 
     rid = _lookup("request_id", holders, obj, overrides, plan)
     rec = Record(source_file=source_file, source_line=line,
@@ -606,6 +463,57 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     rec.reported_prompt_tokens = _int_or_none(
         _lookup("reported_prompt_tokens", holders, obj, overrides, plan), "reported_prompt_tokens")
     return rec
+
+
+def _content(obj: dict[str, Any], body: dict[str, Any], shape: str) -> tuple[str, dict[str, Any]]:
+    """(kind, Record fields of the prompt) of a record: hashed blocks, chat messages, a completion prompt or
+    token ids; RecordError when the shape's prompt is missing or of the wrong type."""
+    if shape in ("mooncake", "bailian"):
+        hash_ids = _int_list(obj.get("hash_ids"), "hash_ids")
+        n = _int_or_none(obj.get("input_length"), "input_length")
+        if n is None:
+            raise RecordError("missing_field", "hashed trace record has no `input_length`")
+        kind, content = "hashed", {"hash_ids": hash_ids, "input_length": n}
+    elif shape in ("chat", "openai-batch", "gateway") and "messages" in body:
+        msgs = list(_check_messages(body.get("messages")))  # a copy: media flattening must not edit the record
+        kind, content = "chat", {"messages": msgs, "tools": _tools(body), "media_items": _flatten_media(msgs)}
+    elif "prompt" in body and shape in ("completion", "openai-batch", "gateway", "chat"):
+        p = body.get("prompt")
+        if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+            kind, content = "tokens", {"token_ids": _int_list(p, "prompt")}
+        elif isinstance(p, str):
+            if not p:
+                raise RecordError("empty_prompt", "`prompt` is empty")
+            kind, content = "completion", {"prompt": p}
+        else:
+            raise RecordError("wrong_type", "`prompt` should be a string or a list of token ids")
+    elif shape == "tokens" or "prompt_token_ids" in body or "token_ids" in body:
+        key = "prompt_token_ids" if "prompt_token_ids" in body else "token_ids"
+        ids = _int_list(body.get(key), key)
+        if len(ids) == 0:
+            raise RecordError("empty_prompt", f"`{key}` is empty")
+        kind, content = "tokens", {"token_ids": ids}
+    else:
+        raise RecordError("missing_field", f"a {shape} record needs `messages` (or `prompt`); found keys "
+                          f"{', '.join(field_name(str(k)) for k in sorted(body)[:8])}")
+    return kind, content
+
+
+def _timestamp(ts_raw: Any, shape: str, overrides: dict[str, str]) -> float:
+    """The arrival time in epoch seconds (NaN without a clock: ingest orders such records by input);
+    Mooncake and bailian timestamps are relative, in ms and s."""
+    try:
+        ts = float("nan") if ts_raw is NO_CLOCK else parse_timestamp(ts_raw)
+        if shape == "mooncake" and "timestamp" not in overrides:
+            ts = float(ts_raw) / 1000.0  # Mooncake timestamps are relative milliseconds
+        elif shape == "bailian" and "timestamp" not in overrides:
+            ts = float(ts_raw)  # bailian timestamps are relative seconds
+    except (ValueError, TypeError, OverflowError):  # the message may quote the value: say its kind only
+        why = "is neither ISO-8601, RFC 2822 nor an epoch number"
+        raise RecordError("bad_timestamp", reject_detail("timestamp", why, ts_raw)) from None
+    if ts_raw is not NO_CLOCK:  # no clock: NaN on purpose, ingest gives it its place in input order
+        check_timestamp(ts, ts_raw)
+    return ts
 
 
 def _ecosystem(obj: dict[str, Any], shape: str) -> tuple[str | None, dict[str, Any], dict[str, Any], dict[str, Any]]:

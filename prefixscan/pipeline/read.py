@@ -17,11 +17,10 @@ import numpy as np
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
 from prefixscan.hashing import mix_ids, mix_ids_per
+from prefixscan.io.fielduse import TRACE_UNITS, FieldUse
 from prefixscan.io.readers import Position, RawError, layout, parse_line, read_jsonl, read_source
 from prefixscan.io.shapes import (
     CLOCKLESS,
-    TRACE_UNITS,
-    FieldUse,
     Record,
     RecordError,
     detect,
