@@ -13,7 +13,8 @@ from typing import Any
 
 import orjson
 
-from prefixscan.detect.normalisation import BIG, Unit, common_affixes
+from prefixscan.affixes import common_affixes
+from prefixscan.detect.normalisation import BIG, Unit
 from prefixscan.detect.patterns import DATE_SPAN_RES, classify, heading_label, split_label
 
 _TOOL_LABEL = re.compile(r"([A-Za-z\u00C0-\uFFFF][\w \-#'\u00C0-\uFFFF]{0,40}?)\s*[:=]\s*$")

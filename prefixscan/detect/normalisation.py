@@ -49,18 +49,6 @@ class Unit(NamedTuple):
     length: int
 
 
-def common_affixes(a: str, b: str) -> tuple[int, int]:
-    """(shared prefix length, shared suffix length) of two strings, the suffix not overlapping the prefix."""
-    n = min(len(a), len(b))
-    p = 0
-    while p < n and a[p] == b[p]:
-        p += 1
-    q = 0
-    while q < n - p and a[-1 - q] == b[-1 - q]:
-        q += 1
-    return p, q
-
-
 def normal_line(line: str) -> tuple[str, int, int]:
     """(normal form, flags saying what it took, key-order-preserving JSON hash) of one line."""
     flags = 0

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefixscan.detect.normalisation import BIG, common_affixes
+from prefixscan.affixes import common_affixes
+from prefixscan.detect.normalisation import BIG
 from prefixscan.detect.pieces import Piece, Units
 
 MAX_GAP = 6  # units in a varying span (fields are short; longer differences are different content)

@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from prefixscan.affixes import common_affixes
+
 SHAPES = ("otel", "anthropic", "responses")
 _OTEL_VALUE_KEYS = ("stringValue", "intValue", "doubleValue", "boolValue")
 # Cache-read input tokens: the convention's name, then the older spellings seen in the wild (REFERENCE.md 13).
@@ -629,7 +631,7 @@ def _regions(old: str, new: str) -> list[tuple[int, int, str]]:
     """The changed regions of `old` (start, end, replacement) that make `new`: one region when the change is
     a single edit, else a diff by lines (moves take whole lines) refined by characters inside small
     changed runs. Bounded: a long run without line breaks stays one region (then it may not fit a slot)."""
-    a, b = _trim(old, new)
+    a, b = common_affixes(old, new)
     if len(old) - b - a <= 0 or len(new) - b - a <= 0:
         return [(a, len(old) - b, new[a:len(new) - b])]
     import difflib
@@ -654,15 +656,3 @@ def _regions(old: str, new: str) -> list[tuple[int, int, str]]:
 
 
 CHAR_DIFF_MAX = 4096  # characters of a changed run diffed by character (quadratic at worst)
-
-
-def _trim(old: str, new: str) -> tuple[int, int]:
-    """Lengths of the common head and (not overlapping it) tail of two texts."""
-    n = min(len(old), len(new))
-    a = 0
-    while a < n and old[a] == new[a]:
-        a += 1
-    b = 0
-    while b < n - a and old[-1 - b] == new[-1 - b]:
-        b += 1
-    return a, b

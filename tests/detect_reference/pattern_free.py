@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefixscan.detect.normalisation import BIG, Unit, common_affixes
+from prefixscan.affixes import common_affixes
+from prefixscan.detect.normalisation import BIG, Unit
 
 MAX_GAP = 6  # units in a varying span (fields are short; longer differences are different content)
 MIN_RUN = 64  # characters of shared content that must follow a span for it to break anything
