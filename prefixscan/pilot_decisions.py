@@ -102,9 +102,8 @@ def _join(d: pl.DataFrame, requests: int, log: DecisionLog) -> tuple[dict[str, A
            "requests_without_decision": requests - joined}
     notes = []
     if d.height and not joined:
-        notes.append(f"--decisions: none of the {d.height:,} decision rows of {', '.join(log.files)} matches a "
-                     f"request id of the log's {requests:,} requests: check that both logs carry the same id "
-                     "(--field request_id=PATH maps the request log's)")
+        notes.append(f"--decisions: none of the {d.height:,} decision rows matches a request id of the log's "
+                     f"{requests:,} requests; check that both logs carry the same id (--field request_id=PATH)")
     elif d.height - joined or requests - joined:
         notes.append(f"--decisions: {joined:,} decision rows joined a request; {d.height - joined:,} match no "
                      f"request and {requests - joined:,} requests have no decision row (both kept and counted)")
