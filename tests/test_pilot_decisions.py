@@ -167,7 +167,7 @@ def test_report_and_terminal_show_decisions_escaped(tmp_path) -> None:
     log, dec, _ = _logs(tmp_path, rows)
     run = tmp_path / "run"
     term = runner.invoke(app, ["analyze", str(log), "--decisions", str(dec), "-o", str(run)])
-    assert term.exit_code == 0 and "Pilot: by routing decision" in term.stdout and "\x1b]52" not in term.stdout
+    assert term.exit_code == 0 and "by routing decision" in term.stdout and "\x1b]52" not in term.stdout
     r = runner.invoke(app, ["report", str(run), "-o", str(tmp_path / "rep"), "--format", "both"])
     assert r.exit_code == 0, r.output
     md = (tmp_path / "rep" / "report.md").read_text()
