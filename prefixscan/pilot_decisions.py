@@ -101,7 +101,10 @@ def _join(d: pl.DataFrame, requests: int, log: DecisionLog) -> tuple[dict[str, A
     out = {"decision_rows": d.height, "joined": joined, "decisions_without_request": d.height - joined,
            "requests_without_decision": requests - joined}
     notes = []
-    if d.height and not joined:
+    if not d.height:
+        notes.append(f"--decisions: no decision row to join ({log.read:,} read, {len(log.rejects):,} rejected: see "
+                     "the rejects table)")
+    elif not joined:
         notes.append(f"--decisions: none of the {d.height:,} decision rows matches a request id of the log's "
                      f"{requests:,} requests; check that both logs carry the same id (--field request_id=PATH)")
     elif d.height - joined or requests - joined:

@@ -144,10 +144,23 @@ def test_a_decision_log_that_matches_nothing_says_so_in_one_line(tmp_path) -> No
     assert res.summary["pilot"]["decisions"]["by_decision"]["warm"]["queue_wait_p50_s"] == 0.008  # still measured
 
 
-def test_missing_decision_file_is_an_input_error(tmp_path) -> None:
-    log, _, _ = _logs(tmp_path)
+def test_an_empty_or_all_rejected_decision_log_says_so(tmp_path) -> None:
+    for rows in ([], [{"request_id": "r0"}]):
+        log, dec, _ = _logs(tmp_path, rows)
+        res = prefixscan.analyze(str(log), decisions=str(dec), findings=False)
+        said = [n for n in res.summary["notes"] if n.startswith("--decisions:")]
+        assert said == [f"--decisions: no decision row to join ({len(rows)} read, {len(rows)} rejected: see the "
+                        "rejects table)"]
+        assert res.summary["pilot"]["decisions"]["join"]["requests_without_decision"] == 24
+
+
+def test_missing_decision_file_is_an_input_error_and_it_is_never_an_output(tmp_path) -> None:
+    log, dec, _ = _logs(tmp_path)
     r = runner.invoke(app, ["analyze", str(log), "-q", "--decisions", str(tmp_path / "nope.jsonl")])
     assert r.exit_code == 3 and "--decisions" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    before = dec.read_bytes()
+    r = runner.invoke(app, ["analyze", str(log), "-q", "--decisions", str(dec), "-o", str(dec), "--force"])
+    assert r.exit_code == 2 and "would destroy the input" in r.stderr and dec.read_bytes() == before
 
 
 def test_without_latency_the_decisions_still_make_the_pilot_table(tmp_path) -> None:
