@@ -87,8 +87,8 @@ def _wait(v: Any) -> float | None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _Bad("wrong_type", reject_detail("queue_wait_ms", "is not a number of milliseconds", v))
-    if v < 0:
-        raise _Bad("out_of_range", reject_detail("queue_wait_ms", "is negative"))
+    if v != v or v < 0:  # NaN (a Parquet float) or negative
+        raise _Bad("out_of_range", reject_detail("queue_wait_ms", "is negative or not a number"))
     return v / 1000
 
 
