@@ -188,3 +188,19 @@ def test_report_and_terminal_show_decisions_escaped(tmp_path) -> None:
     assert "| cold_fallback | 3 |" in part and "\x1b" not in md and "<img" not in md and "\\[x\\](http" in part
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "By routing decision" in html and "<img src=x>" not in html
+
+
+def test_a_parquet_decision_log_with_integer_ids_and_a_nan_wait(tmp_path) -> None:
+    import pyarrow as pa
+
+    recs = [chat(i, f"c{i}", 1, ttft_ms=100) for i in range(3)]
+    for i, rec in enumerate(recs):
+        rec["request_id"] = 100 + i  # integer ids in both logs join as the same strings
+    log = write_jsonl(tmp_path / "a.jsonl", recs)
+    pq.write_table(pa.table({"request_id": [100, 101, 102], "decision": ["warm", "warm", "cold"],
+                             "queue_wait_ms": [250.0, float("nan"), 500.0]}), tmp_path / "d.parquet")
+    res = prefixscan.analyze(str(log), decisions=str(tmp_path / "d.parquet"), findings=False)
+    d = res.summary["pilot"]["decisions"]
+    assert d["join"]["joined"] == 2 and d["rejected"] == 1
+    assert res.tables["rejects"].to_pylist()[0]["reason"] == "out_of_range"
+    assert d["by_decision"]["warm"]["queue_wait_p50_s"] == 0.25
