@@ -41,6 +41,7 @@ class AnalyzeConfig:
     reuse: str = "scan"  # "scan": the compiled scan; "sql": the reuse SQL once over the log, in DuckDB, out of core
     reuse_memory_limit: str = "1GB"  # DuckDB's memory_limit for --reuse sql (it spills past it)
     reuse_temp_dir: str | None = None  # where --reuse sql spills; None: the run's work folder
+    decisions: str | None = None  # the router's decision log, joined to the requests by id (docs/pilot.md)
     quiet: bool = True
     command_line: str = ""
     extras: dict[str, Any] = field(default_factory=dict)

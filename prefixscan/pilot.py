@@ -55,6 +55,11 @@ PILOT_SCHEMA = pa.schema([
     pa.field("uncached_tokens", pa.int64(), nullable=False),
     *[f for m in METRICS for f in (pa.field(f"{m}_requests", pa.int64(), nullable=False),
                                    *[pa.field(f"{m}_p{p}_s", pa.float64()) for p in PCTS])],
+    # levels `decision_all` and `decision` only, from the router's decision log (prefixscan.pilot_decisions)
+    pa.field("decision", pa.string()),
+    *[pa.field(c, pa.int64()) for c in ("joined_requests", "compared_requests", "predicted_cached_tokens",
+                                        "actual_cached_tokens", "diverged_requests", "left_warm_requests",
+                                        "prefill_tokens")],
 ])
 
 
@@ -106,15 +111,34 @@ def measure(path: str | Path, block: int) -> tuple[pa.Table, dict[str, Any]] | N
     has a latency value."""
     if not has_latency(path):
         return None
-    cols = ["model", "replica", "prompt_tokens", "cached_tokens", "actual_cached_tokens", *LATENCY]
-    df = pl.read_parquet(path, columns=cols)
+    df = pl.read_parquet(path, columns=COLUMNS)
     return of_frame(df, block)
+
+
+COLUMNS = ["model", "replica", "prompt_tokens", "cached_tokens", "actual_cached_tokens", *LATENCY]
 
 
 def of_frame(df: pl.DataFrame, block: int) -> tuple[pa.Table, dict[str, Any]]:
     """`measure` over requests already in memory (columns as the requests table's). Classes are small
     integer codes and groups one partition pass, so a log of millions of requests costs a few numpy
     passes, not a Python object per request."""
+    frame, source = class_frame(df, block)
+    rows = [group_row(frame, "all", None, None, None)]
+    by_class = frame.partition_by("_class", as_dict=True)
+    for i, name in enumerate((*CLASSES, UNKNOWN)):
+        g = by_class.get((i,))
+        if g is not None or name in CLASSES:  # the three classes always; unknown when it occurs
+            rows.append(group_row(g if g is not None else frame.clear(), "class", None, None, name))
+    pools = frame.partition_by("model", "replica", as_dict=True)
+    for (model, replica) in sorted(pools, key=lambda k: (k[0] is None, k[0] or "", k[1] is None, k[1] or "")):
+        rows.append(group_row(pools[(model, replica)], "model_replica", model, replica, None))
+    table = pa.Table.from_pylist(rows, schema=PILOT_SCHEMA)
+    return table, _summary(rows, source, block, frame)
+
+
+def class_frame(df: pl.DataFrame, block: int, keep: tuple[str, ...] = ()) -> tuple[pl.DataFrame, str]:
+    """(per request: model, replica, latencies, `keep` columns and the class columns `group_row` reads;
+    the cached source, `engine` or `ideal`)."""
     engine = df["actual_cached_tokens"].null_count() < df.height
     source = "engine" if engine else "ideal"
     cached = df["actual_cached_tokens"] if engine else df["cached_tokens"]
@@ -123,23 +147,15 @@ def of_frame(df: pl.DataFrame, block: int) -> tuple[pa.Table, dict[str, Any]]:
     prompt = df["prompt_tokens"].to_numpy().astype(np.int64)
     codes = class_codes(c, prompt, block)
     codes[~known] = len(CLASSES)  # unknown
-    frame = df.select("model", "replica", *LATENCY).with_columns(
+    frame = df.select("model", "replica", *LATENCY, *keep).with_columns(
         pl.Series("_class", codes), pl.Series("_cached", np.where(known, np.minimum(c, prompt), 0)),
         pl.Series("_known", known), pl.Series("_prompt_known", np.where(known, prompt, 0)))
-    rows = [_row(frame, "all", None, None, None)]
-    by_class = frame.partition_by("_class", as_dict=True)
-    for i, name in enumerate((*CLASSES, UNKNOWN)):
-        g = by_class.get((i,))
-        if g is not None or name in CLASSES:  # the three classes always; unknown when it occurs
-            rows.append(_row(g if g is not None else frame.clear(), "class", None, None, name))
-    pools = frame.partition_by("model", "replica", as_dict=True)
-    for (model, replica) in sorted(pools, key=lambda k: (k[0] is None, k[0] or "", k[1] is None, k[1] or "")):
-        rows.append(_row(pools[(model, replica)], "model_replica", model, replica, None))
-    table = pa.Table.from_pylist(rows, schema=PILOT_SCHEMA)
-    return table, _summary(rows, source, block, frame)
+    return frame, source
 
 
-def _row(g: pl.DataFrame, level: str, model: str | None, replica: str | None, cls: str | None) -> dict[str, Any]:
+def group_row(g: pl.DataFrame, level: str, model: str | None = None, replica: str | None = None,
+              cls: str | None = None) -> dict[str, Any]:
+    """One row of the pilot table: request and token counts, latency percentiles of a group of `class_frame`."""
     cached = int(g["_cached"].sum()) if g.height else 0
     prompt = int(g["_prompt_known"].sum()) if g.height else 0
     row: dict[str, Any] = {"level": level, "model": model, "replica": replica, "class": cls,
@@ -153,8 +169,9 @@ def _row(g: pl.DataFrame, level: str, model: str | None, replica: str | None, cl
     return row
 
 
-def _shown(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k not in ("level", "model", "replica", "class")}
+def shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A pilot row as the summary shows it: without its grouping keys."""
+    return {k: v for k, v in row.items() if k not in ("level", "model", "replica", "class", "decision")}
 
 
 def _summary(rows: list[dict[str, Any]], source: str, block: int, frame: pl.DataFrame) -> dict[str, Any]:
@@ -169,9 +186,9 @@ def _summary(rows: list[dict[str, Any]], source: str, block: int, frame: pl.Data
                     "unknown": "the engine's cached count is missing on this request" if source == "engine" else None},
         "percentile_rule": "linear interpolation between the closest ranks (numpy's default)",
         "requests_with": {m: int(frame[c].is_not_null().sum()) for m, c in zip(METRICS, LATENCY, strict=True)},
-        "all": _shown(rows[0]),
-        "by_class": {r["class"]: _shown(r) for r in rows if r["level"] == "class"},
+        "all": shown(rows[0]),
+        "by_class": {r["class"]: shown(r) for r in rows if r["level"] == "class"},
         "by_model_replica": [{"model": r["model"] if r["model"] is not None else NONE_KEY,
-                              "replica": r["replica"] if r["replica"] is not None else NONE_KEY, **_shown(r)}
+                              "replica": r["replica"] if r["replica"] is not None else NONE_KEY, **shown(r)}
                              for r in rows if r["level"] == "model_replica"],
     }

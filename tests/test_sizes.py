@@ -30,8 +30,8 @@ MODULES: dict[str, int] = {
 FUNCTIONS: dict[str, int] = {
     "prefixscan/cli/simulate.py:register": 283,
     "prefixscan/cli/simulate.py:register.simulate": 278,
-    "prefixscan/cli/analyze.py:register": 178,
-    "prefixscan/cli/analyze.py:register.analyze": 175,
+    "prefixscan/cli/analyze.py:register": 166,
+    "prefixscan/cli/analyze.py:register.analyze": 163,
     "prefixscan/cli/estimate.py:register": 102,
 }
 

@@ -53,6 +53,28 @@ def _parse_sample(value: str | None) -> float | None:
         raise typer.BadParameter(str(exc).replace("the capacity sampling rate", "--capacity-sample")) from None
 
 
+def _print(result, evidence, json_out: bool, quiet: bool) -> None:  # AnalysisResult, Evidence | None
+    """The summary as --json asks (stdout) and, unless -q, as tables (stderr beside --json)."""
+    if json_out:
+        import json
+
+        data = result.to_json()
+        if evidence is not None:
+            data["evidence"] = evidence.to_json()
+        typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    if not quiet:  # -q: nothing on stdout but what --json asks for
+        from prefixscan.cli.common import stderr_console, stdout_console
+        from prefixscan.report.analyze_terminal import records_line, render_evidence, render_summary
+
+        out = stderr_console(False) if json_out else stdout_console()
+        if not result.summary["requests"]["accepted"]:  # no tables of zeros: the counts, then the error
+            out.print(records_line(result.summary["requests"]))
+        else:
+            render_summary(result, out)
+            if evidence is not None:
+                render_evidence(evidence.sentences(), out)
+
+
 def register(app: typer.Typer) -> None:
     @app.command(no_args_is_help=True)
     @handle_errors
@@ -151,6 +173,11 @@ def register(app: typer.Typer) -> None:
         kv_events: str = typer.Option(None, "--kv-events",
                                       help="KV events from `prefixscan record-events`: per request, predicted vs "
                                            "stored blocks (needs --hash vllm:... matching the engine)."),
+        decisions: str = typer.Option(
+            None, "--decisions", metavar="FILE",
+            help="The router's decision log (JSONL: request_id, decision, selected_worker, candidate_workers, "
+                 "predicted/actual_cached_tokens, queue_wait_ms, ...), joined by request id: queue wait and "
+                 "predicted vs actual by decision in the pilot table (docs/pilot.md)."),
         no_infer_conversations: bool = typer.Option(
             False, "--no-infer-conversations",
             help="Do not infer conversations from message-prefix continuity for chat requests without a "
@@ -175,7 +202,7 @@ def register(app: typer.Typer) -> None:
             include_text=include_text, snippet_k=snippet_k,
             quiet=quiet, findings=not no_findings, infer_conversations=not no_infer_conversations,
             streaming=stream, workers=workers, order=order, engine=engine, ray_address=ray_address,
-            reuse=reuse, reuse_memory_limit=reuse_memory_limit, reuse_temp_dir=reuse_temp_dir,
+            reuse=reuse, reuse_memory_limit=reuse_memory_limit, reuse_temp_dir=reuse_temp_dir, decisions=decisions,
             command_line="prefixscan " + shlex.join(scrub_argv(sys.argv[1:])),
         )
         if (metrics or kv_events) and not output:
@@ -210,24 +237,7 @@ def register(app: typer.Typer) -> None:
             from prefixscan.evidence.attach import attach_evidence
 
             evidence = attach_evidence(output, metrics, kv_events)
-        if json_out:
-            import json
-
-            data = result.to_json()
-            if evidence is not None:
-                data["evidence"] = evidence.to_json()
-            typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
-        if not quiet:  # -q: nothing on stdout but what --json asks for
-            from prefixscan.cli.common import stdout_console
-            from prefixscan.report.analyze_terminal import records_line, render_evidence, render_summary
-
-            out = stderr_console(False) if json_out else stdout_console()
-            if not result.summary["requests"]["accepted"]:  # no tables of zeros: the counts, then the error
-                out.print(records_line(result.summary["requests"]))
-            else:
-                render_summary(result, out)
-                if evidence is not None:
-                    render_evidence(evidence.sentences(), out)
+        _print(result, evidence, json_out, quiet)
         from prefixscan.pipeline.summary import check_accepted
 
         check_accepted(result.summary["requests"], result.run_dir)

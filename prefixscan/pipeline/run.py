@@ -26,6 +26,7 @@ from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError
 from prefixscan.io import rundir
+from prefixscan.io.decisions import DecisionLog, read_decisions
 from prefixscan.io.sources import Source, check_output, expand
 from prefixscan.memory import peak_rss_mib
 from prefixscan.pilot import measure as measure_pilot
@@ -193,10 +194,11 @@ def _run(cfg: AnalyzeConfig, progress: Progress | None) -> AnalysisResult:
     chunked = streams(cfg, sources)
     if cfg.output:
         check_output(cfg.output, cfg.inputs, sources)
+    log = _decisions(cfg)  # before the long work: a missing file, or a bad row under --strict, fails now
     # Built beside the target and swapped in on success (fails here, before the long work, if it cannot)
     new = rundir.NewRun(cfg.output, cfg.force) if cfg.output else None
     try:
-        result = _in_workdir(cfg, sources, chunked, new.path if new is not None else None, progress)
+        result = _in_workdir(cfg, sources, chunked, new.path if new is not None else None, progress, log)
     except EnvError as exc:
         if new is None:
             raise
@@ -214,12 +216,25 @@ def _run(cfg: AnalyzeConfig, progress: Progress | None) -> AnalysisResult:
     return result
 
 
+def _decisions(cfg: AnalyzeConfig) -> DecisionLog | None:
+    """The router's decision log of --decisions (never an output's target), read whole: it is one small row
+    per request."""
+    if not cfg.decisions:
+        return None
+    from prefixscan.io.decisions import sources
+
+    if cfg.output:
+        check_output(cfg.output, (cfg.decisions,), sources(cfg.decisions))
+    return read_decisions(cfg.decisions, cfg.strict)
+
+
 def _in_workdir(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, run_path: Path | None,
-                progress: Progress | None) -> AnalysisResult:
+                progress: Progress | None, log: DecisionLog | None = None) -> AnalysisResult:
     """The analysis in the run being built, or (no run directory) in a scratch directory removed after."""
     scratch = None if run_path is not None else Path(tempfile.mkdtemp(prefix="prefixscan-"))
     try:
-        result = _analyse(cfg, sources, chunked, run_path or scratch, run_path, progress)  # type: ignore[arg-type]
+        result = _analyse(cfg, sources, chunked, run_path or scratch, run_path, progress,  # type: ignore[arg-type]
+                          log)
         if scratch is not None:  # the tables on disk (requests, misses) leave the scratch directory in memory
             for name in [n for n, t in dict.items(result.tables) if isinstance(t, OnDisk)]:
                 result.tables[name]  # Tables reads it on access
@@ -230,7 +245,7 @@ def _in_workdir(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, run_pa
 
 
 def _analyse(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, work: Path, run_path: Path | None,
-             progress: Progress | None) -> AnalysisResult:
+             progress: Progress | None, log: DecisionLog | None = None) -> AnalysisResult:
     clock, notes = _Clock(), []
     try:
         reused = _reuse(cfg, sources, work, progress, clock, one_chunk=not chunked)
@@ -240,7 +255,7 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, work: Pat
         clock = _Clock()
         reused = _reuse(cfg, sources, work, progress, clock, one_chunk=True)
     try:
-        return _finish(cfg, reused, clock, notes, run_path)
+        return _finish(cfg, reused, clock, notes, run_path, log)
     except BaseException:
         # The requests and misses tables are still temporary files in the run directory: leave none behind
         # (a directory with stray files and no manifest would refuse a later --force).
@@ -333,7 +348,8 @@ def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
         os.remove(tmp)
 
 
-def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_path: Path | None) -> AnalysisResult:
+def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_path: Path | None,
+            log: DecisionLog | None = None) -> AnalysisResult:
     """Findings and miss attribution (while the capacity curve may still be computed), then the summary
     and the run directory of the reused log."""
     timings, ing = clock.timings, r.ing
@@ -353,9 +369,7 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
     tables["misses"], summary_misses = attribution
     summary = build_summary(cfg, ing, r.agg, r.summaries, r.prefixes, curve, r.side)
     summary["miss_attribution"] = summary_misses
-    pilot = measure_pilot(r.requests_path, ing.block_size)  # only when the log carries latency
-    if pilot is not None:
-        tables["pilot"], summary["pilot"] = pilot
+    _pilot(r, ing.block_size, log, tables, summary, notes)
     summary["reuse"] = r.reuse
     summary["notes"] += notes
     if fres is not None:
@@ -368,6 +382,24 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
         write_run(run_path, cfg, ing, tables, summary)
         result.run_dir = str(run_path)
     return result
+
+
+def _pilot(r: Reused, block: int, log: DecisionLog | None, tables: Tables, summary: dict[str, Any],
+           notes: list[str]) -> None:
+    """The pilot table and summary section: when the log carries latency, or a decision log is given (its
+    rejects join the run's rejects table, its notes the summary's)."""
+    if log is not None:
+        from prefixscan.pilot_decisions import measure as measure_decisions
+
+        tables["pilot"], summary["pilot"], more = measure_decisions(r.requests_path, block, log)
+        notes += more
+        if log.rejects:
+            tables["rejects"] = pa.concat_tables([tables["rejects"],
+                                                  pa.Table.from_pylist(log.rejects, schema=REJECTS_SCHEMA)])
+        return
+    pilot = measure_pilot(r.requests_path, block)  # only when the log carries latency
+    if pilot is not None:
+        tables["pilot"], summary["pilot"] = pilot
 
 
 def _detect(cfg: AnalyzeConfig, r: Reused, timings: dict[str, float]) -> tuple[Any, Any]:

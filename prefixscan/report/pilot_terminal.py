@@ -43,3 +43,32 @@ def render_pilot(p: dict[str, Any], console: Console, limit: int = 8) -> None:
                                                                        "uncached tok", "TTFT p50 / p95"],
                  cells, keys=2, text={"model", "replica"}, show_edge=False,
                  caption=f"{len(rows) - limit} more in the pilot table" if len(rows) > limit else None)
+    if p.get("decisions"):
+        render_decisions(p["decisions"], console, limit)
+
+
+def _bare(r: dict[str, Any], m: str) -> str:
+    return f"{secs(r[f'{m}_p50_s'])} / {secs(r[f'{m}_p95_s'])}" if r[f"{m}_requests"] else "-"
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "-"
+
+
+def render_decisions(d: dict[str, Any], console: Console, limit: int = 8) -> None:
+    """Queue wait, left-warm requests and predicted vs actual cached tokens by routing decision."""
+    j = d["join"]
+    rows = [("all decisions", d["all"]), *list(d["by_decision"].items())[:limit]]
+    cells = [[safe(k), f"{r['requests']:,}", _bare(r, "queue_wait"), _pair(r, "ttft"),
+              f"{r['left_warm_requests']:,} ({_pct(r['left_warm_requests'], r['requests'])})",
+              f"{_tok(r['predicted_cached_tokens'])} / {_tok(r['actual_cached_tokens'])}",
+              f"{r['diverged_requests']:,} of {r['compared_requests']:,}"] for k, r in rows]
+    more = len(d["by_decision"]) - limit
+    print_tables(console, "Pilot: p50 / p95 by routing decision (the router's decision log)",
+                 ["decision", "requests", "queue wait", "TTFT", "left warm", "cached pred / actual",
+                  "off > 1 block"], cells, keys=1, text={"decision"},
+                 show_edge=False,
+                 caption=f"decision rows read {d['read']:,} = accepted {d['accepted']:,} + rejected "
+                         f"{d['rejected']:,}; joined {j['joined']:,}, {j['decisions_without_request']:,} match no "
+                         f"request, {j['requests_without_decision']:,} requests have no decision row"
+                         + (f"; {more} more decisions in the pilot table" if more > 0 else ""))

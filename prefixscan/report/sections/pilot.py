@@ -8,6 +8,7 @@ from typing import Any
 from prefixscan.report.escape import data as esc
 from prefixscan.report.model import ReportData
 from prefixscan.report.sections.blocks import Block, num, tok
+from prefixscan.report.sections.pilot_decisions import decisions
 
 LIMIT = 12  # model x replica rows shown; the rest stay in the table
 
@@ -51,6 +52,7 @@ def pilot(data: ReportData) -> list[Block]:
                tok(r["cached_tokens"]), tok(r["uncached_tokens"]), _pair(r, "ttft")] for r in pools[:LIMIT]])]
     if len(pools) > LIMIT:
         out.append(("p", f"{num(len(pools) - LIMIT)} more model and replica rows in the run's `pilot` table."))
-    out.append(("p", "Not measured yet: queue wait by routing decision and prediction against outcome (they need "
-                     "the router's decision log, docs/pilot.md)."))
+    out += decisions(rows, info, _pair)
+    out.append(("p", "Not measured yet: what `estimate` / `simulate` predicted for this traffic against this "
+                     "outcome (docs/pilot.md)."))
     return out
