@@ -26,11 +26,11 @@ from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError
 from prefixscan.io import rundir
-from prefixscan.io.decisions import DecisionLog, read_decisions
+from prefixscan.io.decisions import DecisionLog
 from prefixscan.io.sources import Source, check_output, expand
 from prefixscan.memory import peak_rss_mib
-from prefixscan.pilot import measure as measure_pilot
 from prefixscan.pipeline import aggregate, detect
+from prefixscan.pipeline import pilot as pilot_stage
 from prefixscan.pipeline.config import streams, validate
 from prefixscan.pipeline.encode import Batch, Ingested, ingest
 from prefixscan.pipeline.encode_workers import discard_early
@@ -194,7 +194,7 @@ def _run(cfg: AnalyzeConfig, progress: Progress | None) -> AnalysisResult:
     chunked = streams(cfg, sources)
     if cfg.output:
         check_output(cfg.output, cfg.inputs, sources)
-    log = _decisions(cfg)  # before the long work: a missing file, or a bad row under --strict, fails now
+    log = pilot_stage.decisions(cfg)  # before the long work: a missing file, or a bad row under --strict, fails now
     # Built beside the target and swapped in on success (fails here, before the long work, if it cannot)
     new = rundir.NewRun(cfg.output, cfg.force) if cfg.output else None
     try:
@@ -214,18 +214,6 @@ def _run(cfg: AnalyzeConfig, progress: Progress | None) -> AnalysisResult:
             if isinstance(t, OnDisk):
                 t.path = new.target / f"{name}.parquet"
     return result
-
-
-def _decisions(cfg: AnalyzeConfig) -> DecisionLog | None:
-    """The router's decision log of --decisions (never an output's target), read whole: it is one small row
-    per request."""
-    if not cfg.decisions:
-        return None
-    from prefixscan.io.decisions import sources
-
-    if cfg.output:
-        check_output(cfg.output, (cfg.decisions,), sources(cfg.decisions))
-    return read_decisions(cfg.decisions, cfg.strict)
 
 
 def _in_workdir(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, run_path: Path | None,
@@ -369,7 +357,7 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
     tables["misses"], summary_misses = attribution
     summary = build_summary(cfg, ing, r.agg, r.summaries, r.prefixes, curve, r.side)
     summary["miss_attribution"] = summary_misses
-    _pilot(r, ing.block_size, log, tables, summary, notes)
+    pilot_stage.add(r.requests_path, ing.block_size, log, tables, summary, notes)
     summary["reuse"] = r.reuse
     summary["notes"] += notes
     if fres is not None:
@@ -382,24 +370,6 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
         write_run(run_path, cfg, ing, tables, summary)
         result.run_dir = str(run_path)
     return result
-
-
-def _pilot(r: Reused, block: int, log: DecisionLog | None, tables: Tables, summary: dict[str, Any],
-           notes: list[str]) -> None:
-    """The pilot table and summary section: when the log carries latency, or a decision log is given (its
-    rejects join the run's rejects table, its notes the summary's)."""
-    if log is not None:
-        from prefixscan.pilot_decisions import measure as measure_decisions
-
-        tables["pilot"], summary["pilot"], more = measure_decisions(r.requests_path, block, log)
-        notes += more
-        if log.rejects:
-            tables["rejects"] = pa.concat_tables([tables["rejects"],
-                                                  pa.Table.from_pylist(log.rejects, schema=REJECTS_SCHEMA)])
-        return
-    pilot = measure_pilot(r.requests_path, block)  # only when the log carries latency
-    if pilot is not None:
-        tables["pilot"], summary["pilot"] = pilot
 
 
 def _detect(cfg: AnalyzeConfig, r: Reused, timings: dict[str, float]) -> tuple[Any, Any]:

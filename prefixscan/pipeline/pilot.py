@@ -1,0 +1,45 @@
+"""The pilot stage of `analyze`: the router's decision log (`--decisions`), read before the long work, and
+the `pilot` table with its summary section, built from the requests table when the log carries latency or
+a decision log was given (docs/pilot.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from prefixscan.config import AnalyzeConfig
+from prefixscan.io.decisions import DecisionLog, read_decisions, sources
+from prefixscan.io.sources import check_output
+from prefixscan.schema import REJECTS_SCHEMA
+
+
+def decisions(cfg: AnalyzeConfig) -> DecisionLog | None:
+    """The router's decision log of --decisions (never an output's target), read whole: it is one small row
+    per request."""
+    if not cfg.decisions:
+        return None
+    if cfg.output:
+        check_output(cfg.output, (cfg.decisions,), sources(cfg.decisions))
+    return read_decisions(cfg.decisions, cfg.strict)
+
+
+def add(requests_path: str | Path, block: int, log: DecisionLog | None, tables: dict[str, Any],
+        summary: dict[str, Any], notes: list[str]) -> None:
+    """The pilot table and summary section: when the log carries latency, or a decision log is given (its
+    rejects join the run's rejects table, its notes the summary's)."""
+    if log is not None:
+        from prefixscan.pilot_decisions import measure as measure_decisions
+
+        tables["pilot"], summary["pilot"], more = measure_decisions(requests_path, block, log)
+        notes += more
+        if log.rejects:
+            tables["rejects"] = pa.concat_tables([tables["rejects"],
+                                                  pa.Table.from_pylist(log.rejects, schema=REJECTS_SCHEMA)])
+        return
+    from prefixscan.pilot import measure as measure_pilot
+
+    pilot = measure_pilot(requests_path, block)  # only when the log carries latency
+    if pilot is not None:
+        tables["pilot"], summary["pilot"] = pilot
