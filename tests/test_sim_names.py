@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
-from prefixscan.io import rundir, simstore
+from prefixscan.io import rundir, simindex
 from prefixscan.sim import SimResult
 from prefixscan.sim.synthetic import conversations_table
 from prefixscan.sim.timing import load_profile
@@ -40,7 +40,7 @@ def test_named_side_by_side_and_default(tmp_path: Path) -> None:
     r = sim(run, "--kv-blocks", "40", "--name", "small", "--no-decision-log")
     assert r.exit_code == 0, r.output
     m = rundir.read_manifest(run)
-    assert simstore.names(m) == ["default", "small"]
+    assert simindex.names(m) == ["default", "small"]
     assert m["simulations"]["default"]["config"]["kv_blocks"] == 300
     assert "simulate" not in m and not list(run.glob("sim_*.parquet"))  # one home: the index
     assert m["simulations"]["small"]["dir"] == "simulations/small@2"
@@ -62,13 +62,13 @@ def test_rerun_replaces_only_that_name(tmp_path: Path) -> None:
     assert (run / "simulations" / "a@1" / "sim_decisions.parquet").exists()
     assert sim(run, "--kv-blocks", "60", "--name", "a", "--no-decision-log").exit_code == 0
     m = rundir.read_manifest(run)
-    assert simstore.names(m) == ["b", "a"]  # oldest write first: a was written again last
+    assert simindex.names(m) == ["b", "a"]  # oldest write first: a was written again last
     assert m["simulations"]["a"]["config"]["kv_blocks"] == 60
     assert sorted(p.name for p in (run / "simulations").iterdir()) == ["a@3", "b@2"]  # the old a removed whole
     assert not (run / "simulations" / "a@3" / "sim_decisions.parquet").exists()
     assert (run / "simulations" / "b@2" / "sim_policies.parquet").read_bytes() == before_b
     # no default stored: readers take the most recent
-    assert simstore.resolve(m, None) == "a"
+    assert simindex.resolve(m, None) == "a"
     assert rundir.load_run(run).manifest["simulate"]["config"]["kv_blocks"] == 60
 
 
@@ -129,7 +129,7 @@ def test_simulate_logs_takes_analyze_options(tmp_path: Path, chat_log: Path) -> 
     assert r.exit_code == 0, r.output
     m = rundir.read_manifest(out)
     assert m["config"]["tokenizer"] == f"hf:{BPE}" and m["config"]["block_size"] == 32
-    assert simstore.names(m) == ["bpe"]
+    assert simindex.names(m) == ["bpe"]
     r = runner.invoke(app, ["simulate", str(out), "--tokenizer", "none", "--block-size", "16", "-q"])
     assert r.exit_code != 0 and "options for logs (--tokenizer, --block-size)" in r.output
     r = runner.invoke(app, ["simulate", str(chat_log), "--tokenizer", "nope:x", "-q"])
@@ -179,9 +179,9 @@ def test_store_matches_a_dict_model(tmp_path_factory: pytest.TempPathFactory, op
         model[name] = (k, with_decisions)
         order = [n for n in order if n != name] + [name]
         m = rundir.read_manifest(run)
-        assert simstore.names(m) == order
+        assert simindex.names(m) == order
         want = "default" if "default" in model else order[-1]
-        assert simstore.resolve(m, None) == want
+        assert simindex.resolve(m, None) == want
         for n, (kk, dec) in model.items():
             view = rundir.load_run(run, n)
             assert view.manifest["simulate"]["config"]["kv_blocks"] == kk

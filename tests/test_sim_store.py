@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
-from prefixscan.io import rundir, simstore
+from prefixscan.io import rundir, simindex, simstore
 from prefixscan.sim import SimResult
 from tests.conftest import chat, write_jsonl
 
@@ -211,7 +211,7 @@ def test_two_simulates_at_once(base_run, tmp_path) -> None:
         out, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     assert SimResult.load(run).config["replicas"] == 16
-    assert simstore.names(rundir.read_manifest(run)) == ["default"]
+    assert simindex.names(rundir.read_manifest(run)) == ["default"]
 
 
 def test_old_layout_default_is_read_and_replaced(base_run, tmp_path) -> None:

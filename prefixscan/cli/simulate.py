@@ -302,7 +302,7 @@ def register(app: typer.Typer) -> None:
         """
         from prefixscan.cli import simulate_logs
         from prefixscan.io.rundir import extending
-        from prefixscan.io.simstore import check_name
+        from prefixscan.io.simindex import check_name
         from prefixscan.sim import SimConfig, SimResult
         from prefixscan.sim import simulate as run_sim
 
@@ -442,7 +442,7 @@ def _timing(
 def _list(inputs: list[str], json_out: bool) -> None:
     """`simulate RUN --list`: the stored simulations, one line each (JSON with --json)."""
     from prefixscan.io.rundir import read_manifest
-    from prefixscan.io.simstore import listing
+    from prefixscan.io.simindex import listing
 
     if len(inputs) != 1:
         raise UsageError("--list takes one run directory")

@@ -35,23 +35,7 @@ from prefixscan.errors import PrefixscanError
 from prefixscan.io.atomic import clean_temps, fsync_dir, is_temp_name, temp_path
 from prefixscan.io.modes import apply_mode
 from prefixscan.io.rundir import extending, read_manifest, run_mode, write_manifest, write_table
-from prefixscan.io.simindex import (  # the index's readers, used here and by callers of this module
-    _DIR_RE,
-    DEFAULT,
-    NAME_RE,
-    SIM_DIR,
-    TABLE_RE,
-    check_name,
-    index,
-    listing,
-    names,
-    resolve,
-    selected_view,
-    table_dir,
-)
-
-__all__ = ["DEFAULT", "NAME_RE", "SIM_DIR", "TABLE_RE", "check_name", "index", "listing", "names", "resolve",
-           "save", "selected_view", "table_dir"]
+from prefixscan.io.simindex import _DIR_RE, DEFAULT, SIM_DIR, TABLE_RE, check_name, index, table_dir
 
 
 def save(run: str | os.PathLike[str], tables: dict[str, pa.Table], info: dict[str, Any], name: str) -> Path:
