@@ -17,6 +17,7 @@ import orjson
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.detect.findings import fixable
+from prefixscan.detect.reader import NO_TEXT, UNSEARCHED
 from prefixscan.detect.rewrite import apply_ops
 from prefixscan.errors import InputError, UsageError
 from prefixscan.io.atomic import env_error, refuse_existing, replacing
@@ -52,8 +53,6 @@ class FixResult:
                 "findings_not_fixed_by_kind": self.not_fixed, "requests_left_unmapped": self.unmapped}
 
 
-# Shapes that carry no prompt text: nothing in them can be moved or normalised, so `fix` refuses them.
-NO_TEXT = {"mooncake": "a hashed trace", "bailian": "a hashed trace", "tokens": "token ids"}
 # JSON text layouts the reader accepts but `fix` cannot write back record by record (readers.layout)
 LAYOUTS = {"cr-lines": "JSON lines ended by CR alone", "array": "one JSON array",
            "objects": "concatenated (pretty-printed) JSON objects"}
@@ -138,7 +137,7 @@ def fix_logs(cfg: AnalyzeConfig, output: str, force: bool = False) -> FixResult:
         if shape in NO_TEXT:
             raise InputError(f"{src.path} is {NO_TEXT[shape]} ({shape}): it holds no prompt text, so there is "
                              "nothing `fix` could rewrite; nothing was written")
-    if sources and all(shapes.get(s.path) == "completion" for s in sources):
+    if sources and all(shapes.get(s.path) in UNSEARCHED for s in sources):
         raise InputError(f"{sources[0].path} holds completion prompts: cache breakers are searched for in chat "
                          "messages only, so there is nothing `fix` could rewrite; nothing was written")
     rewritten = requests = unmapped = 0

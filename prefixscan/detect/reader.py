@@ -20,6 +20,12 @@ def read_findings(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]]
     return rows, summary.get("counterfactual")
 
 
+# Shapes whose logs no cache breaker can be searched in: no prompt text at all, or text that is not chat
+# messages (the detector aligns messages). findings and check read it from a run, fix from each input file.
+NO_TEXT = {"mooncake": "a hashed trace", "bailian": "a hashed trace", "tokens": "token ids"}
+UNSEARCHED = frozenset({"completion"})
+
+
 def uncheckable(run_dir: str | os.PathLike[str]) -> str | None:
     """Why no cache breaker can be detected in this run (None: it can). Breakers are searched for in chat
     messages: a hashed trace or token ids hold no text, and a completion prompt is one string with no
@@ -29,7 +35,7 @@ def uncheckable(run_dir: str | os.PathLike[str]) -> str | None:
     if inputs.get("tokenizer") == "none":
         return "has no prompt text (a hashed trace or token ids)"
     shapes = set((inputs.get("shapes") or {}).values())
-    if shapes and shapes <= {"completion"}:
+    if shapes and shapes <= UNSEARCHED:
         return "holds only completion prompts, which are not searched for cache breakers (chat messages are)"
     return None
 
