@@ -38,6 +38,16 @@ def test_a_checkout_reads_the_top_level_queries_folder() -> None:
     assert sorted(canned_queries()) == [q.stem for q in QUERIES]
 
 
+def test_missing_canned_queries_are_an_environment_error(tmp_path, monkeypatch) -> None:
+    """Neither the packaged copy nor a checkout's folder: one EnvError naming both places (exit 7)."""
+    import prefixscan.query as query
+    from prefixscan.errors import EnvError
+    monkeypatch.setattr(query.resources, "files", lambda _pkg: tmp_path / "site" / "prefixscan")
+    monkeypatch.setattr(query, "__file__", str(tmp_path / "src" / "prefixscan" / "query.py"))
+    with pytest.raises(EnvError, match=r"prefixscan/queries/ \(installed\) nor queries/ \(checkout\)"):
+        query.canned_queries()
+
+
 @pytest.mark.parametrize("path", QUERIES, ids=[p.stem for p in QUERIES])
 def test_canned_query_runs(run, path) -> None:
     cols, rows = run_query(run, f"@{path}")
