@@ -23,7 +23,8 @@ import numpy as np
 from numba import njit, prange
 
 from prefixscan.dense import dense_ids
-from prefixscan.hashing import HIT_RULES
+from prefixscan.hashing import is_trace_rule
+from prefixscan.reuse.hitrule import cap_blocks, cap_tokens
 
 HEAD, TAIL, HIT_TOK, HIT_BLK, DUPS, OVERSIZED = range(6)
 
@@ -141,17 +142,11 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
         nb = offsets[r + 1] - a
         n = prompts[r]
         total = max(nb, (n + block_size - 1) // block_size) if n > 0 else nb
-        if trace:
-            cap = min(nb, (n + block_size - 1) // block_size) if n > 0 else 0
-        else:
-            cap = min(nb, (n - 1) // block_size) if n > 0 else 0
+        cap = min(nb, cap_blocks(n, block_size, trace))
         k = 0
         while k < cap and first[ids[a + k]] >= 0:
             k += 1
-        if k > 0 and n > 0:
-            hit = min(k * block_size, n) if trace else k * block_size
-        else:
-            hit = 0
+        hit = min(k * block_size, cap_tokens(n, block_size, trace)) if k > 0 else 0
         st[HIT_TOK] += hit
         st[HIT_BLK] += k
         if per_req:
@@ -196,8 +191,7 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
 
 def _check(offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
            rule: str) -> tuple[np.ndarray, np.ndarray]:
-    if rule not in HIT_RULES:
-        raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
+    is_trace_rule(rule)
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
