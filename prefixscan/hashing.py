@@ -81,14 +81,6 @@ def mix_ids_per(ids: np.ndarray, roots: np.ndarray | np.uint64) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def block_token_counts(n_blocks: int, prompt_tokens: int, block_size: int) -> np.ndarray:
-    """Tokens covered by each listed block: full blocks, except a trace's partial last block."""
-    sizes = np.full(n_blocks, block_size, dtype=np.int64)
-    if n_blocks:
-        sizes[-1] = min(block_size, prompt_tokens - (n_blocks - 1) * block_size)
-    return sizes
-
-
 def hit_cap_tokens(prompt_tokens: int, block_size: int, trace: bool) -> int:
     """Most prompt tokens a cache hit can cover: the one home of the engines' hit rule.
 

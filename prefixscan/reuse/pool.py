@@ -6,6 +6,10 @@ free queue filled in reverse order). This is the same machine over dense block i
 request at a time, for the capacity curve (one pass per pool size, sizes in parallel) and for callers that compare per
 request (`pool_hits`). State is carried in arrays, so `capacity_stream` runs it chunk by chunk.
 
+The simulator's pool (`sim/kvcache.py`) gives the same hits at every size (tests/test_pool.py holds both to the
+oracle) but costs more CPU per size, for what only a simulation needs (replicas, release times, eviction ages):
+`bench/pool_vs_simulator.py` measures the two in one run, so the curve keeps this one.
+
 Arrays of one pool of N blocks (slot 0 is the null block and is never used):
 - per slot: the dense id it holds (-1: none), previous / next slot in the free queue, the next copy of
   the same id (copies are listed in the order they were cached), and a ref count (a block listed twice
