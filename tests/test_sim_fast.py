@@ -21,8 +21,8 @@ from prefixscan.sim.config import ReplicaEvent
 from prefixscan.sim.engine import Outcome, _capacity, replay
 from prefixscan.sim.fast import replay_fast
 from prefixscan.sim.policies import POLICIES, make_policy
-from prefixscan.sim.synthetic import WORKLOAD_SCHEMA, chain, conversations_table
 from prefixscan.sim.workload import build_workload
+from tests.sim_tables import WORKLOAD_SCHEMA, chain, conversations_table
 
 ARRAYS = (
     "replica", "start_s", "first_token_s", "finish_s", "cached_tokens", "predicted_cached", "best_cached",
