@@ -2,8 +2,8 @@
 
 A block's hash is xxh3-64 over its parent's hash (8 bytes, little-endian) followed by its token ids
 (uint32, little-endian), so equal hashes mean equal whole prefixes and
-cache hits are prefix-closed (REFERENCE.md 1). prefixscan uses xxh3-64 for speed; hit *behaviour* does not
-depend on the hash function, only hash *values* do.
+cache hits are prefix-closed (docs/engines.md, 'Block hashing'). prefixscan uses xxh3-64 for speed; hit
+*behaviour* does not depend on the hash function, only hash *values* do.
 """
 
 from __future__ import annotations
@@ -85,9 +85,10 @@ def hit_cap_tokens(prompt_tokens: int, block_size: int, trace: bool) -> int:
     """Most prompt tokens a cache hit can cover: the one home of the engines' hit rule.
 
     - vLLM (`trace` false): floor((n-1)/B) * B; the last prompt token is always recomputed (a full prompt
-      hit is capped one block short, so at least one token is computed) (REFERENCE.md 1).
+      hit is capped one block short, so at least one token is computed) (docs/engines.md, 'The hit rule').
     - hashed traces (`trace` true): n; a trace lists its partial last block and matched blocks count at
-      their true size, as the Mooncake paper and AIPerf count them (REFERENCE.md 8).
+      their true size, as the Mooncake paper and AIPerf count them
+      (docs/engines.md, 'Public traces').
 
     A request whose first k listed blocks are cached saves min(k * B, this) tokens (0 when k is 0). Plain
     integer arithmetic, so the compiled kernels run this very function (`reuse/hitrule.py`).

@@ -8,7 +8,7 @@ request (`pool_hits`). State is carried in arrays, so `capacity_stream` runs it 
 
 The simulator's pool (`sim/kvcache.py`) gives the same hits at every size (tests/test_pool.py holds both to the
 oracle) but costs more CPU per size, for what only a simulation needs (replicas, release times, eviction ages):
-`bench/pool_vs_simulator.py` measures the two in one run, so the curve keeps this one.
+`bench/studies/pool_vs_simulator.py` measures the two in one run, so the curve keeps this one.
 
 Arrays of one pool of N blocks (slot 0 is the null block and is never used):
 - per slot: the dense id it holds (-1: none), previous / next slot in the free queue, the next copy of

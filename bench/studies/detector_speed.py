@@ -6,8 +6,8 @@ skews it less than wall time would), microseconds per request, and the size of t
 frozen pre-fast-path detector it was once timed against is gone: tests/test_detect_fast.py holds the
 detector to that detector's findings through a fixture.)
 
-    .venv/bin/python bench/detector_speed.py LOG [LOG...] [--repeat 3]
-    .venv/bin/python bench/detector_speed.py --synth chat:12000 --synth all:3000
+    .venv/bin/python bench/studies/detector_speed.py LOG [LOG...] [--repeat 3]
+    .venv/bin/python bench/studies/detector_speed.py --synth chat:12000 --synth all:3000
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from prefixscan.config import AnalyzeConfig  # noqa: E402

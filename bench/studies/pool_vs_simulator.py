@@ -5,7 +5,7 @@ Issue 29 asked to keep one block pool in the product if the simulator's could se
 gives the same values (and tests/test_pool.py holds both to `tests/oracles/pool_ref.py`), but costs more:
 its pool carries what a simulation needs and the curve does not (per-slot release times and eviction-age
 histograms, a replica axis, a transposed residency matrix). Measured on the 2-CPU shared machine, load ~9
-(`PYTHONPATH=. .venv/bin/python bench/pool_vs_simulator.py RUN/requests.parquet:B:RULE ... --repeat 5`,
+(`.venv/bin/python bench/studies/pool_vs_simulator.py RUN/requests.parquet:B:RULE ... --repeat 5`,
 runs of `analyze` on the sample logs and `../shared/data/mooncake`), 16 log-spaced sizes:
 
 | log | requests | distinct blocks | pool.py CPU s | simulator's pool CPU s | ratio |
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from prefixscan.dense import dense_ids
 from prefixscan.reuse.hitrule import cap_blocks, cap_tokens
