@@ -9,6 +9,7 @@ from prefixscan.report.escape import data as esc
 from prefixscan.report.model import ReportData
 from prefixscan.report.sections.blocks import Block, num, tok
 from prefixscan.report.sections.pilot_decisions import decisions
+from prefixscan.report.sections.pilot_prediction import prediction
 
 LIMIT = 12  # model x replica rows shown; the rest stay in the table
 
@@ -53,6 +54,6 @@ def pilot(data: ReportData) -> list[Block]:
     if len(pools) > LIMIT:
         out.append(("p", f"{num(len(pools) - LIMIT)} more model and replica rows in the run's `pilot` table."))
     out += decisions(rows, info, _pair)
-    out.append(("p", "Not measured yet: what `estimate` / `simulate` predicted for this traffic against this "
-                     "outcome (docs/pilot.md)."))
+    name = data.best_policy
+    out += prediction(rows, info, _pair, ms, data.policy(name) if name else None, name, data.policies_source)
     return out
