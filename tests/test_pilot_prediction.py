@@ -125,3 +125,82 @@ def test_report_and_terminal_show_prediction_next_to_outcome(tmp_path) -> None:
     assert "### Prediction next to outcome" in md and "| hit rate (token-weighted) |" in md
     assert "**Prediction and outcome diverge regularly**" in md
     assert "Prediction next to outcome" in (tmp_path / "rep" / "report.html").read_text()
+
+
+# ---- pilot against control (`diff`): two runs, or two pools of one run -----------------------------------
+# per pool, per class: TTFT ms (dyadic seconds) and the engine's cached tokens that make the class
+CONTROL = {"warm": [125.0, 250.0, 375.0], "cold": [1000.0, 1500.0, 2000.0, 2500.0]}
+PILOT = {"warm": [62.5, 125.0, 187.5, 250.0, 312.5], "partial": [500.0, 750.0], "cold": [875.0]}
+
+
+def _pool_records(plan: dict[str, list[float]], pool: str, start: int) -> list[dict]:
+    recs = []
+    for cls_, ttfts in plan.items():
+        for t in ttfts:
+            i = start + len(recs)
+            rec = chat(i, f"{pool}{i}", 1, ttft_ms=t, queue_wait_ms=t / 4, replica=pool,
+                       actual_cached_tokens={"warm": 10**6, "partial": 32, "cold": 0}[cls_])
+            rec["messages"][0]["content"] = rec["messages"][0]["content"] * 4  # partial: > 256 tokens left
+            recs.append(rec)
+    return recs
+
+
+def _expect(plan: dict[str, list[float]], cls_: str, key: str, q: int) -> float | None:
+    values = [t / 1000 / (4 if key == "queue_wait" else 1) for c, ts in plan.items() for t in ts
+              if cls_ in ("all", c)]
+    return linear(values, q) if values else None
+
+
+def test_diff_pools_of_one_run_by_class_equal_the_values_from_the_log(tmp_path) -> None:
+    log = write_jsonl(tmp_path / "both.jsonl", _pool_records(CONTROL, "control", 0) + _pool_records(PILOT, "pilot", 7))
+    assert runner.invoke(app, ["analyze", str(log), "-q", "-o", str(tmp_path / "run")]).exit_code == 0
+    run = str(tmp_path / "run")
+    r = runner.invoke(app, ["diff", run, run, "--pool-a", "control", "--pool-b", "pilot", "--json"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.stdout)["pilot"]
+    assert (p["a"]["pool"], p["b"]["pool"], p["warnings"]) == ("control", "pilot", [])
+    for cls_ in ("all", "warm", "partial", "cold"):
+        g = p["groups"][cls_]
+        for key in ("ttft", "queue_wait"):
+            for q in (50, 95):
+                a, b = _expect(CONTROL, cls_, key, q), _expect(PILOT, cls_, key, q)
+                cell = g[f"{key}_p{q}_s"]
+                assert (cell["a"], cell["b"]) == (a, b), (cls_, key, q)
+                assert cell["delta"] == (None if a is None or b is None else b - a)
+    assert p["groups"]["warm"]["requests"] == {"a": 3, "b": 5, "delta": 2}
+    assert p["groups"]["cold"]["share"] == {"a": 4 / 7, "b": 1 / 8, "delta": 1 / 8 - 4 / 7}
+    assert p["groups"]["warm"]["ttft_p50_s"] == {"a": 0.25, "b": 0.1875, "delta": 0.1875 - 0.25}
+    r = runner.invoke(app, ["diff", run, run, "--pool-a", "control", "--pool-b", "pilot"])
+    assert r.exit_code == 0 and "Pilot: A against B by class (B - A)" in r.stdout
+    assert "pilot  A = " in r.stdout and "(pool control)" in r.stdout
+
+
+def test_diff_two_runs_and_its_bad_input_errors(tmp_path, chat_log) -> None:
+    a = write_jsonl(tmp_path / "a.jsonl", _pool_records(CONTROL, "p", 0))
+    b = write_jsonl(tmp_path / "b.jsonl", _pool_records(PILOT, "p", 0))
+    for name, log in (("A", a), ("B", b), ("plain", chat_log)):
+        assert runner.invoke(app, ["analyze", str(log), "-q", "-o", str(tmp_path / name)]).exit_code == 0
+    A, B, plain = (str(tmp_path / n) for n in ("A", "B", "plain"))
+    p = json.loads(runner.invoke(app, ["diff", A, B, "--json"]).stdout)["pilot"]
+    assert p["groups"]["cold"]["ttft_p95_s"]["b"] == 0.875 and p["groups"]["cold"]["ttft_p95_s"]["a"] == \
+        linear([1.0, 1.5, 2.0, 2.5], 95)
+    # a control run without latency: one line, exit 3 when the comparison is asked for; a warning otherwise
+    r = runner.invoke(app, ["diff", plain, B, "--pilot"])
+    assert r.exit_code == 3 and "A = " in r.output and "carries no latency" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(app, ["diff", plain, B, "--json"])
+    assert r.exit_code == 0 and any("carries no latency" in w for w in json.loads(r.stdout)["pilot"]["warnings"])
+    # runs classed on different bases (one without the engine's counts): not comparable, exit 3 when asked
+    recs = _pool_records(CONTROL, "p", 0)
+    for rec in recs:
+        del rec["actual_cached_tokens"]
+    assert runner.invoke(app, ["analyze", str(write_jsonl(tmp_path / "i.jsonl", recs)), "-q", "-o",
+                               str(tmp_path / "I")]).exit_code == 0
+    r = runner.invoke(app, ["diff", str(tmp_path / "I"), B, "--pilot"])
+    assert r.exit_code == 3 and "A is classed by ideal cached tokens and B by engine" in r.output
+    # a pool the run does not have: a usage error naming the ones it has
+    r = runner.invoke(app, ["diff", A, B, "--pool-a", "nope"])
+    assert r.exit_code == 2 and "no request on replica or pool 'nope' (it has: 'p')" in r.output
+    # neither run carries latency: no pilot section, the diff is as before
+    r = runner.invoke(app, ["diff", plain, plain, "--json"])
+    assert r.exit_code == 0 and "pilot" not in json.loads(r.stdout)
