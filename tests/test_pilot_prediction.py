@@ -204,3 +204,38 @@ def test_diff_two_runs_and_its_bad_input_errors(tmp_path, chat_log) -> None:
     # neither run carries latency: no pilot section, the diff is as before
     r = runner.invoke(app, ["diff", plain, plain, "--json"])
     assert r.exit_code == 0 and "pilot" not in json.loads(r.stdout)
+
+
+# ---- check gates on the pilot ------------------------------------------------------------------------------
+def test_check_gates_on_the_pilot_with_exit_8_and_not_checkable(tmp_path, chat_log) -> None:
+    log = write_jsonl(tmp_path / "p.jsonl", _pool_records(PILOT, "p", 0))
+    # 2 of the 8 requests fell back from their warm candidate `q`: left warm 25%
+    dec = write_jsonl(tmp_path / "d.jsonl", [{"request_id": f"r{i}", "selected_worker": "p",
+                                               "candidate_workers": ["q" if i in (1, 6) else "p"],
+                                               "decision": "cold_fallback" if i in (1, 6) else "prefer-warm"}
+                                              for i in range(8)])
+    run, plain = str(tmp_path / "run"), str(tmp_path / "plain")
+    r = runner.invoke(app, ["analyze", str(log), "--decisions", str(dec), "--json", "-q", "-o", run])
+    gap = json.loads(r.stdout)["pilot"]["prediction"]["gap"]["hit_rate_points"]
+    warm_p95 = linear([0.0625, 0.125, 0.1875, 0.25, 0.3125], 95)
+    assert warm_p95 == 0.3
+    r = runner.invoke(app, ["check", run, "--max-warm-ttft-p95", "0.3", "--max-left-warm", "0.25",
+                            "--max-prediction-gap", str(gap), "--json"])
+    assert r.exit_code == 0, r.output
+    gates = {g["name"]: g for g in json.loads(r.stdout)["gates"]}
+    assert gates["max-warm-ttft-p95"]["value"] == 0.3 and gates["max-left-warm"]["value"] == 0.25
+    assert gates["max-prediction-gap"]["value"] == gap
+    r = runner.invoke(app, ["check", run, "--max-warm-ttft-p95", "0.29", "--max-left-warm", "0.2"])
+    assert r.exit_code == 8
+    assert r.stdout.splitlines() == [
+        "FAIL max-warm-ttft-p95: warm TTFT p95 300 ms is over the maximum 290 ms",
+        "FAIL max-left-warm: share of decisions that left a warm candidate 25.00% is over the maximum 20.00%",
+        "check failed: 2 of 2 gate(s) failed"]
+    # a run without latency cannot answer: not checkable (exit 8) unless allowed
+    assert runner.invoke(app, ["analyze", str(chat_log), "-q", "-o", plain]).exit_code == 0
+    r = runner.invoke(app, ["check", plain, "--max-warm-ttft-p95", "0.3"])
+    assert r.exit_code == 8 and r.stdout.startswith("NOT CHECKABLE max-warm-ttft-p95: run ")
+    r = runner.invoke(app, ["check", plain, "--max-prediction-gap", "0.1", "--allow-uncheckable"])
+    assert r.exit_code == 0 and "no prediction next to outcome" in r.stdout
+    r = runner.invoke(app, ["check", run, "--max-left-warm", "1.5"])
+    assert r.exit_code == 2 and "--max-left-warm is a fraction between 0 and 1" in r.output
