@@ -65,6 +65,11 @@ PILOT_SCHEMA = pa.schema([
     pa.field("predicted_class", pa.string()),
     *[pa.field(c, pa.int64()) for c in ("lost_routing_tokens", "lost_eviction_tokens", "lost_unexplained_tokens",
                                         "engine_excess_tokens")],
+    # levels `eviction_all` and `eviction` only, from recorded KV events (prefixscan.evidence.evictions)
+    pa.field("evicted_requests", pa.int64()),
+    pa.field("evicted_blocks", pa.int64()),
+    pa.field("evicted_age_p50_s", pa.float64()),
+    pa.field("evicted_age_p95_s", pa.float64()),
 ])
 
 

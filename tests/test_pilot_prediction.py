@@ -239,3 +239,43 @@ def test_check_gates_on_the_pilot_with_exit_8_and_not_checkable(tmp_path, chat_l
     assert r.exit_code == 0 and "no prediction next to outcome" in r.stdout
     r = runner.invoke(app, ["check", run, "--max-left-warm", "1.5"])
     assert r.exit_code == 2 and "--max-left-warm is a fraction between 0 and 1" in r.output
+
+
+# ---- KV evictions and the age of evicted blocks by class (analyze --kv-events) ---------------------------
+def test_kv_evictions_and_their_age_by_class_equal_the_recorded_events(tmp_path) -> None:
+    import pyarrow as pa
+
+    from prefixscan.evidence.kvevents import SCHEMA
+
+    log = write_jsonl(tmp_path / "p.jsonl", _pool_records(PILOT, "p", 0))
+    plain = str(tmp_path / "plain")
+    assert runner.invoke(app, ["analyze", str(log), "-q", "-o", plain]).exit_code == 0
+    hashes = [r["block_hashes"] for r in prefixscan.load_run(plain).table("requests").to_pylist()]
+    shared = hashes[0][0]  # the system prompt's first block: every request holds it
+    assert all(h[0] == shared for h in hashes)
+    own = next(x for x in hashes[7] if all(x not in h for h in hashes[:7]))  # a block only the cold request holds
+    plan = [(10.0, "BlockStored", hashes[0][:4]), (11.0, "BlockStored", [own]), (20.0, "BlockRemoved", [shared]),
+            (21.5, "BlockRemoved", [own]), (30.0, "BlockRemoved", [999]), (40.0, "BlockStored", [shared]),
+            (42.0, "BlockRemoved", [shared])]
+    rows = [{"seq": i, "ts": ts, "dp_rank": 0, "index": 0, "kind": kind, "block_hashes": h, "parent_block_hash": None,
+             "block_size": 16, "tokens": None, "medium": "GPU", "lora_name": None} for i, (ts, kind, h) in enumerate(plan)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp_path / "ev.parquet")
+    r = runner.invoke(app, ["analyze", str(log), "--kv-events", str(tmp_path / "ev.parquet"), "--json", "-q", "-o",
+                            str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    e = json.loads(r.stdout)["evidence"]["kv_events"]["evictions"]
+    # ages: shared 20 - 10 and 42 - 40, own 21.5 - 11; block 999 was never stored: counted, no age
+    assert e["all"] == {"requests": 8, "evicted_requests": 8, "evicted_blocks": 4, "aged_blocks": 3,
+                        "evicted_age_p50_s": 10.0, "evicted_age_p95_s": linear([10.0, 10.5, 2.0], 95)}
+    two = {"evicted_blocks": 2, "evicted_age_p50_s": 6.0, "evicted_age_p95_s": linear([10.0, 2.0], 95)}
+    assert e["by_class"]["warm"] == {"requests": 5, "evicted_requests": 5, **two}
+    assert e["by_class"]["partial"] == {"requests": 2, "evicted_requests": 2, **two}
+    assert e["by_class"]["cold"] == {"requests": 1, "evicted_requests": 1, "evicted_blocks": 3,
+                                     "evicted_age_p50_s": 10.0, "evicted_age_p95_s": linear([10.0, 10.5, 2.0], 95)}
+    t = pl.from_arrow(pq.read_table(tmp_path / "run" / "pilot.parquet"))
+    assert set(t.columns) == documented()["pilot"]
+    ev = t.filter(pl.col("level") == "eviction")
+    assert ev["class"].to_list() == ["warm", "partial", "cold"] and ev["evicted_blocks"].to_list() == [2, 2, 3]
+    assert t.filter(pl.col("level") == "class").height == 3  # the analyze rows are kept
+    r = runner.invoke(app, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 0 and "### KV evictions by class" in (tmp_path / "rep" / "report.md").read_text()

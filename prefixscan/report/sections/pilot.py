@@ -23,6 +23,22 @@ def _pair(r: dict[str, Any], m: str) -> str:
     return "n/a" if not r[f"{m}_requests"] else f"{ms(r[f'{m}_p50_s'])} / {ms(r[f'{m}_p95_s'])}"
 
 
+def evictions(rows: list[dict[str, Any]]) -> list[Block]:
+    """KV evictions and the age of evicted blocks by class (the pilot table's eviction rows, written by
+    `analyze --kv-events`; prefixscan.evidence.evictions)."""
+    shown = [r for r in rows if r["level"] in ("eviction_all", "eviction")]
+    if not shown:
+        return [("p", "KV evictions and the age of evicted prefixes need the engine's KV events: `analyze "
+                      "--kv-events EVENTS` (docs/record-events.md).")]
+    return [("h", 3, "KV evictions by class"),
+            ("p", "From the engine's recorded KV events: a removed block's age is the time since its most recent "
+                  "store (the engine's clock). A class's evictions are the removals of blocks its requests hold."),
+            ("table", ["class", "requests", "requests with an evicted block", "evictions", "age p50 / p95"],
+             [[esc(r["class"] or "all removals"), num(r["requests"]), num(r["evicted_requests"]),
+               num(r["evicted_blocks"]), "n/a" if r["evicted_age_p50_s"] is None else
+               f"{r['evicted_age_p50_s']:,.3g} s / {r['evicted_age_p95_s']:,.3g} s"] for r in shown])]
+
+
 def pilot(data: ReportData) -> list[Block]:
     """TTFT, queue wait and end-to-end latency p50 / p95 per class; cached and uncached tokens per pool."""
     p = data.pilot
@@ -54,6 +70,7 @@ def pilot(data: ReportData) -> list[Block]:
     if len(pools) > LIMIT:
         out.append(("p", f"{num(len(pools) - LIMIT)} more model and replica rows in the run's `pilot` table."))
     out += decisions(rows, info, _pair)
+    out += evictions(rows)
     name = data.best_policy
     out += prediction(rows, info, _pair, ms, data.policy(name) if name else None, name, data.policies_source)
     return out
