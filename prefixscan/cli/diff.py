@@ -23,9 +23,10 @@ def register(app: typer.Typer) -> None:
         rps: float | None = typer.Option(None, "--rps", help="Request rate for the prefill GPU figures."),
         dtype: str = typer.Option("bf16", "--dtype", help="Compute dtype for --model: bf16 or fp8."),
         mfu: float = typer.Option(0.5, "--mfu", help="Model FLOPs utilisation during prefill."),
-        pool_a: str | None = typer.Option(None, "--pool-a", help="Compare only run A's requests on this replica or "
-                                                                  "pool (the replica field's value): the control."),
-        pool_b: str | None = typer.Option(None, "--pool-b", help="Only run B's requests on this replica or pool: "
+        pool_a: str | None = typer.Option(None, "--pool-a", help="Compare only run A's requests on this replica, or "
+                                                                  "on the replicas matching this glob (c-*): the "
+                                                                  "control."),
+        pool_b: str | None = typer.Option(None, "--pool-b", help="Only run B's requests on this replica or glob: "
                                                                   "the pilot. Give the same run twice for two pools "
                                                                   "of one log."),
         pilot: bool = typer.Option(False, "--pilot", help="Require the pilot comparison (TTFT and queue wait by "
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
         prefill for all, warm, partial and cold requests (docs/pilot.md).
 
         Example: prefixscan diff runs/before runs/after --model llama-3.1-70b --rps 50
-        Example: prefixscan diff runs/pool runs/pool --pool-a control --pool-b pilot
+        Example: prefixscan diff runs/pool runs/pool --pool-a 'ctl-*' --pool-b 'pilot-*'
         """
         from prefixscan.compare.diff import diff_runs
         from prefixscan.report.compare_terminal import diff_json, render_diff

@@ -2,8 +2,8 @@
 by side: requests, hit rate, prefill tokens, and TTFT and queue wait p50 / p95 for all, warm, partial and
 cold requests, with B - A.
 
-A side is a run directory, optionally narrowed to one value of its requests' replica field (a replica, or
-a pool when `--field replica=PATH` maps the pool): `diff RUN RUN --pool-a control --pool-b pilot` compares
+A side is a run directory, optionally narrowed to the requests whose replica field matches a name or a
+glob (`gpu-pilot-*`: a pool of replicas; or map the pool itself with `--field replica=PATH`): `diff RUN RUN --pool-a control --pool-b pilot` compares
 two pools of one log, `diff BEFORE AFTER` two time windows or two logs. Each side is measured by the one
 pilot rule (prefixscan.pilot.of_frame) over the run's requests table, never from a copy of its numbers.
 """
@@ -11,6 +11,7 @@ pilot rule (prefixscan.pilot.of_frame) over the run's requests table, never from
 from __future__ import annotations
 
 import os
+from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,11 +64,12 @@ def pilot_side(run_dir: str | os.PathLike[str], pool: str | None = None) -> Pilo
     df = pl.read_parquet(run.checked_file("requests"), columns=COLUMNS)
     if pool is not None:
         pools = sorted(df["replica"].drop_nulls().unique().to_list())
-        if pool not in pools:
+        mine = [p for p in pools if fnmatchcase(p, pool)]  # a name, or a glob over replicas (`gpu-pilot-*`)
+        if not mine:
             raise UsageError(f"run {run_dir} has no request on replica or pool {pool!r} (it has: "
                              f"{', '.join(map(repr, pools[:12])) or 'no replica field'}"
                              f"{', ...' if len(pools) > 12 else ''})")
-        df = df.filter(pl.col("replica") == pool)
+        df = df.filter(pl.col("replica").is_in(mine))
     block = int((run.manifest.get("config") or {}).get("block_size") or 16)
     table, summary = of_frame(df, block)
     rows = {r["class"] or "all": r for r in table.to_pylist() if r["level"] in ("all", "class")}
