@@ -3,16 +3,17 @@ by side: requests, hit rate, prefill tokens, and TTFT and queue wait p50 / p95 f
 cold requests, with B - A.
 
 A side is a run directory, optionally narrowed to the requests whose replica field matches a name or a
-glob (`gpu-pilot-*`: a pool of replicas; or map the pool itself with `--field replica=PATH`): `diff RUN RUN --pool-a control --pool-b pilot` compares
-two pools of one log, `diff BEFORE AFTER` two time windows or two logs. Each side is measured by the one
+glob (`gpu-pilot-*`: a pool of replicas; or map the pool itself with `--field replica=PATH`):
+`diff RUN RUN --pool-a 'ctl-*' --pool-b 'pilot-*'` compares two pools of one log, `diff BEFORE AFTER` two
+time windows or two logs. Each side is measured by the one
 pilot rule (prefixscan.pilot.of_frame) over the run's requests table, never from a copy of its numbers.
 """
 
 from __future__ import annotations
 
 import os
-from fnmatch import fnmatchcase
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 import polars as pl
