@@ -254,28 +254,33 @@ def test_kv_evictions_and_their_age_by_class_equal_the_recorded_events(tmp_path)
     shared = hashes[0][0]  # the system prompt's first block: every request holds it
     assert all(h[0] == shared for h in hashes)
     own = next(x for x in hashes[7] if all(x not in h for h in hashes[:7]))  # a block only the cold request holds
-    plan = [(10.0, "BlockStored", hashes[0][:4]), (11.0, "BlockStored", [own]), (20.0, "BlockRemoved", [shared]),
-            (21.5, "BlockRemoved", [own]), (30.0, "BlockRemoved", [999]), (40.0, "BlockStored", [shared]),
-            (42.0, "BlockRemoved", [shared])]
+    # the requests arrive at T + i (i = 0..7: warm 0-4, partial 5-6, cold 7), on the events' clock
+    T = 1_700_000_000.0
+    plan = [(T - 10, "BlockStored", hashes[0][:4]), (T - 9, "BlockStored", [own]),
+            (T + 2.5, "BlockRemoved", [shared]),  # met by requests 3 and 4 (age 12.5 s) ...
+            (T + 4.5, "BlockStored", [shared]),  # ... not by 5-7: stored again before they arrive
+            (T + 6.5, "BlockRemoved", [own]),  # met by the cold request 7 (age 15.5 s)
+            (T + 6.75, "BlockRemoved", [999])]  # in no request, never stored: counted, no age
     rows = [{"seq": i, "ts": ts, "dp_rank": 0, "index": 0, "kind": kind, "block_hashes": h, "parent_block_hash": None,
-             "block_size": 16, "tokens": None, "medium": "GPU", "lora_name": None} for i, (ts, kind, h) in enumerate(plan)]
+             "block_size": 16, "tokens": None, "medium": "GPU", "lora_name": None}
+            for i, (ts, kind, h) in enumerate(plan)]
     pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp_path / "ev.parquet")
     r = runner.invoke(app, ["analyze", str(log), "--kv-events", str(tmp_path / "ev.parquet"), "--json", "-q", "-o",
                             str(tmp_path / "run")])
     assert r.exit_code == 0, r.output
     e = json.loads(r.stdout)["evidence"]["kv_events"]["evictions"]
-    # ages: shared 20 - 10 and 42 - 40, own 21.5 - 11; block 999 was never stored: counted, no age
-    assert e["all"] == {"requests": 8, "evicted_requests": 8, "evicted_blocks": 4, "aged_blocks": 3,
-                        "evicted_age_p50_s": 10.0, "evicted_age_p95_s": linear([10.0, 10.5, 2.0], 95)}
-    two = {"evicted_blocks": 2, "evicted_age_p50_s": 6.0, "evicted_age_p95_s": linear([10.0, 2.0], 95)}
-    assert e["by_class"]["warm"] == {"requests": 5, "evicted_requests": 5, **two}
-    assert e["by_class"]["partial"] == {"requests": 2, "evicted_requests": 2, **two}
-    assert e["by_class"]["cold"] == {"requests": 1, "evicted_requests": 1, "evicted_blocks": 3,
-                                     "evicted_age_p50_s": 10.0, "evicted_age_p95_s": linear([10.0, 10.5, 2.0], 95)}
+    assert e["all"] == {"requests": 8, "evicted_requests": 3, "evicted_blocks": 3, "aged_blocks": 2,
+                        "evicted_age_p50_s": 14.0, "evicted_age_p95_s": linear([12.5, 15.5], 95)}
+    assert e["by_class"]["warm"] == {"requests": 5, "evicted_requests": 2, "evicted_blocks": 1,
+                                     "evicted_age_p50_s": 12.5, "evicted_age_p95_s": 12.5}
+    assert e["by_class"]["partial"] == {"requests": 2, "evicted_requests": 0, "evicted_blocks": 0,
+                                        "evicted_age_p50_s": None, "evicted_age_p95_s": None}
+    assert e["by_class"]["cold"] == {"requests": 1, "evicted_requests": 1, "evicted_blocks": 1,
+                                     "evicted_age_p50_s": 15.5, "evicted_age_p95_s": 15.5}
     t = pl.from_arrow(pq.read_table(tmp_path / "run" / "pilot.parquet"))
     assert set(t.columns) == documented()["pilot"]
     ev = t.filter(pl.col("level") == "eviction")
-    assert ev["class"].to_list() == ["warm", "partial", "cold"] and ev["evicted_blocks"].to_list() == [2, 2, 3]
+    assert ev["class"].to_list() == ["warm", "partial", "cold"] and ev["evicted_blocks"].to_list() == [1, 0, 1]
     assert t.filter(pl.col("level") == "class").height == 3  # the analyze rows are kept
     r = runner.invoke(app, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "rep")])
     assert r.exit_code == 0 and "### KV evictions by class" in (tmp_path / "rep" / "report.md").read_text()
