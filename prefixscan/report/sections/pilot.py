@@ -32,8 +32,9 @@ def evictions(rows: list[dict[str, Any]]) -> list[Block]:
                       "--kv-events EVENTS` (docs/record-events.md).")]
     return [("h", 3, "KV evictions by class"),
             ("p", "From the engine's recorded KV events: a removed block's age is the time since its most recent "
-                  "store (the engine's clock). A class's evictions are the removals of blocks its requests hold."),
-            ("table", ["class", "requests", "requests with an evicted block", "evictions", "age p50 / p95"],
+                  "store (the engine's clock). A request met an eviction when one of its blocks had been removed "
+                  "and not stored again before it arrived; a class's evictions are those its requests met."),
+            ("table", ["class", "requests", "requests that met an eviction", "evictions", "age p50 / p95"],
              [[esc(r["class"] or "all removals"), num(r["requests"]), num(r["evicted_requests"]),
                num(r["evicted_blocks"]), "n/a" if r["evicted_age_p50_s"] is None else
                f"{r['evicted_age_p50_s']:,.3g} s / {r['evicted_age_p95_s']:,.3g} s"] for r in shown])]
