@@ -124,6 +124,8 @@ def test_report_and_terminal_show_prediction_next_to_outcome(tmp_path) -> None:
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "### Prediction next to outcome" in md and "| hit rate (token-weighted) |" in md
     assert "**Prediction and outcome diverge regularly**" in md
+    assert "**This run:** measured: the engine reported a " in md  # the rollout's step 3
+    assert "**This run:** measured: warm TTFT p50 / p95 " in md  # and its step 5
     assert "Prediction next to outcome" in (tmp_path / "rep" / "report.html").read_text()
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from prefixscan.report.escape import data as esc
 from prefixscan.report.model import ReportData
-from prefixscan.report.sections.blocks import Block, num, tok
+from prefixscan.report.sections.blocks import Block, num, pct, tok
 from prefixscan.report.sections.pilot_decisions import decisions
 from prefixscan.report.sections.pilot_prediction import prediction
 
@@ -74,4 +74,25 @@ def pilot(data: ReportData) -> list[Block]:
     out += evictions(rows)
     name = data.best_policy
     out += prediction(rows, info, _pair, ms, data.policy(name) if name else None, name, data.policies_source)
+    return out
+
+
+def measured_steps(data: ReportData) -> dict[int, str]:
+    """The rollout steps (seed 002; 3, 4, 5 counted from 1) this run's pilot measured, with what it found:
+    the rollout section says so instead of asking for a measurement that is above it."""
+    info = (data.pilot or {}).get("summary") or {}
+    out: dict[int, str] = {}
+    pred = info.get("prediction")
+    if pred:
+        out[3] = (f"measured: the engine reported a {pct(pred['measured']['hit_rate'])} hit rate where the ideal "
+                  f"cache predicts {pct(pred['predicted']['hit_rate'])}; {pred['verdict']} (\"Prediction next "
+                  "to outcome\" above).")
+    d = info.get("decisions")
+    if d and d.get("left_warm", {}).get("share") is not None:
+        out[4] = (f"measured from the router's decision log: {pct(d['left_warm']['share'])} of decisions left a "
+                  "warm candidate (\"By routing decision\" above).")
+    warm = (info.get("by_class") or {}).get("warm") or {}
+    if warm.get("ttft_requests"):
+        out[5] = (f"measured: warm TTFT p50 / p95 {_pair(warm, 'ttft')} (the pilot section above; `prefixscan "
+                  "diff` compares it with a control run or pool).")
     return out
