@@ -186,6 +186,11 @@ def test_diff_two_runs_and_its_bad_input_errors(tmp_path, chat_log) -> None:
     p = json.loads(runner.invoke(app, ["diff", A, B, "--json"]).stdout)["pilot"]
     assert p["groups"]["cold"]["ttft_p95_s"]["b"] == 0.875 and p["groups"]["cold"]["ttft_p95_s"]["a"] == \
         linear([1.0, 1.5, 2.0, 2.5], 95)
+    # the report's before/after section carries the same comparison
+    r = runner.invoke(app, ["report", B, "--compare-to", A, "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| warm | 3 / 5 | 250 ms / 188 ms (-62 ms) |" in md and "The pilot's measurement, before / after" in md
     # a control run without latency: one line, exit 3 when the comparison is asked for; a warning otherwise
     r = runner.invoke(app, ["diff", plain, B, "--pilot"])
     assert r.exit_code == 3 and "A = " in r.output and "carries no latency" in r.output

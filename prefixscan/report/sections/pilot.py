@@ -96,3 +96,23 @@ def measured_steps(data: ReportData) -> dict[int, str]:
         out[5] = (f"measured: warm TTFT p50 / p95 {_pair(warm, 'ttft')} (the pilot section above; `prefixscan "
                   "diff` compares it with a control run or pool).")
     return out
+
+
+def against(c: Any) -> list[Block]:
+    """Pilot against control in the report's before/after section (`report --compare-to`): per class, the
+    requests, TTFT and queue wait p50 / p95 of both runs, B - A (prefixscan.compare.pilot)."""
+    from prefixscan.compare.pilot import pilot_json
+
+    groups = pilot_json(c)["groups"]
+
+    def cell(v: dict[str, Any]) -> str:
+        delta = "n/a" if v["delta"] is None else f"{v['delta'] * 1000:+,.0f} ms"
+        return f"{ms(v['a'])} / {ms(v['b'])} ({delta})"
+
+    rows = [[esc(g), f"{num(d['requests']['a'])} / {num(d['requests']['b'])}", cell(d["ttft_p50_s"]),
+             cell(d["ttft_p95_s"]), cell(d["queue_wait_p95_s"])] for g, d in groups.items()]
+    h = groups["all"]["hit_rate"]
+    return [("p", f"The pilot's measurement, before / after (change): hit rate {pct(h['a'])} / {pct(h['b'])}, by "
+                  f"{esc(c.a.cached_source)} / {esc(c.b.cached_source)} cached tokens."
+                  + "".join(f" {esc(w)}." for w in c.warnings)),
+            ("table", ["class", "requests", "TTFT p50", "TTFT p95", "queue wait p95"], rows)]
