@@ -291,3 +291,20 @@ def test_kv_evictions_and_their_age_by_class_equal_the_recorded_events(tmp_path)
     assert t.filter(pl.col("level") == "class").height == 3  # the analyze rows are kept
     r = runner.invoke(app, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "rep")])
     assert r.exit_code == 0 and "### KV evictions by class" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_the_chosen_simulation_stands_next_to_the_outcome(tmp_path) -> None:
+    log = _prediction_log(tmp_path)[0]
+    run = str(tmp_path / "run")
+    assert runner.invoke(app, ["analyze", str(log), "-q", "-o", run]).exit_code == 0
+    r = runner.invoke(app, ["simulate", run, "-n", "2", "-p", "round_robin,prefix_hash", "-q"])
+    assert r.exit_code == 0, r.output
+    pol = prefixscan.load_run(run).table("sim_policies").to_pylist()
+    ph = next(p for p in pol if p["policy"] == "prefix_hash")
+    r = runner.invoke(app, ["report", run, "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    head = next(line for line in md.splitlines() if line.startswith("|  | predicted (ideal cache) |"))
+    assert head == "|  | predicted (ideal cache) | prefix_hash (the run's saved simulation) | measured (engine) |"
+    rate = next(line for line in md.splitlines() if line.startswith("| hit rate (token-weighted) |"))
+    assert rate.split(" | ")[2] == f"{ph['hit_rate_token_weighted']:.1%}"
