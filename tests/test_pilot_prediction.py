@@ -119,6 +119,7 @@ def test_report_and_terminal_show_prediction_next_to_outcome(tmp_path) -> None:
     log = _prediction_log(tmp_path)[0]
     r = runner.invoke(app, ["analyze", str(log), "-o", str(tmp_path / "run")])
     assert r.exit_code == 0 and "Pilot: prediction next to outcome" in r.stdout
+    assert "Pilot: predicted class -> measured class" in r.stdout
     r = runner.invoke(app, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     md = (tmp_path / "rep" / "report.md").read_text()

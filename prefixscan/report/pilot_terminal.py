@@ -96,3 +96,12 @@ def render_prediction(p: dict[str, Any], by_class: dict[str, Any], every: dict[s
                          f"eviction {_tok(gap['lost_eviction_tokens'])} + unexplained "
                          f"{_tok(gap['lost_unexplained_tokens'])} - engine above {_tok(gap['engine_excess_tokens'])}"
                          " (table misses)")
+    cells = [[c["predicted_class"], c["class"], f"{c['requests']:,}", _pair(c, "ttft"),
+              f"{_tok(c['predicted_cached_tokens'])} / {_tok(c['actual_cached_tokens'])}",
+              " / ".join(_tok(c[k]) for k in ("lost_routing_tokens", "lost_eviction_tokens",
+                                              "lost_unexplained_tokens", "engine_excess_tokens"))]
+             for c in p.get("by_class_pair") or []]
+    print_tables(console, "Pilot: predicted class -> measured class", ["predicted", "measured", "requests",
+                                                                        "TTFT p50 / p95", "cached pred / actual",
+                                                                        "routing / eviction / unexpl. / above"],
+                 cells, keys=2, show_edge=False)
