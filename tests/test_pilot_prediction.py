@@ -70,6 +70,8 @@ def test_prediction_next_to_outcome_equals_the_values_from_the_log(tmp_path) -> 
     assert div["by_cause"] == {"routing": 0, "eviction": 0, "unexplained": 3, "engine_excess": 2}
     assert div["input_identification"] == {"requests": 5, "share": 5 / n, "systematic": True}
     assert "input-identification problem" in p["verdict"]
+    # 2 of 20 engine counts above the prediction: the attribution takes the model's tokenizer or template to differ
+    assert p["tokenizer_mismatch"] is True and "tokenizer or chat-template mismatch" in p["verdict"]
     assert any(x.startswith("prediction next to outcome: 5 of 20 requests") for x in out["notes"])
     for side, counts in (("predicted", ideal), ("measured", capped)):
         classes = [cls(c, q) for c, q in zip(counts, prompt, strict=True)]
