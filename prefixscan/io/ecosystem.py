@@ -3,7 +3,7 @@
 - OpenTelemetry GenAI spans (semantic conventions for generative AI): OTLP JSON (`resourceSpans` /
   `scopeSpans` / `spans`, typed attribute values) or one span per line with flat attributes;
 - Anthropic Messages API logs: `system` as a string or blocks, content blocks (text, image, tool_use,
-  tool_result), `usage.input_tokens` *excluding* cache reads and writes (REFERENCE.md 13);
+  tool_result), `usage.input_tokens` *excluding* cache reads and writes (docs/engines.md);
 - OpenAI Responses API logs: `instructions`, `input` as a string or items (messages, function calls and
   their outputs), `usage.input_tokens_details.cached_tokens`, conversations chained by
   `previous_response_id`.
@@ -25,7 +25,7 @@ from prefixscan.affixes import common_affixes
 
 SHAPES = ("otel", "anthropic", "responses")
 _OTEL_VALUE_KEYS = ("stringValue", "intValue", "doubleValue", "boolValue")
-# Cache-read input tokens: the convention's name, then the older spellings seen in the wild (REFERENCE.md 13).
+# Cache-read input tokens: the convention's name, then the older spellings seen in the wild (docs/engines.md).
 CACHE_READ = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens",
               "gen_ai.usage.input_tokens.cached")
 

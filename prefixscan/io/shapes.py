@@ -646,7 +646,7 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
     if isinstance(ts_raw, bool) or not isinstance(ts_raw, (int, float)):
         raise RecordError("bad_timestamp", f"{shape} `timestamp` should be a number, got {type(ts_raw).__name__}")
     try:
-        ts = float(ts_raw) / 1000.0 if shape == "mooncake" else float(ts_raw)  # ms vs s (REFERENCE.md 8)
+        ts = float(ts_raw) / 1000.0 if shape == "mooncake" else float(ts_raw)  # ms vs s (docs/engines.md)
     except OverflowError:
         raise RecordError("bad_timestamp", reject_detail("timestamp", f"is out of range for {shape}", ts_raw)) from None
     check_timestamp(ts, ts_raw)
