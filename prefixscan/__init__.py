@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os as _os
 import sys as _sys
+from collections.abc import Sequence
 from typing import Any
 
 if "polars" not in _sys.modules:
@@ -19,26 +20,23 @@ if "polars" not in _sys.modules:
 from prefixscan.version import __version__
 
 
-def analyze(*inputs: str, output: str | None = None, **options: Any):  # lazy import
-    """Analyse logs; see `prefixscan.pipeline.run.run_analysis`. Raises NothingAcceptedError (an
-    InputError) when every record was rejected, as the CLI exits 3: the run directory (with `output`) keeps
-    the rejects table, the error names its reasons, and its `result` attribute is the run."""
+def analyze(*inputs: str, output: str | None = None, metrics: Sequence[str] = (), kv_events: str | None = None,
+            **options: Any):  # lazy import
+    """Analyse logs; see `prefixscan.pipeline.run.run_analysis` (`options` are AnalyzeConfig fields). As the
+    CLI does (prefixscan.pipeline.outcome): `metrics` (Prometheus scrapes) and `kv_events` (a recording) are
+    compared with the run and saved in it (`result.evidence`; they need `output`), and a run that accepted
+    nothing raises NothingAcceptedError (an InputError, exit 3 in the CLI) naming the reasons, its `result`
+    attribute the run (with `output`, its directory keeps the rejects table)."""
     from prefixscan.config import AnalyzeConfig
-    from prefixscan.pipeline.early import start_encode_workers
+    from prefixscan.pipeline.outcome import analyze as _analyze
+    from prefixscan.pipeline.outcome import check_evidence
 
     cfg = AnalyzeConfig(inputs=tuple(inputs), output=output, **options)
-    start_encode_workers(cfg)  # their start-up overlaps the pipeline's imports
-    from prefixscan.errors import NothingAcceptedError
-    from prefixscan.pipeline.run import run_analysis
-    from prefixscan.pipeline.summary import check_accepted
+    check_evidence(output, metrics, kv_events)
+    from prefixscan.pipeline.early import start_encode_workers
 
-    result = run_analysis(cfg)
-    try:
-        check_accepted(result.summary["requests"], result.run_dir)
-    except NothingAcceptedError as exc:
-        exc.result = result  # type: ignore[attr-defined]  # the rejects, for a caller that wants them
-        raise
-    return result
+    start_encode_workers(cfg)  # their start-up overlaps the pipeline's imports
+    return _analyze(cfg, metrics, kv_events)
 
 
 def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):
