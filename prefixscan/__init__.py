@@ -1,7 +1,8 @@
 """prefixscan: measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.
 
 Public API (each mirrors a CLI command): `analyze()`, `simulate()`, `estimate()`, `write_report()`, `check()`,
-`diff()`, `export()`, `explain()`, `load_run()`.
+`diff()`, `export()`, `explain()`; `Run.open(path, simulation=NAME)` (or `load_run()`) opens a run directory
+as a typed `Run`, which each of the functions that read a run also takes in place of its path.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def simulate(run_dir: str, save: bool = True, name: str = "default", **options: 
     return result
 
 
-def estimate(run_dir: str | None = None, save: bool = False, simulation: str | None = None,
+def estimate(run_dir: str | _os.PathLike[str] | None = None, save: bool = False, simulation: str | None = None,
              **options: Any):
     """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`. `simulation` names the
     stored simulation to reuse (`simulate --name`; default: `default`, else the most recent).
@@ -76,9 +77,9 @@ def estimate(run_dir: str | None = None, save: bool = False, simulation: str | N
     """
     from prefixscan.cost.estimator import EstimateOptions
     from prefixscan.cost.estimator import estimate as _estimate
-    from prefixscan.io.rundir import load_run as _load
+    from prefixscan.io.run import Run as _Run
 
-    run = _load(run_dir, simulation) if run_dir is not None else None
+    run = _Run.open(run_dir, simulation) if run_dir is not None else None
     result = _estimate(EstimateOptions(**options), run_dir=run)
     if save and run is not None:
         from prefixscan.cost.saved import save_estimate
@@ -126,12 +127,20 @@ def explain(run_dir: str, request_id: str, include_text: bool = False):
     return _explain(run_dir, request_id, include_text)
 
 
-def load_run(path: str, simulation: str | None = None):
-    """Open a run directory (its `sim_*` tables: the named simulation's); see `prefixscan.io.rundir.load_run`."""
-    from prefixscan.io.rundir import load_run as _load
+def load_run(path: str | _os.PathLike[str], simulation: str | None = None):
+    """Open a run directory (its `sim_*` tables: the named simulation's): `Run.open(path, simulation)`."""
+    from prefixscan.io.run import Run as _Run
 
-    return _load(path, simulation)
+    return _Run.open(path, simulation)
 
 
-__all__ = ["__version__", "analyze", "check", "diff", "estimate", "explain", "export", "load_run", "simulate",
-           "write_report"]
+def __getattr__(name: str) -> Any:
+    if name == "Run":  # imported on first use: pyarrow is not needed to import prefixscan
+        from prefixscan.io.run import Run
+
+        return Run
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Run", "__version__", "analyze", "check", "diff", "estimate", "explain", "export", "load_run",
+           "simulate", "write_report"]

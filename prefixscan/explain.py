@@ -18,7 +18,7 @@ import numpy as np
 import xxhash
 
 from prefixscan.errors import UsageError
-from prefixscan.io.rundir import load_run
+from prefixscan.io.run import load_run
 from prefixscan.render import content_text
 
 CONTEXT = 40  # characters either side of a divergence shown with include_text

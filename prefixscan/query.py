@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixscan.errors import RunDirError, UsageError
-from prefixscan.io.rundir import MANIFEST, Run, load_run
+from prefixscan.io.run import MANIFEST, Run, load_run
 
 FORMATS = ("table", "csv", "json", "parquet")
 _TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")

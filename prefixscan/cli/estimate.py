@@ -179,9 +179,9 @@ def register(app: typer.Typer) -> None:
         )
         run = None
         if run_dir is not None:
-            from prefixscan.io.rundir import load_run
+            from prefixscan.io.run import Run
 
-            run = load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
+            run = Run.open(run_dir, simulation)  # an unknown name: one line listing the stored ones
         elif simulation is not None:
             raise UsageError("--simulation needs a run directory")
         result = run_estimate(options, run)

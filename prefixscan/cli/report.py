@@ -53,15 +53,15 @@ def register(app: typer.Typer) -> None:
         replayed for it when the saved simulation ran another one). A section whose data is missing names
         the command that produces it.
         """
-        from prefixscan.io.rundir import load_run
+        from prefixscan.io.run import Run
         from prefixscan.report.write import write_report
 
         rps, sources = rate_and_sources(locals())
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
-        load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones, before any work
+        run = Run.open(run_dir, simulation)  # an unknown name: one line listing the stored ones, before any work
         written = write_report(
-            run_dir, output, FORMATS[fmt], compare_to=compare_to, simulation=simulation, model=model, gpu=gpu,
+            run, output, FORMATS[fmt], compare_to=compare_to, model=model, gpu=gpu,
             dtype=dtype, replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
             usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu, sources=sources or None,
         )

@@ -441,7 +441,7 @@ def _timing(
 
 def _list(inputs: list[str], json_out: bool) -> None:
     """`simulate RUN --list`: the stored simulations, one line each (JSON with --json)."""
-    from prefixscan.io.rundir import read_manifest
+    from prefixscan.io.run import read_manifest
     from prefixscan.io.simindex import listing
 
     if len(inputs) != 1:

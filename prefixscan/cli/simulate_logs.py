@@ -48,7 +48,7 @@ def refuse_on_run(run: str, options: dict[str, Any]) -> None:
     """Analyze options with a run directory: a one-line error naming them and the run's own settings."""
     if not options:
         return
-    from prefixscan.io.rundir import read_manifest
+    from prefixscan.io.run import read_manifest
 
     cfg = read_manifest(run).get("config", {})
     given = ", ".join(FLAGS[k] for k in options)

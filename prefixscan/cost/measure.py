@@ -117,7 +117,7 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
     """Measure rate, mean context, mean new tokens and hit rates from a run directory."""
     import pyarrow.compute as pc
 
-    from prefixscan.io.rundir import load_run
+    from prefixscan.io.run import load_run
 
     run = load_run(path)
     req = run.table("requests")

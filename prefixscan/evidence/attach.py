@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from prefixscan.evidence.join import EventsJoin, join_events
 from prefixscan.evidence.metrics import MetricsComparison, served
-from prefixscan.io.rundir import add_tables, load_run
+from prefixscan.io.run import load_run
+from prefixscan.io.rundir import add_tables
 
 
 @dataclass(frozen=True)
