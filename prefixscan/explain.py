@@ -89,7 +89,7 @@ class Explainer:
         cfg = self.run.manifest.get("config", {})
         self.block_size = int(cfg.get("block_size", 16))
         self.rule = cfg.get("hit_rule", "vllm")
-        self.shapes = self.run.manifest.get("analyze", {}).get("summary", {}).get("input", {}).get("shapes", {})
+        self.shapes = (self.run.analysis.summary.get("input") or {}).get("shapes", {})
         self.overrides = dict(cfg.get("fields") or {})
         req = self.run.table("requests")
         self.req = req.drop_columns(["block_hashes"])
