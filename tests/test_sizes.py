@@ -30,7 +30,6 @@ MODULES: dict[str, int] = {
 FUNCTIONS: dict[str, int] = {
     "prefixscan/cli/analyze.py:register": 141,
     "prefixscan/cli/analyze.py:register.analyze": 138,
-    "prefixscan/cli/estimate.py:register": 102,
 }
 
 
