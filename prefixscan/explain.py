@@ -84,7 +84,7 @@ class Explanation:
 class Explainer:
     """A run directory opened once to explain any number of its requests."""
 
-    def __init__(self, run_dir: str) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run = load_run(run_dir)
         cfg = self.run.manifest.get("config", {})
         self.block_size = int(cfg.get("block_size", 16))
@@ -278,8 +278,8 @@ def _fill(d: Divergence, mi: int, role: str, c: int, xa: str, xb: str, include_t
         d.this_text, d.other_text = xa[lo:c + CONTEXT], xb[lo:c + CONTEXT]
 
 
-def explain(run_dir: str, request_id: str, include_text: bool = False) -> Explanation:
-    """Python API of `prefixscan explain RUN REQUEST_ID`."""
+def explain(run_dir: str | os.PathLike[str], request_id: str, include_text: bool = False) -> Explanation:
+    """Python API of `prefixscan explain RUN REQUEST_ID` (`run_dir`: a path or a `Run`)."""
     return Explainer(run_dir).explain(request_id, include_text)
 
 

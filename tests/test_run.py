@@ -109,3 +109,19 @@ def test_no_hidden_global_chooses_the_simulation() -> None:
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
             a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
         assert "ContextVar" not in names, path
+
+
+def test_run_is_at_the_bottom_of_the_layering() -> None:
+    """Everything io.run reaches (lazy imports included) stays below the pipeline, reporters and CLI (it
+    reaches sim.workload for the columns a replay needs, and through it cost.rate: both import no run)."""
+    from tests.test_layers import import_graph
+
+    graph = import_graph()
+    seen, todo = set(), ["prefixscan.io.run"]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += graph[m]
+    above = sorted(m for m in seen if m.split(".")[1] in ("pipeline", "report", "cli", "compare", "detect"))
+    assert above == [], above

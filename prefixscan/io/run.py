@@ -33,6 +33,7 @@ ESTIMATE_FILE = "estimate.json"
 
 
 def redo(run: str | os.PathLike[str]) -> str:
+    """The fix every damaged-run error ends with."""
     return f"re-create it with `prefixscan analyze LOGS -o {run} --force`"
 
 
