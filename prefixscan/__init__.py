@@ -124,13 +124,7 @@ def explain(run_dir: str | _os.PathLike[str], request_id: str, include_text: boo
     """Why one request hit or missed, block by block; see `prefixscan.explain.explain`."""
     from prefixscan.explain import explain as _explain
 
-    # importing the submodule prefixscan.explain set the package's `explain` to the module: put the
-    # public function back, so a second `prefixscan.explain(...)` still calls it
-    globals()["explain"] = _public_explain
     return _explain(run_dir, request_id, include_text)
-
-
-_public_explain = explain
 
 
 def load_run(path: str | _os.PathLike[str], simulation: str | None = None):
