@@ -1,13 +1,15 @@
 """prefixscan: measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router.
 
 Public API (each mirrors a CLI command): `analyze()`, `simulate()`, `estimate()`, `write_report()`, `check()`,
-`diff()`, `export()`, `explain()`, `load_run()`.
+`diff()`, `export()`, `explain()`; `Run.open(path, simulation=NAME)` (or `load_run()`) opens a run directory
+as a typed `Run`, which each of the functions that read a run also takes in place of its path.
 """
 
 from __future__ import annotations
 
 import os as _os
 import sys as _sys
+from collections.abc import Sequence
 from typing import Any
 
 if "polars" not in _sys.modules:
@@ -19,26 +21,23 @@ if "polars" not in _sys.modules:
 from prefixscan.version import __version__
 
 
-def analyze(*inputs: str, output: str | None = None, **options: Any):  # lazy import
-    """Analyse logs; see `prefixscan.pipeline.run.run_analysis`. Raises NothingAcceptedError (an
-    InputError) when every record was rejected, as the CLI exits 3: the run directory (with `output`) keeps
-    the rejects table, the error names its reasons, and its `result` attribute is the run."""
+def analyze(*inputs: str, output: str | None = None, metrics: Sequence[str] = (), kv_events: str | None = None,
+            **options: Any):  # lazy import
+    """Analyse logs; see `prefixscan.pipeline.run.run_analysis` (`options` are AnalyzeConfig fields). As the
+    CLI does (prefixscan.pipeline.outcome): `metrics` (Prometheus scrapes) and `kv_events` (a recording) are
+    compared with the run and saved in it (`result.evidence`; they need `output`), and a run that accepted
+    nothing raises NothingAcceptedError (an InputError, exit 3 in the CLI) naming the reasons, its `result`
+    attribute the run (with `output`, its directory keeps the rejects table)."""
     from prefixscan.config import AnalyzeConfig
-    from prefixscan.pipeline.early import start_encode_workers
+    from prefixscan.pipeline.outcome import analyze as _analyze
+    from prefixscan.pipeline.outcome import check_evidence
 
     cfg = AnalyzeConfig(inputs=tuple(inputs), output=output, **options)
-    start_encode_workers(cfg)  # their start-up overlaps the pipeline's imports
-    from prefixscan.errors import NothingAcceptedError
-    from prefixscan.pipeline.run import run_analysis
-    from prefixscan.pipeline.summary import check_accepted
+    check_evidence(output, metrics, kv_events)
+    from prefixscan.pipeline.early import start_encode_workers
 
-    result = run_analysis(cfg)
-    try:
-        check_accepted(result.summary["requests"], result.run_dir)
-    except NothingAcceptedError as exc:
-        exc.result = result  # type: ignore[attr-defined]  # the rejects, for a caller that wants them
-        raise
-    return result
+    start_encode_workers(cfg)  # their start-up overlaps the pipeline's imports
+    return _analyze(cfg, metrics, kv_events)
 
 
 def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):
@@ -68,7 +67,7 @@ def simulate(run_dir: str, save: bool = True, name: str = "default", **options: 
     return result
 
 
-def estimate(run_dir: str | None = None, save: bool = False, simulation: str | None = None,
+def estimate(run_dir: str | _os.PathLike[str] | None = None, save: bool = False, simulation: str | None = None,
              **options: Any):
     """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`. `simulation` names the
     stored simulation to reuse (`simulate --name`; default: `default`, else the most recent).
@@ -78,9 +77,9 @@ def estimate(run_dir: str | None = None, save: bool = False, simulation: str | N
     """
     from prefixscan.cost.estimator import EstimateOptions
     from prefixscan.cost.estimator import estimate as _estimate
-    from prefixscan.io.rundir import load_run as _load
+    from prefixscan.io.run import Run as _Run
 
-    run = _load(run_dir, simulation) if run_dir is not None else None
+    run = _Run.open(run_dir, simulation) if run_dir is not None else None
     result = _estimate(EstimateOptions(**options), run_dir=run)
     if save and run is not None:
         from prefixscan.cost.saved import save_estimate
@@ -121,19 +120,27 @@ def export(run_dir: str, output: str, to: str = "mooncake", **options: Any):
     return export_trace(run_dir, output, to, **options)
 
 
-def explain(run_dir: str, request_id: str, include_text: bool = False):
+def explain(run_dir: str | _os.PathLike[str], request_id: str, include_text: bool = False):
     """Why one request hit or missed, block by block; see `prefixscan.explain.explain`."""
     from prefixscan.explain import explain as _explain
 
     return _explain(run_dir, request_id, include_text)
 
 
-def load_run(path: str, simulation: str | None = None):
-    """Open a run directory (its `sim_*` tables: the named simulation's); see `prefixscan.io.rundir.load_run`."""
-    from prefixscan.io.rundir import load_run as _load
+def load_run(path: str | _os.PathLike[str], simulation: str | None = None):
+    """Open a run directory (its `sim_*` tables: the named simulation's): `Run.open(path, simulation)`."""
+    from prefixscan.io.run import Run as _Run
 
-    return _load(path, simulation)
+    return _Run.open(path, simulation)
 
 
-__all__ = ["__version__", "analyze", "check", "diff", "estimate", "explain", "export", "load_run", "simulate",
-           "write_report"]
+def __getattr__(name: str) -> Any:
+    if name == "Run":  # imported on first use: pyarrow is not needed to import prefixscan
+        from prefixscan.io.run import Run
+
+        return Run
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Run", "__version__", "analyze", "check", "diff", "estimate", "explain", "export", "load_run",
+           "simulate", "write_report"]

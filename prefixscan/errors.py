@@ -33,7 +33,10 @@ class InputError(PrefixscanError):
 
 
 class NothingAcceptedError(InputError):
-    """Every record read was rejected (or there was none): there is nothing to measure."""
+    """Every record read was rejected (or there was none): there is nothing to measure. `result` is the
+    run that measured nothing (its rejects), for a caller of `prefixscan.analyze()` that wants them."""
+
+    result: object = None
 
 
 class RejectError(PrefixscanError):

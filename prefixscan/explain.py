@@ -19,7 +19,7 @@ import xxhash
 
 from prefixscan.errors import UsageError
 from prefixscan.hashing import counted_hit_blocks
-from prefixscan.io.rundir import load_run
+from prefixscan.io.run import load_run
 from prefixscan.render import content_text
 
 CONTEXT = 40  # characters either side of a divergence shown with include_text
@@ -85,12 +85,12 @@ class Explanation:
 class Explainer:
     """A run directory opened once to explain any number of its requests."""
 
-    def __init__(self, run_dir: str) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run = load_run(run_dir)
         cfg = self.run.manifest.get("config", {})
         self.block_size = int(cfg.get("block_size", 16))
         self.rule = cfg.get("hit_rule", "vllm")
-        self.shapes = self.run.manifest.get("analyze", {}).get("summary", {}).get("input", {}).get("shapes", {})
+        self.shapes = (self.run.analysis.summary.get("input") or {}).get("shapes", {})
         self.overrides = dict(cfg.get("fields") or {})
         req = self.run.table("requests")
         self.req = req.drop_columns(["block_hashes"])
@@ -279,8 +279,8 @@ def _fill(d: Divergence, mi: int, role: str, c: int, xa: str, xb: str, include_t
         d.this_text, d.other_text = xa[lo:c + CONTEXT], xb[lo:c + CONTEXT]
 
 
-def explain(run_dir: str, request_id: str, include_text: bool = False) -> Explanation:
-    """Python API of `prefixscan explain RUN REQUEST_ID`."""
+def explain(run_dir: str | os.PathLike[str], request_id: str, include_text: bool = False) -> Explanation:
+    """Python API of `prefixscan explain RUN REQUEST_ID` (`run_dir`: a path or a `Run`)."""
     return Explainer(run_dir).explain(request_id, include_text)
 
 

@@ -121,7 +121,7 @@ def _recorded(params: dict[str, Any]) -> ProjectConfig | None:
     """The settings the run's analyze recorded, when the command is given a run directory (a directory
     that is not a readable run has none: the command itself then says what is wrong with it)."""
     from prefixscan.errors import PrefixscanError
-    from prefixscan.io.rundir import read_manifest
+    from prefixscan.io.run import read_manifest
 
     cand = params.get("run_dir") or (params.get("inputs") or [None])[0]
     if not cand or not Path(cand).is_dir():

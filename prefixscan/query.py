@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixscan.errors import EnvError, RunDirError, UsageError
-from prefixscan.io.rundir import MANIFEST, Run, load_run
+from prefixscan.io.run import MANIFEST, Run, load_run
 
 FORMATS = ("table", "csv", "json", "parquet")
 _TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -75,7 +76,7 @@ def lock(con: Any) -> None:
         con.execute(f"SET {setting}")
 
 
-def connect(run_dir: str):  # duckdb is imported lazily
+def connect(run_dir: str | os.PathLike[str]):  # duckdb is imported lazily
     """An in-memory, sandboxed DuckDB connection with a read-only relation per table of the run."""
     import duckdb
 
@@ -207,8 +208,9 @@ def read_only_sql(con: Any, sql: str) -> str:
     return prefix + st.query
 
 
-def run_query(run_dir: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Column names and rows of one read-only statement over the run (`read_only_sql` decides what runs)."""
+def run_query(run_dir: str | os.PathLike[str], sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Column names and rows of one read-only statement over the run (a path or a `Run`, whose chosen
+    simulation gives the `sim_*` tables; `read_only_sql` decides what runs)."""
     import duckdb
 
     text = load_sql(sql)

@@ -214,6 +214,35 @@ def test_analyze_with_metrics(tmp_path) -> None:
     assert r.exit_code == 2 and "give -o RUN_DIR" in r.output
 
 
+def test_python_analyze_attaches_evidence_as_the_cli_does(tmp_path) -> None:
+    """`prefixscan.analyze(metrics=...)` compares and saves the scrape as `analyze --metrics` does (one rule,
+    prefixscan.pipeline.outcome); without a run directory it is the CLI's usage error."""
+    from prefixscan.errors import NothingAcceptedError, UsageError
+
+    prom = tmp_path / "after.prom"
+    prom.write_text(SCRAPE.format(q=197574.0, h=50000.0))
+    log = str(ROOT / "sample_logs" / "chat.jsonl")
+    res = prefixscan.analyze(log, output=str(tmp_path / "py"), metrics=[str(prom)], findings=False, quiet=True)
+    assert res.evidence is not None
+    assert res.evidence.to_json()["metrics"]["served_hit_rate"] == pytest.approx(50000 / 197574)
+    cli = tmp_path / "cli"
+    r = runner.invoke(app, ["analyze", log, "-o", str(cli), "--metrics", str(prom), "--json", "-q", "--no-findings"])
+    assert r.exit_code == 0, r.output
+    assert res.evidence.to_json() == json.loads(r.stdout)["evidence"]
+    saved = [json.loads((d / "manifest.json").read_text())["evidence"] for d in (tmp_path / "py", cli)]
+    assert saved[0] == saved[1] and saved[0]["metrics"]["hits"] == 50000.0
+    with pytest.raises(UsageError, match="give -o RUN_DIR"):
+        prefixscan.analyze(log, metrics=[str(prom)])
+    assert prefixscan.analyze(log, findings=False, quiet=True).evidence is None  # none asked: none attached
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("{}\n")
+    with pytest.raises(NothingAcceptedError, match="no record accepted: 1 read, 1 rejected") as exc:
+        prefixscan.analyze(str(empty), output=str(tmp_path / "none"), metrics=[str(prom)])
+    assert exc.value.result.evidence is not None  # attached before the verdict, as the CLI does
+    r = runner.invoke(app, ["analyze", str(empty), "-o", str(tmp_path / "none2"), "--metrics", str(prom)])
+    assert r.exit_code == 3 and "no record accepted: 1 read, 1 rejected" in r.output
+
+
 def test_attach_saves_the_join_as_documented(run_dir, tmp_path) -> None:
     from prefixscan.evidence.attach import attach_evidence
     from tests.test_tables_doc import documented

@@ -26,11 +26,8 @@ MODULES: dict[str, int] = {
 
 # Functions over the limit today ("path:qualified name" -> lines). Only shrink.
 FUNCTIONS: dict[str, int] = {
-    "prefixscan/cli/simulate.py:register": 283,
-    "prefixscan/cli/simulate.py:register.simulate": 278,
-    "prefixscan/cli/analyze.py:register": 166,
-    "prefixscan/cli/analyze.py:register.analyze": 163,
-    "prefixscan/cli/estimate.py:register": 102,
+    "prefixscan/cli/analyze.py:register": 141,
+    "prefixscan/cli/analyze.py:register.analyze": 138,
 }
 
 

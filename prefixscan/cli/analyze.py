@@ -205,39 +205,42 @@ def register(app: typer.Typer) -> None:
             reuse=reuse, reuse_memory_limit=reuse_memory_limit, reuse_temp_dir=reuse_temp_dir, decisions=decisions,
             command_line="prefixscan " + shlex.join(scrub_argv(sys.argv[1:])),
         )
-        if (metrics or kv_events) and not output:
-            from prefixscan.errors import UsageError
+        from prefixscan.pipeline.outcome import check_evidence
 
-            raise UsageError("--metrics and --kv-events are saved in the run: give -o RUN_DIR")
+        check_evidence(output, metrics, kv_events)
         from prefixscan.pipeline.early import start_encode_workers
 
         start_encode_workers(cfg)  # their start-up overlaps the imports below
         from prefixscan import startup
-        from prefixscan.pipeline.run import run_analysis
 
         if engine != "ray":  # Ray and its workers may use pandas: leave pyarrow's view of it alone
             startup.skip_pandas_probe()
+        _run(cfg, metrics, kv_events, json_out, quiet)
+
+
+def _run(cfg, metrics: list[str], kv_events: str | None, json_out: bool, quiet: bool) -> None:  # AnalyzeConfig
+    """Run the analysis (prefixscan.pipeline.outcome: evidence attached, nothing accepted an error) with a
+    progress bar on a terminal, and print its summary; with nothing accepted, the counts before the error."""
+    from prefixscan.errors import NothingAcceptedError
+    from prefixscan.pipeline.outcome import analyze
+
+    try:
         if show_progress(quiet):
-            console = stderr_console(quiet)
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
             with Progress(TextColumn("reading logs"), BarColumn(), DownloadColumn(),
                           TextColumn("{task.fields[records]:,} records"), TimeRemainingColumn(),
-                          console=console, transient=True) as bar:
+                          console=stderr_console(quiet), transient=True) as bar:
                 task = bar.add_task("read", total=None, records=0)
 
                 def update(n: int, done: int, total: int) -> None:
                     bar.update(task, completed=done, total=total, records=n)
 
-                result = run_analysis(cfg, update)
+                result = analyze(cfg, metrics, kv_events, update)
         else:
-            result = run_analysis(cfg)
-        evidence = None
-        if metrics or kv_events:
-            from prefixscan.evidence.attach import attach_evidence
-
-            evidence = attach_evidence(output, metrics, kv_events)
-        _print(result, evidence, json_out, quiet)
-        from prefixscan.pipeline.summary import check_accepted
-
-        check_accepted(result.summary["requests"], result.run_dir)
+            result = analyze(cfg, metrics, kv_events)
+    except NothingAcceptedError as exc:
+        if exc.result is not None:
+            _print(exc.result, exc.result.evidence, json_out, quiet)
+        raise
+    _print(result, result.evidence, json_out, quiet)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import typer
 
 from prefixscan.cli.choices import DTYPES, gpu_names, model_names
 from prefixscan.cli.common import handle_errors, stdout_console
+from prefixscan.cli.groups import config_fields, grouped, opt
 from prefixscan.cost.options import ROUTER_POLICIES  # a module without dependencies: the CLI stays light
 from prefixscan.errors import UsageError
 
@@ -93,6 +96,77 @@ def _current_context() -> Any:
 
 SCENARIO_PARAMS = ("model", "model_config", "gpu", "usd_per_gpu_hour", "dtype", "kv_dtype", "mfu", "replicas",
                    "tensor_parallel", "gpu_memory_utilization", "kv_blocks", "rps", "scale_to_rps")
+_FROM = "default: the saved estimate's (report), else"  # report starts from estimate.json; both then the run's
+
+
+@dataclass(frozen=True)
+class ScenarioOptions:
+    """The serving scenario `estimate` prices and `report` shows (one EstimateOptions field each; --rps and
+    its hidden old name are one rate, resolved by `rate_and_sources`)."""
+
+    model: str | None = opt(None, "--model", "-m", metavar="MODEL",
+                            help=f"Catalogue model: {model_names()} (aliases and HF ids accepted; {_FROM} the "
+                                 "simulated model of the run, else llama-3.1-70b).")
+    gpu: str | None = opt(None, "--gpu", metavar="GPU",
+                          help=f"GPU: {gpu_names()} (h100 = h100-sxm; {_FROM} the simulation's, else h100).")
+    dtype: str | None = opt(None, "--dtype", metavar="|".join(DTYPES),
+                            help=f"Weights/compute dtype ({_FROM} the simulation's, else bf16).")
+    replicas: int | None = opt(None, "--replicas", help="Engine replicas serving the traffic.")
+    tensor_parallel: int | None = opt(None, "--tensor-parallel", "--tp",
+                                      help="GPUs per replica (default: fits weights).")
+    kv_blocks: int | None = opt(None, "--kv-blocks", help="KV blocks per replica for the replay (default: from model, "
+                                                          "GPU, TP and memory, or the simulation's).")
+    rps: float | None = opt(None, "--rps", help=RPS_HELP)
+    scale_to_rps: float | None = opt(None, "--scale-to-rps", hidden=True, help="Old name of --rps.")
+    usd_per_gpu_hour: float | None = opt(None, "--usd-per-gpu-hour", help="Price per GPU-hour.")
+    mfu: float | None = opt(None, "--mfu", help=f"Model FLOPs utilisation during prefill ({_FROM} the simulation's, "
+                                                "else 0.5).")
+
+    def given(self, others: Any = None) -> tuple[dict[str, Any], dict[str, str]]:
+        """(the EstimateOptions fields given, with the one rate as `rps`; which of them and of the `others`
+        group's scenario options came from prefixscan.toml)."""
+        rate, sources = rate_and_sources({**dataclasses.asdict(self), **(dataclasses.asdict(others) if others else {})})
+        fields = {**config_fields(self, frozenset({"rps", "scale_to_rps"})), "rps": rate}
+        return fields, sources
+
+
+@dataclass(frozen=True)
+class WhatIfOptions:
+    """What `estimate` alone takes: a model or GPU outside the catalogue, the traffic of a what-if without a
+    run, and the cost model's constants."""
+
+    model_config: str | None = opt(None, "--model-config", help="Local HF config.json.")
+    params: str | None = opt(None, "--params", convert=lambda t: parse_count(t, "--params"),
+                             help="Total parameters, e.g. 70e9 or 70B.")
+    active_params: str | None = opt(None, "--active-params", convert=lambda t: parse_count(t, "--active-params"),
+                                    help="Active parameters (MoE).")
+    gpu_flops: str | None = opt(None, "--gpu-flops", convert=lambda t: parse_count(t, "--gpu-flops"),
+                                help="Peak dense FLOP/s for --dtype.")
+    gpu_memory_gb: float | None = opt(None, "--gpu-memory-gb", help="HBM per GPU in GB.")
+    kv_dtype: str | None = opt(None, "--kv-dtype", metavar="|".join(DTYPES), help="KV-cache dtype (default: --dtype).")
+    linear: bool = opt(False, "--linear", help="Drop the attention term (2 x params/token).")
+    gpu_memory_utilization: float | None = opt(None, "--gpu-memory-utilization",
+                                               help="Share of HBM the engine may use (default 0.9, vLLM's).")
+    context_tokens: float | None = opt(None, "--context-tokens", help="Mean prompt tokens.")
+    new_tokens: float | None = opt(None, "--new-tokens", help="Mean uncachable tokens/turn.")
+    output_tokens: float | None = opt(None, "--output-tokens", help="Mean output tokens.")
+    hit_rate: float | None = opt(None, "--hit-rate", help="Share of requests that hit (prefix-aware).")
+    token_hit_rate: float | None = opt(None, "--token-hit-rate", help="Token-weighted hit rate (prefix-aware).")
+    ttft_gpus: float = opt(1.0, "--ttft-gpus", help="GPUs' worth of prefill one request gets under load.")
+    ttft_overhead_s: float = opt(0.03, "--ttft-overhead-s", help="Fixed TTFT overhead (s).")
+    decode_batch: int = opt(64, "--decode-batch", help="Decode batch for the prefill share.")
+    hours_per_month: float = opt(730.0, "--hours-per-month", help="Hours in a month.")
+    policies: str = opt(",".join(ROUTER_POLICIES), "--policies",
+                        convert=lambda text: tuple(p.strip() for p in text.split(",") if p.strip()),
+                        help="Router policies to replay when no saved simulation matches the scenario "
+                             "(comma-separated).")
+
+
+def simulation_option(verb: str) -> Any:
+    """--simulation NAME: which stored simulation a command on a run uses (`verb`: what it does with it)."""
+    return typer.Option(None, "--simulation", metavar="NAME",
+                        help=f"Which stored simulation to {verb} (`simulate --name`; default: 'default', else the "
+                             "most recent; `simulate RUN_DIR --list` lists them).")
 
 
 def register(app: typer.Typer) -> None:
@@ -100,56 +174,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("estimate")
     @handle_errors
+    @grouped
     def estimate(
         run_dir: str | None = typer.Argument(None, help="Run directory from `prefixscan analyze`."),
-        model: str | None = typer.Option(None, "--model", "-m", metavar="MODEL",
-                                         help=f"Catalogue model: {model_names()} (aliases and HF ids accepted; "
-                                              "default: the simulated model of the run, else llama-3.1-70b)."),
-        model_config: str | None = typer.Option(None, "--model-config", help="Local HF config.json."),
-        params: str | None = typer.Option(None, "--params", help="Total parameters, e.g. 70e9 or 70B."),
-        active_params: str | None = typer.Option(None, "--active-params", help="Active parameters (MoE)."),
-        gpu: str | None = typer.Option(None, "--gpu", metavar="GPU", help=f"GPU: {gpu_names()} (h100 = h100-sxm; "
-                                       "default: the simulation's, else h100)."),
-        gpu_flops: str | None = typer.Option(None, "--gpu-flops", help="Peak dense FLOP/s for --dtype."),
-        gpu_memory_gb: float | None = typer.Option(None, "--gpu-memory-gb", help="HBM per GPU in GB."),
-        usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
-        dtype: str | None = typer.Option(None, "--dtype", metavar="|".join(DTYPES), help="Weights/compute dtype "
-                                         "(default: the simulation's, else bf16)."),
-        kv_dtype: str | None = typer.Option(None, "--kv-dtype", metavar="|".join(DTYPES),
-                                            help="KV-cache dtype (default: --dtype)."),
-        mfu: float | None = typer.Option(None, "--mfu", help="Model FLOPs utilisation during prefill "
-                                         "(default: the simulation's, else 0.5)."),
-        linear: bool = typer.Option(False, "--linear", help="Drop the attention term (2 x params/token)."),
-        replicas: int | None = typer.Option(None, "--replicas", help="Engine replicas serving the traffic."),
-        tensor_parallel: int | None = typer.Option(None, "--tensor-parallel", "--tp",
-                                                   help="GPUs per replica (default: fits weights)."),
-        gpu_memory_utilization: float | None = typer.Option(
-            None, "--gpu-memory-utilization", help="Share of HBM the engine may use (default 0.9, vLLM's)."),
-        kv_blocks: int | None = typer.Option(None, "--kv-blocks",
-                                             help="KV blocks per replica for the replay (default: from model, "
-                                                  "GPU, TP and memory, or the simulation's)."),
-        rps: float | None = typer.Option(None, "--rps", help=RPS_HELP),
-        scale_to_rps: float | None = typer.Option(None, "--scale-to-rps", hidden=True,
-                                                  help="Old name of --rps."),
-        context_tokens: float | None = typer.Option(None, "--context-tokens", help="Mean prompt tokens."),
-        new_tokens: float | None = typer.Option(None, "--new-tokens", help="Mean uncachable tokens/turn."),
-        output_tokens: float | None = typer.Option(None, "--output-tokens", help="Mean output tokens."),
-        hit_rate: float | None = typer.Option(None, "--hit-rate",
-                                              help="Share of requests that hit (prefix-aware)."),
-        token_hit_rate: float | None = typer.Option(None, "--token-hit-rate",
-                                                    help="Token-weighted hit rate (prefix-aware)."),
-        ttft_gpus: float = typer.Option(1.0, "--ttft-gpus",
-                                        help="GPUs' worth of prefill one request gets under load."),
-        ttft_overhead_s: float = typer.Option(0.03, "--ttft-overhead-s", help="Fixed TTFT overhead (s)."),
-        decode_batch: int = typer.Option(64, "--decode-batch", help="Decode batch for the prefill share."),
-        hours_per_month: float = typer.Option(730.0, "--hours-per-month", help="Hours in a month."),
-        policies: str = typer.Option(",".join(ROUTER_POLICIES), "--policies",
-                                     help="Router policies to replay when no saved simulation matches "
-                                          "the scenario (comma-separated)."),
-        simulation: str | None = typer.Option(
-            None, "--simulation", metavar="NAME",
-            help="Which stored simulation to reuse (`simulate --name`; default: 'default', else the most "
-                 "recent; `simulate RUN_DIR --list` lists them)."),
+        scenario: ScenarioOptions = ...,  # type: ignore[assignment]  # each group: its options (cli/groups.py)
+        what_if: WhatIfOptions = ...,  # type: ignore[assignment]
+        simulation: str | None = simulation_option("reuse"),
         save: bool = typer.Option(True, "--save/--no-save",
                                   help="Write the result to RUN_DIR/estimate.json (read by `report`)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
@@ -163,25 +193,13 @@ def register(app: typer.Typer) -> None:
         from prefixscan.cost.estimator import estimate as run_estimate
         from prefixscan.cost.options import EstimateOptions
 
-        rps, sources = rate_and_sources(locals())
-        options = EstimateOptions(
-            model=model, model_config=model_config, params=parse_count(params, "--params"),
-            active_params=parse_count(active_params, "--active-params"), gpu=gpu,
-            gpu_flops=parse_count(gpu_flops, "--gpu-flops"), gpu_memory_gb=gpu_memory_gb,
-            usd_per_gpu_hour=usd_per_gpu_hour, dtype=dtype, kv_dtype=kv_dtype, mfu=mfu, linear=linear,
-            replicas=replicas, tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization,
-            kv_blocks=kv_blocks, policies=tuple(p.strip() for p in policies.split(",") if p.strip()),
-            rps=rps, context_tokens=context_tokens, new_tokens=new_tokens,
-            output_tokens=output_tokens, hit_rate=hit_rate, token_hit_rate=token_hit_rate,
-            ttft_gpus=ttft_gpus,
-            ttft_overhead_s=ttft_overhead_s, decode_batch=decode_batch, hours_per_month=hours_per_month,
-            sources=sources,
-        )
+        given, sources = scenario.given(what_if)
+        options = EstimateOptions(**given, **config_fields(what_if), sources=sources)
         run = None
         if run_dir is not None:
-            from prefixscan.io.rundir import load_run
+            from prefixscan.io.run import Run
 
-            run = load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones
+            run = Run.open(run_dir, simulation)  # an unknown name: one line listing the stored ones
         elif simulation is not None:
             raise UsageError("--simulation needs a run directory")
         result = run_estimate(options, run)

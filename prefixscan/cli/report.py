@@ -6,7 +6,8 @@ import typer
 
 from prefixscan.cli.choices import REPORT_FORMATS, one_of
 from prefixscan.cli.common import handle_errors
-from prefixscan.cli.estimate import RPS_HELP, rate_and_sources
+from prefixscan.cli.estimate import ScenarioOptions, simulation_option
+from prefixscan.cli.groups import grouped
 from prefixscan.errors import UsageError
 from prefixscan.report.fmt import clean
 
@@ -18,31 +19,17 @@ def register(app: typer.Typer) -> None:
 
     @app.command("report")
     @handle_errors
+    @grouped
     def report(
         run_dir: str = typer.Argument(..., help="Run directory from `prefixscan analyze` (and simulate, ...)."),
         output: str | None = typer.Option(None, "--output", "-o", help="Directory to write to (default: RUN_DIR)."),
         fmt: str = typer.Option("both", "--format", "-f", metavar=one_of(REPORT_FORMATS),
                                 help="Markdown, HTML or both."),
-        model: str | None = typer.Option(None, "--model", "-m",
-                                         help="Model (default: the saved estimate's, else the simulation's, "
-                                              "else llama-3.1-70b)."),
-        gpu: str | None = typer.Option(None, "--gpu", help="GPU (default: the saved estimate's, else the "
-                                                           "simulation's, else h100)."),
-        dtype: str | None = typer.Option(None, "--dtype", help="Weights/KV dtype: bf16 or fp8."),
-        replicas: int | None = typer.Option(None, "--replicas", help="Engine replicas serving the traffic."),
-        tensor_parallel: int | None = typer.Option(None, "--tensor-parallel", "--tp", help="GPUs per replica."),
-        kv_blocks: int | None = typer.Option(None, "--kv-blocks", help="KV blocks per replica."),
-        rps: float | None = typer.Option(None, "--rps", help=RPS_HELP),
-        scale_to_rps: float | None = typer.Option(None, "--scale-to-rps", hidden=True, help="Old name of --rps."),
-        usd_per_gpu_hour: float | None = typer.Option(None, "--usd-per-gpu-hour", help="Price per GPU-hour."),
-        mfu: float | None = typer.Option(None, "--mfu", help="Model FLOPs utilisation during prefill."),
+        scenario: ScenarioOptions = ...,  # type: ignore[assignment]  # its options (cli/groups.py)
         compare_to: str | None = typer.Option(None, "--compare-to",
                                               help="An earlier run (say, before a template change): adds a "
                                                    "before/after section (`prefixscan diff`)."),
-        simulation: str | None = typer.Option(
-            None, "--simulation", metavar="NAME",
-            help="Which stored simulation to report (`simulate --name`; default: 'default', else the most "
-                 "recent; `simulate RUN_DIR --list` lists them)."),
+        simulation: str | None = simulation_option("report"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the paths written."),
     ) -> None:
         """Write report.md (figures in report_figures/) and a self-contained report.html for a run.
@@ -53,18 +40,14 @@ def register(app: typer.Typer) -> None:
         replayed for it when the saved simulation ran another one). A section whose data is missing names
         the command that produces it.
         """
-        from prefixscan.io.rundir import load_run
+        from prefixscan.io.run import Run
         from prefixscan.report.write import write_report
 
-        rps, sources = rate_and_sources(locals())
+        given, sources = scenario.given()
         if fmt not in FORMATS:
             raise UsageError(f"--format must be md, html or both, got {fmt!r}")
-        load_run(run_dir, simulation)  # an unknown name: one line listing the stored ones, before any work
-        written = write_report(
-            run_dir, output, FORMATS[fmt], compare_to=compare_to, simulation=simulation, model=model, gpu=gpu,
-            dtype=dtype, replicas=replicas, tensor_parallel=tensor_parallel, kv_blocks=kv_blocks, rps=rps,
-            usd_per_gpu_hour=usd_per_gpu_hour, mfu=mfu, sources=sources or None,
-        )
+        run = Run.open(run_dir, simulation)  # an unknown name: one line listing the stored ones, before any work
+        written = write_report(run, output, FORMATS[fmt], compare_to=compare_to, sources=sources or None, **given)
         for kind in ("md", "html"):
             if kind in written and not quiet:
                 typer.echo(clean(str(written[kind])))  # -o NAME is echoed: its controls shown, not sent

@@ -117,7 +117,7 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
     """Measure rate, mean context, mean new tokens and hit rates from a run directory."""
     import pyarrow.compute as pc
 
-    from prefixscan.io.rundir import load_run
+    from prefixscan.io.run import load_run
 
     run = load_run(path)
     req = run.table("requests")
@@ -143,7 +143,6 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
     from prefixscan.sim.workload import REQUIRED
 
     lacking = [c for c in REQUIRED if c not in req.column_names]
-    sim = run.manifest.get("simulate") if isinstance(run.manifest.get("simulate"), dict) else {}
     return MeasuredWorkload(
         requests=n, span_s=span, rps=rps, context_tokens=sum_prompt / n,
         new_tokens=(sum_prompt - sum_cached) / n,
@@ -153,7 +152,7 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
         engine=engine_reported(req) or _counters(run.manifest, n),
         block_size=int((run.manifest.get("config") or {}).get("block_size") or 16),
         replayable=(f"the requests table lacks {', '.join(lacking)}" if lacking else None),
-        sim_config=sim.get("config") if isinstance(sim.get("config"), dict) else None,
-        sim_workload=sim.get("workload") if isinstance(sim.get("workload"), dict) else None,
+        sim_config=run.sim.config if run.sim is not None else None,
+        sim_workload=run.sim.workload if run.sim is not None else None,
         mean_rps=act.mean_rps, busy_s=act.busy_s if act.gappy else None, rate_note=act.note(),
     )

@@ -101,7 +101,7 @@ def saved_mismatch(m: MeasuredWorkload, spec: ScenarioSpec) -> str | None:
 
 
 def _saved_policies(run_dir: str | os.PathLike[str]) -> tuple[PolicyHit, ...]:
-    from prefixscan.io.rundir import load_run
+    from prefixscan.io.run import load_run
 
     run = load_run(run_dir)
     if not run.has("sim_policies"):

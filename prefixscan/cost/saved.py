@@ -13,16 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from prefixscan.cost.result import EstimateResult
-from prefixscan.errors import RunDirError
+from prefixscan.io.run import ESTIMATE_FILE
 
-FILE = "estimate.json"
 FORMAT = 1
 
 
 def run_fingerprint(run_dir: str | os.PathLike[str]) -> str:
     """What the estimate read from the run: its inputs, analysis settings and the simulation it used (the
     selected one, prefixscan.io.simstore; its name is part of the basis only when it is not `default`)."""
-    from prefixscan.io.rundir import load_run
+    from prefixscan.io.run import load_run
 
     run = load_run(run_dir)
     m = run.manifest
@@ -42,7 +41,7 @@ def save_estimate(result: EstimateResult, run_dir: str | os.PathLike[str], comma
     from prefixscan.io.rundir import extending
 
     with extending(run):  # under the run's lock, written whole (temporary name, then rename)
-        return write_text(run / FILE, text)
+        return write_text(run / ESTIMATE_FILE, text)
 
 
 def is_stale(doc: dict[str, Any], run_dir: str | os.PathLike[str]) -> bool:
@@ -119,17 +118,12 @@ def scenario_options(scenario: dict[str, Any]) -> Any:
 
 
 def load_estimate(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The saved estimate document ({"command_line", "result", ...}), or None when the run has none."""
-    path = Path(run_dir) / FILE
-    if not path.exists():
-        return None
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"{path} is unreadable ({exc}); re-run `prefixscan estimate {run_dir}`") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("result"), dict):
-        raise RunDirError(f"{path} is not a saved estimate; re-run `prefixscan estimate {run_dir}`")
-    return doc
+    """The saved estimate document ({"command_line", "result", ...}), or None when the run has none (read
+    and checked by prefixscan.io.run, whose `Run.estimate` is the typed form)."""
+    from prefixscan.io.run import read_estimate
+
+    saved = read_estimate(run_dir)
+    return None if saved is None else saved.document
 
 
 def _finite(x: Any) -> Any:

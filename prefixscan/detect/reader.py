@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from prefixscan.errors import RunDirError
-from prefixscan.io.rundir import load_run
+from prefixscan.io.run import load_run
 
 
 def read_findings(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -16,8 +16,7 @@ def read_findings(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]]
         raise RunDirError(f"run {run_dir} has no findings table: it was analysed with --no-findings, from a "
                           "hashed trace, or by an older version; re-run `prefixscan analyze LOGS -o RUN_DIR`")
     rows = sorted(run.table("findings").to_pylist(), key=lambda r: r["rank"])
-    summary = (run.manifest.get("analyze") or {}).get("summary") or {}
-    return rows, summary.get("counterfactual")
+    return rows, run.analysis.summary.get("counterfactual")
 
 
 # Shapes whose logs no cache breaker can be searched in: no prompt text at all, or text that is not chat

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from prefixscan.evidence.join import EventsJoin, join_events
 from prefixscan.evidence.metrics import MetricsComparison, served
-from prefixscan.io.rundir import add_tables, load_run
+from prefixscan.io.run import Run, load_run
+from prefixscan.io.rundir import add_tables
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def _evictions(run, kv_events: str, tables: dict) -> dict | None:  # rundir.Run
     return info
 
 
-def _measured(run) -> float | None:  # rundir.Run
+def _measured(run: Run) -> float | None:
     """The log's own engine-reported hit rate (token-weighted), as the estimator measures it."""
     from prefixscan.cost.measure import engine_reported
 
@@ -77,13 +78,12 @@ def attach_evidence(run_dir: str | os.PathLike[str], metrics: list[str] | None =
                     kv_events: str | None = None) -> Evidence:
     """Compare the run with the engine's counters and/or KV events, and save the result in the run."""
     run = load_run(run_dir)
-    analyze = run.manifest.get("analyze") or {}
+    analysis = run.analysis
     comparison = None
     if metrics:
-        summary = analyze.get("summary") or {}
-        comparison = MetricsComparison(served(list(metrics)), int((summary.get("tokens") or {}).get("prompt", 0)),
-                                       float((analyze.get("hit_rate") or {}).get("token_weighted", 0.0)),
-                                       _measured(run))
+        comparison = MetricsComparison(served(list(metrics)),
+                                       int((analysis.summary.get("tokens") or {}).get("prompt", 0)),
+                                       float(analysis.hit_rate.get("token_weighted", 0.0)), _measured(run))
     joined = join_events(run_dir, kv_events) if kv_events else None
     tables = {"kv_events_join": joined.table} if joined is not None else {}
     ev = Evidence(comparison, joined, _evictions(run, kv_events, tables) if kv_events else None)

@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 
 from prefixscan.errors import UsageError
 from prefixscan.io.atomic import refuse_existing
-from prefixscan.io.rundir import load_run, run_containing
+from prefixscan.io.run import load_run
+from prefixscan.io.rundir import run_containing
 
 FORMATS = {"mooncake": 512, "bailian": 16}  # target -> the block size its tooling expects
 COLUMNS = ["arrival_s", "prompt_tokens", "output_tokens", "block_hashes", "conversation_id", "turn_index",

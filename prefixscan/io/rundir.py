@@ -1,7 +1,9 @@
-"""The run directory: `manifest.json` plus one Parquet file per table.
+"""The run directory: `manifest.json` plus one Parquet file per table, written here.
 
 Every command after `analyze` (findings, simulate, estimate, report, query) reads and extends a run
-directory instead of recomputing, so results can be re-rendered and queried without re-running.
+directory instead of recomputing, so results can be re-rendered and queried without re-running. This
+module writes runs (a new run swapped in whole, tables and manifest added under the run's lock); reading
+one is prefixscan.io.run's (`Run.open`, `read_manifest`), whose names stay importable from here.
 """
 
 from __future__ import annotations
@@ -9,12 +11,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +37,15 @@ from prefixscan.io.atomic import (
 )
 from prefixscan.io.lock import RunLock
 from prefixscan.io.modes import MANIFEST_KEY, apply_mode, parse_mode
-from prefixscan.io.simindex import selected_view, table_dir
+from prefixscan.io.run import MANIFEST, read_manifest
 
-MANIFEST = "manifest.json"
+# Reading a run is prefixscan.io.run's; these names stay importable from here for callers not moved yet.
+from prefixscan.io.run import Run as Run
+from prefixscan.io.run import check_requests_schema as check_requests_schema
+from prefixscan.io.run import load_run as load_run
+from prefixscan.io.run import read_schema_file as read_schema_file
+from prefixscan.io.run import read_table_file as read_table_file
+
 FORMAT_VERSION = 1
 
 
@@ -244,136 +250,6 @@ def write_manifest(run: Path, manifest: dict[str, Any]) -> None:
     write_text(run / MANIFEST, text)
 
 
-def _redo(run: str | os.PathLike[str]) -> str:
-    return f"re-create it with `prefixscan analyze LOGS -o {run} --force`"
-
-
-def read_manifest(run: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load a run's manifest, with a clear error when the directory is not a run or the file is damaged."""
-    path = Path(run) / MANIFEST
-    if not path.exists():
-        raise RunDirError(
-            f"{run} is not a prefixscan run directory (no {MANIFEST}); "
-            f"create one with `prefixscan analyze LOGS -o {run}`"
-        )
-    try:
-        doc = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise env_error(exc, path) from None
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise RunDirError(f"{path} is damaged ({str(exc).splitlines()[0][:80]}); {_redo(run)}") from None
-    if not isinstance(doc, dict):
-        raise RunDirError(f"{path} is damaged (not a JSON object); {_redo(run)}")
-    _check_manifest(doc, path, run)
-    return doc
-
-
-# The types of what readers take from a manifest (a key may be absent): a value of another type is a damaged
-# (or crafted) run, refused in one line before any command uses it. Nested: (type, {key: type or spec}).
-_SUMMARY = {k: dict for k in ("actual_vs_predicted", "by_hit_source", "by_model", "by_prefix_class", "by_tenant",
-                              "by_turn", "capacity", "conversations", "counterfactual", "cross_tenant", "hit_rate",
-                              "input", "miss_attribution", "requests", "reuse", "reuse_gap_s", "tokens")}
-_SCHEMA: dict[str, Any] = {
-    "analyze": (dict, {"hit_rate": dict, "requests": (dict, {"rejects_by_reason": dict}), "timings": dict,
-                       "notes": list, "summary": (dict, {**_SUMMARY, "findings": list, "notes": list,
-                                                         "top_prefixes": list})}),
-    "command_line": str, "file_mode": str,
-    "config": (dict, {"block_size": int, "hit_rule": str, "tokenizer": str, "granularity": str,
-                      "isolate_tenants": bool, "inputs": list, "command_line": str}),
-    "format_version": int, "inputs": list,
-    "tables": dict, "tool": str, "version": str, "simulate": dict, "simulations": dict, "findings": dict,
-    "project_config": dict,
-}
-_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "true or false"}
-
-
-def _check_types(doc: dict[str, Any], schema: dict[str, Any], at: str) -> str | None:
-    for key, spec in schema.items():
-        if key not in doc or doc[key] is None:
-            continue
-        kind, inner = spec if isinstance(spec, tuple) else (spec, None)
-        value = doc[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            return f"{at}{key} is not {_TYPE_NAMES[kind]}"
-        if inner is not None:
-            bad = _check_types(value, inner, f"{at}{key}.")
-            if bad:
-                return bad
-    return None
-
-
-def _check_manifest(doc: dict[str, Any], path: Path, run: str | os.PathLike[str]) -> None:
-    """Refuse a manifest whose values a reader would misuse: wrong types, table names that are not plain
-    names, a file mode beyond read/write bits; simulations are checked by prefixscan.io.simindex."""
-    why = _check_types(doc, _SCHEMA, "")
-    if why is None and not all(isinstance(t, str) and _PLAIN_TABLE.fullmatch(t) and isinstance(v, dict)
-                               for t, v in doc.get("tables", {}).items()):
-        why = "tables must map plain table names to objects"
-    if why is None and doc.get(MANIFEST_KEY) is not None and parse_mode(doc[MANIFEST_KEY]) is None:
-        why = f"{MANIFEST_KEY} {str(doc[MANIFEST_KEY])[:12]!r} is not a file mode within 0666"
-    if why is not None:
-        raise RunDirError(f"run directory damaged: {path}: {why}; {_redo(run)}")
-
-
-_PLAIN_TABLE = re.compile(r"[a-z][a-z0-9_]{0,63}")
-
-
-def read_table_file(path: Path, run: str | os.PathLike[str], **kwargs: Any) -> pa.Table:
-    """A run's Parquet table, or a one-line RunDirError when it is truncated or not Parquet."""
-    try:
-        return pq.read_table(path, page_checksum_verification=True, **kwargs)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-        if isinstance(exc, OSError) and exc.errno is not None:
-            raise env_error(exc, path) from None
-        raise RunDirError(f"{path} is damaged ({str(exc).splitlines()[0][:100]}); {_redo(run)}") from None
-
-
-def _same_kind(want: pa.DataType, got: pa.DataType) -> bool:
-    """Whether a column of type `got` can stand for the schema's `want` (widths and string kinds may vary)."""
-    if pa.types.is_null(got):
-        return True  # a column that is null throughout
-    if pa.types.is_list(want):
-        return (pa.types.is_list(got) or pa.types.is_large_list(got)) and pa.types.is_integer(got.value_type)
-    if pa.types.is_integer(want):
-        return pa.types.is_integer(got)
-    if pa.types.is_floating(want):
-        return pa.types.is_floating(got) or pa.types.is_integer(got)
-    if pa.types.is_string(want):
-        return pa.types.is_string(got) or pa.types.is_large_string(got) or (
-            pa.types.is_dictionary(got) and pa.types.is_string(got.value_type))
-    if pa.types.is_boolean(want):
-        return pa.types.is_boolean(got)
-    return True
-
-
-def check_requests_schema(schema: pa.Schema, path: Path, run: str | os.PathLike[str]) -> None:
-    """A requests table every reader can use: the columns a replay needs, and each known column of its
-    documented kind (prefixscan.schema); anything else is a damaged run (RunDirError, exit 5)."""
-    from prefixscan.schema import REQUESTS_SCHEMA
-    from prefixscan.sim.workload import REQUIRED
-
-    lacking = [c for c in REQUIRED if c not in schema.names]
-    if lacking:
-        raise RunDirError(f"run directory damaged: {path} lacks column(s) {', '.join(lacking)} (not a requests "
-                          f"table); {_redo(run)}")
-    for f in schema:
-        i = REQUESTS_SCHEMA.get_field_index(f.name)
-        if i >= 0 and not _same_kind(REQUESTS_SCHEMA.field(i).type, f.type):
-            raise RunDirError(f"run directory damaged: {path}: column {f.name} is {f.type}, expected "
-                              f"{REQUESTS_SCHEMA.field(i).type}; {_redo(run)}")
-
-
-def read_schema_file(path: Path, run: str | os.PathLike[str]) -> pa.Schema:
-    """A run's Parquet table's schema (its footer), or a one-line RunDirError when the file is empty or not
-    Parquet."""
-    try:
-        return pq.read_schema(path)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-        if isinstance(exc, OSError) and exc.errno is not None:
-            raise env_error(exc, path) from None
-        raise RunDirError(f"{path} is damaged ({str(exc).splitlines()[0][:100]}); {_redo(run)}") from None
-
-
 def add_tables(run: str | os.PathLike[str], tables: dict[str, pa.Table], section: str,
                info: dict[str, Any] | None = None) -> None:
     """Add the tables of a later stage (findings, simulate, ...) and record them in the manifest. Each
@@ -394,79 +270,3 @@ def run_mode(run: str | os.PathLike[str]) -> int | None:
     return parse_mode(read_manifest(run).get(MANIFEST_KEY))
 
 
-@dataclass
-class Run:
-    """A run directory opened for reading; tables load on first use. `sim_*` tables come from the chosen
-    simulation only (`simulation`, its tables under `sim_dir`; prefixscan.io.simindex): never a stray file."""
-
-    path: Path
-    manifest: dict[str, Any]
-    _cache: dict[str, pa.Table] = field(default_factory=dict, repr=False)
-    _checked: set[str] = field(default_factory=set, repr=False)
-    sim_dir: str = ""
-    simulation: str | None = None
-
-    def __fspath__(self) -> str:
-        """A Run stands for its directory wherever a path is taken; handed on (say to the estimator), it
-        keeps the simulation it was opened with, since `load_run` returns it as it is."""
-        return str(self.path)
-
-    def __str__(self) -> str:
-        return str(self.path)
-
-    def tables(self) -> list[str]:
-        """The run's own tables and the chosen simulation's."""
-        own = [p.stem for p in self.path.glob("*.parquet") if not p.stem.startswith("sim_")]
-        return sorted({*own, *self.sim_tables()})
-
-    def sim_tables(self) -> list[str]:
-        """The chosen simulation's tables present on disk (none when no simulation is stored)."""
-        if self.simulation is None:
-            return []
-        return sorted(p.stem for p in table_dir(self.path, self.sim_dir).glob("sim_*.parquet"))
-
-    def file(self, name: str) -> Path | None:
-        """Where table `name` lives (the chosen simulation's directory for `sim_*`); None: it cannot exist."""
-        if name.startswith("sim_"):
-            if self.simulation is None:
-                return None
-            return table_dir(self.path, self.sim_dir) / f"{name}.parquet"
-        return self.path / f"{name}.parquet"
-
-    def has(self, name: str) -> bool:
-        p = self.file(name)
-        return p is not None and p.exists()
-
-    def checked_file(self, name: str) -> Path:
-        """The file of table `name`, its footer read (and the requests table's columns checked): for
-        readers that read a few columns themselves. A damaged file is a one-line RunDirError."""
-        p = self.file(name)
-        if p is not None and not p.parent.exists() and self.sim_dir:
-            raise RunDirError(f"simulation {self.simulation!r} of run {self.path} was replaced while this command "
-                              "read it (another prefixscan simulate); run the command again")
-        if p is None or not p.exists():
-            raise RunDirError(f"run {self.path} has no table {name!r} (tables: {', '.join(self.tables())})")
-        if name not in self._checked:
-            schema = read_schema_file(p, self.path)
-            if name == "requests":
-                check_requests_schema(schema, p, self.path)
-            self._checked.add(name)
-        return p
-
-    def table(self, name: str) -> pa.Table:
-        if name not in self._cache:
-            self._cache[name] = read_table_file(self.checked_file(name), self.path)
-        return self._cache[name]
-
-
-def load_run(path: str | os.PathLike[str] | Run, simulation: str | None = None) -> Run:
-    """Open a run directory written by `prefixscan analyze`. `simulation` picks a named simulation (default:
-    `default`, else the most recent; an unknown name is a UsageError listing the stored ones). Given a Run
-    (and no other simulation), returns it: the simulation a caller chose travels with the Run."""
-    if isinstance(path, Run):
-        if simulation is None or simulation == path.simulation:
-            return path
-        path = path.path
-
-    manifest, sim_dir, chosen = selected_view(read_manifest(path), simulation, path)
-    return Run(Path(path), manifest, sim_dir=sim_dir, simulation=chosen)

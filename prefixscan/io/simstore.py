@@ -34,7 +34,8 @@ import pyarrow as pa
 from prefixscan.errors import PrefixscanError
 from prefixscan.io.atomic import clean_temps, fsync_dir, is_temp_name, temp_path
 from prefixscan.io.modes import apply_mode
-from prefixscan.io.rundir import extending, read_manifest, run_mode, write_manifest, write_table
+from prefixscan.io.run import read_manifest
+from prefixscan.io.rundir import extending, run_mode, write_manifest, write_table
 from prefixscan.io.simindex import _DIR_RE, DEFAULT, SIM_DIR, TABLE_RE, check_name, index, table_dir
 
 

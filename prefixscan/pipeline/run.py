@@ -56,6 +56,7 @@ class AnalysisResult:
     run_dir: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     findings: Any = None  # prefixscan.detect.FindingsResult (None with --no-findings)
+    evidence: Any = None  # prefixscan.evidence.attach.Evidence, when --metrics/--kv-events were given
 
     def to_json(self) -> dict[str, Any]:
         return self.summary

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscan.errors import PrefixscanError
-from prefixscan.io.rundir import Run, load_run, read_schema_file, read_table_file
+from prefixscan.io.run import Run, read_schema_file, read_table_file
 from prefixscan.redact import redact_snippet
 from prefixscan.report.model import (
     BASELINES,
@@ -53,7 +53,7 @@ def _num(x: Any) -> float | None:
 
 
 def _traffic(run: Run) -> Traffic:
-    an = run.manifest.get("analyze", {}).get("requests", {})
+    counts = run.analysis.requests
     want = [
         "arrival_s",
         "tenant",
@@ -93,10 +93,10 @@ def _traffic(run: Run) -> Traffic:
         actual = a.fill_null(0).to_numpy()
     pct = lambda q: float(np.percentile(prompt, q)) if n else 0.0  # noqa: E731
     return Traffic(
-        requests_read=int(an.get("read", n)),
-        requests_accepted=int(an.get("accepted", n)),
-        requests_rejected=int(an.get("rejected", 0)),
-        rejects_by_reason=dict(an.get("rejects_by_reason", {})),
+        requests_read=n if counts.read is None else counts.read,
+        requests_accepted=n if counts.accepted is None else counts.accepted,
+        requests_rejected=counts.rejected or 0,
+        rejects_by_reason=dict(counts.rejects_by_reason),
         span_s=span,
         rps=(n / span if span > 0 else None),
         prompt_tokens=int(prompt.sum()) if n else 0,
@@ -129,9 +129,7 @@ def _summaries(data: ReportData, run: Run) -> None:
         ("mean of per-request hit fractions (AIPerf)", "request_mean"),
     )
     data.hit_rates = [HitRate(label, _num(whole.get(k)), _num(steady.get(k))) for label, k in labels]
-    data.tenant_isolated = _num(
-        run.manifest.get("analyze", {}).get("hit_rate", {}).get("tenant_isolated_token_weighted")
-    )
+    data.tenant_isolated = _num(run.analysis.tenant_isolated_hit_rate)
     for dim in BREAKDOWNS:
         rs = by.get(dim, [])
         if dim == "turn_index":
@@ -158,7 +156,7 @@ def _capacity(run: Run, ideal: float | None, kv: KvBasis, replica_kv: int | None
 
     # analyze stores the exact capacities (from the every-capacity LRU curve) in the summary; runs written
     # before that get the first grid point that reaches the fraction.
-    exact = run.manifest.get("analyze", {}).get("summary", {}).get("capacity", {})
+    exact = run.analysis.exact_capacity
 
     def need(frac: float) -> int | None:
         key = f"lru_tokens_for_{int(frac * 100)}pct_of_ideal"
@@ -215,8 +213,8 @@ def _estimate_policies(data: ReportData, run: Run) -> bool:
                 "kv_blocks_per_replica": sc["kv_blocks_per_replica"], "block_size": sc["block_size"],
                 "knowledge": "exact"}
     detail = str(est["baselines"]["detail"])
-    if run.simulation not in (None, "default"):
-        detail = detail.replace("the saved simulation", f"the saved simulation `{run.simulation}`")
+    if run.sim is not None and run.sim.own_name:
+        detail = detail.replace("the saved simulation", f"the saved simulation `{run.sim.name}`")
     data.policies_source = f"the estimate's replay: {detail}"
     data.best_policy = (est.get("verdict") or {}).get("router_policy")
     return True
@@ -226,8 +224,8 @@ def _sim_results(data: ReportData, run: Run) -> bool:
     """The chosen simulation's KV-tier and prefill/decode results (its own, per policy); True when it has
     any: the estimate's replay cannot stand in for such a simulation."""
     data.simulation = run.simulation
-    pols = run.manifest.get("simulate", {}).get("policies", {})
-    rows = [{"policy": name, **m} for name, m in pols.items() if isinstance(m, dict)]
+    pols = run.sim.policies if run.sim is not None else {}
+    rows = [{"policy": name, **m} for name, m in pols.items()]
     if run.has("sim_policies"):  # the table keeps the run's policy order; the manifest sorts keys
         order = [p for p in run.table("sim_policies").column("policy").to_pylist()]
         rows.sort(key=lambda r: order.index(r["policy"]) if r["policy"] in order else len(order))
@@ -239,20 +237,19 @@ def _sim_results(data: ReportData, run: Run) -> bool:
 def _sim(data: ReportData, run: Run) -> None:
     rows = _rows(run.table("sim_policies"), POLICY_COLUMNS)
     data.policies = rows
-    data.policies_source = "the run's saved simulation" + (
-        f" `{run.simulation}`" if run.simulation not in (None, "default") else "")
-    sec = run.manifest.get("simulate", {})
-    cfg, wl = sec.get("config", {}), sec.get("workload", {})
+    sim = run.sim
+    assert sim is not None  # the run has sim_policies
+    data.policies_source = "the run's saved simulation" + (f" `{sim.name}`" if sim.own_name else "")
     data.sim = {
-        "decode_replicas": cfg.get("decode_replicas") or None,
-        "replicas": cfg.get("replicas"),
-        "model": cfg.get("model"),
-        "gpu": cfg.get("gpu"),
-        "kv_blocks_per_replica": wl.get("kv_blocks_per_replica"),
-        "block_size": wl.get("block_size"),
-        "unbounded_kv": wl.get("unbounded_kv"),
-        "prefill_model": wl.get("prefill_model"),
-        "knowledge": cfg.get("knowledge"),
+        "decode_replicas": sim.decode_replicas,
+        "replicas": sim.replicas,
+        "model": sim.model,
+        "gpu": sim.gpu,
+        "kv_blocks_per_replica": sim.kv_blocks_per_replica,
+        "block_size": sim.block_size,
+        "unbounded_kv": sim.unbounded_kv,
+        "prefill_model": sim.prefill_model,
+        "knowledge": sim.knowledge,
     }
     adoptable = [
         r for r in rows if r["policy"] not in BASELINES and r.get("hit_rate_token_weighted") is not None
@@ -292,13 +289,14 @@ def _kv(run: Run, est: dict[str, Any] | None) -> KvBasis:
     from prefixscan.cost.models import get_model
 
     sc = (est or {}).get("scenario") or {}
-    cfg = run.manifest.get("simulate", {}).get("config", {})
+    sim = run.sim
     if sc:
         model, dtype, gpu, src = sc["model"], sc["kv_dtype"], sc["gpu"], "the report's scenario"
     else:
-        src = "the simulation's model" if cfg.get("model") else "default"
-        model, dtype = cfg.get("model") or DEFAULT_MODEL, cfg.get("dtype") or DEFAULT_DTYPE
-        gpu = cfg.get("gpu") or DEFAULT_GPU
+        src = "the simulation's model" if sim is not None and sim.model else "default"
+        model = (sim.model if sim else None) or DEFAULT_MODEL
+        dtype = (sim.dtype if sim else None) or DEFAULT_DTYPE
+        gpu = (sim.gpu if sim else None) or DEFAULT_GPU
     try:
         spec = get_model(model)
         per_token = spec.kv_bytes_per_token(dtype_bytes(dtype))
@@ -312,15 +310,15 @@ def _estimate(data: ReportData, run: Run, options: Any | None) -> None:
     estimate (prefixscan.cost.saved.merge_options); the saved result itself when nothing changes and the
     run did not change since, else a fresh estimate at the merged scenario."""
     from prefixscan.cost.estimator import estimate
-    from prefixscan.cost.saved import is_stale, load_estimate, merge_options, same_scenario
+    from prefixscan.cost.saved import is_stale, merge_options, same_scenario
     from prefixscan.cost.scenario import FLAG, SAVED
 
-    saved = load_estimate(run.path)
-    scenario = ((saved or {}).get("result") or {}).get("scenario") or None
-    line = (saved or {}).get("command_line") or "prefixscan estimate"
+    saved = run.estimate
+    scenario = saved.scenario if saved is not None else None
+    line = (saved.command_line if saved is not None else "") or "prefixscan estimate"
     merged = merge_options(scenario, options)
-    if saved is not None and not is_stale(saved, run) and same_scenario(scenario or {}, merged):
-        data.estimate = dict(saved["result"])
+    if saved is not None and not is_stale(saved.document, run) and same_scenario(scenario or {}, merged):
+        data.estimate = dict(saved.result)
         sc = dict(data.estimate.get("scenario") or {})
         # from the report's view: options given now keep their label, the estimate's own flags are saved
         sc["sources"] = {k: (merged.sources.get(k, FLAG) if getattr(merged, k, None) is not None else
@@ -336,7 +334,7 @@ def _estimate(data: ReportData, run: Run, options: Any | None) -> None:
         if saved is None:
             data.estimate_source = ("`prefixscan estimate` at the report's options" if options is not None else
                                     "`prefixscan estimate` defaults on this run")
-        elif is_stale(saved, run.path):
+        elif is_stale(saved.document, run.path):
             data.estimate_source = (f"re-estimated at the scenario `{line}` saved in estimate.json, with the "
                                     "report's options over it (the run changed since: re-analysed or "
                                     "re-simulated)")
@@ -359,15 +357,18 @@ def _config_note(stage: str, manifest: dict[str, Any]) -> str:
     return f"# {stage} settings that differ from the defaults: {', '.join(diffs) or 'none'}"
 
 
-def build(run_dir: str | os.PathLike[str], options: Any | None = None, simulation: str | None = None) -> ReportData:
-    """Assemble the report for a run directory (reads tables and the manifest; never re-analyses).
+def build(run_dir: str | os.PathLike[str] | Run, options: Any | None = None,
+          simulation: str | None = None) -> ReportData:
+    """Assemble the report for a run (a directory or a `Run`; reads tables and the manifest, never
+    re-analyses).
 
     `options` (an `EstimateOptions`) sets the scenario; None reuses the saved estimate.json, else prices
     the run with the estimator's defaults (the saved simulation's scenario when there is one). `simulation`
-    names the stored simulation to report (default: `default`, else the most recent); a simulation named
-    so, or one with KV tiers or disaggregation, gives the routing section its own results.
+    names the stored simulation to report (default: the Run's, else `default`, else the most recent); a
+    simulation named so (or a Run opened with one named), or one with KV tiers or disaggregation, gives the
+    routing section its own results.
     """
-    run = load_run(run_dir, simulation)
+    run = Run.open(run_dir, simulation)
     m = run.manifest
     cfg = m.get("config", {})
     commands = [("analyze", m["command_line"])] if m.get("command_line") else []
@@ -414,7 +415,7 @@ def build(run_dir: str | os.PathLike[str], options: Any | None = None, simulatio
         _findings(data, run)
     else:
         data.missing["findings"] = f"prefixscan analyze LOGS -o {rd} --force"  # analyze writes findings
-    own = _sim_results(data, run) or simulation is not None
+    own = _sim_results(data, run) or run.named
     if own and run.has("sim_policies"):
         _sim(data, run)
     elif _estimate_policies(data, run):
@@ -423,14 +424,13 @@ def build(run_dir: str | os.PathLike[str], options: Any | None = None, simulatio
         _sim(data, run)
     else:
         data.missing["policies"] = f"prefixscan simulate {rd}"
-    notes = list(m.get("analyze", {}).get("notes", []))
+    notes = list(run.analysis.notes)
     if data.traffic and data.traffic.requests_accepted == 0:
         notes.append("The run has no accepted requests: every section below is empty.")
     data.notes = notes
-    data.misses = (m.get("analyze", {}).get("summary") or {}).get("miss_attribution")
+    data.misses = run.analysis.summary.get("miss_attribution")
     if run.has("pilot"):
-        data.pilot = {"rows": run.table("pilot").to_pylist(),
-                      "summary": (m.get("analyze", {}).get("summary") or {}).get("pilot")}
+        data.pilot = {"rows": run.table("pilot").to_pylist(), "summary": run.analysis.summary.get("pilot")}
     return data
 
 

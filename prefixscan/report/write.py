@@ -13,6 +13,7 @@ from typing import Any
 
 from prefixscan.errors import UsageError
 from prefixscan.io.atomic import env_error, write_text
+from prefixscan.io.run import Run
 from prefixscan.io.rundir import extending
 from prefixscan.report import html, markdown
 from prefixscan.report.assemble import build, figure_dir
@@ -36,7 +37,7 @@ def scenario_options(**scenario: Any) -> Any | None:
 
 
 def write_report(
-    run_dir: str | os.PathLike[str],
+    run_dir: str | os.PathLike[str] | Run,
     output: str | os.PathLike[str] | None = None,
     formats: tuple[str, ...] = ("md", "html"),
     compare_to: str | os.PathLike[str] | None = None,
@@ -49,17 +50,19 @@ def write_report(
     dtype, kv_blocks, ...); without any, the saved estimate.json is reused. Returns the written paths by
     kind ("md", "html", "figures"). Same run directory and options give byte-identical files. With
     `compare_to` (an earlier run, say before a template change) the report gains a before/after section.
-    `simulation` names the stored simulation to report (`simulate --name`; default: `default`, else the most
-    recent).
+    `run_dir` may be a `Run` (prefixscan.io.run), which brings the simulation it was opened with;
+    `simulation` names the stored simulation to report (`simulate --name`; default: the Run's, else
+    `default`, else the most recent).
     """
     unknown = set(formats) - {"md", "html"}
     if unknown:
         raise UsageError(f"--format must be md, html or both, got {', '.join(sorted(unknown))}")
-    data = build(run_dir, scenario_options(**scenario), simulation)
+    run = Run.open(run_dir, simulation)
+    data = build(run, scenario_options(**scenario))
     if compare_to is not None:
         from prefixscan.compare.diff import diff_runs
 
-        data.comparison = diff_runs(compare_to, run_dir)
+        data.comparison = diff_runs(compare_to, run.path)
     figures = render_all(data)
     out = Path(output) if output is not None else Path(run_dir)
     try:

@@ -1,0 +1,251 @@
+"""`prefixscan simulate`'s option groups (prefixscan.cli.groups), each option declared once with the
+SimConfig field it sets: the replay (fleet, engine, router, time) and the KV tiers below the GPU with
+prefill/decode disaggregation. Options whose value needs more than one field (--kv-blocks, the timing
+options, the replica events, the rate) are converted by the functions below."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prefixscan.cli.choices import (
+    DTYPES,
+    EVICTIONS,
+    KNOWLEDGE,
+    POLICIES,
+    PREFILL_MODELS,
+    gpu_names,
+    model_names,
+    one_of,
+)
+from prefixscan.cli.groups import config_fields, opt
+from prefixscan.errors import UsageError
+
+
+def _split_pair(text: str, flag: str) -> tuple[float, int]:
+    t, sep, r = text.partition(":")
+    try:
+        return float(t), int(r) if sep else -1
+    except ValueError:
+        raise UsageError(f"{flag} expects TIME_S:REPLICA (e.g. 600:2), got {text!r}") from None
+
+
+def parse_events(restart: list[str], add: list[str], remove: list[str]) -> tuple[Any, ...]:
+    """--restart T:R, --add-replica T, --remove-replica T:R -> ReplicaEvent tuple (sorted by time)."""
+    from prefixscan.sim.config import ReplicaEvent
+
+    evs = []
+    for text in restart:
+        t, r = _split_pair(text, "--restart")
+        if r < 0:
+            raise UsageError(f"--restart needs a replica: TIME_S:REPLICA, got {text!r}")
+        evs.append(ReplicaEvent(t, "restart", r))
+    for text in add:
+        evs.append(ReplicaEvent(_split_pair(text, "--add-replica")[0], "add"))
+    for text in remove:
+        t, r = _split_pair(text, "--remove-replica")
+        if r < 0:
+            raise UsageError(f"--remove-replica needs a replica: TIME_S:REPLICA, got {text!r}")
+        evs.append(ReplicaEvent(t, "remove", r))
+    return tuple(sorted(evs, key=lambda e: (e.time_s, e.action, e.replica)))
+
+
+def parse_params(values: list[str]) -> tuple[tuple[str, str, str], ...]:
+    """--param chwbl.c=1.5 -> (("chwbl", "c", "1.5"),)."""
+    out = []
+    for v in values:
+        key, sep, value = v.partition("=")
+        pol, dot, name = key.partition(".")
+        if not sep or not dot or not pol or not name:
+            raise UsageError(f"--param expects POLICY.NAME=VALUE (e.g. chwbl.c=1.5), got {v!r}")
+        out.append((pol.strip(), name.strip(), value.strip()))
+    return tuple(out)
+
+
+def parse_kv_blocks(text: str | None) -> tuple[int | None, bool]:
+    if text is None:
+        return None, False
+    if text.strip().lower() in ("unbounded", "inf", "infinite"):
+        return None, True
+    try:
+        return int(float(text)), False
+    except ValueError:
+        raise UsageError(f"--kv-blocks expects a block count or 'unbounded', got {text!r}") from None
+
+
+def _tier_blocks(flag: str) -> Any:
+    def convert(text: str | None) -> int:
+        if text is None:
+            return 0
+        if text.strip().lower() in ("unbounded", "inf", "infinite"):
+            return -1
+        try:
+            return int(float(text))
+        except ValueError:
+            raise UsageError(f"{flag} expects a block count or 'unbounded', got {text!r}") from None
+
+    return convert
+
+
+def _ms_to_s(ms: float) -> float:
+    return ms / 1000.0
+
+
+def timing(
+    prefill_model: str, prefill_coeffs: str | None, profile: str | None, tpot: float | None,
+    slowdown: float | None,
+) -> tuple[str, tuple[float, ...], float, float, str | None]:
+    """(prefill model, coefficients, tpot, decode slowdown, profile name) from the timing options (the
+    profile's values unless given; the defaults otherwise)."""
+    coeffs: tuple[float, ...] = ()
+    name = None
+    if profile and prefill_coeffs:
+        raise UsageError("give --timing-profile or --prefill-coeffs, not both")
+    if prefill_coeffs:
+        try:
+            coeffs = tuple(float(x) for x in prefill_coeffs.split(",") if x.strip())
+        except ValueError:
+            raise UsageError(f"--prefill-coeffs expects numbers a,b,c,d,e, got {prefill_coeffs!r}") from None
+        if prefill_model == "cost":
+            prefill_model = "coeffs"
+    if profile:
+        from prefixscan.sim.timing import load_profile
+
+        prof = load_profile(profile)
+        p, name = prof.prefill, prof.name
+        coeffs, prefill_model = (p.a, p.b_new, p.c_cached, p.d_new_cached, p.e_new2), "profile"
+        tpot = prof.tpot_s if tpot is None else tpot
+        slowdown = prof.decode_slowdown if slowdown is None else slowdown
+    elif prefill_model == "profile":
+        raise UsageError("--prefill-model profile needs --timing-profile FILE|NAME")
+    tpot = 0.02 if tpot is None else tpot
+    return prefill_model, coeffs, tpot, 0.004 if slowdown is None else slowdown, name
+
+
+_SEVERAL = frozenset({"kv_blocks", "prefill_model", "prefill_coeffs", "timing_profile", "tpot", "decode_slowdown",
+                      "knowledge", "restart", "add_replica", "remove_replica", "rps", "target_rps"})
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """The fleet, its engines and router, and the replay's clock."""
+
+    replicas: int = opt(8, "--replicas", "-n", help="Engine replicas.")
+    policies: str = opt("all", "--policies", "-p", metavar="all|POLICY,...", convert=lambda p: (p,),
+                        help=f"Comma-separated policies, or all: {', '.join(POLICIES)}.")
+    kv_blocks: str | None = opt(None, "--kv-blocks",
+                                help="KV blocks per replica, or 'unbounded' (default: from --model/--gpu).")
+    model: str = opt("llama-3.1-8b", "--model", "-m", metavar="MODEL",
+                     help=f"Catalogue model (KV size, prefill): {model_names()} (aliases and HF ids accepted).")
+    gpu: str = opt("h100", "--gpu", metavar="GPU", help=f"GPU: {gpu_names()} (h100 = h100-sxm).")
+    dtype: str = opt("bf16", "--dtype", metavar="|".join(DTYPES), help="Weights/KV dtype.")
+    tensor_parallel: int = opt(1, "--tensor-parallel", "--tp", help="GPUs per replica.")
+    gpu_memory_utilization: float = opt(0.9, "--gpu-memory-utilization", help="vLLM default 0.9.")
+    eviction: str = opt("vllm", "--eviction", metavar=one_of(EVICTIONS),
+                        help="vllm (LRU free queue) or radix (SGLang; same order at block granularity).")
+    prefill_model: str = opt("cost", "--prefill-model", metavar=one_of(PREFILL_MODELS),
+                             help="Prefill time: cost (FLOPs), preble or coeffs.")
+    prefill_coeffs: str | None = opt(None, "--prefill-coeffs",
+                                     help="a,b,c,d,e: ms = a + b*new + c*cached + d*new*cached + e*new^2.")
+    timing_profile: str | None = opt(
+        None, "--timing-profile", metavar="FILE|NAME",
+        help="A hardware profile (JSON) fitted to a real engine, or a built-in one by name (e.g. "
+             "vllm-cpu-tiny-llama, fitted by `make calibrate`): its prefill coefficients and, unless "
+             "--tpot/--decode-slowdown are given, its decode times.")
+    mfu: float = opt(0.5, "--mfu", help="Prefill model-FLOPs utilisation (cost model).")
+    tpot: float | None = opt(None, "--tpot",
+                             help="Seconds per output token at batch 1 (default 0.02, or the profile's).")
+    decode_slowdown: float | None = opt(
+        None, "--decode-slowdown",
+        help="Per-token slowdown per extra running sequence (default 0.004, or the profile's).")
+    token_budget: int = opt(8192, "--token-budget", help="Tokens per engine step (chunked prefill).")
+    max_num_seqs: int = opt(256, "--max-num-seqs", help="Running sequences per replica.")
+    batch_prefills: bool = opt(
+        False, "--batch-prefills/--serial-prefills",
+        help="Run every waiting request that fits (--max-num-seqs, --token-budget) in one prefill step, "
+             "paying the fixed prefill term once, as vLLM's scheduler does (default: one at a time).")
+    default_output_tokens: int = opt(128, "--default-output-tokens", help="Output length when the log has none.")
+    knowledge: str | None = opt(None, "--knowledge", metavar=one_of(KNOWLEDGE),
+                                help="The router's view of the caches.")
+    event_delay: float = opt(0.0, "--event-delay", to="event_delay_s", help="KV-event delay in seconds (delayed view).")
+    approx_ttl: float = opt(120.0, "--approx-ttl", to="approx_ttl_s", help="TTL of the approximate view (Dynamo 120).")
+    restart: list[str] = opt([], "--restart", help="Wipe a replica's cache: TIME_S:REPLICA.")
+    add_replica: list[str] = opt([], "--add-replica", help="Add a cold replica at TIME_S.")
+    remove_replica: list[str] = opt([], "--remove-replica", help="Stop routing to TIME_S:REPLICA.")
+    isolate_tenants: bool = opt(False, "--isolate-tenants", help="No sharing across tenants.")
+    compare_isolation: bool = opt(False, "--compare-isolation",
+                                  help="Also replay with isolation flipped; report what isolation costs.")
+    cache_generated: bool = opt(False, "--cache-generated",
+                                help="Cache answers for the conversation's next turn (vLLM does).")
+    reserve_decode: bool = opt(True, "--reserve-decode-blocks/--no-reserve-decode-blocks", to="reserve_decode_blocks",
+                               help="Reserve each request's decode blocks at admission.")
+    rate_scale: float = opt(1.0, "--rate-scale", help="Compress time: 2 = twice the request rate.")
+    rps: float | None = opt(None, "--rps", help="Compress time so the log's busy periods run at this request rate "
+                            "(req/s).")
+    target_rps: float | None = opt(None, "--target-rps", hidden=True, help="Old name of --rps.")
+    warmup_s: float = opt(0.0, "--warmup-s", help="Exclude requests arriving before this time.")
+    seed: int = opt(0, "--seed", help="Seed for random choices (same seed => same tables).")
+    param: list[str] = opt([], "--param", to="policy_params", convert=parse_params,
+                           help="Policy parameter POLICY.NAME=VALUE (repeatable).")
+    decision_log: bool = opt(True, "--decision-log/--no-decision-log",
+                             help="Write the per-request sim_decisions table.")
+
+    def sim_fields(self, rate: float | None) -> dict[str, Any]:
+        """The SimConfig fields these options set (`rate`: --rps or its old name, resolved by the caller)."""
+        prefill_model, coeffs, tpot, slowdown, profile = timing(self.prefill_model, self.prefill_coeffs,
+                                                                self.timing_profile, self.tpot, self.decode_slowdown)
+        kvb, unbounded = parse_kv_blocks(self.kv_blocks)
+        return {**config_fields(self, _SEVERAL), "kv_blocks": kvb, "unbounded_kv": unbounded,
+                "prefill_model": prefill_model, "prefill_coeffs": coeffs, "timing_profile": profile, "tpot_s": tpot,
+                "decode_slowdown": slowdown,
+                "knowledge": self.knowledge or ("delayed" if self.event_delay > 0 else "exact"),
+                "events": parse_events(self.restart, self.add_replica, self.remove_replica), "target_rps": rate}
+
+
+@dataclass(frozen=True)
+class TierOptions:
+    """KV tiers below the GPU and prefill/decode disaggregation (docs/simulator.md)."""
+
+    host_kv_blocks: str | None = opt(None, "--host-kv-blocks", convert=_tier_blocks("--host-kv-blocks"),
+                                     help="Host-memory KV tier per replica, in blocks or 'unbounded'.")
+    host_kv_gib: float = opt(0.0, "--host-kv-gib", help="Host-memory KV tier per replica, GiB.")
+    host_link: str = opt("pcie5-x16", "--host-link", metavar="LINK|GB/s",
+                         help="Host-to-GPU link: pcie5-x16 (63 GB/s), pcie4-x16, rdma-400g, rdma-200g, nvlink4, "
+                              "or GB/s.")
+    host_write: str = opt("through", "--host-write", metavar="through|back",
+                          help="Copy computed blocks to host (through: vLLM offloading, HiCache default) or on GPU "
+                               "eviction.")
+    shared_kv_blocks: str | None = opt(None, "--shared-kv-blocks", convert=_tier_blocks("--shared-kv-blocks"),
+                                       help="Fleet-shared KV store, in blocks or 'unbounded'.")
+    shared_kv_gib: float = opt(0.0, "--shared-kv-gib", help="Fleet-shared KV store, GiB.")
+    shared_read: str = opt("rdma-400g", "--shared-read", metavar="LINK|GB/s",
+                           help="Store-to-GPU read link (per request).")
+    shared_write: str = opt("rdma-400g", "--shared-write", metavar="LINK|GB/s",
+                            help="The store's write link (all writes queue).")
+    shared_latency_ms: float = opt(1.0, "--shared-latency-ms", to="shared_latency_s", convert=_ms_to_s,
+                                   help="Per-request store latency.")
+    router_sees_tiers: bool = opt(False, "--router-sees-tiers",
+                                  help="Routers with exact KV events score lower tiers too (Dynamo, llm-d).")
+    prefill_replicas: int | None = opt(None, "--prefill-replicas",
+                                       help="Disaggregated: prefill pool size (replaces --replicas).")
+    decode_replicas: int = opt(0, "--decode-replicas", help="Disaggregated: decode pool size.")
+    decode_kv_blocks: int | None = opt(None, "--decode-kv-blocks",
+                                       help="KV blocks per decode worker (default: as a prefill worker).")
+    pd_link: str = opt("rdma-400g", "--pd-link", metavar="LINK|GB/s",
+                       help="Prefill-to-decode KV link (NIXL over RDMA).")
+    pd_latency_ms: float = opt(0.5, "--pd-latency-ms", to="pd_latency_s", convert=_ms_to_s,
+                               help="Per-transfer latency.")
+    compare_colocated: bool = opt(True, "--compare-colocated/--no-compare-colocated",
+                                  help="Disaggregated: also replay a co-located fleet of prefill + decode replicas.")
+    tier_sweep: bool = opt(False, "--tier-sweep",
+                           help="Capacity view: hit rate over GPU x second-tier sizes (first policy).")
+
+    def sim_fields(self) -> dict[str, Any]:
+        """The SimConfig fields these options set; --prefill-replicas (with --decode-replicas) is the
+        disaggregated fleet's `replicas`."""
+        out = config_fields(self, frozenset({"prefill_replicas"}))
+        if self.prefill_replicas is not None:
+            if not self.decode_replicas:
+                raise UsageError("--prefill-replicas needs --decode-replicas (a disaggregated fleet)")
+            out["replicas"] = self.prefill_replicas
+        return out
