@@ -12,7 +12,8 @@ import typer
 from typer.testing import CliRunner
 
 from prefixscan.cli import report as report_cli
-from prefixscan.io.rundir import add_tables, load_run
+from prefixscan.io.run import load_run
+from prefixscan.io.rundir import add_tables
 from prefixscan.report import html as html_report
 from prefixscan.report.assemble import build
 from prefixscan.report.write import write_report

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
 from prefixscan.io import rundir, simindex
+from prefixscan.io.run import load_run
 from prefixscan.sim import SimResult
 from prefixscan.sim.timing import load_profile
 from tests.sim_tables import conversations_table
@@ -48,7 +49,7 @@ def test_named_side_by_side_and_default(tmp_path: Path) -> None:
     assert not (run / "simulations" / "small@2" / "sim_decisions.parquet").exists()
     assert SimResult.load(run).config["kv_blocks"] == 300
     assert SimResult.load(run, "small").config["kv_blocks"] == 40
-    small = rundir.load_run(run, "small")
+    small = load_run(run, "small")
     assert small.manifest["simulate"]["config"]["kv_blocks"] == 40
     assert small.table("sim_policies").num_rows == 1 and not small.has("sim_decisions")
     assert small.has("requests")  # other tables still come from the run itself
@@ -69,7 +70,7 @@ def test_rerun_replaces_only_that_name(tmp_path: Path) -> None:
     assert (run / "simulations" / "b@2" / "sim_policies.parquet").read_bytes() == before_b
     # no default stored: readers take the most recent
     assert simindex.resolve(m, None) == "a"
-    assert rundir.load_run(run).manifest["simulate"]["config"]["kv_blocks"] == 60
+    assert load_run(run).manifest["simulate"]["config"]["kv_blocks"] == 60
 
 
 def test_same_input_same_bytes(tmp_path: Path) -> None:
@@ -183,7 +184,7 @@ def test_store_matches_a_dict_model(tmp_path_factory: pytest.TempPathFactory, op
         want = "default" if "default" in model else order[-1]
         assert simindex.resolve(m, None) == want
         for n, (kk, dec) in model.items():
-            view = rundir.load_run(run, n)
+            view = load_run(run, n)
             assert view.manifest["simulate"]["config"]["kv_blocks"] == kk
             assert view.table("sim_policies")["k"].to_pylist() == [kk]
             assert view.has("sim_decisions") == dec

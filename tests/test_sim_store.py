@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
 from prefixscan.io import rundir, simindex, simstore
+from prefixscan.io.run import load_run
 from prefixscan.sim import SimResult
 from tests.conftest import chat, write_jsonl
 
@@ -276,7 +277,7 @@ def test_report_estimate_query_read_the_chosen_simulation(base_run, tmp_path) ->
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["scenario"]["replicas"] == 3
     # query: the chosen simulation's tables as sim_* views
-    pols = {n: rundir.load_run(run, n).manifest["simulate"]["policies"] for n in ("only", "pd", "tiers")}
+    pols = {n: load_run(run, n).manifest["simulate"]["policies"] for n in ("only", "pd", "tiers")}
     for name in ("only", "pd", "tiers", None):
         args = ["query", str(run), "select policy, hit_rate_token_weighted from sim_policies order by 1",
                 "--format", "json"]
@@ -295,8 +296,8 @@ def test_a_reader_whose_simulation_was_replaced_is_told_so(base_run, tmp_path) -
     from prefixscan.errors import RunDirError
 
     run = copy_run(base_run, tmp_path)
-    before = rundir.load_run(run)
+    before = load_run(run)
     assert runner.invoke(app, ["simulate", str(run), *NEW, "-q"]).exit_code == 0
     with pytest.raises(RunDirError, match="was replaced while this command read it"):
         before.table("sim_policies")
-    assert rundir.load_run(run).table("sim_policies").num_rows > 1
+    assert load_run(run).table("sim_policies").num_rows > 1

@@ -20,7 +20,7 @@ from prefixscan import analyze
 from prefixscan.cli.app import app
 from prefixscan.errors import UsageError
 from prefixscan.hashing import ChainCache
-from prefixscan.io.rundir import read_manifest
+from prefixscan.io.run import read_manifest
 from prefixscan.tokenize import load_tokenizer
 from prefixscan.vllm_hash import MediaSpan, RequestKeys, VllmHasher, low64, parse_hash
 from tests.conftest import chat, write_jsonl

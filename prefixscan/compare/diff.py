@@ -13,7 +13,7 @@ import numpy as np
 
 from prefixscan.compare.facts import DEFINITIONS, GROUPS, Breaker, RunFacts, load_facts
 from prefixscan.compare.pilot import PilotComparison, compare_pilot
-from prefixscan.io.rundir import load_run
+from prefixscan.io.run import load_run
 
 
 @dataclass(frozen=True)

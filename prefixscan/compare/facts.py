@@ -11,7 +11,7 @@ from typing import Any
 
 from prefixscan.detect.reader import uncheckable
 from prefixscan.errors import RunDirError
-from prefixscan.io.rundir import load_run
+from prefixscan.io.run import load_run
 
 # The hit-rate definitions a run reports (docs/definitions.md, 'Hit rates'), as named in the manifest.
 DEFINITIONS = ("token_weighted", "block_weighted", "request_mean", "steady_state_token_weighted",
@@ -64,7 +64,7 @@ class RunFacts:
         return sum(b.tokens_lost for b in self.breakers or ())
 
 
-def _breakers(run) -> tuple[Breaker, ...] | None:  # rundir.Run
+def _breakers(run) -> tuple[Breaker, ...] | None:  # a Run (io/run.py)
     if not run.has("findings"):
         return None
     out = []

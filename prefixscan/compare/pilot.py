@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from prefixscan.errors import InputError, UsageError
-from prefixscan.io.rundir import load_run
+from prefixscan.io.run import load_run
 from prefixscan.pilot import CLASSES, COLUMNS, LATENCY, has_latency, of_frame
 
 GROUPS = ("all", *CLASSES)

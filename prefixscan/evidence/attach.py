@@ -48,7 +48,7 @@ def eviction_sentence(e: dict) -> str:
             + " (pilot table, levels eviction_all and eviction)")
 
 
-def _evictions(run, kv_events: str, tables: dict) -> dict | None:  # rundir.Run
+def _evictions(run, kv_events: str, tables: dict) -> dict | None:  # a Run (io/run.py)
     """The pilot table with its eviction rows (a run with a pilot table only), and their summary."""
     if not run.has("pilot"):
         return None

@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from prefixscan.io.rundir import Run
+from prefixscan.io.run import Run
 from prefixscan.pilot import CLASSES, COLUMNS, PILOT_SCHEMA, UNKNOWN, class_frame, group_row, percentile
 
 PCTS = (50, 95)

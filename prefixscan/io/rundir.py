@@ -39,13 +39,6 @@ from prefixscan.io.lock import RunLock
 from prefixscan.io.modes import MANIFEST_KEY, apply_mode, parse_mode
 from prefixscan.io.run import MANIFEST, read_manifest
 
-# Reading a run is prefixscan.io.run's; these names stay importable from here for callers not moved yet.
-from prefixscan.io.run import Run as Run
-from prefixscan.io.run import check_requests_schema as check_requests_schema
-from prefixscan.io.run import load_run as load_run
-from prefixscan.io.run import read_schema_file as read_schema_file
-from prefixscan.io.run import read_table_file as read_table_file
-
 FORMAT_VERSION = 1
 
 

@@ -69,7 +69,7 @@ class SimResult:
     @classmethod
     def load(cls, run_path: str | os.PathLike[str], name: str | None = None) -> SimResult:
         """Re-open a saved simulation (`name`; default: `default`, else the most recent) for re-rendering."""
-        from prefixscan.io.rundir import load_run
+        from prefixscan.io.run import load_run
 
         run = load_run(run_path, simulation=name)
         sec = run.manifest.get("simulate")
@@ -110,7 +110,7 @@ def serving_model(cfg: SimConfig) -> ServingModel:
 def _table_and_manifest(run_or_table: Any) -> tuple[pa.Table, dict[str, Any]]:
     if isinstance(run_or_table, pa.Table):
         return run_or_table, {}
-    from prefixscan.io.rundir import Run, load_run
+    from prefixscan.io.run import Run, load_run
 
     run = run_or_table if isinstance(run_or_table, Run) else load_run(run_or_table)
     return run.table("requests"), run.manifest
