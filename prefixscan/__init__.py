@@ -8,7 +8,19 @@ from __future__ import annotations
 
 import os as _os
 import sys as _sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the return types of the public API (imported lazily at run time: `import prefixscan` is cheap)
+    from pathlib import Path
+
+    from prefixscan.compare.check import CheckResult
+    from prefixscan.compare.diff import DiffResult
+    from prefixscan.cost.result import EstimateResult
+    from prefixscan.explain import Explanation
+    from prefixscan.io.export import ExportResult
+    from prefixscan.io.rundir import Run
+    from prefixscan.pipeline.run import AnalysisResult
+    from prefixscan.sim import SimResult
 
 if "polars" not in _sys.modules:
     # polars allocates through its own jemalloc, which by default keeps freed pages for 10 s: between the
@@ -19,7 +31,7 @@ if "polars" not in _sys.modules:
 from prefixscan.version import __version__
 
 
-def analyze(*inputs: str, output: str | None = None, **options: Any):  # lazy import
+def analyze(*inputs: str, output: str | None = None, **options: Any) -> AnalysisResult:  # lazy import
     """Analyse logs; see `prefixscan.pipeline.run.run_analysis`. Raises NothingAcceptedError (an
     InputError) when every record was rejected, as the CLI exits 3: the run directory (with `output`) keeps
     the rejects table, the error names its reasons, and its `result` attribute is the run."""
@@ -41,7 +53,7 @@ def analyze(*inputs: str, output: str | None = None, **options: Any):  # lazy im
     return result
 
 
-def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):
+def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any) -> SimResult:
     """Replay a run through N replicas under routing policies; see `prefixscan.sim.simulate`.
 
     Options are `SimConfig` fields (replicas=8, policies=("round_robin", ...), kv_blocks=...);
@@ -69,7 +81,7 @@ def simulate(run_dir: str, save: bool = True, name: str = "default", **options: 
 
 
 def estimate(run_dir: str | None = None, save: bool = False, simulation: str | None = None,
-             **options: Any):
+             **options: Any) -> EstimateResult:
     """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`. `simulation` names the
     stored simulation to reuse (`simulate --name`; default: `default`, else the most recent).
 
@@ -89,7 +101,7 @@ def estimate(run_dir: str | None = None, save: bool = False, simulation: str | N
     return result
 
 
-def write_report(run_dir: str, output: str | None = None, **options: Any):
+def write_report(run_dir: str, output: str | None = None, **options: Any) -> dict[str, Path]:
     """Write report.md and report.html for a run; see `prefixscan.report.write.write_report`
     (`simulation=NAME` reports that stored simulation).
 
@@ -100,35 +112,35 @@ def write_report(run_dir: str, output: str | None = None, **options: Any):
     return _write(run_dir, output, **options)
 
 
-def check(run_dir: str, **gates: Any):
+def check(run_dir: str, **gates: Any) -> CheckResult:
     """CI gates over a run (min_hit_rate=, max_breaker_tokens=, fail_on=); see `prefixscan.compare.check_run`."""
     from prefixscan.compare import check_run
 
     return check_run(run_dir, **gates)
 
 
-def diff(run_a: str, run_b: str, **options: Any):
+def diff(run_a: str, run_b: str, **options: Any) -> DiffResult:
     """Run B against run A (hit rates, groups, breakers, prefill); see `prefixscan.compare.diff_runs`."""
     from prefixscan.compare import diff_runs
 
     return diff_runs(run_a, run_b, **options)
 
 
-def export(run_dir: str, output: str, to: str = "mooncake", **options: Any):
+def export(run_dir: str, output: str, to: str = "mooncake", **options: Any) -> ExportResult:
     """Write a run as an anonymised Mooncake or bailian trace; see `prefixscan.io.export.export_trace`."""
     from prefixscan.io.export import export_trace
 
     return export_trace(run_dir, output, to, **options)
 
 
-def explain(run_dir: str, request_id: str, include_text: bool = False):
+def explain(run_dir: str, request_id: str, include_text: bool = False) -> Explanation:
     """Why one request hit or missed, block by block; see `prefixscan.explain.explain`."""
     from prefixscan.explain import explain as _explain
 
     return _explain(run_dir, request_id, include_text)
 
 
-def load_run(path: str, simulation: str | None = None):
+def load_run(path: str, simulation: str | None = None) -> Run:
     """Open a run directory (its `sim_*` tables: the named simulation's); see `prefixscan.io.rundir.load_run`."""
     from prefixscan.io.rundir import load_run as _load
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from prefixscan.detect.reader import uncheckable
 from prefixscan.errors import RunDirError
-from prefixscan.io.rundir import load_run
+from prefixscan.io.rundir import Run, load_run
 
 # The hit-rate definitions a run reports (REFERENCE.md 9), as named in the manifest.
 DEFINITIONS = ("token_weighted", "block_weighted", "request_mean", "steady_state_token_weighted",
@@ -63,7 +63,7 @@ class RunFacts:
         return sum(b.tokens_lost for b in self.breakers or ())
 
 
-def _breakers(run) -> tuple[Breaker, ...] | None:  # rundir.Run
+def _breakers(run: Run) -> tuple[Breaker, ...] | None:
     if not run.has("findings"):
         return None
     out = []
@@ -75,7 +75,7 @@ def _breakers(run) -> tuple[Breaker, ...] | None:  # rundir.Run
     return tuple(out)
 
 
-def _groups(run) -> dict[str, dict[str, dict[str, float]]]:
+def _groups(run: Run) -> dict[str, dict[str, dict[str, float]]]:
     out: dict[str, dict[str, dict[str, float]]] = {g: {} for g in GROUPS}
     if not run.has("summaries"):
         return out
