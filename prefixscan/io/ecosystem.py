@@ -69,7 +69,7 @@ def span_attributes(span: dict[str, Any]) -> dict[str, Any]:
     """Attributes of a span as a flat dict, whether OTLP (a list of key/value) or already a dict."""
     attrs = span.get("attributes")
     if isinstance(attrs, list):
-        return {a.get("key"): otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}
+        return {a.get("key"): otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}  # type: ignore[misc]  # OTLP keys: str
     return dict(attrs) if isinstance(attrs, dict) else {}
 
 
@@ -160,7 +160,7 @@ def otel_to_chat(span: dict[str, Any]) -> dict[str, Any]:
             raise ShapeError("bad_message", f"gen_ai.input.messages item {i} is not an object")
         messages += _otel_message(m)
     tools = _json(a.get("gen_ai.tool.definitions"))
-    ctx = span.get("context") if isinstance(span.get("context"), dict) else {}
+    ctx = span["context"] if isinstance(span.get("context"), dict) else {}
     input_tokens = _first(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
     return {
         "messages": messages, "tools": tools if isinstance(tools, list) else None,
@@ -176,7 +176,7 @@ def otel_to_chat(span: dict[str, Any]) -> dict[str, Any]:
 
 # ---- Anthropic Messages ------------------------------------------------------------------------------
 
-def _anthropic_blocks(role: str, content: Any) -> list[dict[str, Any]]:
+def _anthropic_blocks(role: str | None, content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     parts, calls, results = [], [], []
@@ -215,7 +215,7 @@ def is_anthropic(body: dict[str, Any], usage: dict[str, Any]) -> bool:
     msgs = body.get("messages")
     return any(isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result") and "messages" in body
                for m in (msgs if isinstance(msgs, list) else []) if isinstance(m, dict)
-               for b in (m.get("content") if isinstance(m.get("content"), list) else []))
+               for b in (m["content"] if isinstance(m.get("content"), list) else []))
 
 
 def anthropic_to_chat(body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
@@ -524,7 +524,8 @@ def otel_map(pm: PromptMap, span: dict[str, Any]) -> None:
                     if isinstance(p.get(tk), str):
                         slots.append(Slot(p, tk, f"{path}[{i}].parts[{j}].{tk}"))
         if content or calls or not results:
-            pm.add(slots, (lambda t, ps=parts: ps.append({"type": "text", "content": t}))
+            # ignore below: mypy cannot infer a lambda whose default (ps=parts) binds this loop's list
+            pm.add(slots, (lambda t, ps=parts: ps.append({"type": "text", "content": t}))  # type: ignore[misc]
                    if isinstance(parts, list) else None)
         for r in results:
             pm.add(r)
@@ -563,7 +564,8 @@ def anthropic_map(pm: PromptMap, body: dict[str, Any], path: str) -> None:
                 if kind == "text" and isinstance(b.get("text"), str):
                     slots.append(Slot(b, "text", f"{where}[{j}].text"))
         if other or not results:
-            pm.add(slots, (lambda t, c=content: c.append({"type": "text", "text": t}))
+            # ignore below: mypy cannot infer a lambda whose default (c=content) binds this loop's list
+            pm.add(slots, (lambda t, c=content: c.append({"type": "text", "text": t}))  # type: ignore[misc]
                    if isinstance(content, list) else None)
         for r in results:
             pm.add(r)

@@ -286,7 +286,7 @@ def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int | None 
     previous one is consumed (the machine's second core; results come back in order). `ids`, if given,
     maps each chunk's block ids on that thread too (the reader namespaces them there).
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     def parse(data: bytes, first_line: int, newline_after: bool) -> Chunk:
         c = parse_chunk(data, first_line, newline_after)
@@ -296,7 +296,7 @@ def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int | None 
 
     size = chunk_bytes or CHUNK_BYTES
     with ThreadPoolExecutor(max_workers=2) as pool:
-        pending = []
+        pending: list[Future[Chunk]] = []
         for whole, line, nl in _whole_lines(path, pos, size):
             if isinstance(whole, RawError):
                 yield from (fut.result() for fut in pending)

@@ -125,6 +125,7 @@ class Record:
 @lru_cache(maxsize=256)
 def split_path(path: str) -> tuple[str, ...]:
     """`a.b.c` -> (a, b, c); a part in double or single quotes keeps its dots: `attributes."gen_ai.request.model"`."""
+    cur: list[str]
     parts, cur, quote, i = [], [], None, 0
     while i < len(path):
         ch = path[i]
@@ -174,7 +175,7 @@ def detect(obj: dict[str, Any]) -> str:
         return "openai-batch"
     if is_genai_span(obj):
         return "otel"
-    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    usage = obj["usage"] if isinstance(obj.get("usage"), dict) else {}
     if "messages" in obj and is_anthropic(obj, usage):
         return "anthropic"
     if is_responses(obj, usage):
