@@ -143,7 +143,7 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
     from prefixscan.sim.workload import REQUIRED
 
     lacking = [c for c in REQUIRED if c not in req.column_names]
-    sim = run.manifest.get("simulate") if isinstance(run.manifest.get("simulate"), dict) else {}
+    sim = run.manifest["simulate"] if isinstance(run.manifest.get("simulate"), dict) else {}
     return MeasuredWorkload(
         requests=n, span_s=span, rps=rps, context_tokens=sum_prompt / n,
         new_tokens=(sum_prompt - sum_cached) / n,
