@@ -524,8 +524,7 @@ def otel_map(pm: PromptMap, span: dict[str, Any]) -> None:
                     if isinstance(p.get(tk), str):
                         slots.append(Slot(p, tk, f"{path}[{i}].parts[{j}].{tk}"))
         if content or calls or not results:
-            # ignore below: mypy cannot infer a lambda whose default (ps=parts) binds this loop's list
-            pm.add(slots, (lambda t, ps=parts: ps.append({"type": "text", "content": t}))  # type: ignore[misc]
+            pm.add(slots, (lambda t, ps=parts: ps.append({"type": "text", "content": t}))  # type: ignore[misc]  # the default (ps=parts) binds this loop's list
                    if isinstance(parts, list) else None)
         for r in results:
             pm.add(r)
@@ -564,8 +563,7 @@ def anthropic_map(pm: PromptMap, body: dict[str, Any], path: str) -> None:
                 if kind == "text" and isinstance(b.get("text"), str):
                     slots.append(Slot(b, "text", f"{where}[{j}].text"))
         if other or not results:
-            # ignore below: mypy cannot infer a lambda whose default (c=content) binds this loop's list
-            pm.add(slots, (lambda t, c=content: c.append({"type": "text", "text": t}))  # type: ignore[misc]
+            pm.add(slots, (lambda t, c=content: c.append({"type": "text", "text": t}))  # type: ignore[misc]  # the default (c=content) binds this loop's list
                    if isinstance(content, list) else None)
         for r in results:
             pm.add(r)
