@@ -246,7 +246,7 @@ class EncodeStage:
             r.turn_index = users - 1 if users else None
         inferred = self.infer is not None and r.conversation_id is None and bool(r.messages)
         if inferred:
-            r.conversation_id = self.infer.assign(r.request_id, r.tenant, r.model, r.messages)  # type: ignore[union-attr,arg-type]
+            r.conversation_id = self.infer.assign(r.request_id, r.tenant, r.model, r.messages)  # type: ignore[union-attr,arg-type]  # `inferred`: both set
         cols["conversation_inferred"].append(inferred)
         for c in COLS:
             if c not in _DERIVED:
