@@ -18,6 +18,7 @@ import numpy as np
 import xxhash
 
 from prefixscan.errors import UsageError
+from prefixscan.hashing import counted_hit_blocks
 from prefixscan.io.rundir import load_run
 from prefixscan.render import content_text
 
@@ -140,7 +141,7 @@ class Explainer:
             return []
         pos = np.searchsorted(self.uniq, h)
         first = self.first_row[pos]
-        hit_blocks = cached_tokens // self.block_size if self.rule == "vllm" else cached_blocks
+        hit_blocks = counted_hit_blocks(cached_tokens, cached_blocks, self.block_size, self.rule)
         out: list[BlockRun] = []
         for j in range(len(h)):
             src = int(first[j]) if j < cached_blocks and first[j] < i else None

@@ -81,29 +81,46 @@ def mix_ids_per(ids: np.ndarray, roots: np.ndarray | np.uint64) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def block_token_counts(n_blocks: int, prompt_tokens: int, block_size: int) -> np.ndarray:
-    """Tokens covered by each listed block: full blocks, except a trace's partial last block."""
-    sizes = np.full(n_blocks, block_size, dtype=np.int64)
-    if n_blocks:
-        sizes[-1] = min(block_size, prompt_tokens - (n_blocks - 1) * block_size)
-    return sizes
+def hit_cap_tokens(prompt_tokens: int, block_size: int, trace: bool) -> int:
+    """Most prompt tokens a cache hit can cover: the one home of the engines' hit rule.
+
+    - vLLM (`trace` false): floor((n-1)/B) * B; the last prompt token is always recomputed (a full prompt
+      hit is capped one block short, so at least one token is computed) (docs/engines.md, 'The hit rule').
+    - hashed traces (`trace` true): n; a trace lists its partial last block and matched blocks count at
+      their true size, as the Mooncake paper and AIPerf count them
+      (docs/engines.md, 'Public traces').
+
+    A request whose first k listed blocks are cached saves min(k * B, this) tokens (0 when k is 0). Plain
+    integer arithmetic, so the compiled kernels run this very function (`reuse/hitrule.py`).
+    """
+    if prompt_tokens <= 0:
+        return 0
+    if trace:
+        return prompt_tokens
+    return (prompt_tokens - 1) // block_size * block_size
+
+
+def is_trace_rule(rule: str) -> bool:
+    """The hit rule by name, as `hit_cap_tokens` takes it: "trace" true, "vllm" false, else a ValueError."""
+    if rule not in HIT_RULES:
+        raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
+    return rule == "trace"
 
 
 def hit_tokens(k_blocks: int, prompt_tokens: int, block_size: int, rule: str = "vllm") -> int:
-    """Cached tokens of a request whose first `k_blocks` listed blocks are cached.
+    """Cached tokens of a request whose first `k_blocks` listed blocks are cached (`hit_cap_tokens`)."""
+    trace = is_trace_rule(rule)
+    return min(k_blocks * block_size, hit_cap_tokens(prompt_tokens, block_size, trace)) if k_blocks > 0 else 0
 
-    - "vllm": min(k, floor((n-1)/B)) * B; the last prompt token is always recomputed
-      (docs/engines.md, 'The hit rule').
-    - "trace": hashed traces list a partial last block; matched blocks count at their true size, as the
-      Mooncake paper and AIPerf count them (docs/engines.md, 'Public traces').
+
+def counted_hit_blocks(cached_tokens: Any, cached_blocks: Any, block_size: int, rule: str) -> Any:
+    """Blocks a request's hit counts in the block-weighted rate (ints, arrays or polars expressions).
+
+    vLLM serves the whole blocks of its cached tokens (`hit_cap_tokens`: a capped full hit leaves its
+    last matched block recomputed, so it does not count); a trace's matched blocks count, partial last
+    one included.
     """
-    if k_blocks <= 0 or prompt_tokens <= 0:
-        return 0
-    if rule == "vllm":
-        return min(k_blocks, (prompt_tokens - 1) // block_size) * block_size
-    if rule == "trace":
-        return min(k_blocks * block_size, prompt_tokens)
-    raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
+    return cached_tokens // block_size if rule == "vllm" else cached_blocks
 
 
 class BytesLRU:

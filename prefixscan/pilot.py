@@ -60,6 +60,16 @@ PILOT_SCHEMA = pa.schema([
     *[pa.field(c, pa.int64()) for c in ("joined_requests", "compared_requests", "predicted_cached_tokens",
                                         "actual_cached_tokens", "diverged_requests", "left_warm_requests",
                                         "prefill_tokens")],
+    # levels `prediction_all` and `prediction` only: prefixscan's prediction next to the engine's outcome
+    # (prefixscan.pilot_prediction); the token columns above then hold prefixscan's ideal cache as predicted
+    pa.field("predicted_class", pa.string()),
+    *[pa.field(c, pa.int64()) for c in ("lost_routing_tokens", "lost_eviction_tokens", "lost_unexplained_tokens",
+                                        "engine_excess_tokens")],
+    # levels `eviction_all` and `eviction` only, from recorded KV events (prefixscan.evidence.evictions)
+    pa.field("evicted_requests", pa.int64()),
+    pa.field("evicted_blocks", pa.int64()),
+    pa.field("evicted_age_p50_s", pa.float64()),
+    pa.field("evicted_age_p95_s", pa.float64()),
 ])
 
 
@@ -169,9 +179,12 @@ def group_row(g: pl.DataFrame, level: str, model: str | None = None, replica: st
     return row
 
 
+KEYS = ("level", "model", "replica", "class", "decision", "predicted_class")  # a pilot row's grouping keys
+
+
 def shown(row: dict[str, Any]) -> dict[str, Any]:
     """A pilot row as the summary shows it: without its grouping keys."""
-    return {k: v for k, v in row.items() if k not in ("level", "model", "replica", "class", "decision")}
+    return {k: v for k, v in row.items() if k not in KEYS}
 
 
 def _summary(rows: list[dict[str, Any]], source: str, block: int, frame: pl.DataFrame) -> dict[str, Any]:

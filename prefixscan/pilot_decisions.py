@@ -83,7 +83,13 @@ def _divergence(row: dict[str, Any], over: pl.DataFrame, block: int) -> dict[str
     above = int((c["predicted_cached_tokens"] > c["_actual"]).sum())
     return {"compared": n, "diverged": k, "share": k / n if n else None, "predicted_above_actual": above,
             "actual_above_predicted": k - above, "block_tokens": block,
-            "systematic": n >= DIVERGE_MIN_ROWS and k >= DIVERGE_SHARE * n}
+            "systematic": systematic(n, k)}
+
+
+def systematic(compared: int, diverged: int) -> bool:
+    """Seed 002's "regularly diverge", made a number: at least DIVERGE_MIN_ROWS compared requests of which
+    DIVERGE_SHARE or more diverged (one home: the router's prediction and prefixscan's use it)."""
+    return compared >= DIVERGE_MIN_ROWS and diverged >= DIVERGE_SHARE * compared
 
 
 def divergence_note(div: dict[str, Any], where: str) -> str:

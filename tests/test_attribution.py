@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import prefixscan
 from prefixscan.detect.attribution import MISSES_SCHEMA
 from prefixscan.errors import NothingAcceptedError
+from prefixscan.hashing import hit_tokens
 from tests.conftest import write_jsonl
 from tests.test_findings_detect import DOC, SYS, question, rec, ts
 
@@ -20,7 +21,7 @@ B = 16
 
 
 def hit(k: int, n: int) -> int:
-    return min(k, (n - 1) // B) * B if k and n else 0
+    return hit_tokens(k, n, B, "vllm")
 
 
 def lead(blocks: list[int], has) -> int:

@@ -1,24 +1,38 @@
-"""The fast detector (memoised pieces and request contents, list-slice alignment) against the frozen
-reference (tests/detect_reference): fed the same records, they must end in the same state, whatever the
-memo bounds, on adversarial inputs (timestamps, UUIDs, near-identical system prompts, empty messages,
-tools, drift) and on synth logs."""
+"""The fast detector (memoised pieces and request contents, list-slice alignment) by its outputs: the
+findings table of adversarial logs (timestamps, UUIDs, near-identical system prompts, empty messages,
+tools, drift, every order check) and of synth logs with known breakers equals a fixture, whatever the memo
+bounds. The fixture (tests/data/detect_findings.json) was written by the detector as it was before the
+fast path (main at 973c53d, then kept in tests/ as a frozen copy), so outputs, not internal state, now
+hold the detector to it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import random
 import uuid
+from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+import pyarrow.parquet as pq
+import pytest
 
 import prefixscan.detect.content as content_mod
+import prefixscan.detect.detector as detector_mod
 from prefixscan.detect import Detector
 from prefixscan.detect.pieces import Units, joined
 from prefixscan.io.shapes import Record
 from prefixscan.synth import REGISTRY, SynthConfig, write
 from prefixscan.synth.drift import DRIFT_KINDS
-from tests.detect_reference.compare import differences, snapshot
-from tests.detect_reference.detector import Detector as Reference
+from tests.conftest import ROOT, write_jsonl
+
+FIXTURE = ROOT / "tests" / "data" / "detect_findings.json"
+SEEDS = 12
+SYNTH = {
+    "chat": SynthConfig(requests=400, seed=3, tenants=3, scenarios=(("chat", 1.0),)),
+    "all": SynthConfig(requests=400, seed=4, tenants=3, breakers=tuple(REGISTRY), breaker_rate=0.4,
+                       drift=DRIFT_KINDS, drift_rate=0.3),
+}
 
 BASE = [
     "You are the support assistant of ACME Corp. Answer briefly and cite the policy you rely on.",
@@ -32,17 +46,17 @@ BASE = [
     "- bullet: keep answers under two hundred words unless the user explicitly asks for more detail.",
 ]
 
-FIELDS = st.sampled_from([
+FIELD_MAKERS = [
     lambda r: f"Request time: 2026-11-{r % 28 + 1:02d}T10:{r % 60:02d}:00Z",
     lambda r: f"Request id: {uuid.UUID(int=r * 7919 + 1)}",
     lambda r: f"Customer name: {['Ana Lima', 'Bo Chen', 'Carla Diaz'][r % 3]}",
     lambda r: f"Session: {r * 104729 % 99991:x}",
     lambda r: f"Today is Monday, {r % 28 + 1} November 2026, and the office closes at 17:00 local time.",
     lambda r: "",
-])
+]
 
-DRIFT = st.sampled_from(["none", "crlf", "nfd", "nfc", "spaces", "json_order", "blank_lines", "list_a", "list_b",
-                         "chunks_a", "chunks_b"])
+DRIFTS = ["none", "crlf", "nfd", "nfc", "spaces", "json_order", "blank_lines", "list_a", "list_b",
+          "chunks_a", "chunks_b"]
 TOOLS_IN_TEXT = [{"name": n, "description": f"Use {n} when the customer asks about it in any message."}
                  for n in ("refund", "lookup", "escalate", "cancel")]
 CHUNKS_IN_TEXT = [f"Passage {n}: " + "returns are accepted within thirty days of delivery, receipts required. " * 2
@@ -91,14 +105,6 @@ def _docs(seed: int, order: list[int]) -> str:
     return "\n\n".join(paras[i] for i in order) + "\n\nWhat does the warranty cover?"
 
 
-request = st.fixed_dictionaries({
-    "tenant": st.sampled_from(["t1", "t2", ""]),
-    "lines": st.lists(st.integers(0, len(BASE) - 1), min_size=0, max_size=9),
-    "field": FIELDS, "field_at": st.integers(0, 9),
-    "drift": DRIFT, "tools": st.integers(0, 4),
-    "user": st.sampled_from(["plain", "docs", "docs_swapped", "empty", "same", "blank"]),
-    "turns": st.integers(1, 3), "developer": st.booleans(), "no_system": st.booleans(),
-})
 
 
 def _record(i: int, spec: dict, k: int) -> Record:
@@ -128,82 +134,106 @@ def _records(specs: list[dict]) -> list[Record]:
     return out
 
 
-def _same(records: list[Record], fast: Detector | None = None) -> None:
-    fast = fast or Detector(16)
-    ref = Reference(16)
-    for i, r in enumerate(records):
-        fast.feed(r, i % 3)
-        ref.feed(r, i % 3)
-    a, b = snapshot(fast), snapshot(ref)
-    assert a == b, differences(a, b)
-    fast.retro_exemplars()  # finalize's first step reads the exemplars' units again
-    ref.retro_exemplars()
-    fast.retro_lists()
-    ref.retro_lists()
-    a, b = snapshot(fast), snapshot(ref)
-    assert a == b, differences(a, b)
+def _specs(seed: int) -> list[dict]:
+    """A seeded draw of request specs (fixed, so their findings are a fixture): a few system prompts per
+    case, each sent many times with its own field, drift, tools and user message, so families form."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(len(BASE)) for _ in range(rng.randint(3, 9))] for _ in range(3)]
+    return [{"tenant": rng.choice(["t1", "t2", ""]), "lines": rng.choice(prompts),
+             "field": FIELD_MAKERS[rng.randrange(len(FIELD_MAKERS))], "field_at": rng.randint(0, 9),
+             "drift": rng.choice(DRIFTS), "tools": rng.randint(0, 4),
+             "user": rng.choice(["plain", "docs", "docs_swapped", "empty", "same", "blank"]),
+             "turns": rng.randint(1, 3), "developer": rng.random() < 0.3, "no_system": rng.random() < 0.1}
+            for _ in range(rng.randint(30, 60))]
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(specs=st.lists(request, min_size=1, max_size=14), repeat=st.integers(1, 3))
-def test_fast_detector_equals_reference(specs: list[dict], repeat: int) -> None:
-    records = _records(specs)
-    _same(records * 1 + [Record(r.source_file, r.source_line, f"{r.request_id}x{j}", r.timestamp_s, "chat",
-                                tenant=r.tenant, messages=r.messages, tools=r.tools)
-                         for j in range(1, repeat) for r in records])
+def _every_path_specs() -> list[dict]:
+    """Requests that carry each breaker the detector knows: spans, drift, every order check."""
+    return [{"tenant": "t1", "lines": [0, 1, 3, 4, 5, 6, 7, 8], "field": f, "field_at": 2, "drift": d,
+             "tools": tools, "user": user, "turns": 2, "developer": False, "no_system": False}
+            for f, d, tools, user in [(lambda r: "", "nfc", 4, "docs"), (lambda r: "", "nfd", 4, "docs"),
+                                      (lambda r: f"Request id: {uuid.UUID(int=r + 1)}", "none", 1, "docs"),
+                                      (lambda r: f"Request id: {uuid.UUID(int=r + 1)}", "crlf", 2, "docs_swapped"),
+                                      (lambda r: f"Customer name: {['Ana Lima', 'Bo Chen'][r % 2]}", "nfc", 3, "docs"),
+                                      (lambda r: "", "spaces", 1, "plain"), (lambda r: "", "json_order", 1, "plain"),
+                                      (lambda r: f"Request id: {uuid.UUID(int=r + 1)}", "none", 1, "docs"),
+                                      (lambda r: "", "list_b", 1, "plain"), (lambda r: "", "list_a", 1, "plain"),
+                                      (lambda r: "", "chunks_a", 1, "plain"), (lambda r: "", "chunks_b", 1, "plain")]]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(specs=st.lists(request, min_size=1, max_size=10))
-def test_fast_detector_equals_reference_with_tiny_memos(specs: list[dict]) -> None:
-    """Memo bounds only change speed: with every memo holding one entry the state is the same."""
-    saved = content_mod.CONTENT_BYTES, content_mod.CHECK_BYTES
-    try:
-        content_mod.CONTENT_BYTES = content_mod.CHECK_BYTES = 1
-        _same(_records(specs), Detector(16, memo_bytes=1))
-    finally:
-        content_mod.CONTENT_BYTES, content_mod.CHECK_BYTES = saved
+def _repeated(records: list[Record], repeat: int) -> list[Record]:
+    """The records, then `repeat - 1` more rounds of them under new request ids."""
+    return records + [Record(r.source_file, r.source_line, f"{r.request_id}x{j}", r.timestamp_s, "chat",
+                             tenant=r.tenant, messages=r.messages, tools=r.tools)
+                      for j in range(1, repeat) for r in records]
 
 
-def test_fast_detector_equals_reference_on_synth_logs(tmp_path) -> None:
-    from prefixscan.config import AnalyzeConfig
-    from prefixscan.io.sources import expand
-    from prefixscan.pipeline.read import Reader
-
-    for name, cfg in {
-        "chat": SynthConfig(requests=400, seed=3, tenants=3, scenarios=(("chat", 1.0),)),
-        "all": SynthConfig(requests=400, seed=4, tenants=3, breakers=tuple(REGISTRY), breaker_rate=0.4,
-                           drift=DRIFT_KINDS, drift_rate=0.3),
-    }.items():
-        log = tmp_path / f"{name}.jsonl"
-        write(cfg, str(log))
-        records = [r for ev in Reader(AnalyzeConfig((str(log),)), expand([str(log)]), 256).events()
-                   if isinstance(ev, list) for r in ev if r.kind == "chat"]
-        assert records
-        _same(records)
+def _write_log(path: Path, records: list[Record]) -> Path:
+    rows = [{"request_id": r.request_id, "timestamp": 1_700_000_000 + i, "tenant": r.tenant, "model": "m",
+             "messages": r.messages, **({"tools": r.tools} if r.tools is not None else {})}
+            for i, r in enumerate(records)]
+    return write_jsonl(path, rows)
 
 
-def test_the_generated_records_exercise_every_path() -> None:
-    """The strategy above is only worth something if the reference finds spans, drift and orders in it."""
-    specs = [{"tenant": "t1", "lines": [0, 1, 3, 4, 5, 6, 7, 8], "field": f, "field_at": 2, "drift": d,
-              "tools": tools, "user": user, "turns": 2, "developer": False, "no_system": False}
-             for f, d, tools, user in [(lambda r: "", "nfc", 4, "docs"), (lambda r: "", "nfd", 4, "docs"),
-                                       (lambda r: f"Request id: {uuid.UUID(int=r + 1)}", "none", 1, "docs"),
-                                       (lambda r: f"Request id: {uuid.UUID(int=r + 1)}", "crlf", 2, "docs_swapped"),
-                                       (lambda r: f"Customer name: {['Ana Lima', 'Bo Chen'][r % 2]}", "nfc", 3, "docs"),
-                                       (lambda r: "", "spaces", 1, "plain"), (lambda r: "", "json_order", 1, "plain"),
-                                       (lambda r: f"Request id: {uuid.UUID(int=r + 1)}", "none", 1, "docs"),
-                                       (lambda r: "", "list_b", 1, "plain"), (lambda r: "", "list_a", 1, "plain"),
-                                       (lambda r: "", "chunks_a", 1, "plain"), (lambda r: "", "chunks_b", 1, "plain")]]
-    ref = Reference(16)
-    for r in _records(specs):
-        ref.feed(r, 0)
-    kinds = {k[0] for k in ref.accs} | {k[2] for k in ref.accs if k[0] in ("drift", "order")}
-    assert {"span", "drift", "order", "line_endings", "unicode", "tool_order", "rag_order",
-            "list_order"} <= kinds, kinds
-    assert {k[-1] for k in ref.accs if k[2:3] == ("list_order",)} == {"name", ""}  # a JSON list and text chunks
-    assert ref.pending and not ref.errors
-    _same(_records(specs))
+def _cases(tmp: Path) -> dict[str, Path]:
+    """Every case's log: seeded adversarial request sets, the every-path set, and two synth logs."""
+    logs = {f"seed{seed}": _write_log(tmp / f"seed{seed}.jsonl", _repeated(_records(_specs(seed)), 1 + seed % 3))
+            for seed in range(SEEDS)}
+    logs["every_path"] = _write_log(tmp / "every_path.jsonl", _records(_every_path_specs()))
+    for name, cfg in SYNTH.items():
+        write(cfg, str(tmp / f"synth_{name}.jsonl"))
+        logs[f"synth_{name}"] = tmp / f"synth_{name}.jsonl"
+    return logs
+
+
+def _findings(log: Path, out: Path) -> dict:
+    """The findings table's rows and a digest of the finding_requests table, as JSON values."""
+    import prefixscan
+
+    prefixscan.analyze(str(log), output=str(out), quiet=True, workers=0, capacities=())
+    rows = pq.read_table(out / "findings.parquet").drop_columns(["example_request_id"]).to_pylist()
+    per = pq.read_table(out / "finding_requests.parquet").to_pylist()
+    digest = hashlib.sha256(json.dumps(per, sort_keys=True).encode()).hexdigest()[:16]
+    return {"findings": rows, "finding_requests": [len(per), digest]}
+
+
+def _all_findings(tmp: Path) -> dict[str, dict]:
+    return {name: _findings(log, tmp / f"run_{name}") for name, log in _cases(tmp).items()}
+
+
+def test_findings_equal_the_fixture(tmp_path: Path) -> None:
+    """The detector's outputs on adversarial and synth logs equal the fixture, which the detector as it was
+    before issue 15's fast path wrote (and the fast one matched state for state). To accept a deliberate
+    change in findings, rerun with PREFIXSCAN_WRITE_FIXTURES=1 and review the fixture's diff."""
+    got = _all_findings(tmp_path)
+    if os.environ.get("PREFIXSCAN_WRITE_FIXTURES"):
+        FIXTURE.write_text(json.dumps(got, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    want = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name] == want[name], name
+
+
+def test_memo_bounds_change_no_finding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memo bounds only change speed: with every memo holding one entry the findings are the fixture's."""
+    monkeypatch.setattr(content_mod, "CONTENT_BYTES", 1)
+    monkeypatch.setattr(content_mod, "CHECK_BYTES", 1)
+    monkeypatch.setattr(detector_mod, "MEMO_BYTES", 1)
+    want = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    for name, log in _cases(tmp_path).items():
+        if name.startswith("seed") and int(name[4:]) % 3:
+            continue  # a third of the seeded cases is enough here
+        assert _findings(log, tmp_path / f"run_{name}") == want[name], name
+
+
+def test_the_fixture_holds_every_breaker() -> None:
+    """The fixture is only worth something if its logs make the detector find each kind of breaker."""
+    want = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    kinds = {f["kind"] for case in want.values() for f in case["findings"]}
+    assert {"line_endings", "unicode", "whitespace", "json_key_order", "tool_order", "rag_order", "list_order",
+            "request_id", "timestamp", "session_id", "user_name", "template_churn", "pattern_free"} <= kinds, kinds
+    assert {f["kind"] for f in want["every_path"]["findings"]} >= {"unicode", "list_order", "tool_order"}
+    assert all(case["findings"] for name, case in want.items() if name.startswith("synth"))
 
 
 def test_units_view_indexes_like_a_list() -> None:

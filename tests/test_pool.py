@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prefixscan.hashing import hit_cap_tokens
 from prefixscan.reuse.capacity import capacity_curve
 from prefixscan.reuse.capacity_table import capacity_targets
 from prefixscan.reuse.pool import pool_curve, pool_hits
@@ -140,7 +141,7 @@ def test_one_replica_one_request_at_a_time_equals_the_pool() -> None:
         blocks = ids[offsets[i]:offsets[i + 1]]
         p = int(prompts[i])
         table = np.zeros(-(-p // b), dtype=np.int32)
-        k, _ = kv.admit(0, blocks, (p - 1) // b, len(table), float(i), table)
+        k, _ = kv.admit(0, blocks, hit_cap_tokens(p, b, False) // b, len(table), float(i), table)
         got.append(k * b)
         kv.release(0, table, float(i) + 0.5)
     assert got == vllm.tolist()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from prefixscan.sim import SimConfig, simulate
 from prefixscan.sim.config import ReplicaEvent
 from prefixscan.sim.policies import POLICIES
-from prefixscan.sim.synthetic import WORKLOAD_SCHEMA, chain
+from tests.sim_tables import WORKLOAD_SCHEMA, chain
 from tests.test_sim_fast import FAST, both, odd_table, policy_cases
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from prefixscan.cli.app import app
 from prefixscan.io import rundir
 from prefixscan.sim import SimResult
-from prefixscan.sim.synthetic import conversations_table
+from tests.sim_tables import conversations_table
 
 runner = CliRunner()
 HEADLINE = (

@@ -10,7 +10,7 @@ from prefixscan.hashing import hit_tokens
 from prefixscan.sim import SimConfig, simulate
 from prefixscan.sim.config import ReplicaEvent
 from prefixscan.sim.policies import POLICIES
-from prefixscan.sim.synthetic import conversations_table
+from tests.sim_tables import conversations_table
 
 FAST = dict(prefill_model="preble", tpot_s=0.01)
 
@@ -264,7 +264,7 @@ def test_json_headline_keys(table: pa.Table) -> None:
 
 
 def test_generated_blocks_are_cached_for_the_next_turn() -> None:
-    from prefixscan.sim.synthetic import chain
+    from tests.sim_tables import chain
 
     # turn 2 = turn 1's prompt (10 blocks) + its 64-token answer (4 blocks) + a new question (2 blocks)
     t1, t2 = list(range(10)), list(range(10)) + [100, 101, 102, 103, 200, 201]

@@ -21,8 +21,8 @@ from prefixscan.sim.config import ReplicaEvent
 from prefixscan.sim.engine import Outcome, _capacity, replay
 from prefixscan.sim.fast import replay_fast
 from prefixscan.sim.policies import POLICIES, make_policy
-from prefixscan.sim.synthetic import WORKLOAD_SCHEMA, chain, conversations_table
 from prefixscan.sim.workload import build_workload
+from tests.sim_tables import WORKLOAD_SCHEMA, chain, conversations_table
 
 ARRAYS = (
     "replica", "start_s", "first_token_s", "finish_s", "cached_tokens", "predicted_cached", "best_cached",
@@ -246,3 +246,28 @@ def test_empty_and_blockless_workloads(chats: pa.Table) -> None:
     )  # every prompt shorter than one block
     for name in POLICIES:
         both(short, name, SimConfig(replicas=3, kv_blocks=10, knowledge="approximate", **FAST))
+
+
+def test_one_registry_and_one_file_per_policy() -> None:
+    """`POLICIES` is the only registry: each policy's module holds its reference class and its compiled form,
+    whose `CODE` is its place in the registry (what `dispatch.choose` branches on), and `sim/fast/policies/`
+    holds no policy of its own; a subclass of a built-in policy runs on the reference."""
+    import sys
+    from pathlib import Path
+
+    from prefixscan.sim.fast import compiled_form, unsupported
+    from prefixscan.sim.policies.round_robin import RoundRobin
+
+    for code, (name, cls) in enumerate(POLICIES.items()):
+        module = sys.modules[cls.__module__]
+        assert cls.name == name and module.CODE == code
+        assert callable(module.setup) and hasattr(module.kernel, "py_func")  # a numba dispatcher
+        assert compiled_form(make_policy(name, {}, 0, 16)) is module
+    fast_dir = Path(sys.modules["prefixscan.sim.fast.policies.base"].__file__).parent
+    assert sorted(p.stem for p in fast_dir.glob("*.py")) == ["__init__", "base", "common", "dispatch"]
+
+    class Mine(RoundRobin):
+        pass
+
+    assert compiled_form(Mine(RoundRobin.Params(), 0)) is None
+    assert unsupported(Mine(RoundRobin.Params(), 0)) == "Mine is not a built-in policy"

@@ -17,8 +17,8 @@ from prefixscan.sim.fast.policies.base import request_keys
 from prefixscan.sim.fast.xxh import xxh3_u64_vec
 from prefixscan.sim.policies.base import Req
 from prefixscan.sim.policies.ring import request_key
-from prefixscan.sim.synthetic import conversations_table
 from prefixscan.sim.workload import build_workload
+from tests.sim_tables import conversations_table
 
 
 @settings(max_examples=50, deadline=None)

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from prefixscan.cli.app import app
 from prefixscan.io import rundir, simindex
 from prefixscan.sim import SimResult
-from prefixscan.sim.synthetic import conversations_table
 from prefixscan.sim.timing import load_profile
+from tests.sim_tables import conversations_table
 
 runner = CliRunner()
 BPE = Path(__file__).resolve().parent.parent / "conformance" / "fixtures" / "bpe" / "tokenizer"

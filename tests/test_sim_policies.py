@@ -10,9 +10,9 @@ from prefixscan.sim.knowledge import ExactView
 from prefixscan.sim.kvcache import KVState
 from prefixscan.sim.policies import make_policy
 from prefixscan.sim.policies.base import ClusterView, Req
-from prefixscan.sim.synthetic import chain
 from prefixscan.sim.timing import ServingModel, preble_fit
 from prefixscan.sim.workload import build_workload
+from tests.sim_tables import chain
 
 B = 16
 

@@ -25,11 +25,11 @@ from prefixscan.sim import SimConfig, SimResult, serving_model, simulate
 from prefixscan.sim.engine import _capacity, replay
 from prefixscan.sim.fast import replay_fast
 from prefixscan.sim.policies import POLICIES, make_policy
-from prefixscan.sim.synthetic import WORKLOAD_SCHEMA, chain, conversations_table
 from prefixscan.sim.tiers import LRUTier
 from prefixscan.sim.timing import ServingModel, kv_bytes_per_token
 from prefixscan.sim.workload import build_workload
 from tests.oracles.tiers_ref import ReferenceLRU
+from tests.sim_tables import WORKLOAD_SCHEMA, chain, conversations_table
 
 BASE = dict(prefill_model="preble", tpot_s=0.01)
 SAME = ("replica", "start_s", "first_token_s", "finish_s", "cached_tokens", "predicted_cached", "best_cached",

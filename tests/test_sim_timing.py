@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 
 from prefixscan.sim import SimConfig, simulate
-from prefixscan.sim.synthetic import conversations_table
 from prefixscan.sim.timing import ServingModel, from_coeffs, from_cost_model, kv_capacity_blocks, preble_fit
+from tests.sim_tables import conversations_table
 
 
 def test_preble_fit_reproduces_the_published_formula() -> None:

@@ -9,10 +9,14 @@ prepared once, then each policy's replay is timed on its own; metrics and tables
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the tests' synthetic tables
 
 from prefixscan.sim import SimConfig, simulate
-from prefixscan.sim.synthetic import conversations_table
+from tests.sim_tables import conversations_table
 
 
 def main() -> None:

@@ -172,7 +172,7 @@ def register(app: typer.Typer) -> None:
                                   "twice (before, then after); compares the served hit rate with the prediction."),
         kv_events: str = typer.Option(None, "--kv-events",
                                       help="KV events from `prefixscan record-events`: per request, predicted vs "
-                                           "stored blocks (needs --hash vllm:... matching the engine)."),
+                                           "stored blocks, the pilot's evictions by class (needs --hash vllm:...)."),
         decisions: str = typer.Option(
             None, "--decisions", metavar="FILE",
             help="The router's decision log (JSONL: request_id, decision, selected_worker, candidate_workers, "

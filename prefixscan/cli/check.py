@@ -29,23 +29,35 @@ def register(app: typer.Typer) -> None:
         fail_on: str | None = typer.Option(
             None, "--fail-on", help="Fail on any breaker of this severity or above: low, medium (>= 1% of the "
                                     "run's prompt tokens), high (>= 5%)."),
+        max_warm_ttft_p95: float | None = typer.Option(
+            None, "--max-warm-ttft-p95", help="Fail when the pilot's warm requests' TTFT p95 exceeds this many "
+                                              "seconds (0.25 = 250 ms; docs/pilot.md)."),
+        max_prediction_gap: float | None = typer.Option(
+            None, "--max-prediction-gap", help="Fail when the predicted hit rate exceeds the engine's measured one "
+                                               "by more than this fraction (0.1 = 10 points)."),
+        max_left_warm: float | None = typer.Option(
+            None, "--max-left-warm", help="Fail when more than this share of the router's decisions left a warm "
+                                          "candidate (needs analyze --decisions)."),
         allow_uncheckable: bool = typer.Option(
-            False, "--allow-uncheckable", help="Let breaker gates the run cannot answer (a hashed trace or token ids: "
-                                               "no prompt text) pass as not checkable instead of failing."),
+            False, "--allow-uncheckable", help="Let gates the run cannot answer (breaker gates without prompt text, "
+                                               "pilot gates without latency, engine counts or a decision log) pass "
+                                               "as not checkable instead of failing."),
         json_out: bool = typer.Option(False, "--json", help="Print the gates as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only failed gates and the verdict."),
     ) -> None:
         """Gate a build on a run's prefix reuse: exit 0 when every gate holds, 8 when one fails.
 
         One line per gate (PASS/FAIL with the value seen), then the verdict. A breaker gate on a run without
-        prompt text (a hashed trace) is NOT CHECKABLE and fails (exit 8) unless --allow-uncheckable. Usage
-        errors exit 2, a missing or incomplete run directory 5, a bug 1.
+        prompt text (a hashed trace), or a pilot gate on a run without its data, is NOT CHECKABLE and fails
+        (exit 8) unless --allow-uncheckable. Usage errors exit 2, a missing or incomplete run directory 5, a bug 1.
         Example: prefixscan check runs/demo --min-hit-rate 0.4 --fail-on high
+        Example: prefixscan check runs/pilot --max-warm-ttft-p95 0.25 --max-prediction-gap 0.1 --max-left-warm 0.2
         """
-        from prefixscan.compare.check import check_run
+        from prefixscan.compare.check import PilotGates, check_run
         from prefixscan.report.compare_terminal import check_lines
 
-        result = check_run(run_dir, min_hit_rate, definition, max_breaker_tokens, fail_on, allow_uncheckable)
+        result = check_run(run_dir, min_hit_rate, definition, max_breaker_tokens, fail_on, allow_uncheckable,
+                           PilotGates(max_warm_ttft_p95, max_prediction_gap, max_left_warm))
         if json_out:
             typer.echo(json.dumps(result.to_json(), indent=2))
         else:

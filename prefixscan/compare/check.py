@@ -122,11 +122,66 @@ def _severity_gate(f: RunFacts, level: str) -> Gate:
     return Gate(f"fail-on {level}", float(len(worst)), 0.0, not worst, msg)
 
 
+@dataclass(frozen=True)
+class PilotGates:
+    """The pilot's gates (docs/check.md): warm TTFT p95 (seconds), the predicted-minus-measured hit rate gap
+    and the share of requests that left a warm candidate (fractions); None: not asked."""
+
+    max_warm_ttft_p95: float | None = None
+    max_prediction_gap: float | None = None
+    max_left_warm: float | None = None
+
+    def asked(self) -> bool:
+        return any(v is not None for v in (self.max_warm_ttft_p95, self.max_prediction_gap, self.max_left_warm))
+
+    def validate(self) -> None:
+        if self.max_warm_ttft_p95 is not None and self.max_warm_ttft_p95 < 0:
+            raise UsageError("--max-warm-ttft-p95 is in seconds, 0 or more (e.g. 0.25 for 250 ms)")
+        for name, v in (("--max-prediction-gap", self.max_prediction_gap), ("--max-left-warm", self.max_left_warm)):
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise UsageError(f"{name} is a fraction between 0 and 1 (e.g. 0.1 for 10%)")
+
+
+def _pilot_value(f: RunFacts, gate: str) -> tuple[float | None, str | None]:
+    """(the value a pilot gate reads, None and why when the run cannot answer it)."""
+    p = f.pilot
+    if gate == "max-warm-ttft-p95":
+        warm = ((p or {}).get("by_class") or {}).get("warm") or {}
+        if not p or not warm.get("ttft_requests"):
+            return None, (f"run {f.path} has no warm request with a time to first token" if p else
+                          f"run {f.path} carries no latency (no pilot measurement)")
+        return warm["ttft_p95_s"], None
+    if gate == "max-prediction-gap":
+        pred = (p or {}).get("prediction")
+        if not pred or pred["gap"]["hit_rate_points"] is None:
+            return None, f"run {f.path} has no prediction next to outcome (no latency or no engine cached tokens)"
+        return pred["gap"]["hit_rate_points"], None
+    lw = ((p or {}).get("decisions") or {}).get("left_warm") or {}
+    if lw.get("share") is None:
+        return None, f"run {f.path} has no router decision log (analyze --decisions FILE)"
+    return lw["share"], None
+
+
+def _pilot_gate(f: RunFacts, gate: str, maximum: float, allow: bool) -> Gate:
+    v, why = _pilot_value(f, gate)
+    if v is None:
+        return Gate(gate, None, maximum, allow, (why or "") + ("; allowed by --allow-uncheckable" if allow else
+                                                               "; pass --allow-uncheckable to let the check pass "
+                                                               "without it"), checkable=False)
+    ok = v <= maximum
+    shown = {"max-warm-ttft-p95": (f"warm TTFT p95 {v * 1000:,.0f} ms", f"{maximum * 1000:,.0f} ms"),
+             "max-prediction-gap": (f"predicted minus measured hit rate {v:+.2%}", f"{maximum:.2%}"),
+             "max-left-warm": (f"share of decisions that left a warm candidate {v:.2%}", f"{maximum:.2%}")}[gate]
+    return Gate(gate, v, maximum, ok, f"{shown[0]} is {'within' if ok else 'over'} the maximum {shown[1]}")
+
+
 def check_run(run_dir: str | os.PathLike[str], min_hit_rate: float | None = None,
               definition: str = "token_weighted", max_breaker_tokens: int | None = None,
-              fail_on: str | None = None, allow_uncheckable: bool = False) -> CheckResult:
+              fail_on: str | None = None, allow_uncheckable: bool = False,
+              pilot: PilotGates = PilotGates()) -> CheckResult:
     """Evaluate the gates asked for; at least one must be asked (a check of nothing passes nothing).
-    Breaker gates on a run without prompt text are not checkable: they fail unless `allow_uncheckable`."""
+    Breaker gates on a run without prompt text, and pilot gates on a run without the pilot's data, are
+    not checkable: they fail unless `allow_uncheckable`."""
     if definition not in DEFINITIONS:
         raise UsageError(f"--definition must be one of {', '.join(DEFINITIONS)}")
     if min_hit_rate is not None and not 0.0 <= min_hit_rate <= 1.0:
@@ -135,8 +190,10 @@ def check_run(run_dir: str | os.PathLike[str], min_hit_rate: float | None = None
         raise UsageError("--max-breaker-tokens must be 0 or more")
     if fail_on is not None and fail_on not in SEVERITIES:
         raise UsageError(f"--fail-on must be one of {', '.join(SEVERITIES)}")
-    if min_hit_rate is None and max_breaker_tokens is None and fail_on is None:
-        raise UsageError("nothing to check: give --min-hit-rate, --max-breaker-tokens or --fail-on")
+    pilot.validate()
+    if min_hit_rate is None and max_breaker_tokens is None and fail_on is None and not pilot.asked():
+        raise UsageError("nothing to check: give --min-hit-rate, --max-breaker-tokens, --fail-on, "
+                         "--max-warm-ttft-p95, --max-prediction-gap or --max-left-warm")
     f = load_facts(run_dir)
     gates = []
     if min_hit_rate is not None:
@@ -146,4 +203,8 @@ def check_run(run_dir: str | os.PathLike[str], min_hit_rate: float | None = None
                      or _breaker_gate(f, max_breaker_tokens))
     if fail_on is not None:
         gates.append(_not_checkable(f, f"fail-on {fail_on}", 0.0, allow_uncheckable) or _severity_gate(f, fail_on))
+    for gate, maximum in (("max-warm-ttft-p95", pilot.max_warm_ttft_p95),
+                          ("max-prediction-gap", pilot.max_prediction_gap), ("max-left-warm", pilot.max_left_warm)):
+        if maximum is not None:
+            gates.append(_pilot_gate(f, gate, maximum, allow_uncheckable))
     return CheckResult(str(run_dir), tuple(gates))

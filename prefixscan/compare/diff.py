@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from prefixscan.compare.facts import DEFINITIONS, GROUPS, Breaker, RunFacts, load_facts
+from prefixscan.compare.pilot import PilotComparison, compare_pilot
 from prefixscan.io.rundir import load_run
 
 
@@ -69,6 +70,7 @@ class DiffResult:
     prefill_b: Prefill
     scenario: str | None
     warnings: tuple[str, ...]
+    pilot: PilotComparison | None = None  # both runs' pilot measurement (prefixscan.compare.pilot)
 
 
 def _rates(a: RunFacts, b: RunFacts) -> tuple[tuple[str, float | None, float | None], ...]:
@@ -127,8 +129,11 @@ def _warnings(a: RunFacts, b: RunFacts) -> tuple[str, ...]:
 
 def diff_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], model: str | None = None,
               gpu: str = "h100", rps: float | None = None, dtype: str = "bf16", mfu: float = 0.5,
-              linear: bool = False) -> DiffResult:
-    """Compare run B with run A; with `model` and `rps`, also ideal-cache prefill GPUs of each at that rate."""
+              linear: bool = False, pool_a: str | None = None, pool_b: str | None = None,
+              pilot: bool = False) -> DiffResult:
+    """Compare run B with run A; with `model` and `rps`, also ideal-cache prefill GPUs of each at that rate.
+    The pilot measurement of both (one pool of each with `pool_a` / `pool_b`) when either carries latency;
+    `pilot` (or a pool) requires it of both (prefixscan.compare.pilot)."""
     a, b = load_facts(run_a), load_facts(run_b)
     scenario: dict[str, Any] | None = None
     label = None
@@ -143,5 +148,6 @@ def diff_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], mode
                     "linear": linear}
         label = f"{scenario['model'].name} {dtype} on {scenario['gpu'].name} at {rps:g} req/s, MFU {mfu:g}" + (
             ", linear FLOPs" if linear else "")
+    pilots = compare_pilot(run_a, run_b, pool_a, pool_b, required=pilot)
     return DiffResult(a, b, _rates(a, b), _groups(a, b), _breakers(a, b), _prefill(run_a, a, scenario),
-                      _prefill(run_b, b, scenario), label, _warnings(a, b))
+                      _prefill(run_b, b, scenario), label, _warnings(a, b), pilots)

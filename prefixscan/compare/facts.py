@@ -57,6 +57,7 @@ class RunFacts:
     tokenizer: str
     extra: dict[str, Any] = field(default_factory=dict)
     uncheckable: str | None = None  # why no breaker can be detected (detect.reader.uncheckable), None: it can
+    pilot: dict[str, Any] | None = None  # the analyze summary's `pilot` section (docs/pilot.md); None: no latency
 
     @property
     def breaker_tokens(self) -> int:
@@ -103,5 +104,5 @@ def load_facts(run_dir: str | os.PathLike[str]) -> RunFacts:
         path=str(run_dir), requests=int(reqs.get("accepted", 0)), prompt_tokens=int(tokens.get("prompt", 0)),
         cached_tokens=int(tokens.get("cached", 0)), hit_rates=rates, groups=_groups(run), breakers=_breakers(run),
         block_size=int(config.get("block_size") or 0), tokenizer=str(config.get("tokenizer") or ""),
-        uncheckable=uncheckable(run),
+        uncheckable=uncheckable(run), pilot=summary.get("pilot"),
     )

@@ -10,7 +10,8 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from prefixscan.reuse.ideal import IdealStream, hit_tokens_array, scope_salts
+from prefixscan.reuse.hitrule import hit_tokens_array
+from prefixscan.reuse.ideal import IdealStream, scope_salts
 
 
 @njit(cache=True, nogil=True)

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from prefixscan.reuse.ideal import IdealResult
 
-# {B}: block size; {HIT}: the hit rule's token count of k blocks (see HIT_RULES). A reference's order is
+# {B}: block size; {HIT}: the hit rule's token count of k blocks (see HIT_SQL). A reference's order is
 # (pos, idx), packed in one BIGINT key pos * 2^32 + idx (pos < 2^31, idx < 2^32), so one min() gives a
 # block's first reference and the request's novel blocks need no second pass over the references.
 REUSE_SQL = """
@@ -79,9 +79,10 @@ FROM runs u LEFT JOIN src s USING (pos)
 ORDER BY u.pos
 """
 
-# Tokens a hit of k leading blocks saves under each rule (hashing.hit_tokens): vLLM never serves the last
-# prompt token from cache (min(k, floor((n-1)/B))*B); a hashed trace's blocks are its own.
-HIT_RULES = {
+# Tokens a hit of k leading blocks saves under each rule: the SQL form of `hashing.hit_cap_tokens`, the rule's
+# one home (tests/test_hitrule.py checks they agree). vLLM never serves the last prompt token from cache
+# (min(k, floor((n-1)/B))*B); a hashed trace's blocks are its own.
+HIT_SQL = {
     "vllm": "CASE WHEN {k} > 0 AND u.n > 0 THEN least({k}, (greatest(u.n - 1, 0)) // {B}) * {B} ELSE 0 END",
     "trace": "CASE WHEN {k} > 0 AND u.n > 0 THEN least({k} * {B}, u.n) ELSE 0 END",
 }
@@ -89,11 +90,11 @@ HIT_RULES = {
 
 def reuse_sql(block_size: int, rule: str) -> str:
     """The reuse query for one block size and hit rule (the text docs/scale.md shows)."""
-    if rule not in HIT_RULES:
+    if rule not in HIT_SQL:
         raise ValueError(f"unknown hit rule {rule!r}")
     if block_size < 1:
         raise ValueError("block size must be >= 1")
-    hit = {f"HIT_{s.upper()}": HIT_RULES[rule].format(k=f"u.k_{s}", B=block_size) for s in ("all", "ten", "conv")}
+    hit = {f"HIT_{s.upper()}": HIT_SQL[rule].format(k=f"u.k_{s}", B=block_size) for s in ("all", "ten", "conv")}
     return REUSE_SQL.format(B=block_size, **hit)
 
 

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
+from prefixscan.hashing import counted_hit_blocks
 from prefixscan.pipeline.reuse import RequestStream, turn_bucket
 from prefixscan.pipeline.write import writing
 from prefixscan.reuse.aggregate import summaries_table
@@ -107,8 +108,8 @@ def aggregates(cfg: AnalyzeConfig, stream: RequestStream, path: Path) -> tuple[p
     base = hits.with_columns(read_columns(path, ["prompt_tokens"])["prompt_tokens"],
                              pl.Series("_blocks", stream.blocks.read()))
     del hits
-    base = base.with_columns((pl.col("cached_tokens") // stream.block if stream.rule == "vllm"
-                              else pl.col("cached_blocks").cast(pl.Int64)).alias("_hit_blocks")).drop("cached_blocks")
+    base = base.with_columns(counted_hit_blocks(pl.col("cached_tokens"), pl.col("cached_blocks").cast(pl.Int64),
+                                                stream.block, stream.rule).alias("_hit_blocks")).drop("cached_blocks")
 
     def column(name: str) -> pl.Series:
         if name == "_turn_bucket":

@@ -37,9 +37,28 @@ def add(requests_path: str | Path, block: int, log: DecisionLog | None, tables: 
         if log.rejects:
             tables["rejects"] = pa.concat_tables([tables["rejects"],
                                                   pa.Table.from_pylist(log.rejects, schema=REJECTS_SCHEMA)])
-        return
-    from prefixscan.pilot import measure as measure_pilot
+    else:
+        from prefixscan.pilot import measure as measure_pilot
 
-    pilot = measure_pilot(requests_path, block)  # only when the log carries latency
-    if pilot is not None:
+        pilot = measure_pilot(requests_path, block)  # only when the log carries latency
+        if pilot is None:
+            return
         tables["pilot"], summary["pilot"] = pilot
+    _prediction(requests_path, block, tables, summary, notes)
+
+
+def _prediction(requests_path: str | Path, block: int, tables: dict[str, Any], summary: dict[str, Any],
+                notes: list[str]) -> None:
+    """Prefixscan's prediction next to the engine's outcome (prefixscan.pilot_prediction), from the misses
+    table the attribution just wrote: its rows join the pilot table, its section the pilot summary."""
+    from prefixscan.pilot_prediction import measure as measure_prediction
+
+    misses = tables.get("misses")
+    if misses is None or not (summary.get("miss_attribution") or {}).get("requests_with_actual"):
+        summary["pilot"]["prediction"] = None
+        return
+    source = misses if isinstance(misses, pa.Table) else misses.path
+    rows, section, more = measure_prediction(requests_path, source, block, summary["miss_attribution"])
+    summary["pilot"]["prediction"] = section
+    tables["pilot"] = pa.concat_tables([tables["pilot"], rows])
+    notes += more

@@ -26,10 +26,12 @@ import pyarrow as pa
 from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import UsageError
+from prefixscan.hashing import counted_hit_blocks
 from prefixscan.pipeline.encode import Batch
 from prefixscan.pipeline.frame import input_frame, requests_arrow
 from prefixscan.pipeline.trace_columns import permute_csr
 from prefixscan.pipeline.write import RowGroups
+from prefixscan.reuse.hitrule import hit_tokens_array
 from prefixscan.reuse.ideal import IdealResult, IdealStream, TokenPrefixIndex, scope_salts
 
 if TYPE_CHECKING:
@@ -160,7 +162,7 @@ class RequestStream:
             hashes, toks = per_request
             ns = inp["namespace"].to_list()
             divergence = np.array([self.tokens.add(toks[i], hashes[i], ns[i]) for i in range(n)], dtype=np.int64)
-            cached = np.minimum(divergence, np.maximum(prompt - 1, 0))
+            cached = hit_tokens_array(divergence, prompt, 1, self.rule)  # token granularity: blocks of one token
         if self.seq == 0:
             self.ts0 = float(inp["timestamp_s"][0])
         self.ids.add(self.seq, inp)
@@ -255,8 +257,8 @@ def reuse_frame(inp: pl.DataFrame, offsets: np.ndarray, flat: np.ndarray, res: I
     df = df.with_columns(
         turn_fill(inp["conversation_id"], turn_counts),
         source_ids.alias("source_request_id"),
-        (pl.col("cached_tokens") // block if rule == "vllm"
-         else pl.col("cached_blocks").cast(pl.Int64)).alias("_hit_blocks"),
+        counted_hit_blocks(pl.col("cached_tokens"), pl.col("cached_blocks").cast(pl.Int64), block,
+                           rule).alias("_hit_blocks"),
     )
     df = df.with_columns(
         pl.when(pl.col("cached_tokens") == 0).then(pl.lit("none"))

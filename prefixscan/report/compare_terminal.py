@@ -9,6 +9,7 @@ from rich.table import Table
 
 from prefixscan.compare.check import CheckResult
 from prefixscan.compare.diff import DiffResult
+from prefixscan.compare.pilot import PilotComparison, pilot_json
 from prefixscan.report.fmt import number_tables, opt_pct, plain, points, safe
 from prefixscan.report.fmt import tokens as tok
 
@@ -88,6 +89,39 @@ def render_diff(r: DiffResult, console: Console) -> None:
         console.print("cache breakers: not compared (a run has no findings table)" if r.breakers is None else
                       "cache breakers: none in either run", markup=False)
     console.print(prefill_line(r), markup=False)
+    if r.pilot is not None:
+        _pilot(r.pilot, console)
+
+
+def _ms(v: float | None, signed: bool = False) -> str:
+    return "-" if v is None else f"{v * 1000:{'+' if signed else ''},.0f} ms"
+
+
+def _pilot(c: PilotComparison, console: Console) -> None:
+    """Pilot against control: per class, requests, hit rate and TTFT / queue wait p50 / p95, with B - A."""
+    console.print(f"pilot  A = {plain(c.a.label)}, {c.a.cached_source} classes  B = {plain(c.b.label)}, "
+                  f"{c.b.cached_source} classes", markup=False)
+    for w in c.warnings:
+        console.print(f"warning: {plain(w)}", markup=False)
+    data = pilot_json(c)["groups"]
+    rows = []
+    for g, d in data.items():
+        n = d["requests"]
+        rows.append([g, "requests", f"{n['a']:,}", f"{n['b']:,}", f"{n['delta']:+,}"])
+        if g == "all":
+            h, u = d["hit_rate"], d["uncached_tokens"]
+            rows.append([g, "hit rate", opt_pct(h["a"]), opt_pct(h["b"]), points(h["a"], h["b"])])
+            rows.append([g, "prefill tokens", tok(u["a"]), tok(u["b"]), f"{u['delta']:+,}"])
+        else:
+            s = d["share"]
+            rows.append([g, "share of requests", opt_pct(s["a"]), opt_pct(s["b"]), points(s["a"], s["b"])])
+        for k, name in (("ttft_p50_s", "TTFT p50"), ("ttft_p95_s", "TTFT p95"), ("queue_wait_p50_s", "queue p50"),
+                        ("queue_wait_p95_s", "queue p95")):
+            v = d[k]
+            rows.append([g, name, _ms(v["a"]), _ms(v["b"]), _ms(v["delta"], signed=True)])
+    for t in _tables(console, "Pilot: A against B by class (B - A)", ["class", "measure", "A", "B", "change"],
+                     rows, 2, {"class", "measure"}):
+        console.print(t)
 
 
 def diff_json(r: DiffResult) -> dict[str, Any]:
@@ -107,4 +141,5 @@ def diff_json(r: DiffResult) -> dict[str, Any]:
              "message_index": c.breaker.message_index, "role": c.breaker.role, "tokens_lost_a": c.tokens_lost_a,
              "tokens_lost_b": c.tokens_lost_b} for c in r.breakers],
         "prefill": {"a": prefill(r.prefill_a), "b": prefill(r.prefill_b)},
+        **({"pilot": pilot_json(r.pilot)} if r.pilot is not None else {}),
     }

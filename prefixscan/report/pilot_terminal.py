@@ -45,6 +45,8 @@ def render_pilot(p: dict[str, Any], console: Console, limit: int = 8) -> None:
                  caption=f"{len(rows) - limit} more in the pilot table" if len(rows) > limit else None)
     if p.get("decisions"):
         render_decisions(p["decisions"], console, limit)
+    if p.get("prediction"):
+        render_prediction(p["prediction"], p["by_class"], p["all"], console)
 
 
 def _bare(r: dict[str, Any], m: str) -> str:
@@ -72,3 +74,34 @@ def render_decisions(d: dict[str, Any], console: Console, limit: int = 8) -> Non
                          f"{d['rejected']:,}; joined {j['joined']:,}, {j['decisions_without_request']:,} match no "
                          f"request, {j['requests_without_decision']:,} requests have no decision row"
                          + (f"; {more} more decisions in the pilot table" if more > 0 else ""))
+
+
+def _classes(c: dict[str, int] | None) -> str:
+    return "-" if not c else " / ".join(f"{c[k]:,}" for k in ("warm", "partial", "cold"))
+
+
+def render_prediction(p: dict[str, Any], by_class: dict[str, Any], every: dict[str, Any], console: Console) -> None:
+    """Prefixscan's prediction next to the engine's outcome (prefixscan.pilot_prediction)."""
+    pr, rt, me, gap = p["predicted"], p.get("as_routed"), p["measured"], p["gap"]
+    sides = [("predicted (ideal cache)", pr), *([("as routed (ideal per replica)", rt)] if rt else []),
+             ("measured (engine)", me)]
+    cells = [[name, f"{s['hit_rate']:.1%}" if s["hit_rate"] is not None else "-", _tok(s["cached_tokens"]),
+              _tok(s["uncached_tokens"]), _classes(s.get("classes")),
+              _pair(every, "ttft") if s is me else "-"] for name, s in sides]
+    print_tables(console, "Pilot: prediction next to outcome", ["", "hit rate", "cached tok", "prefill tok",
+                                                                "warm / partial / cold", "TTFT p50 / p95"],
+                 cells, show_edge=False,
+                 caption=f"{p['divergence']['compared']:,} requests with the engine's count; gap "
+                         f"{_tok(gap['cached_tokens'])} tokens = routing {_tok(gap['lost_routing_tokens'])} + "
+                         f"eviction {_tok(gap['lost_eviction_tokens'])} + unexplained "
+                         f"{_tok(gap['lost_unexplained_tokens'])} - engine above {_tok(gap['engine_excess_tokens'])}"
+                         " (table misses)")
+    cells = [[c["predicted_class"], c["class"], f"{c['requests']:,}", _pair(c, "ttft"),
+              f"{_tok(c['predicted_cached_tokens'])} / {_tok(c['actual_cached_tokens'])}",
+              " / ".join(_tok(c[k]) for k in ("lost_routing_tokens", "lost_eviction_tokens",
+                                              "lost_unexplained_tokens", "engine_excess_tokens"))]
+             for c in p.get("by_class_pair") or []]
+    print_tables(console, "Pilot: predicted class -> measured class", ["predicted", "measured", "requests",
+                                                                        "TTFT p50 / p95", "cached pred / actual",
+                                                                        "routing / eviction / unexpl. / above"],
+                 cells, keys=2, show_edge=False)

@@ -28,7 +28,7 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from prefixscan.hashing import HIT_RULES
+from prefixscan.hashing import is_trace_rule
 from prefixscan.reuse.capacity import (
     _next_keys,
     _opt_chunk,
@@ -74,8 +74,7 @@ class CapacityStream:
                  chunk_blocks: int = 1 << 21, opt_budget_bytes: int = 640 << 20, defer_lru: bool = False) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
-        if rule not in HIT_RULES:
-            raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
+        is_trace_rule(rule)
         if tree_floor < 1 or chunk_blocks < 1:
             raise ValueError("tree_floor and chunk_blocks must be positive")
         self.block_size = int(block_size)

@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from prefixscan.hashing import HIT_RULES
+from prefixscan.hashing import is_trace_rule
+from prefixscan.reuse.hitrule import cap_tokens
 
 SCHEMA = pa.schema([
     ("capacity_tokens", pa.int64()),
@@ -34,17 +35,12 @@ SCHEMA = pa.schema([
 
 
 @njit(cache=True, nogil=True)
-def _block_weights(offsets, prompt_tokens, block_size, vllm):  # pragma: no cover - compiled
+def _block_weights(offsets, prompt_tokens, block_size, trace):  # pragma: no cover - compiled
     out = np.zeros(offsets[len(offsets) - 1], np.int64)
     for r in range(len(offsets) - 1):
-        n = prompt_tokens[r]
-        cap = (n - 1) // block_size if n > 0 else 0
+        cap = cap_tokens(prompt_tokens[r], block_size, trace)
         for j in range(offsets[r + 1] - offsets[r]):
-            if vllm:
-                w = block_size if j < cap else 0
-            else:
-                w = min(max(n - j * block_size, 0), block_size)
-            out[offsets[r] + j] = w
+            out[offsets[r] + j] = min((j + 1) * block_size, cap) - min(j * block_size, cap)
     return out
 
 
@@ -55,11 +51,10 @@ def block_weights(offsets: np.ndarray, prompt_tokens: np.ndarray, block_size: in
     "vllm": B for j < floor((n-1)/B), else 0 (the last token is always recomputed); "trace": the block's
     true size min(B, n - jB), clipped at 0 (the partial last block counts at its size).
     """
-    if rule not in HIT_RULES:
-        raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
+    is_trace_rule(rule)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     prompt_tokens = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
-    return _block_weights(offsets, prompt_tokens, int(block_size), rule == "vllm")
+    return _block_weights(offsets, prompt_tokens, int(block_size), rule == "trace")
 
 
 def default_capacities(working_set_blocks: int, block_size: int, points: int = 16) -> list[int]:

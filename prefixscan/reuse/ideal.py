@@ -20,6 +20,7 @@ import xxhash
 from numba import njit
 
 from prefixscan.dense import DenseTable, SeenSet
+from prefixscan.reuse.hitrule import hit_tokens_array
 
 if TYPE_CHECKING:
     import polars as pl
@@ -200,19 +201,6 @@ class IdealStream:
                   else self.conversation.runs(offsets, flat, conv, conv != NO_SCOPE))
         self.n += n
         return _result(k_all, k_ten, k_conv, source, pt, block_size, rule), gid
-
-
-def hit_tokens_array(k: np.ndarray, prompt_tokens: np.ndarray, block_size: int, rule: str) -> np.ndarray:
-    """`hashing.hit_tokens` over arrays (tests check they agree)."""
-    k = np.asarray(k, dtype=np.int64)
-    n = np.asarray(prompt_tokens, dtype=np.int64)
-    if rule == "vllm":
-        out = np.minimum(k, np.maximum(n - 1, 0) // block_size) * block_size
-    elif rule == "trace":
-        out = np.minimum(k * block_size, n)
-    else:
-        raise ValueError(f"unknown hit rule {rule!r}")
-    return np.where((k > 0) & (n > 0), out, 0).astype(np.int64)
 
 
 class TokenPrefixIndex:

@@ -6,6 +6,10 @@ free queue filled in reverse order). This is the same machine over dense block i
 request at a time, for the capacity curve (one pass per pool size, sizes in parallel) and for callers that compare per
 request (`pool_hits`). State is carried in arrays, so `capacity_stream` runs it chunk by chunk.
 
+The simulator's pool (`sim/kvcache.py`) gives the same hits at every size (tests/test_pool.py holds both to the
+oracle) but costs more CPU per size, for what only a simulation needs (replicas, release times, eviction ages):
+`bench/studies/pool_vs_simulator.py` measures the two in one run, so the curve keeps this one.
+
 Arrays of one pool of N blocks (slot 0 is the null block and is never used):
 - per slot: the dense id it holds (-1: none), previous / next slot in the free queue, the next copy of
   the same id (copies are listed in the order they were cached), and a ref count (a block listed twice
@@ -23,7 +27,8 @@ import numpy as np
 from numba import njit, prange
 
 from prefixscan.dense import dense_ids
-from prefixscan.hashing import HIT_RULES
+from prefixscan.hashing import is_trace_rule
+from prefixscan.reuse.hitrule import cap_blocks, cap_tokens
 
 HEAD, TAIL, HIT_TOK, HIT_BLK, DUPS, OVERSIZED = range(6)
 
@@ -141,17 +146,11 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
         nb = offsets[r + 1] - a
         n = prompts[r]
         total = max(nb, (n + block_size - 1) // block_size) if n > 0 else nb
-        if trace:
-            cap = min(nb, (n + block_size - 1) // block_size) if n > 0 else 0
-        else:
-            cap = min(nb, (n - 1) // block_size) if n > 0 else 0
+        cap = min(nb, cap_blocks(n, block_size, trace))
         k = 0
         while k < cap and first[ids[a + k]] >= 0:
             k += 1
-        if k > 0 and n > 0:
-            hit = min(k * block_size, n) if trace else k * block_size
-        else:
-            hit = 0
+        hit = min(k * block_size, cap_tokens(n, block_size, trace)) if k > 0 else 0
         st[HIT_TOK] += hit
         st[HIT_BLK] += k
         if per_req:
@@ -196,8 +195,7 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
 
 def _check(offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
            rule: str) -> tuple[np.ndarray, np.ndarray]:
-    if rule not in HIT_RULES:
-        raise ValueError(f"unknown hit rule {rule!r}; expected one of {HIT_RULES}")
+    is_trace_rule(rule)
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)

@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.reuse.fenwick import _renumber
+from prefixscan.reuse.hitrule import cap_blocks_array
 
 # st of the kernel: [marked, clock, u of the previous request, least risky d + u]
 MARKED, CLOCK, U_PREV, RISK = range(4)
@@ -39,13 +40,8 @@ def request_shape(offsets: np.ndarray, prompts: np.ndarray, block_size: int,
     """Per request, as `pool._pool_chunk` sees it: (hit cap in blocks, unlisted blocks occupied), int64."""
     nb = np.diff(np.asarray(offsets, dtype=np.int64))
     n = np.asarray(prompts, dtype=np.int64)
-    pos = n > 0
-    ceil = np.where(pos, -(-n // block_size), 0)
-    if rule == "trace":
-        cap = np.where(pos, np.minimum(nb, ceil), 0)
-    else:
-        cap = np.where(pos, np.minimum(nb, (n - 1) // block_size), 0)
-    total = np.where(pos, np.maximum(nb, ceil), nb)
+    cap = np.minimum(nb, cap_blocks_array(n, block_size, rule))
+    total = np.where(n > 0, np.maximum(nb, -(-n // block_size)), nb)
     return cap.astype(np.int64), (total - nb).astype(np.int64)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from prefixscan.reuse.hitrule import cap_blocks_array
 from prefixscan.sim.config import SimConfig
 from prefixscan.sim.workload import Workload
 
@@ -80,9 +81,9 @@ def request_budget(w: Workload, cfg: SimConfig, capacity: int) -> tuple[np.ndarr
 
 
 def max_hit_blocks(w: Workload, pin: np.ndarray) -> np.ndarray:
-    """Most leading blocks a request's lookup may use: its hit cap in whole blocks (vLLM stops at
-    floor((n-1)/B) blocks; a trace's partial last block may hit), within its pinned blocks."""
-    return np.minimum(pin, -(-w.hit_cap // max(w.block_size, 1)))
+    """Most leading blocks a request's lookup may use: its hit cap in whole blocks (`hitrule.cap_blocks`),
+    within its pinned blocks."""
+    return np.minimum(pin, cap_blocks_array(w.prompt_tokens, w.block_size, w.hit_rule))
 
 
 def table_offsets(pin: np.ndarray, extra: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ import xxhash
 
 from prefixscan.errors import UsageError
 from prefixscan.hashing import HIT_RULES
+from prefixscan.reuse.hitrule import cap_tokens_array, hit_tokens_array
 
 REQUIRED = ("seq", "request_id", "arrival_s", "prompt_tokens", "block_hashes")
 
@@ -49,10 +50,7 @@ class Workload:
         return self.blocks[self.offsets[i] : self.offsets[i + 1]]
 
     def hit_tokens_vec(self, i: int, k: np.ndarray) -> np.ndarray:
-        """Cached tokens of request i for matched block counts k (vectorised `hashing.hit_tokens`).
-
-        vllm: min(k, (n-1)//B) * B == min(k*B, ((n-1)//B)*B); trace: min(k*B, n); both are min(k*B, cap).
-        """
+        """Cached tokens of request i for matched block counts k: min(k * B, `hashing.hit_cap_tokens`)."""
         return np.minimum(k * self.block_size, self.hit_cap[i])
 
     def hit_tokens(self, i: int, k: int) -> int:
@@ -158,7 +156,7 @@ def build_workload(
         ideal = table["cached_tokens"].to_numpy().astype(np.int64)
     else:
         k = ideal_cached_blocks(offsets, blocks, n_unique)
-        ideal = _hit_vec(k, prompt, block_size, hit_rule)
+        ideal = hit_tokens_array(k, prompt, block_size, hit_rule)
     return Workload(
         n=n,
         request_id=np.asarray(table["request_id"].to_pylist(), dtype=object),
@@ -177,7 +175,7 @@ def build_workload(
         hit_rule=hit_rule,
         ideal_cached=ideal,
         measured=arrival >= warmup_s,
-        hit_cap=_hit_vec(np.full(n, 1 << 40), prompt, block_size, hit_rule),
+        hit_cap=cap_tokens_array(prompt, block_size, hit_rule),
         next_in_conv=_next_in_conversation(conv),
     )
 
@@ -191,10 +189,3 @@ def _next_in_conversation(conv: np.ndarray) -> np.ndarray:
         same = conv[order[1:]] == conv[order[:-1]]
         nxt[order[:-1][same]] = order[1:][same]
     return nxt
-
-
-def _hit_vec(k: np.ndarray, n: np.ndarray, b: int, rule: str) -> np.ndarray:
-    k = k.astype(np.int64)
-    if rule == "vllm":
-        return np.where((k > 0) & (n > 0), np.minimum(k, np.maximum(n - 1, 0) // b) * b, 0)
-    return np.where(k > 0, np.minimum(k * b, n), 0)

@@ -182,13 +182,11 @@ def request_shape(n_listed: int, prompt_tokens: int, block_size: int, rule: str)
     itself, and every listed block within the prompt's ceil(n/B) blocks may hit (the trace's own
     accounting; the cap only matters for records whose length disagrees with their listing).
     """
-    if rule not in ("vllm", "trace"):
-        raise ValueError(f"unknown hit rule {rule!r}")
+    from prefixscan.hashing import hit_cap_tokens, is_trace_rule  # the rule's one home, not a second copy
+
     n = max(prompt_tokens, 0)
     total = max(n_listed, -(-n // block_size))
-    if rule == "trace":
-        return total, min(n_listed, -(-n // block_size))
-    return total, min(n_listed, (n - 1) // block_size) if n > 0 else 0
+    return total, min(n_listed, -(-hit_cap_tokens(n, block_size, is_trace_rule(rule)) // block_size))
 
 
 def pool_hits_ref(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,

@@ -96,4 +96,8 @@ def comparison(data: ReportData) -> list[Block]:
                      f"{num(pa_.prompt_tokens)} prompt tokens before, {num(pb.computed_tokens)} of "
                      f"{num(pb.prompt_tokens)} after ({pa_.computed_per_request:,.0f} and "
                      f"{pb.computed_per_request:,.0f} per request)."))
+    if d.pilot is not None:
+        from prefixscan.report.sections.pilot import against
+
+        out += against(d.pilot)
     return out

@@ -294,6 +294,10 @@ def rollout(data: ReportData) -> list[Block]:
         ),
         "use the measurement plan above as the comparison sheet.",
     ]
+    from prefixscan.report.sections.pilot import measured_steps
+
+    for step, said in measured_steps(data).items():
+        status[step - 1] = said
     return [
         ("h", 2, "Rollout order"),
         (

@@ -11,7 +11,9 @@ asserts the two agree on random workloads for every policy and knowledge mode.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
@@ -21,9 +23,8 @@ from prefixscan.sim.fast import arrays as A
 from prefixscan.sim.fast import buffers
 from prefixscan.sim.fast import layout as L
 from prefixscan.sim.fast.cacheguard import guard
-from prefixscan.sim.fast.policies import SETUP, PolicyArrays
+from prefixscan.sim.fast.policies.base import PolicyArrays
 from prefixscan.sim.kvcache import KVState
-from prefixscan.sim.policies import POLICIES
 from prefixscan.sim.policies.base import Policy
 from prefixscan.sim.timing import ServingModel
 from prefixscan.sim.workload import Workload
@@ -36,10 +37,22 @@ __all__ = ["ENGINES", "ENV", "engine_choice", "release_buffers", "replay_fast", 
 release_buffers = buffers.release
 
 
+def compiled_form(policy: Policy) -> ModuleType | None:
+    """The module of a built-in policy, which holds its compiled form (`setup`, `kernel`) beside its reference;
+    None for any other class (a subclass may change the rule).
+
+    The registry is imported here, not at the top: every policy module imports this package's layout, so
+    when `sim.policies` is imported first this package runs while the registry is still being built."""
+    from prefixscan.sim.policies import POLICIES
+
+    cls = POLICIES.get(policy.name)
+    return sys.modules[cls.__module__] if cls is not None and type(policy) is cls else None
+
+
 def unsupported(policy: Policy) -> str | None:
     """Why this policy cannot run compiled (None: it can). Only parameter values the reference itself
     handles oddly or rejects at run time fall back."""
-    if type(policy) is not POLICIES.get(policy.name):
+    if compiled_form(policy) is None:
         return f"{type(policy).__name__} is not a built-in policy"
     p = policy.params
     if getattr(p, "prefix_blocks", 1) < 1:
@@ -100,7 +113,10 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
     ci, cf, g, fp = A.cluster(cfg, slots, capacity, serving, w.block_size)
     budget = (3 * n + len(cfg.events) + 1, 3 * int(pin.sum() + extra.sum()) + 1)
     g[L.G_VMODE], (items, dids, dres, last) = A.view_arrays(kmode, vopts, fp, slots, kv.res.shape[1], budget)
-    pa: PolicyArrays = SETUP[policy.name](policy, w, slots)
+    form = compiled_form(policy)
+    if form is None:
+        raise ValueError(unsupported(policy))
+    pa: PolicyArrays = form.setup(policy, w, slots)
     rng = np.random.default_rng([cfg.seed, sum(map(ord, policy.name))])
     uni = rng.random(max(n, 1))  # the stream ClusterView.uniform draws, 4096 at a time
     rq, rf = A.request_rows(w, nb, pin, extra, toff, max_hit_blocks(w, pin))

@@ -1,4 +1,6 @@
-"""Routing policies, one module each, all implementing `base.Policy.choose(req, view) -> Decision`."""
+"""Routing policies, one module each: the readable reference (`base.Policy.choose(req, view) -> Decision`)
+and, beside it, its compiled form (`CODE`, `setup`, `kernel`, which `sim.fast` runs). `POLICIES` is the one
+registry: its order is the `--policies all` order and each module's `CODE` (tests/test_sim_fast.py)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,20 @@
-"""Least loaded: fewest in-flight requests (least connections), ties broken at random (seeded)."""
+"""Least loaded: fewest in-flight requests (least connections), ties broken at random (seeded).
+
+Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
+is the same rule over the replay's arrays (fewest in flight (or least backlog), seeded ties).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numba import njit
 
+from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, G_NACT, INFLIGHT, SCR0
+from prefixscan.sim.fast.policies.base import PolicyArrays, fixed_reasons, i64
+from prefixscan.sim.fast.policies.common import backlog, pick, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 
@@ -25,3 +34,28 @@ class LeastLoaded(Policy):
         ties = idx[vals == vals.min()]
         r = view.pick(ties)
         return Decision(r, view.ranked(load), view.cached_at(req, r), "least-loaded")
+
+
+CODE = 2
+
+
+def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
+    return PolicyArrays(CODE, fixed_reasons(("least-loaded",)), pi=i64(policy.params.metric == "backlog"))
+
+
+@njit(cache=True)
+def kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
+    nact = g[G_NACT]
+    for a in range(nact):
+        r = ci[ACT, a]
+        cf[FSCR0, r] = backlog(cf, r, now) if pi[0] else float(ci[INFLIGHT, r])
+    lo = cf[FSCR0, ci[ACT, 0]]
+    for a in range(1, nact):
+        lo = min(lo, cf[FSCR0, ci[ACT, a]])
+    nt = 0
+    for a in range(nact):
+        if cf[FSCR0, ci[ACT, a]] == lo:
+            ci[SCR0, nt] = ci[ACT, a]
+            nt += 1
+    r = pick(ci, SCR0, nt, uni, g)
+    return r, 0, ci[CACHEDV, r], ranked(cf, FSCR0, 1.0, ci, nact, 3, cand)

@@ -5,15 +5,25 @@ holding that longest prefix pick the lowest load cost; otherwise *explore*: lowe
 Load cost = prefill seconds of the requests routed there in the last `window_s` + decode seconds of its
 in-flight requests + this request's uncached prefill there. Preble's post-assignment rebalancing and
 prefix autoscaling are not modelled.
+
+Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
+is the same rule over the replay's arrays (exploit the longest cached prefix, else explore by load cost).
+State: `sf` = windowed prefill seconds per slot, then the history's times and seconds; `si` = history
+(head, tail), then its replicas. Each request adds one history entry, so the arrays are sized by requests.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numba import njit
 
+from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, FSCR1, G_NACT, INFL_OUT, SV_TPOT
+from prefixscan.sim.fast.policies.base import PolicyArrays, f64, fixed_reasons, i64
+from prefixscan.sim.fast.policies.common import argmin_active, np_max, ranked, seconds
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 
@@ -55,3 +65,48 @@ class PrebleE2(Policy):
         self.win[r] += mine[r]
         self.hist.append((view.now, r, float(mine[r])))
         return Decision(r, view.ranked(cost), int(cached[r]), reason)
+
+
+CODE = 9
+
+
+def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
+    n = max(w.n, 1)
+    pa = PolicyArrays(CODE, fixed_reasons(("exploit", "explore")), pf=f64(policy.params.window_s), pi=i64(slots, n))
+    pa.sf = np.zeros(slots + 2 * n)
+    pa.si = np.zeros(2 + n, dtype=np.int64)
+    return pa
+
+
+@njit(cache=True)
+def kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
+    slots, n = pi[0], pi[1]
+    ht, hs = slots, slots + n  # history times and seconds in sf; replicas in si[2:]
+    while si[0] < si[1] and sf[ht + si[0]] < now - pf[0]:
+        sf[si[2 + si[0]]] -= sf[hs + si[0]]
+        si[0] += 1
+    nact = g[G_NACT]
+    tpot = fp[SV_TPOT]
+    best = ci[CACHEDV, ci[ACT, 0]]
+    for a in range(nact):
+        r = ci[ACT, a]
+        c = ci[CACHEDV, r]
+        cf[FSCR1, r] = seconds(fp, prompt - c, c)  # this request's own prefill there
+        cf[FSCR0, r] = np_max(sf[r], 0.0) + ci[INFL_OUT, r] * tpot + cf[FSCR1, r]
+        best = max(best, c)
+    if best > prompt - best:
+        r, reason = -1, 0
+        for a in range(nact):
+            x = ci[ACT, a]
+            if ci[CACHEDV, x] == best and (r < 0 or cf[FSCR0, x] < cf[FSCR0, r]):
+                r = x
+    else:
+        r, reason = argmin_active(cf, FSCR0, ci, nact), 1
+    mine = cf[FSCR1, r]
+    sf[r] += mine
+    t = si[1]
+    sf[ht + t] = now
+    sf[hs + t] = mine
+    si[2 + t] = r
+    si[1] = t + 1
+    return r, reason, ci[CACHEDV, r], ranked(cf, FSCR0, 1.0, ci, nact, 3, cand)

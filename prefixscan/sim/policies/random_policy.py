@@ -1,9 +1,19 @@
-"""Uniform random choice (seeded): the other cache-blind baseline."""
+"""Uniform random choice (seeded): the other cache-blind baseline.
+
+Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
+is the same rule over the replay's arrays (a seeded uniform choice over the active replicas).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from numba import njit
+
+from prefixscan.sim.fast.layout import ACT, CACHEDV, G_NACT
+from prefixscan.sim.fast.policies.base import PolicyArrays, fixed_reasons
+from prefixscan.sim.fast.policies.common import pick
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 
@@ -19,3 +29,17 @@ class RandomPolicy(Policy):
     def choose(self, req: Req, view: ClusterView) -> Decision:
         r = view.pick(view.active_idx)
         return Decision(r, (r,), view.cached_at(req, r), "random")
+
+
+CODE = 1
+
+
+def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
+    return PolicyArrays(CODE, fixed_reasons(("random",)))
+
+
+@njit(cache=True)
+def kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
+    r = pick(ci, ACT, g[G_NACT], uni, g)
+    cand[0] = r
+    return r, 0, ci[CACHEDV, r], 1

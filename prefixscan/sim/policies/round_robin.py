@@ -1,9 +1,18 @@
-"""Round robin over the active replicas: the cache-blind baseline (~1/N of same-conversation reuse)."""
+"""Round robin over the active replicas: the cache-blind baseline (~1/N of same-conversation reuse).
+
+Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
+is the same rule over the replay's arrays (the next active replica in turn).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from numba import njit
+
+from prefixscan.sim.fast.layout import ACT, CACHEDV, G_NACT
+from prefixscan.sim.fast.policies.base import PolicyArrays, fixed_reasons
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 
@@ -25,3 +34,18 @@ class RoundRobin(Policy):
         r = int(idx[self.turn % len(idx)])
         self.turn += 1
         return Decision(r, (r,), view.cached_at(req, r), "round-robin")
+
+
+CODE = 0
+
+
+def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
+    return PolicyArrays(CODE, fixed_reasons(("round-robin",)))
+
+
+@njit(cache=True)
+def kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
+    r = ci[ACT, si[0] % g[G_NACT]]
+    si[0] += 1
+    cand[0] = r
+    return r, 0, ci[CACHEDV, r], 1

@@ -1,9 +1,19 @@
-"""Session affinity: consistent hash of the conversation id (first K blocks when there is none)."""
+"""Session affinity: consistent hash of the conversation id (first K blocks when there is none).
+
+Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
+is the same rule over the replay's arrays (the ring owner of the conversation key).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from numba import njit
+
+from prefixscan.sim.fast.layout import CACHEDV
+from prefixscan.sim.fast.policies.base import PolicyArrays, fixed_reasons, ring_policy
+from prefixscan.sim.fast.policies.common import ring_owner, ring_sync
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 from prefixscan.sim.policies.ring import Ring, request_key
 
@@ -29,3 +39,22 @@ class SessionAffinity(Policy):
         )
         reason = "session-hash" if req.conv_key else "prefix-hash-fallback"
         return Decision(r, (r,), view.cached_at(req, r), reason)
+
+
+CODE = 3
+
+
+def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
+    pa = ring_policy(
+        CODE, fixed_reasons(("session-hash", "prefix-hash-fallback")), policy, w, slots, "conversation"
+    )
+    pa.pi = (w.conv_key == 0).astype("int64")  # reason: no conversation id, the prefix key was used
+    return pa
+
+
+@njit(cache=True)
+def kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
+    ring_sync(ci, g, si, pu)
+    r = ring_owner(ci, si, pu, pu[i])
+    cand[0] = r
+    return r, pi[i], ci[CACHEDV, r], 1

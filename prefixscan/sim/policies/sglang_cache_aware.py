@@ -11,6 +11,9 @@ Per request:
 3. else the worker with the smallest tree. Rule 3 ignores load, the known "death spiral" (sglang
    PRs #14305, #14532), which this replay reproduces.
 The real tree matches characters; block granularity here undercounts partial-block matches.
+
+Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
+is the same rule over the replay's arrays (imbalance, then cache match, then tree size).
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import njit
 
+from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, G_NACT, INFLIGHT, KB, VCOUNT
+from prefixscan.sim.fast.policies.base import PolicyArrays, f64, fixed_reasons, i64
+from prefixscan.sim.fast.policies.common import argmin_active, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 
@@ -72,3 +79,39 @@ class SglangCacheAware(Policy):
         )
         r = view.argmin_active(sizes)
         return Decision(r, view.ranked(sizes), int(cached[r]), "smallest-tree")
+
+
+CODE = 6
+
+
+def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
+    p = policy.params
+    pa = PolicyArrays(CODE, fixed_reasons(("imbalanced-least-load", "cache-match", "smallest-tree")))
+    pa.pf = f64(p.cache_threshold, p.balance_rel_threshold)
+    pa.pi = i64(p.balance_abs_threshold)
+    return pa
+
+
+@njit(cache=True)
+def kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
+    nact = g[G_NACT]
+    lo = hi = ci[INFLIGHT, ci[ACT, 0]]
+    for a in range(nact):
+        r = ci[ACT, a]
+        lo, hi = min(lo, ci[INFLIGHT, r]), max(hi, ci[INFLIGHT, r])
+        cf[FSCR0, r] = float(ci[INFLIGHT, r])
+    if hi - lo > pi[0] and hi > lo * pf[1]:
+        r = argmin_active(cf, FSCR0, ci, nact)
+        return r, 0, ci[CACHEDV, r], ranked(cf, FSCR0, 1.0, ci, nact, 3, cand)
+    best = ci[ACT, 0]
+    for a in range(1, nact):
+        if ci[KB, ci[ACT, a]] > ci[KB, best]:
+            best = ci[ACT, a]
+    if float(ci[CACHEDV, best]) / max(prompt, 1) > pf[0]:
+        for a in range(nact):
+            cf[FSCR0, ci[ACT, a]] = float(ci[CACHEDV, ci[ACT, a]])
+        return best, 1, ci[CACHEDV, best], ranked(cf, FSCR0, -1.0, ci, nact, 3, cand)
+    for a in range(nact):
+        cf[FSCR0, ci[ACT, a]] = float(ci[VCOUNT, ci[ACT, a]])  # tree sizes; zero unless the view is approximate
+    r = argmin_active(cf, FSCR0, ci, nact)
+    return r, 2, ci[CACHEDV, r], ranked(cf, FSCR0, 1.0, ci, nact, 3, cand)

@@ -1,4 +1,5 @@
-"""Small synthetic requests tables with chained block hashes, for simulator tests and benchmarks.
+"""Small synthetic requests tables with chained block hashes, for simulator tests and benchmarks (a test
+fixture, so it lives in tests/ rather than in the package).
 
 Each conversation starts from one of a few shared system prompts and grows by whole blocks every turn,
 so reuse comes from the shared system prompts (across conversations) and from conversation history
