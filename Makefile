@@ -20,12 +20,14 @@ install: $(STAMP)  ## create .venv and install prefixscan with the test and ray 
 demo: $(STAMP)  ## analyze the sample logs and print the summary and the run directory
 	$(BIN)/prefixscan analyze sample_logs/chat.jsonl sample_logs/chat.parquet -o runs/demo --force
 
-test: $(STAMP)  ## ruff, then the test suite
+test: $(STAMP)  ## ruff, mypy (pyproject.toml [tool.mypy]), then the test suite
 	$(BIN)/ruff check prefixscan tests bench conformance
+	$(BIN)/mypy prefixscan
 	$(BIN)/python -m pytest
 
-lint: $(STAMP)  ## ruff
+lint: $(STAMP)  ## ruff and mypy
 	$(BIN)/ruff check prefixscan tests bench conformance
+	$(BIN)/mypy prefixscan
 
 bench: $(STAMP)  ## benchmarks (never part of make test); writes bench/results.md
 	$(BIN)/python bench/run.py

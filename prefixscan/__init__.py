@@ -10,7 +10,19 @@ from __future__ import annotations
 import os as _os
 import sys as _sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the return types of the public API (imported lazily at run time: `import prefixscan` is cheap)
+    from pathlib import Path
+
+    from prefixscan.compare.check import CheckResult
+    from prefixscan.compare.diff import DiffResult
+    from prefixscan.cost.result import EstimateResult
+    from prefixscan.explain import Explanation
+    from prefixscan.io.export import ExportResult
+    from prefixscan.io.run import Run
+    from prefixscan.pipeline.run import AnalysisResult
+    from prefixscan.sim import SimResult
 
 if "polars" not in _sys.modules:
     # polars allocates through its own jemalloc, which by default keeps freed pages for 10 s: between the
@@ -22,7 +34,7 @@ from prefixscan.version import __version__
 
 
 def analyze(*inputs: str, output: str | None = None, metrics: Sequence[str] = (), kv_events: str | None = None,
-            **options: Any):  # lazy import
+            **options: Any) -> AnalysisResult:  # lazy import
     """Analyse logs; see `prefixscan.pipeline.run.run_analysis` (`options` are AnalyzeConfig fields). As the
     CLI does (prefixscan.pipeline.outcome): `metrics` (Prometheus scrapes) and `kv_events` (a recording) are
     compared with the run and saved in it (`result.evidence`; they need `output`), and a run that accepted
@@ -40,7 +52,7 @@ def analyze(*inputs: str, output: str | None = None, metrics: Sequence[str] = ()
     return _analyze(cfg, metrics, kv_events)
 
 
-def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any):
+def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any) -> SimResult:
     """Replay a run through N replicas under routing policies; see `prefixscan.sim.simulate`.
 
     Options are `SimConfig` fields (replicas=8, policies=("round_robin", ...), kv_blocks=...);
@@ -68,7 +80,7 @@ def simulate(run_dir: str, save: bool = True, name: str = "default", **options: 
 
 
 def estimate(run_dir: str | _os.PathLike[str] | None = None, save: bool = False, simulation: str | None = None,
-             **options: Any):
+             **options: Any) -> EstimateResult:
     """Prefill GPUs, dollars and a verdict; see `prefixscan.cost.estimator.estimate`. `simulation` names the
     stored simulation to reuse (`simulate --name`; default: `default`, else the most recent).
 
@@ -88,7 +100,7 @@ def estimate(run_dir: str | _os.PathLike[str] | None = None, save: bool = False,
     return result
 
 
-def write_report(run_dir: str, output: str | None = None, **options: Any):
+def write_report(run_dir: str, output: str | None = None, **options: Any) -> dict[str, Path]:
     """Write report.md and report.html for a run; see `prefixscan.report.write.write_report`
     (`simulation=NAME` reports that stored simulation).
 
@@ -99,35 +111,35 @@ def write_report(run_dir: str, output: str | None = None, **options: Any):
     return _write(run_dir, output, **options)
 
 
-def check(run_dir: str, **gates: Any):
+def check(run_dir: str, **gates: Any) -> CheckResult:
     """CI gates over a run (min_hit_rate=, max_breaker_tokens=, fail_on=); see `prefixscan.compare.check_run`."""
     from prefixscan.compare import check_run
 
     return check_run(run_dir, **gates)
 
 
-def diff(run_a: str, run_b: str, **options: Any):
+def diff(run_a: str, run_b: str, **options: Any) -> DiffResult:
     """Run B against run A (hit rates, groups, breakers, prefill); see `prefixscan.compare.diff_runs`."""
     from prefixscan.compare import diff_runs
 
     return diff_runs(run_a, run_b, **options)
 
 
-def export(run_dir: str, output: str, to: str = "mooncake", **options: Any):
+def export(run_dir: str, output: str, to: str = "mooncake", **options: Any) -> ExportResult:
     """Write a run as an anonymised Mooncake or bailian trace; see `prefixscan.io.export.export_trace`."""
     from prefixscan.io.export import export_trace
 
     return export_trace(run_dir, output, to, **options)
 
 
-def explain(run_dir: str | _os.PathLike[str], request_id: str, include_text: bool = False):
+def explain(run_dir: str | _os.PathLike[str], request_id: str, include_text: bool = False) -> Explanation:
     """Why one request hit or missed, block by block; see `prefixscan.explain.explain`."""
     from prefixscan.explain import explain as _explain
 
     return _explain(run_dir, request_id, include_text)
 
 
-def load_run(path: str | _os.PathLike[str], simulation: str | None = None):
+def load_run(path: str | _os.PathLike[str], simulation: str | None = None) -> Run:
     """Open a run directory (its `sim_*` tables: the named simulation's): `Run.open(path, simulation)`."""
     from prefixscan.io.run import Run as _Run
 

@@ -203,6 +203,7 @@ class ChainCache:
         `keys` are the request's vLLM extra keys (`vllm_hash.RequestKeys`) when `hasher` is set."""
         roll = _prefix_keys(root, piece_keys)
         ends = list(accumulate(piece_lens))
+        prefix: tuple[np.ndarray, ...]
         start, prefix, used = 0, (), None
         for j in range(len(piece_keys) - 1, -1, -1):
             hit = self._d.get(key := roll(j))

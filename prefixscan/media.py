@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 import xxhash
@@ -45,7 +45,7 @@ def is_text_part(part: dict[str, Any]) -> bool:
     return t in TEXT_TYPES or (t not in MEDIA_KINDS and isinstance(part.get("text"), str))
 
 
-def has_media(content: Any) -> bool:
+def has_media(content: Any) -> TypeGuard[list[Any]]:
     """Whether a message's content (a list of parts) holds a media part."""
     return isinstance(content, list) and any(isinstance(p, dict) and not is_text_part(p) for p in content)
 

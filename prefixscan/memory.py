@@ -14,12 +14,13 @@ import ctypes.util
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 _M_MMAP_THRESHOLD = -3
-_libc = None
+_libc: ctypes.CDLL | Literal[False] | None = None  # False: looked, not glibc
 
 
-def _glibc():  # ctypes handle or None
+def _glibc() -> ctypes.CDLL | None:  # ctypes handle or None
     global _libc
     if _libc is None:
         try:

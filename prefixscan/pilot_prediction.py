@@ -42,7 +42,7 @@ def _frame(requests: str | Path, misses: pa.Table | str | Path, block: int) -> p
     req = pl.read_parquet(requests, columns=["seq", *COLUMNS])
     mis = pl.read_parquet(misses, columns=MISSES) if not isinstance(misses, pa.Table) else \
         pl.from_arrow(misses.select(MISSES))
-    df = req.join(mis, on="seq", how="inner").filter(pl.col("actual_cached_tokens").is_not_null())
+    df = req.join(mis, on="seq", how="inner").filter(pl.col("actual_cached_tokens").is_not_null())  # type: ignore[arg-type]  # from_arrow(Table): a DataFrame
     frame, _ = class_frame(df, block, keep=("actual_cached_tokens", *MISSES[1:]))
     ideal = frame["ideal_cached_tokens"].to_numpy().astype(np.int64)
     prompt = df["prompt_tokens"].to_numpy().astype(np.int64)

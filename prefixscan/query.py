@@ -76,7 +76,7 @@ def lock(con: Any) -> None:
         con.execute(f"SET {setting}")
 
 
-def connect(run_dir: str | os.PathLike[str]):  # duckdb is imported lazily
+def connect(run_dir: str | os.PathLike[str] | Run):  # duckdb is imported lazily
     """An in-memory, sandboxed DuckDB connection with a read-only relation per table of the run."""
     import duckdb
 
@@ -208,7 +208,7 @@ def read_only_sql(con: Any, sql: str) -> str:
     return prefix + st.query
 
 
-def run_query(run_dir: str | os.PathLike[str], sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+def run_query(run_dir: str | os.PathLike[str] | Run, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Column names and rows of one read-only statement over the run (a path or a `Run`, whose chosen
     simulation gives the `sim_*` tables; `read_only_sql` decides what runs)."""
     import duckdb

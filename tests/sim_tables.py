@@ -9,6 +9,8 @@ realistic logs.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import xxhash
@@ -49,7 +51,7 @@ def conversations_table(
     `system_prompts=0` gives every conversation a private system prompt (no cross-conversation reuse).
     """
     rng = np.random.default_rng(seed)
-    rows = []
+    rows: list[dict[str, Any]] = []
     starts = np.cumsum(rng.exponential(1.0 / rate_rps * turns, size=n_conversations))
     nxt = 1 << 40
     for c in range(n_conversations):

@@ -90,7 +90,7 @@ def _current_context() -> Any:
     try:
         from typer._click.globals import get_current_context
     except ImportError:  # a typer that uses the installed click
-        from click import get_current_context
+        from click import get_current_context  # type: ignore[no-redef]  # the same function, from click
     return get_current_context(silent=True)
 
 

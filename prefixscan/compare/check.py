@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from prefixscan.compare.facts import DEFINITIONS, Breaker, RunFacts, load_facts
 from prefixscan.errors import UsageError
@@ -44,7 +45,7 @@ class Gate:
         """PASS, FAIL or NOT CHECKABLE, as the terminal lines and the JSON name it."""
         return "NOT CHECKABLE" if not self.checkable else "PASS" if self.passed else "FAIL"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "value": self.value, "threshold": self.threshold, "passed": self.passed,
                 "checkable": self.checkable, "status": self.status.lower().replace(" ", "_"),
                 "message": self.message}
@@ -69,7 +70,7 @@ class CheckResult:
     def uncheckable(self) -> tuple[Gate, ...]:
         return tuple(g for g in self.gates if not g.checkable)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"run": self.run, "passed": self.passed, "gates": [g.to_json() for g in self.gates]}
 
 

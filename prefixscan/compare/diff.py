@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -83,8 +84,8 @@ def _groups(a: RunFacts, b: RunFacts) -> tuple[GroupDelta, ...]:
         ga, gb = a.groups.get(dim, {}), b.groups.get(dim, {})
         for key in sorted(set(ga) | set(gb)):
             ra, rb = ga.get(key), gb.get(key)
-            out.append(GroupDelta(dim, key, ra and int(ra["requests"]), rb and int(rb["requests"]),
-                                  ra and ra["token_weighted"], rb and rb["token_weighted"]))
+            out.append(GroupDelta(dim, key, int(ra["requests"]) if ra else None, int(rb["requests"]) if rb else None,
+                                  ra["token_weighted"] if ra else None, rb["token_weighted"] if rb else None))
     return tuple(out)
 
 
@@ -100,7 +101,7 @@ def _breakers(a: RunFacts, b: RunFacts) -> tuple[BreakerChange, ...] | None:
     return tuple(sorted(out, key=lambda c: (order[c.status], -max(c.tokens_lost_a, c.tokens_lost_b))))
 
 
-def _prefill(run_dir: str | os.PathLike[str], f: RunFacts, scenario: dict | None) -> Prefill:
+def _prefill(run_dir: str | os.PathLike[str], f: RunFacts, scenario: dict[str, Any] | None) -> Prefill:
     computed = f.prompt_tokens - f.cached_tokens
     if scenario is None:
         return Prefill(f.requests, f.prompt_tokens, computed, None)
@@ -134,7 +135,7 @@ def diff_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], mode
     The pilot measurement of both (one pool of each with `pool_a` / `pool_b`) when either carries latency;
     `pilot` (or a pool) requires it of both (prefixscan.compare.pilot)."""
     a, b = load_facts(run_a), load_facts(run_b)
-    scenario = None
+    scenario: dict[str, Any] | None = None
     label = None
     if model is not None or rps is not None:
         from prefixscan.cost.gpus import get_gpu

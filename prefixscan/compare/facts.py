@@ -11,7 +11,7 @@ from typing import Any
 
 from prefixscan.detect.reader import uncheckable
 from prefixscan.errors import RunDirError
-from prefixscan.io.run import load_run
+from prefixscan.io.run import Run, load_run
 
 # The hit-rate definitions a run reports (docs/definitions.md, 'Hit rates'), as named in the manifest.
 DEFINITIONS = ("token_weighted", "block_weighted", "request_mean", "steady_state_token_weighted",
@@ -64,7 +64,7 @@ class RunFacts:
         return sum(b.tokens_lost for b in self.breakers or ())
 
 
-def _breakers(run) -> tuple[Breaker, ...] | None:  # a Run (io/run.py)
+def _breakers(run: Run) -> tuple[Breaker, ...] | None:
     if not run.has("findings"):
         return None
     out = []
@@ -76,7 +76,7 @@ def _breakers(run) -> tuple[Breaker, ...] | None:  # a Run (io/run.py)
     return tuple(out)
 
 
-def _groups(run) -> dict[str, dict[str, dict[str, float]]]:
+def _groups(run: Run) -> dict[str, dict[str, dict[str, float]]]:
     out: dict[str, dict[str, dict[str, float]]] = {g: {} for g in GROUPS}
     if not run.has("summaries"):
         return out

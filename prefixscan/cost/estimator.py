@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 from prefixscan.cost import flops as F
 from prefixscan.cost.measure import MeasuredWorkload, measure_run
@@ -72,6 +73,7 @@ def _workload(o: EstimateOptions, m: MeasuredWorkload | None, spec: ScenarioSpec
     missing = [f for f, v in given if v is None]
     if missing:
         raise UsageError(f"without a run directory pass {', '.join(missing)} (or give RUN_DIR)")
+    assert rps is not None and context is not None and new is not None  # for the type checker: `missing` is empty
     if rps != rps:  # NaN: all arrivals at one instant, or only isolated instants between idle gaps
         why = m.rate_note if m is not None and m.gappy else "all requests share one arrival time"
         raise UsageError(f"cannot measure a request rate: {why}; pass --rps (the traffic's requests per second)")
@@ -121,7 +123,7 @@ class _Calc:
                      ttft_p95_s=p.ttft_p95_s)
 
 
-def _with(s: Scenario, **kw: object) -> Scenario:
+def _with(s: Scenario, **kw: Any) -> Scenario:
     return dataclasses.replace(s, **kw)
 
 

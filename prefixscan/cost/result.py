@@ -137,7 +137,7 @@ class EstimateResult:
     def has(self, name: str) -> bool:
         return any(s.name == name for s in self.scenarios)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Plain dict for `--json`; the keys gpus, monthly_savings_usd and ttft_s are a stable contract."""
         asdict = dataclasses.asdict
         return {

@@ -132,7 +132,7 @@ def resolve_gpu(o: EstimateOptions, sim: dict[str, Any], dtype: str) -> GpuSpec:
     if o.gpu_flops is not None:
         gpu.flops(dtype)  # validates the dtype name
         fp8 = dtype.lower() not in ("bf16", "fp16", "float16", "bfloat16")
-        gpu = dataclasses.replace(gpu, **{"fp8_flops" if fp8 else "bf16_flops": o.gpu_flops})
+        gpu = dataclasses.replace(gpu, **{"fp8_flops" if fp8 else "bf16_flops": o.gpu_flops})  # type: ignore[arg-type]  # a float field
     if o.gpu_memory_gb is not None:
         gpu = dataclasses.replace(gpu, memory_bytes=o.gpu_memory_gb * 1e9)
     if o.usd_per_gpu_hour is not None:

@@ -126,7 +126,7 @@ def token_offset(tokenizer: Any, acc: Acc) -> int | None:
     """Token offset of an acc's example location (computed for reported findings only)."""
     if tokenizer is None or acc.prefix is None:
         return None
-    return _token_offset(tokenizer, acc.prefix, acc.mi, len(nz.message_text(acc.prefix.messages[acc.mi]))
+    return _token_offset(tokenizer, acc.prefix, acc.mi, len(nz.message_text(acc.prefix.messages[acc.mi]))  # type: ignore[index]  # mi >= 0: chat
                          if acc.mi >= 0 else 0)
 
 

@@ -81,7 +81,7 @@ class _Source:
         elif isinstance(self.requests, pl.DataFrame):
             yield self.requests.select(columns)
         else:
-            yield pl.from_arrow(self.requests.select(columns))  # type: ignore[misc]
+            yield pl.from_arrow(self.requests.select(columns))  # type: ignore[misc,union-attr]  # a str is self.file
 
     def with_blocks(self, columns: list[str]) -> Iterator[tuple[pl.DataFrame, tuple[np.ndarray, np.ndarray]]]:
         """Each group's columns beside its (local CSR offsets, block hashes)."""
@@ -93,7 +93,7 @@ class _Source:
     def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(local CSR offsets, hashes) per group: given chunks (a frame in memory) are joined into one."""
         if self.chunks is None:
-            yield from table_chunks(self.requests)  # type: ignore[arg-type]
+            yield from table_chunks(self.requests)
             return
         offs, flats, base = [np.zeros(1, np.int64)], [], 0
         for offsets, flat in self.chunks:
@@ -340,7 +340,7 @@ class Totals:
             "tokenizer_mismatch": self.all_mismatched if self.scope.n else False,
         }
         if self.with_actual:
-            w = dict(self.actual)
+            w: dict[str, int | None] = dict(self.actual)
             for key in ("lost_routing_tokens", "lost_eviction_tokens"):
                 w[key] = w[key] if rep else None
             out["with_actual"] = w

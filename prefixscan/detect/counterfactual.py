@@ -9,7 +9,7 @@ source was) credits the findings of that source.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,7 +46,8 @@ Blocks = Iterable[tuple[np.ndarray, np.ndarray]]  # consecutive (local CSR offse
 
 
 def run_counterfactual(req: pl.DataFrame, blocks: Blocks, block_size: int, rule: str,
-                       rewritten: dict[str, tuple[np.ndarray | list[np.ndarray], int]], keys: dict[str, list[object]],
+                       rewritten: Mapping[str, tuple[np.ndarray | list[np.ndarray], int]],
+                       keys: Mapping[str, Sequence[object]],
                        baseline: np.ndarray | None = None, skip_unchanged: bool = True) -> Counterfactual:
     """Re-run the ideal analysis with `rewritten` hashes (request id -> (hashes, or their consecutive parts,
     prompt tokens)). `blocks` gives every request's hashes chunk by chunk (one chunk: the whole log in

@@ -114,6 +114,7 @@ class Detector(OrderChecks):
                 if len(new.pairs) + len(new.runs) + len(new.drifts) > 4:  # charged a few tuples already
                     self.contents.aligned(c)
             al = c.al
+            assert al is not None  # set with c.fid
             if al.pairs or al.drifts or fam.slots:  # else nothing differs from the exemplar: no span, no drift
                 units = joined(live or self.contents.pieces_of(c, rec, texts)) if units is None else units
                 if al.pairs or fam.slots:
@@ -143,7 +144,7 @@ class Detector(OrderChecks):
         chars = sum(len(t) for t in texts.values())
         self.index.new_family(tenant, salt, units, ftexts, rec.request_id, root, rec, chars, pre)
 
-    def _anchor(self, units: list[nz.Unit], j: int) -> int:
+    def _anchor(self, units: Units, j: int) -> int:
         for t in range(j, len(units)):
             if units[t].length >= nz.BIG:
                 return units[t].norm
@@ -163,7 +164,7 @@ class Detector(OrderChecks):
                 acc.prefix = _prefix_record(rec, mi, offset)
         return acc
 
-    def _spans(self, rec: Record, fam: Family, al: Alignment, units: list[nz.Unit], texts: dict[int, str],
+    def _spans(self, rec: Record, fam: Family, al: Alignment, units: Units, texts: dict[int, str],
                ops: list) -> None:
         msgs = rec.messages or []
         rid = rec.request_id
@@ -191,7 +192,9 @@ class Detector(OrderChecks):
             # Unlabelled dates in sentences are told apart by kind (two such sentences may share an anchor).
             lab = "\x00" + (sl.kind or "") if sl.inline else sl.label.lower()
             key = ("span", fam.tenant, sl.mi, lab, anchor)
-            acc = self._acc(key, fam.tenant, sl.mi, role, sl.label, lambda sl=sl: _example(sl, sl.kind), rid,
+            # ignore below: mypy cannot infer a lambda whose default (sl=sl) binds this loop's line
+            acc = self._acc(key, fam.tenant, sl.mi, role, sl.label, lambda sl=sl: _example(sl, sl.kind),  # type: ignore[misc]
+                            rid,
                             sl.value_offset, rec)
             acc.observe(sl.kind, sl.value)
             acc.add_request(rid)
@@ -233,10 +236,10 @@ class Detector(OrderChecks):
         for ei, key in sorted((k, v) for k, v in fam.slots.items() if isinstance(k, int)):
             if ei in seen_e:
                 continue
-            ri = covered(al, ei)
-            if ri is None:
+            rj = covered(al, ei)
+            if rj is None:
                 continue
-            sl = read_line(texts, units, ri, None)
+            sl = read_line(texts, units, rj, None)
             if sl is None or sl.prose:
                 continue
             self.accs[key].add_request(rid)
@@ -276,7 +279,7 @@ class Detector(OrderChecks):
             return False
         return is_edit(texts[u.mi][u.start:u.end].rstrip("\n"), other)
 
-    def _drifts(self, rec: Record, fam: Family, al: Alignment, units: list[nz.Unit], texts: dict[int, str],
+    def _drifts(self, rec: Record, fam: Family, al: Alignment, units: Units, texts: dict[int, str],
                 ops: list) -> None:
         """Units equal to the exemplar's up to normalisation. CRLF and NFC are normalised wholesale (below);
         whitespace and key order are restored to the exemplar's bytes, unit by unit, so canonical requests

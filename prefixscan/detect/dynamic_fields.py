@@ -16,6 +16,7 @@ import orjson
 from prefixscan.affixes import common_affixes
 from prefixscan.detect.normalisation import BIG, Unit
 from prefixscan.detect.patterns import DATE_SPAN_RES, classify, heading_label, split_label
+from prefixscan.detect.pieces import Units
 
 _TOOL_LABEL = re.compile(r"([A-Za-z\u00C0-\uFFFF][\w \-#'\u00C0-\uFFFF]{0,40}?)\s*[:=]\s*$")
 
@@ -42,7 +43,7 @@ def _common_prefix(a: str, b: str) -> int:
     return i
 
 
-def read_line(texts: dict[int, str], units: list[Unit], idx: int, other: str | None,
+def read_line(texts: dict[int, str], units: list[Unit] | Units, idx: int, other: str | None,
               numbers_increase: bool = False) -> SlotLine | None:
     """Describe request unit `idx` that differs from the exemplar's line `other` (None when unknown)."""
     u = units[idx]
@@ -67,6 +68,7 @@ def read_line(texts: dict[int, str], units: list[Unit], idx: int, other: str | N
             cp -= 1
         value_start, value = cp, line[cp:]
     prose = not label and u.length >= BIG
+    kind: str | None
     if not label and other is not None:
         found = inline_date(line, other.rstrip("\r"))
         if found is not None:

@@ -67,7 +67,7 @@ def _locate(obj: dict[str, Any], shape: str, path: str, line: int, overrides: di
         if f.message_index >= len(rec.messages):  # type: ignore[operator]
             continue
         mi = f.message_index
-        where = pm.locate(mi, content_text(rec.messages[mi].get("content")), f.char_offset)  # type: ignore[arg-type]
+        where = pm.locate(mi, content_text(rec.messages[mi].get("content")), f.char_offset)  # type: ignore[arg-type,index]  # `want`: set
         if where is not None:
             f.field_path = where
             if f.fix.startswith(("Move", "No safe")):

@@ -114,7 +114,7 @@ def findings_table(findings: list[Finding]) -> pa.Table:
 
 
 def finding_requests_table(findings: list[Finding]) -> pa.Table:
-    rows = {"rank": [], "request_id": [], "tokens_gained": []}
+    rows: dict[str, list[Any]] = {"rank": [], "request_id": [], "tokens_gained": []}
     for f in findings:
         rows["rank"].extend([f.rank] * len(f.request_ids))
         rows["request_id"].extend(f.request_ids)
@@ -125,7 +125,7 @@ def finding_requests_table(findings: list[Finding]) -> pa.Table:
 def from_rows(rows: list[dict[str, Any]]) -> list[Finding]:
     """Findings read back from a run directory's table."""
     names = {f.name for f in FINDINGS_SCHEMA} - {"category", "tokens_lost_per_request"}
-    return [Finding(**{k: r.get(k) for k in names}) for r in rows]
+    return [Finding(**{k: r.get(k) for k in names}) for r in rows]  # type: ignore[arg-type]  # columns as stored
 
 
 FIELD_KINDS_MOVABLE = ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",

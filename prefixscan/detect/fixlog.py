@@ -11,7 +11,7 @@ import gzip
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -204,7 +204,7 @@ def _write_to(src: Any, target: str, rows: list[tuple[int, Any, bool]]) -> None:
     kind = compression(src.path)
     with open(target, "wb") as out_f:
         if kind == "gzip":
-            out = gzip.GzipFile(filename="", mode="wb", fileobj=out_f, mtime=0)
+            out: gzip.GzipFile | BinaryIO = gzip.GzipFile(filename="", mode="wb", fileobj=out_f, mtime=0)
         elif kind == "zstd":
             import pyarrow as pa
 

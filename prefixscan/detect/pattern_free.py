@@ -41,7 +41,7 @@ class Family:
     pre: list[str] = field(default_factory=list)  # blank text before each exemplar unit (to restore drift)
     tools: list[Any] | None = None  # the exemplar's tools as sent (to restore their key order)
     record: Any = None  # the exemplar Record, kept (bounded) so it can be rewritten once its slots are known
-    slots: dict[int, Any] = field(default_factory=dict)  # exemplar unit index -> finding key
+    slots: dict[int | tuple[str, int], Any] = field(default_factory=dict)  # exemplar unit index -> finding key
     requests: int = 1
 
 

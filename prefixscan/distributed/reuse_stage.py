@@ -67,7 +67,7 @@ class SqlIdealCursor:
             tenant_salts: np.ndarray, conversation_salts: np.ndarray) -> tuple[IdealResult, np.ndarray]:
         """The next chunk's IdealResult (`source` in whole-log indices) and whole-log dense ids."""
         n = len(prompt_tokens)
-        lengths = np.diff(np.asarray(offsets, dtype=np.int64))
+        lengths: np.ndarray = np.diff(np.asarray(offsets, dtype=np.int64))
         res = ideal_result(self.rows.take(n), n, self.n)
         ids = self.ids.take(int(lengths.sum()))
         pos = ids.column("pos").to_numpy()

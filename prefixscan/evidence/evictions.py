@@ -27,7 +27,7 @@ PCTS = (50, 95)
 def events_by_hash(events: pa.Table) -> pl.DataFrame:
     """One row per block hash of each store or removal, in event order: `hash`, `ts`, `removed`, `_id` (one
     per removal row) and `age_s` (removals only; null without a prior store)."""
-    ev = pl.from_arrow(events.select(["seq", "index", "ts", "kind", "block_hashes"]))
+    ev: pl.DataFrame = pl.from_arrow(events.select(["seq", "index", "ts", "kind", "block_hashes"]))  # type: ignore[assignment]  # from_arrow(Table): a DataFrame
     ev = ev.filter(pl.col("kind").is_in(["BlockStored", "BlockRemoved"])).with_row_index("_event")
     flat = (ev.explode("block_hashes").drop_nulls("block_hashes").rename({"block_hashes": "hash"})
             .with_columns(pl.col("hash").cast(pl.UInt64), removed=pl.col("kind") == "BlockRemoved")
@@ -58,7 +58,7 @@ def by_class(run: Run, events: pa.Table, block: int) -> tuple[pa.Table, dict[str
     """(the pilot table's eviction rows, the evidence's `evictions` section)."""
     flat = events_by_hash(events)
     rem = flat.filter(pl.col("removed"))
-    req = pl.from_arrow(run.table("requests").select([*COLUMNS, "timestamp_s", "block_hashes"]))
+    req: pl.DataFrame = pl.from_arrow(run.table("requests").select([*COLUMNS, "timestamp_s", "block_hashes"]))  # type: ignore[assignment]  # likewise
     frame, source = class_frame(req, block, keep=("timestamp_s", "block_hashes"))
     pairs = met(frame, flat)
     whole = {"requests": frame.height, "evicted_requests": pairs["_req"].n_unique(), "evicted_blocks": rem.height,

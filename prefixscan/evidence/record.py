@@ -123,7 +123,7 @@ def record_events(endpoint: str, output: str | os.PathLike[str], replay: str | N
         raise UsageError(f"{out} exists; pass --force to replace it")
     if not endpoint.startswith(("tcp://", "ipc://", "inproc://")):
         raise UsageError(f"{endpoint!r} is not a ZMQ endpoint; use e.g. tcp://127.0.0.1:5557")
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
     try:

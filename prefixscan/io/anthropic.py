@@ -14,7 +14,7 @@ from prefixscan.io.ecosystem import ShapeError, json_value, parts_text
 from prefixscan.io.promptmap import PromptMap, Slot, Unmappable
 
 
-def _anthropic_blocks(role: str, content: Any) -> list[dict[str, Any]]:
+def _anthropic_blocks(role: str | None, content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     parts, calls, results = [], [], []
@@ -53,7 +53,7 @@ def is_anthropic(body: dict[str, Any], usage: dict[str, Any]) -> bool:
     msgs = body.get("messages")
     return any(isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result") and "messages" in body
                for m in (msgs if isinstance(msgs, list) else []) if isinstance(m, dict)
-               for b in (m.get("content") if isinstance(m.get("content"), list) else []))
+               for b in (m["content"] if isinstance(m.get("content"), list) else []))
 
 
 def anthropic_to_chat(body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +123,7 @@ def anthropic_map(pm: PromptMap, body: dict[str, Any], path: str) -> None:
                 if kind == "text" and isinstance(b.get("text"), str):
                     slots.append(Slot(b, "text", f"{where}[{j}].text"))
         if other or not results:
-            pm.add(slots, (lambda t, c=content: c.append({"type": "text", "text": t}))
+            pm.add(slots, (lambda t, c=content: c.append({"type": "text", "text": t}))  # type: ignore[misc]  # the default (c=content) binds this loop's list
                    if isinstance(content, list) else None)
         for r in results:
             pm.add(r)

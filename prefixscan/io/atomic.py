@@ -51,7 +51,7 @@ def env_error(exc: OSError, path: str | os.PathLike[str] | None = None, action: 
                                        (errno.EFBIG, "File too large")) if name in text), None)
         if code is None and " requested and " in text and text.endswith(" written"):  # numpy's short write
             code = _short_write_cause()
-    why = _FIXES.get(code) if code is not None else None  # type: ignore[arg-type]
+    why = _FIXES.get(code) if code is not None else None
     if why is None:
         why = (exc.strerror or str(exc) or type(exc).__name__).splitlines()[0][:200]
     return EnvError(f"cannot {action} {where}: {why}" if where is not None else why)
@@ -85,7 +85,7 @@ def is_temp_name(name: str) -> bool:
 def clean_temps(directory: str | os.PathLike[str], only_prefix: str = "", legacy: bool = True) -> list[str]:
     """Remove prefixscan's temporaries in `directory` (call under the run's lock): what a killed run left.
     `legacy` also takes older versions' names (only inside a run directory, where nothing else lives)."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:

@@ -126,7 +126,7 @@ def parse_row(obj: dict[str, Any]) -> dict[str, Any]:
     if not decision:
         raise _Bad("missing_field", reject_detail("decision", "is missing"))
     selected = _name(obj.get("selected_worker"), "selected_worker")
-    row = {"request_id": rid, "decision": decision, "selected_worker": selected,
+    row: dict[str, Any] = {"request_id": rid, "decision": decision, "selected_worker": selected,
            **{k: _count(obj.get(k), k) for k in COUNTS}, "queue_wait_s": _wait(obj.get("queue_wait_ms"))}
     row.update(_candidates(obj.get("candidate_workers"), selected, row["predicted_cached_tokens"]))
     return row

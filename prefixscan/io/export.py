@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -29,6 +30,9 @@ from prefixscan.errors import UsageError
 from prefixscan.io.atomic import refuse_existing
 from prefixscan.io.run import load_run
 from prefixscan.io.rundir import run_containing
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMATS = {"mooncake": 512, "bailian": 16}  # target -> the block size its tooling expects
 COLUMNS = ["arrival_s", "prompt_tokens", "output_tokens", "block_hashes", "conversation_id", "turn_index",
@@ -62,14 +66,15 @@ class ExportResult:
                 f"blocks (most prompts end inside a shared block); pass --block-size {self.run_block_size} to keep "
                 "it, and replay with that block size")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "warning": self.warning}
 
 
-def _target_ids(hashes: np.ndarray, n: int, k: int, run_block: int, listed_partial: bool) -> tuple[list, bool]:
+def _target_ids(hashes: np.ndarray, n: int, k: int, run_block: int,
+                listed_partial: bool) -> tuple[list[int | None], bool]:
     """The request's target-block ids as run hashes (None: the tail needs an id of its own)."""
     full_target = n // (run_block * k)
-    ids: list = [int(hashes[(j + 1) * k - 1]) for j in range(full_target)]
+    ids: list[int | None] = [int(hashes[(j + 1) * k - 1]) for j in range(full_target)]
     if n % (run_block * k) == 0:
         return ids, False
     ends_on_listed = listed_partial or n % run_block == 0
@@ -116,7 +121,7 @@ def trace_reuse(rows: list[list[int]]) -> tuple[float, float]:
     return (float(np.mean(fracs)) if fracs else 0.0, hit / total if total else 0.0)
 
 
-def _conversation_fields(conv: list, turns: list) -> list[tuple[int, int, int]]:
+def _conversation_fields(conv: list[Any], turns: list[Any]) -> list[tuple[int, int]]:
     """(chat_id's parent or -1, turn) per request, from conversation ids in log order."""
     last: dict[str, int] = {}
     count: dict[str, int] = {}
@@ -132,7 +137,7 @@ def _conversation_fields(conv: list, turns: list) -> list[tuple[int, int, int]]:
     return out
 
 
-def _records(target: str, t, ids: list[list[int]], rate_scale: float = 1.0) -> list[bytes]:
+def _records(target: str, t: pa.Table, ids: list[list[int]], rate_scale: float = 1.0) -> list[bytes]:
     """One JSON line per request; times relative to the first arrival, divided by `rate_scale`."""
     t0 = min((a for a in t.column("arrival_s").to_pylist() if a is not None), default=0.0)
     arrival = [t0 + (a - t0) / rate_scale for a in t.column("arrival_s").to_pylist()]
@@ -186,7 +191,8 @@ def export_trace(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
                         rate_scale)
 
 
-def _ids(hashes: np.ndarray, prompts: list, k: int, run_block: int, listed_partial: bool) -> tuple[list, int]:
+def _ids(hashes: np.ndarray, prompts: list[Any], k: int, run_block: int,
+         listed_partial: bool) -> tuple[list[list[int]], int]:
     """(renumbered target-block ids per request, partial last blocks that got an id of their own)."""
     rows, own = [], 0
     for h, n in zip(hashes, prompts, strict=True):

@@ -218,7 +218,7 @@ class Chunk:
     output_length: np.ndarray  # -1 = null
     lengths: np.ndarray
     ids: np.ndarray
-    slow: list[tuple[int, bytes]]
+    slow: list[tuple[int, bytes | RawError]]  # a RawError: the file is damaged from that line on
     non_blank: int
 
 
@@ -231,6 +231,7 @@ def parse_chunk(data: bytes, first_line: int, newline_after: bool = False) -> Ch
     lines = np.arange(first_line, first_line + len(st), dtype=np.int64)
     ok = st == ACCEPTED
     n = len(data)
+    slow: list[tuple[int, bytes | RawError]]
     slow = [(int(lines[i]), data[starts[i]:ends[i] + 1] + (b"\n" if newline_after and ends[i] == n else b""))
             for i in np.flatnonzero(st == SLOW)]
     return Chunk(lines[ok], ts[ok], inl[ok], outl[ok], cnt[ok], ids, slow, int((st != BLANK).sum()))
@@ -286,7 +287,7 @@ def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int | None 
     previous one is consumed (the machine's second core; results come back in order). `ids`, if given,
     maps each chunk's block ids on that thread too (the reader namespaces them there).
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     def parse(data: bytes, first_line: int, newline_after: bool) -> Chunk:
         c = parse_chunk(data, first_line, newline_after)
@@ -296,13 +297,13 @@ def iter_chunks(path: str, pos: Position | None = None, chunk_bytes: int | None 
 
     size = chunk_bytes or CHUNK_BYTES
     with ThreadPoolExecutor(max_workers=2) as pool:
-        pending = []
+        pending: list[Future[Chunk]] = []
         for whole, line, nl in _whole_lines(path, pos, size):
             if isinstance(whole, RawError):
                 yield from (fut.result() for fut in pending)
                 pending = []
                 e = np.zeros(0, np.int64)
-                yield Chunk(e, e, e, e, e, e, [(line, whole)], 1)  # type: ignore[list-item]
+                yield Chunk(e, e, e, e, e, e, [(line, whole)], 1)
                 break
             pending.append(pool.submit(parse, whole, line, nl))
             if len(pending) >= 2:

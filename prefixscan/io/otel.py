@@ -39,7 +39,7 @@ def span_attributes(span: dict[str, Any]) -> dict[str, Any]:
     """Attributes of a span as a flat dict, whether OTLP (a list of key/value) or already a dict."""
     attrs = span.get("attributes")
     if isinstance(attrs, list):
-        return {a.get("key"): otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}
+        return {a.get("key"): otlp_value(a.get("value")) for a in attrs if isinstance(a, dict)}  # type: ignore[misc]  # OTLP keys: str
     return dict(attrs) if isinstance(attrs, dict) else {}
 
 
@@ -118,7 +118,7 @@ def otel_to_chat(span: dict[str, Any]) -> dict[str, Any]:
             raise ShapeError("bad_message", f"gen_ai.input.messages item {i} is not an object")
         messages += _otel_message(m)
     tools = json_value(a.get("gen_ai.tool.definitions"))
-    ctx = span.get("context") if isinstance(span.get("context"), dict) else {}
+    ctx = span["context"] if isinstance(span.get("context"), dict) else {}
     input_tokens = _first(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
     return {
         "messages": messages, "tools": tools if isinstance(tools, list) else None,
@@ -180,7 +180,7 @@ def otel_map(pm: PromptMap, span: dict[str, Any]) -> None:
                     if isinstance(p.get(tk), str):
                         slots.append(Slot(p, tk, f"{path}[{i}].parts[{j}].{tk}"))
         if content or calls or not results:
-            pm.add(slots, (lambda t, ps=parts: ps.append({"type": "text", "content": t}))
+            pm.add(slots, (lambda t, ps=parts: ps.append({"type": "text", "content": t}))  # type: ignore[misc]  # the default (ps=parts) binds this loop's list
                    if isinstance(parts, list) else None)
         for r in results:
             pm.add(r)

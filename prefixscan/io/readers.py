@@ -328,7 +328,7 @@ def read_jsonl(path: str, pos: Position | None = None) -> Iterator[tuple[int, di
                         yield loc, RawError("corrupt_file", "the JSON array is not closed: the file ends inside "
                                                             "it (truncated?); the records before were read")
                         continue
-                    yield from _records(loc, parse_line(value), shape)
+                    yield from _records(loc, parse_line(value), shape)  # type: ignore[arg-type]  # never blank
                 return
             for lineno, line in enumerate(_cr_lines(f) if shape == "cr-lines" else f, start=1):
                 if pos is not None and lineno % 1024 == 0:

@@ -93,7 +93,7 @@ class Record:
 @lru_cache(maxsize=256)
 def split_path(path: str) -> tuple[str, ...]:
     """`a.b.c` -> (a, b, c); a part in double or single quotes keeps its dots: `attributes."gen_ai.request.model"`."""
-    parts, cur, quote, i = [], [], None, 0
+    parts, cur, quote, i = [], list[str](), None, 0
     while i < len(path):
         ch = path[i]
         if quote:

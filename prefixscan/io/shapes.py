@@ -46,7 +46,7 @@ def detect(obj: dict[str, Any]) -> str:
         return "openai-batch"
     if is_genai_span(obj):
         return "otel"
-    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    usage = obj["usage"] if isinstance(obj.get("usage"), dict) else {}
     if "messages" in obj and is_anthropic(obj, usage):
         return "anthropic"
     if is_responses(obj, usage):

@@ -178,4 +178,4 @@ def _rows(path: Path, rows: np.ndarray, columns: list[str]) -> pl.DataFrame:
         if len(sel):
             frames.append(pl.from_arrow(pf.read_row_group(g, columns=columns).take(pa.array(sel))))
         start += size
-    return pl.concat(frames)  # type: ignore[arg-type]
+    return pl.concat(frames)  # type: ignore[type-var,return-value]  # from_arrow(Table): DataFrames

@@ -7,6 +7,7 @@ chunk boundary); the options themselves are `prefixscan.config.AnalyzeConfig`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import orjson
 
@@ -58,7 +59,8 @@ def _check_reuse(cfg: AnalyzeConfig) -> None:
         raise UsageError("--reuse sql measures block granularity; drop --granularity token or use --reuse scan")
     from prefixscan.distributed.reuse_sql import check_memory_limit, check_temp_directory
 
-    checks = [("--reuse-memory-limit", check_memory_limit, cfg.reuse_memory_limit)]
+    checks: list[tuple[str, Callable[[str], None], str]] = [
+        ("--reuse-memory-limit", check_memory_limit, cfg.reuse_memory_limit)]
     if cfg.reuse_temp_dir is not None:
         checks.append(("--reuse-temp-dir", check_temp_directory, cfg.reuse_temp_dir))
     for flag, check, value in checks:

@@ -25,6 +25,7 @@ from prefixscan.pipeline import config as pc
 from prefixscan.pipeline.encode_pool import DEPTH, EncodePool
 from prefixscan.pipeline.encoder import (
     Hashed,
+    Identity,
     LazyTokenizer,
     RecordEncoder,
     Rejected,
@@ -138,7 +139,9 @@ class EncodeStage:
         self.encoder = encoder if encoder is not None else RecordEncoder(cfg, self.keep_tokens)
         self.pool: EncodePool | None = None
         self.pending: deque[list[Record]] = deque()
-        self.ident, self.stats = None, []  # the workers' tokenizer identity and counters, once closed
+        # the workers' tokenizer identity and counters, once closed
+        self.ident: Identity | None = None
+        self.stats: list[dict[str, Any]] = []
         self.rejects: list[dict[str, Any]] = []
         self.prompt_check = PromptCheck()
         self.trace = TraceColumns()
@@ -174,7 +177,7 @@ class EncodeStage:
                 elif ev is CHUNK_END:
                     yield from self._emit(chunk_done=True)
                 else:
-                    self._flush(ev)
+                    self._flush(ev)  # type: ignore[arg-type]  # the one str event is CHUNK_END
                     yield from self._emit()
             self._drain()
             yield from self._emit(final=True)
@@ -243,7 +246,7 @@ class EncodeStage:
             r.turn_index = users - 1 if users else None
         inferred = self.infer is not None and r.conversation_id is None and bool(r.messages)
         if inferred:
-            r.conversation_id = self.infer.assign(r.request_id, r.tenant, r.model, r.messages)  # type: ignore[union-attr]
+            r.conversation_id = self.infer.assign(r.request_id, r.tenant, r.model, r.messages)  # type: ignore[union-attr,arg-type]  # `inferred`: both set
         cols["conversation_inferred"].append(inferred)
         for c in COLS:
             if c not in _DERIVED:
@@ -255,7 +258,7 @@ class EncodeStage:
         self.hashes.append(e.hashes)
         self.snippets.append(_snippet(r))
         if self.tokens is not None:
-            self.tokens.append(e.tokens)
+            self.tokens.append(e.tokens)  # type: ignore[arg-type]  # kept: keep_tokens
         if self.detector is not None and r.kind == "chat":
             self.detector.feed(r, e.root)
 

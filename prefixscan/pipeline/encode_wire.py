@@ -29,7 +29,7 @@ class Shipper:
         self._next = 0
 
     def ship(self, parts: list[np.ndarray]) -> list[tuple[int, np.ndarray | None, int]]:
-        out = []
+        out: list[tuple[int, np.ndarray | None, int]] = []
         for p in parts:
             base = p if p.base is None else p.base
             if not (isinstance(base, np.ndarray) and base.ndim == 1 and base.dtype == p.dtype

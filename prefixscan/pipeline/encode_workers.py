@@ -169,7 +169,7 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
                     outq.put(("done", (enc.identity(), stats, peak_rss_mib()), (0.0, 0)))
                     return
                 if kind == "encode":
-                    out = enc.encode([unpacker.unpack(r) for r in payload])
+                    out: list[Any] = enc.encode([unpacker.unpack(r) for r in payload])
                 else:
                     payload = [(rid, unpacker.unpack(r), root) for rid, r, root in payload]
                     done = rewrite_hashes(enc.load(), rewrites, cfg.block_size, payload)

@@ -8,7 +8,7 @@ what the summary says about the input (shapes, clock) are on the Reader once the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,7 +145,7 @@ class Reader:
             self.shapes.setdefault(src.path, shape)
 
     def _accept(self, src: Source, line: int, obj: dict[str, Any] | RawError,
-                shape: str | None) -> Iterator[Event]:
+                shape: str | None) -> Generator[Event, None, Record | None]:
         """One parsed line: returns its Record, or None after yielding its Reject."""
         if isinstance(obj, RawError):
             yield from self._reject(src.path, line, obj.reason, obj.detail)
@@ -166,7 +166,7 @@ class Reader:
         if by_order:
             rec.timestamp_s = float(self.ordered)
             self.ordered += 1
-        self._set_mode(shape if rec.kind == "hashed" else "tokens", f"{src.path}:{line}")  # type: ignore[arg-type]
+        self._set_mode(shape if rec.kind == "hashed" else "tokens", f"{src.path}:{line}")
         return rec
 
     def _by_order(self, path: str, shape: str, no_clock: bool) -> bool:

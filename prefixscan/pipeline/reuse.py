@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -33,6 +33,9 @@ from prefixscan.pipeline.trace_columns import permute_csr
 from prefixscan.pipeline.write import RowGroups
 from prefixscan.reuse.hitrule import hit_tokens_array
 from prefixscan.reuse.ideal import IdealResult, IdealStream, TokenPrefixIndex, scope_salts
+
+if TYPE_CHECKING:
+    from prefixscan.distributed.reuse_stage import SqlIdealCursor
 
 
 class OutOfOrder(Exception):
@@ -93,11 +96,13 @@ class RequestStream:
         self.one_chunk = one_chunk  # the log comes as one chunk: its capacity input is held in memory
         self.out = RowGroups(path, path.parent / "requests.parquet")
         self.spill_dir = spill_dir
-        self.ideal = IdealStream()  # the hook of --reuse sql (pipeline/reuse_sql_stream.py)
+        # the hook of --reuse sql (pipeline/reuse_sql_stream.py)
+        self.ideal: IdealStream | SqlIdealCursor = IdealStream()
         self.reuse_info: dict[str, Any] = {"engine": "scan"}  # which reuse engine ran, for the summary
         self.ids = _RequestIds()
         self.capacity: Any = None
-        self.block = self.rule = None
+        self.block: int = None  # type: ignore[assignment]  # set by the first batch (`feed`)
+        self.rule: str = None  # type: ignore[assignment]  # likewise
         self.pending: tuple[pl.DataFrame, np.ndarray, np.ndarray, list[str]] | None = None
         self.written_max_ts = -np.inf
         self.seq = 0

@@ -67,7 +67,7 @@ def analyze(*inputs: str, output: str | None = None, **options: Any) -> Analysis
     return run_analysis(AnalyzeConfig(inputs=tuple(inputs), output=output, **options))
 
 
-class Tables(dict):
+class Tables(dict[str, Any]):
     """The result's tables by name; the requests and misses tables are read from their Parquet files on
     first access (they are the size of the log). The pipeline itself uses `dict.items(tables)`, which
     leaves them on disk."""
@@ -134,7 +134,8 @@ class _Curve:
     """
 
     def __init__(self, table: pa.Table | None = None) -> None:
-        self._table, self._error = table, None
+        self._table = table
+        self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self.seconds = self.peak_mib = self.wait_s = 0.0
         self.background = False
@@ -166,7 +167,7 @@ class _Curve:
             self._thread, self.wait_s = None, time.perf_counter() - t
         if self._error is not None:
             raise self._error
-        return self._table  # type: ignore[return-value]
+        return self._table
 
     def settle(self, exc: BaseException) -> BaseException:
         """What to raise when the run's own stages failed with `exc` while the curve was computed: the

@@ -8,7 +8,7 @@ the first time one of them carries a value, and stays None (all null) otherwise.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -33,7 +33,7 @@ class TraceColumns:
         self.files: list[str] = []
         self._file_idx: dict[str, int] = {}
         self.n = 0
-        self._num: dict[str, list[np.ndarray]] = {k: [] for k in NUM_DTYPES}
+        self._num: dict[str, list[np.ndarray | tuple[int, int]]] = {k: [] for k in NUM_DTYPES}  # (value, count)
         self._flat: list[np.ndarray] = []
         self._str: dict[str, list[Any] | None] = dict.fromkeys(STRING_COLS)
 
@@ -44,7 +44,7 @@ class TraceColumns:
             self.files.append(path)
         return i
 
-    def add(self, path: str, line: np.ndarray, ts_s: np.ndarray, prompt: np.ndarray, roots: np.ndarray,
+    def add(self, path: str, line: np.ndarray, ts_s: np.ndarray, prompt: np.ndarray, roots: np.ndarray | np.uint64,
             lengths: np.ndarray, flat: np.ndarray, ints: dict[str, np.ndarray] | None = None,
             strings: dict[str, list[Any]] | None = None) -> None:
         """Append requests of one file in input order; `flat` holds their namespaced block hashes."""
@@ -138,7 +138,7 @@ class TraceColumns:
                     self._num[k] = [cat(k)[perm]]
             for c in STRING_COLS:
                 if self._str[c] is not None:
-                    col = self._str[c]
+                    col = cast("list[Any]", self._str[c])
                     self._str[c] = [col[i] for i in perm]
         files = pl.Series("f", self.files, dtype=pl.String)
         source_file = files.gather(pl.Series(file_idx)) if n else pl.Series("f", [], dtype=pl.String)
@@ -159,8 +159,8 @@ class TraceColumns:
             v = pl.Series(c, cat(c))
             cols[c] = v.set(v == -1, None).cast(dtype)
         for c in STRING_COLS:
-            v = self._str[c]
-            cols[c] = pl.Series(c, v, dtype=pl.String) if v is not None else _nulls(c, pl.String, n)
+            vals = self._str[c]
+            cols[c] = pl.Series(c, vals, dtype=pl.String) if vals is not None else _nulls(c, pl.String, n)
         # a trace line without an explicit id is named by where it is: file:line
         implicit = (cols["source_file"] + ":" + cols["source_line"].cast(pl.String)).alias("request_id")
         cols["request_id"] = cols["request_id"].fill_null(implicit) if n else cols["request_id"]

@@ -259,7 +259,7 @@ def _sim(data: ReportData, run: Run) -> None:
     data.best_policy = est_best if data.policy(est_best) else (best["policy"] if best else None)
     if data.best_policy and run.has("sim_decisions"):
         t = read_table_file(
-            run.file("sim_decisions"), run.path,
+            run.file("sim_decisions"), run.path,  # type: ignore[arg-type]  # has(): the file exists
             columns=["policy", "decision", "queue_wait_s", "measured"],
             filters=[("policy", "=", data.best_policy)],
         )

@@ -65,6 +65,7 @@ def render_explanation(ex: dict[str, Any], console: Console) -> None:
     console.print(f"{ex['prompt_tokens']:,} prompt tokens in {ex['blocks']} blocks of {ex['block_size']}; ideal cache "
                   f"hits {ex['cached_tokens']:,} ({ex['hit_source']}, {ex['prefix_class']})", highlight=False)
     console.print(_runs_table(ex))
+    line: str | None
     for line in _divergence_lines(ex["divergence"]):
         console.print(line, highlight=False, soft_wrap=True)
     for f in ex["findings"]:

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 from prefixscan.report.escape import svg_text, xml_legal
 
 if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
     from prefixscan.report.model import ReportData
 
-RC = {
+RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": "prefixscan-report",
     "svg.fonttype": "none",
     "font.size": 9,
@@ -93,7 +95,7 @@ def capacity(data: ReportData) -> Figure | None:
     ax.set_xlabel("cache capacity (tokens)")
     ax.set_ylabel("token-weighted hit rate")
     bpt = data.kv.bytes_per_token
-    top = ax.secondary_xaxis("top", functions=(lambda t: t * bpt / 2**30, lambda g: g * 2**30 / bpt))
+    top = ax.secondary_xaxis("top", functions=(lambda t: t * bpt / 2**30, lambda g: g * 2**30 / bpt))  # type: ignore[operator]  # arrays
     top.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
     top.set_xlabel(svg_text(f"KV memory (GiB, {data.kv.model} {data.kv.dtype})"))
     ax.legend(loc="lower right", fontsize=8)
@@ -168,7 +170,7 @@ def policies(data: ReportData) -> Figure | None:
     ys = range(len(rows))
 
     def val(r: dict[str, Any], k: str) -> float:
-        return float(r.get(k) if r.get(k) is not None else 0.0)
+        return float(r[k] if r.get(k) is not None else 0.0)
 
     fig, axes = plt.subplots(2, 2, figsize=(9, max(4.5, 0.5 * len(rows) + 1.5)), sharey=True)
     (a, b), (c, d) = axes

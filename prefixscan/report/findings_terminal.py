@@ -89,6 +89,7 @@ def render_findings(findings: list[dict[str, Any]], counterfactual: dict[str, An
         lost = sum(f["tokens_lost"] for f in findings)
         console.print(f"[bold]{len(findings)} cache-breaker findings[/bold], ranked by prompt tokens of reuse lost "
                       f"({_tok(lost)} in total)", soft_wrap=True)
+    line: str | None
     for i, f in enumerate(findings, start=1):
         per = f.get("tokens_lost_per_request")
         if per is None and f.get("requests_affected"):

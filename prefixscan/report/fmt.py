@@ -104,6 +104,7 @@ def number_tables(console: Any, title: str | None, columns: list[str], rows: lis
     natural = build(list(range(len(columns))), 0, fixed=False)
     if measure(natural).maximum <= console.width:  # room for every column at its full width
         return [natural]
+    tables: list[Any]
     head, tables, current = list(range(keys)), [], list(range(keys))
     for i in range(keys, len(columns)):
         if len(current) > keys and measure(build([*current, i], len(tables))).minimum > console.width:

@@ -38,7 +38,7 @@ def best_values(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Best value per metric among the deployable policies (everything except the oracle)."""
     out: dict[str, Any] = {}
     for _, key, better, _ in COLUMNS:
-        vals = [s.get(key) for n, s in policies.items() if n != "oracle" and s.get(key) is not None]
+        vals: list[Any] = [s.get(key) for n, s in policies.items() if n != "oracle" and s.get(key) is not None]
         if vals:
             out[key] = max(vals) if better == "max" else min(vals)
     return out

@@ -139,7 +139,7 @@ def summaries_table(df: pl.DataFrame, keys: dict[str, str],
     schema = {"dimension": pl.String, "key": pl.String, "requests": pl.Int64, "prompt_tokens": pl.Int64,
               "cached_tokens": pl.Int64, "token_weighted": pl.Float64, "block_weighted": pl.Float64,
               "request_mean": pl.Float64}
-    return pl.concat([p.cast(schema) for p in parts]) if parts else pl.DataFrame(schema=schema)
+    return pl.concat([p.cast(schema) for p in parts]) if parts else pl.DataFrame(schema=schema)  # type: ignore[arg-type]  # polars wants a Mapping keyed by its own key union
 
 
 def by_dimension(summaries: pl.DataFrame, dim: str, limit: int | None = None) -> dict[str, Any]:

@@ -307,7 +307,7 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     def simulate(sizes: Sequence[int]) -> np.ndarray:
         return pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule, sizes)[0]
 
-    def evaluate(sizes: Sequence[int]) -> np.ndarray:
+    def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
         return merged(fast, simulate, sizes)
 
     pool_tok = evaluate(cap_blk)
@@ -331,7 +331,7 @@ def target_guesses(keyed: np.ndarray) -> list[int]:
     return [int(np.searchsorted(keyed, hit_target(f, ideal), side="left")) + 1 for f in TARGET_FRACTIONS]
 
 
-def pool_size_targets(evaluate: Callable[[Sequence[int]], Sequence[int]], cap_blk: np.ndarray,
+def pool_size_targets(evaluate: Callable[[Sequence[int]], Sequence[int] | np.ndarray], cap_blk: np.ndarray,
                       pool_tok: np.ndarray, ideal: int, never_evicts: int, block_size: int,
                       guesses: list[int] | None = None) -> dict[str, int | None]:
     """The smallest pool (tokens) whose hit reaches 50% and 90% of the ideal hit, searched between the

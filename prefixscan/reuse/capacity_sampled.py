@@ -45,7 +45,7 @@ HOT_DEFAULT = 1024
 SALTS_DEFAULT = 3
 
 
-def check_rate(rate: float) -> float:
+def check_rate(rate: float | str) -> float:
     """The sampling rate as a float in (0, 1], or a one-line ValueError."""
     try:
         r = float(rate)

@@ -8,6 +8,7 @@ reads and writes of whole arrays with `readinto`/`write` (no memory map: mapped 
 
 from __future__ import annotations
 
+from io import FileIO
 from typing import BinaryIO, NamedTuple
 
 import numpy as np
@@ -64,10 +65,10 @@ def local_offsets(lengths: np.ndarray, c: Chunk) -> np.ndarray:
     return out
 
 
-def read_at(f: BinaryIO, item: int, out: np.ndarray) -> np.ndarray:
+def read_at(f: FileIO, item: int, out: np.ndarray) -> np.ndarray:
     """Fill `out` from the file's items starting at index `item` (a reused buffer; no memory map)."""
     f.seek(item * out.itemsize)
-    view = memoryview(out).cast("B")
+    view = memoryview(out).cast("B")  # type: ignore[arg-type]  # numpy types the buffer protocol on 3.12+
     got = 0
     while got < len(view):
         k = f.readinto(view[got:])
@@ -79,7 +80,7 @@ def read_at(f: BinaryIO, item: int, out: np.ndarray) -> np.ndarray:
 
 def write_all(f: BinaryIO, arr: np.ndarray) -> None:
     """Write the whole array (a short write is retried)."""
-    view = memoryview(arr).cast("B")
+    view = memoryview(arr).cast("B")  # type: ignore[arg-type]  # as in read_at
     done = 0
     while done < len(view):
         done += f.write(view[done:])

@@ -232,7 +232,7 @@ class CapacityStream:
         fast = fast_pool(self._pool_hist, self._lru_state, self._most_blocks)
         self._pool_hist = np.zeros(0, np.int64)
 
-        def evaluate(sizes: Sequence[int]) -> np.ndarray:
+        def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
             return merged(fast, lambda rest: self._pool_hits(np.asarray(rest, np.int64), n, lengths), sizes)
 
         pool_tok = evaluate(cap_blk)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xxhash
@@ -20,6 +21,9 @@ from numba import njit
 
 from prefixscan.dense import DenseTable, SeenSet
 from prefixscan.reuse.hitrule import hit_tokens_array
+
+if TYPE_CHECKING:
+    import polars as pl
 
 NO_SCOPE = 0
 
@@ -36,14 +40,14 @@ class IdealResult:
     source: np.ndarray  # int64: most recent earlier request holding the whole matched prefix, -1 if none
 
 
-def scope_salts(keys: Sequence[str | None]) -> np.ndarray:
+def scope_salts(keys: Sequence[str | None] | pl.Series) -> np.ndarray:
     """A 64-bit salt per request for its scope key (tenant or conversation); 0 means no scope."""
     cache: dict[str, int] = {}
     out = np.zeros(len(keys), dtype=np.uint64)
     if hasattr(keys, "null_count"):  # a polars Series: skip the Python loop when it is all null
         if keys.null_count() == len(keys):
             return out
-        keys = keys.to_list()
+        keys = keys.to_list()  # type: ignore[union-attr]  # a Series here
     for i, k in enumerate(keys):
         if k is None:
             continue

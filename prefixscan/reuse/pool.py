@@ -284,7 +284,7 @@ def pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, prompt_tok
     return _pool_many(*args, caps, longest)
 
 
-def smallest_pools(evaluate: Callable[[list[int]], Sequence[int]], targets: Sequence[int],
+def smallest_pools(evaluate: Callable[[list[int]], Sequence[int] | np.ndarray], targets: Sequence[int],
                    brackets: Sequence[tuple[int, int]], guesses: Sequence[int] | None = None) -> list[int]:
     """For each target hit, a pool size N with hit(N) >= target > hit(N - 1) inside its bracket (lo, hi),
     where hit(lo) < target <= hit(hi). `evaluate(sizes)` runs the pool at several sizes at once (one pass

@@ -181,8 +181,8 @@ def lru_pool_curves(offsets: np.ndarray, ids: np.ndarray, weights: np.ndarray, n
     return keyed, fast_pool(pool_hist, st, most)
 
 
-def merged(fast: FastPool, simulate: Callable[[Sequence[int]], Sequence[int]],
-           sizes: Sequence[int]) -> np.ndarray:
+def merged(fast: FastPool, simulate: Callable[[Sequence[int]], Sequence[int] | np.ndarray],
+           sizes: Sequence[int] | np.ndarray) -> np.ndarray:
     """Hit tokens at each pool size: from the histogram where it is exact, simulated elsewhere."""
     sizes = [int(s) for s in sizes]
     out = np.zeros(len(sizes), np.int64)

@@ -51,7 +51,8 @@ class SimResult:
 
         A dict, like every other result's `to_json()`; `dumps()` gives the canonical text.
         """
-        return json.loads(self.dumps())
+        out: dict[str, Any] = json.loads(self.dumps())
+        return out
 
     def dumps(self) -> str:
         """The JSON text `prefixscan simulate --json` prints (sorted keys, no NaN)."""

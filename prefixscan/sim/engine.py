@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class _Replay:
         self.tiers = make_tiers(cfg, w.block_size, slots, w.n)
         self.pool = Disaggregation(w, cfg, capacity) if cfg.disaggregated else None
         self.kmode = policy.knowledge_mode(cfg.knowledge)
-        vopts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
+        vopts: dict[str, Any] = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
         vopts.update(policy.view_options())
         self.know = make_view(self.kmode, self.kv, **vopts)
         rng = np.random.default_rng([cfg.seed, sum(map(ord, policy.name))])
@@ -208,7 +209,7 @@ class _Replay:
         self.kv.match_all(blocks, buf)
         if self.see_tiers:  # Dynamo / llm-d score lower-tier residency too
             for a in cv.active_idx.tolist():
-                buf[a] += sum(self.tiers.extend(a, blocks, int(buf[a]), len(blocks), now))
+                buf[a] += sum(self.tiers.extend(a, blocks, int(buf[a]), len(blocks), now))  # type: ignore[union-attr]  # see_tiers: tiers exist
         if self.exact_view:
             cv._match_buf[:] = buf
             cv._match_for = i
@@ -350,7 +351,7 @@ class _Replay:
         self.now = now
         if r >= self.slots:
             self.finish[i] = now
-            self.pool.decoded(r - self.slots, i, now, self.schedule)
+            self.pool.decoded(r - self.slots, i, now, self.schedule)  # type: ignore[union-attr]  # a decode slot: disaggregated
             return
         done = self._prefill_done(r, i, now) if kind == PREFILL_DONE else True
         if done:

@@ -63,7 +63,7 @@ def _capacity(cfg: SimConfig, w: Workload) -> int:
     )
 
 
-def request_budget(w: Workload, cfg: SimConfig, capacity: int) -> tuple[np.ndarray, ...]:
+def request_budget(w: Workload, cfg: SimConfig, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(listed blocks, pinned prompt blocks, other blocks of the table, oversized count) per request.
 
     A request's block table (vLLM's block pool, `kvcache.py`) holds its full prompt blocks (truncated if

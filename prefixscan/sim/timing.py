@@ -84,7 +84,7 @@ def preble_fit() -> PrefillModel:
 def from_coeffs(coeffs: tuple[float, ...]) -> PrefillModel:
     """User coefficients (a, b, c, d, e) in ms; missing trailing terms are 0."""
     vals = list(coeffs) + [0.0] * (5 - len(coeffs))
-    return PrefillModel(*[float(v) for v in vals[:5]], source="user-coeffs")
+    return PrefillModel(*[float(v) for v in vals[:5]], source="user-coeffs")  # type: ignore[misc,arg-type]  # 5 floats
 
 
 def _cost_api():  # lazy import so the simulator works while prefixscan.cost evolves
@@ -248,7 +248,7 @@ def load_profile(name_or_path: str) -> TimingProfile:
         return TimingProfile(
             name=name,
             hardware=str(doc.get("hardware") or "unknown"),
-            prefill=PrefillModel(*vals, source=f"profile:{name}"),
+            prefill=PrefillModel(*vals, source=f"profile:{name}"),  # type: ignore[misc,arg-type]  # 5 floats
             tpot_s=None if tpot is None else float(tpot),
             decode_slowdown=None if slow is None else float(slow),
             fit=doc.get("fit") or {},

@@ -209,7 +209,7 @@ register(BreakerKind(
             "Nom de l'utilisateur", "Benutzer", "Пользователь", "ユーザー名"),
     forms={
         "full": lambda c: " ".join(person_name(c.user_index)),
-        "last_first": lambda c: (lambda f, la: f"{la}, {f}")(*person_name(c.user_index)),
+        "last_first": lambda c: (lambda f, la: f"{la}, {f}")(*person_name(c.user_index)),  # type: ignore[arg-type]  # mypy misreads the inner lambda
         "first": lambda c: person_name(c.user_index)[0],
         "handle": _handle,
     },
@@ -315,7 +315,7 @@ TEXT_STYLES = ("colon", "bracket", "sentence", "sentence")
 register(BreakerKind(
     name="date_words",
     labels=("Today's date", "Datum", "Date du jour", "Fecha del día"),
-    forms={f"words_{lang}": (lambda c, lang=lang: words_date(lang, c.time)) for lang in _MONTHS_L},
+    forms={f"words_{lang}": (lambda c, lang=lang: words_date(lang, c.time)) for lang in _MONTHS_L},  # type: ignore[misc]  # lang= binds
     stability="day",
     description="today's date written in words (en, de, fr, es), in a line or a sentence",
     styles=TEXT_STYLES,
@@ -324,7 +324,7 @@ register(BreakerKind(
 register(BreakerKind(
     name="timestamp_words",
     labels=("Current time", "Aktuelle Zeit", "Heure de la requête", "Fecha y hora"),
-    forms={f"words_{lang}": (lambda c, lang=lang: words_time(lang, c.time)) for lang in _MONTHS_L},
+    forms={f"words_{lang}": (lambda c, lang=lang: words_time(lang, c.time)) for lang in _MONTHS_L},  # type: ignore[misc]  # lang= binds
     stability="request",
     description="the date and time in words to the minute (en, de, fr, es), in a line or a sentence",
     styles=TEXT_STYLES,

@@ -13,6 +13,7 @@ import random
 import statistics
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 from prefixscan.synth.content import Content, SystemPrompt, zipf_cum_weights
 from prefixscan.synth.plan import CONV, SHARED, UNIQUE, Field, Part, Plan
@@ -61,7 +62,7 @@ _CW[2000] = zipf_cum_weights(2000, 0.9)
 
 
 def _plan(env: Env, t: float, scenario: str, tenant: str, user: int, messages: list, cap: int, mean: float,
-          rng: random.Random, source: str, **kw: object) -> Plan:
+          rng: random.Random, source: str, **kw: Any) -> Plan:
     return Plan(time=t, scenario=scenario, tenant=tenant, user_index=user, user=f"u-{user}", model=env.model,
                 messages=messages, max_tokens=cap, output_tokens=output_tokens(rng, mean, cap), source=source,
                 **kw)

@@ -19,7 +19,7 @@ class JsonlSink:
 
     def __init__(self, path: str, gz: bool = False) -> None:
         self._raw: IO[bytes] = open(path, "wb")  # closed in close()
-        self._f: IO[bytes] = (gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
+        self._f: gzip.GzipFile | IO[bytes] = (gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
                               if gz else self._raw)
 
     def write(self, record: dict[str, Any]) -> None:

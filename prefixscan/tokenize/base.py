@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import cast
 
 import numpy as np
 import xxhash
 
 from prefixscan.hashing import BytesLRU
-from prefixscan.io.shapes import Record
+from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import content_text
 from prefixscan.tokenize.cuts import CutRule
 
@@ -102,7 +103,7 @@ class Tokenizer:
     approximate_template: bool
     stats: TokenizerStats = field(default_factory=TokenizerStats)
 
-    def encode_batch(self, records: list[Record]) -> list[Encoded]:
+    def encode_batch(self, records: list[Record]) -> Sequence[Encoded | RecordError]:
         raise NotImplementedError
 
     def encode_direct(self, record: Record) -> np.ndarray:
@@ -110,7 +111,7 @@ class Tokenizer:
         raise NotImplementedError
 
 
-def _replay(text: str, starts: bytes, blob: bytes, units: list[tuple[bool, str]], keys: list[bytes]) -> int:
+def _replay(text: str, starts: bytes, blob: bytes, units: list[tuple[bool, str] | None], keys: list[bytes]) -> int:
     """Append a remembered piece's paragraphs (cut from `text` again) and their keys; return how many."""
     cuts = memoryview(starts).cast("I").tolist()
     cuts.append(len(text))
@@ -272,7 +273,7 @@ class SegmentEncoder:
                 for j in range(len(units) - n, len(units)):
                     k = keys[j]
                     if k not in self.memo and k not in self.pending:
-                        self.pending[k] = units[j][1]
+                        self.pending[k] = units[j][1]  # type: ignore[index]  # just replayed: not None
                 return
         parts = self.rule.parts(text) if multi else [text]
         start = len(units)
@@ -319,21 +320,23 @@ class SegmentEncoder:
         last prompt when planned with one)."""
         u = p.base_units
         arrs = []
-        for (special, text), k in zip(p.units[u:], p.keys[u:], strict=True):
+        for (special, text), k in zip(cast("list[tuple[bool, str]]", p.units[u:]), p.keys[u:], strict=True):
             if special:
                 arrs.append(self.special[text])
                 continue
             arr = self.memo.get(k)
             if arr is None:  # evicted between planning and assembly
-                first = self.encode_first is not None and not arrs and not u
-                arr = np.asarray((self.encode_first if first else self.encode_many)([text])[0], dtype=np.uint32)
+                encode = self.encode_first if self.encode_first is not None and not arrs and not u else self.encode_many
+                arr = np.asarray(encode([text])[0], dtype=np.uint32)
             arrs.append(arr)
         lens = [len(a) for a in arrs]
         if u:
+            assert p.base is not None  # base_units > 0 only with a base
             lens = p.base.lens[:u] + lens
             arrs.insert(0, p.base.tokens[:sum(lens[:u])])
         toks = np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.uint32)
         if p.conv is not None:
+            assert p.pieces is not None  # plan() always records them
             size = toks.nbytes + (p.char_end[-1] if p.char_end else 0) + LAST_UNIT * len(lens)
             self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, p.char_end, toks, lens), size)
         return toks, lens

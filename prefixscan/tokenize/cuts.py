@@ -209,7 +209,7 @@ def rule_for_hf(spec: dict[str, Any]) -> CutRule:
             return _rule("after-blank-line", "Split regex + ByteLevel (cl100k / Llama 3 / Qwen 2 / DeepSeek "
                          "family)" + (", not before '/'" if slash else ""), exclude=slash)
     elif types and all(t in _WORD_PRE for t in types) and _norm_ok(norm, _NORM_WORDS):
-        return _rule("before-blank-line", "whitespace-delimited pre-tokeniser (" + "+".join(types) + ")")
+        return _rule("before-blank-line", "whitespace-delimited pre-tokeniser (" + "+".join(map(str, types)) + ")")
     desc = "+".join(map(str, types)) or "none"
     return no_cuts(f"no cut rule proven for pre-tokeniser {desc} with this normaliser: the memo works on "
                    "whole segments between special tokens")

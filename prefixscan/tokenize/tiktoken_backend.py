@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -12,6 +12,12 @@ from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import IM_END, IM_START, TEMPLATE_VERSION, render_chatml, rendered_text
 from prefixscan.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, Tokenizer, conversation_key
 from prefixscan.tokenize.cuts import rule_for_pattern
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prefixscan.render import Rendered
+    from prefixscan.tokenize.base import Planned
 
 PARALLEL_MIN_CHARS = 200_000  # below this, thread hand-off costs more than it saves
 
@@ -36,7 +42,7 @@ def _encoding_params(encoding: str | Any) -> dict[str, Any]:
     if isinstance(encoding, str):
         built = registry.ENCODINGS.get(encoding)  # someone in this process already built it
         if built is None:
-            return registry.ENCODING_CONSTRUCTORS[encoding]()  # filled by list_encoding_names
+            return registry.ENCODING_CONSTRUCTORS[encoding]()  # type: ignore[index]  # filled by list_encoding_names
         encoding = built
     return {"name": encoding.name, "pat_str": encoding._pat_str, "mergeable_ranks": encoding._mergeable_ranks,
             "special_tokens": encoding._special_tokens}
@@ -73,7 +79,7 @@ class TiktokenTokenizer(Tokenizer):
         name = encoding if isinstance(encoding, str) else base["name"]
         super().__init__(id=f"tiktoken:{name}", template_version=TEMPLATE_VERSION, approximate_template=True)
         self.threads = threads or os.cpu_count() or 1
-        self._pool = None
+        self._pool: ThreadPoolExecutor | None = None
         # tiktoken encodes the text between two special tokens on its own (a slice), so segments are exact
         # by construction; cuts inside a segment follow the rule proven for this encoding's regex.
         self.seg = SegmentEncoder(self._encode_texts, SPECIAL_IDS, self.stats, rule_for_pattern(pat_str),
@@ -102,7 +108,7 @@ class TiktokenTokenizer(Tokenizer):
 
     def encode_batch(self, records: list[Record]) -> list[Encoded | RecordError]:
         """Render every chat record, tokenise only text units not seen before (one threaded call), assemble."""
-        plans = []
+        plans: list[tuple[Rendered, Planned] | None] = []
         for r in records:
             if r.kind == "chat" and not self.direct:
                 rr = render_chatml(r.messages or [], r.tools)

@@ -27,7 +27,7 @@ def _policy_column(policy: dict[str, Any] | None, ms: Any) -> list[str] | None:
     def pair(a: str, b: str) -> str:
         return "n/a" if policy.get(a) is None else f"{ms(policy.get(a))} / {ms(policy.get(b))}"
 
-    counts = {k: policy.get(f"{k}_requests") for k in CLASSES}
+    counts: dict[str, Any] = {k: policy.get(f"{k}_requests") for k in CLASSES}
     cached, prompt = policy.get("cached_tokens"), policy.get("prompt_tokens")
     return [pct(policy.get("hit_rate_token_weighted")), tok(cached),
             tok(policy.get("prefill_tokens") if policy.get("prefill_tokens") is not None else
