@@ -13,6 +13,8 @@ to an exit code and prints the message on one line, never a traceback. The exit 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PrefixscanError(Exception):
     """Base class: an expected failure with a user-facing message."""
@@ -36,7 +38,7 @@ class NothingAcceptedError(InputError):
     """Every record read was rejected (or there was none): there is nothing to measure. `result` is the
     run that measured nothing (its rejects), for a caller of `prefixscan.analyze()` that wants them."""
 
-    result: object = None
+    result: Any = None  # a pipeline.run.AnalysisResult (errors.py sits under every layer: not imported here)
 
 
 class RejectError(PrefixscanError):

@@ -38,7 +38,7 @@ def flag(f: dataclasses.Field[Any]) -> str:
     return f.metadata[_OPTION][0][0]
 
 
-def is_group(cls: Any) -> bool:
+def is_group(cls: Any) -> typing.TypeGuard[type]:
     return dataclasses.is_dataclass(cls) and isinstance(cls, type) and all(
         _OPTION in f.metadata for f in dataclasses.fields(cls))
 
