@@ -276,7 +276,7 @@ static PyObject *common_prefix(PyObject *self, PyObject *const *a, Py_ssize_t na
 
 /* A buffer of 4-byte items, C-contiguous. */
 static int get_u32(PyObject *o, Py_buffer *v) {
-    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (PyObject_GetBuffer(o, v, PyBUF_SIMPLE) < 0) return -1; /* contiguous; no shape or format wanted */
     if (v->itemsize != 4) {
         PyBuffer_Release(v);
         PyErr_SetString(PyExc_TypeError, "token ids must be a contiguous uint32 array");

@@ -263,8 +263,11 @@ def _cut(segs: list[np.ndarray], n: int) -> tuple[np.ndarray, ...]:
     for s in segs:
         if n <= 0:
             break
-        v = s[:n]
-        v.flags.writeable = False
+        if n >= len(s) and not s.flags.writeable:  # a remembered part whole: itself (already read-only)
+            v = s
+        else:
+            v = s[:n]
+            v.flags.writeable = False
         out.append(v)
         n -= len(v)
     return tuple(out)
