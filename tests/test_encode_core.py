@@ -105,8 +105,8 @@ OPS = st.lists(st.tuples(st.sampled_from(["continue", "continue", "continue", "e
                          st.integers(0, 7), words, words), min_size=1, max_size=20)
 
 
-def _encoder(tok: Any, block_size: int, tiny: bool) -> RecordEncoder:
-    enc = RecordEncoder(AnalyzeConfig(inputs=("x",), block_size=block_size), keep_tokens=True)
+def _encoder(tok: Any, block_size: int, tiny: bool, hash: str = "xxh3") -> RecordEncoder:
+    enc = RecordEncoder(AnalyzeConfig(inputs=("x",), block_size=block_size, hash=hash), keep_tokens=True)
     enc.tokenizer = tok
     tok.checked = SELF_CHECK_FIRST  # the memo itself, not the run-time alarm (it would hide a difference)
     if tiny:
@@ -122,14 +122,14 @@ def _state(enc: RecordEncoder) -> Any:
             sorted(seg.poison), dict(seg.pending))
 
 
-def _check_family(name: str, tok_dirs: Any, tiny: bool) -> None:
+def _check_family(name: str, tok_dirs: Any, tiny: bool, hash: str = "xxh3") -> None:
     pure_tok, fast_tok = tx.get_tok(name, tok_dirs), tx.get_tok(name, tok_dirs)
 
     @SETTINGS
     @given(OPS, st.lists(st.integers(0, 20), max_size=4), st.integers(1, 3), st.sampled_from([1, 4, 16]))
     def check(ops, cuts, tools_every, block_size) -> None:
         recs = adv._stream(ops, tools_every)
-        pure_enc, fast_enc = _encoder(pure_tok, block_size, tiny), _encoder(fast_tok, block_size, tiny)
+        pure_enc, fast_enc = _encoder(pure_tok, block_size, tiny, hash), _encoder(fast_tok, block_size, tiny, hash)
         for batch in adv._batches(recs, cuts):
             with compiled(False):
                 pure = outcome(lambda b=batch: pure_enc.encode(b))
@@ -157,6 +157,12 @@ def _check_family(name: str, tok_dirs: Any, tiny: bool) -> None:
 @pytest.mark.parametrize("name", list(tx.TIKTOKEN))
 def test_stream_compiled_equals_pure_tiktoken(name, tiny) -> None:
     _check_family(name, None, tiny)
+
+
+@pytest.mark.parametrize("tiny", [False, True])
+def test_stream_compiled_equals_pure_vllm_hash(tiny) -> None:
+    """vLLM's own block hashes (--hash vllm:sha256): the chain cache resumes through the compiled look-up."""
+    _check_family("cl100k", None, tiny, hash="vllm:sha256")
 
 
 @pytest.mark.parametrize("name", list(tx.HF_FAMILIES))
