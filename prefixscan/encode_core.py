@@ -10,11 +10,12 @@ either way (tests/test_encode_core.py), only the speed differs.
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
-try:
-    from prefixscan import _encode_core as _compiled
+try:  # by name: a compiled leaf that imports nothing of the package (the static import graph sees .py files)
+    _compiled: ModuleType | None = importlib.import_module("prefixscan._encode_core")
 except ImportError:  # not built (no compiler at install, or a source tree never built): pure Python
     _compiled = None
 
