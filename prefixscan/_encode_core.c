@@ -568,5 +568,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_encode_core", "Comp
 PyMODINIT_FUNC PyInit__encode_core(void) {
     s_move_to_end = PyUnicode_InternFromString("move_to_end");
     if (s_move_to_end == NULL) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* The calling convention's version: encode_core.py takes a build only when it matches (a stale build
+     * left by an older install then means the pure path, not wrong arguments). */
+    if (m != NULL && PyModule_AddIntConstant(m, "API", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

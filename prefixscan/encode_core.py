@@ -18,6 +18,9 @@ try:  # by name: a compiled leaf that imports nothing of the package (the static
     _compiled: ModuleType | None = importlib.import_module("prefixscan._encode_core")
 except ImportError:  # not built (no compiler at install, or a source tree never built): pure Python
     _compiled = None
+API = 1  # the calling convention this Python expects (`API` in _encode_core.c)
+if _compiled is not None and getattr(_compiled, "API", None) != API:  # a stale build: rebuild to use it
+    _compiled = None
 
 PURE_ENV = "PREFIXSCAN_PURE"
 # False: the pure-Python path even when the extension is there (tests compare the two by switching this).
@@ -32,5 +35,5 @@ def core() -> ModuleType | None:
 def describe() -> str:
     """What the manifest and `--version`-style reports can say about the core in use."""
     if _compiled is None:
-        return "pure-python (compiled core not built)"
+        return "pure-python (compiled core not built, or built from other sources)"
     return "compiled" if ENABLED else f"pure-python ({PURE_ENV}=1)"

@@ -188,10 +188,13 @@ def test_tables_are_the_same_bytes_compiled_or_pure(tmp_path) -> None:
         assert filecmp.cmp(tmp_path / "pure" / n, tmp_path / "compiled" / n, shallow=False), n
 
 
-@pytest.mark.parametrize("how", ["env", "missing"])
+@pytest.mark.parametrize("how", ["env", "missing", "stale"])
 def test_pure_path_without_the_extension(how) -> None:
-    """PREFIXSCAN_PURE=1, or an extension that cannot be imported (not built): the pure path, same hashes."""
-    block = "import sys; sys.modules['prefixscan._encode_core'] = None; " if how == "missing" else ""
+    """PREFIXSCAN_PURE=1, an extension that cannot be imported (not built), or one built from other sources
+    (an older calling convention): the pure path, same hashes."""
+    block = {"env": "", "missing": "import sys; sys.modules['prefixscan._encode_core'] = None; ",
+             "stale": "import sys, types; old = types.ModuleType('prefixscan._encode_core'); old.API = 0; "
+                      "sys.modules['prefixscan._encode_core'] = old; "}[how]
     code = (block + "import numpy as np; from prefixscan import encode_core; from prefixscan.hashing import "
             "block_hashes; print(encode_core.core() is None, encode_core.describe(), "
             "block_hashes(np.arange(40, dtype=np.uint32), 16, 7).tolist())")
