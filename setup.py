@@ -1,10 +1,15 @@
-"""Build hook: the canned SQL lives in the top-level `queries/` folder (the design card's layout) and ships inside
-the wheel as package data, `prefixscan/queries/*.sql`, where `prefixscan.query.queries_dir` finds it. Everything
-else about the build is in pyproject.toml."""
+"""Build hooks; everything else about the build is in pyproject.toml.
+
+- The compiled per-request encode core (prefixscan/_encode_core.c), built with the machine's C compiler at
+  install. Optional: where it cannot build, the install goes on and prefixscan runs its pure-Python path,
+  with the same output (prefixscan/encode_core.py).
+- The canned SQL lives in the top-level `queries/` folder and ships inside the wheel as package data,
+  `prefixscan/queries/*.sql`, where `prefixscan.query.queries_dir` finds it.
+"""
 
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 
@@ -22,4 +27,6 @@ class BuildPyWithQueries(build_py):
             self.copy_file(str(sql), str(target / sql.name))
 
 
-setup(cmdclass={"build_py": BuildPyWithQueries})
+setup(cmdclass={"build_py": BuildPyWithQueries},
+      ext_modules=[Extension("prefixscan._encode_core", ["prefixscan/_encode_core.c"], optional=True,
+                             extra_compile_args=["-O2"])])

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from prefixscan import encode_core
+
 ROOT_SEED = 0x9E3779B97F4A7C15  # fixed, so runs are reproducible across processes
 HIT_RULES = ("vllm", "trace")
 # Bound of a ChainCache's remembered chain prefixes (8 bytes a block, shared parts counted each time, so
@@ -48,6 +50,10 @@ def namespace_hash(model: str | None, tokenizer_id: str, adapter: str | None, te
 def block_hashes(tokens: np.ndarray, block_size: int, root: int) -> np.ndarray:
     """Chained xxh3-64 hashes of the *full* blocks of `tokens` (uint32 ids), as uint64."""
     toks = np.ascontiguousarray(tokens, dtype="<u4")
+    fast = encode_core.core()
+    if fast is not None:  # the same chain, its loop compiled
+        out = fast.block_chain(toks, block_size, root, xxhash.xxh3_64_intdigest)
+        return np.frombuffer(out, dtype=np.uint64) if out else np.zeros(0, dtype=np.uint64)
     n_full = len(toks) // block_size
     buf = toks[: n_full * block_size].tobytes()
     step = block_size * 4
@@ -201,15 +207,22 @@ class ChainCache:
         """`hashes` as consecutive parts: views of remembered prefixes (shared, read-only) and the
         freshly hashed rest. Holding these instead of one array keeps a conversation's history once.
         `keys` are the request's vLLM extra keys (`vllm_hash.RequestKeys`) when `hasher` is set."""
-        roll = _prefix_keys(root, piece_keys)
+        roll = _PrefixKeys(root, piece_keys)
         ends = list(accumulate(piece_lens))
         prefix: tuple[np.ndarray, ...]
         start, prefix, used = 0, (), None
-        for j in range(len(piece_keys) - 1, -1, -1):
-            hit = self._d.get(key := roll(j))
-            if hit is not None and hit[1] == ends[j] // block_size:
-                prefix, start, used = hit[0], hit[1], key
-                break
+        fast = encode_core.core()
+        if fast is not None and roll.blob is not None:  # the same search, its loop compiled
+            found = fast.find_resume(roll.blob, len(piece_keys), self._d._d, ends, block_size,
+                                     xxhash.xxh3_128_intdigest)
+            if found is not None:
+                _, used, (prefix, start) = found
+        else:
+            for j in range(len(piece_keys) - 1, -1, -1):
+                hit = self._d.get(key := roll(j))
+                if hit is not None and hit[1] == ends[j] // block_size:
+                    prefix, start, used = hit[0], hit[1], key
+                    break
         parent = int(prefix[-1][-1]) if start else root
         if self.hasher is None:
             new = block_hashes(tokens[start * block_size:], block_size, parent)
@@ -241,25 +254,26 @@ class ChainCache:
             self._d.pop(used)
 
 
-def _prefix_keys(root: int, piece_keys: list[bytes]) -> Callable[[int], int]:
+class _PrefixKeys:
     """j -> a 128-bit key of (root, piece_keys[:j + 1]): xxh3-128 over the root and the keys joined
     (each prefixed by its length unless all are 16 bytes, so the join stays unambiguous). A request
-    needs only a few of these (the remembered one it resumes from, its checkpoints), not one per piece."""
-    head = root.to_bytes(8, "little")
-    if set(map(len, piece_keys)) <= {16}:  # every key 16 bytes (the tokenizers' keys): cuts at 16-byte steps
-        blob = head + b"".join(piece_keys)
+    needs only a few of these (the remembered one it resumes from, its checkpoints), not one per piece.
+    `blob` is the join when every key is 16 bytes (key j then covers its first 24 + 16 j bytes), else None."""
 
-        def cut(j: int) -> int:
-            return 24 + 16 * j
-    else:
-        blob = head + b"".join(len(k).to_bytes(4, "little") + k for k in piece_keys)
-        offs = list(accumulate((4 + len(k) for k in piece_keys), initial=8))
+    def __init__(self, root: int, piece_keys: list[bytes]) -> None:
+        head = root.to_bytes(8, "little")
+        self.blob: bytes | None = None
+        self.offs: list[int] | None = None
+        if set(map(len, piece_keys)) <= {16}:  # every key 16 bytes (the tokenizers' keys): cuts at 16-byte steps
+            self.blob = data = head + b"".join(piece_keys)
+        else:
+            data = head + b"".join(len(k).to_bytes(4, "little") + k for k in piece_keys)
+            self.offs = list(accumulate((4 + len(k) for k in piece_keys), initial=8))
+        self.view = memoryview(data)
 
-        def cut(j: int) -> int:
-            return offs[j + 1]
-    view = memoryview(blob)
-    digest = xxhash.xxh3_128_intdigest
-    return lambda j: digest(view[:cut(j)])
+    def __call__(self, j: int) -> int:
+        cut = 24 + 16 * j if self.offs is None else self.offs[j + 1]
+        return xxhash.xxh3_128_intdigest(self.view[:cut])
 
 
 def _cut(segs: list[np.ndarray], n: int) -> tuple[np.ndarray, ...]:
@@ -268,8 +282,11 @@ def _cut(segs: list[np.ndarray], n: int) -> tuple[np.ndarray, ...]:
     for s in segs:
         if n <= 0:
             break
-        v = s[:n]
-        v.flags.writeable = False
+        if n >= len(s) and not s.flags.writeable:  # a remembered part whole: itself (already read-only)
+            v = s
+        else:
+            v = s[:n]
+            v.flags.writeable = False
         out.append(v)
         n -= len(v)
     return tuple(out)

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from prefixscan import encode_core
 from prefixscan.media import is_text_part, placeholder
 
 TEMPLATE_VERSION = "chatml-v1"
@@ -90,19 +91,30 @@ def _message_body(m: dict[str, Any]) -> str:
     return f"{m['role']}\n{body}"
 
 
+def _tools_text(tools: list[Any]) -> str:
+    return "system\n# Tools\n" + "\n".join(json_text(t) for t in tools)
+
+
+_START, _END, _NL, _GEN = (True, IM_START), (True, IM_END), (False, "\n"), (False, "assistant\n")
+
+
 def render_chatml(messages: list[dict[str, Any]], tools: list[Any] | None) -> Rendered:
     """Render like ChatML with the generation prompt; tools go in a system block after leading system messages.
 
     Tool JSON keeps the key order the application sent: a key-order change is a real cache breaker.
     """
+    fast = encode_core.core()
+    if fast is not None:  # the same layout compiled; bodies other than role + plain text come from Python
+        got = fast.render_pieces(messages, tools, _tools_text, _message_body, _START, _END, _NL, "\n", _GEN)
+        if got is not None:
+            return Rendered(tuple(got[0]), got[1])
     pieces: list[tuple[bool, str]] = []
     i = 0
     while i < len(messages) and messages[i].get("role") in ("system", "developer"):
         pieces += [(True, IM_START), (False, _message_body(messages[i])), (True, IM_END), (False, "\n")]
         i += 1
     if tools:
-        text = "system\n# Tools\n" + "\n".join(json_text(t) for t in tools)
-        pieces += [(True, IM_START), (False, text), (True, IM_END), (False, "\n")]
+        pieces += [(True, IM_START), (False, _tools_text(tools)), (True, IM_END), (False, "\n")]
     head = len(pieces)
     for m in messages[i:]:
         pieces += [(True, IM_START), (False, _message_body(m)), (True, IM_END), (False, "\n")]

@@ -89,9 +89,9 @@ def test_detector_keeps_one_operation_set_per_distinct_rewrite(tmp_path) -> None
 def test_chain_prefix_keys_follow_key_boundaries() -> None:
     """Two key lists with the same bytes joined but other boundaries name different prefixes (a resumed
     chain must be the same segments, not the same bytes)."""
-    a = hashing._prefix_keys(7, [b"a" * 15, b"b" * 17])
-    b = hashing._prefix_keys(7, [b"a" * 15 + b"b", b"b" * 16])
+    a = hashing._PrefixKeys(7, [b"a" * 15, b"b" * 17])
+    b = hashing._PrefixKeys(7, [b"a" * 15 + b"b", b"b" * 16])
     assert a(0) != b(0) and a(1) != b(1)
-    same = hashing._prefix_keys(7, [b"k" * 16, b"l" * 16])
-    assert same(1) == hashing._prefix_keys(7, [b"k" * 16, b"l" * 16, b"m" * 16])(1)  # a prefix's key
-    assert same(1) != hashing._prefix_keys(8, [b"k" * 16, b"l" * 16])(1)  # another root
+    same = hashing._PrefixKeys(7, [b"k" * 16, b"l" * 16])
+    assert same(1) == hashing._PrefixKeys(7, [b"k" * 16, b"l" * 16, b"m" * 16])(1)  # a prefix's key
+    assert same(1) != hashing._PrefixKeys(8, [b"k" * 16, b"l" * 16])(1)  # another root

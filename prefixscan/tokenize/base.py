@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import xxhash
 
+from prefixscan import encode_core
 from prefixscan.hashing import BytesLRU
 from prefixscan.io.shapes import Record, RecordError
 from prefixscan.render import content_text
@@ -210,6 +211,17 @@ class SegmentEncoder:
         p = Planned([], [], [], pieces=pieces, conv=conv)
         start = self._resume(p, pieces) if conv is not None else 0
         texts, chars = (p.text_end[-1], p.char_end[-1]) if start else (0, 0)
+        fast = encode_core.core()
+        if fast is not None:  # the same loop compiled; pieces the rule may cut still go to _plan_text
+            rule = self.rule
+            seen, poisoned = fast.plan_pieces(
+                p, pieces, start, texts, chars, self.special_keys, self._special_key,
+                self._plan_first if self.encode_first is not None else None, self._plan_text,
+                2 * rule.min_unit if rule.split is not None else -1, self.memo._memo._d, self.pending,
+                self.poison, self.spells_special, xxhash.xxh3_128_digest, self.pieces._d)
+            self.stats.segments_seen += seen
+            p.poisoned = p.poisoned or poisoned
+            return p
         for j in range(start, len(pieces)):
             special, text = pieces[j]
             before = len(p.units)
@@ -233,6 +245,9 @@ class SegmentEncoder:
         if last is None:
             return 0
         old, n, i = last.pieces, min(len(pieces), len(last.pieces)), 0
+        fast = encode_core.core()
+        if fast is not None:
+            i = fast.common_prefix(pieces, old)
         while i < n and pieces[i] == old[i]:
             i += 1
         if i == 0:
@@ -319,6 +334,9 @@ class SegmentEncoder:
         """Token ids of the whole prompt and the token count of each unit (remembered as the conversation's
         last prompt when planned with one)."""
         u = p.base_units
+        fast = encode_core.core()
+        if fast is not None:
+            return self._assemble_compiled(fast, p)
         arrs = []
         for (special, text), k in zip(cast("list[tuple[bool, str]]", p.units[u:]), p.keys[u:], strict=True):
             if special:
@@ -337,6 +355,24 @@ class SegmentEncoder:
         toks = np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.uint32)
         if p.conv is not None:
             assert p.pieces is not None  # plan() always records them
+            size = toks.nbytes + (p.char_end[-1] if p.char_end else 0) + LAST_UNIT * len(lens)
+            self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, p.char_end, toks, lens), size)
+        return toks, lens
+
+    def _assemble_compiled(self, fast: Any, p: Planned) -> tuple[np.ndarray, list[int]]:
+        """`assemble` with its loop and the concatenation compiled (`encode_core`); the same result."""
+        u = p.base_units
+
+        def miss(j: int, done: int) -> np.ndarray:  # evicted between planning and assembly
+            first = self.encode_first is not None and not done and not u
+            text = p.units[j][1]  # type: ignore[index]
+            return np.asarray((self.encode_first if first else self.encode_many)([text])[0], dtype=np.uint32)
+
+        base = p.base
+        blob, lens = fast.assemble(p.units, p.keys, u, self.memo._memo._d, self.special, miss,
+                                   base.tokens if u else None, base.lens if u else None)
+        toks = np.frombuffer(blob, dtype=np.uint32) if blob else np.zeros(0, dtype=np.uint32)
+        if p.conv is not None:
             size = toks.nbytes + (p.char_end[-1] if p.char_end else 0) + LAST_UNIT * len(lens)
             self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, p.char_end, toks, lens), size)
         return toks, lens
