@@ -364,15 +364,18 @@ class SegmentEncoder:
         u = p.base_units
 
         def miss(j: int, done: int) -> np.ndarray:  # evicted between planning and assembly
-            first = self.encode_first is not None and not done and not u
             text = p.units[j][1]  # type: ignore[index]
-            return np.asarray((self.encode_first if first else self.encode_many)([text])[0], dtype=np.uint32)
+            encode = self.encode_first if self.encode_first is not None and not done and not u else self.encode_many
+            return np.asarray(encode([text])[0], dtype=np.uint32)
 
         base = p.base
+        assert base is not None or not u  # base_units > 0 only with a base
         blob, lens = fast.assemble(p.units, p.keys, u, self.memo._memo._d, self.special, miss,
-                                   base.tokens if u else None, base.lens if u else None)
+                                   base.tokens if base is not None and u else None,
+                                   base.lens if base is not None and u else None)
         toks = np.frombuffer(blob, dtype=np.uint32) if blob else np.zeros(0, dtype=np.uint32)
         if p.conv is not None:
+            assert p.pieces is not None  # plan() always records them
             size = toks.nbytes + (p.char_end[-1] if p.char_end else 0) + LAST_UNIT * len(lens)
             self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, p.char_end, toks, lens), size)
         return toks, lens
