@@ -222,7 +222,11 @@ class EncodePool:
         """What the manifest reports about the pool (`summary.input.tokenizer_stats`)."""
         return {"encode_workers": self.workers, "peak_rss_mib_workers": round(self.peak_rss_mib, 1),
                 "wait_s_main": round(self.wait_s, 2), "encoded_in_main": self.local_items,
-                "final_share_main": round(self.share, 2)}
+                "final_share_main": round(self.share, 2),
+                # the cost model's CPU seconds (`_adapt`), for bench row 9's scaling model: this process's
+                # own work (read, columns, detector, routing), its encoding, and the workers' encoding
+                "cpu_s_main_own": round(time.thread_time() - self._t0 - self._local_s, 2),
+                "cpu_s_main_encode": round(self._local_s, 2), "cpu_s_workers_encode": round(self._enc_s, 2)}
 
     def terminate(self) -> None:
         Spawned((), self._in, self._out, self._procs).stop()
