@@ -31,11 +31,12 @@ from prefixscan.pipeline.encoder import (
 )
 
 # Before the pool has measured anything, this process's own CPU per record (reading, columns, detector,
-# reuse) is taken as PRIOR_MAIN_COST times a worker's per record encoded (fresh 12k chat log, default
-# tokenizer, 2026-12-02: ~0.15 ms against ~0.25 ms). Conversations stay where their first turn went, so a
-# share started at 0 left every early conversation's later turns with the workers while this process
-# waited for them (0.7 s of a 3.3 s ingest); `_adapt` takes over from the first job collected.
-PRIOR_MAIN_COST = 0.6
+# reuse) is taken as PRIOR_MAIN_COST times a worker's per record encoded (12k real-text chat log of bench
+# row 9, default tokenizer, 2026-12-03: 0.15 ms against 0.58 ms, the workers doing the detector's
+# per-content work; 0.6 before that, on synth's fresh text). Conversations stay where their first turn
+# went, so a share started at 0 left every early conversation's later turns with the workers while this
+# process waited for them (0.7 s of a 3.3 s ingest); `_adapt` takes over from the first job collected.
+PRIOR_MAIN_COST = 0.3
 INITIAL_SHARE: float | None = None  # None: the balance at PRIOR_MAIN_COST (tests hold a share still)
 SHARE_STEP = 0.05  # how fast this process's share of the encoding adapts (per job collected; 0: held)
 MAX_SHARE = 0.9
