@@ -2,8 +2,8 @@
 
 A block's hash is xxh3-64 over its parent's hash (8 bytes, little-endian) followed by its token ids
 (uint32, little-endian), so equal hashes mean equal whole prefixes and
-cache hits are prefix-closed (REFERENCE.md 1). prefixscan uses xxh3-64 for speed; hit *behaviour* does not
-depend on the hash function, only hash *values* do.
+cache hits are prefix-closed (docs/engines.md, 'Block hashing'). prefixscan uses xxh3-64 for speed; hit
+*behaviour* does not depend on the hash function, only hash *values* do.
 """
 
 from __future__ import annotations
@@ -92,9 +92,10 @@ def block_token_counts(n_blocks: int, prompt_tokens: int, block_size: int) -> np
 def hit_tokens(k_blocks: int, prompt_tokens: int, block_size: int, rule: str = "vllm") -> int:
     """Cached tokens of a request whose first `k_blocks` listed blocks are cached.
 
-    - "vllm": min(k, floor((n-1)/B)) * B; the last prompt token is always recomputed (REFERENCE.md 1).
+    - "vllm": min(k, floor((n-1)/B)) * B; the last prompt token is always recomputed
+      (docs/engines.md, 'The hit rule').
     - "trace": hashed traces list a partial last block; matched blocks count at their true size, as the
-      Mooncake paper and AIPerf count them (REFERENCE.md 8).
+      Mooncake paper and AIPerf count them (docs/engines.md, 'Public traces').
     """
     if k_blocks <= 0 or prompt_tokens <= 0:
         return 0

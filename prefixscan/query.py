@@ -15,10 +15,11 @@ import io
 import json
 import re
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from prefixscan.errors import RunDirError, UsageError
+from prefixscan.errors import EnvError, RunDirError, UsageError
 from prefixscan.io.rundir import MANIFEST, Run, load_run
 
 FORMATS = ("table", "csv", "json", "parquet")
@@ -86,10 +87,23 @@ def connect(run_dir: str):  # duckdb is imported lazily
     return con
 
 
+def queries_dir() -> Traversable:
+    """Where the canned queries are: `prefixscan/queries/` in an installed wheel (the build copies the top-level
+    `queries/` folder there, setup.py), else the checkout's own `queries/` (a source tree or editable install)."""
+    packaged = resources.files("prefixscan").joinpath("queries")
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "queries").is_dir():
+        return checkout / "queries"
+    raise EnvError("the canned queries are missing: neither prefixscan/queries/ (installed) nor queries/ "
+                   "(checkout) exists; reinstall prefixscan")
+
+
 def canned_queries() -> dict[str, str]:
-    """The canned queries shipped in the package: name -> the question (the file's first comment line)."""
+    """The canned queries shipped with prefixscan: name -> the question (the file's first comment line)."""
     out = {}
-    for f in sorted(resources.files("prefixscan").joinpath("queries").iterdir(), key=lambda f: f.name):
+    for f in sorted(queries_dir().iterdir(), key=lambda f: f.name):
         if f.name.endswith(".sql"):
             first = f.read_text().splitlines()[0] if f.read_text() else ""
             out[f.name[:-4]] = first.removeprefix("--").strip()
@@ -99,7 +113,7 @@ def canned_queries() -> dict[str, str]:
 def canned_sql(name: str) -> str:
     if name not in canned_queries():
         raise UsageError(f"no canned query named {name!r}; `prefixscan query --list` shows them")
-    return resources.files("prefixscan").joinpath("queries", f"{name}.sql").read_text()
+    return queries_dir().joinpath(f"{name}.sql").read_text()
 
 
 def load_sql(sql: str) -> str:

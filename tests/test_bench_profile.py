@@ -1,5 +1,5 @@
-"""The bench scripts behind the results' tables: py-spy samples by stage (bench/profile_stages.py) and the
-encode stage under the garbage collector's settings (bench/encode_gc.py)."""
+"""The bench scripts behind the results' tables: py-spy samples by stage (bench/studies/profile_stages.py) and the
+encode stage under the garbage collector's settings (bench/studies/encode_gc.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_samples_go_to_the_first_matching_stage(tmp_path: Path) -> None:
         'process 1:"prefixscan";thread (1): MainThread;_find_and_load (<frozen>:1) 10\n'
         "not a sample line\n"
         'process 1:"prefixscan";thread (1): MainThread;mystery (m.py:9) 100\n', encoding="utf-8")
-    out = subprocess.run([sys.executable, str(ROOT / "bench/profile_stages.py"), str(raw), "--rate", "10"],
+    out = subprocess.run([sys.executable, str(ROOT / "bench/studies/profile_stages.py"), str(raw), "--rate", "10"],
                          check=True, capture_output=True, text=True).stdout
     rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in out.splitlines()[3:]}
     assert out.splitlines()[2].startswith("| all (20.00 s of samples)")
@@ -29,8 +29,9 @@ def test_samples_go_to_the_first_matching_stage(tmp_path: Path) -> None:
 
 
 def test_encode_gc_bench_runs_and_the_settings_agree() -> None:
-    """bench/encode_gc.py on the sample chat log: every collector setting gives the same block hashes."""
-    out = subprocess.run([sys.executable, str(ROOT / "bench/encode_gc.py"), str(ROOT / "sample_logs/chat.jsonl"),
+    """bench/studies/encode_gc.py on the sample chat log: every collector setting gives the same block hashes."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench/studies/encode_gc.py"),
+                          str(ROOT / "sample_logs/chat.jsonl"),
                           "--limit", "60", "--repeats", "1"], check=True, capture_output=True, text=True).stdout
     got = json.loads(out.strip().splitlines()[-1])
     assert got["records"] == 60 and got["same_hashes"] is True

@@ -147,7 +147,7 @@ def test_request_larger_than_capacity_keeps_its_head() -> None:
 
 def test_vllm_rule_recomputes_last_token() -> None:
     offsets, hashes = csr([[7, 8], [7, 8]])
-    prompts = np.array([32, 32])  # an identical 32-token repeat hits 16 tokens (REFERENCE.md 1)
+    prompts = np.array([32, 32])  # an identical 32-token repeat hits 16 tokens (docs/engines.md, 'The hit rule')
     table = capacity_curve(offsets, hashes, prompts, 16, "vllm", [32, 1024])
     assert table["lru_hit_tokens"].to_pylist() == [16, 16]
     assert table["ideal_hit_rate"].to_pylist() == [0.25, 0.25]

@@ -148,8 +148,11 @@ def test_build_requirement_matches_the_spdx_license() -> None:
     assert isinstance(py["project"]["license"], str)  # an SPDX expression (PEP 639) needs setuptools >= 77
     req = next(r for r in py["build-system"]["requires"] if r.startswith("setuptools"))
     assert tuple(int(x) for x in req.split(">=")[1].split(".")) >= (77,)
-    assert "queries/*.sql" in py["tool"]["setuptools"]["package-data"]["prefixscan"]
-    assert sorted(p.name for p in (ROOT / "prefixscan" / "queries").glob("*.sql"))
+    # The canned SQL lives in the top-level queries/ and ships as prefixscan/queries/*.sql (setup.py's build_py;
+    # MANIFEST.in carries it into an sdist).
+    assert sorted(p.name for p in (ROOT / "queries").glob("*.sql"))
+    assert '"prefixscan" / "queries"' in (ROOT / "setup.py").read_text()
+    assert "include queries/*.sql" in (ROOT / "MANIFEST.in").read_text().splitlines()
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o640, 0o644])

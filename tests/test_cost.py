@@ -27,7 +27,8 @@ from prefixscan.errors import UsageError
 
 KIB = 1024
 
-# The seed's worked example (REFERENCE.md 7, seeds/000): 70B FP8, 32 replicas, 200 turns/s, 10k context,
+# The seed's worked example (docs/estimate.md, 'Worked example (seed 000)'): 70B FP8, 32 replicas,
+# 200 turns/s, 10k context,
 # 500 new tokens per turn, 85% hits, $2.50 per H100-hour, linear FLOPs (2 x params per token).
 WORKED = EstimateOptions(model="llama-3.1-70b", dtype="fp8", gpu="h100", replicas=32, rps=200,
                          context_tokens=10_000, new_tokens=500, hit_rate=0.85, usd_per_gpu_hour=2.5,

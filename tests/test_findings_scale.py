@@ -1,4 +1,4 @@
-"""Scale: the findings stage must not add more than the analysis itself (bench/bench_findings.py runs 100k)."""
+"""Scale: the findings stage must not add more than the analysis itself (bench/studies/bench_findings.py runs 100k)."""
 
 from __future__ import annotations
 

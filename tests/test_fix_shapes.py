@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
 from prefixscan.detect.fixlog import FixResult, fix_logs
+from prefixscan.io.fixmap import prompt_map
 from prefixscan.io.readers import read_source
-from prefixscan.io.shapes import normalise, prompt_map
+from prefixscan.io.shapes import normalise
 from prefixscan.io.sources import expand
 from prefixscan.render import content_text
 from prefixscan.synth import SynthConfig, generate
@@ -259,7 +260,7 @@ def test_regions_of_a_long_prompt_are_found_quickly() -> None:
     import random
     import time
 
-    from prefixscan.io.ecosystem import _regions
+    from prefixscan.io.promptmap import _regions
 
     rng = random.Random(1)
     words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]

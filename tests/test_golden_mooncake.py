@@ -1,4 +1,4 @@
-"""Golden values on the Mooncake traces (REFERENCE.md 8), to 1e-6."""
+"""Golden values on the Mooncake traces (docs/engines.md, 'Public traces'), to 1e-6."""
 
 from __future__ import annotations
 

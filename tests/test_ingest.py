@@ -173,7 +173,7 @@ def test_deterministic_bytes(tmp_path, chat_log) -> None:
 
 
 def test_each_trace_file_has_its_own_id_space(tmp_path) -> None:
-    """Mooncake ids are small integers per file (REFERENCE.md 8): two files never share a block."""
+    """Mooncake ids are small integers per file (docs/engines.md, 'Public traces'): two files never share a block."""
     rec = {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [0, 1]}
     a = write_jsonl(tmp_path / "a.jsonl", [rec])
     b = write_jsonl(tmp_path / "b.jsonl", [dict(rec, timestamp=1000)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -12,7 +13,7 @@ from prefixscan.cli.app import app
 from prefixscan.query import run_query
 from tests.conftest import ROOT, chat, write_jsonl
 
-QUERIES = sorted((ROOT / "prefixscan" / "queries").glob("*.sql"))
+QUERIES = sorted((ROOT / "queries").glob("*.sql"))
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,23 @@ def run(tmp_path_factory):
 
 def test_at_least_six_canned_queries() -> None:
     assert len(QUERIES) >= 6
+
+
+def test_a_checkout_reads_the_top_level_queries_folder() -> None:
+    """The design card's layout: queries/ at the top; a checkout (or editable install) reads it in place."""
+    from prefixscan.query import canned_queries, queries_dir
+    assert Path(str(queries_dir())) == ROOT / "queries"
+    assert sorted(canned_queries()) == [q.stem for q in QUERIES]
+
+
+def test_missing_canned_queries_are_an_environment_error(tmp_path, monkeypatch) -> None:
+    """Neither the packaged copy nor a checkout's folder: one EnvError naming both places (exit 7)."""
+    import prefixscan.query as query
+    from prefixscan.errors import EnvError
+    monkeypatch.setattr(query.resources, "files", lambda _pkg: tmp_path / "site" / "prefixscan")
+    monkeypatch.setattr(query, "__file__", str(tmp_path / "src" / "prefixscan" / "query.py"))
+    with pytest.raises(EnvError, match=r"prefixscan/queries/ \(installed\) nor queries/ \(checkout\)"):
+        query.canned_queries()
 
 
 @pytest.mark.parametrize("path", QUERIES, ids=[p.stem for p in QUERIES])

@@ -13,7 +13,7 @@ from prefixscan.detect.reader import uncheckable
 from prefixscan.errors import RunDirError
 from prefixscan.io.rundir import load_run
 
-# The hit-rate definitions a run reports (REFERENCE.md 9), as named in the manifest.
+# The hit-rate definitions a run reports (docs/definitions.md, 'Hit rates'), as named in the manifest.
 DEFINITIONS = ("token_weighted", "block_weighted", "request_mean", "steady_state_token_weighted",
                "steady_state_block_weighted", "steady_state_request_mean", "tenant_isolated_token_weighted")
 # Findings that are not prompt breakers. Runs written before the miss attribution (the `misses` table)

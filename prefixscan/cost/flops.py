@@ -2,7 +2,7 @@
 
 Forward FLOPs per token ~ 2 x active parameters (Kaplan et al. 2020, arXiv 2001.08361) plus attention
 over the context it sees, 4 x layers x d_model per context token; a prefill of L new tokens after c
-cached ones therefore costs 2*N*L + 4*layers*d_model*(L*c + L^2/2) (REFERENCE.md 7).
+cached ones therefore costs 2*N*L + 4*layers*d_model*(L*c + L^2/2) (docs/engines.md, 'Prefill cost').
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Reads `requests` (rate, context, new tokens, ideal-cache hit rate, and the engine's own cached-token
 counts when the log carried them) and the manifest's `simulate` section (the saved simulation's
-scenario). Hit rates are token-weighted (REFERENCE.md 9).
+scenario). Hit rates are token-weighted (docs/definitions.md, 'Hit rates').
 """
 
 from __future__ import annotations

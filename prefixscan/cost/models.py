@@ -37,7 +37,7 @@ class ModelSpec:
     def kv_bytes_per_token(self, dtype_bytes: float) -> float:
         """Bytes of KV cache one prompt token occupies (what a prefix hit keeps resident).
 
-        GQA: K and V per layer per KV head (REFERENCE.md 7). MLA caches one latent of
+        GQA: K and V per layer per KV head (docs/engines.md, 'Prefill cost'). MLA caches one latent of
         kv_lora_rank + qk_rope_head_dim per layer (DeepSeek-V2 paper, section 2.1). Sliding-window layers
         hold at most `sliding_window` tokens, so for long prefixes only full-attention layers count.
         """

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 ROUTER_POLICIES = ("sglang_cache_aware",)
 
 HOURS_PER_MONTH = 730.0  # 8,760 h / 12
-# Fixed TTFT overhead: Preble's fitted prefill-time intercept, Llama-3-70B on H100, is 28.93 ms (REFERENCE 6).
+# Fixed TTFT overhead: Preble's fitted prefill-time intercept, Llama-3-70B on H100, is 28.93 ms
+# (docs/engines.md, 'Preble E2').
 TTFT_OVERHEAD_S = 0.03
 
 

@@ -20,7 +20,7 @@ MIN_SAVED_GPUS = 1.0  # ... and at least one GPU: less is not worth running a ro
 HOT_SPOT_IMBALANCE = 1.5  # busiest replica / mean load under the router
 HOT_SPOT_TTFT = 1.25  # router TTFT p95 / round robin TTFT p95
 
-# Open-source routers and the simulated policy each one implements (REFERENCE.md 2-5).
+# Open-source routers and the simulated policy each one implements (docs/engines.md, 'Routers').
 ROUTERS = {
     "sglang": "SGLang router, policy cache_aware (sgl-router / model gateway)",
     "dynamo": "NVIDIA Dynamo KV router (kv-events mode, overlap_score_weight 1)",

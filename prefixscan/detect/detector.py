@@ -28,7 +28,7 @@ from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.pieces import Units, joined
 from prefixscan.detect.rewrite import apply_ops
 from prefixscan.hashing import ChainCache
-from prefixscan.io.shapes import Record
+from prefixscan.io.record import Record
 from prefixscan.pipeline.encoder import rewrite_hashes
 from prefixscan.redact import redact_snippet
 

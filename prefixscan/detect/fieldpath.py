@@ -14,9 +14,11 @@ from typing import Any
 import polars as pl
 
 from prefixscan.detect.findings import Finding, fix_sentence
-from prefixscan.io.ecosystem import Unmappable
+from prefixscan.io.fixmap import prompt_map
+from prefixscan.io.promptmap import Unmappable
 from prefixscan.io.readers import RawError, read_source
-from prefixscan.io.shapes import RecordError, normalise, prompt_map
+from prefixscan.io.record import RecordError
+from prefixscan.io.shapes import normalise
 from prefixscan.io.sources import Source
 from prefixscan.render import content_text
 

@@ -21,9 +21,12 @@ from prefixscan.detect.reader import NO_TEXT, UNSEARCHED
 from prefixscan.detect.rewrite import apply_ops
 from prefixscan.errors import InputError, UsageError
 from prefixscan.io.atomic import env_error, refuse_existing, replacing
-from prefixscan.io.ecosystem import Unmappable, expand_otlp
+from prefixscan.io.fixmap import prompt_map
+from prefixscan.io.otel import expand_otlp
+from prefixscan.io.promptmap import Unmappable
 from prefixscan.io.readers import DECODE_ERRORS, RawError, compression, layout, open_bytes, read_source
-from prefixscan.io.shapes import Record, RecordError, normalise, prompt_map
+from prefixscan.io.record import Record, RecordError
+from prefixscan.io.shapes import normalise
 from prefixscan.io.sources import check_output, expand
 from prefixscan.pipeline.run import run_analysis
 from prefixscan.render import content_text

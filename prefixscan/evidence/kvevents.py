@@ -1,6 +1,6 @@
 """vLLM (and SGLang) KV-cache events: decode the ZMQ wire format, record it, and read it back.
 
-Wire format (REFERENCE.md 12, vllm/distributed/kv_events.py): a PUB socket sends multipart messages
+Wire format (docs/engines.md, 'What the engine reports'): a PUB socket sends multipart messages
 (topic, sequence number as 8 bytes big-endian, msgpack payload). The payload is an `EventBatch` (ts,
 events, data_parallel_rank), encoded as an array in recent versions and as a map in others; each event is
 a tagged struct, a map with `type` = BlockStored | BlockRemoved | AllBlocksCleared or an array whose first

@@ -4,7 +4,8 @@ vLLM counts prefix-cache queries and hits in tokens (`vllm:prefix_cache_queries_
 `vllm:prefix_cache_hits_total`; `vllm:gpu_prefix_cache_*` before the rename); SGLang counts prompt tokens
 and cached tokens (`sglang:prompt_tokens_total`, `sglang:cached_tokens_total` by cache source). Counters
 only grow, so the served rate over the logged window is the ratio of the deltas between a scrape taken
-before and one taken after (REFERENCE.md 12); the logged "hit rate" line is a rolling window and is not used.
+before and one taken after (docs/engines.md, 'What the engine reports'); the logged "hit rate" line is a
+rolling window and is not used.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any
 from prefixscan.io import latency
 
 TRACE_UNITS = {"mooncake": "relative ms", "bailian": "relative s"}
-# Keys an ecosystem converter (ecosystem.py) fills, named in the summary by where it took them from
+# Keys an ecosystem converter (io/otel.py, anthropic.py, responses.py) fills, named in the summary by their source
 CONVERTED_KEYS = {
     "otel": {"timestamp": "startTimeUnixNano", "conversation_id": "attributes.gen_ai.conversation.id",
              "tenant": "attributes.tenant|tenant.id|enduser.id"},

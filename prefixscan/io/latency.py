@@ -26,8 +26,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from prefixscan.io.ecosystem import ShapeError, span_attributes
+from prefixscan.io.ecosystem import ShapeError
 from prefixscan.io.fieldplan import Plan
+from prefixscan.io.otel import span_attributes
 from prefixscan.io.timestamps import parse_timestamp
 from prefixscan.redact import reject_detail
 

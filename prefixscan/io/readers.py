@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from prefixscan.io import remote
-from prefixscan.io.ecosystem import expand_otlp
+from prefixscan.io.otel import expand_otlp
 from prefixscan.io.sources import Source
 
 BATCH_ROWS = 8192

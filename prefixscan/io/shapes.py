@@ -7,31 +7,20 @@ traces (Mooncake, Alibaba bailian). Field names were checked against each format
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import orjson
 
 from prefixscan.io import latency
-from prefixscan.io.ecosystem import (
-    PromptMap,
-    ShapeError,
-    Unmappable,
-    anthropic_map,
-    anthropic_to_chat,
-    is_anthropic,
-    is_genai_span,
-    is_responses,
-    otel_map,
-    otel_to_chat,
-    responses_map,
-    responses_to_chat,
-)
+from prefixscan.io.anthropic import anthropic_to_chat, is_anthropic
+from prefixscan.io.ecosystem import ShapeError
 from prefixscan.io.fieldplan import FieldPlans, Plan
 from prefixscan.io.fielduse import CONVERTED_KEYS, TRACE_UNITS, FieldUse
+from prefixscan.io.otel import is_genai_span, otel_to_chat
 from prefixscan.io.readers import default_request_id
+from prefixscan.io.record import CONTENT_FIELDS, FIELD_CANDIDATES, Record, RecordError, get_path
+from prefixscan.io.responses import is_responses, responses_to_chat
 from prefixscan.io.timestamps import describe_timestamp, parse_timestamp
 from prefixscan.media import MEDIA_KINDS, has_media, is_text_part
 from prefixscan.redact import field_name, reject_detail
@@ -45,125 +34,8 @@ FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "m
 CLOCKLESS = ("openai-batch",)
 NO_CLOCK = object()
 
-# Candidate paths per field, tried in order on the unwrapped record and then on the outer record.
-FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
-    "request_id": ("request_id", "requestId", "id", "custom_id", "litellm_call_id", "chat_id", "response.id"),
-    "timestamp": ("timestamp", "@timestamp", "event_time", "startTime", "start_time", "created_at", "createdAt",
-                  "request_time", "time", "ts", "created"),
-    "tenant": ("tenant", "tenant_id", "team_id", "org_id", "organization", "metadata.tenant",
-               "metadata.user_api_key_team_id", "metadata.team_id", "metadata.user_api_key_org_id"),
-    "conversation_id": ("conversation_id", "conversationId", "session_id", "sessionId", "thread_id",
-                        "metadata.session_id", "metadata.conversation_id"),
-    "user": ("user", "user_id", "end_user", "metadata.user_api_key_user_id", "metadata.user_id"),
-    "model": ("model", "model_group", "body.model"),
-    "adapter": ("adapter", "lora", "lora_name", "lora_request"),
-    "cache_salt": ("cache_salt",),
-    # The replica (engine instance) that served the request, for routing/eviction attribution. LiteLLM's
-    # StandardLoggingPayload names the deployment `model_id` and its URL `api_base`; nginx logs
-    # `upstream_addr`, Envoy `upstream_host`; Kubernetes-side logs a pod or instance.
-    "replica": ("replica", "replica_id", "server", "server_id", "backend", "worker", "worker_id", "upstream",
-                "upstream_addr", "upstream_host", "pod", "pod_name", "instance", "instance_id", "api_base",
-                "metadata.replica", "hidden_params.api_base"),
-    "category": ("category", "type", "task_type"),
-    "turn_index": ("turn_index", "turn"),
-    "output_tokens": ("output_tokens", "completion_tokens", "output_length", "usage.completion_tokens",
-                      "response.usage.completion_tokens"),
-    "actual_cached_tokens": ("actual_cached_tokens", "num_cached_tokens", "cached_tokens",
-                             "usage.prompt_tokens_details.cached_tokens",
-                             "response.usage.prompt_tokens_details.cached_tokens"),
-    "reported_prompt_tokens": ("reported_prompt_tokens", "prompt_tokens", "usage.prompt_tokens",
-                               "response.usage.prompt_tokens"),
-}
-# Where the prompt itself is: mapped with --field like the fields above, never looked up by name.
-CONTENT_FIELDS = ("messages", "tools", "prompt")
 # Latency columns (seconds) are mapped by a name that says the log's unit: ttft_ms, queue_wait_s, ... (latency.py)
 FIELDS = tuple(FIELD_CANDIDATES) + CONTENT_FIELDS + tuple(latency.MAPPABLE)
-
-
-class RecordError(ValueError):
-    """A record that parsed as JSON but is not a usable request."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(slots=True)
-class Record:
-    """One request, normalised; the content is one of messages / prompt / token_ids / hash_ids."""
-
-    source_file: str
-    source_line: int
-    request_id: str
-    timestamp_s: float
-    kind: str  # chat | completion | tokens | hashed
-    tenant: str | None = None
-    conversation_id: str | None = None
-    user: str | None = None
-    model: str | None = None
-    adapter: str | None = None
-    cache_salt: str | None = None
-    replica: str | None = None
-    category: str | None = None
-    turn_index: int | None = None
-    output_tokens: int | None = None
-    actual_cached_tokens: int | None = None
-    reported_prompt_tokens: int | None = None  # the log's own prompt token count (a tokenizer/template check)
-    ttft_s: float | None = None  # time to first token, end-to-end latency and queue wait (latency.py)
-    e2e_s: float | None = None
-    queue_wait_s: float | None = None
-    messages: list[dict[str, Any]] | None = None
-    tools: list[Any] | None = None
-    prompt: str | None = None
-    token_ids: list[int] | np.ndarray | None = None
-    hash_ids: np.ndarray | None = None
-    input_length: int | None = None
-    media_items: int = 0  # media parts in the messages, each now a placeholder (media.py)
-
-
-@lru_cache(maxsize=256)
-def split_path(path: str) -> tuple[str, ...]:
-    """`a.b.c` -> (a, b, c); a part in double or single quotes keeps its dots: `attributes."gen_ai.request.model"`."""
-    parts, cur, quote, i = [], [], None, 0
-    while i < len(path):
-        ch = path[i]
-        if quote:
-            if ch == quote:
-                quote = None
-            else:
-                cur.append(ch)
-        elif ch in "\"'" and not cur:
-            quote = ch
-        elif ch == ".":
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    if quote:
-        raise ValueError(f"unclosed quote in field path {path!r}")
-    parts.append("".join(cur))
-    return tuple(parts)
-
-
-def get_path(obj: Any, path: str) -> Any:
-    """Follow a dotted path through dicts (and JSON strings met on the way); None when absent.
-
-    Parts may be quoted to hold dots (OpenTelemetry attribute keys): `attributes."gen_ai.input.messages"`."""
-    cur = obj
-    for part in (split_path(path) if ("'" in path or '"' in path) else path.split(".")):
-        if isinstance(cur, str) and cur[:1] in "{[":
-            try:
-                cur = orjson.loads(cur)
-            except orjson.JSONDecodeError:
-                return None
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(part)
-        if cur is None:
-            return None
-    return cur
 
 
 def detect(obj: dict[str, Any]) -> str:
@@ -516,7 +388,8 @@ def _timestamp(ts_raw: Any, shape: str, overrides: dict[str, str]) -> float:
     return ts
 
 
-def _ecosystem(obj: dict[str, Any], shape: str) -> tuple[str | None, dict[str, Any], dict[str, Any], dict[str, Any]]:
+def ecosystem_kind(obj: dict[str, Any], shape: str
+                   ) -> tuple[str | None, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Which converter a record goes through ("otel", "anthropic", "responses" or None), with its body, the
     response (or {}) and the usage: one decision for `_convert` and `prompt_map`, so the two cannot drift."""
     if shape == "otel":
@@ -546,7 +419,7 @@ def _convert(obj: dict[str, Any], shape: str, roots: dict[Any, Any]) -> tuple[di
     if shape == "chat":  # the hot path: a bare chat file is never converted
         return obj, shape
     try:
-        kind, body, resp, usage = _ecosystem(obj, shape)
+        kind, body, resp, usage = ecosystem_kind(obj, shape)
         if kind == "otel":
             return {**obj, **_present(otel_to_chat(obj))}, "chat"
         if kind == "anthropic":
@@ -564,74 +437,6 @@ def _convert(obj: dict[str, Any], shape: str, roots: dict[Any, Any]) -> tuple[di
 WRAPPER_KEYS = {"openai-batch": "body", "gateway": "request"}
 
 
-def prompt_map(obj: dict[str, Any], shape: str, overrides: dict[str, str] | None = None) -> PromptMap:
-    """Where each message of `normalise(obj, shape)` has its text in the record's own fields (a copy of
-    `obj`, edited through the map by `fix`). Raises Unmappable when the record has no messages to map."""
-    import copy
-
-    pm = PromptMap(copy.deepcopy(obj))
-    root = pm.obj
-    overrides = overrides or {}
-    try:
-        kind, _, _, _ = _ecosystem(root, shape)
-    except (RecordError, TypeError, AttributeError, ValueError) as exc:
-        raise Unmappable(str(exc)) from None
-    body, path = root, ""
-    if shape in WRAPPER_KEYS:
-        path = WRAPPER_KEYS[shape]
-        body = pm.value(root, path)
-        path += "."
-        if not isinstance(body, dict):
-            raise Unmappable(f"`{path[:-1]}` is not an object")
-    if kind is not None and any(k in overrides for k in CONTENT_FIELDS):
-        raise Unmappable(f"--field messages/tools on a {kind} record")
-    if kind == "otel":
-        otel_map(pm, root)
-    elif kind == "anthropic":
-        anthropic_map(pm, body, path)
-    elif kind == "responses":
-        responses_map(pm, body, path)
-    else:
-        _chat_map(pm, root, body, path, overrides)
-    return pm
-
-
-def _walk(pm: PromptMap, root: dict[str, Any], path: str) -> tuple[Any, Any]:
-    """(holder, key) of a --field path, decoding JSON strings on the way as `get_path` does."""
-    parts = split_path(path)
-    cur: Any = root
-    for p in parts[:-1]:
-        cur = pm.value(cur, p) if isinstance(cur, dict) else None
-        if not isinstance(cur, dict):
-            raise Unmappable(f"--field path {path} does not lead to an object")
-    return cur, parts[-1]
-
-
-def _chat_map(pm: PromptMap, root: dict[str, Any], body: dict[str, Any], path: str,
-              overrides: dict[str, str]) -> None:
-    """The chat shapes (bare, batch `body`, gateway `request`, LiteLLM): one message per raw message."""
-    holder, key, where = body, "messages", f"{path}messages"
-    if "messages" in overrides:
-        (holder, key), where = _walk(pm, root, overrides["messages"]), overrides["messages"]
-    msgs = pm.value(holder, key)
-    if not isinstance(msgs, list):
-        raise Unmappable("no `messages` list")
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict):
-            raise Unmappable(f"message {i} is not an object")
-        pm.parts(m, "content", f"{where}[{i}].content")
-    if "tools" in overrides:
-        holder, key = _walk(pm, root, overrides["tools"])
-        tpath = overrides["tools"]
-    elif body.get("tools") is None and isinstance(get_path(body, "model_parameters.tools"), list | str):
-        holder, key, tpath = pm.value(body, "model_parameters"), "tools", f"{path}model_parameters.tools"
-    else:
-        holder, key, tpath = body, "tools", f"{path}tools"
-    tools = pm.value(holder, key) if isinstance(holder, dict) else None
-    if isinstance(tools, list):
-        pm.tools = (tools, tpath, lambda new, old: new)
-
-
 def _present(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
@@ -646,7 +451,7 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
     if isinstance(ts_raw, bool) or not isinstance(ts_raw, (int, float)):
         raise RecordError("bad_timestamp", f"{shape} `timestamp` should be a number, got {type(ts_raw).__name__}")
     try:
-        ts = float(ts_raw) / 1000.0 if shape == "mooncake" else float(ts_raw)  # ms vs s (REFERENCE.md 8)
+        ts = float(ts_raw) / 1000.0 if shape == "mooncake" else float(ts_raw)  # ms vs s (docs/engines.md)
     except OverflowError:
         raise RecordError("bad_timestamp", reject_detail("timestamp", f"is out of range for {shape}", ts_raw)) from None
     check_timestamp(ts, ts_raw)

@@ -88,7 +88,7 @@ def chain_hashes(chains: ChainCache, r: Record, toks: np.ndarray, enc: Any, root
 
 
 def root_of(cfg: AnalyzeConfig, r: Record, tokenizer_id: str, template: str) -> int:
-    """The namespace hash a record's block chain starts from (REFERENCE.md: model, adapter, salt)."""
+    """The namespace hash a record's block chain starts from (model, adapter, salt: docs/definitions.md)."""
     tenant_salt = (r.tenant or "") if cfg.isolate_tenants else None
     return namespace_hash(r.model, tokenizer_id, r.adapter, template, r.cache_salt, tenant_salt)
 

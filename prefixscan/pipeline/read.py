@@ -257,8 +257,8 @@ def _peek_shape(src: Source, max_lines: int = 1000) -> str | None:
 
 
 def trace_root(cfg: AnalyzeConfig, r: Record) -> int:
-    """A hashed-trace record's namespace. Each trace file has its own id space (REFERENCE.md 8): the file
-    is part of the namespace."""
+    """A hashed-trace record's namespace. Each trace file has its own id space (docs/engines.md,
+    'Public traces'): the file is part of the namespace."""
     return root_of(cfg, r, "trace", f"trace:{r.source_file}")
 
 

@@ -1,6 +1,6 @@
 """Aggregates of the per-request reuse columns: the three hit-rate definitions, by group and overall.
 
-Definitions (REFERENCE.md 9, docs/definitions.md): token-weighted = sum(cached)/sum(prompt), what vLLM's
+Definitions (docs/definitions.md, 'Hit rates'): token-weighted = sum(cached)/sum(prompt), what vLLM's
 counters show; block-weighted = hit blocks / all blocks; request mean = mean of per-request block hit
 fractions (AIPerf's "theoretical hit rate"); steady state = the same over the second half of the log.
 Sums are exact (integers, and the fractions as exact partial sums), so a log analysed whole or streamed in

@@ -1,6 +1,6 @@
 """Prefill/decode disaggregation: the decode pool a prefill worker hands each request to.
 
-Routing becomes two decisions (REFERENCE.md 14). The prefill pool is the replay's replicas, routed by
+Routing becomes two decisions (docs/engines.md). The prefill pool is the replay's replicas, routed by
 any policy; a prefill worker computes only the prompt (no decode blocks reserved; vLLM's P/D runs the
 prefill with max_tokens=1). When its prefill ends the request joins the decode queue (FIFO); its head is
 placed on the decode worker with the most free KV blocks among those with a free sequence slot (fewest

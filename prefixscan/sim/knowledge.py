@@ -3,7 +3,7 @@
 - exact: the engine's KV events with no delay (Dynamo / llm-d precise mode): the router sees the real
   resident set.
 - delayed: the same events delivered `delay` seconds late (BlockStored / BlockRemoved /
-  AllBlocksCleared, REFERENCE.md 1), so the view is the cache as it was `delay` seconds ago.
+  AllBlocksCleared, docs/engines.md, 'What the engine reports'), so the view is the cache as it was `delay` seconds ago.
 - approximate: no events; the router assumes a replica holds every block it routed there in the last
   `ttl` seconds (Dynamo `--no-kv-events`, TTL 120 s; llm-d's approximate scorer with an LRU cap; the
   SGLang router's tree pruned to `max_blocks` every `sweep_s`). Restarts are invisible to it.

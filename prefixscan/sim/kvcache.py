@@ -289,7 +289,7 @@ def release_gen(res, kf, sl, slf, meta, scratch, r, table, first_gen, gen, now):
     """Release like `release`, but first give the blocks that generated tokens filled their hashes.
 
     vLLM caches generated tokens once they fill a block, so the next turn of a conversation can hit the
-    previous answer (REFERENCE.md 1). `gen` are the hashes of those blocks in chain order; they go to
+    previous answer (docs/engines.md, 'The block pool'). `gen` are the hashes of those blocks in chain order; they go to
     table positions first_gen, first_gen + 1, ... (the partial prompt block first, then decode blocks).
     Returns how many ids became cached (ids in `scratch`).
     """

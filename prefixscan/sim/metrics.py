@@ -1,7 +1,7 @@
 """From per-request outcome arrays to the metric tables of one policy.
 
 The cluster hit rate is token-weighted over all replicas (sum cached / sum prompt tokens), never a mean
-of per-replica rates (REFERENCE.md 9). Requests inside the warm-up window are served but not counted.
+of per-replica rates (docs/definitions.md, 'Hit rates'). Requests inside the warm-up window are served but not counted.
 TTFT classes: warm = the replica held everything an unbounded cache would have (and that is > 0),
 partial = some but less, cold = nothing cached.
 """

@@ -1,9 +1,9 @@
 """Serving-time model of one replica: prefill time from new and cached tokens, decode time per token.
 
 Prefill milliseconds = a + b*new + c*cached + d*new*cached + e*new^2, a form that covers both sources:
-- "cost": FLOPs from prefixscan.cost (2*N*L + 4*layers*d_model*(L*c + L^2/2), REFERENCE.md 7) at a
+- "cost": FLOPs from prefixscan.cost (2*N*L + 4*layers*d_model*(L*c + L^2/2), docs/engines.md, 'Prefill cost') at a
   model-FLOPs utilisation on the chosen GPU, so b = 2N/F, d = 4*layers*d_model/F, e = d/2, a = c = 0;
-- "preble": the fit measured by Preble (ICLR 2025) for Llama-3-70B on H100 (REFERENCE.md 6),
+- "preble": the fit measured by Preble (ICLR 2025) for Llama-3-70B on H100 (docs/engines.md, 'Preble E2'),
   ms = 28.93 + 0.182*new + 0.004*context + 2.55e-6*new*context with context = cached + new;
 - "coeffs": the user's own (a, b, c, d, e) from profiling their engine;
 - "profile": a named hardware profile (JSON; `load_profile`), e.g. the fit `conformance.calibrate` makes

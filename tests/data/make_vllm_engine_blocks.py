@@ -4,7 +4,7 @@
     VENV/bin/python tests/data/make_vllm_engine_blocks.py MODEL_DIR tests/data
 
 MODEL_DIR: any small model vLLM's CPU backend runs with a vocabulary of at least 600 tokens, e.g. a
-random-weight 2-layer Llama saved with `save_pretrained` next to a tokenizer (REFERENCE.md 10); only
+random-weight 2-layer Llama saved with `save_pretrained` next to a tokenizer (docs/engines.md); only
 token ids matter here. The log is 24 token-id requests (a shared 150-token head, tails of 0 to 97
 tokens, next turns that resend a request and add 40 tokens, cache salts of three tenants). For each
 algorithm the engine (block size 32, prefix caching, PYTHONHASHSEED=123, in-process engine core) runs the

@@ -1,7 +1,7 @@
 """Slow, obviously correct capacity-curve simulations: the ground truth the fast code is tested against.
 
 Each function simulates one cache of one capacity request by request, exactly as the semantics in
-`docs/capacity.md` read, with no cleverness: an `OrderedDict` LRU (vLLM eviction order, REFERENCE.md 1)
+`docs/capacity.md` read, with no cleverness: an `OrderedDict` LRU (vLLM eviction order, docs/engines.md)
 and a brute-force Belady (1966) optimal cache with bypass that scans the future for every decision. They are
 quadratic-ish and meant only for small traces in tests.
 """
@@ -35,7 +35,7 @@ def lru_hit_tokens_ref(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: n
     """(hit tokens, hit blocks) of one LRU cache holding at most `capacity_blocks` blocks.
 
     After a request, its blocks are touched tail first and head last, so the head is the most recently
-    used: this is vLLM's reverse-order free queue (REFERENCE.md 1).
+    used: this is vLLM's reverse-order free queue (docs/engines.md, 'The block pool').
     """
     cache: OrderedDict[int, None] = OrderedDict()
     tok = 0

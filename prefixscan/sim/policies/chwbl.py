@@ -1,7 +1,7 @@
 """Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam, arXiv 1608.01350).
 
 With m requests in flight over n replicas, each replica may hold at most ceil(c * (m + 1) / n); a key
-walks clockwise from its hash to the first replica under that bound (REFERENCE.md 5). `stats` records
+walks clockwise from its hash to the first replica under that bound (docs/engines.md, 'Routers'). `stats` records
 the largest load/bound ratio ever produced so tests can check the bound is never exceeded.
 """
 

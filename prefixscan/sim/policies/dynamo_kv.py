@@ -1,4 +1,4 @@
-"""NVIDIA Dynamo KV router (REFERENCE.md 3).
+"""NVIDIA Dynamo KV router (docs/engines.md, 'Dynamo KV router').
 
 cost(worker) = overlap_score_weight * prefill_blocks + decode_blocks, lowest wins; prefill_blocks are the
 request's blocks not cached on the worker, decode_blocks the blocks of requests active on it. Weight 0

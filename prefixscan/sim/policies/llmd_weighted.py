@@ -1,4 +1,6 @@
-"""llm-d / Gateway API Inference Extension endpoint picker with its default weights (REFERENCE.md 4).
+"""llm-d / Gateway API Inference Extension endpoint picker with its default weights.
+
+The behaviour modelled: docs/engines.md, 'llm-d endpoint picker'.
 
 score = 2 * queue + 2 * kv_utilisation + 3 * prefix, highest wins (ties at random, seeded):
 - queue: (maxQ - Q) / (maxQ - minQ) over waiting requests (1 when all are equal);

@@ -1,4 +1,4 @@
-"""Preble E2 scheduling (Srivatsa et al., ICLR 2025; REFERENCE.md 6).
+"""Preble E2 scheduling (Srivatsa et al., ICLR 2025; docs/engines.md, 'Preble E2').
 
 If the request's best cached prefix is longer than its missed part, *exploit*: among the replicas
 holding that longest prefix pick the lowest load cost; otherwise *explore*: lowest load cost overall.

@@ -1,4 +1,6 @@
-"""SGLang router `cache_aware` policy (sgl-router / model gateway; REFERENCE.md 2), its defaults.
+"""SGLang router `cache_aware` policy (sgl-router / model gateway), its defaults.
+
+The behaviour modelled: docs/engines.md, 'SGLang `cache_aware`'.
 
 Per worker the router keeps an approximate tree of what it routed there (here: the blocks of those
 requests, the router's own knowledge, pruned LRU to `max_tree_size` every `eviction_interval_s`).

@@ -1,6 +1,6 @@
 """The encode stage before and after a change, as ratios measured in one run (issue 15).
 
-    .venv/bin/python bench/encode_speed.py LOG.jsonl [--ref 973c53d] [--new COMMIT] [--repeats 3]
+    .venv/bin/python bench/studies/encode_speed.py LOG.jsonl [--ref 973c53d] [--new COMMIT] [--repeats 3]
                                            [--tokenizer SPEC] [--analyze] [--naive NAIVE.npy] [--out DIR]
 
 `--ref` is a git commit of this repository (the "before"); its `prefixscan/` is exported with `git archive`
@@ -31,9 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
+
 from common import revision_tree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def child(log: str, tokenizer: str) -> None:

@@ -1,7 +1,7 @@
 """Start-up and fixed per-run costs: wall of `prefixscan --help`, `analyze --help`, `--version` and a
 50-request `analyze`, for this checkout and a baseline commit, interleaved in one run (issue 15).
 
-    .venv/bin/python bench/startup.py [--baseline REF] [-n 7] [--log CHAT.jsonl] [--workers N]
+    .venv/bin/python bench/studies/startup.py [--baseline REF] [-n 7] [--log CHAT.jsonl] [--workers N]
 
 The baseline's `prefixscan/` is extracted with `git archive REF` into --work (kept, so numba's on-disk
 cache of its kernels survives between runs) and run with this venv's interpreter and packages through
@@ -24,9 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
+
 from common import revision_tree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PY = str(ROOT / ".venv" / "bin" / "python")
 
 

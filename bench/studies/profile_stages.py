@@ -1,6 +1,6 @@
 """Seconds of py-spy samples by pipeline stage, from a raw collapsed-stacks profile (issue 15).
 
-    python bench/profile_stages.py PROFILE.txt [--rate 100]
+    python bench/studies/profile_stages.py PROFILE.txt [--rate 100]
 
 PROFILE.txt is `py-spy record --format raw` output (the rows' profiles, `bench/out/profile-*.txt`, sample
 every process and thread). Each stack goes to the first stage below whose name appears in one of its
@@ -12,8 +12,11 @@ time add up, so the total overstates CPU seconds where threads outnumber the cor
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 
 from common import raw_stacks
 

@@ -1,6 +1,6 @@
 """Time the capacity-curve kernels on a large synthetic trace (not part of the tests).
 
-    .venv/bin/python bench/bench_capacity.py [--requests 1000000] [--opt-points 6]
+    .venv/bin/python bench/studies/bench_capacity.py [--requests 1000000] [--opt-points 6]
 
 The trace mimics chat traffic: sessions grow turn by turn on top of Zipf-popular system prompts, and each
 request ends in one block nobody else has (the new question / partial block), ~30 blocks per request.

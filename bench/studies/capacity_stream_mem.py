@@ -1,7 +1,7 @@
 """Peak memory and time of `CapacityStream` on a synthetic stream at the 10M-request trace scale.
 
-    .venv/bin/python bench/capacity_stream_mem.py [--requests 10000000] [--chunk 250000] [--spill DIR]
-    .venv/bin/python bench/capacity_stream_mem.py --compare 200000   # equality with capacity_curve
+    .venv/bin/python bench/studies/capacity_stream_mem.py [--requests 10000000] [--chunk 250000] [--spill DIR]
+    .venv/bin/python bench/studies/capacity_stream_mem.py --compare 200000   # equality with capacity_curve
 
 The stream is generated chunk by chunk (never held whole) by a compiled generator with a fixed seed, and
 looks like a hashed trace: a request either opens a conversation (a Zipf-popular template prefix, then

@@ -1,6 +1,6 @@
 """Row 9b (issue 18): the reuse SQL out of core, against the pipeline's own columns.
 
-    .venv/bin/python bench/reuse_sql_ooc.py TRACE.jsonl [--limits 64MB,2GB] [--work DIR]
+    .venv/bin/python bench/studies/reuse_sql_ooc.py TRACE.jsonl [--limits 64MB,2GB] [--work DIR]
 
 Analyzes the log locally (no findings), then recomputes every request's ideal-cache columns with
 `prefixscan.distributed.reuse_sql` on one DuckDB thread at each memory limit (spilling to --work), and
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pyarrow.parquet as pq
 

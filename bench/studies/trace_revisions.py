@@ -7,7 +7,7 @@ order of the trees reversed every round so that drift in the machine's load fall
 per tree the wall seconds (every run, median), CPU seconds, the manifest's stage timings (median) and
 which files of its run directory differ from the first tree's (JSON without timings).
 
-    .venv/bin/python bench/trace_revisions.py bench/out/trace-1000000.jsonl --rev 7a3c28e --rev 973c53d \
+    .venv/bin/python bench/studies/trace_revisions.py bench/out/trace-1000000.jsonl --rev 7a3c28e --rev 973c53d \
         --tree-dir /tmp/ps-trees --repeats 3
 
 Say the load average it prints: on a shared machine only the ratios in one run mean anything.
@@ -19,9 +19,12 @@ import argparse
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from statistics import median
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 
 from common import revision_tree
 from mainpath_stages import PY, ROOT, _analyze, _env, same_run

@@ -9,7 +9,7 @@ and the summary are the same (every file of the run directory byte for byte; the
 PYTHONPATH; the "after" tree is this checkout. Also times the read stage's record normalisation alone
 (CPU seconds, `shapes.normalise` over already-parsed lines) on each JSONL chat input.
 
-    .venv/bin/python bench/mainpath_stages.py --base 973c53d INPUT.jsonl [INPUT ...] [--repeats 2]
+    .venv/bin/python bench/studies/mainpath_stages.py --base 973c53d INPUT.jsonl [INPUT ...] [--repeats 2]
 
 Say the load average it prints: on a shared machine only the ratios mean anything.
 """
@@ -27,9 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
+
 from common import revision_tree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 NORMALISE = """
 import sys, time, orjson

@@ -1,6 +1,6 @@
 """Replay throughput of `prefixscan simulate`, requests per second per policy, on a 100k-request trace.
 
-Run: .venv/bin/python bench/bench_simulate.py [--requests 100000] [--replicas 8] [--kv-blocks 20000]
+Run: .venv/bin/python bench/studies/bench_simulate.py [--requests 100000] [--replicas 8] [--kv-blocks 20000]
 Not part of the test suite. Kernels are compiled (or loaded from numba's cache) before timing. One
 `simulate` call replays every policy, as `prefixscan simulate --policies all` does: the workload is
 prepared once, then each policy's replay is timed on its own; metrics and tables are in the total.

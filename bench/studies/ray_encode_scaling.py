@@ -1,6 +1,7 @@
 """Issue 18: the encode stage on Ray with 1 and 2 workers, and the per-core rates of docs/scale.md.
 
-    .venv/bin/python bench/ray_encode_scaling.py [--requests 3000] [--repeats 2] [--output bench/results-ray.md]
+    .venv/bin/python bench/studies/ray_encode_scaling.py [--requests 3000] [--repeats 2]
+        [--output bench/studies/results-ray.md]
 
 Never part of `make test`. Makes a synthetic chat log (fixed seed), then measures in one process on one
 core: reading (parse + normalise), encoding (render + tokenise + hash), the reuse scan (compiled) and the
@@ -19,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -159,7 +160,7 @@ def main() -> None:
     c1, c2 = (statistics.median(sum(r[f"cpu_max_{p}"] for p in ("read", "encode")) for r in runs[n]) for n in (1, 2))
     lines = [
         "# The encode stage on Ray (issue 18)", "",
-        f"Command: `.venv/bin/python bench/ray_encode_scaling.py --requests {args.requests} --repeats "
+        f"Command: `.venv/bin/python bench/studies/ray_encode_scaling.py --requests {args.requests} --repeats "
         f"{args.repeats} --files {args.files}`; {os.cpu_count()} CPUs, load average {before} before and {after} "
         "after.", "",
         f"Input: synthetic chat log (cut into {args.files} files for the Ray runs), {rates['records']:,} requests, "

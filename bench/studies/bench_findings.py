@@ -4,7 +4,7 @@ Generates (once, cached under bench/out/) a synthetic log with every breaker kin
 `analyze` with and without findings in the same process, back to back, and prints both times and the
 findings' precision/recall against the synth truth.
 
-    .venv/bin/python bench/bench_findings.py [--requests 100000] [--prompt-tokens 1000]
+    .venv/bin/python bench/studies/bench_findings.py [--requests 100000] [--prompt-tokens 1000]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import prefixscan  # noqa: E402

@@ -1,6 +1,6 @@
 """`analyze --reuse sql` against the scan on one log: wall time, peak RSS, and the same tables.
 
-    .venv/bin/python bench/reuse_sql_analyze.py LOG [--limits 1GB,128MB] [--work DIR] [--stream]
+    .venv/bin/python bench/studies/reuse_sql_analyze.py LOG [--limits 1GB,128MB] [--work DIR] [--stream]
 
 Runs `prefixscan analyze LOG -o RUN --no-findings` once with `--reuse scan` and once with `--reuse sql` at
 each DuckDB memory limit, each in its own process (peak RSS is that process's ru_maxrss, from wait4),

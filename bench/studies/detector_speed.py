@@ -6,8 +6,8 @@ alternating `--repeat` times; reports the best CPU time of each (process time, s
 the ratio less than wall time would), the ratio, microseconds per request, and whether the two ended in
 the same state (families, accumulators, operation sets, queued rewrites: `tests/detect_reference/compare`).
 
-    .venv/bin/python bench/detector_speed.py LOG [LOG...] [--repeat 3]
-    .venv/bin/python bench/detector_speed.py --synth chat:12000 --synth all:3000
+    .venv/bin/python bench/studies/detector_speed.py LOG [LOG...] [--repeat 3]
+    .venv/bin/python bench/studies/detector_speed.py --synth chat:12000 --synth all:3000
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from prefixscan.config import AnalyzeConfig  # noqa: E402

@@ -1,6 +1,6 @@
 """Replay throughput of KV-tier and disaggregated simulations against the plain replay, on one run.
 
-    .venv/bin/python bench/sim_tiers_throughput.py RUN_DIR [--replicas 16] [--limit N] [--policies P,...]
+    .venv/bin/python bench/studies/sim_tiers_throughput.py RUN_DIR [--replicas 16] [--limit N] [--policies P,...]
 
 Prints one JSON object: requests/s per case and policy (replay time only, `SimResult.timings_s`) and the
 load average when it started. The plain case runs compiled; tiers and disaggregation run on the Python

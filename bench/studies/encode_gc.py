@@ -1,6 +1,6 @@
 """The encode stage's CPU under the cyclic garbage collector's settings, as ratios in one run (issue 15).
 
-    .venv/bin/python bench/encode_gc.py LOG.jsonl [--limit 30000] [--repeats 3]
+    .venv/bin/python bench/studies/encode_gc.py LOG.jsonl [--limit 30000] [--repeats 3]
 
 Each run is a fresh child process that reads the first `--limit` accepted records of LOG through the
 pipeline's read stage (`Reader`, untimed), then times `RecordEncoder.encode` over them in the encode
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = ("default", "fewer", "off")
 
 
