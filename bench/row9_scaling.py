@@ -72,13 +72,16 @@ def run_row(scale: str, repeats: int, lg: Path, profile: bool = False) -> RowRes
 def model(st: dict) -> list[str]:
     """The encode stage on more cores, from the CPU seconds the pool measured (`EncodePool.counters`): the main
     process's own work (reading, columns, detector, routing) is serial, the encoding spreads over the
-    processes, so N workers on N+1 cores take max(own, (own + encode) / (N + 1))."""
+    processes, so N workers on N+1 cores take at least max(own, (own + encode) / (N + 1)): a bound, since
+    waits, the GIL shared with the main process's other threads and the capacity pass beside the ingest
+    are not in it."""
     own, enc = st.get("cpu_s_main_own"), (st.get("cpu_s_main_encode") or 0) + (st.get("cpu_s_workers_encode") or 0)
     if own is None or not enc:
         return ["scaling model: the run reported no pool counters (cpu_s_main_own)"]
     total = own + enc
     pred = {n: total / max(own, total / (n + 1)) for n in (1, 3, 7, 15)}
     return [f"scaling model (CPU seconds of the 2-core run: main's own work {own:.1f} s, encoding {enc:.1f} s in all "
-            f"processes): predicted encode-stage speed-up over one process "
+            f"processes): upper bound of the encode-stage speed-up over the same work on one core (perfect overlap; "
+            f"the measured ratio above shows how much of it two cores get) "
             + ", ".join(f"{n + 1} cores {x:.2f}x" for n, x in pred.items())
             + f"; the main process's own work bounds it at {total / own:.1f}x (reading and parsing stay in it)"]
