@@ -53,6 +53,7 @@ class Run:
     rc: int
     stdout: str
     stderr: str
+    cpu_s: float = 0.0  # user + system CPU seconds of the command and its reaped children (`measure_rss`)
 
 
 def run(cmd: list[str], *, check: bool = True, env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -141,12 +142,13 @@ def measure_rss(cmd: list[str], *, check: bool = True, env: dict[str, str] | Non
         err += f"\n[bench] killed: RSS passed the {guard_kib / 2**20:.0f} GiB guard after {dt:.0f} s"
     # ru_maxrss is the largest single process's peak; with encode workers the sum over the process tree,
     # sampled every 0.2 s, is larger: report whichever is larger.
-    maxrss = max(int(peak_file.read_text()) if peak_file.exists() else 0, tree_peak)
+    shim_out = (peak_file.read_text().split() if peak_file.exists() else []) + ["0", "0", "0"]
+    maxrss = max(int(shim_out[0]), tree_peak)
     peak_file.unlink(missing_ok=True)
-    r = Run(cmd, dt, maxrss, p.returncode, out, err)
+    r = Run(cmd, dt, maxrss, p.returncode, out, err, cpu_s=float(shim_out[1]) + float(shim_out[2]))
     if log is not None:
         with open(log, "a") as f:
-            f.write(f"$ {shlex.join(cmd)}\n[rc={p.returncode} {dt:.2f}s maxrss={maxrss} KiB]\n"
+            f.write(f"$ {shlex.join(cmd)}\n[rc={p.returncode} {dt:.2f}s cpu={r.cpu_s:.2f}s maxrss={maxrss} KiB]\n"
                     f"{out[-4000:]}\n{err[-4000:]}\n")
     if check and r.rc != 0:
         raise RuntimeError(f"command failed (rc={r.rc}): {shlex.join(cmd)}\n{err[-3000:]}")
@@ -194,7 +196,8 @@ def remember(cmd: list[str], r: Run) -> None:
         doc = json.loads(_MEASURED_FILE.read_text()) if _MEASURED_FILE.exists() else {}
     except ValueError:
         doc = {}
-    doc[k] = {"seconds": r.seconds, "maxrss_kib": r.maxrss_kib, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    doc[k] = {"seconds": r.seconds, "maxrss_kib": r.maxrss_kib, "cpu_s": r.cpu_s,
+              "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     _MEASURED_FILE.write_text(json.dumps(doc, indent=1))
 
 
@@ -211,7 +214,8 @@ def measure_rss_cached(cmd: list[str], *, log: Path | None = None, guard_kib: in
         except ValueError:
             hit = None
         if hit:
-            r = Run(cmd, hit["seconds"], hit["maxrss_kib"], 0, "", f"[reused measurement from {hit['when']}]")
+            r = Run(cmd, hit["seconds"], hit["maxrss_kib"], 0, "", f"[reused measurement from {hit['when']}]",
+                    cpu_s=hit.get("cpu_s", 0.0))
             _MEASURED[k] = r
             return r
     r = measure_rss(cmd, log=log, guard_kib=guard_kib, check=guard_kib is None)

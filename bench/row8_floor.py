@@ -1,4 +1,5 @@
-"""Row 8: prefixscan against the physical floor of each realistic chat workload on this machine.
+"""Row 8: prefixscan against the physical floor of each realistic chat workload on this machine (the
+real-text logs of bench/realistic.py).
 
 The floor (bench/floor.py) is what no implementation can avoid: read the file, JSON-parse every record,
 and tokenise only the prompt text that is not an ideal-cache hit, on all cores. The uncached tails come
@@ -15,7 +16,7 @@ from typing import Any
 
 import inputs
 import realistic as rz
-from common import OUT, PY, ROOT, RowResult, analyze_cmd, fmt_s, measure_rss, median, rel, run
+from common import OUT, PY, ROOT, RowResult, analyze_cmd, fmt_s, measure_rss, median, rel
 
 TARGET = 1.5
 
@@ -26,8 +27,10 @@ def floor(log: Path, spec: str, repeats: int, res: RowResult, lg: Path) -> dict[
     cached, suffix, _ = rz.naive_paths(log, spec)
     cmd = [PY, str(ROOT / "bench/floor.py"), rel(log), rz.naive_tok_arg(spec), rel(suffix), rel(cached) + ".ids.json"]
     res.cmd(cmd)
-    runs = [json.loads(run(cmd, log=lg).stdout.strip().splitlines()[-1]) for _ in range(max(1, repeats))]
+    measured = [measure_rss(cmd, log=lg) for _ in range(max(1, repeats))]
+    runs = [json.loads(m.stdout.strip().splitlines()[-1]) for m in measured]
     out = runs[-1]
+    out["cpu_s"], out["maxrss_kib"] = measured[-1].cpu_s, measured[-1].maxrss_kib
     out["seconds_all"] = [r["seconds"] for r in runs]
     out["seconds"] = median(out["seconds_all"])
     return out
@@ -41,6 +44,7 @@ def one(log: Path, spec: str, repeats: int, res: RowResult, lg: Path, profile: b
     ps = measure_rss(cmd, log=lg)  # right after the floor: the two are compared under the same load
     ingest = (rz.manifest(run_dir).get("timings") or {}).get("ingest_s")
     out = {"log": rel(log), "tokenizer": spec, "floor": fl, "ps_s": ps.seconds, "ingest_s": ingest,
+           "ps_cpu_s": ps.cpu_s, "ps_rss_kib": ps.maxrss_kib,
            "x_floor": ps.seconds / fl["seconds"], "x_floor_ingest": (ingest or 0) / fl["seconds"],
            "x_floor_wall": ps.seconds / fl["wall_with_startup_s"],
            "uncached": rz.tokenizer_stats(run_dir).get("tokens_tokenised")}
@@ -56,7 +60,7 @@ def run_row(scale: str, repeats: int, lg: Path, profile: bool = False) -> RowRes
                     f"<= {TARGET}x the floor")
     load_before = rz.loadavg()
     tok = f"hf:{rel(inputs.tokenizer_dir(lg))}"
-    logs = [rz.fresh_chat_log(rz.ISSUE_N, lg), rz.fresh_chat_log(rz.FRESH_N[scale], lg)]
+    logs = [rz.real_text_log(rz.REAL_ISSUE_N, lg), rz.real_text_log(rz.REAL_N[scale], lg)]
     # Row 1 profiles the big log's commands; this row profiles the 12k log's (the same analyze commands).
     rows = [one(log, spec, repeats, res, lg, profile and log == logs[0]) for log in logs
             for spec in (rz.DEFAULT_TOKENIZER, tok) if scale == "full" or log == logs[0] or spec != tok]
@@ -73,7 +77,8 @@ def run_row(scale: str, repeats: int, lg: Path, profile: bool = False) -> RowRes
             f"{[round(x, 2) for x in f['seconds_all']]}; {f['workers']} processes; {f['wall_with_startup_s']:.2f} s "
             f"with interpreter start and tokenizer load) tokenising {f['tokens_tokenised']:,} tokens of "
             f"{f['requests']:,} requests; prefixscan tokenised {r['uncached'] or 0:,}; prefixscan analyze "
-            f"{fmt_s(r['ps_s'])} = "
+            f"{fmt_s(r['ps_s'])} (CPU {r['ps_cpu_s']:.1f} s, peak RSS {r['ps_rss_kib'] / 1024:,.0f} MiB; the floor's "
+            f"processes: CPU {f['cpu_s']:.1f} s with start-up) = "
             f"**{r['x_floor']:.2f}x** the floor ({r['x_floor_wall']:.2f}x the floor with its start-up); its ingest "
             f"stage {fmt_s(r['ingest_s'])} = {r['x_floor_ingest']:.2f}x")
     res.details += [

@@ -1,4 +1,6 @@
-"""Run a command as the child of this small process and write the child's own peak RSS (KiB) to a file.
+"""Run a command as the child of this small process and write the child's own peak RSS (KiB) and its CPU
+seconds (user, system: the command and the worker processes it waited for, as /usr/bin/time counts) to a
+file.
 
     python bench/rss_shim.py OUT_FILE CMD [ARGS...]
 
@@ -20,7 +22,7 @@ def main() -> None:
     p = subprocess.Popen(cmd)
     _, status, ru = os.wait4(p.pid, 0)
     with open(out, "w") as f:
-        f.write(str(int(ru.ru_maxrss)))
+        f.write(f"{int(ru.ru_maxrss)} {ru.ru_utime:.3f} {ru.ru_stime:.3f}")
     sys.exit(os.waitstatus_to_exitcode(status))
 
 

@@ -50,3 +50,25 @@ def test_every_bench_row_module_imports() -> None:
     code = "import importlib, sys; sys.path.insert(0, sys.argv[1]); [importlib.import_module(m) for m in sys.argv[2:]]"
     out = subprocess.run([sys.executable, "-c", code, str(bench), *rows], capture_output=True, text=True)
     assert len(rows) >= 9 and out.returncode == 0, out.stderr[-2000:]
+
+
+def test_real_text_log_is_deterministic_real_text(tmp_path: Path) -> None:
+    """Rows 1, 8 and 9 run on a log of real text from this machine (bench/realistic.py): the same seed gives
+    the same bytes, and the messages hold code, markdown fences and other scripts than Latin."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import realistic
+    finally:
+        sys.path.remove(str(BENCH))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    info = realistic.write_real_log(a, 300, seed=5)
+    realistic.write_real_log(b, 300, seed=5)
+    assert a.read_bytes() == b.read_bytes()
+    assert info["documents"]["code"] > 100 and info["conversations"] > 20
+    recs = [json.loads(line) for line in a.read_text().splitlines()]
+    assert len(recs) == 300 and len({r["request_id"] for r in recs}) == 300
+    texts = [m["content"] for r in recs for m in r["messages"]]
+    assert any("```python" in t for t in texts) and any("def " in t for t in texts)
+    assert any(any(ord(c) > 0x3000 or 0x400 <= ord(c) < 0x500 for c in t) for t in texts)  # CJK or Cyrillic
+    turns = [len(r["messages"]) for r in recs]
+    assert max(turns) >= 7  # multi-turn: later turns resend their history

@@ -251,3 +251,49 @@ def test_cache_budgets_are_shared_and_bounds_respected(monkeypatch: pytest.Monke
     # a bound set by the caller (tests/test_memory_bounds.py sets 1 byte) is what gets shared, not replaced
     monkeypatch.setattr(hashing_mod, "CHAIN_CACHE_BYTES", 1)
     assert enc_mod.RecordEncoder(cfg, False).chains._d.max_bytes == 1
+
+
+def test_detector_prework_from_a_worker_equals_its_own() -> None:
+    """The detector's per-content work done in a worker (`Prework`) travels once per content and piece,
+    and a detector that adopts it finds exactly what it would have computed (checks, lists, units)."""
+    from prefixscan.detect.content import ContentMemo, tenant_salt
+    from prefixscan.pipeline.encode_workers import Prework
+
+    system = ("You are an assistant.\n\nDocuments:\n1. Alpha is the first.\n2. Beta is the second.\n"
+              "3. Gamma is the third.\n\nAnswer briefly.")
+    ask = "\n\n".join(f"Document {k}: " + "some retrieved text " * 8 for k in range(4)) + "\n\nWhich is newest?"
+
+    def rec(i: int, conv: str, user: str, later: bool = False) -> Record:
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        if later:
+            msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and now?"}]
+        return Record("f", i, f"r{i}", 0.0, "chat", conversation_id=conv, tenant="acme", messages=msgs)
+
+    pre = Prework()
+    first = pre.of(rec(1, "c1", ask))
+    assert first is not None
+    content, pieces = first
+    assert {p.key for p in pieces} == set(content.key[1:])  # the system prompt and the first user message
+    assert pre.of(rec(2, "c1", ask, later=True)) is None  # the next turn resends the same early messages
+    other = pre.of(rec(3, "c2", "A different question."))
+    assert other is not None and len(other[1]) == 1  # the shared system prompt went once
+    assert pre.of(Record("f", 4, "r4", 0.0, "completion", prompt="x")) is None
+
+    shipped = pickle.loads(pickle.dumps(first))  # as it crosses the process boundary
+    here, fresh = ContentMemo(1 << 20), ContentMemo(1 << 20)
+    here.adopt(*shipped)
+    r = rec(5, "c1", ask)
+    salt = tenant_salt("acme")
+    texts, got = here.of(r, salt)
+    assert got is shipped[0]  # found, not computed again
+    _, want = fresh.of(r, salt)
+    assert want.checks and want.lists  # the RAG-order check and the numbered list are part of it
+    for attr in ("key", "live", "checks", "lists", "cr", "nonnfc"):
+        assert getattr(got, attr) == getattr(want, attr), attr
+    assert here.pieces_of(got, r, texts, live=False) == shipped[1]  # the adopted pieces themselves
+    assert [p.units for p in shipped[1]] == [p.units for p in fresh.pieces_of(want, r, texts, live=False)]
+    # what the detector holds already is kept (its pieces carry its family votes)
+    held = here.pieces.lru.get(shipped[1][0].key)
+    held.votes[1] = "vote"
+    here.adopt(*pickle.loads(pickle.dumps(first)))
+    assert here.pieces.lru.get(held.key).votes == {1: "vote"}

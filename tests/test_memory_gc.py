@@ -62,3 +62,10 @@ def test_balance_share() -> None:
     # the prior a pool starts from: some share with one worker, none with many
     assert 0 < balance_share(1.0, PRIOR_MAIN_COST, 1) < 0.5
     assert balance_share(1.0, PRIOR_MAIN_COST, 4) == 0.0
+    # a worker's cost per record above this process's (it unpickles and does the detector's content work):
+    # this process takes more, still ending with the workers
+    e, e_main, m, w = 0.58, 0.41, 0.15, 1
+    s = balance_share(e, m, w, e_main)
+    assert s > balance_share(e, m, w)
+    assert m + s * e_main == pytest.approx((1 - s) * e / w)
+    assert balance_share(e, m, 2, e_main) == pytest.approx((e - 2 * m) / (2 * e_main + e))

@@ -104,6 +104,17 @@ class ContentMemo:
             self.lru.put(key, hit, hit.size())
         return texts, hit
 
+    def adopt(self, content: Content, pieces: list[Piece]) -> None:
+        """Take a content and its pieces that another process computed (an encode worker, which derives
+        them beside the encoding: `pipeline/encode_workers.py`). Both are pure functions of the request's
+        early messages, so they equal what `of` would compute here; what this memo holds already is kept
+        (its pieces carry this process's family votes)."""
+        for p in pieces:
+            if self.pieces.lru.get(p.key) is None:
+                self.pieces.lru.put(p.key, p, p.size())
+        if self.lru.get(content.key) is None:
+            self.lru.put(content.key, content, content.size())
+
     def pieces_of(self, content: Content, rec: Record, texts: dict[int, str], live: bool = True) -> list[Piece]:
         """A content's pieces with units (all its pieces with `live=False`), from the piece memo."""
         keys = content.live if live else content.key[1:]

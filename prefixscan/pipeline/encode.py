@@ -260,6 +260,8 @@ class EncodeStage:
         if self.tokens is not None:
             self.tokens.append(e.tokens)  # type: ignore[arg-type]  # kept: keep_tokens
         if self.detector is not None and r.kind == "chat":
+            if e.detect is not None:  # what a worker derived for the detector beside the encoding
+                self.detector.contents.adopt(*e.detect)
             self.detector.feed(r, e.root)
 
     def _emit(self, final: bool = False, chunk_done: bool = False) -> Iterator[Batch]:

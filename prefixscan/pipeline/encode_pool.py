@@ -31,16 +31,18 @@ from prefixscan.pipeline.encoder import (
 )
 
 # Before the pool has measured anything, this process's own CPU per record (reading, columns, detector,
-# reuse) is taken as PRIOR_MAIN_COST times a worker's per record encoded (fresh 12k chat log, default
-# tokenizer, 2026-12-02: ~0.15 ms against ~0.25 ms). Conversations stay where their first turn went, so a
-# share started at 0 left every early conversation's later turns with the workers while this process
-# waited for them (0.7 s of a 3.3 s ingest); `_adapt` takes over from the first job collected.
-PRIOR_MAIN_COST = 0.6
+# reuse) is taken as PRIOR_MAIN_COST times a worker's per record encoded (12k real-text chat log of bench
+# row 9, default tokenizer, 2026-12-03: 0.15 ms against 0.58 ms, the workers doing the detector's
+# per-content work; 0.6 before that, on synth's fresh text). Conversations stay where their first turn
+# went, so a share started at 0 left every early conversation's later turns with the workers while this
+# process waited for them (0.7 s of a 3.3 s ingest); `_adapt` takes over from the first job collected.
+PRIOR_MAIN_COST = 0.3
 INITIAL_SHARE: float | None = None  # None: the balance at PRIOR_MAIN_COST (tests hold a share still)
 SHARE_STEP = 0.05  # how fast this process's share of the encoding adapts (per job collected; 0: held)
 MAX_SHARE = 0.9
 SHARE_STEPS = 1 << 16
 MAX_OWNERS = 1 << 20  # conversations whose process is remembered
+LOCAL_MIN = 256  # items encoded here before their measured cost replaces a worker's in the model
 POLL_S = 1.0  # how often a waiting process checks that the other side is still alive
 
 
@@ -60,13 +62,17 @@ class _Job:
     local_done: list[Any] | None = None
 
 
-def balance_share(e: float, m: float, workers: int) -> float:
+def balance_share(e: float, m: float, workers: int, e_main: float | None = None) -> float:
     """The share of records this process should encode so that it ends with the workers: with m its own
-    CPU seconds per record and e a worker's per record encoded, m + s*e = (1 - s)*e/W at
-    s = (e - W*m) / (e*(W + 1)); none below 0, at most MAX_SHARE."""
-    if e <= 0:
+    CPU seconds per record, e a worker's per record encoded and e_main this process's (e when unknown),
+    m + s*e_main = (1 - s)*e/W at s = (e - W*m) / (W*e_main + e); none below 0, at most MAX_SHARE.
+    The two differ: a worker also unpickles its records and does the detector's per-content work for
+    them (`encode_workers.Prework`), which this process counts in m for its own records (12k real-text
+    log: 0.58 ms against 0.41 ms)."""
+    e_main = e if e_main is None else e_main
+    if e <= 0 or workers * e_main + e <= 0:
         return 0.0
-    return min(MAX_SHARE, max(0.0, (e - workers * m) / (e * (workers + 1))))
+    return min(MAX_SHARE, max(0.0, (e - workers * m) / (workers * e_main + e)))
 
 
 class EncodePool:
@@ -101,6 +107,7 @@ class EncodePool:
         # for `_adapt`, in CPU seconds (on a busy machine the walls say more about the load than the work);
         # this thread's only: the requests writer and the capacity passes run beside it in other threads
         self._t0, self._local_s, self._items = time.thread_time(), 0.0, 0
+        self._local_n = 0  # items encoded here so far (for this process's CPU seconds per item)
         self._enc_s, self._enc_n = 0.0, 0  # the workers' CPU seconds and items encoded
         self.peak_rss_mib = 0.0  # the workers' peaks, summed (known after close)
 
@@ -161,6 +168,7 @@ class EncodePool:
             else:
                 job.local_done = rewrite_hashes(self.local.load(), self._local_rewrites, self.cfg.block_size,
                                                 job.local)
+            self._local_n += len(job.local)
             job.local = []
             self._local_s += time.thread_time() - t0
 
@@ -198,7 +206,8 @@ class EncodePool:
         e = self._enc_s / self._enc_n
         own = time.thread_time() - self._t0 - self._local_s  # waiting takes no CPU
         m = own / self._items
-        target = balance_share(e, m, self.workers)
+        e_main = self._local_s / self._local_n if self._local_n >= LOCAL_MIN else None
+        target = balance_share(e, m, self.workers, e_main)
         self.share += max(-SHARE_STEP, min(SHARE_STEP, target - self.share))
 
     def close(self) -> tuple[Identity | None, list[dict[str, Any]]]:
@@ -222,7 +231,11 @@ class EncodePool:
         """What the manifest reports about the pool (`summary.input.tokenizer_stats`)."""
         return {"encode_workers": self.workers, "peak_rss_mib_workers": round(self.peak_rss_mib, 1),
                 "wait_s_main": round(self.wait_s, 2), "encoded_in_main": self.local_items,
-                "final_share_main": round(self.share, 2)}
+                "final_share_main": round(self.share, 2),
+                # the cost model's CPU seconds (`_adapt`), for bench row 9's scaling model: this process's
+                # own work (read, columns, detector, routing), its encoding, and the workers' encoding
+                "cpu_s_main_own": round(time.thread_time() - self._t0 - self._local_s, 2),
+                "cpu_s_main_encode": round(self._local_s, 2), "cpu_s_workers_encode": round(self._enc_s, 2)}
 
     def terminate(self) -> None:
         Spawned((), self._in, self._out, self._procs).stop()

@@ -18,8 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from prefixscan.config import AnalyzeConfig
+from prefixscan.hashing import BytesLRU
+from prefixscan.io.shapes import Record
 from prefixscan.pipeline.encode_wire import Shipper, Unpacker
-from prefixscan.pipeline.encoder import RecordEncoder, pool_threads, rewrite_hashes, shared_chain_cache
+from prefixscan.pipeline.encoder import Hashed, RecordEncoder, pool_threads, rewrite_hashes, shared_chain_cache
 
 DEPTH = 2  # batches in flight per direction and worker: bounds memory, keeps both processes busy
 
@@ -138,6 +140,42 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 PARENT_POLL_S = 0.5
+SENT_BYTES = 8 << 20  # memory of which contents and pieces a worker already sent (keys only)
+
+
+class Prework:
+    """The findings detector's per-content work (`detect.content`: units of the early messages, their
+    serialized lists, the order checks), done in the worker that encodes a record: on real text it was
+    half the ingesting process's own work. Each content and piece goes back once, with the first record
+    that needs it (`Hashed.detect`); the detector adopts it (`ContentMemo.adopt`) and finds the rest of
+    the conversation's turns in its memo. A conversation's turns are pinned to one worker, so its first
+    turn is the one that carries them. Only speed depends on what is sent: the detector computes what it
+    is not sent."""
+
+    def __init__(self) -> None:
+        from prefixscan.detect.content import ContentMemo, tenant_salt
+        from prefixscan.detect.detector import MEMO_BYTES
+
+        self.memo, self.salt = ContentMemo(MEMO_BYTES), tenant_salt
+        self.sent = BytesLRU(SENT_BYTES)
+
+    def of(self, r: Record) -> tuple[Any, list[Any]] | None:
+        """(content, the pieces not sent before) of a chat record whose content was not sent, else None."""
+        if r.kind != "chat" or not r.messages:
+            return None
+        try:
+            texts, content = self.memo.of(r, self.salt(r.tenant or ""))
+            if self.sent.get(content.key) is not None:
+                return None
+            self.sent.put(content.key, True, 100 + 40 * len(content.key))
+            new = []
+            for p in self.memo.pieces_of(content, r, texts, live=False):
+                if self.sent.get(p.key) is None:
+                    self.sent.put(p.key, True, 150)
+                    new.append(p)
+            return content, new
+        except Exception:  # the detector, fed the record, meets the same failure and counts it
+            return None
 
 
 def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, outq: Any,
@@ -157,6 +195,7 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
     # the detector's rewrites have their own chain cache, as in-process
     rewrites, shipper = shared_chain_cache(cache_share, cfg), Shipper()
     unpacker = Unpacker()
+    prework = Prework() if cfg.findings else None
     busy = 0.0
     try:
         with fewer_collections():  # its caches are large and hold no cycles
@@ -169,7 +208,12 @@ def _serve(cfg: AnalyzeConfig, keep_tokens: bool, cache_share: float, inq: Any, 
                     outq.put(("done", (enc.identity(), stats, peak_rss_mib()), (0.0, 0)))
                     return
                 if kind == "encode":
-                    out: list[Any] = enc.encode([unpacker.unpack(r) for r in payload])
+                    recs = [unpacker.unpack(r) for r in payload]
+                    out: list[Any] = enc.encode(recs)
+                    if prework is not None:
+                        for r, e in zip(recs, out, strict=True):
+                            if isinstance(e, Hashed):
+                                e.detect = prework.of(r)
                 else:
                     payload = [(rid, unpacker.unpack(r), root) for rid, r, root in payload]
                     done = rewrite_hashes(enc.load(), rewrites, cfg.block_size, payload)

@@ -34,6 +34,7 @@ class Hashed:
     head_tokens: int | None
     hashes: np.ndarray
     tokens: np.ndarray | None  # kept only for --granularity token
+    detect: Any = None  # from an encode worker: the findings detector's (content, new pieces) of the record
 
 
 @dataclass(slots=True)
