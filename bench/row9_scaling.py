@@ -1,6 +1,6 @@
 """Row 9: the encode stage on 1 core vs 2 cores (`analyze --workers 0` vs `--workers 1`).
 
-`analyze` picks its encode workers itself (prefixscan/pipeline/encoder.py `auto_workers`: one per spare
+`analyze` picks its encode workers itself (prefixscan/encode/encoder.py `auto_workers`: one per spare
 core, at most one per 64 MiB of input); `--workers N` overrides it (N processes beside the main
 one, which encodes a share itself). The encode stage is the manifest's `ingest_s` (read + render + tokenise
 + hash); the rest of analyze (reuse, capacity curve, findings, writing) runs in the main process either
@@ -57,7 +57,7 @@ def run_row(scale: str, repeats: int, lg: Path, profile: bool = False) -> RowRes
         f"input: `{rel(log)}` (`{rz.real_cmd(rz.REAL_N[scale])}`; {rz.real_corpus_note(log)})",
         "`--workers 0` is one process, but its tokenizer runs on a thread per core (tiktoken releases the GIL), "
         "so it is not a strict one-core figure; the model below is in CPU seconds and does not depend on the load",
-        "without `--workers` analyze chooses 1 worker here (prefixscan/pipeline/encoder.py `auto_workers`: "
+        "without `--workers` analyze chooses 1 worker here (prefixscan/encode/encoder.py `auto_workers`: "
         "one per spare core, at most one per 64 MiB of input, no fixed cap); on a 64-core box the encode "
         "stage is then bounded by the single ingesting process, which reads, parses, routes records, runs the "
         "detector and reuse alone",

@@ -18,7 +18,7 @@ import argparse
 import json
 import time
 
-from prefixscan.io.run import load_run
+from prefixscan.run.load import load_run
 from prefixscan.sim import SimConfig, simulate
 from prefixscan.sim.policies import POLICIES
 

@@ -27,8 +27,8 @@ import numpy as np
 
 import prefixscan
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io.shapes import normalise
-from prefixscan.tokenize import load_tokenizer
+from prefixscan.encode.tokenize import load_tokenizer
+from prefixscan.read.shapes import normalise
 
 
 def digest(ids: Any) -> str:
@@ -45,7 +45,7 @@ class Tokens:
     fallback), the direct path, and the memo forced on (check switched off) to show what the check saved."""
 
     def __init__(self, workload: Path, tokenizer: str) -> None:
-        from prefixscan.tokenize.base import SELF_CHECK_FIRST
+        from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST
 
         objs = [json.loads(x) for x in workload.read_text(encoding="utf-8").splitlines() if x.strip()]
         recs = [normalise(o, "chat", str(workload), i + 1, {}) for i, o in enumerate(objs)]

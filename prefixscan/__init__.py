@@ -18,10 +18,10 @@ if TYPE_CHECKING:  # the return types of the public API (imported lazily at run 
     from prefixscan.compare.check import CheckResult
     from prefixscan.compare.diff import DiffResult
     from prefixscan.cost.result import EstimateResult
-    from prefixscan.explain import Explanation
-    from prefixscan.io.export import ExportResult
-    from prefixscan.io.run import Run
     from prefixscan.pipeline.run import AnalysisResult
+    from prefixscan.reuse.explain import Explanation
+    from prefixscan.run.export import ExportResult
+    from prefixscan.run.load import Run
     from prefixscan.sim import SimResult
 
 if "polars" not in _sys.modules:
@@ -70,7 +70,7 @@ def simulate(run_dir: str, save: bool = True, name: str = "default", **options: 
                                                                    if k != "timing_profile"}}
     import contextlib
 
-    from prefixscan.io.rundir import extending
+    from prefixscan.run.rundir import extending
 
     with extending(run_dir) if save else contextlib.nullcontext():  # the run's lock from replay to store
         result = _simulate(run_dir, SimConfig(**options))
@@ -89,7 +89,7 @@ def estimate(run_dir: str | _os.PathLike[str] | None = None, save: bool = False,
     """
     from prefixscan.cost.estimator import EstimateOptions
     from prefixscan.cost.estimator import estimate as _estimate
-    from prefixscan.io.run import Run as _Run
+    from prefixscan.run.load import Run as _Run
 
     run = _Run.open(run_dir, simulation) if run_dir is not None else None
     result = _estimate(EstimateOptions(**options), run_dir=run)
@@ -126,29 +126,29 @@ def diff(run_a: str, run_b: str, **options: Any) -> DiffResult:
 
 
 def export(run_dir: str, output: str, to: str = "mooncake", **options: Any) -> ExportResult:
-    """Write a run as an anonymised Mooncake or bailian trace; see `prefixscan.io.export.export_trace`."""
-    from prefixscan.io.export import export_trace
+    """Write a run as an anonymised Mooncake or bailian trace; see `prefixscan.run.export.export_trace`."""
+    from prefixscan.run.export import export_trace
 
     return export_trace(run_dir, output, to, **options)
 
 
 def explain(run_dir: str | _os.PathLike[str], request_id: str, include_text: bool = False) -> Explanation:
-    """Why one request hit or missed, block by block; see `prefixscan.explain.explain`."""
-    from prefixscan.explain import explain as _explain
+    """Why one request hit or missed, block by block; see `prefixscan.reuse.explain.explain`."""
+    from prefixscan.reuse.explain import explain as _explain
 
     return _explain(run_dir, request_id, include_text)
 
 
 def load_run(path: str | _os.PathLike[str], simulation: str | None = None) -> Run:
     """Open a run directory (its `sim_*` tables: the named simulation's): `Run.open(path, simulation)`."""
-    from prefixscan.io.run import Run as _Run
+    from prefixscan.run.load import Run as _Run
 
     return _Run.open(path, simulation)
 
 
 def __getattr__(name: str) -> Any:
     if name == "Run":  # imported on first use: pyarrow is not needed to import prefixscan
-        from prefixscan.io.run import Run
+        from prefixscan.run.load import Run
 
         return Run
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

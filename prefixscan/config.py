@@ -20,7 +20,7 @@ class AnalyzeConfig:
     hash_block_size: int | None = None  # Mooncake 512, bailian 16 unless given
     granularity: str = "block"  # "block" (vLLM) or "token" (SGLang page size 1)
     isolate_tenants: bool = False
-    hash: str = "xxh3"  # "xxh3" (fast, prefixscan's own) or "vllm:ALGO": vLLM's own values (vllm_hash.py)
+    hash: str = "xxh3"  # "xxh3" (fast, prefixscan's own) or "vllm:ALGO": vLLM's own values (encode/vllm_hash.py)
     hash_seed: str | None = None  # the PYTHONHASHSEED string of the engine whose values --hash vllm:* gives
     lora_paths: tuple[tuple[str, str], ...] = ()  # adapter name -> path, for vLLM's ("lora", name, path) key
     strict: bool = False

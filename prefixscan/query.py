@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixscan.errors import EnvError, RunDirError, UsageError
-from prefixscan.io.run import MANIFEST, Run, load_run
+from prefixscan.run.load import MANIFEST, Run, load_run
 
 FORMATS = ("table", "csv", "json", "parquet")
 _TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -29,7 +29,7 @@ _TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 def run_tables(run: Run) -> dict[str, Path]:
     """The run's tables by name: those the manifest lists (else the Parquet files present), plus the chosen
-    simulation's `sim_*` tables from its own directory (prefixscan.io.simstore), each a plain identifier
+    simulation's `sim_*` tables from its own directory (prefixscan.run.simstore), each a plain identifier
     whose file is a regular file inside the run directory (no symlink out)."""
     listed = run.manifest.get("tables")
     names = sorted(listed) if isinstance(listed, dict) else run.tables()
@@ -278,8 +278,8 @@ def check_output(output: str, force: bool) -> Path:
 
 
 def write_output(target: Path, data: bytes) -> None:
-    """Write a result file atomically (prefixscan.io.atomic: a temporary name beside it, then a rename), so a
+    """Write a result file atomically (prefixscan.run.atomic: a temporary name beside it, then a rename), so a
     failed write leaves the old file, or none; `check_output` already refused what must not be replaced."""
-    from prefixscan.io.atomic import write_bytes
+    from prefixscan.run.atomic import write_bytes
 
     write_bytes(target, data, force=True)

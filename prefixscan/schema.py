@@ -30,7 +30,7 @@ REQUEST_INPUT_FIELDS: list[pa.Field] = [
     pa.field("head_tokens", pa.int64()),
     pa.field("output_tokens", pa.int64()),
     pa.field("actual_cached_tokens", pa.int64()),
-    # The log's own latency, seconds (io/latency.py): null where the log has none.
+    # The log's own latency, seconds (read/latency.py): null where the log has none.
     pa.field("ttft_s", pa.float64()),
     pa.field("e2e_s", pa.float64()),
     pa.field("queue_wait_s", pa.float64()),

@@ -113,7 +113,7 @@ def responses(r: dict[str, Any]) -> dict[str, Any]:
 
 def otel(r: dict[str, Any]) -> dict[str, Any]:
     system, msgs = _split(r)
-    from prefixscan.io.timestamps import parse_timestamp
+    from prefixscan.read.timestamps import parse_timestamp
 
     attrs: dict[str, Any] = {"gen_ai.request.model": r.get("model"), "tenant": r.get("tenant"),
                              "gen_ai.conversation.id": r.get("conversation_id"),

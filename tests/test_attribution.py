@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import prefixscan
 from prefixscan.detect.attribution import MISSES_SCHEMA
+from prefixscan.encode.hashing import hit_tokens
 from prefixscan.errors import NothingAcceptedError
-from prefixscan.hashing import hit_tokens
 from tests.conftest import write_jsonl
 from tests.test_findings_detect import DOC, SYS, question, rec, ts
 
@@ -331,8 +331,8 @@ def test_row_groups_give_the_table_of_one_group(tmp_path_factory, reqs, group, g
     import pyarrow.parquet as pq
 
     from prefixscan.detect.attribution import attribute_table
-    from prefixscan.io import rundir
     from prefixscan.pipeline import detect
+    from prefixscan.run import rundir
 
     table = _requests(reqs)
     tmp = tmp_path_factory.mktemp("groups")
@@ -356,8 +356,8 @@ def test_streamed_misses_file_is_cut_like_one_written_at_once(tmp_path, monkeypa
     import types
 
     from prefixscan.detect.attribution import attribute_table
-    from prefixscan.io import rundir
     from prefixscan.pipeline import detect
+    from prefixscan.run import rundir
 
     monkeypatch.setattr(rundir, "ROW_GROUP_SIZE", 4)
     import pyarrow.parquet as pq

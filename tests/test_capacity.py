@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.hashing import hit_tokens
-from prefixscan.reuse.capacity import capacity_curve, opt_hits, prepare
-from prefixscan.reuse.capacity_table import SCHEMA, block_weights, default_capacities
+from prefixscan.encode.hashing import hit_tokens
+from prefixscan.reuse.capacity.lru import capacity_curve, opt_hits, prepare
+from prefixscan.reuse.capacity.table import SCHEMA, block_weights, default_capacities
 from tests.oracles.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
 from tests.oracles.lru_stack import lru_curves, lru_hit_tokens_all_capacities
 
@@ -208,7 +208,7 @@ def test_mooncake_figure9_single_lru() -> None:
 def test_capacity_targets_are_the_exact_smallest_capacities() -> None:
     """The summary's "tokens for 50%/90% of ideal" are pool sizes between the grid points where vLLM's pool
     reaches the fraction and one block less does not (tests/test_pool.py checks the crossing itself)."""
-    from prefixscan.reuse.capacity_table import capacity_targets
+    from prefixscan.reuse.capacity.table import capacity_targets
 
     rng = np.random.default_rng(5)
     rows = [rng.integers(0, 40, size=rng.integers(1, 9)).cumsum() for _ in range(300)]  # shared prefixes

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from prefixscan.reuse.capacity import capacity_curve, opt_hits, prepare
+from prefixscan.reuse.capacity.lru import capacity_curve, opt_hits, prepare
 from tests.oracles.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
 from tests.oracles.lru_stack import lru_curves
 

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.reuse.capacity import opt_hits, prepare
-from prefixscan.reuse.capacity_optbound import opt_ideal_capacity
+from prefixscan.reuse.capacity.lru import opt_hits, prepare
+from prefixscan.reuse.capacity.optbound import opt_ideal_capacity
 from tests.oracles.lru_stack import lru_curves
 from tests.test_pool_fast import chained, scrambled
 

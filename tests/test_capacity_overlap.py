@@ -22,10 +22,10 @@ from numba.core.registry import CPUDispatcher
 import prefixscan
 import prefixscan.detect.run as findings_mod
 import prefixscan.pipeline.run as run_mod
-import prefixscan.reuse.capacity_whole as whole_mod
+import prefixscan.reuse.capacity.whole as whole_mod
 from prefixscan.config import AnalyzeConfig
 from prefixscan.pipeline.run import run_analysis
-from prefixscan.reuse.capacity_whole import WholeCapacity
+from prefixscan.reuse.capacity.whole import WholeCapacity
 from prefixscan.synth import SynthConfig, write
 from tests.conftest import MOONCAKE, ROOT
 
@@ -165,7 +165,7 @@ def test_an_interrupt_aborts_without_waiting_for_the_curve(tmp_path: Path, monke
 def test_a_streamed_curve_stays_sequential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     """A streamed log (and a one-chunk log whose capacity input grew past WholeCapacity's limit) computes
     the curve in the run's thread before the aggregates, as before: bounded memory."""
-    from prefixscan.reuse.capacity_stream import CapacityStream
+    from prefixscan.reuse.capacity.stream import CapacityStream
 
     threads: list[str] = []
     finish = CapacityStream.finish
@@ -258,4 +258,4 @@ def test_no_parallel_kernel_outside_the_curve() -> None:
             if isinstance(obj, CPUDispatcher) and obj.targetoptions.get("parallel") and \
                     obj.py_func.__module__ == info.name:
                 parallel.add(f"{info.name}.{n}")
-    assert parallel == {"prefixscan.reuse.capacity._opt_many", "prefixscan.reuse.pool._pool_many"}
+    assert parallel == {"prefixscan.reuse.capacity.lru._opt_many", "prefixscan.reuse.pool._pool_many"}

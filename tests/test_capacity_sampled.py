@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from prefixscan.reuse.capacity import capacity_curve, prepare
-from prefixscan.reuse.capacity_sampled import (
+from prefixscan.reuse.capacity.lru import capacity_curve, prepare
+from prefixscan.reuse.capacity.sampled import (
     MG_PER_HOT,
     array_chunks,
     auto_rate,
@@ -20,7 +20,7 @@ from prefixscan.reuse.capacity_sampled import (
     salt_keys,
     sampled_pool_curve,
 )
-from prefixscan.reuse.capacity_table import block_weights, capacity_sampling
+from prefixscan.reuse.capacity.table import block_weights, capacity_sampling
 from prefixscan.reuse.pool_fast import lru_pool_curves, request_shape
 from tests.oracles import capacity_sampled_ref as ref
 
@@ -178,7 +178,7 @@ def test_fast_pass_equals_the_reference(seed: int, n: int, rate: float, hot: int
 
 
 def test_compiled_splitmix_is_splitmix() -> None:
-    from prefixscan.reuse.capacity_sampled_kernel import splitmix64
+    from prefixscan.reuse.capacity.sampled_kernel import splitmix64
 
     for x in (0, 1, 12345, 2**63 + 7, 2**64 - 1):
         assert int(splitmix64(np.uint64(x))) == ref.splitmix64(x)
@@ -209,8 +209,8 @@ def test_block_weights_feed_the_sampler() -> None:
 
 
 def test_streamed_sampled_curve_equals_the_in_memory_one(tmp_path) -> None:
-    from prefixscan.dense import dense_ids
-    from prefixscan.reuse.capacity_stream import CapacityStream
+    from prefixscan.encode.dense import dense_ids
+    from prefixscan.reuse.capacity.stream import CapacityStream
 
     offsets, hashes, prompt = workload(5, 900)
     ids, n = dense_ids(hashes)

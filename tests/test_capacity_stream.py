@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.dense import dense_ids
-from prefixscan.reuse.capacity import capacity_curve
-from prefixscan.reuse.capacity_stream import CapacityStream
+from prefixscan.encode.dense import dense_ids
+from prefixscan.reuse.capacity.lru import capacity_curve
+from prefixscan.reuse.capacity.stream import CapacityStream
 
 Log = tuple[np.ndarray, np.ndarray, np.ndarray, int]  # offsets, dense ids, prompt tokens, distinct
 
@@ -188,7 +188,7 @@ def test_deferred_lru_renumbers_and_keeps_the_table(rule: str, tmp_path: Path) -
 @given(st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=20, unique=True),
        st.integers(min_value=0, max_value=400_000))
 def test_opt_groups_cover_every_capacity_within_budget(caps: list, budget: int) -> None:
-    from prefixscan.reuse.capacity_stream import OPT_GROUP
+    from prefixscan.reuse.capacity.stream import OPT_GROUP
 
     cs = CapacityStream(16, "vllm", tempfile.gettempdir(), opt_budget_bytes=budget)
     try:

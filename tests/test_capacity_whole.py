@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.reuse.capacity_stream import CapacityStream
-from prefixscan.reuse.capacity_whole import WholeCapacity
+from prefixscan.reuse.capacity.stream import CapacityStream
+from prefixscan.reuse.capacity.whole import WholeCapacity
 from tests.test_capacity_stream import assert_same, feed, logs
 
 

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 import prefixscan
 from prefixscan.cli import choices
 from prefixscan.cli.app import app
+from prefixscan.encode.tokenize import load_tokenizer
 from prefixscan.errors import TokenizerError
-from prefixscan.tokenize import load_tokenizer
 from tests.conftest import ROOT, chat, write_jsonl
 from tests.test_tokenize import hf_dir  # noqa: F401 - the tiny Hugging Face tokenizer fixture
 
@@ -119,8 +119,8 @@ def test_tiktoken_download_encoding_points_to_the_offline_one(monkeypatch) -> No
 
 
 def test_help_choices_match_the_library() -> None:
-    from prefixscan.io.shapes import FIELDS, FORMATS
     from prefixscan.query import FORMATS as QUERY_FORMATS
+    from prefixscan.read.shapes import FIELDS, FORMATS
     from prefixscan.sim.config import EVICTION_MODES, KNOWLEDGE_MODES, PREFILL_MODELS
     from prefixscan.sim.policies import POLICIES
     from prefixscan.synth import FORMATS as SYNTH_FORMATS
@@ -130,7 +130,7 @@ def test_help_choices_match_the_library() -> None:
     assert (choices.EVICTIONS, choices.KNOWLEDGE, choices.PREFILL_MODELS) == (
         EVICTION_MODES, KNOWLEDGE_MODES, PREFILL_MODELS)
     assert choices.SYNTH_FORMATS == tuple(SYNTH_FORMATS)
-    from prefixscan.cost.flops import DTYPE_BYTES
+    from prefixscan.hardware.flops import DTYPE_BYTES
 
     assert set(choices.DTYPES) == set(DTYPE_BYTES)
     wide = {"COLUMNS": "400"}

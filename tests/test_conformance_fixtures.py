@@ -90,8 +90,8 @@ def mismatches(ours: list[Any], theirs: list[Any], ids: list[str]) -> list[str]:
 @pytest.mark.parametrize("fam", FAMILIES)
 def test_prompt_tokens_equal_vllm(fam, tokenizers, analyses) -> None:
     """The ids prefixscan's tokenizer builds (what analyze uses) are the engine's, request by request."""
-    from prefixscan.io.shapes import normalise
-    from prefixscan.tokenize import load_tokenizer
+    from prefixscan.encode.tokenize import load_tokenizer
+    from prefixscan.read.shapes import normalise
 
     res = analyses(fam, 32)
     eng = runs(fam)["engine-b32-p0"]

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import RejectError
-from prefixscan.io.readers import read_jsonl
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.read.readers import read_jsonl
 from tests.conftest import ROOT
 
 CHAT = ROOT / "sample_logs" / "chat.jsonl"

@@ -21,9 +21,9 @@ from prefixscan.cost import (
     prefill_flops,
     prefill_seconds,
 )
-from prefixscan.cost.flops import decode_gpu_seconds_per_token, default_tensor_parallel
 from prefixscan.cost.verdict import decide, router_for_policy
 from prefixscan.errors import UsageError
+from prefixscan.hardware.flops import decode_gpu_seconds_per_token, default_tensor_parallel
 
 KIB = 1024
 

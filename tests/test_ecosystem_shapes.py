@@ -10,7 +10,7 @@ import pytest
 
 import prefixscan
 from prefixscan.errors import NothingAcceptedError, UsageError
-from prefixscan.io.otel import otlp_value
+from prefixscan.read.otel import otlp_value
 from tests.conftest import write_jsonl
 
 SYS = "You are the support assistant of a furniture shop. Answer from the catalogue only. " * 12
@@ -179,7 +179,7 @@ def test_malformed_ecosystem_records_are_rejects(tmp_path, bad, reason) -> None:
 
 
 def test_field_paths_quote_dotted_keys_and_map_messages(tmp_path) -> None:
-    from prefixscan.io.record import get_path, split_path
+    from prefixscan.read.record import get_path, split_path
 
     assert split_path('attributes."gen_ai.request.model"') == ("attributes", "gen_ai.request.model")
     assert split_path("a.'b.c'.d") == ("a", "b.c", "d")

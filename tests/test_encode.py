@@ -16,15 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import prefixscan.encode.encoder as enc_mod
 import prefixscan.pipeline.config as ingest_mod
 import prefixscan.pipeline.encode_pool as pool_mod
 import prefixscan.pipeline.encode_wire as wire_mod
-import prefixscan.pipeline.encoder as enc_mod
 from prefixscan.config import AnalyzeConfig
+from prefixscan.encode.hashing import ChainCache, block_hashes
 from prefixscan.errors import RejectError, UsageError
-from prefixscan.hashing import ChainCache, block_hashes
-from prefixscan.io.shapes import Record
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.read.shapes import Record
 from tests.conftest import ROOT, chat, write_jsonl
 
 
@@ -236,8 +236,8 @@ def test_an_unguarded_script_runs_once(tmp_path: Path) -> None:
 
 
 def test_cache_budgets_are_shared_and_bounds_respected(monkeypatch: pytest.MonkeyPatch) -> None:
-    import prefixscan.hashing as hashing_mod
-    import prefixscan.tokenize.base as base_mod
+    import prefixscan.encode.hashing as hashing_mod
+    import prefixscan.encode.tokenize.base as base_mod
 
     cfg = AnalyzeConfig(inputs=())
     half = enc_mod.RecordEncoder(cfg, False, 0.5)

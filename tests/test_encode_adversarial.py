@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.hashing import block_hashes
-from prefixscan.io.shapes import Record
-from prefixscan.pipeline.encoder import Hashed, RecordEncoder, root_of
-from prefixscan.tokenize.base import SELF_CHECK_FIRST
+from prefixscan.encode.encoder import Hashed, RecordEncoder, root_of
+from prefixscan.encode.hashing import block_hashes
+from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST
+from prefixscan.read.shapes import Record
 from tests import test_tokenize_exact as tx
 
 WORDS = ["hello", " world", "\n\n", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "", "x" * 30, "é", "😀",

@@ -22,13 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefixscan import encode_core
 from prefixscan.config import AnalyzeConfig
-from prefixscan.hashing import block_hashes
-from prefixscan.pipeline.encoder import RecordEncoder
+from prefixscan.encode import core as encode_core
+from prefixscan.encode.encoder import RecordEncoder
+from prefixscan.encode.hashing import block_hashes
+from prefixscan.encode.render import render_chatml
+from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST
 from prefixscan.pipeline.run import run_analysis
-from prefixscan.render import render_chatml
-from prefixscan.tokenize.base import SELF_CHECK_FIRST
 from tests import test_encode_adversarial as adv
 from tests import test_tokenize_exact as tx
 from tests.conftest import ROOT
@@ -195,7 +195,7 @@ def test_pure_path_without_the_extension(how) -> None:
     block = {"env": "", "missing": "import sys; sys.modules['prefixscan._encode_core'] = None; ",
              "stale": "import sys, types; old = types.ModuleType('prefixscan._encode_core'); old.API = 0; "
                       "sys.modules['prefixscan._encode_core'] = old; "}[how]
-    code = (block + "import numpy as np; from prefixscan import encode_core; from prefixscan.hashing import "
+    code = (block + "import numpy as np; from prefixscan import encode_core; from prefixscan.encode.hashing import "
             "block_hashes; print(encode_core.core() is None, encode_core.describe(), "
             "block_hashes(np.arange(40, dtype=np.uint32), 16, 7).tolist())")
     env = {"PYTHONPATH": str(ROOT), "PREFIXSCAN_PURE": "1" if how == "env" else "0"}

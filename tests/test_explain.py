@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 import prefixscan
 from prefixscan.cli.app import app
-from prefixscan.explain import Explainer
-from prefixscan.render import content_text
+from prefixscan.encode.render import content_text
+from prefixscan.reuse.explain import Explainer
 from tests.conftest import ROOT
 
 runner = CliRunner()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import prefixscan
 from prefixscan.cli.app import app
-from prefixscan.io.export import renumber, trace_reuse
+from prefixscan.run.export import renumber, trace_reuse
 from tests.conftest import ROOT
 
 runner = CliRunner()

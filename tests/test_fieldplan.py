@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.io import shapes
-from prefixscan.io.fieldplan import FieldPlans
-from prefixscan.io.shapes import FIELD_CANDIDATES, _lookup, _lookup_ref
+from prefixscan.read import shapes
+from prefixscan.read.fieldplan import FieldPlans
+from prefixscan.read.shapes import FIELD_CANDIDATES, _lookup, _lookup_ref
 
 # Keys that candidates start with, plus a few no candidate uses; values that are null, scalars, nested
 # objects (dotted paths walk them) and JSON strings (get_path parses them on the way).

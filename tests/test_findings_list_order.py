@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 import prefixscan
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
-from prefixscan.detect.fixlog import fix_logs
 from prefixscan.detect.list_order import UNSAFE, find_lists, reorder_text
+from prefixscan.fix import fix_logs
 from tests.conftest import write_jsonl
 from tests.test_findings_detect import DOC, prose, question
 

@@ -13,8 +13,8 @@ import pytest
 
 import prefixscan
 from prefixscan.config import AnalyzeConfig
-from prefixscan.detect.fixlog import fix_logs
 from prefixscan.detect.patterns import date_span, value_kind
+from prefixscan.fix import fix_logs
 from prefixscan.synth import SynthConfig, write
 from tests import test_findings_synth as fs
 from tests.conftest import write_jsonl

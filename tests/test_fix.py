@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
-from prefixscan.detect.fixlog import fix_logs
+from prefixscan.fix import fix_logs
 from tests.test_findings_detect import DOC, SYS, question, rec, ts
 
 runner = CliRunner()

@@ -18,12 +18,12 @@ from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
-from prefixscan.detect.fixlog import FixResult, fix_logs
-from prefixscan.io.fixmap import prompt_map
-from prefixscan.io.readers import read_source
-from prefixscan.io.shapes import normalise
-from prefixscan.io.sources import expand
-from prefixscan.render import content_text
+from prefixscan.encode.render import content_text
+from prefixscan.fix import FixResult, fix_logs
+from prefixscan.read.fixmap import prompt_map
+from prefixscan.read.readers import read_source
+from prefixscan.read.shapes import normalise
+from prefixscan.read.sources import expand
 from prefixscan.synth import SynthConfig, generate
 from prefixscan.synth.drift import DRIFT_KINDS
 from tests.fix_shapes_convert import SHAPES, otlp_lines, parquet, write
@@ -260,7 +260,7 @@ def test_regions_of_a_long_prompt_are_found_quickly() -> None:
     import random
     import time
 
-    from prefixscan.io.promptmap import _regions
+    from prefixscan.read.promptmap import _regions
 
     rng = random.Random(1)
     words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]

@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io.shapes import FIELD_CANDIDATES
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.read.shapes import FIELD_CANDIDATES
 
 MSGS = [{"role": "system", "content": "You are a helpful assistant. " * 4},
         {"role": "user", "content": "How do I reset my password?"}]
 
-# One valid record per shape prefixscan detects (io/shapes.py `detect`), each with its optional fields.
+# One valid record per shape prefixscan detects (read/shapes.py `detect`), each with its optional fields.
 BASE = {
     "chat": {"request_id": "a", "timestamp": 1_700_000_000, "tenant": "t", "conversation_id": "c", "user": "u",
              "model": "m", "turn_index": 0, "output_tokens": 5, "cached_tokens": 0, "messages": MSGS,
@@ -191,7 +191,7 @@ def test_every_extreme_in_every_field_of_every_shape_is_a_record_error() -> None
     """The whole grid, record by record (no analysis): detecting the shape and normalising the record
     either succeed or raise RecordError, whatever one field holds; and the same for the file's first
     record, whose shape decides the file's."""
-    from prefixscan.io.shapes import RecordError, detect, normalise
+    from prefixscan.read.shapes import RecordError, detect, normalise
 
     inner = {"openai-batch": ("body",), "gateway": ("request", "response"), "otel": ("attributes",),
              "anthropic": ("usage",), "responses": ("usage",)}

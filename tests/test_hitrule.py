@@ -14,12 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from prefixscan.distributed.reuse_sql import HIT_SQL
-from prefixscan.hashing import counted_hit_blocks, hit_cap_tokens, hit_tokens, is_trace_rule
-from prefixscan.reuse.capacity_table import block_weights
+from prefixscan.encode.hashing import counted_hit_blocks, hit_cap_tokens, hit_tokens, is_trace_rule
+from prefixscan.reuse.capacity.table import block_weights
 from prefixscan.reuse.hitrule import cap_blocks, cap_blocks_array, cap_tokens, cap_tokens_array, hit_tokens_array
 from prefixscan.reuse.pool import pool_hits
 from prefixscan.reuse.pool_fast import request_shape
+from prefixscan.reuse.sql import HIT_SQL
 from prefixscan.sim.outcome import max_hit_blocks
 from prefixscan.sim.workload import build_workload
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.hashing import block_hashes, hit_tokens, mix_ids, namespace_hash
+from prefixscan.encode.hashing import block_hashes, hit_tokens, mix_ids, namespace_hash
 from prefixscan.reuse.ideal import TokenPrefixIndex, ideal_reuse, scope_salts
 from tests.oracles.ideal_ref import ideal_reuse_ref, token_lcp_ref
 
@@ -125,7 +125,7 @@ def test_tenant_scope_never_shares(salts) -> None:
        st.lists(st.integers(0, 3), min_size=12, max_size=12))
 def test_salted_dense_ids_equal_ids_of_the_salted_hashes(rows, salt_pick) -> None:
     """dense_ids(flat, offsets, salts) numbers exactly what dense_ids(flat ^ salt per row) numbers."""
-    from prefixscan.dense import dense_ids
+    from prefixscan.encode.dense import dense_ids
 
     lengths = [len(r) for r in rows]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)

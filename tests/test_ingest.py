@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import prefixscan
 from prefixscan.errors import InputError, NothingAcceptedError, RejectError, RunDirError, UsageError
-from prefixscan.io.timestamps import parse_timestamp
+from prefixscan.read.timestamps import parse_timestamp
 from tests.conftest import chat, write_jsonl
 
 MSGS = [{"role": "system", "content": "You are terse. " * 30}, {"role": "user", "content": "hello there"}]
@@ -231,7 +231,7 @@ pieces = st.sampled_from([b'{"a": "', b'"}', b"\xed\xa0\x80", b"\xc3\xa9", b"\xf
 @settings(max_examples=400, deadline=None)
 @given(st.lists(pieces, max_size=8), st.binary(max_size=6))
 def test_parse_line_classifies_as_before(parts: list, tail: bytes) -> None:
-    from prefixscan.io.readers import RawError, parse_line
+    from prefixscan.read.readers import RawError, parse_line
 
     line = b"".join(parts) + tail
     got = parse_line(line)

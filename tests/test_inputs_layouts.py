@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io.readers import RawError, layout, read_jsonl, split_values
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.read.readers import RawError, layout, read_jsonl, split_values
 from tests.conftest import chat
 
 

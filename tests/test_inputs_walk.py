@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
-from prefixscan.io.sources import expand, walk
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.read.sources import expand, walk
 from tests.conftest import chat, write_jsonl
 
 runner = CliRunner()

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan import analyze
-from prefixscan.media import media_identifier, placeholder
-from prefixscan.render import content_text
+from prefixscan.encode.render import content_text
+from prefixscan.read.media import media_identifier, placeholder
 from tests.conftest import write_jsonl
 
 SYSTEM = "You are a careful vision assistant for ACME. " * 12

@@ -8,9 +8,9 @@ import pytest
 
 import prefixscan
 import prefixscan.detect.detector as detector_mod
-import prefixscan.hashing as hashing
-import prefixscan.tokenize.base as tok_base
-from prefixscan.hashing import BytesLRU, ChainCache, block_hashes
+import prefixscan.encode.hashing as hashing
+import prefixscan.encode.tokenize.base as tok_base
+from prefixscan.encode.hashing import BytesLRU, ChainCache, block_hashes
 from prefixscan.synth import REGISTRY, SynthConfig, write
 
 

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.io.mooncake_fast import ACCEPTED, parse_chunk
-from prefixscan.io.readers import parse_line
 from prefixscan.pipeline import config as ingest_mod
 from prefixscan.pipeline.run import analyze
-from prefixscan.pipeline.trace_columns import permute_csr
+from prefixscan.read.mooncake import ACCEPTED, parse_chunk
+from prefixscan.read.readers import parse_line
+from prefixscan.read.trace_columns import permute_csr
 
 TABLES = ("requests", "rejects", "summaries", "prefixes", "capacity_curve")
 
@@ -114,7 +114,7 @@ def test_fast_reader_equals_ordinary_path(tmp_path, monkeypatch, seed: int, gz: 
 
 def test_small_chunks_cut_lines_anywhere(tmp_path, monkeypatch) -> None:
     """Chunk boundaries fall inside lines: the carried remainder keeps every line whole and numbered."""
-    from prefixscan.io import mooncake_fast
+    from prefixscan.read import mooncake as mooncake_fast
 
     lines = _odd_lines(random.Random(9), 300)
     path = tmp_path / "t.jsonl"

@@ -204,7 +204,7 @@ def test_a_latency_of_the_wrong_kind_is_a_reject_with_its_reason(tmp_path, extra
 
 
 def test_class_boundaries_in_absolute_tokens_and_share() -> None:
-    from prefixscan.pilot import classify
+    from prefixscan.pilot.latency import classify
 
     prompt = np.array([5000, 5000, 1000, 300, 300, 100, 10], dtype=np.int64)
     cached = np.array([4500, 4499, 15, 44, 43, 16, 0], dtype=np.int64)
@@ -247,7 +247,7 @@ def test_no_customer_text_in_the_pilot_outputs(tmp_path) -> None:
 def test_has_latency_reads_the_footer_and_every_row_group(tmp_path) -> None:
     import pyarrow as pa
 
-    from prefixscan.pilot import has_latency
+    from prefixscan.pilot.latency import has_latency
 
     nulls = pa.array([None] * 4, pa.float64())
     late = pa.array([None, None, None, 0.5], pa.float64())

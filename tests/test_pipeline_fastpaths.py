@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.errors import EnvError
-from prefixscan.io import rundir
 from prefixscan.pipeline.write import RowGroups
+from prefixscan.run import rundir
 from prefixscan.schema import REQUESTS_SCHEMA
 
 

@@ -87,7 +87,7 @@ def test_stages_on_empty_input(tmp_path: Path) -> None:
     log = tmp_path / "empty.jsonl"
     log.write_text("")
     cfg = AnalyzeConfig(inputs=(str(log),))
-    from prefixscan.io.sources import expand
+    from prefixscan.read.sources import expand
 
     sources = expand([str(log)])
     reader = Reader(cfg, sources, 8)

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.hashing import hit_cap_tokens
-from prefixscan.reuse.capacity import capacity_curve
-from prefixscan.reuse.capacity_table import capacity_targets
+from prefixscan.encode.hashing import hit_cap_tokens
+from prefixscan.reuse.capacity.lru import capacity_curve
+from prefixscan.reuse.capacity.table import capacity_targets
 from prefixscan.reuse.pool import pool_curve, pool_hits
 from prefixscan.sim.kvcache import KVState
 from tests.oracles.capacity_ref import opt_hit_tokens_ref
@@ -118,7 +118,7 @@ def test_targets_are_crossings_of_the_pool_curve() -> None:
     prompt = np.array([len(r) * 4 + (i % 2) for i, r in enumerate(rows)], dtype=np.int64)
     table = capacity_curve(offsets, flat, prompt, 4, "vllm")
     ideal = table["ideal_hit_tokens"][0].as_py()
-    from prefixscan.dense import dense_ids
+    from prefixscan.encode.dense import dense_ids
 
     ids, n_distinct = dense_ids(flat)
     for frac, key in ((0.5, "lru_tokens_for_50pct_of_ideal"), (0.9, "lru_tokens_for_90pct_of_ideal")):
@@ -132,7 +132,7 @@ def test_one_replica_one_request_at_a_time_equals_the_pool() -> None:
     case = ONE_AT_A_TIME[3]
     offsets, hashes, prompts, vllm = as_csr(case)
     b, n = case["block_size"], case["num_blocks"]
-    from prefixscan.dense import dense_ids
+    from prefixscan.encode.dense import dense_ids
 
     ids, u = dense_ids(hashes)
     kv = KVState(1, u, n)

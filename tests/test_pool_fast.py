@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.reuse.capacity import prepare
+from prefixscan.reuse.capacity.lru import prepare
 from prefixscan.reuse.pool import pool_curve
 from prefixscan.reuse.pool_fast import lru_pool_curves, merged
 from tests.oracles.lru_stack import lru_curves

@@ -1,4 +1,4 @@
-"""`s3://` inputs (prefixscan.io.remote) read through pyarrow.fs, against a local moto S3 server."""
+"""`s3://` inputs (prefixscan.read.remote) read through pyarrow.fs, against a local moto S3 server."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import InputError
-from prefixscan.io import remote
-from prefixscan.io.sources import expand
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.read import remote
+from prefixscan.read.sources import expand
 from tests.conftest import ROOT
 from tests.s3_server import HAS_MOTO, NO_MOTO, env, free_port, s3_server, upload
 

@@ -12,11 +12,11 @@ import typer
 from typer.testing import CliRunner
 
 from prefixscan.cli import report as report_cli
-from prefixscan.io.run import load_run
-from prefixscan.io.rundir import add_tables
 from prefixscan.report import html as html_report
 from prefixscan.report.assemble import build
 from prefixscan.report.write import write_report
+from prefixscan.run.load import load_run
+from prefixscan.run.rundir import add_tables
 from tests.conftest import chat, write_jsonl
 
 SECTIONS = (

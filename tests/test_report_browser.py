@@ -64,8 +64,8 @@ def _console(stderr: str) -> list[str]:
 def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import pyarrow as pa
 
-    from prefixscan.io.rundir import add_tables
     from prefixscan.report.write import write_report
+    from prefixscan.run.rundir import add_tables
     from prefixscan.sim import SimConfig, simulate
 
     d = tmp_path_factory.mktemp("browser")

@@ -1,4 +1,4 @@
-"""The reuse SQL (prefixscan.distributed.reuse_sql) equals the compiled pipeline and the brute-force reference."""
+"""The reuse SQL (prefixscan.reuse.sql) equals the compiled pipeline and the brute-force reference."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.distributed.reuse_sql import connect, reuse_of_requests, reuse_sql, run_reuse, views_of_requests
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.reuse.sql import connect, reuse_of_requests, reuse_sql, run_reuse, views_of_requests
 from tests.conftest import MOONCAKE, ROOT, chat, write_jsonl
 from tests.oracles.ideal_ref import ideal_reuse_ref
 

@@ -1,4 +1,4 @@
-"""The typed Run (prefixscan.io.run): `Run.open(path, simulation=NAME)` gives typed sections, the chosen
+"""The typed Run (prefixscan.run.load): `Run.open(path, simulation=NAME)` gives typed sections, the chosen
 simulation travels with the Run (no global), and the library functions take a Run in place of a path."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 import prefixscan
 from prefixscan.errors import RunDirError, UsageError
-from prefixscan.io.run import Analysis, Run, SavedEstimate, Simulation
+from prefixscan.run.load import Analysis, Run, SavedEstimate, Simulation
 from tests.conftest import ROOT
 
 LOG = str(ROOT / "sample_logs" / "chat.jsonl")
@@ -82,7 +82,9 @@ def test_report_from_a_run_equals_report_simulation(run_dir, tmp_path) -> None:
 def test_library_functions_take_a_run(run_dir, tmp_path) -> None:
     run = Run.open(run_dir)
     rid = run.table("requests").column("request_id")[3].as_py()
-    from prefixscan.explain import explain  # the module: once imported, it shadows the function prefixscan.explain
+    from prefixscan.reuse.explain import (
+        explain,  # the module: once imported, it shadows the function prefixscan.reuse.explain
+    )
 
     assert explain(run, rid).to_json() == explain(run_dir, rid).to_json()
     assert prefixscan.check(run, min_hit_rate=0.0).passed
@@ -119,7 +121,7 @@ def test_run_is_at_the_bottom_of_the_layering() -> None:
     from tests.test_layers import import_graph
 
     graph = import_graph()
-    seen, todo = set(), ["prefixscan.io.run"]
+    seen, todo = set(), ["prefixscan.run.load"]
     while todo:
         m = todo.pop()
         if m not in seen:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
 from prefixscan.cost import estimate
-from prefixscan.cost.rate import GAP_MIN_S, activity
+from prefixscan.sim.rate import GAP_MIN_S, activity
 from tests.test_estimate_replay import OPTS, _rewrite, make_run
 
 DAY = 86_400.0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import prefixscan
-from prefixscan.io.run import load_run
+from prefixscan.run.load import load_run
 from prefixscan.sim import SimConfig, simulate
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"

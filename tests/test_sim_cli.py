@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
-from prefixscan.io import rundir
+from prefixscan.run import rundir
 from prefixscan.sim import SimResult
 from tests.sim_tables import conversations_table
 

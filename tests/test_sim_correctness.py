@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from prefixscan.hashing import hit_tokens
+from prefixscan.encode.hashing import hit_tokens
 from prefixscan.sim import SimConfig, simulate
 from prefixscan.sim.config import ReplicaEvent
 from prefixscan.sim.policies import POLICIES

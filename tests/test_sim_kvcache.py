@@ -159,7 +159,7 @@ def test_partial_block_occupies_only_while_running() -> None:
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 40), min_size=0, max_size=3000))
 def test_dense_ids_is_an_exact_relabelling(values: list[int]) -> None:
-    from prefixscan.dense import dense_ids
+    from prefixscan.encode.dense import dense_ids
 
     x = np.array(values, dtype=np.uint64)
     ids, n = dense_ids(x)

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
-from prefixscan.io import rundir, simindex
-from prefixscan.io.run import load_run
+from prefixscan.run import rundir, simindex
+from prefixscan.run.load import load_run
 from prefixscan.sim import SimResult
 from prefixscan.sim.timing import load_profile
 from tests.sim_tables import conversations_table

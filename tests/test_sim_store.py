@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
-from prefixscan.io import rundir, simindex, simstore
-from prefixscan.io.run import load_run
+from prefixscan.run import rundir, simindex, simstore
+from prefixscan.run.load import load_run
 from prefixscan.sim import SimResult
 from tests.conftest import chat, write_jsonl
 
@@ -127,7 +127,7 @@ def test_error_after_the_switch_keeps_the_new_simulation(base_run, old_and_new, 
 
 KILLER = textwrap.dedent("""
     import os, signal, sys
-    from prefixscan.io import simstore
+    from prefixscan.run import simstore
     point, k = sys.argv[1], int(sys.argv[2])
     n = [0]
     real_table, real_manifest, real_remove = simstore.write_table, simstore.write_manifest, simstore._remove_version

@@ -209,7 +209,7 @@ def test_cli_tiers_pd_and_sweep(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from prefixscan.cli.app import app
-    from prefixscan.io import rundir
+    from prefixscan.run import rundir
 
     run = rundir.prepare(tmp_path / "run")
     rundir.write_table(run, "requests", conversations_table(30, 4, rate_rps=20, seed=3))

@@ -20,7 +20,7 @@ def test_preble_fit_reproduces_the_published_formula() -> None:
 
 
 def test_cost_model_coefficients_equal_prefill_seconds() -> None:
-    from prefixscan.cost import flops, gpus, models
+    from prefixscan.hardware import flops, gpus, models
 
     pm = from_cost_model("llama-3.1-70b", "h100", "fp8", mfu=0.5, tensor_parallel=2)
     m, g = models.get_model("llama-3.1-70b"), gpus.get_gpu("h100")
@@ -30,7 +30,7 @@ def test_cost_model_coefficients_equal_prefill_seconds() -> None:
 
 
 def test_kv_capacity_from_catalogue() -> None:
-    from prefixscan.cost import flops, gpus, models
+    from prefixscan.hardware import flops, gpus, models
 
     tokens = flops.kv_capacity_tokens(models.get_model("llama-3.1-8b"), gpus.get_gpu("h100"), 2.0, 1, 0.9)
     assert kv_capacity_blocks("llama-3.1-8b", "h100", "bf16", 16) == tokens // 16

@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import prefixscan.io.mooncake_fast as fast_mod
 import prefixscan.pipeline.config as ingest_mod
+import prefixscan.read.mooncake as fast_mod
 from prefixscan.config import AnalyzeConfig
-from prefixscan.dense import DenseTable, dense_ids
+from prefixscan.encode.dense import DenseTable, dense_ids
 from prefixscan.errors import UsageError
-from prefixscan.io import rundir
 from prefixscan.pipeline.run import run_analysis
 from prefixscan.reuse.ideal import IdealStream, ideal_reuse
+from prefixscan.run import rundir
 from tests.conftest import MOONCAKE, ROOT, chat, write_jsonl
 
 
@@ -118,8 +118,8 @@ def test_streaming_needs_a_run_directory_and_block_granularity(tmp_path: Path) -
 
 def test_auto_streams_large_logs_with_a_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import prefixscan.pipeline.config as analysis_mod
-    from prefixscan.io.sources import expand
     from prefixscan.pipeline.config import streams
+    from prefixscan.read.sources import expand
 
     log = str(ROOT / "sample_logs" / "mooncake_small.jsonl")
     src = expand([log])
@@ -240,7 +240,7 @@ def test_counterfactual_in_chunks_equals_one_chunk(reqs: list, cuts: list, rewri
 @given(st.lists(st.lists(st.integers(0, 6), max_size=6), max_size=25), st.lists(st.booleans(), max_size=25))
 def test_seen_set_runs_equal_a_python_set(reqs: list, valid: list) -> None:
     """Leading runs of keys seen by earlier valid requests, key 0 and growth from a tiny table included."""
-    from prefixscan.dense import SeenSet
+    from prefixscan.encode.dense import SeenSet
 
     valid = (valid + [True] * len(reqs))[:len(reqs)]
     off = np.concatenate([[0], np.cumsum([len(r) for r in reqs])]).astype(np.int64)
@@ -260,7 +260,7 @@ def test_seen_set_runs_equal_a_python_set(reqs: list, valid: list) -> None:
 @given(st.lists(st.integers(0, 300), max_size=80), st.integers(1, 12), st.integers(1, 400))
 def test_group_ends_greedy(lengths: list, rows: int, blocks: int) -> None:
     """Row groups hold at most `rows` rows and `blocks` hashes, a longer row alone, cut front to back."""
-    import prefixscan.io.rundir as rd
+    import prefixscan.run.rundir as rd
 
     old = rd.ROW_GROUP_SIZE, rd.GROUP_BLOCKS
     rd.ROW_GROUP_SIZE, rd.GROUP_BLOCKS = rows, blocks

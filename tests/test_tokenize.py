@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import prefixscan
+from prefixscan.encode.tokenize import load_tokenizer
+from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST
 from prefixscan.errors import TokenizerError, UsageError
-from prefixscan.io.shapes import Record
-from prefixscan.tokenize import load_tokenizer
-from prefixscan.tokenize.base import SELF_CHECK_FIRST
+from prefixscan.read.shapes import Record
 from tests.conftest import write_jsonl
 
 CHATML = (
@@ -153,7 +153,7 @@ def test_hf_template_without_special_tokens(hf_dir, tmp_path) -> None:
 
 def test_chain_cache_equals_hashing_the_whole_prompt(tmp_path) -> None:
     """Resumed hash chains (multi-turn reuse) give exactly the hashes of the direct tokens."""
-    from prefixscan.hashing import block_hashes
+    from prefixscan.encode.hashing import block_hashes
 
     hist = [{"role": "system", "content": "Policy text. " * 40}]
     recs = []

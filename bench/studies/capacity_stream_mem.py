@@ -7,7 +7,7 @@ The stream is generated chunk by chunk (never held whole) by a compiled generato
 looks like a hashed trace: a request either opens a conversation (a Zipf-popular template prefix, then
 new blocks) or continues an earlier request (a prefix of it, then new blocks), about 10 blocks per request
 and 2.9 new blocks per request (28-29M distinct over 10M requests). Ids are dense in first-appearance
-order, as `prefixscan.dense.dense_ids` would number them. Peak RSS is VmHWM from /proc/self/status.
+order, as `prefixscan.encode.dense.dense_ids` would number them. Peak RSS is VmHWM from /proc/self/status.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import time
 import numpy as np
 from numba import njit
 
-from prefixscan.reuse.capacity import capacity_curve
-from prefixscan.reuse.capacity_stream import CapacityStream
+from prefixscan.reuse.capacity.lru import capacity_curve
+from prefixscan.reuse.capacity.stream import CapacityStream
 
 BLOCK = 512
 WINDOW = 1 << 18  # recent requests a continuation may come back to

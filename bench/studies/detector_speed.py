@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from prefixscan.config import AnalyzeConfig  # noqa: E402
 from prefixscan.detect import Detector  # noqa: E402
-from prefixscan.io.sources import expand  # noqa: E402
 from prefixscan.pipeline.read import Reader  # noqa: E402
+from prefixscan.read.sources import expand  # noqa: E402
 
 
 def chat_records(path: str) -> list[Any]:

@@ -34,11 +34,11 @@ def child(log: str, limit: int, setting: str) -> None:
     import xxhash
 
     from prefixscan.config import AnalyzeConfig
-    from prefixscan.io.sources import expand
+    from prefixscan.encode.encoder import Hashed, RecordEncoder
     from prefixscan.memory import fewer_collections
     from prefixscan.pipeline.config import POOL_BATCH
-    from prefixscan.pipeline.encoder import Hashed, RecordEncoder
     from prefixscan.pipeline.read import Reader
+    from prefixscan.read.sources import expand
 
     cfg = AnalyzeConfig(inputs=(log,), workers=0)
     recs: list = []

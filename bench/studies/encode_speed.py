@@ -43,10 +43,10 @@ def child(log: str, tokenizer: str) -> None:
     import xxhash
 
     from prefixscan.config import AnalyzeConfig
-    from prefixscan.io.sources import expand
+    from prefixscan.encode.encoder import Hashed, RecordEncoder
     from prefixscan.pipeline import config as pc
-    from prefixscan.pipeline.encoder import Hashed, RecordEncoder
     from prefixscan.pipeline.read import Reader
+    from prefixscan.read.sources import expand
 
     cfg = AnalyzeConfig(inputs=(log,), tokenizer=tokenizer, workers=0)
     reader = Reader(cfg, expand([log]), pc.BATCH)

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 NORMALISE = """
 import sys, time, orjson
-from prefixscan.io.shapes import detect, normalise
+from prefixscan.read.shapes import detect, normalise
 objs = [orjson.loads(x) for x in open(sys.argv[1], 'rb') if x.strip()]
 shape = detect(objs[0])
 t = time.process_time()

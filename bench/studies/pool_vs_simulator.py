@@ -29,7 +29,7 @@ from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from prefixscan.dense import dense_ids
+from prefixscan.encode.dense import dense_ids
 from prefixscan.reuse.hitrule import cap_blocks, cap_tokens
 from prefixscan.reuse.pool import _pool_one, longest_request
 from prefixscan.sim import kvcache as K

@@ -26,11 +26,11 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.distributed import reuse_sql
-from prefixscan.distributed.ray_encode import encode_on_ray, read_encoded
-from prefixscan.distributed.stages import RecordEncoder, text_records
-from prefixscan.io.sources import expand
+from prefixscan.encode.ray import encode_on_ray, read_encoded
+from prefixscan.encode.ray_records import RecordEncoder, text_records
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.read.sources import expand
+from prefixscan.reuse import sql as reuse_sql
 from prefixscan.reuse.ideal import IdealStream, scope_salts
 
 

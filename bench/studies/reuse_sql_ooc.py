@@ -3,7 +3,7 @@
     .venv/bin/python bench/studies/reuse_sql_ooc.py TRACE.jsonl [--limits 64MB,2GB] [--work DIR]
 
 Analyzes the log locally (no findings), then recomputes every request's ideal-cache columns with
-`prefixscan.distributed.reuse_sql` on one DuckDB thread at each memory limit (spilling to --work), and
+`prefixscan.reuse.sql` on one DuckDB thread at each memory limit (spilling to --work), and
 prints the time, the rate in block references a second and whether every column equals the pipeline's.
 Never part of `make test`.
 """
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pyarrow.parquet as pq
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.distributed.reuse_sql import reuse_of_requests
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.reuse.sql import reuse_of_requests
 
 COLUMNS = ("cached_blocks", "cached_tokens", "divergence_token", "tenant_cached_tokens", "conversation_cached_tokens")
 

@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from prefixscan.io.run import load_run
+from prefixscan.run.load import load_run
 from prefixscan.sim import SimConfig, simulate
 
 

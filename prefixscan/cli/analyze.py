@@ -45,7 +45,7 @@ def _parse_capacities(value: str | None) -> tuple[int, ...] | None:
 def _parse_sample(value: str | None) -> float | None:
     if value is None:
         return None
-    from prefixscan.reuse.capacity_sampled import check_rate
+    from prefixscan.reuse.capacity.sampled import check_rate
 
     try:
         return check_rate(value)

@@ -80,7 +80,7 @@ def _scenario_keys() -> set[str]:
     """Option names of the commands that take the shared [scenario] table of prefixscan.toml."""
     import inspect
 
-    from prefixscan.projectconfig import SCENARIO_COMMANDS
+    from prefixscan.read.projectconfig import SCENARIO_COMMANDS
 
     # every registered command has a callback (hence the ignores)
     return {p for c in full_app().registered_commands if (c.name or c.callback.__name__) in SCENARIO_COMMANDS  # type: ignore[union-attr]
@@ -89,7 +89,7 @@ def _scenario_keys() -> set[str]:
 
 def _hook_project_config(application: typer.Typer) -> None:
     from prefixscan.cli.common import with_project_config
-    from prefixscan.projectconfig import COMMANDS as CONFIGURED
+    from prefixscan.read.projectconfig import COMMANDS as CONFIGURED
 
     for info in application.registered_commands:
         name = info.name or info.callback.__name__  # type: ignore[union-attr]  # every command has a callback

@@ -25,13 +25,13 @@ DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "mxfp4")
 
 def model_names() -> str:
     """The catalogue's models, for help text (the catalogue is a small pure-Python module)."""
-    from prefixscan.cost.models import list_models
+    from prefixscan.hardware.models import list_models
 
     return ", ".join(m.name for m in list_models())
 
 
 def gpu_names() -> str:
-    from prefixscan.cost.gpus import list_gpus
+    from prefixscan.hardware.gpus import list_gpus
 
     return ", ".join(g.name for g in list_gpus())
 

@@ -37,7 +37,7 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             fail("interrupted (every file is written whole or not at all; re-run the command)", EXIT_INTERRUPTED)
         except OSError as exc:
-            from prefixscan.io.atomic import env_error
+            from prefixscan.run.atomic import env_error
 
             err = env_error(exc, action="use")
             fail(str(err), err.exit_code)
@@ -107,14 +107,14 @@ def show_progress(quiet: bool) -> bool:
 
 
 def with_project_config(command: str, func: F, scenario_keys: Callable[[], set[str]]) -> F:
-    """Fill options left at their defaults from prefixscan.toml (prefixscan.projectconfig), then run.
+    """Fill options left at their defaults from prefixscan.toml (prefixscan.read.projectconfig), then run.
 
     analyze records the settings it used in the run, so later commands on that run find them again.
     """
 
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> Any:
-        from prefixscan import projectconfig as pc
+        from prefixscan.read import projectconfig as pc
 
         ctx = kwargs.pop(CTX)
 
@@ -129,7 +129,7 @@ def with_project_config(command: str, func: F, scenario_keys: Callable[[], set[s
                     typer.echo(f"prefixscan: {clean(pc.describe(cfg, used, kwargs))}", err=True)
             result = func(**kwargs)
             if cfg is not None and command == "analyze" and kwargs.get("output"):
-                from prefixscan.io.rundir import add_tables
+                from prefixscan.run.rundir import add_tables
 
                 add_tables(kwargs["output"], {}, "project_config", cfg.to_json())
             return result

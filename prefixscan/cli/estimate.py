@@ -197,7 +197,7 @@ def register(app: typer.Typer) -> None:
         options = EstimateOptions(**given, **config_fields(what_if), sources=sources)
         run = None
         if run_dir is not None:
-            from prefixscan.io.run import Run
+            from prefixscan.run.load import Run
 
             run = Run.open(run_dir, simulation)  # an unknown name: one line listing the stored ones
         elif simulation is not None:

@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         explains by blocks only.
         Example: prefixscan explain runs/demo req-000042
         """
-        from prefixscan.explain import explain as _explain
+        from prefixscan.reuse.explain import explain as _explain
 
         ex = _explain(run_dir, request_id, include_text=include_text).to_json()
         if json_out:

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         When the format's block size keeps less than half of the run's reuse, a one-line warning names both.
         Example: prefixscan export runs/demo --to mooncake -o demo.mooncake.jsonl
         """
-        from prefixscan.io.export import export_trace
+        from prefixscan.run.export import export_trace
 
         r = export_trace(run_dir, output, to, block_size, force, rate_scale)
         if json_out:

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         """
         from prefixscan.cli.analyze import _parse_fields
         from prefixscan.config import AnalyzeConfig
-        from prefixscan.detect.fixlog import fix_logs
+        from prefixscan.fix import fix_logs
 
         cfg = AnalyzeConfig(inputs=tuple(logs), format=fmt, fields=_parse_fields(field), tokenizer=tokenizer,
                             block_size=block_size, command_line="prefixscan " + shlex.join(sys.argv[1:]))

@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         if fmt == "parquet" and not output:
             raise UsageError("--format parquet needs -o FILE")
         target = check_output(output, force) if output else None  # before the query runs
-        from prefixscan.io.run import load_run
+        from prefixscan.run.load import load_run
 
         run = load_run(run_dir, simulation)  # the views: its tables and that simulation's sim_* tables
         cols, rows = run_query(run, f"@{canned}" if canned else sql)

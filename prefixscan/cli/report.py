@@ -40,8 +40,8 @@ def register(app: typer.Typer) -> None:
         replayed for it when the saved simulation ran another one). A section whose data is missing names
         the command that produces it.
         """
-        from prefixscan.io.run import Run
         from prefixscan.report.write import write_report
+        from prefixscan.run.load import Run
 
         given, sources = scenario.given()
         if fmt not in FORMATS:

@@ -49,8 +49,8 @@ def register(app: typer.Typer) -> None:
         Example: prefixscan simulate runs/demo --replicas 8 --policies all --kv-blocks 20000
         """
         from prefixscan.cli import simulate_logs
-        from prefixscan.io.rundir import extending
-        from prefixscan.io.simindex import check_name
+        from prefixscan.run.rundir import extending
+        from prefixscan.run.simindex import check_name
         from prefixscan.sim import SimConfig, SimResult
         from prefixscan.sim import simulate as run_sim
 
@@ -107,8 +107,8 @@ def _show(result: Any, json_out: bool, quiet: bool, console: Any) -> None:
 
 def _list(inputs: list[str], json_out: bool) -> None:
     """`simulate RUN --list`: the stored simulations, one line each (JSON with --json)."""
-    from prefixscan.io.run import read_manifest
-    from prefixscan.io.simindex import listing
+    from prefixscan.run.load import read_manifest
+    from prefixscan.run.simindex import listing
 
     if len(inputs) != 1:
         raise UsageError("--list takes one run directory")

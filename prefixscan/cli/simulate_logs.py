@@ -75,7 +75,7 @@ def refuse_on_run(run: str, options: dict[str, Any]) -> None:
     """Analyze options with a run directory: a one-line error naming them and the run's own settings."""
     if not options:
         return
-    from prefixscan.io.run import read_manifest
+    from prefixscan.run.load import read_manifest
 
     cfg = read_manifest(run).get("config", {})
     given = ", ".join(LogOptions.flag_of(k) for k in options)

@@ -14,7 +14,7 @@ import numpy as np
 
 from prefixscan.compare.facts import DEFINITIONS, GROUPS, Breaker, RunFacts, load_facts
 from prefixscan.compare.pilot import PilotComparison, compare_pilot
-from prefixscan.io.run import load_run
+from prefixscan.run.load import load_run
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def _prefill(run_dir: str | os.PathLike[str], f: RunFacts, scenario: dict[str, A
     computed = f.prompt_tokens - f.cached_tokens
     if scenario is None:
         return Prefill(f.requests, f.prompt_tokens, computed, None)
-    from prefixscan.cost.flops import effective_flops, prefill_flops
+    from prefixscan.hardware.flops import effective_flops, prefill_flops
 
     t = load_run(run_dir).table("requests").select(["prompt_tokens", "cached_tokens"])
     n = t.column("prompt_tokens").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -138,9 +138,9 @@ def diff_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], mode
     scenario: dict[str, Any] | None = None
     label = None
     if model is not None or rps is not None:
-        from prefixscan.cost.gpus import get_gpu
-        from prefixscan.cost.models import get_model
         from prefixscan.errors import UsageError
+        from prefixscan.hardware.gpus import get_gpu
+        from prefixscan.hardware.models import get_model
 
         if model is None or rps is None or rps <= 0:
             raise UsageError("prefill GPUs need both --model and --rps (> 0)")

@@ -11,7 +11,7 @@ from typing import Any
 
 from prefixscan.detect.reader import uncheckable
 from prefixscan.errors import RunDirError
-from prefixscan.io.run import Run, load_run
+from prefixscan.run.load import Run, load_run
 
 # The hit-rate definitions a run reports (docs/definitions.md, 'Hit rates'), as named in the manifest.
 DEFINITIONS = ("token_weighted", "block_weighted", "request_mean", "steady_state_token_weighted",

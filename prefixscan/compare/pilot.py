@@ -6,7 +6,7 @@ A side is a run directory, optionally narrowed to the requests whose replica fie
 glob (`gpu-pilot-*`: a pool of replicas; or map the pool itself with `--field replica=PATH`):
 `diff RUN RUN --pool-a 'ctl-*' --pool-b 'pilot-*'` compares two pools of one log, `diff BEFORE AFTER` two
 time windows or two logs. Each side is measured by the one
-pilot rule (prefixscan.pilot.of_frame) over the run's requests table, never from a copy of its numbers.
+pilot rule (prefixscan.pilot.latency.of_frame) over the run's requests table, never from a copy of its numbers.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import polars as pl
 
 from prefixscan.errors import InputError, UsageError
-from prefixscan.io.run import load_run
-from prefixscan.pilot import CLASSES, COLUMNS, LATENCY, has_latency, of_frame
+from prefixscan.pilot.latency import CLASSES, COLUMNS, LATENCY, has_latency, of_frame
+from prefixscan.run.load import load_run
 
 GROUPS = ("all", *CLASSES)
 METRICS = ("ttft", "queue_wait")
@@ -29,7 +29,7 @@ LATENCY_KEYS = tuple(f"{m}_p{p}_s" for m in METRICS for p in (50, 95))
 
 @dataclass(frozen=True)
 class PilotSide:
-    """One side's pilot rows by group (`all`, `warm`, `partial`, `cold`; prefixscan.pilot's row keys)."""
+    """One side's pilot rows by group (`all`, `warm`, `partial`, `cold`; prefixscan.pilot.latency's row keys)."""
 
     run: str
     pool: str | None

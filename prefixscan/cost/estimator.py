@@ -15,7 +15,6 @@ import dataclasses
 import os
 from typing import Any
 
-from prefixscan.cost import flops as F
 from prefixscan.cost.measure import MeasuredWorkload, measure_run
 from prefixscan.cost.options import EstimateOptions
 from prefixscan.cost.replay import Baselines, PolicyHit, baselines, replay
@@ -24,6 +23,7 @@ from prefixscan.cost.scenario import BUSY, MEASURED, ScenarioSpec, resolve_scena
 from prefixscan.cost.status_quo import StatusQuo, explain, sweep_counts
 from prefixscan.cost.verdict import VerdictInputs, decide
 from prefixscan.errors import UsageError
+from prefixscan.hardware import flops as F
 
 __all__ = ["EstimateOptions", "EstimateResult", "Scenario", "SensitivityRow", "Workload", "estimate"]
 

@@ -43,7 +43,7 @@ class MeasuredWorkload:
 
     requests: int
     span_s: float
-    rps: float  # the log's rate: the busy-period rate on a gappy log (prefixscan.cost.rate), else n / span
+    rps: float  # the log's rate: the busy-period rate on a gappy log (prefixscan.sim.rate), else n / span
     context_tokens: float
     new_tokens: float
     output_tokens: float | None
@@ -117,7 +117,7 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
     """Measure rate, mean context, mean new tokens and hit rates from a run directory."""
     import pyarrow.compute as pc
 
-    from prefixscan.io.run import load_run
+    from prefixscan.run.load import load_run
 
     run = load_run(path)
     req = run.table("requests")
@@ -127,7 +127,7 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
     arrival = _col(req, "arrival_s")
     prompt = pc.cast(_col(req, "prompt_tokens"), "float64")
     cached = pc.cast(_col(req, "cached_tokens"), "float64")
-    from prefixscan.cost.rate import activity
+    from prefixscan.sim.rate import activity
 
     act = activity(arrival.to_numpy())
     span = act.span_s

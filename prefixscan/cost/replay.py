@@ -101,7 +101,7 @@ def saved_mismatch(m: MeasuredWorkload, spec: ScenarioSpec) -> str | None:
 
 
 def _saved_policies(run_dir: str | os.PathLike[str]) -> tuple[PolicyHit, ...]:
-    from prefixscan.io.run import load_run
+    from prefixscan.run.load import load_run
 
     run = load_run(run_dir)
     if not run.has("sim_policies"):
@@ -112,8 +112,8 @@ def _saved_policies(run_dir: str | os.PathLike[str]) -> tuple[PolicyHit, ...]:
 
 def sim_config(spec: ScenarioSpec, m: MeasuredWorkload, policies: tuple[str, ...], **over: Any) -> Any:
     """The SimConfig that replays this scenario (the same replica memory and rate the estimate prices)."""
-    from prefixscan.cost.models import get_model
     from prefixscan.errors import UsageError
+    from prefixscan.hardware.models import get_model
     from prefixscan.sim import SimConfig
 
     try:

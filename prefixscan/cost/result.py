@@ -6,11 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from prefixscan.cost.gpus import GpuSpec
-from prefixscan.cost.models import ModelSpec
 from prefixscan.cost.scenario import ScenarioSpec
 from prefixscan.cost.status_quo import StatusQuo
 from prefixscan.cost.verdict import Verdict
+from prefixscan.hardware.gpus import GpuSpec
+from prefixscan.hardware.models import ModelSpec
 
 
 @dataclass(frozen=True)

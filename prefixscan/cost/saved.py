@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from prefixscan.cost.result import EstimateResult
-from prefixscan.io.run import ESTIMATE_FILE
+from prefixscan.run.load import ESTIMATE_FILE
 
 FORMAT = 1
 
 
 def run_fingerprint(run_dir: str | os.PathLike[str]) -> str:
     """What the estimate read from the run: its inputs, analysis settings and the simulation it used (the
-    selected one, prefixscan.io.simstore; its name is part of the basis only when it is not `default`)."""
-    from prefixscan.io.run import load_run
+    selected one, prefixscan.run.simstore; its name is part of the basis only when it is not `default`)."""
+    from prefixscan.run.load import load_run
 
     run = load_run(run_dir)
     m = run.manifest
@@ -37,8 +37,8 @@ def save_estimate(result: EstimateResult, run_dir: str | os.PathLike[str], comma
     doc = {"format": FORMAT, "command_line": command_line, "run_fingerprint": run_fingerprint(run),
            "result": _finite(result.to_json())}
     text = json.dumps(doc, indent=2, sort_keys=True, default=_plain, allow_nan=False) + "\n"
-    from prefixscan.io.atomic import write_text
-    from prefixscan.io.rundir import extending
+    from prefixscan.run.atomic import write_text
+    from prefixscan.run.rundir import extending
 
     with extending(run):  # under the run's lock, written whole (temporary name, then rename)
         return write_text(run / ESTIMATE_FILE, text)
@@ -119,8 +119,8 @@ def scenario_options(scenario: dict[str, Any]) -> Any:
 
 def load_estimate(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The saved estimate document ({"command_line", "result", ...}), or None when the run has none (read
-    and checked by prefixscan.io.run, whose `Run.estimate` is the typed form)."""
-    from prefixscan.io.run import read_estimate
+    and checked by prefixscan.run.load, whose `Run.estimate` is the typed form)."""
+    from prefixscan.run.load import read_estimate
 
     saved = read_estimate(run_dir)
     return None if saved is None else saved.document

@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prefixscan.cost import flops as F
-from prefixscan.cost.gpus import GpuSpec, get_gpu
-from prefixscan.cost.models import ModelSpec, get_model, load_hf_config, override
 from prefixscan.errors import UsageError
+from prefixscan.hardware import flops as F
+from prefixscan.hardware.gpus import GpuSpec, get_gpu
+from prefixscan.hardware.models import ModelSpec, get_model, load_hf_config, override
 
 if TYPE_CHECKING:
     from prefixscan.cost.measure import MeasuredWorkload

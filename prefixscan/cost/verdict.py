@@ -104,7 +104,7 @@ class VerdictInputs:
     router_ttft_p95_s: float | None = None
     round_robin_ttft_p95_s: float | None = None
     best_policy: str | None = None
-    # the rate is the busy-period rate of a gappy log (prefixscan.cost.rate): a sample's rate, not the
+    # the rate is the busy-period rate of a gappy log (prefixscan.sim.rate): a sample's rate, not the
     # traffic's, so the absolute size of the saving is unchecked rather than failed
     rate_from_sample: bool = False
 

@@ -14,7 +14,7 @@ import xxhash
 
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.dynamic_fields import SlotLine, int_value
-from prefixscan.io.record import Record
+from prefixscan.read.record import Record
 from prefixscan.redact import redact, redact_snippet
 
 MAX_VALUES = 64

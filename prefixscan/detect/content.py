@@ -24,8 +24,8 @@ from prefixscan.detect.list_order import find_lists, signature
 from prefixscan.detect.pattern_free import Alignment, Family
 from prefixscan.detect.pieces import Piece, PieceMemo, text_key
 from prefixscan.detect.rewrite import _tool_hash
-from prefixscan.hashing import BytesLRU
-from prefixscan.io.record import Record
+from prefixscan.encode.hashing import BytesLRU
+from prefixscan.read.record import Record
 
 ROLE_SEED = {"system": 1, "developer": 1, "user": 2, "tools": 3}
 CONTENT_BYTES = 16 << 20  # bound of the memo of request contents

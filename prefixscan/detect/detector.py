@@ -27,9 +27,9 @@ from prefixscan.detect.pattern_free import PROSE, Alignment, Family, FamilyIndex
 from prefixscan.detect.patterns import classify, split_label
 from prefixscan.detect.pieces import Units, joined
 from prefixscan.detect.rewrite import apply_ops
-from prefixscan.hashing import ChainCache
-from prefixscan.io.record import Record
-from prefixscan.pipeline.encoder import rewrite_hashes
+from prefixscan.encode.encoder import rewrite_hashes
+from prefixscan.encode.hashing import ChainCache
+from prefixscan.read.record import Record
 from prefixscan.redact import redact_snippet
 
 # Bound of the per-text memo (units of system prompts, first user messages, tool lists). A dynamic system

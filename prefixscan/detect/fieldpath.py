@@ -14,13 +14,13 @@ from typing import Any
 import polars as pl
 
 from prefixscan.detect.findings import Finding, fix_sentence
-from prefixscan.io.fixmap import prompt_map
-from prefixscan.io.promptmap import Unmappable
-from prefixscan.io.readers import RawError, read_source
-from prefixscan.io.record import RecordError
-from prefixscan.io.shapes import normalise
-from prefixscan.io.sources import Source
-from prefixscan.render import content_text
+from prefixscan.encode.render import content_text
+from prefixscan.read.fixmap import prompt_map
+from prefixscan.read.promptmap import Unmappable
+from prefixscan.read.readers import RawError, read_source
+from prefixscan.read.record import RecordError
+from prefixscan.read.shapes import normalise
+from prefixscan.read.sources import Source
 
 OWN_LIST = ("chat", "completion", "tokens", "mooncake", "bailian")  # the message list is the record's own
 

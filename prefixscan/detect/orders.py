@@ -15,7 +15,7 @@ from prefixscan.detect import normalisation as nz
 from prefixscan.detect.list_order import KIND as LIST_KIND
 from prefixscan.detect.list_order import UNSAFE as LIST_UNSAFE
 from prefixscan.detect.list_order import TextList, first_difference
-from prefixscan.io.record import Record
+from prefixscan.read.record import Record
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -18,7 +18,7 @@ import orjson
 import xxhash
 
 from prefixscan.detect import normalisation as nz
-from prefixscan.hashing import BytesLRU
+from prefixscan.encode.hashing import BytesLRU
 
 UNIT_BYTES = 320  # memory of one unit held in a piece: its tuple and ints, a pointer in each column, a vote
 PIECE_OVERHEAD = 400  # bytes a memo entry is charged beyond its units (the Piece, its key, the text hash)

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from prefixscan.errors import RunDirError
-from prefixscan.io.run import load_run
+from prefixscan.run.load import load_run
 
 
 def read_findings(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from prefixscan.evidence.join import EventsJoin, join_events
 from prefixscan.evidence.metrics import MetricsComparison, served
-from prefixscan.io.run import Run, load_run
-from prefixscan.io.rundir import add_tables
+from prefixscan.run.load import Run, load_run
+from prefixscan.run.rundir import add_tables
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def eviction_sentence(e: dict) -> str:
             + " (pilot table, levels eviction_all and eviction)")
 
 
-def _evictions(run, kv_events: str, tables: dict) -> dict | None:  # a Run (io/run.py)
+def _evictions(run, kv_events: str, tables: dict) -> dict | None:  # a Run (run/load.py)
     """The pilot table with its eviction rows (a run with a pilot table only), and their summary."""
     if not run.has("pilot"):
         return None

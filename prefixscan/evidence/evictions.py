@@ -7,7 +7,7 @@ removed without a store in the recording has no age. A request **met** an evicti
 blocks, the last event of that hash before the request's `timestamp_s` is a removal: the block it needed
 had been evicted and not stored again. This compares the engine's clock with the log's (both epoch seconds
 in vLLM and in the logs prefixscan reads; a skew shifts which events count). By class (the pilot rule,
-prefixscan.pilot): the requests that met an eviction, the evictions they met (each removal once per class)
+prefixscan.pilot.latency): the requests that met an eviction, the evictions they met (each removal once per class)
 and those evictions' ages. That is where evictions cost prefill: a warm request met none.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from prefixscan.io.run import Run
-from prefixscan.pilot import CLASSES, COLUMNS, PILOT_SCHEMA, UNKNOWN, class_frame, group_row, percentile
+from prefixscan.pilot.latency import CLASSES, COLUMNS, PILOT_SCHEMA, UNKNOWN, class_frame, group_row, percentile
+from prefixscan.run.load import Run
 
 PCTS = (50, 95)
 

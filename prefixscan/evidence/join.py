@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from prefixscan.errors import InputError
 from prefixscan.evidence.kvevents import read_events
-from prefixscan.io.run import load_run
+from prefixscan.run.load import load_run
 
 JOIN_SCHEMA = pa.schema([("request_id", pa.string()), ("predicted_blocks", pa.int64()),
                          ("stored_blocks", pa.int64()), ("removed_blocks", pa.int64())])

@@ -159,7 +159,7 @@ def write_recording(rec: Recording, out: Path, source: dict) -> None:
     meta = {b"prefixscan.kv_events": json.dumps({"source": source, "gaps": gaps.to_pylist(),
                                                  "bad_messages": rec.bad_messages}).encode()}
     table = events.replace_schema_metadata(meta)
-    from prefixscan.io.atomic import replacing
+    from prefixscan.run.atomic import replacing
 
-    with replacing(out) as tmp:  # temporary name, then rename (io/atomic.py)
+    with replacing(out) as tmp:  # temporary name, then rename (run/atomic.py)
         pq.write_table(table, tmp, compression="zstd")

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
-from prefixscan.hashing import counted_hit_blocks
+from prefixscan.encode.hashing import counted_hit_blocks
 from prefixscan.pipeline.reuse import RequestStream, turn_bucket
 from prefixscan.pipeline.write import writing
 from prefixscan.reuse.aggregate import summaries_table
@@ -61,7 +61,7 @@ def capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, block_s
     """The capacity curve from the reuse stage's spilled per-block input (an empty log: an empty curve)."""
     caps = list(cfg.capacities) if cfg.capacities else None
     if stream.capacity is None:
-        from prefixscan.reuse.capacity import capacity_curve
+        from prefixscan.reuse.capacity.lru import capacity_curve
 
         return capacity_curve(np.zeros(1, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64),
                               block_size, hit_rule, caps)
@@ -74,7 +74,7 @@ def capacity_job(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int) -> 
     whose `WholeCapacity` did not switch to streaming): its arrays are taken now, and the function reads
     no file and nothing of the stream, so it may run in another thread while the aggregates and findings
     run. None when the input streams from spills (`capacity` then, alone: see `run._reuse`)."""
-    from prefixscan.reuse.capacity_whole import WholeCapacity
+    from prefixscan.reuse.capacity.whole import WholeCapacity
 
     whole = stream.capacity
     if not isinstance(whole, WholeCapacity) or not whole.held:
@@ -83,7 +83,7 @@ def capacity_job(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int) -> 
 
 
 def _sample(cfg: AnalyzeConfig, stream: RequestStream) -> float | None:
-    from prefixscan.reuse.capacity_sampled import auto_rate
+    from prefixscan.reuse.capacity.sampled import auto_rate
 
     return auto_rate(cfg.capacity_sample, stream.capacity.total_blocks)
 

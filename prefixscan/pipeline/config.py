@@ -12,12 +12,12 @@ from collections.abc import Callable
 import orjson
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.distributed import ray_check
+from prefixscan.encode import ray_check
+from prefixscan.encode.vllm_hash import check_hash_options
 from prefixscan.errors import UsageError
-from prefixscan.io.latency import conflicting
-from prefixscan.io.shapes import FIELDS, FORMATS, RecordError, detect
-from prefixscan.io.sources import Source
-from prefixscan.vllm_hash import check_hash_options
+from prefixscan.read.latency import conflicting
+from prefixscan.read.shapes import FIELDS, FORMATS, RecordError, detect
+from prefixscan.read.sources import Source
 
 BATCH = 512  # records per encode call in this process
 POOL_BATCH = 256  # with encode workers: finer jobs keep both sides busy and fewer records in flight
@@ -57,7 +57,7 @@ def _check_reuse(cfg: AnalyzeConfig) -> None:
         return
     if cfg.granularity != "block":
         raise UsageError("--reuse sql measures block granularity; drop --granularity token or use --reuse scan")
-    from prefixscan.distributed.reuse_sql import check_memory_limit, check_temp_directory
+    from prefixscan.reuse.sql import check_memory_limit, check_temp_directory
 
     checks: list[tuple[str, Callable[[str], None], str]] = [
         ("--reuse-memory-limit", check_memory_limit, cfg.reuse_memory_limit)]

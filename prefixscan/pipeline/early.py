@@ -26,8 +26,8 @@ def start_encode_workers(cfg: AnalyzeConfig) -> bool:
     paths = list(cfg.inputs)
     if not paths or not all(p.lower().endswith(_PLAIN) and os.path.isfile(p) for p in paths):
         return False  # globs, directories, compressed, Parquet or remote inputs: decided later, as before
+    from prefixscan.encode.encoder import auto_workers
     from prefixscan.pipeline.config import text_log, validate
-    from prefixscan.pipeline.encoder import auto_workers
 
     try:
         validate(cfg)

@@ -18,12 +18,7 @@ from typing import Any
 import numpy as np
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.errors import RejectError
-from prefixscan.io.shapes import Record
-from prefixscan.io.sources import Source, expand
-from prefixscan.pipeline import config as pc
-from prefixscan.pipeline.encode_pool import DEPTH, EncodePool
-from prefixscan.pipeline.encoder import (
+from prefixscan.encode.encoder import (
     Hashed,
     Identity,
     LazyTokenizer,
@@ -33,9 +28,14 @@ from prefixscan.pipeline.encoder import (
     merge_stats,
     shared_chain_cache,
 )
+from prefixscan.encode.render import content_text
+from prefixscan.errors import RejectError
+from prefixscan.pipeline import config as pc
+from prefixscan.pipeline.encode_pool import DEPTH, EncodePool
 from prefixscan.pipeline.read import CHUNK_END, Reader, Reject, TraceChunk, trace_mixer
-from prefixscan.pipeline.trace_columns import TraceColumns
-from prefixscan.render import content_text
+from prefixscan.read.shapes import Record
+from prefixscan.read.sources import Source, expand
+from prefixscan.read.trace_columns import TraceColumns
 
 COLS = ("request_id", "source_file", "source_line", "timestamp_s", "tenant", "conversation_id",
         "conversation_inferred", "user", "model", "adapter", "cache_salt", "replica", "category", "turn_index",
@@ -97,7 +97,7 @@ class Ingested:
     detector: Any = None  # prefixscan.detect.Detector when findings are on (fed here, finalised in detect)
     conversations_inferred: int = 0  # chat requests given an inferred conversation id
     conversations_continued: int = 0  # of those, requests found to continue an earlier request
-    fields: Any = None  # prefixscan.io.shapes.FieldUse: which log keys became tenant, timestamp, ...
+    fields: Any = None  # prefixscan.read.shapes.FieldUse: which log keys became tenant, timestamp, ...
     read_notes: list[str] = field(default_factory=list)  # what the read stage must say (files timed by order)
 
 

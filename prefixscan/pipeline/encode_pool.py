@@ -17,11 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.errors import InputError
-from prefixscan.io.shapes import Record
-from prefixscan.pipeline.encode_wire import Packer, Receiver
-from prefixscan.pipeline.encode_workers import DEPTH, Spawned, claim
-from prefixscan.pipeline.encoder import (
+from prefixscan.encode.encoder import (
     Identity,
     RecordEncoder,
     pin_hash,
@@ -29,6 +25,10 @@ from prefixscan.pipeline.encoder import (
     rewrite_hashes,
     shared_chain_cache,
 )
+from prefixscan.errors import InputError
+from prefixscan.pipeline.encode_wire import Packer, Receiver
+from prefixscan.pipeline.encode_workers import DEPTH, Spawned, claim
+from prefixscan.read.shapes import Record
 
 # Before the pool has measured anything, this process's own CPU per record (reading, columns, detector,
 # reuse) is taken as PRIOR_MAIN_COST times a worker's per record encoded (12k real-text chat log of bench

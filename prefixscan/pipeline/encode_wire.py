@@ -12,9 +12,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from prefixscan.hashing import BytesLRU
-from prefixscan.io.shapes import Record
-from prefixscan.tokenize.base import SegmentMemo
+from prefixscan.encode.hashing import BytesLRU
+from prefixscan.encode.tokenize.base import SegmentMemo
+from prefixscan.read.shapes import Record
 
 INTERN_BYTES = 32 << 20  # message text each worker keeps for `Packer` (characters)
 INTERN_MIN = 64  # shorter texts are sent as they are

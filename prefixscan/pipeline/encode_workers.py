@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.hashing import BytesLRU
-from prefixscan.io.shapes import Record
+from prefixscan.encode.encoder import Hashed, RecordEncoder, pool_threads, rewrite_hashes, shared_chain_cache
+from prefixscan.encode.hashing import BytesLRU
 from prefixscan.pipeline.encode_wire import Shipper, Unpacker
-from prefixscan.pipeline.encoder import Hashed, RecordEncoder, pool_threads, rewrite_hashes, shared_chain_cache
+from prefixscan.read.shapes import Record
 
 DEPTH = 2  # batches in flight per direction and worker: bounds memory, keeps both processes busy
 

@@ -15,9 +15,9 @@ import polars as pl
 import pyarrow as pa
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io.latency import COLUMNS as LATENCY_COLS
-from prefixscan.pipeline.trace_columns import permute_csr
 from prefixscan.privacy import tenant_hasher
+from prefixscan.read.latency import COLUMNS as LATENCY_COLS
+from prefixscan.read.trace_columns import permute_csr
 from prefixscan.schema import REQUESTS_SCHEMA
 
 STRING_COLS = ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category")

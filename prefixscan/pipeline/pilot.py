@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io.decisions import DecisionLog, read_decisions, sources
-from prefixscan.io.sources import check_output
+from prefixscan.read.decisions import DecisionLog, read_decisions, sources
+from prefixscan.read.sources import check_output
 from prefixscan.schema import REJECTS_SCHEMA
 
 
@@ -30,7 +30,7 @@ def add(requests_path: str | Path, block: int, log: DecisionLog | None, tables: 
     """The pilot table and summary section: when the log carries latency, or a decision log is given (its
     rejects join the run's rejects table, its notes the summary's)."""
     if log is not None:
-        from prefixscan.pilot_decisions import measure as measure_decisions
+        from prefixscan.pilot.decisions import measure as measure_decisions
 
         tables["pilot"], summary["pilot"], more = measure_decisions(requests_path, block, log)
         notes += more
@@ -38,7 +38,7 @@ def add(requests_path: str | Path, block: int, log: DecisionLog | None, tables: 
             tables["rejects"] = pa.concat_tables([tables["rejects"],
                                                   pa.Table.from_pylist(log.rejects, schema=REJECTS_SCHEMA)])
     else:
-        from prefixscan.pilot import measure as measure_pilot
+        from prefixscan.pilot.latency import measure as measure_pilot
 
         pilot = measure_pilot(requests_path, block)  # only when the log carries latency
         if pilot is None:
@@ -49,9 +49,9 @@ def add(requests_path: str | Path, block: int, log: DecisionLog | None, tables: 
 
 def _prediction(requests_path: str | Path, block: int, tables: dict[str, Any], summary: dict[str, Any],
                 notes: list[str]) -> None:
-    """Prefixscan's prediction next to the engine's outcome (prefixscan.pilot_prediction), from the misses
+    """Prefixscan's prediction next to the engine's outcome (prefixscan.pilot.prediction), from the misses
     table the attribution just wrote: its rows join the pilot table, its section the pilot summary."""
-    from prefixscan.pilot_prediction import measure as measure_prediction
+    from prefixscan.pilot.prediction import measure as measure_prediction
 
     misses = tables.get("misses")
     if misses is None or not (summary.get("miss_attribution") or {}).get("requests_with_actual"):

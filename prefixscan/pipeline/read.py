@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 
 from prefixscan.config import AnalyzeConfig
+from prefixscan.encode.encoder import root_of
+from prefixscan.encode.hashing import mix_ids, mix_ids_per
 from prefixscan.errors import InputError
-from prefixscan.hashing import mix_ids, mix_ids_per
-from prefixscan.io.fielduse import TRACE_UNITS, FieldUse
-from prefixscan.io.readers import Position, RawError, layout, parse_line, read_jsonl, read_source
-from prefixscan.io.shapes import (
+from prefixscan.pipeline import config as pc
+from prefixscan.read.fielduse import TRACE_UNITS, FieldUse
+from prefixscan.read.readers import Position, RawError, layout, parse_line, read_jsonl, read_source
+from prefixscan.read.shapes import (
     CLOCKLESS,
     Record,
     RecordError,
@@ -27,9 +29,7 @@ from prefixscan.io.shapes import (
     missing_timestamp,
     normalise,
 )
-from prefixscan.io.sources import Source
-from prefixscan.pipeline import config as pc
-from prefixscan.pipeline.encoder import root_of
+from prefixscan.read.sources import Source
 from prefixscan.redact import reject_detail
 
 
@@ -211,7 +211,7 @@ class Reader:
 
     def _fast_mooncake(self, src: Source) -> Iterator[Event]:
         """A Mooncake JSONL file through the compiled reader; odd lines take the ordinary path."""
-        from prefixscan.io.mooncake_fast import iter_chunks  # compiled kernels: loaded only for a trace
+        from prefixscan.read.mooncake import iter_chunks  # compiled kernels: loaded only for a trace
 
         if self.batch:  # earlier files' records first: input order is analysis order for equal times
             yield self._take()

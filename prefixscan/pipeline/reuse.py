@@ -25,17 +25,17 @@ import pyarrow as pa
 
 from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
+from prefixscan.encode.hashing import counted_hit_blocks
 from prefixscan.errors import UsageError
-from prefixscan.hashing import counted_hit_blocks
 from prefixscan.pipeline.encode import Batch
 from prefixscan.pipeline.frame import input_frame, requests_arrow
-from prefixscan.pipeline.trace_columns import permute_csr
 from prefixscan.pipeline.write import RowGroups
+from prefixscan.read.trace_columns import permute_csr
 from prefixscan.reuse.hitrule import hit_tokens_array
 from prefixscan.reuse.ideal import IdealResult, IdealStream, TokenPrefixIndex, scope_salts
 
 if TYPE_CHECKING:
-    from prefixscan.distributed.reuse_stage import SqlIdealCursor
+    from prefixscan.reuse.sql_cursor import SqlIdealCursor
 
 
 class OutOfOrder(Exception):
@@ -119,8 +119,8 @@ class RequestStream:
     def feed(self, batch: Batch) -> None:
         """Sort the batch in, write everything no later chunk can precede, hold back the rest."""
         if self.capacity is None:
-            from prefixscan.reuse.capacity_stream import CapacityStream
-            from prefixscan.reuse.capacity_whole import WholeCapacity
+            from prefixscan.reuse.capacity.stream import CapacityStream
+            from prefixscan.reuse.capacity.whole import WholeCapacity
 
             self.block, self.rule = batch.block_size, batch.hit_rule
             if self.cfg.granularity == "token" and self.rule == "trace":

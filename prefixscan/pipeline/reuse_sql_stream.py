@@ -1,7 +1,7 @@
 """`analyze --reuse sql`: the reuse stage's ideal-cache columns from the reuse SQL, run ONCE over the whole log.
 
 The scan (`reuse.ideal.IdealStream`) keeps a seen-set that grows with the distinct blocks; the reuse SQL
-(`prefixscan.distributed.reuse_sql`) is the same computation as a group-by and joins that DuckDB runs out
+(`prefixscan.reuse.sql`) is the same computation as a group-by and joins that DuckDB runs out
 of core, within a memory limit, spilling to a temporary directory. `SqlRequestStream` is `RequestStream`
 with the SQL in place of the scan, in three steps:
 
@@ -100,8 +100,8 @@ class SqlRequestStream(RequestStream):
     def _sql(self) -> None:
         import duckdb
 
-        from prefixscan.distributed.reuse_sql import connect, reuse_to_parquet, views_of_parquet
-        from prefixscan.distributed.reuse_stage import SqlIdealCursor
+        from prefixscan.reuse.sql import connect, reuse_to_parquet, views_of_parquet
+        from prefixscan.reuse.sql_cursor import SqlIdealCursor
 
         t = time.perf_counter()
         try:

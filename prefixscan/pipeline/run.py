@@ -25,9 +25,6 @@ import pyarrow.parquet as pq
 from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError
-from prefixscan.io import rundir
-from prefixscan.io.decisions import DecisionLog
-from prefixscan.io.sources import Source, check_output, expand
 from prefixscan.memory import peak_rss_mib
 from prefixscan.pipeline import aggregate, detect
 from prefixscan.pipeline import pilot as pilot_stage
@@ -38,6 +35,9 @@ from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
 from prefixscan.pipeline.summary import build_summary
 from prefixscan.pipeline.write import OnDisk, write_run, writing
 from prefixscan.privacy import resolve_tenant_key
+from prefixscan.read.decisions import DecisionLog
+from prefixscan.read.sources import Source, check_output, expand
+from prefixscan.run import rundir
 from prefixscan.schema import REJECTS_SCHEMA
 
 Progress = Callable[[int, int, int], None]
@@ -271,7 +271,7 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
 
     try:
         if cfg.engine == "ray":  # encoded on a Ray cluster, then this one-chunk path (prefixscan.distributed)
-            from prefixscan.distributed.engine import ray_ingest
+            from prefixscan.pipeline.ray import ray_ingest
 
             ing = ray_ingest(cfg, progress, sources, work, sink=feed)
         else:

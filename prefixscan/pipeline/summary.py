@@ -9,14 +9,14 @@ import polars as pl
 import pyarrow as pa
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io.sources import walk_notes
+from prefixscan.encode.vllm_hash import hash_description
 from prefixscan.pipeline.aggregate import SideStats
 from prefixscan.pipeline.encode import Ingested
+from prefixscan.read.sources import walk_notes
 from prefixscan.reuse.aggregate import by_dimension, percentiles, rates, steady_state
-from prefixscan.reuse.capacity_sampled import AUTO_SAMPLE_BLOCKS
-from prefixscan.reuse.capacity_table import capacity_sampling, capacity_targets
+from prefixscan.reuse.capacity.sampled import AUTO_SAMPLE_BLOCKS
+from prefixscan.reuse.capacity.table import capacity_sampling, capacity_targets
 from prefixscan.version import __version__
-from prefixscan.vllm_hash import hash_description
 
 
 def skipped_note(inputs: tuple[str, ...]) -> list[str]:

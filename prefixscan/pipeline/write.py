@@ -22,12 +22,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.io import rundir
-from prefixscan.io.atomic import env_error
-from prefixscan.io.modes import MANIFEST_KEY as MODE_KEY
-from prefixscan.io.modes import apply_mode, input_mode
 from prefixscan.pipeline.encode import Ingested
 from prefixscan.privacy import scrub_command_line
+from prefixscan.run import rundir
+from prefixscan.run.atomic import env_error
+from prefixscan.run.modes import MANIFEST_KEY as MODE_KEY
+from prefixscan.run.modes import apply_mode, input_mode
 from prefixscan.schema import REQUESTS_SCHEMA
 from prefixscan.version import __version__
 

@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscan.errors import PrefixscanError
-from prefixscan.io.run import Run, read_schema_file, read_table_file
 from prefixscan.redact import redact_snippet
 from prefixscan.report.model import (
     BASELINES,
@@ -38,6 +37,7 @@ from prefixscan.report.model import (
     ReportData,
     Traffic,
 )
+from prefixscan.run.load import Run, read_schema_file, read_table_file
 
 
 def _rows(table: pa.Table, columns: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
@@ -79,7 +79,7 @@ def _traffic(run: Run) -> Traffic:
             return 0
         return len(t.column(name).drop_null().unique())
 
-    from prefixscan.cost.rate import activity
+    from prefixscan.sim.rate import activity
 
     arrival, prompt, cached = col("arrival_s").astype(float), col("prompt_tokens"), col("cached_tokens")
     act = activity(arrival) if n else None
@@ -285,8 +285,8 @@ def _sim(data: ReportData, run: Run) -> None:
 
 def _kv(run: Run, est: dict[str, Any] | None) -> KvBasis:
     """KV bytes per token for the scenario's model and KV dtype (the saved simulation's, else defaults)."""
-    from prefixscan.cost.flops import dtype_bytes
-    from prefixscan.cost.models import get_model
+    from prefixscan.hardware.flops import dtype_bytes
+    from prefixscan.hardware.models import get_model
 
     sc = (est or {}).get("scenario") or {}
     sim = run.sim

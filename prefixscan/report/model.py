@@ -141,7 +141,7 @@ class Traffic:
     with_actual_cached: int
     actual_cached_tokens: int
     predicted_cached_tokens_for_actual: int
-    busy_note: str | None = None  # a gappy log: its span, busy time and idle gaps (prefixscan.cost.rate)
+    busy_note: str | None = None  # a gappy log: its span, busy time and idle gaps (prefixscan.sim.rate)
     busy_rps: float | None = None  # a gappy log: requests / busy time
 
 

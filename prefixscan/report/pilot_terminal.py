@@ -1,4 +1,4 @@
-"""Terminal rendering of the analyze summary's `pilot` section (prefixscan.pilot): TTFT, end-to-end
+"""Terminal rendering of the analyze summary's `pilot` section (prefixscan.pilot.latency): TTFT, end-to-end
 latency and queue wait by warm / partial / cold request, and input tokens by model and replica."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _classes(c: dict[str, int] | None) -> str:
 
 
 def render_prediction(p: dict[str, Any], by_class: dict[str, Any], every: dict[str, Any], console: Console) -> None:
-    """Prefixscan's prediction next to the engine's outcome (prefixscan.pilot_prediction)."""
+    """Prefixscan's prediction next to the engine's outcome (prefixscan.pilot.prediction)."""
     pr, rt, me, gap = p["predicted"], p.get("as_routed"), p["measured"], p["gap"]
     sides = [("predicted (ideal cache)", pr), *([("as routed (ideal per replica)", rt)] if rt else []),
              ("measured (engine)", me)]

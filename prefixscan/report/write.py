@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from prefixscan.errors import UsageError
-from prefixscan.io.atomic import env_error, write_text
-from prefixscan.io.run import Run
-from prefixscan.io.rundir import extending
 from prefixscan.report import html, markdown
 from prefixscan.report.assemble import build, figure_dir
 from prefixscan.report.figures import render_all
+from prefixscan.run.atomic import env_error, write_text
+from prefixscan.run.load import Run
+from prefixscan.run.rundir import extending
 
 
 def scenario_options(**scenario: Any) -> Any | None:
@@ -50,7 +50,7 @@ def write_report(
     dtype, kv_blocks, ...); without any, the saved estimate.json is reused. Returns the written paths by
     kind ("md", "html", "figures"). Same run directory and options give byte-identical files. With
     `compare_to` (an earlier run, say before a template change) the report gains a before/after section.
-    `run_dir` may be a `Run` (prefixscan.io.run), which brings the simulation it was opened with;
+    `run_dir` may be a `Run` (prefixscan.run.load), which brings the simulation it was opened with;
     `simulation` names the stored simulation to report (`simulate --name`; default: the Run's, else
     `default`, else the most recent).
     """
@@ -85,8 +85,8 @@ def write_report(
             written["md"] = write_text(out / "report.md", markdown.render(data, figures, fdir.name))
         if "html" in formats:
             written["html"] = write_text(out / "report.html", html.render(data, figures))
-    from prefixscan.io.modes import apply_mode
-    from prefixscan.io.rundir import run_mode
+    from prefixscan.run.modes import apply_mode
+    from prefixscan.run.rundir import run_mode
 
     fig = written.get("figures")
     apply_mode(out, run_mode(run_dir), [*written.values(), *(fig.glob("*.svg") if fig else [])])

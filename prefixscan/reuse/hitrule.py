@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from prefixscan.hashing import hit_cap_tokens, is_trace_rule
+from prefixscan.encode.hashing import hit_cap_tokens, is_trace_rule
 
 cap_tokens = njit(cache=True, nogil=True)(hit_cap_tokens)
 

@@ -19,7 +19,7 @@ import numpy as np
 import xxhash
 from numba import njit
 
-from prefixscan.dense import DenseTable, SeenSet
+from prefixscan.encode.dense import DenseTable, SeenSet
 from prefixscan.reuse.hitrule import hit_tokens_array
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from prefixscan.dense import dense_ids
-from prefixscan.hashing import is_trace_rule
+from prefixscan.encode.dense import dense_ids
+from prefixscan.encode.hashing import is_trace_rule
 from prefixscan.reuse.hitrule import cap_blocks, cap_tokens
 
 HEAD, TAIL, HIT_TOK, HIT_BLK, DUPS, OVERSIZED = range(6)

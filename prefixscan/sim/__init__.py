@@ -61,8 +61,8 @@ class SimResult:
 
     def save(self, run_path: str | os.PathLike[str], name: str = "default") -> Path:
         """Write the sim tables into a run directory under `name` (replacing only a simulation of that
-        name; prefixscan.io.simstore) and record the config in its manifest. Returns where the tables are."""
-        from prefixscan.io.simstore import save
+        name; prefixscan.run.simstore) and record the config in its manifest. Returns where the tables are."""
+        from prefixscan.run.simstore import save
 
         info = {"config": self.config, "workload": self.info, "policies": self.policies}
         return save(run_path, self.tables, info, name)
@@ -70,7 +70,7 @@ class SimResult:
     @classmethod
     def load(cls, run_path: str | os.PathLike[str], name: str | None = None) -> SimResult:
         """Re-open a saved simulation (`name`; default: `default`, else the most recent) for re-rendering."""
-        from prefixscan.io.run import load_run
+        from prefixscan.run.load import load_run
 
         run = load_run(run_path, simulation=name)
         sec = run.manifest.get("simulate")
@@ -111,7 +111,7 @@ def serving_model(cfg: SimConfig) -> ServingModel:
 def _table_and_manifest(run_or_table: Any) -> tuple[pa.Table, dict[str, Any]]:
     if isinstance(run_or_table, pa.Table):
         return run_or_table, {}
-    from prefixscan.io.run import Run, load_run
+    from prefixscan.run.load import Run, load_run
 
     run = run_or_table if isinstance(run_or_table, Run) else load_run(run_or_table)
     return run.table("requests"), run.manifest

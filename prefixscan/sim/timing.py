@@ -89,7 +89,7 @@ def from_coeffs(coeffs: tuple[float, ...]) -> PrefillModel:
 
 def _cost_api():  # lazy import so the simulator works while prefixscan.cost evolves
     try:
-        from prefixscan.cost import flops, gpus, models
+        from prefixscan.hardware import flops, gpus, models
     except ImportError as exc:  # pragma: no cover - depends on the tree
         raise UsageError(
             f"the cost catalogue (prefixscan.cost) is not available ({exc}); pass --prefill-model preble "
@@ -124,7 +124,7 @@ def kv_capacity_blocks(
     tensor_parallel: int = 1,
     gpu_memory_utilization: float = 0.9,
 ) -> int:
-    """KV blocks one replica holds after weights (prefixscan.cost.flops.kv_capacity_tokens / block)."""
+    """KV blocks one replica holds after weights (prefixscan.hardware.flops.kv_capacity_tokens / block)."""
     flops, gpus, models = _cost_api()
     spec, g = models.get_model(model), gpus.get_gpu(gpu)
     tokens = flops.kv_capacity_tokens(

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from prefixscan.encode.hashing import HIT_RULES
 from prefixscan.errors import UsageError
-from prefixscan.hashing import HIT_RULES
 from prefixscan.reuse.hitrule import cap_tokens_array, hit_tokens_array
 
 REQUIRED = ("seq", "request_id", "arrival_s", "prompt_tokens", "block_hashes")
@@ -110,7 +110,7 @@ def build_workload(
     if n:
         arrival = arrival - arrival[0]
     if target_rps is not None and n > 1 and arrival[-1] > 0:
-        from prefixscan.cost.rate import activity
+        from prefixscan.sim.rate import activity
 
         # compress (or stretch) so the busy periods run at the target rate (idle gaps do not dilute it)
         busy = arrival[-1] * activity(arrival).busy_fraction
@@ -142,7 +142,7 @@ def build_workload(
     if isolate_tenants and len(flat):
         per_block = np.repeat(tenant.astype(np.int64) + 2, np.diff(offsets)).astype(np.uint64)
         flat = _mix(flat, per_block)
-    from prefixscan.dense import dense_ids
+    from prefixscan.encode.dense import dense_ids
 
     blocks, n_unique = dense_ids(flat)
     block_keys = np.zeros(n_unique, dtype=np.uint64)

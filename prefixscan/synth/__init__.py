@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from prefixscan.io.atomic import refuse_existing, replacing
+from prefixscan.run.atomic import refuse_existing, replacing
 from prefixscan.synth.breakers import REGISTRY, BreakerKind, register
 from prefixscan.synth.config import FORMATS, SynthConfig, parse_breakers, parse_scenarios
 from prefixscan.synth.engine import Engine
@@ -105,7 +105,7 @@ def write(config: SynthConfig, path: str, fmt: str = "jsonl", truth_path: str | 
     result = SynthResult(path=path, truth_path=truth_path, format=fmt)
     # Generation allocates millions of short-lived acyclic objects; frequent cyclic GC passes over the
     # long-lived prefix trie cost ~10 % of the run, so `_write_all` collects less often while writing.
-    # Both files are written under temporary names and renamed when complete (io/atomic.py); not flushed
+    # Both files are written under temporary names and renamed when complete (run/atomic.py); not flushed
     # to disk first: a synthetic log is cheap to make again, and bench logs are gigabytes.
     if not force:
         for target in (path, truth_path):

@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from prefixscan.hashing import hit_tokens
+from prefixscan.encode.hashing import hit_tokens
 
 
 def _requests(offsets: np.ndarray, hashes: np.ndarray) -> list[list[int]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prefixscan.hashing import hit_tokens
+from prefixscan.encode.hashing import hit_tokens
 
 
 def _common_blocks(a: Sequence[int], b: Sequence[int]) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from prefixscan.reuse.capacity import Prepared, prepare
+from prefixscan.reuse.capacity.lru import Prepared, prepare
 from prefixscan.reuse.fenwick import _renumber, lru_tree_slots
 
 

@@ -182,7 +182,7 @@ def request_shape(n_listed: int, prompt_tokens: int, block_size: int, rule: str)
     itself, and every listed block within the prompt's ceil(n/B) blocks may hit (the trace's own
     accounting; the cap only matters for records whose length disagrees with their listing).
     """
-    from prefixscan.hashing import hit_cap_tokens, is_trace_rule  # the rule's one home, not a second copy
+    from prefixscan.encode.hashing import hit_cap_tokens, is_trace_rule  # the rule's one home, not a second copy
 
     n = max(prompt_tokens, 0)
     total = max(n_listed, -(-n // block_size))
@@ -198,7 +198,7 @@ def pool_hits_ref(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nda
     recent: what the pool would hold had it been just big enough for the request and then shrunk from
     the head of the free queue.
     """
-    from prefixscan.hashing import hit_tokens
+    from prefixscan.encode.hashing import hit_tokens
 
     pool = ReferencePool(max(num_blocks, 1))
     out = np.zeros(len(offsets) - 1, np.int64)

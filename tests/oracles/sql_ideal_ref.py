@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from prefixscan.distributed.reuse_sql import ideal_result, reuse_of_requests
 from prefixscan.reuse.ideal import NO_SCOPE, IdealResult
+from prefixscan.reuse.sql import ideal_result, reuse_of_requests
 
 
 def dense_ids(flat: np.ndarray) -> tuple[np.ndarray, int]:

@@ -1,5 +1,5 @@
 """The pilot's outcome (issue 31): latency by warm, partial and cold request, and input tokens by model and
-replica, from the run's `pilot` table (written by analyze when the log carries latency; prefixscan.pilot)."""
+replica, from the run's `pilot` table (written by analyze when the log carries latency; prefixscan.pilot.latency)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The pilot by routing decision (issue 31): queue wait, requests that left a warm candidate, and the router's
 predicted against the engine's actual cached tokens, from the `pilot` table's decision rows
-(prefixscan.pilot_decisions)."""
+(prefixscan.pilot.decisions)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Prediction next to outcome (issue 31): prefixscan's ideal cache (and, when the run holds one, the chosen
 simulation's or estimate's policy) against what the engine did, from the pilot table's prediction rows and
-the summary's `pilot.prediction` (prefixscan.pilot_prediction)."""
+the summary's `pilot.prediction` (prefixscan.pilot.prediction)."""
 
 from __future__ import annotations
 

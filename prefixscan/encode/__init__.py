@@ -1,0 +1,1 @@
+"""Encoding records: chat rendering, tokenising with a memo, chained block hashes, dense ids, workers."""

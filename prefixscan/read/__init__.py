@@ -1,0 +1,1 @@
+"""Reading logs: sources, file formats, record shapes, fields and timestamps -> normalised records and rejects."""

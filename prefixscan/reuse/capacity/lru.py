@@ -1,0 +1,346 @@
+"""Hit rate of one KV cache as a function of its capacity: LRU for every capacity in one pass, plus OPT.
+
+An operator sizing KV memory wants the whole curve, not one simulation per guess. LRU has the inclusion
+property (a bigger cache always holds what a smaller one holds), so one pass computing each block's
+*stack distance* gives the hit for every capacity at once (Mattson, Gecsei, Slutz and Traiger, "Evaluation
+techniques for storage hierarchies", IBM Systems Journal 9(2), 1970). Distances are counted with a Fenwick
+tree over virtual access times, renumbered when full so that it needs O(distinct) slots. The optimal
+reference is Belady's farthest-next-use rule (Belady, "A study of replacement algorithms for a
+virtual-storage computer", IBM Systems Journal 5(2), 1966) with bypass: a block is not cached when nothing
+cached is needed strictly later than it. It is computed per capacity point. Semantics, proofs and
+measured numbers are in `docs/capacity.md`; the slow references these are tested against are in
+`tests/oracles/` (`capacity_ref.py`, and `lru_stack.py`, the one-pass LRU stack with its block histogram).
+The kernels are resumable (state carried in arrays), so that
+`capacity_stream.CapacityStream` runs them over a log fed in chunks, in bounded memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+from numba import njit, prange
+
+from prefixscan.encode.dense import dense_ids
+from prefixscan.reuse.capacity.optbound import opt_ideal_capacity
+from prefixscan.reuse.capacity.table import (  # the table and weights, shared with the streamed and sampled curves
+    TARGET_FRACTIONS,
+    block_weights,
+    curve_table,
+    resolve_capacities,
+)
+from prefixscan.reuse.pool import hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
+from prefixscan.reuse.pool_fast import lru_pool_curves, merged
+
+
+class Prepared(NamedTuple):
+    """A request sequence reduced to what the kernels need (built once, shared by LRU and OPT)."""
+
+    offsets: np.ndarray  # int64, n_requests + 1
+    ids: np.ndarray  # int32 dense block ids (first-seen order), one per listed block
+    weights: np.ndarray  # int64 tokens each block adds to its request's hit when it matches
+    n_distinct: int
+    total_prompt_tokens: int
+
+
+def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
+            rule: str, ids: tuple[np.ndarray, int] | None = None, weights: bool = True) -> Prepared:
+    """Validate the CSR input and remap uint64 hashes to dense ids so kernels index plain arrays (and,
+    unless `weights` is False, make every listed block's weight: 8 bytes per listed block)."""
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+        raise ValueError("offsets must be non-decreasing CSR offsets starting at 0")
+    if len(prompt_tokens) != len(offsets) - 1:
+        raise ValueError(f"{len(prompt_tokens)} prompt lengths for {len(offsets) - 1} requests")
+    if len(hashes) != offsets[-1]:
+        raise ValueError(f"offsets end at {offsets[-1]} but there are {len(hashes)} hashes")
+    # A compiled hash table numbers blocks in first-seen order (deterministic, no sort).
+    ids_, n_distinct = ids if ids is not None else dense_ids(hashes)
+    w = block_weights(offsets, prompt_tokens, block_size, rule) if weights else np.zeros(0, np.int64)
+    return Prepared(offsets, ids_, w, n_distinct, int(prompt_tokens.sum()))
+
+
+# ---------------------------------------------------------------- OPT (Belady with bypass), per capacity
+
+
+@njit(cache=True, nogil=True)
+def _next_keys(offsets, ids, upcoming, r0, width, out):  # pragma: no cover - compiled
+    """Next-use keys of one run of requests (the first is request r0), scanning backwards; resumable:
+    `upcoming` (the next listing seen so far per block, `never` at first) carries to the run before."""
+    for r in range(len(offsets) - 2, -1, -1):
+        a = offsets[r]
+        b = offsets[r + 1]
+        for p in range(a, b):
+            out[p] = upcoming[ids[p]]
+        for p in range(b - 1, a - 1, -1):  # backwards, so a block listed twice keeps its first position
+            upcoming[ids[p]] = (r0 + r) * width + (p - a)
+
+
+def next_keys(prep: Prepared, width: int) -> np.ndarray:
+    """For each listed block, when it is next listed: request * width + position in that request, where
+    `width` exceeds every request's length; n_requests * width = never. One integer orders next uses by
+    request, then by position, which is the eviction order of the optimal cache."""
+    out = np.empty(len(prep.ids), np.int64)
+    upcoming = np.full(prep.n_distinct, (len(prep.offsets) - 1) * width, np.int64)
+    _next_keys(prep.offsets, prep.ids, upcoming, 0, width, out)
+    return out
+
+
+@njit(cache=True)
+def _sift_down(hk, hb, n, i):  # pragma: no cover - compiled
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            return
+        if c + 1 < n and hk[c + 1] > hk[c]:
+            c += 1
+        if hk[c] <= hk[i]:
+            return
+        hk[i], hk[c] = hk[c], hk[i]
+        hb[i], hb[c] = hb[c], hb[i]
+        i = c
+
+
+@njit(cache=True)
+def _sift_up(hk, hb, i, k, bid):  # pragma: no cover - compiled
+    """Place (k, bid) at the free slot i and move it up. Kept tiny so it inlines into the kernel."""
+    while i > 0:
+        par = (i - 1) // 2
+        if hk[par] >= k:
+            break
+        hk[i] = hk[par]
+        hb[i] = hb[par]
+        i = par
+    hk[i] = k
+    hb[i] = bid
+
+
+@njit(cache=True)
+def _heap_pop(hk, hb, hn):  # pragma: no cover - compiled
+    """Drop the top entry; returns the new size."""
+    hn -= 1
+    hk[0] = hk[hn]
+    hb[0] = hb[hn]
+    _sift_down(hk, hb, hn, 0)
+    return hn
+
+
+@njit(cache=True)
+def _compact(hk, hb, hn, key):  # pragma: no cover - compiled
+    """Keep only live entries and re-heapify; returns the new size. Live: key[b] == k, or -2 - k while the
+    kernel marks the blocks it has just pushed. At most one per resident block, so at most the capacity:
+    compacting when the arrays are full means they never need to grow."""
+    m = 0
+    for q in range(hn):
+        kb = key[hb[q]]
+        if kb == hk[q] or kb == -2 - hk[q]:
+            hk[m] = hk[q]
+            hb[m] = hb[q]
+            m += 1
+    for q in range(m // 2 - 1, -1, -1):
+        _sift_down(hk, hb, m, q)
+    return m
+
+
+@njit(cache=True)
+def _evict_later(hk, hb, hn, key, limit):  # pragma: no cover - compiled
+    """Evict the resident block with the largest key if that key is >= `limit` (next use strictly later
+    than the incoming block's). Returns (evicted, heap size). Blocks of the running request have no live
+    entry (they are pushed when it ends), so they are never victims."""
+    while hn > 0:
+        k0 = hk[0]
+        b0 = hb[0]
+        if key[b0] == k0 and k0 < limit:
+            return False, hn
+        hn = _heap_pop(hk, hb, hn)
+        if key[b0] == k0:
+            key[b0] = -1
+            return True, hn
+    return False, hn
+
+
+@njit(cache=True, nogil=True)
+def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  # pragma: no cover - compiled
+    """Run the optimal cache with bypass holding `cap` blocks (docs/capacity.md) over one run of requests;
+    resumable: key, the heap (hk, hb) and st = [heap size, resident, dead, hit tokens, hit blocks] carry
+    the state to the next run. `never` is (all requests) x width.
+
+    key[b] = the block's next-use key (`next_keys`) while resident, -1 when absent. A lazy max-heap holds
+    (key, block) entries; stale ones (key[b] differs) are skipped when popped, and it is compacted when
+    full (at most one live entry per resident block, so it never grows). While a request runs, its
+    resident blocks have no live entry (their keys change at its start), which is what keeps them from
+    being victims; they are pushed when it ends. Blocks never used again are not pushed: they only count
+    in `dead`, are always the first victims, and which of them goes changes nothing (none is listed
+    again). Live keys are distinct (request and position), so the victim never depends on the heap's
+    layout. The per-block work is inline on purpose: a non-inlined call per block, with its array
+    arguments, cost more than the heap work (about 2x at large capacities).
+    """
+    hcap = len(hk)
+    hn = st[0]
+    size = st[1]
+    dead = st[2]
+    tok = st[3]
+    blk = st[4]
+    for r in range(len(offsets) - 1):
+        a = offsets[r]
+        b = offsets[r + 1]
+        for p in range(a, b):  # hits are decided before any admission
+            if key[ids[p]] < 0:
+                break
+            tok += weights[p]
+            blk += 1
+        for p in range(a, b):  # resident blocks of the request get their new next use
+            if key[ids[p]] >= 0:
+                key[ids[p]] = nk[p]
+        for p in range(a, b):  # admit in order until one is refused: each admitted block's parent is resident
+            if key[ids[p]] >= 0:
+                continue
+            if size >= cap:
+                if nk[p] >= never:
+                    break  # nothing resident is used strictly later than never
+                if dead > 0:
+                    dead -= 1
+                else:
+                    ok, hn = _evict_later(hk, hb, hn, key, (nk[p] // width + 1) * width)
+                    if not ok:
+                        break
+                size -= 1
+            key[ids[p]] = nk[p]
+            size += 1
+        for p in range(a, b):  # push each resident block once; -2 - key marks "pushed" for repeated ids
+            k = key[ids[p]]
+            if k >= never:
+                key[ids[p]] = -1
+                dead += 1
+            elif k >= 0:
+                if hn == hcap:
+                    hn = _compact(hk, hb, hn, key)
+                _sift_up(hk, hb, hn, k, ids[p])
+                hn += 1
+                key[ids[p]] = -2 - k
+        for p in range(a, b):
+            if key[ids[p]] < -1:
+                key[ids[p]] = -2 - key[ids[p]]
+    st[0] = hn
+    st[1] = size
+    st[2] = dead
+    st[3] = tok
+    st[4] = blk
+
+
+def opt_heap_slots(cap: int, total_blocks: int, slack: float = 1.0) -> int:
+    """Heap entries for capacity `cap`: live entries are at most `cap`, so cap x (1 + slack) + 64 slots
+    compact at most every slack x cap pushes; more than every listed block plus 64 is never needed."""
+    return int(min(cap + int(slack * cap) + 64, total_blocks + 64))
+
+
+@njit(cache=True, nogil=True)
+def _opt_one(offsets, ids, weights, nk, n_distinct, cap, width):  # pragma: no cover - compiled
+    """(hit tokens, hit blocks) of the optimal cache with bypass holding `cap` blocks, in one run."""
+    n_req = len(offsets) - 1
+    hcap = min(2 * cap + 64, offsets[n_req] + 64)  # opt_heap_slots(cap, total, 1.0)
+    st = np.zeros(5, np.int64)
+    key = np.full(n_distinct, -1, np.int64)
+    _opt_chunk(offsets, ids, weights, nk, key, np.empty(hcap, np.int64), np.empty(hcap, np.int32), st, cap,
+               width, n_req * width)
+    return st[3], st[4]
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def _opt_many(offsets, ids, weights, nk, n_distinct, caps, width):  # pragma: no cover - compiled
+    tok = np.zeros(len(caps), np.int64)
+    blk = np.zeros(len(caps), np.int64)
+    for c in prange(len(caps)):
+        tok[c], blk[c] = _opt_one(offsets, ids, weights, nk, n_distinct, caps[c], width)
+    return tok, blk
+
+
+def opt_hits(prep: Prepared, capacities_blocks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(hit tokens, hit blocks) of the optimal cache (Belady with bypass, prefix-closed) at each capacity
+    in blocks, capacities in parallel threads."""
+    caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
+    if len(caps) == 0 or len(prep.ids) == 0:
+        return np.zeros(len(caps), np.int64), np.zeros(len(caps), np.int64)
+    width = int(np.diff(prep.offsets).max()) + 1
+    nk = next_keys(prep, width)
+    if len(prep.ids) * len(caps) < 1 << 16:  # small: starting the parallel threads costs more than the work
+        hits = [_opt_one(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, c, width) for c in caps]
+        return np.array([h[0] for h in hits], np.int64), np.array([h[1] for h in hits], np.int64)
+    return _opt_many(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, caps, width)
+
+
+# ---------------------------------------------------------------- the curve (its table: capacity_table)
+
+
+def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
+                   rule: str, capacities_tokens: Sequence[int] | None = None, opt: bool = True,
+                   ids: tuple[np.ndarray, int] | None = None, sample: float | None = None) -> pa.Table:
+    """Token-weighted hit rate of one cache per capacity: vLLM's block pool (the `lru_*` columns, exact,
+    `pool.py`), OPT with bypass, infinite.
+
+    Requests are taken in the given (analysis) order, one at a time. A capacity in tokens is a pool of
+    N = floor(tokens / block_size) blocks, block 0 of which is vLLM's null block; OPT gets the same N - 1
+    blocks. Without `capacities_tokens`, a log-spaced grid up to the working set is used. With
+    `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
+    `capacity_stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
+    With `sample` (a rate below 1), the `lru_*` columns are estimated (`capacity_sampled`), OPT is null.
+    """
+    if sample is not None and sample < 1.0:  # the sampler makes its weights chunk by chunk
+        from prefixscan.reuse.capacity.sampled import sampled_capacity_curve
+
+        prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids, weights=False)
+        return sampled_capacity_curve(prep.offsets, prep.ids, prep.n_distinct, prompt_tokens, block_size, rule,
+                                      sample, capacities_tokens)
+    prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
+    prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
+    cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
+    # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the
+    # pool at every size where its histogram is exact (`pool_fast`); other sizes are simulated.
+    keyed, fast = lru_pool_curves(prep.offsets, prep.ids, prep.weights, prep.n_distinct, prompts, block_size, rule)
+    ideal = int(keyed[-1])
+
+    def simulate(sizes: Sequence[int]) -> np.ndarray:
+        return pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule, sizes)[0]
+
+    def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
+        return merged(fast, simulate, sizes)
+
+    pool_tok = evaluate(cap_blk)
+    opt_tok = None
+    if opt:
+        # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate.
+        # and from L blocks on (`capacity_optbound`) it provably loses no hit either.
+        held = np.maximum(cap_blk - 1, 0)
+        small = held < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct)
+        opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
+        opt_tok[small] = opt_hits(prep, held[small])[0]
+    never = occupied_blocks(prep.offsets, prompts, block_size) + 1
+    targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, block_size, target_guesses(keyed))
+    return curve_table(cap_tok, cap_blk, pool_tok, ideal, prep.total_prompt_tokens, opt_tok, targets)
+
+
+def target_guesses(keyed: np.ndarray) -> list[int]:
+    """Where the pool should reach each target fraction: one block past the keyed LRU curve's crossing
+    (the pool's null block holds nothing), which it follows closely."""
+    ideal = int(keyed[-1])
+    return [int(np.searchsorted(keyed, hit_target(f, ideal), side="left")) + 1 for f in TARGET_FRACTIONS]
+
+
+def pool_size_targets(evaluate: Callable[[Sequence[int]], Sequence[int] | np.ndarray], cap_blk: np.ndarray,
+                      pool_tok: np.ndarray, ideal: int, never_evicts: int, block_size: int,
+                      guesses: list[int] | None = None) -> dict[str, int | None]:
+    """The smallest pool (tokens) whose hit reaches 50% and 90% of the ideal hit, searched between the
+    grid points (`pool.smallest_pools`), kept as table metadata for the summary. `guesses`: pool sizes
+    to try first (`target_guesses`)."""
+    names = [f"lru_tokens_for_{int(f * 100)}pct_of_ideal" for f in TARGET_FRACTIONS]
+    if ideal <= 0:
+        return dict.fromkeys(names)
+    goals = [hit_target(f, ideal) for f in TARGET_FRACTIONS]
+    brackets = [target_brackets(cap_blk, pool_tok, g, never_evicts) for g in goals]
+    sizes = smallest_pools(evaluate, goals, brackets, guesses)
+    return {name: n * block_size for name, n in zip(names, sizes, strict=True)}

@@ -1,0 +1,1 @@
+"""The run directory: its files, manifest, lock, atomic writes and named simulations (docs/run-directory.md)."""
