@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 help:  ## list targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml setup.py prefixscan/_encode_core.c  # the install compiles the encode core
+$(STAMP): pyproject.toml setup.py prefixscan/encode/_core.c  # the install compiles the encode core
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,ray]'

@@ -1,6 +1,6 @@
 """Build hooks; everything else about the build is in pyproject.toml.
 
-- The compiled per-request encode core (prefixscan/_encode_core.c), built with the machine's C compiler at
+- The compiled per-request encode core (prefixscan/encode/_core.c), built with the machine's C compiler at
   install. Optional: where it cannot build, the install goes on and prefixscan runs its pure-Python path,
   with the same output (prefixscan/encode/core.py).
 - The canned SQL lives in the top-level `queries/` folder and ships inside the wheel as package data,
@@ -28,5 +28,5 @@ class BuildPyWithQueries(build_py):
 
 
 setup(cmdclass={"build_py": BuildPyWithQueries},
-      ext_modules=[Extension("prefixscan._encode_core", ["prefixscan/_encode_core.c"], optional=True,
+      ext_modules=[Extension("prefixscan.encode._core", ["prefixscan/encode/_core.c"], optional=True,
                              extra_compile_args=["-O2"])])

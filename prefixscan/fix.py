@@ -19,9 +19,9 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.detect.findings import fixable
 from prefixscan.detect.reader import NO_TEXT, UNSEARCHED
 from prefixscan.detect.rewrite import apply_ops
-from prefixscan.encode.render import content_text
 from prefixscan.errors import InputError, UsageError
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.read.content import content_text
 from prefixscan.read.fixmap import prompt_map
 from prefixscan.read.otel import expand_otlp
 from prefixscan.read.promptmap import Unmappable

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # polars is imported where used: the CLI imports this module for `scrub_argv`
     import polars as pl
 
+    from prefixscan.config import AnalyzeConfig
+
 DEFAULT_SNIPPET_K = 5
 TENANT_KEY_ENV = "PREFIXSCAN_TENANT_KEY"
 _KEY_OPTION = re.compile(r"(--tenant-key)(=|\s+)('[^']*'|\S+)")
@@ -118,3 +120,13 @@ def scrub_argv(argv: list[str]) -> list[str]:
 def scrub_command_line(command_line: str) -> str:
     """A joined command line with any `--tenant-key` value masked (the CLI scrubs its argv first)."""
     return _KEY_OPTION.sub(r"\1\2***", command_line)
+
+
+def identity_hasher(cfg: AnalyzeConfig) -> Callable[[str | None], str | None] | None:
+    """The keyed hash `--hash-tenants` applies to tenant and user names (None: names are kept). The run
+    resolves its key once (`pipeline.run.run_analysis`), so every chunk and the findings hash alike."""
+    if not cfg.hash_tenants:
+        return None
+    if not cfg.tenant_key:
+        raise ValueError("hash_tenants needs the run's tenant_key (resolved by run_analysis)")
+    return tenant_hasher(cfg.tenant_key)

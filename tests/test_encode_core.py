@@ -1,4 +1,4 @@
-"""The compiled per-request encode core (`prefixscan/_encode_core.c`) equals the pure-Python reference.
+"""The compiled per-request encode core (`prefixscan/encode/_core.c`) equals the pure-Python reference.
 
 Both paths run on the same adversarial input: ChatML rendering of odd messages, the block chain on any ids,
 block size and root, and multi-turn streams (edits, truncations, copies, colliding conversation ids,
@@ -192,9 +192,9 @@ def test_tables_are_the_same_bytes_compiled_or_pure(tmp_path) -> None:
 def test_pure_path_without_the_extension(how) -> None:
     """PREFIXSCAN_PURE=1, an extension that cannot be imported (not built), or one built from other sources
     (an older calling convention): the pure path, same hashes."""
-    block = {"env": "", "missing": "import sys; sys.modules['prefixscan._encode_core'] = None; ",
-             "stale": "import sys, types; old = types.ModuleType('prefixscan._encode_core'); old.API = 0; "
-                      "sys.modules['prefixscan._encode_core'] = old; "}[how]
+    block = {"env": "", "missing": "import sys; sys.modules['prefixscan.encode._core'] = None; ",
+             "stale": "import sys, types; old = types.ModuleType('prefixscan.encode._core'); old.API = 0; "
+                      "sys.modules['prefixscan.encode._core'] = old; "}[how]
     code = (block + "import numpy as np; from prefixscan import encode_core; from prefixscan.encode.hashing import "
             "block_hashes; print(encode_core.core() is None, encode_core.describe(), "
             "block_hashes(np.arange(40, dtype=np.uint32), 16, 7).tolist())")

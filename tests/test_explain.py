@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import prefixscan
 from prefixscan.cli.app import app
-from prefixscan.encode.render import content_text
+from prefixscan.read.content import content_text
 from prefixscan.reuse.explain import Explainer
 from tests.conftest import ROOT
 

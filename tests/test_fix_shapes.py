@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
-from prefixscan.encode.render import content_text
 from prefixscan.fix import FixResult, fix_logs
+from prefixscan.read.content import content_text
 from prefixscan.read.fixmap import prompt_map
 from prefixscan.read.readers import read_source
 from prefixscan.read.shapes import normalise

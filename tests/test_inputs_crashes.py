@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from prefixscan.cli.app import app
 from prefixscan.config import AnalyzeConfig
-from prefixscan.encode.render import json_text
 from prefixscan.pipeline.run import run_analysis
+from prefixscan.read.content import json_text
 from prefixscan.read.media import media_identifier
 from tests.conftest import chat, write_jsonl
 

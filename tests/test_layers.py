@@ -155,3 +155,44 @@ def test_no_import_cycle() -> None:
     gone = ALLOWED - found
     assert not new, "import cycles (move the shared piece down a layer):\n" + _show(new)
     assert not gone, "these cycles are broken: delete them from ALLOWED in tests/test_layers.py:\n" + _show(gone)
+
+
+# The package's layers, bottom first: a module imports only from its own layer or the ones below it. The
+# folders follow the data (read -> encode -> reuse -> findings -> sim -> cost -> report), with the run
+# directory under them and the command line on top (docs/architecture.md). Names are the part of a module's
+# dotted name after `prefixscan.`; a name missing here fails the test, so a new folder gets a place.
+LAYERS: list[set[str]] = [
+    {"version", "errors", "config", "schema", "memory", "startup", "affixes", "redact", "privacy"},
+    {"run"},
+    {"read"},
+    {"encode"},
+    {"hardware"},
+    {"reuse"},
+    {"detect"},
+    {"pilot"},
+    {"sim"},
+    {"cost"},
+    {"evidence"},
+    {"compare"},
+    {"report"},
+    {"query"},
+    {"pipeline"},
+    {"fix", "synth"},
+    {""},  # the package itself: `prefixscan.analyze` and the public names
+    {"cli"},
+    {"__main__"},
+]
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module}: its folder {top!r} has no layer in tests/test_layers.py LAYERS")
+
+
+def test_imports_point_down() -> None:
+    """Every import (lazy ones included) goes to the importer's own layer or one below it."""
+    up = sorted(f"{a} -> {b}" for a, targets in import_graph().items() for b in targets if _layer(b) > _layer(a))
+    assert not up, "imports that point up a layer (move the shared piece down):\n  " + "\n  ".join(up)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan import analyze
-from prefixscan.encode.render import content_text
+from prefixscan.read.content import content_text
 from prefixscan.read.media import media_identifier, placeholder
 from tests.conftest import write_jsonl
 

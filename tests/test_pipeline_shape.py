@@ -20,7 +20,7 @@ def test_every_module_imports() -> None:
     assert "prefixscan.pipeline.run" in names
     for name in names:
         importlib.import_module(name)
-    for gone in ("analysis", "stream", "ingest", "encode", "requests_frame", "tracecols"):
+    for gone in ("analysis", "stream", "ingest", "requests_frame", "tracecols", "io", "distributed"):
         assert f"prefixscan.{gone}" not in names  # replaced by prefixscan.pipeline
 
 

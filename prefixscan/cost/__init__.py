@@ -1,4 +1,5 @@
-"""Cost model: model and GPU catalogues, prefill FLOPs, KV capacity, and the `estimate` computation.
+"""Cost model: the `estimate` computation, with the model and GPU catalogues, prefill FLOPs and KV capacity
+(`prefixscan.hardware`) re-exported.
 
 The names below are loaded from their modules on first use, so the CLI's help (which lists the model and
 GPU catalogues) does not import the estimator.
@@ -10,21 +11,23 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "EstimateOptions": "options", "estimate": "estimator",
-    "kv_capacity_tokens": "flops", "prefill_flops": "flops", "prefill_seconds": "flops",
-    "GpuSpec": "gpus", "get_gpu": "gpus", "list_gpus": "gpus",
-    "ModelSpec": "models", "get_model": "models", "list_models": "models", "load_hf_config": "models",
-    "EstimateResult": "result", "Scenario": "result", "SensitivityRow": "result", "Workload": "result",
-    "load_estimate": "saved", "save_estimate": "saved",
-    "ScenarioSpec": "scenario",
-    "Verdict": "verdict",
+    "EstimateOptions": "cost.options", "estimate": "cost.estimator",
+    "kv_capacity_tokens": "hardware.flops", "prefill_flops": "hardware.flops", "prefill_seconds": "hardware.flops",
+    "GpuSpec": "hardware.gpus", "get_gpu": "hardware.gpus", "list_gpus": "hardware.gpus",
+    "ModelSpec": "hardware.models", "get_model": "hardware.models", "list_models": "hardware.models",
+    "load_hf_config": "hardware.models",
+    "EstimateResult": "cost.result", "Scenario": "cost.result", "SensitivityRow": "cost.result",
+    "Workload": "cost.result",
+    "load_estimate": "cost.saved", "save_estimate": "cost.saved",
+    "ScenarioSpec": "cost.scenario",
+    "Verdict": "cost.verdict",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    value = getattr(importlib.import_module(f"prefixscan.{_WHERE[name]}"), name)
     globals()[name] = value
     return value
 

@@ -140,7 +140,7 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
         out = req.column("output_tokens")
         if out.null_count < n:
             output = float(pc.mean(pc.cast(out, "float64")).as_py())
-    from prefixscan.sim.workload import REQUIRED
+    from prefixscan.schema import REPLAY_COLUMNS as REQUIRED
 
     lacking = [c for c in REQUIRED if c not in req.column_names]
     return MeasuredWorkload(

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from prefixscan.detect.findings import Finding, fix_sentence
-from prefixscan.encode.render import content_text
+from prefixscan.read.content import content_text
 from prefixscan.read.fixmap import prompt_map
 from prefixscan.read.promptmap import Unmappable
 from prefixscan.read.readers import RawError, read_source

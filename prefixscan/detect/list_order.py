@@ -23,7 +23,7 @@ import numpy as np
 import xxhash
 
 from prefixscan.detect.normalisation import MAX_CHARS
-from prefixscan.encode.render import is_text_part
+from prefixscan.read.media import is_text_part
 
 KIND = "list_order"
 MIN_ITEMS = 3

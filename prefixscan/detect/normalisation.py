@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import orjson
 import xxhash
 
-from prefixscan.encode.render import content_text
+from prefixscan.read.content import content_text
 
 MAX_CHARS = 32_000  # leading characters of each early message that detectors look at
 BIG = 48  # units at least this long identify content (family anchors, resync points)

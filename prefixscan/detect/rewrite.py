@@ -5,7 +5,7 @@ end of the last user message (after the stable section); normalisers change byte
 reorder restores the order in which the same retrieved chunks or tools were first seen. Only the
 counterfactual uses `replace` (unifying template versions), because choosing a version is the team's call.
 
-Offsets are into a message's text (`render.content_text`: a list of text parts counts as its parts joined),
+Offsets are into a message's text (`read.content.content_text`: a list of text parts counts as its parts joined),
 in the normalised message list of `prefixscan.read.shapes.normalise`; `fix` writes the result back into each
 record's own fields through `prefixscan.read.shapes.prompt_map`. A new operation kind only has to change
 message texts (or the tool list) here: the mapping back to every shape is shared.
@@ -30,7 +30,7 @@ import xxhash
 
 from prefixscan.detect.list_order import apply_list_op
 from prefixscan.detect.normalisation import NORMALISERS, _sorted_json, early_messages, paragraph_hash, paragraphs
-from prefixscan.encode.render import content_text
+from prefixscan.read.content import content_text
 
 Op = tuple
 

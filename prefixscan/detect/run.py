@@ -13,7 +13,7 @@ from prefixscan.detect import FindingsResult, finalize
 from prefixscan.detect.counterfactual import Blocks
 from prefixscan.detect.fieldpath import locate_fields
 from prefixscan.detect.shown import guard_findings
-from prefixscan.pipeline.frame import identity_hasher
+from prefixscan.privacy import identity_hasher
 from prefixscan.reuse.ideal import ideal_reuse, scope_salts
 
 

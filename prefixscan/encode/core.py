@@ -1,4 +1,4 @@
-"""Which per-request encode core runs: the compiled one (`_encode_core.c`, built at install) or the pure-Python
+"""Which per-request encode core runs: the compiled one (`_core.c`, built at install) or the pure-Python
 reference it must equal.
 
 The compiled core runs the loops of segment planning, the conversation resume, assembly, the block chain and
@@ -15,10 +15,10 @@ import os
 from types import ModuleType
 
 try:  # by name: a compiled leaf that imports nothing of the package (the static import graph sees .py files)
-    _compiled: ModuleType | None = importlib.import_module("prefixscan._encode_core")
+    _compiled: ModuleType | None = importlib.import_module("prefixscan.encode._core")
 except ImportError:  # not built (no compiler at install, or a source tree never built): pure Python
     _compiled = None
-API = 1  # the calling convention this Python expects (`API` in _encode_core.c)
+API = 1  # the calling convention this Python expects (`API` in _core.c)
 if _compiled is not None and getattr(_compiled, "API", None) != API:  # a stale build: rebuild to use it
     _compiled = None
 

@@ -28,9 +28,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from prefixscan.config import AnalyzeConfig
+from prefixscan.encode.encoder import Hashed, RecordEncoder, pin_hash
 from prefixscan.encode.ray_check import require_ray
-from prefixscan.encode.ray_records import AnalyzeConfig, Hashed, RecordEncoder, Source, pin_hash, text_records
+from prefixscan.encode.ray_records import text_records
 from prefixscan.errors import EnvError, PrefixscanError
+from prefixscan.read.sources import Source
 
 ENCODED_SCHEMA = pa.schema([
     pa.field("file", pa.int32(), nullable=False),

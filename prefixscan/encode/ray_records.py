@@ -1,38 +1,16 @@
-"""The one seam between the distributed engine and the local pipeline's stages.
-
-Everything `prefixscan.distributed` uses from the read and encode stages and the requests frame is
-imported here and nowhere else in this package (from `prefixscan.pipeline`), so moving those stages is a
-change to this file alone. The driver-side names (`ingest`, `Batch`, `Ingested`) load on first use: an
-encode actor imports only the readers and the encoder (0.5 s), not the pipeline with polars and numba (2 s).
-"""
+"""The records of one input file that a Ray encode actor encodes: read and normalised as the pipeline's
+read stage does, text only. An actor imports only the readers and the encoder (0.5 s), not the pipeline
+with polars and numba (2 s)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.encode.encoder import Hashed, RecordEncoder, Rejected, pin_hash
-from prefixscan.encode.vllm_hash import has_lora_path
 from prefixscan.read.readers import RawError, read_source
 from prefixscan.read.shapes import Record, RecordError, detect, normalise
 from prefixscan.read.sources import Source
-
-if TYPE_CHECKING:
-    from prefixscan.pipeline.encode import Batch, Ingested, ingest  # noqa: F401 - loaded by __getattr__
-
-__all__ = ["AnalyzeConfig", "Hashed", "Record", "RecordEncoder", "Rejected", "Source", "has_lora_path", "pin_hash",
-           "text_records"]  # and, on first use, Batch, Ingested, ingest
-
-
-def __getattr__(name: str) -> Any:
-    """`ingest`, `Batch`, `Ingested` from the pipeline's encode stage, imported when first asked for."""
-    if name in ("ingest", "Batch", "Ingested"):
-        from prefixscan.pipeline import encode
-
-        return getattr(encode, name)
-    raise AttributeError(name)
-
 
 HASHED_SHAPES = ("mooncake", "bailian")  # records that arrive hashed: nothing to encode
 

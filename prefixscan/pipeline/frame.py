@@ -15,22 +15,12 @@ import polars as pl
 import pyarrow as pa
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.privacy import tenant_hasher
+from prefixscan.privacy import identity_hasher
 from prefixscan.read.latency import COLUMNS as LATENCY_COLS
 from prefixscan.read.trace_columns import permute_csr
 from prefixscan.schema import REQUESTS_SCHEMA
 
 STRING_COLS = ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category")
-
-
-def identity_hasher(cfg: AnalyzeConfig) -> Callable[[str | None], str | None] | None:
-    """The keyed hash `--hash-tenants` applies to tenant and user names (None: names are kept). The run
-    resolves its key once (`analysis.run_analysis`), so every chunk and the findings hash alike."""
-    if not cfg.hash_tenants:
-        return None
-    if not cfg.tenant_key:
-        raise ValueError("hash_tenants needs the run's tenant_key (resolved by run_analysis)")
-    return tenant_hasher(cfg.tenant_key)
 
 
 def _hash_names(frame: pl.DataFrame, digest: Callable[[str | None], str | None]) -> pl.DataFrame:

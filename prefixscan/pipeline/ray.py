@@ -29,19 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from prefixscan.config import AnalyzeConfig
+from prefixscan.encode.encoder import Hashed, RecordEncoder, Rejected
 from prefixscan.encode.ray import encode_on_ray
-from prefixscan.encode.ray_records import (
-    AnalyzeConfig,
-    Batch,
-    Hashed,
-    Ingested,
-    Record,
-    RecordEncoder,
-    Rejected,
-    Source,
-    has_lora_path,
-    ingest,
-)
+from prefixscan.encode.vllm_hash import has_lora_path
+from prefixscan.pipeline.encode import Batch, Ingested, ingest
+from prefixscan.read.record import Record
+from prefixscan.read.sources import Source
 
 ROWS_PER_BATCH = 4096  # encodings per partition file held by the driver at a time
 

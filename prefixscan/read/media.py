@@ -5,7 +5,7 @@ it into the extra keys of the blocks its placeholder tokens overlap, so two prom
 and different images never share a block after the first image. prefixscan cannot decode media the way
 the model's processor does, nor know how many placeholder tokens an item expands to (that depends on
 the processor and the image size), so it renders each item as a short placeholder that carries its own
-content identifier (`render.content_text`): equal media give equal text, different media diverge there.
+content identifier (`read.content.content_text`): equal media give equal text, different media diverge there.
 
 The identifier is xxh3-128 of the media bytes (base64 data and data URLs decoded), or of the URL or file
 id when the log holds no bytes. Only the identifier enters prompts and outputs; media bytes and URLs never do.

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from prefixscan.encode.render import content_text, json_text
 from prefixscan.read import latency
 from prefixscan.read.anthropic import anthropic_to_chat, is_anthropic
+from prefixscan.read.content import content_text, json_text
 from prefixscan.read.ecosystem import ShapeError
 from prefixscan.read.fieldplan import FieldPlans, Plan
 from prefixscan.read.fielduse import CONVERTED_KEYS, TRACE_UNITS, FieldUse
@@ -144,7 +144,7 @@ def _str_or_none(value: Any, name: str = "a field") -> str | None:
 def json_checked(value: Any, what: str) -> Any:
     """A value later stages write as JSON (tools, a message with tool calls or parts): as is when orjson can
     write it; values JSON has no type for (bytes, decimals from Parquet) become JSON values by the
-    renderer's own rule (`render.json_default`); nested deeper than orjson writes (about 250 levels),
+    renderer's own rule (`read.content.json_default`); nested deeper than orjson writes (about 250 levels),
     a `wrong_type` reject here rather than a crash in whichever stage writes it first."""
     try:
         orjson.dumps(value)

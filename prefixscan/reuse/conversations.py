@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from prefixscan.encode.render import content_text
+from prefixscan.read.content import content_text
 
 MAX_ENTRIES = 4_000_000
 PREFIX = "inferred:"

@@ -18,8 +18,8 @@ import numpy as np
 import xxhash
 
 from prefixscan.encode.hashing import counted_hit_blocks
-from prefixscan.encode.render import content_text
 from prefixscan.errors import UsageError
+from prefixscan.read.content import content_text
 from prefixscan.run.load import load_run
 
 CONTEXT = 40  # characters either side of a divergence shown with include_text

@@ -122,24 +122,24 @@ def _same_kind(want: pa.DataType, got: pa.DataType) -> bool:
     if pa.types.is_null(got):
         return True  # a column that is null throughout
     if pa.types.is_list(want):
-        return (pa.types.is_list(got) or pa.types.is_large_list(got)) and pa.types.is_integer(got.value_type)
+        return bool((pa.types.is_list(got) or pa.types.is_large_list(got)) and pa.types.is_integer(got.value_type))
     if pa.types.is_integer(want):
-        return pa.types.is_integer(got)
+        return bool(pa.types.is_integer(got))
     if pa.types.is_floating(want):
-        return pa.types.is_floating(got) or pa.types.is_integer(got)
+        return bool(pa.types.is_floating(got) or pa.types.is_integer(got))
     if pa.types.is_string(want):
-        return pa.types.is_string(got) or pa.types.is_large_string(got) or (
-            pa.types.is_dictionary(got) and pa.types.is_string(got.value_type))
+        return bool(pa.types.is_string(got) or pa.types.is_large_string(got) or (
+            pa.types.is_dictionary(got) and pa.types.is_string(got.value_type)))
     if pa.types.is_boolean(want):
-        return pa.types.is_boolean(got)
+        return bool(pa.types.is_boolean(got))
     return True
 
 
 def check_requests_schema(schema: pa.Schema, path: Path, run: str | os.PathLike[str]) -> None:
     """A requests table every reader can use: the columns a replay needs, and each known column of its
     documented kind (prefixscan.schema); anything else is a damaged run (RunDirError, exit 5)."""
+    from prefixscan.schema import REPLAY_COLUMNS as REQUIRED
     from prefixscan.schema import REQUESTS_SCHEMA
-    from prefixscan.sim.workload import REQUIRED
 
     lacking = [c for c in REQUIRED if c not in schema.names]
     if lacking:

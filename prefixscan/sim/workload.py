@@ -18,8 +18,9 @@ import xxhash
 from prefixscan.encode.hashing import HIT_RULES
 from prefixscan.errors import UsageError
 from prefixscan.reuse.hitrule import cap_tokens_array, hit_tokens_array
+from prefixscan.schema import REPLAY_COLUMNS
 
-REQUIRED = ("seq", "request_id", "arrival_s", "prompt_tokens", "block_hashes")
+REQUIRED = REPLAY_COLUMNS
 
 
 @dataclass

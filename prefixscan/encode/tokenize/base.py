@@ -12,8 +12,8 @@ import xxhash
 
 from prefixscan.encode import core as encode_core
 from prefixscan.encode.hashing import BytesLRU
-from prefixscan.encode.render import content_text
 from prefixscan.encode.tokenize.cuts import CutRule
+from prefixscan.read.content import content_text
 from prefixscan.read.shapes import Record, RecordError
 
 EMPTY = np.zeros(0, dtype=np.uint32)

@@ -562,10 +562,10 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_encode_core", "Compiled per-request encode core.", -1,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_core", "Compiled per-request encode core.", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__encode_core(void) {
+PyMODINIT_FUNC PyInit__core(void) {
     s_move_to_end = PyUnicode_InternFromString("move_to_end");
     if (s_move_to_end == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
