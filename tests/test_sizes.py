@@ -26,8 +26,6 @@ MODULES: dict[str, int] = {
 
 # Functions over the limit today ("path:qualified name" -> lines). Only shrink.
 FUNCTIONS: dict[str, int] = {
-    "prefixscan/cli/analyze.py:register": 141,
-    "prefixscan/cli/analyze.py:register.analyze": 138,
 }
 
 

@@ -7,8 +7,10 @@ import sys
 
 import typer
 
+from prefixscan.cli.analyze_options import PrivacyOptions, ScaleOptions
 from prefixscan.cli.choices import FIELDS, GRANULARITIES, ORDERS, RECORD_FORMATS, one_of
 from prefixscan.cli.common import handle_errors, show_progress, stderr_console
+from prefixscan.cli.groups import config_fields, grouped
 from prefixscan.privacy import scrub_argv
 
 
@@ -78,6 +80,7 @@ def _print(result, evidence, json_out: bool, quiet: bool) -> None:  # AnalysisRe
 def register(app: typer.Typer) -> None:
     @app.command(no_args_is_help=True)
     @handle_errors
+    @grouped
     def analyze(
         logs: list[str] = typer.Argument(..., help="Log files, directories or globs (JSONL, JSON arrays, gzip, zstd, "
                                                    "Parquet; docs/inputs.md)."),
@@ -122,49 +125,8 @@ def register(app: typer.Typer) -> None:
             help="Estimate the capacity curve's LRU columns from a SHARDS sample of RATE of the blocks (e.g. "
                  "0.01), the hottest blocks exact, with a band from 3 salts; OPT is skipped. Default: exact, "
                  "sampled at 0.01 above 500M listed blocks; 1 forces exact."),
-        hash_tenants: bool = typer.Option(False, "--hash-tenants",
-                                          help="Replace tenant and user names by keyed hashes (HMAC-SHA256 "
-                                               "under --tenant-key, else a random key per run)."),
-        tenant_key: str = typer.Option(None, "--tenant-key", envvar="PREFIXSCAN_TENANT_KEY", show_envvar=True,
-                                       help="Key of --hash-tenants, to get the same hashes in every run (prefer "
-                                            "the environment variable: a command line is visible to others). "
-                                            "Never written to the run."),
-        include_text: bool = typer.Option(False, "--include-text",
-                                          help="Show prompt text in snippets and examples even when fewer than "
-                                               "--snippet-k independent sources share it (off by default)."),
-        snippet_k: int = typer.Option(5, "--snippet-k", min=1,
-                                      help="Show a text (redacted) only when at least this many independent "
-                                           "sources share it (distinct users; else tenants and surroundings; "
-                                           "never one conversation twice); otherwise a hash and a length."),
-        stream: bool | None = typer.Option(
-            None, "--stream/--in-memory",
-            help="Stream the log to the run directory (memory grows with distinct blocks, not with the log) "
-                 "or hold it in memory (faster on small logs). Default: stream with -o when the input is "
-                 "256 MiB or more, or with --reuse sql."),
-        workers: int = typer.Option(
-            None, "--workers", min=0,
-            help="Processes that render, tokenise and hash text prompts beside the main one (0: all in the "
-                 "main process). Default: one per spare core, at most one per 64 MiB of input (none below)."),
-        engine: str = typer.Option(
-            "local", "--engine", metavar="local|ray",
-            help="local: this machine; ray: render, tokenise and hash on a Ray cluster (pip install "
-                 "'prefixscan[ray]'; --workers N encode actors), then the local path, streamed as it does; "
-                 "same tables (docs/scale.md)."),
-        ray_address: str = typer.Option(
-            None, "--ray-address", help="The Ray cluster for --engine ray (e.g. ray://head:10001 or auto); "
-                                        "default: a local cluster of this machine's cores."),
-        reuse: str = typer.Option(
-            "scan", "--reuse", metavar="scan|sql",
-            help="scan: the compiled reuse scan (its state grows with distinct blocks); sql: the reuse SQL run "
-                 "once over the whole log in DuckDB, out of core within --reuse-memory-limit; same tables "
-                 "(docs/scale.md)."),
-        reuse_memory_limit: str = typer.Option(
-            "1GB", "--reuse-memory-limit", metavar="SIZE",
-            help="DuckDB's memory limit for --reuse sql (e.g. 256MB, 4GB); past it, it spills to disk."),
-        reuse_temp_dir: str = typer.Option(
-            None, "--reuse-temp-dir", metavar="DIR",
-            help="Where --reuse sql spills (an existing, writable directory); default: inside the run's work "
-                 "folder."),
+        privacy: PrivacyOptions = ...,  # type: ignore[assignment]  # each group: its options (cli/groups.py)
+        scale: ScaleOptions = ...,  # type: ignore[assignment]
         no_findings: bool = typer.Option(False, "--no-findings",
                                          help="Skip cache-breaker findings (dynamic fields, normalisation drift)."),
         metrics: list[str] = typer.Option(
@@ -198,11 +160,9 @@ def register(app: typer.Typer) -> None:
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict, hash=hash,
             hash_seed=hash_seed, lora_paths=_parse_lora_paths(lora_path),
             capacities=_parse_capacities(capacities), capacity_sample=_parse_sample(capacity_sample),
-            hash_tenants=hash_tenants, tenant_key=tenant_key,
-            include_text=include_text, snippet_k=snippet_k,
+            **config_fields(privacy), **config_fields(scale),
             quiet=quiet, findings=not no_findings, infer_conversations=not no_infer_conversations,
-            streaming=stream, workers=workers, order=order, engine=engine, ray_address=ray_address,
-            reuse=reuse, reuse_memory_limit=reuse_memory_limit, reuse_temp_dir=reuse_temp_dir, decisions=decisions,
+            order=order, decisions=decisions,
             command_line="prefixscan " + shlex.join(scrub_argv(sys.argv[1:])),
         )
         from prefixscan.pipeline.outcome import check_evidence
@@ -213,7 +173,7 @@ def register(app: typer.Typer) -> None:
         start_encode_workers(cfg)  # their start-up overlaps the imports below
         from prefixscan import startup
 
-        if engine != "ray":  # Ray and its workers may use pandas: leave pyarrow's view of it alone
+        if scale.engine != "ray":  # Ray and its workers may use pandas: leave pyarrow's view of it alone
             startup.skip_pandas_probe()
         _run(cfg, metrics, kv_events, json_out, quiet)
 
