@@ -21,7 +21,7 @@ import prefixscan.detect.content as content_mod
 import prefixscan.detect.detector as detector_mod
 from prefixscan.detect import Detector
 from prefixscan.detect.pieces import Units, joined
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 from prefixscan.synth import REGISTRY, SynthConfig, write
 from prefixscan.synth.drift import DRIFT_KINDS
 from tests.conftest import ROOT, write_jsonl

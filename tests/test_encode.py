@@ -24,7 +24,7 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.encode.hashing import ChainCache, block_hashes
 from prefixscan.errors import RejectError, UsageError
 from prefixscan.pipeline.run import run_analysis
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 from tests.conftest import ROOT, chat, write_jsonl
 
 

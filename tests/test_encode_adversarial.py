@@ -20,7 +20,7 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.encode.encoder import Hashed, RecordEncoder, root_of
 from prefixscan.encode.hashing import block_hashes
 from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 from tests import test_tokenize_exact as tx
 
 WORDS = ["hello", " world", "\n\n", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "", "x" * 30, "é", "😀",

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from prefixscan.read import shapes
 from prefixscan.read.fieldplan import FieldPlans
-from prefixscan.read.shapes import FIELD_CANDIDATES, _lookup, _lookup_ref
+from prefixscan.read.record import FIELD_CANDIDATES
+from prefixscan.read.shapes import _lookup, _lookup_ref
 
 # Keys that candidates start with, plus a few no candidate uses; values that are null, scalars, nested
 # objects (dotted paths walk them) and JSON strings (get_path parses them on the way).

@@ -119,7 +119,7 @@ def test_rewriter_keeps_label_and_value() -> None:
        pick=st.integers(0, 7), user=st.text(max_size=40))
 def test_move_keeps_every_line_and_detector_never_fails(lines: list[str], pick: int, user: str) -> None:
     from prefixscan.detect.detector import Detector
-    from prefixscan.read.shapes import Record
+    from prefixscan.read.record import Record
 
     text = "\n".join(lines) + "\n"
     starts = [0]

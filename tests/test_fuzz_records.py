@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.pipeline.run import run_analysis
-from prefixscan.read.shapes import FIELD_CANDIDATES
+from prefixscan.read.record import FIELD_CANDIDATES
 
 MSGS = [{"role": "system", "content": "You are a helpful assistant. " * 4},
         {"role": "user", "content": "How do I reset my password?"}]
@@ -191,7 +191,8 @@ def test_every_extreme_in_every_field_of_every_shape_is_a_record_error() -> None
     """The whole grid, record by record (no analysis): detecting the shape and normalising the record
     either succeed or raise RecordError, whatever one field holds; and the same for the file's first
     record, whose shape decides the file's."""
-    from prefixscan.read.shapes import RecordError, detect, normalise
+    from prefixscan.read.record import RecordError
+    from prefixscan.read.shapes import detect, normalise
 
     inner = {"openai-batch": ("body",), "gateway": ("request", "response"), "otel": ("attributes",),
              "anthropic": ("usage",), "responses": ("usage",)}

@@ -13,7 +13,7 @@ import prefixscan
 from prefixscan.encode.tokenize import load_tokenizer
 from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST
 from prefixscan.errors import TokenizerError, UsageError
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 from tests.conftest import write_jsonl
 
 CHATML = (

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from prefixscan.encode.tokenize import load_tokenizer
 from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST, TokenizerStats
 from prefixscan.encode.tokenize.cuts import CL100K_PATS, GPT2_PATS, O200K_PAT, CutRule, rule_for_pattern
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 from tests import tokenizer_zoo as zoo
 
 ATOMS = [

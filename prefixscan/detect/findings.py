@@ -122,12 +122,6 @@ def finding_requests_table(findings: list[Finding]) -> pa.Table:
     return pa.Table.from_pydict(rows, schema=FINDING_REQUESTS_SCHEMA)
 
 
-def from_rows(rows: list[dict[str, Any]]) -> list[Finding]:
-    """Findings read back from a run directory's table."""
-    names = {f.name for f in FINDINGS_SCHEMA} - {"category", "tokens_lost_per_request"}
-    return [Finding(**{k: r.get(k) for k in names}) for r in rows]  # type: ignore[arg-type]  # columns as stored
-
-
 FIELD_KINDS_MOVABLE = ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
                        "random_token", "pattern_free")
 

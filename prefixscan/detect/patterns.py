@@ -217,11 +217,3 @@ def classify(label: str, value: str, numbers_increase: bool = False) -> str | No
     if by_label == "user_name" and (NAME_RE.match(value.strip()) or len(value.split()) <= 4):
         return "user_name"
     return None
-
-
-def field_line_pattern(line: str) -> str | None:
-    """Kind of a line that *looks* like a dynamic field on its own (used before any variation is seen)."""
-    lv = split_label(line)
-    if not lv.label:
-        return None
-    return classify(lv.label, lv.value)

@@ -20,7 +20,7 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.encode.hashing import BytesLRU, ChainCache, namespace_hash
 from prefixscan.encode.tokenize.base import conversation_key
 from prefixscan.encode.vllm_hash import RequestKeys, has_lora_path, hasher_for, request_keys
-from prefixscan.read.shapes import Record, RecordError
+from prefixscan.read.record import Record, RecordError
 
 POOL_MIN_BYTES = 64 << 20  # below this much input the workers' start-up (~1-2 s) costs more than they save
 

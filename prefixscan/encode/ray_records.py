@@ -9,7 +9,8 @@ from typing import Any
 
 from prefixscan.config import AnalyzeConfig
 from prefixscan.read.readers import RawError, read_source
-from prefixscan.read.shapes import Record, RecordError, detect, normalise
+from prefixscan.read.record import Record, RecordError
+from prefixscan.read.shapes import detect, normalise
 from prefixscan.read.sources import Source
 
 HASHED_SHAPES = ("mooncake", "bailian")  # records that arrive hashed: nothing to encode

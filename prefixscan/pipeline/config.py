@@ -16,7 +16,8 @@ from prefixscan.encode import ray_check
 from prefixscan.encode.vllm_hash import check_hash_options
 from prefixscan.errors import UsageError
 from prefixscan.read.latency import conflicting
-from prefixscan.read.shapes import FIELDS, FORMATS, RecordError, detect
+from prefixscan.read.record import RecordError
+from prefixscan.read.shapes import FIELDS, FORMATS, detect
 from prefixscan.read.sources import Source
 
 BATCH = 512  # records per encode call in this process

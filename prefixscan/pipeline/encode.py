@@ -33,7 +33,7 @@ from prefixscan.pipeline import config as pc
 from prefixscan.pipeline.encode_pool import DEPTH, EncodePool
 from prefixscan.pipeline.read import CHUNK_END, Reader, Reject, TraceChunk, trace_mixer
 from prefixscan.read.content import content_text
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 from prefixscan.read.sources import Source, expand
 from prefixscan.read.trace_columns import TraceColumns
 

@@ -28,7 +28,7 @@ from prefixscan.encode.encoder import (
 from prefixscan.errors import InputError
 from prefixscan.pipeline.encode_wire import Packer, Receiver
 from prefixscan.pipeline.encode_workers import DEPTH, Spawned, claim
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 
 # Before the pool has measured anything, this process's own CPU per record (reading, columns, detector,
 # reuse) is taken as PRIOR_MAIN_COST times a worker's per record encoded (12k real-text chat log of bench

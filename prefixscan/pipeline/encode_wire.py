@@ -14,7 +14,7 @@ import numpy as np
 
 from prefixscan.encode.hashing import BytesLRU
 from prefixscan.encode.tokenize.base import SegmentMemo
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 
 INTERN_BYTES = 32 << 20  # message text each worker keeps for `Packer` (characters)
 INTERN_MIN = 64  # shorter texts are sent as they are

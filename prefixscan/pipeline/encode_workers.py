@@ -21,7 +21,7 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.encode.encoder import Hashed, RecordEncoder, pool_threads, rewrite_hashes, shared_chain_cache
 from prefixscan.encode.hashing import BytesLRU
 from prefixscan.pipeline.encode_wire import Shipper, Unpacker
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 
 DEPTH = 2  # batches in flight per direction and worker: bounds memory, keeps both processes busy
 

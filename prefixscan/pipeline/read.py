@@ -21,14 +21,8 @@ from prefixscan.errors import InputError
 from prefixscan.pipeline import config as pc
 from prefixscan.read.fielduse import TRACE_UNITS, FieldUse
 from prefixscan.read.readers import Position, RawError, layout, parse_line, read_jsonl, read_source
-from prefixscan.read.shapes import (
-    CLOCKLESS,
-    Record,
-    RecordError,
-    detect,
-    missing_timestamp,
-    normalise,
-)
+from prefixscan.read.record import Record, RecordError
+from prefixscan.read.shapes import CLOCKLESS, detect, missing_timestamp, normalise
 from prefixscan.read.sources import Source
 from prefixscan.redact import reject_detail
 

@@ -199,14 +199,6 @@ def walk(inputs: list[str] | tuple[str, ...], list_remote: bool = False) -> Walk
     return w
 
 
-def skipped_in(inputs: list[str] | tuple[str, ...]) -> list[str]:
-    """Files a directory walk passes over (no known log suffix), so the summary can list them."""
-    try:
-        return walk(inputs).skipped
-    except InputError:
-        return []
-
-
 def walk_notes(inputs: list[str] | tuple[str, ...]) -> list[str]:
     """The summary's notes on what the walk over the inputs passed over (see `Walk.notes`)."""
     try:

@@ -13,7 +13,7 @@ from typing import Any, cast
 import numpy as np
 import polars as pl
 
-from prefixscan.read.shapes import Record
+from prefixscan.read.record import Record
 
 STRING_COLS = ("request_id", "tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica",
                "category")

@@ -94,9 +94,6 @@ class KVState:
         m = self.meta[r]
         return int(m[CAP] - m[USED] + m[NFREE])
 
-    def resident_count(self, r: int) -> int:
-        return int(self.res[r].sum())
-
 
 @njit(cache=True)
 def match_len(res, r, blocks):

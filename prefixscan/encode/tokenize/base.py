@@ -14,7 +14,7 @@ from prefixscan.encode import core as encode_core
 from prefixscan.encode.hashing import BytesLRU
 from prefixscan.encode.tokenize.cuts import CutRule
 from prefixscan.read.content import content_text
-from prefixscan.read.shapes import Record, RecordError
+from prefixscan.read.record import Record, RecordError
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 # Chat requests also tokenised directly at the start of a run. Not what makes the memo exact (its cuts are

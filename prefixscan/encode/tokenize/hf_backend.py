@@ -28,7 +28,7 @@ from prefixscan.encode.tokenize.base import (
 from prefixscan.encode.tokenize.cuts import CutRule, rule_for_hf
 from prefixscan.encode.tokenize.tiktoken_backend import token_array
 from prefixscan.errors import TokenizerError
-from prefixscan.read.shapes import Record, RecordError
+from prefixscan.read.record import Record, RecordError
 
 
 def _ids(x: Any) -> list[int]:

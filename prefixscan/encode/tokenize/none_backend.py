@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from prefixscan.encode.tokenize.base import Encoded, Tokenizer
-from prefixscan.read.shapes import Record, RecordError
+from prefixscan.read.record import Record, RecordError
 
 
 class NoneTokenizer(Tokenizer):

@@ -11,7 +11,7 @@ from prefixscan.encode.render import IM_END, IM_START, TEMPLATE_VERSION, render_
 from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, Tokenizer, conversation_key
 from prefixscan.encode.tokenize.cuts import rule_for_pattern
 from prefixscan.errors import TokenizerError
-from prefixscan.read.shapes import Record, RecordError
+from prefixscan.read.record import Record, RecordError
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
