@@ -195,8 +195,9 @@ def test_pure_path_without_the_extension(how) -> None:
     block = {"env": "", "missing": "import sys; sys.modules['prefixscan.encode._core'] = None; ",
              "stale": "import sys, types; old = types.ModuleType('prefixscan.encode._core'); old.API = 0; "
                       "sys.modules['prefixscan.encode._core'] = old; "}[how]
-    code = (block + "import numpy as np; from prefixscan import encode_core; from prefixscan.encode.hashing import "
-            "block_hashes; print(encode_core.core() is None, encode_core.describe(), "
+    code = (block + "import numpy as np; from prefixscan.encode import core as encode_core; "
+            "from prefixscan.encode.hashing import block_hashes; "
+            "print(encode_core.core() is None, encode_core.describe(), "
             "block_hashes(np.arange(40, dtype=np.uint32), 16, 7).tolist())")
     env = {"PYTHONPATH": str(ROOT), "PREFIXSCAN_PURE": "1" if how == "env" else "0"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
