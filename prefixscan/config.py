@@ -36,7 +36,7 @@ class AnalyzeConfig:
     findings: bool = True  # cache-breaker findings (docs/findings.md); --no-findings skips them
     order: str = "time"  # "time": the log's timestamps; "input": input order is time (one request a second)
     streaming: bool | None = None  # None: stream when writing a run directory at block granularity
-    engine: str = "local"  # "local" or "ray": encode on a Ray cluster, the rest locally (prefixscan.distributed)
+    engine: str = "local"  # "local" or "ray": encode on a Ray cluster, the rest locally (pipeline/ray.py)
     ray_address: str | None = None  # a Ray cluster to join (--engine ray); None: start one on this machine
     reuse: str = "scan"  # "scan": the compiled scan; "sql": the reuse SQL once over the log, in DuckDB, out of core
     reuse_memory_limit: str = "1GB"  # DuckDB's memory_limit for --reuse sql (it spills past it)

@@ -270,7 +270,7 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
             stream.feed(batch)
 
     try:
-        if cfg.engine == "ray":  # encoded on a Ray cluster, then this one-chunk path (prefixscan.distributed)
+        if cfg.engine == "ray":  # encoded on a Ray cluster, then this one-chunk path (pipeline/ray.py)
             from prefixscan.pipeline.ray import ray_ingest
 
             ing = ray_ingest(cfg, progress, sources, work, sink=feed)
