@@ -26,8 +26,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from prefixscan.config import AnalyzeConfig
+from prefixscan.encode.encoder import RecordEncoder
 from prefixscan.encode.ray import encode_on_ray, read_encoded
-from prefixscan.encode.ray_records import RecordEncoder, text_records
+from prefixscan.encode.ray_records import text_records
 from prefixscan.pipeline.run import run_analysis
 from prefixscan.read.sources import expand
 from prefixscan.reuse import sql as reuse_sql
