@@ -140,9 +140,9 @@ def measure_run(path: str | os.PathLike[str]) -> MeasuredWorkload:
         out = req.column("output_tokens")
         if out.null_count < n:
             output = float(pc.mean(pc.cast(out, "float64")).as_py())
-    from prefixscan.schema import REPLAY_COLUMNS as REQUIRED
+    from prefixscan.schema import REPLAY_COLUMNS
 
-    lacking = [c for c in REQUIRED if c not in req.column_names]
+    lacking = [c for c in REPLAY_COLUMNS if c not in req.column_names]
     return MeasuredWorkload(
         requests=n, span_s=span, rps=rps, context_tokens=sum_prompt / n,
         new_tokens=(sum_prompt - sum_cached) / n,

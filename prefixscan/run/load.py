@@ -138,10 +138,9 @@ def _same_kind(want: pa.DataType, got: pa.DataType) -> bool:
 def check_requests_schema(schema: pa.Schema, path: Path, run: str | os.PathLike[str]) -> None:
     """A requests table every reader can use: the columns a replay needs, and each known column of its
     documented kind (prefixscan.schema); anything else is a damaged run (RunDirError, exit 5)."""
-    from prefixscan.schema import REPLAY_COLUMNS as REQUIRED
-    from prefixscan.schema import REQUESTS_SCHEMA
+    from prefixscan.schema import REPLAY_COLUMNS, REQUESTS_SCHEMA
 
-    lacking = [c for c in REQUIRED if c not in schema.names]
+    lacking = [c for c in REPLAY_COLUMNS if c not in schema.names]
     if lacking:
         raise RunDirError(f"run directory damaged: {path} lacks column(s) {', '.join(lacking)} (not a requests "
                           f"table); {redo(run)}")

@@ -20,8 +20,6 @@ from prefixscan.errors import UsageError
 from prefixscan.reuse.hitrule import cap_tokens_array, hit_tokens_array
 from prefixscan.schema import REPLAY_COLUMNS
 
-REQUIRED = REPLAY_COLUMNS
-
 
 @dataclass
 class Workload:
@@ -93,7 +91,7 @@ def build_workload(
     warmup_s: float = 0.0,
 ) -> Workload:
     """Validate and flatten a requests table; apply salting, time compression and the warm-up window."""
-    missing = [c for c in REQUIRED if c not in table.column_names]
+    missing = [c for c in REPLAY_COLUMNS if c not in table.column_names]
     if missing:
         raise UsageError(f"requests table lacks column(s) {', '.join(missing)}; re-run `prefixscan analyze`")
     if hit_rule not in HIT_RULES:
