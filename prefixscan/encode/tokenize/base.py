@@ -379,3 +379,17 @@ class SegmentEncoder:
             size = toks.nbytes + (p.char_end[-1] if p.char_end else 0) + LAST_UNIT * len(lens)
             self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, p.char_end, toks, lens), size)
         return toks, lens
+
+
+def assemble_batch(seg: SegmentEncoder, records: list[Record], plans: list[Any],
+                   encode_one: Callable[[Record, Any], Encoded | RecordError]) -> list[Encoded | RecordError]:
+    """The last step of a backend's `encode_batch`, once every record is planned: tokenise the new units in
+    one call, then encode each record from its plan, a record's RecordError standing in its place."""
+    seg.run_pending()
+    out: list[Encoded | RecordError] = []
+    for r, plan in zip(records, plans, strict=True):
+        try:
+            out.append(encode_one(r, plan))
+        except RecordError as exc:
+            out.append(exc)
+    return out

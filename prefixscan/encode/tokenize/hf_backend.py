@@ -23,6 +23,7 @@ from prefixscan.encode.tokenize.base import (
     SegmentEncoder,
     SegmentMemo,
     Tokenizer,
+    assemble_batch,
     conversation_key,
 )
 from prefixscan.encode.tokenize.cuts import CutRule, rule_for_hf
@@ -204,14 +205,7 @@ class HFTokenizer(Tokenizer):
                     plans.append((text, self.seg.plan(self._pieces(text), conversation_key(r))))
                 except RecordError as exc:
                     plans.append(exc)
-        self.seg.run_pending()
-        out: list[Encoded | RecordError] = []
-        for r, p in zip(records, plans, strict=True):
-            try:
-                out.append(self._encode_one(r, p))
-            except RecordError as exc:
-                out.append(exc)
-        return out
+        return assemble_batch(self.seg, records, plans, self._encode_one)
 
     def _encode_one(self, r: Record, p: Any) -> Encoded | RecordError:
         if p is None:

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from prefixscan.encode.render import IM_END, IM_START, TEMPLATE_VERSION, render_chatml, rendered_text
-from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST, Encoded, SegmentEncoder, Tokenizer, conversation_key
+from prefixscan.encode.tokenize.base import (
+    SELF_CHECK_FIRST,
+    Encoded,
+    SegmentEncoder,
+    Tokenizer,
+    assemble_batch,
+    conversation_key,
+)
 from prefixscan.encode.tokenize.cuts import rule_for_pattern
 from prefixscan.errors import TokenizerError
 from prefixscan.read.record import Record, RecordError
@@ -115,14 +122,7 @@ class TiktokenTokenizer(Tokenizer):
                 plans.append((rr, self.seg.plan(list(rr.pieces), conversation_key(r))))
             else:
                 plans.append(None)
-        self.seg.run_pending()
-        out: list[Encoded | RecordError] = []
-        for r, item in zip(records, plans, strict=True):
-            try:
-                out.append(self._encode_one(r, item))
-            except RecordError as exc:
-                out.append(exc)
-        return out
+        return assemble_batch(self.seg, records, plans, self._encode_one)
 
     def _encode_one(self, r: Record, item: tuple[Any, Any] | None) -> Encoded:
         if item is None:
