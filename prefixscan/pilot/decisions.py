@@ -62,7 +62,7 @@ def _flags(d: pl.DataFrame, block: int) -> pl.DataFrame:
                    _prompt_known=pl.col("_prompt_known").fill_null(0))
     compared = pl.col("predicted_cached_tokens").is_not_null() & pl.col("_actual").is_not_null()
     return d.with_columns(_left=pl.col("_by_name") | pl.col("_by_candidates"), _compared=compared,
-                          _diverged=compared & ((pl.col("predicted_cached_tokens") - pl.col("_actual")).abs() > block))
+                          _diverged=compared & diverges(pl.col("predicted_cached_tokens") - pl.col("_actual"), block))
 
 
 def _row(g: pl.DataFrame, level: str, decision: str | None) -> dict[str, Any]:
@@ -84,6 +84,12 @@ def _divergence(row: dict[str, Any], over: pl.DataFrame, block: int) -> dict[str
     return {"compared": n, "diverged": k, "share": k / n if n else None, "predicted_above_actual": above,
             "actual_above_predicted": k - above, "block_tokens": block,
             "systematic": systematic(n, k)}
+
+
+def diverges(gap: Any, block: int) -> Any:
+    """One request diverges when predicted and actual cached tokens are more than one block apart (one home:
+    the router's prediction and prefixscan's use it); `gap` is a polars expression or a numpy array."""
+    return abs(gap) > block
 
 
 def systematic(compared: int, diverged: int) -> bool:

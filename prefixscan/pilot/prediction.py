@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from prefixscan.pilot.decisions import systematic
+from prefixscan.pilot.decisions import diverges, systematic
 from prefixscan.pilot.latency import CLASSES, COLUMNS, PILOT_SCHEMA, class_codes, class_frame, group_row, shown
 
 CAUSES = ("routing", "eviction", "unexplained", "engine_excess")
@@ -48,7 +48,7 @@ def _frame(requests: str | Path, misses: pa.Table | str | Path, block: int) -> p
     prompt = df["prompt_tokens"].to_numpy().astype(np.int64)
     lost = frame.select(LOST).fill_null(0).to_numpy().astype(np.int64).reshape(frame.height, len(LOST))
     gap = ideal - frame["actual_cached_tokens"].to_numpy().astype(np.int64)
-    cause = np.where(np.abs(gap) > block, lost.argmax(axis=1), -1)
+    cause = np.where(diverges(gap, block), lost.argmax(axis=1), -1)
     return frame.with_columns(pl.Series("_pclass", class_codes(ideal, prompt, block)),
                               pl.Series("_prompt", prompt), pl.Series("_cause", cause))
 
