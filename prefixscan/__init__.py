@@ -55,25 +55,20 @@ def analyze(*inputs: str, output: str | None = None, metrics: Sequence[str] = ()
 def simulate(run_dir: str, save: bool = True, name: str = "default", **options: Any) -> SimResult:
     """Replay a run through N replicas under routing policies; see `prefixscan.sim.simulate`.
 
-    Options are `SimConfig` fields (replicas=8, policies=("round_robin", ...), kv_blocks=...);
-    `timing_profile="vllm-cpu-tiny-llama"` (a built-in name or a JSON file) fills in the profile's prefill
-    coefficients and decode times unless given. With `save`, the sim tables are written into the run
-    directory under `name` as `prefixscan simulate --name` does.
+    Options are `SimConfig` fields (replicas=8, policies=("round_robin", ...), kv_blocks=...), read by
+    `SimConfig.from_options` as the CLI's are: `timing_profile="vllm-cpu-tiny-llama"` (a built-in name or a
+    JSON file) fills in the profile's prefill coefficients and decode times unless given, `event_delay_s > 0`
+    makes the router's knowledge "delayed" unless `knowledge` is given. With `save`, the sim tables are
+    written into the run directory under `name` as `prefixscan simulate --name` does.
     """
-    from prefixscan.sim import SimConfig
-    from prefixscan.sim import simulate as _simulate
-
-    if options.get("timing_profile") and not options.get("prefill_coeffs"):
-        from prefixscan.sim.timing import profile_options
-
-        options = {**profile_options(options["timing_profile"]), **{k: v for k, v in options.items()
-                                                                   if k != "timing_profile"}}
     import contextlib
 
     from prefixscan.run.rundir import extending
+    from prefixscan.sim import SimConfig
+    from prefixscan.sim import simulate as _simulate
 
     with extending(run_dir) if save else contextlib.nullcontext():  # the run's lock from replay to store
-        result = _simulate(run_dir, SimConfig(**options))
+        result = _simulate(run_dir, SimConfig.from_options(**options))
         if save:
             result.save(run_dir, name)
     return result

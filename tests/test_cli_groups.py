@@ -52,7 +52,7 @@ def test_every_replay_and_tier_option_sets_a_simconfig_field() -> None:
     sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
     cfg = {**ReplayOptions().sim_fields(None), **TierOptions().sim_fields()}
     assert set(cfg) <= sim_fields
-    assert SimConfig(**cfg) == SimConfig()  # the options' defaults are the config's defaults
+    assert SimConfig.from_options(**cfg) == SimConfig()  # the options' defaults are the config's defaults
     t = TierOptions(shared_latency_ms=2.0, host_kv_blocks="unbounded", prefill_replicas=3, decode_replicas=2)
     assert (t.sim_fields()["shared_latency_s"], t.sim_fields()["host_kv_blocks"], t.sim_fields()["replicas"]) == (
         0.002, -1, 3)

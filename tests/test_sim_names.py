@@ -200,3 +200,27 @@ def test_python_api_names_and_profile(tmp_path: Path) -> None:
     assert prefixscan.load_run(str(run), simulation="prof").manifest["simulate"]["config"]["tpot_s"] == 0.5
     with pytest.raises(Exception, match="no simulation named 'x'; simulations: prof"):
         prefixscan.load_run(str(run), simulation="x")
+
+
+def test_python_api_decides_as_the_cli(tmp_path: Path) -> None:
+    """The defaults and errors that follow from other options are SimConfig.from_options's, so
+    `prefixscan.simulate()` applies them as `prefixscan simulate` does (they once lived only in the CLI)."""
+    import prefixscan
+    from prefixscan.errors import UsageError
+    from prefixscan.sim.config import SimConfig
+
+    run = make_run(tmp_path / "run")
+    one = {"replicas": 1, "policies": ("round_robin",), "save": False}
+    assert prefixscan.simulate(str(run), event_delay_s=0.5, **one).config["knowledge"] == "delayed"
+    assert prefixscan.simulate(str(run), **one).config["knowledge"] == "exact"
+    assert SimConfig.from_options(event_delay_s=0.5, knowledge="exact").knowledge == "exact"  # given: kept
+    res = prefixscan.simulate(str(run), prefill_coeffs=(1.0, 0.1), **one)
+    assert res.config["prefill_model"] == "coeffs" and res.info["prefill_model"] == "user-coeffs"
+    both = "give --timing-profile or --prefill-coeffs, not both"
+    with pytest.raises(UsageError, match=f"^{both}$"):
+        prefixscan.simulate(str(run), timing_profile="vllm-cpu-tiny-llama", prefill_coeffs=(1.0,), **one)
+    r = runner.invoke(app, ["simulate", str(run), "--timing-profile", "vllm-cpu-tiny-llama", "--prefill-coeffs", "1",
+                            "-q"])
+    assert r.exit_code == 2 and both in r.output
+    with pytest.raises(UsageError, match="needs --timing-profile"):
+        SimConfig.from_options(prefill_model="profile")

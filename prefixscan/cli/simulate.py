@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
         aopts = logs.analyze_options()
         rate = one_rate(replay.rps, replay.target_rps, "--target-rps",
                         option_sources(("rps", "target_rps"), {"rps": replay.rps, "target_rps": replay.target_rps}))
-        cfg = SimConfig(**{**replay.sim_fields(rate), **tiers.sim_fields()})
+        cfg = SimConfig.from_options(**{**replay.sim_fields(rate), **tiers.sim_fields()})
         console = stderr_console(quiet)
         tmp: str | None = None
         run_path = inputs[0]

@@ -1,7 +1,8 @@
 """`prefixscan simulate`'s option groups (prefixscan.cli.groups), each option declared once with the
 SimConfig field it sets: the replay (fleet, engine, router, time) and the KV tiers below the GPU with
-prefill/decode disaggregation. Options whose value needs more than one field (--kv-blocks, the timing
-options, the replica events, the rate) are converted by the functions below."""
+prefill/decode disaggregation. Options whose value needs more than one field (--kv-blocks, the replica
+events, the rate) are converted by the functions below; the defaults that follow from other options (the
+router's knowledge, a timing profile's values) are SimConfig.from_options's."""
 
 from __future__ import annotations
 
@@ -91,39 +92,17 @@ def _ms_to_s(ms: float) -> float:
     return ms / 1000.0
 
 
-def timing(
-    prefill_model: str, prefill_coeffs: str | None, profile: str | None, tpot: float | None,
-    slowdown: float | None,
-) -> tuple[str, tuple[float, ...], float, float, str | None]:
-    """(prefill model, coefficients, tpot, decode slowdown, profile name) from the timing options (the
-    profile's values unless given; the defaults otherwise)."""
-    coeffs: tuple[float, ...] = ()
-    name = None
-    if profile and prefill_coeffs:
-        raise UsageError("give --timing-profile or --prefill-coeffs, not both")
-    if prefill_coeffs:
-        try:
-            coeffs = tuple(float(x) for x in prefill_coeffs.split(",") if x.strip())
-        except ValueError:
-            raise UsageError(f"--prefill-coeffs expects numbers a,b,c,d,e, got {prefill_coeffs!r}") from None
-        if prefill_model == "cost":
-            prefill_model = "coeffs"
-    if profile:
-        from prefixscan.sim.timing import load_profile
-
-        prof = load_profile(profile)
-        p, name = prof.prefill, prof.name
-        coeffs, prefill_model = (p.a, p.b_new, p.c_cached, p.d_new_cached, p.e_new2), "profile"
-        tpot = prof.tpot_s if tpot is None else tpot
-        slowdown = prof.decode_slowdown if slowdown is None else slowdown
-    elif prefill_model == "profile":
-        raise UsageError("--prefill-model profile needs --timing-profile FILE|NAME")
-    tpot = 0.02 if tpot is None else tpot
-    return prefill_model, coeffs, tpot, 0.004 if slowdown is None else slowdown, name
+def parse_coeffs(text: str | None) -> tuple[float, ...] | None:
+    """--prefill-coeffs a,b,c,d,e -> the numbers (None: not given)."""
+    if not text:
+        return None
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--prefill-coeffs expects numbers a,b,c,d,e, got {text!r}") from None
 
 
-_SEVERAL = frozenset({"kv_blocks", "prefill_model", "prefill_coeffs", "timing_profile", "tpot", "decode_slowdown",
-                      "knowledge", "restart", "add_replica", "remove_replica", "rps", "target_rps"})
+_SEVERAL = frozenset({"kv_blocks", "restart", "add_replica", "remove_replica", "rps", "target_rps"})
 
 
 @dataclass(frozen=True)
@@ -145,7 +124,7 @@ class ReplayOptions:
                         help="vllm (LRU free queue) or radix (SGLang; same order at block granularity).")
     prefill_model: str = opt("cost", "--prefill-model", metavar=one_of(PREFILL_MODELS),
                              help="Prefill time: cost (FLOPs), preble or coeffs.")
-    prefill_coeffs: str | None = opt(None, "--prefill-coeffs",
+    prefill_coeffs: str | None = opt(None, "--prefill-coeffs", convert=parse_coeffs,
                                      help="a,b,c,d,e: ms = a + b*new + c*cached + d*new*cached + e*new^2.")
     timing_profile: str | None = opt(
         None, "--timing-profile", metavar="FILE|NAME",
@@ -153,7 +132,7 @@ class ReplayOptions:
              "vllm-cpu-tiny-llama, fitted by `make calibrate`): its prefill coefficients and, unless "
              "--tpot/--decode-slowdown are given, its decode times.")
     mfu: float = opt(0.5, "--mfu", help="Prefill model-FLOPs utilisation (cost model).")
-    tpot: float | None = opt(None, "--tpot",
+    tpot: float | None = opt(None, "--tpot", to="tpot_s",
                              help="Seconds per output token at batch 1 (default 0.02, or the profile's).")
     decode_slowdown: float | None = opt(
         None, "--decode-slowdown",
@@ -191,14 +170,10 @@ class ReplayOptions:
                              help="Write the per-request sim_decisions table.")
 
     def sim_fields(self, rate: float | None) -> dict[str, Any]:
-        """The SimConfig fields these options set (`rate`: --rps or its old name, resolved by the caller)."""
-        prefill_model, coeffs, tpot, slowdown, profile = timing(self.prefill_model, self.prefill_coeffs,
-                                                                self.timing_profile, self.tpot, self.decode_slowdown)
+        """The SimConfig options these set, for `SimConfig.from_options` (`rate`: --rps or its old name,
+        resolved by the caller)."""
         kvb, unbounded = parse_kv_blocks(self.kv_blocks)
         return {**config_fields(self, _SEVERAL), "kv_blocks": kvb, "unbounded_kv": unbounded,
-                "prefill_model": prefill_model, "prefill_coeffs": coeffs, "timing_profile": profile, "tpot_s": tpot,
-                "decode_slowdown": slowdown,
-                "knowledge": self.knowledge or ("delayed" if self.event_delay > 0 else "exact"),
                 "events": parse_events(self.restart, self.add_replica, self.remove_replica), "target_rps": rate}
 
 

@@ -161,6 +161,29 @@ class SimConfig:
     def disaggregated(self) -> bool:
         return self.decode_replicas > 0
 
+    @classmethod
+    def from_options(cls, **options: Any) -> SimConfig:
+        """A config from options as `prefixscan simulate` and `prefixscan.simulate()` take them (SimConfig
+        fields; None = not given), with the defaults that follow from other options, in this one place:
+        knowledge is "delayed" when event_delay_s > 0, else "exact"; prefill_coeffs turn the "cost" prefill
+        model into "coeffs"; timing_profile (a built-in name or a JSON file, never with prefill_coeffs) gives
+        prefill model "profile", the profile's coefficients and, unless given, its tpot_s and decode_slowdown.
+        """
+        o = {k: v for k, v in options.items() if v is not None}
+        o.setdefault("knowledge", "delayed" if o.get("event_delay_s", 0.0) > 0 else "exact")
+        if o.get("timing_profile"):
+            if o.get("prefill_coeffs"):
+                raise UsageError("give --timing-profile or --prefill-coeffs, not both")
+            from prefixscan.sim.timing import profile_options
+
+            prof = profile_options(o["timing_profile"])
+            o.update({k: v for k, v in prof.items() if k not in ("tpot_s", "decode_slowdown") or k not in o})
+        elif o.get("prefill_model") == "profile":
+            raise UsageError("--prefill-model profile needs --timing-profile FILE|NAME")
+        elif o.get("prefill_coeffs") and o.get("prefill_model", "cost") == "cost":
+            o["prefill_model"] = "coeffs"
+        return cls(**o)
+
     def params_for(self, policy: str) -> dict[str, Any]:
         """The overrides given for one policy (`--param chwbl.c=1.5`)."""
         return {k: v for p, k, v in self.policy_params if p == policy}
