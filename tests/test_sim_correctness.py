@@ -286,3 +286,17 @@ def test_generated_blocks_are_cached_for_the_next_turn() -> None:
     # vLLM computes the KV of prompt + output - 1 tokens (the last generated token is never fed back):
     # (160 + 63) // 16 = 13 blocks, as vLLM 0.32's scheduler reports for this exact case (208)
     assert on["actual_cached_tokens"].to_pylist() == [0, 208]
+
+
+def test_a_request_holds_its_prompt_and_one_token_per_decode_step() -> None:
+    """One rule (kvcache.decode_steps / kv_tokens) for the decode time, the reserved decode blocks, the blocks
+    a finished answer fills and a decode worker's blocks. A request with no output holds its whole prompt:
+    the decode pool once reserved prompt - 1 tokens for it."""
+    from prefixscan.sim.disagg import DecodePool
+    from prefixscan.sim.kvcache import decode_steps, kv_tokens
+
+    assert [decode_steps(o) for o in (0, 1, 2, 5)] == [0, 0, 1, 4]
+    assert kv_tokens(17, 0) == kv_tokens(17, 1) == 17 and kv_tokens(17, 5) == 21
+    assert kv_tokens(np.array([17, 17]), np.array([0, 5])).tolist() == [17, 21]
+    pool = DecodePool(1, 100, 4)
+    assert (pool.need(17, 0, 16), pool.need(17, 5, 16), pool.need(0, 0, 16), pool.need(16, 1, 16)) == (2, 2, 1, 1)

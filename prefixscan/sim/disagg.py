@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from prefixscan.sim.kvcache import kv_tokens
+
 if TYPE_CHECKING:
     from prefixscan.sim.config import SimConfig
 
@@ -50,8 +52,8 @@ class DecodePool:
             self.last_t = now
 
     def need(self, prompt: int, output: int, block_size: int) -> int:
-        """Blocks a request's decode holds: its whole KV (prompt + output - 1 tokens), at most a worker."""
-        return min(-(-max(prompt + output - 1, 1) // block_size), self.usable)
+        """Blocks a request's decode holds: its whole KV (`kv_tokens`), at least one block, at most a worker."""
+        return min(-(-max(kv_tokens(prompt, output), 1) // block_size), self.usable)
 
     def place(self, need: int) -> int:
         """The decode worker for a request needing `need` blocks, or -1 when none has room."""

@@ -25,11 +25,10 @@ import numpy as np
 from prefixscan.sim.config import SimConfig
 from prefixscan.sim.disagg import Disaggregation
 from prefixscan.sim.knowledge import make_view
-from prefixscan.sim.kvcache import KVState
+from prefixscan.sim.kvcache import KVState, kv_tokens
 from prefixscan.sim.outcome import (  # noqa: F401 - re-exported: the engines' shared budget helpers
     Outcome,
     _capacity,
-    generated_blocks,
     max_hit_blocks,
     request_budget,
     table_offsets,
@@ -264,7 +263,7 @@ class _Replay:
             # the next turn's blocks inside this request's prompt + output are what it generated, provided
             # that turn extends this prompt (chained hashes: equal last block <=> equal prefix)
             nbi, sj = nb_l[i], off_l[j]
-            m = min(nb_l[j], generated_blocks(self.prompt_l[i], self.out_l[i], self.B))
+            m = min(nb_l[j], kv_tokens(self.prompt_l[i], self.out_l[i]) // self.B)
             if m > nbi and (nbi == 0 or wb[sj + nbi - 1] == wb[s + nbi - 1]):
                 stored = kv.release_gen(r, table, nbi, wb[sj + nbi : sj + m], now)
                 if stored:

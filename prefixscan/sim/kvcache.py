@@ -96,6 +96,21 @@ class KVState:
 
 
 @njit(cache=True)
+def decode_steps(output_tokens):
+    """Engine steps that decode a request of `output_tokens` outputs (ints or arrays): its first token comes
+    out of the prefill and each step feeds the token before it back, so the last generated token's KV is
+    never computed. The decode time is these steps; the KV a request holds is `kv_tokens`."""
+    return np.maximum(output_tokens - 1, 0)
+
+
+@njit(cache=True)
+def kv_tokens(prompt_tokens, output_tokens):
+    """Tokens whose KV a request holds when it finishes: its prompt plus one per decode step (prompt +
+    output - 1; the last generated token is never fed back)."""
+    return prompt_tokens + decode_steps(output_tokens)
+
+
+@njit(cache=True)
 def match_len(res, r, blocks):
     lo, hi = 0, len(blocks)
     while lo < hi:

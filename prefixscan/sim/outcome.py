@@ -9,6 +9,7 @@ import numpy as np
 
 from prefixscan.reuse.hitrule import cap_blocks_array
 from prefixscan.sim.config import SimConfig
+from prefixscan.sim.kvcache import kv_tokens
 from prefixscan.sim.workload import Workload
 
 
@@ -68,12 +69,11 @@ def request_budget(w: Workload, cfg: SimConfig, capacity: int) -> tuple[np.ndarr
 
     A request's block table (vLLM's block pool, `kvcache.py`) holds its full prompt blocks (truncated if
     they exceed a whole replica, whose block 0 is the null block), then its partial last prompt block
-    and, with `reserve_decode_blocks`, the blocks of the tokens it computes while decoding: vLLM computes
-    the KV of prompt + output - 1 tokens (the last generated token is never fed back).
+    and, with `reserve_decode_blocks`, the blocks of the tokens it computes while decoding (`kv_tokens`).
     """
     usable = max(capacity - 1, 0)
     nb = np.diff(w.offsets)
-    computed = w.prompt_tokens + (np.maximum(w.output_tokens - 1, 0) if cfg.reserve_decode_blocks else 0)
+    computed = kv_tokens(w.prompt_tokens, w.output_tokens) if cfg.reserve_decode_blocks else w.prompt_tokens
     total = np.maximum(nb, -(-computed // w.block_size))
     pin_n = np.minimum(nb, usable)
     extra = np.minimum(total - nb, usable - pin_n)
@@ -91,9 +91,3 @@ def table_offsets(pin: np.ndarray, extra: np.ndarray) -> np.ndarray:
     off = np.zeros(len(pin) + 1, dtype=np.int64)
     np.cumsum(pin + extra, out=off[1:])
     return off
-
-
-def generated_blocks(prompt: int, output: int, block_size: int) -> int:
-    """Full blocks a finished request's KV covers: prompt + output - 1 tokens (the last generated token's
-    KV is never computed)."""
-    return max(prompt + output - 1, 0) // block_size

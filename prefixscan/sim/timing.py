@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from prefixscan.errors import UsageError
+from prefixscan.sim.kvcache import decode_steps
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ class ServingModel:
 
     def decode_s(self, output_tokens: int, decoding: int) -> float:
         """Time from first token to last for a request joining a batch of `decoding` sequences."""
-        return max(output_tokens - 1, 0) * self.tpot(decoding)
+        return decode_steps(output_tokens) * self.tpot(decoding)
 
 
 def load_s(tokens: float, bytes_per_token: float, gbs: float, latency_s: float = 0.0) -> float:

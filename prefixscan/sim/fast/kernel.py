@@ -93,7 +93,18 @@ from prefixscan.sim.fast.policies.common import py_max, seconds, share
 from prefixscan.sim.fast.policies.dispatch import choose
 from prefixscan.sim.fast.views import approx_advance, approx_route, delayed_advance, delayed_push
 from prefixscan.sim.knowledge import _match_ttl
-from prefixscan.sim.kvcache import CAP, NFREE, USED, admit, clear_free, match_all, release, release_gen
+from prefixscan.sim.kvcache import (
+    CAP,
+    NFREE,
+    USED,
+    admit,
+    clear_free,
+    decode_steps,
+    kv_tokens,
+    match_all,
+    release,
+    release_gen,
+)
 
 
 @njit(cache=True)
@@ -118,7 +129,7 @@ def _prefill_s(fp, new, cached, decoding):
 @njit(cache=True)
 def _decode_s(fp, output_tokens, decoding):
     tpot = fp[SV_TPOT] * (1.0 + fp[SV_SLOW] * max(decoding - 1, 0))
-    return max(output_tokens - 1, 0) * tpot
+    return decode_steps(output_tokens) * tpot
 
 
 @njit(cache=True)
@@ -227,7 +238,7 @@ def _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl
     if j >= 0:
         # the next turn's blocks inside this prompt + output are what this request generated
         sj = off[j]
-        m = min(rq[j, RQ_NB], max(rq[i, RQ_PROMPT] + rq[i, RQ_OUT] - 1, 0) // g[G_BLOCK])
+        m = min(rq[j, RQ_NB], kv_tokens(rq[i, RQ_PROMPT], rq[i, RQ_OUT]) // g[G_BLOCK])
         if m > nb and (nb == 0 or wb[sj + nb - 1] == wb[s + nb - 1]):
             stored = release_gen(res, kf, sl, slf, meta, scratch, r, table, nb, wb[sj + nb : sj + m], now)
             if stored and g[G_VMODE] == V_DELAYED:
