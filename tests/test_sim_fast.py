@@ -250,8 +250,8 @@ def test_empty_and_blockless_workloads(chats: pa.Table) -> None:
 
 def test_one_registry_and_one_file_per_policy() -> None:
     """`POLICIES` is the only registry: each policy's module holds its reference class and its compiled form,
-    whose `CODE` is its place in the registry (what `dispatch.choose` branches on), and `sim/fast/policies/`
-    holds no policy of its own; a subclass of a built-in policy runs on the reference."""
+    whose `CODE` is its place in the registry (what `kernel.choose` branches on), and `sim/fast/` holds no
+    policy of its own; a subclass of a built-in policy runs on the reference."""
     import sys
     from pathlib import Path
 
@@ -263,8 +263,8 @@ def test_one_registry_and_one_file_per_policy() -> None:
         assert cls.name == name and module.CODE == code
         assert callable(module.setup) and hasattr(module.kernel, "py_func")  # a numba dispatcher
         assert compiled_form(make_policy(name, {}, 0, 16)) is module
-    fast_dir = Path(sys.modules["prefixscan.sim.fast.policies.base"].__file__).parent
-    assert sorted(p.stem for p in fast_dir.glob("*.py")) == ["__init__", "base", "common", "dispatch"]
+    fast_dir = Path(sys.modules["prefixscan.sim.fast"].__file__).parent
+    assert sorted(p.stem for p in fast_dir.rglob("*.py")) == ["__init__", "kernel", "layout", "shared", "views"]
 
     class Mine(RoundRobin):
         pass

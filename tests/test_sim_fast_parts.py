@@ -10,11 +10,9 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.sim.fast import _reasons
-from prefixscan.sim.fast.cacheguard import fingerprint
-from prefixscan.sim.fast.heap import pop, push
-from prefixscan.sim.fast.policies.base import request_keys
-from prefixscan.sim.fast.xxh import xxh3_u64_vec
+from prefixscan.sim.fast import _reasons, _sources, fingerprint
+from prefixscan.sim.fast.kernel import heap_pop, heap_push
+from prefixscan.sim.fast.shared import request_keys, xxh3_u64_vec
 from prefixscan.sim.policies.base import Req
 from prefixscan.sim.policies.ring import request_key
 from prefixscan.sim.workload import build_workload
@@ -50,10 +48,10 @@ def test_heap_pops_in_heapq_order(events: list[tuple[int, int]]) -> None:
     ref: list[tuple[float, int, int, int, int]] = []
     size = 0
     for c, (t, kind) in enumerate(events):
-        size = push(ht, hm, size, float(t) / 2, kind, c, c % 7, c)
+        size = heap_push(ht, hm, size, float(t) / 2, kind, c, c % 7, c)
         heapq.heappush(ref, (float(t) / 2, kind, c, c % 7, c))
     while size:
-        t, kind, r, i, size = pop(ht, hm, size)
+        t, kind, r, i, size = heap_pop(ht, hm, size)
         want = heapq.heappop(ref)
         assert (t, kind, r, i) == (want[0], want[1], want[3], want[4])
 
@@ -66,9 +64,14 @@ def test_reason_codes_are_renumbered_by_first_appearance() -> None:
 
 
 def test_cache_fingerprint_covers_the_kernels_and_their_dependencies() -> None:
+    """Every file a kernel is compiled from, the policies' included (each holds its kernel, which the
+    event loop calls: they once were left out, so editing a policy left the loop's cached code stale)."""
     fp = fingerprint()
     assert len(fp) == 40 and fp == fingerprint()
-    from prefixscan.sim.fast.cacheguard import _sources
-
     names = {p.name for p in _sources()}
-    assert {"kernel.py", "dispatch.py", "layout.py", "kvcache.py", "knowledge.py"} <= names
+    assert {"kernel.py", "shared.py", "layout.py", "views.py", "kvcache.py", "knowledge.py", "chwbl.py",
+            "cost_based.py"} <= names
+    from prefixscan.sim.fast import _dispatchers
+    from prefixscan.sim.policies import chwbl
+
+    assert chwbl.kernel in _dispatchers()

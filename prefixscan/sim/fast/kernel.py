@@ -4,7 +4,7 @@ Arrays (see `layout.py` for rows and columns): `off`/`wb` the requests' dense bl
 row of inputs and results per request, `cand` candidate replicas, `ci`/`cf`/`g`/`fp` the cluster's
 counters, globals and model parameters; `res`..`scratch` are `KVState`'s arrays and `tbl` the
 requests' block tables (from `RQ_TOFF`), driven by the same `kvcache` kernels the reference calls;
-`items`/`dids`/`dres` the delayed view, `last` the approximate view; `ht`/`hm` the event heap;
+`items`/`dids`/`dres` the delayed view, `last` the approximate view; `ht`/`hm` the event heap (below);
 `pf`..`uni` the policy's arrays (`policies/base.py`); `ev_*` the scenario events sorted by time.
 Helpers take the arrays they use one by one: numba updates a reference count per array argument, so
 passing tuples of every array would cost more than the work itself.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from prefixscan.sim.fast import heap
 from prefixscan.sim.fast.layout import (
     ACT,
     ACTIVE,
@@ -89,8 +88,7 @@ from prefixscan.sim.fast.layout import (
     WQ_HEAD,
     WQ_TAIL,
 )
-from prefixscan.sim.fast.policies.common import py_max, seconds, share
-from prefixscan.sim.fast.policies.dispatch import choose
+from prefixscan.sim.fast.shared import py_max, seconds, share
 from prefixscan.sim.fast.views import approx_advance, approx_route, delayed_advance, delayed_push
 from prefixscan.sim.knowledge import _match_ttl
 from prefixscan.sim.kvcache import (
@@ -105,6 +103,107 @@ from prefixscan.sim.kvcache import (
     release,
     release_gen,
 )
+from prefixscan.sim.policies import (
+    chwbl,
+    cost_based,
+    dynamo_kv,
+    least_loaded,
+    llmd_weighted,
+    oracle,
+    preble_e2,
+    prefix_hash,
+    random_policy,
+    round_robin,
+    session_affinity,
+    sglang_cache_aware,
+)
+
+# The event heap: a binary min-heap in arrays, ordered like the reference's (time, kind, counter) tuples.
+# `hm[j]` = (kind * 2^42 + counter, replica, request): (time, packed key) compares exactly as heapq compares
+# the tuples, and counters are unique, so events pop in the reference's order whatever the heap layout.
+KIND_SHIFT = 1 << 42
+
+
+@njit(cache=True)
+def _heap_less(ht, hm, a, b):
+    return ht[a] < ht[b] or (ht[a] == ht[b] and hm[a, 0] < hm[b, 0])
+
+
+@njit(cache=True)
+def _heap_swap(ht, hm, a, b):
+    ht[a], ht[b] = ht[b], ht[a]
+    for c in range(3):
+        hm[a, c], hm[b, c] = hm[b, c], hm[a, c]
+
+
+@njit(cache=True)
+def heap_push(ht, hm, size, t, kind, counter, r, i):
+    """Insert an event; returns the new size."""
+    j = size
+    ht[j] = t
+    hm[j, 0] = kind * KIND_SHIFT + counter
+    hm[j, 1] = r
+    hm[j, 2] = i
+    while j > 0:
+        parent = (j - 1) // 2
+        if not _heap_less(ht, hm, j, parent):
+            break
+        _heap_swap(ht, hm, j, parent)
+        j = parent
+    return size + 1
+
+
+@njit(cache=True)
+def heap_pop(ht, hm, size):
+    """Remove the earliest event; returns (time, kind, replica, request, new size)."""
+    t, kind, r, i = ht[0], hm[0, 0] // KIND_SHIFT, hm[0, 1], hm[0, 2]
+    size -= 1
+    if size > 0:
+        ht[0] = ht[size]
+        for c in range(3):
+            hm[0, c] = hm[size, c]
+        j = 0
+        while True:
+            a, b, m = 2 * j + 1, 2 * j + 2, j
+            if a < size and _heap_less(ht, hm, a, m):
+                m = a
+            if b < size and _heap_less(ht, hm, b, m):
+                m = b
+            if m == j:
+                break
+            _heap_swap(ht, hm, j, m)
+            j = m
+    return t, kind, r, i, size
+
+
+# One entry point for every policy: branch on the policy's integer code (each policy module's CODE, its place
+# in `sim.policies.POLICIES`) and call the module's `kernel`.
+@njit(cache=True)
+def choose(code, i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
+    """Route request i: (replica, reason code, predicted cached tokens, candidates written to `cand`)."""
+    if code == round_robin.CODE:
+        return round_robin.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == random_policy.CODE:
+        return random_policy.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == least_loaded.CODE:
+        return least_loaded.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == session_affinity.CODE:
+        return session_affinity.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == chwbl.CODE:
+        return chwbl.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == prefix_hash.CODE:
+        return prefix_hash.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == sglang_cache_aware.CODE:
+        return sglang_cache_aware.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == dynamo_kv.CODE:
+        return dynamo_kv.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == llmd_weighted.CODE:
+        return llmd_weighted.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == preble_e2.CODE:
+        return preble_e2.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    if code == cost_based.CODE:
+        return cost_based.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
+    return oracle.kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand)
 
 
 @njit(cache=True)
@@ -224,7 +323,7 @@ def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, e
         rf[i, RF_PRE_S] = dur
         rf[i, RF_START] = now
         g[G_COUNTER] += 1
-        g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], now + dur, PREFILL_DONE, g[G_COUNTER], r, i)
+        g[G_HEAP] = heap_push(ht, hm, g[G_HEAP], now + dur, PREFILL_DONE, g[G_COUNTER], r, i)
 
 
 @njit(cache=True)
@@ -337,7 +436,7 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, e
         t_arr = rf[ai, RF_ARRIVAL] if ai < n else np.inf
         t_ev = ev_t[ev_i] if ev_i < n_ev else np.inf
         if g[G_HEAP] > 0 and ht[0] <= min(t_arr, t_ev):
-            now, kind, r, i, size = heap.pop(ht, hm, g[G_HEAP])
+            now, kind, r, i, size = heap_pop(ht, hm, g[G_HEAP])
             g[G_HEAP] = size
             dec = 0.0
             if kind == PREFILL_DONE:
@@ -347,7 +446,7 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, e
                 g[G_COUNTER] += 1
                 dec = _decode_s(fp, rq[i, RQ_OUT], ci[DECODING, r])
                 if dec > 0:
-                    g[G_HEAP] = heap.push(ht, hm, g[G_HEAP], now + dec, DECODE_DONE, g[G_COUNTER], r, i)
+                    g[G_HEAP] = heap_push(ht, hm, g[G_HEAP], now + dec, DECODE_DONE, g[G_COUNTER], r, i)
             if kind != PREFILL_DONE or dec <= 0:  # nothing to decode: released in its prefill step (engine.py)
                 rf[i, RF_FINISH] = now
                 _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids)

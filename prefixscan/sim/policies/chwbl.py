@@ -17,12 +17,15 @@ from typing import Any
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, G_NACT, INFLIGHT, SCR0
-from prefixscan.sim.fast.policies.base import PolicyArrays, f64, i64, ring_policy
-from prefixscan.sim.fast.policies.common import (
+from prefixscan.sim.fast.shared import (
     RING_HEADER,
     RING_M,
     RING_N,
+    PolicyArrays,
+    f64,
+    i64,
     ring_next,
+    ring_policy,
     ring_start,
     ring_sync,
     ring_unmark,

@@ -21,8 +21,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, DECODING, FSCR0, FSCR1, G_NACT, KB, KV_AVAIL, QUEUED_BLOCKS, SCR0
-from prefixscan.sim.fast.policies.base import PolicyArrays, f64, fixed_reasons, i64
-from prefixscan.sim.fast.policies.common import backlog, ranked, seconds, share
+from prefixscan.sim.fast.shared import PolicyArrays, backlog, f64, fixed_reasons, i64, ranked, seconds, share
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 

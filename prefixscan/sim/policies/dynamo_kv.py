@@ -20,8 +20,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, FSCR1, G_NACT, G_UPTR, KB, LOAD_BLOCKS
-from prefixscan.sim.fast.policies.base import PolicyArrays, f64, fixed_reasons
-from prefixscan.sim.fast.policies.common import argmin_active, ranked
+from prefixscan.sim.fast.shared import PolicyArrays, argmin_active, f64, fixed_reasons, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 

@@ -13,8 +13,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, G_NACT, INFLIGHT, SCR0
-from prefixscan.sim.fast.policies.base import PolicyArrays, fixed_reasons, i64
-from prefixscan.sim.fast.policies.common import backlog, pick, ranked
+from prefixscan.sim.fast.shared import PolicyArrays, backlog, fixed_reasons, i64, pick, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 

@@ -21,8 +21,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, G_CAPACITY, G_NACT, KB, KV_AVAIL, SCR0, WAITING
-from prefixscan.sim.fast.policies.base import PolicyArrays, f64, fixed_reasons
-from prefixscan.sim.fast.policies.common import pick, ranked
+from prefixscan.sim.fast.shared import PolicyArrays, f64, fixed_reasons, pick, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 

@@ -15,8 +15,7 @@ from typing import Any
 from numba import njit
 
 from prefixscan.sim.fast.layout import CACHEDV, FSCR0, G_NACT
-from prefixscan.sim.fast.policies.base import PolicyArrays, f64, fixed_reasons
-from prefixscan.sim.fast.policies.common import argmin_active, ranked
+from prefixscan.sim.fast.shared import PolicyArrays, argmin_active, f64, fixed_reasons, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 from prefixscan.sim.policies.cost_based import predicted_cost, predicted_cost_kernel
 

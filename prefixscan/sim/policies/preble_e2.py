@@ -22,8 +22,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, FSCR1, G_NACT, INFL_OUT, SV_TPOT
-from prefixscan.sim.fast.policies.base import PolicyArrays, f64, fixed_reasons, i64
-from prefixscan.sim.fast.policies.common import argmin_active, np_max, ranked, seconds
+from prefixscan.sim.fast.shared import PolicyArrays, argmin_active, f64, fixed_reasons, i64, np_max, ranked, seconds
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 

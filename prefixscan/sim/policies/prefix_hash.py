@@ -21,8 +21,19 @@ import numpy as np
 from numba import njit
 
 from prefixscan.sim.fast.layout import CACHEDV, INFLIGHT
-from prefixscan.sim.fast.policies.base import PolicyArrays, f64, fixed_reasons, i64, request_keys, ring_policy
-from prefixscan.sim.fast.policies.common import RING_HEADER, RING_NREQ, ring_owner, ring_sync, ring_walk
+from prefixscan.sim.fast.shared import (
+    RING_HEADER,
+    RING_NREQ,
+    PolicyArrays,
+    f64,
+    fixed_reasons,
+    i64,
+    request_keys,
+    ring_owner,
+    ring_policy,
+    ring_sync,
+    ring_walk,
+)
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 from prefixscan.sim.policies.ring import Ring, request_key
 

@@ -12,8 +12,7 @@ from typing import Any
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, G_NACT
-from prefixscan.sim.fast.policies.base import PolicyArrays, fixed_reasons
-from prefixscan.sim.fast.policies.common import pick
+from prefixscan.sim.fast.shared import PolicyArrays, fixed_reasons, pick
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, G_NACT
-from prefixscan.sim.fast.policies.base import PolicyArrays, fixed_reasons
+from prefixscan.sim.fast.shared import PolicyArrays, fixed_reasons
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 

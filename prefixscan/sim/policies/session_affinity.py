@@ -12,8 +12,7 @@ from typing import Any
 from numba import njit
 
 from prefixscan.sim.fast.layout import CACHEDV
-from prefixscan.sim.fast.policies.base import PolicyArrays, fixed_reasons, ring_policy
-from prefixscan.sim.fast.policies.common import ring_owner, ring_sync
+from prefixscan.sim.fast.shared import PolicyArrays, fixed_reasons, ring_owner, ring_policy, ring_sync
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 from prefixscan.sim.policies.ring import Ring, request_key
 

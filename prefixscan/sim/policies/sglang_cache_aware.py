@@ -25,8 +25,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, G_NACT, INFLIGHT, KB, VCOUNT
-from prefixscan.sim.fast.policies.base import PolicyArrays, f64, fixed_reasons, i64
-from prefixscan.sim.fast.policies.common import argmin_active, ranked
+from prefixscan.sim.fast.shared import PolicyArrays, argmin_active, f64, fixed_reasons, i64, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 
