@@ -1,6 +1,6 @@
 """Terminal tables for KV tiers and disaggregated prefill/decode, shown only when a replay had them.
 
-Rendering only: every number comes from `SimResult.policies` (keys from `prefixscan.sim.extmetrics`).
+Rendering only: every number comes from `SimResult.policies` (keys from `prefixscan.sim.metrics`).
 """
 
 from __future__ import annotations

@@ -23,9 +23,17 @@ import pyarrow as pa
 from prefixscan.errors import UsageError
 from prefixscan.sim.config import ReplicaEvent, SimConfig
 from prefixscan.sim.engine import _capacity
-from prefixscan.sim.extmetrics import colocated_comparison, tier_columns, tier_summary
 from prefixscan.sim.fast import run_replay
-from prefixscan.sim.metrics import HEADLINE, decision_table, replica_table, summarize, timeline_table
+from prefixscan.sim.metrics import (
+    HEADLINE,
+    colocated_comparison,
+    decision_table,
+    replica_table,
+    summarize,
+    tier_columns,
+    tier_summary,
+    timeline_table,
+)
 from prefixscan.sim.policies import POLICIES, make_policy, resolve_names
 from prefixscan.sim.timing import ServingModel, from_coeffs, from_cost_model, preble_fit
 from prefixscan.sim.workload import Workload, build_workload
@@ -108,13 +116,18 @@ def serving_model(cfg: SimConfig) -> ServingModel:
     return ServingModel(pm, cfg.tpot_s, cfg.decode_slowdown, cfg.token_budget)
 
 
-def _table_and_manifest(run_or_table: Any) -> tuple[pa.Table, dict[str, Any]]:
+def _source(run_or_table: Any, block_size: int | None, hit_rule: str | None) -> tuple[pa.Table, int, str]:
+    """(requests table, block size, hit rule): the arguments when given, else the run manifest's `config`
+    (for a bare table: 16 / "vllm")."""
+    mcfg: dict[str, Any] = {}
     if isinstance(run_or_table, pa.Table):
-        return run_or_table, {}
-    from prefixscan.run.load import Run, load_run
+        table = run_or_table
+    else:
+        from prefixscan.run.load import Run, load_run
 
-    run = run_or_table if isinstance(run_or_table, Run) else load_run(run_or_table)
-    return run.table("requests"), run.manifest
+        run = run_or_table if isinstance(run_or_table, Run) else load_run(run_or_table)
+        table, mcfg = run.table("requests"), run.manifest.get("config", {})
+    return table, int(block_size or mcfg.get("block_size") or 16), str(hit_rule or mcfg.get("hit_rule") or "vllm")
 
 
 def _workload(table: Any, bs: int, rule: str, cfg: SimConfig) -> Any:
@@ -148,10 +161,7 @@ def simulate(
     default comes from $PREFIXSCAN_SIM_ENGINE when set.
     """
     cfg = config or SimConfig()
-    table, manifest = _table_and_manifest(run_or_table)
-    mcfg = manifest.get("config", {}) if manifest else {}
-    bs = int(block_size or mcfg.get("block_size") or 16)
-    rule = str(hit_rule or mcfg.get("hit_rule") or "vllm")
+    table, bs, rule = _source(run_or_table, block_size, hit_rule)
     w = _workload(table, bs, rule, cfg)
     serving = serving_model(cfg)
     capacity = _capacity(cfg, w)
@@ -243,18 +253,50 @@ def _isolation_cost(
         mine["isolation_cost_ttft_p95_s"] = ti - ts if ti is not None and ts is not None else None
 
 
+# The capacity view of a tiered fleet (`--tier-sweep`): hit rate against GPU KV size and against the second
+# tier's size. One policy is replayed over a grid: GPU KV blocks per replica at fractions / multiples of the
+# configured size, times a second tier (the host tier, or the shared store when only that is configured) at
+# multiples of the GPU size (SGLang's `--hicache-ratio` is the host/GPU ratio; 0 = no second tier). Each
+# cell is a full replay, so the view includes routing, queueing and eviction, not only an LRU stack
+# distance; the rows say where reuse is captured (GPU / host / shared) and what recomputation is left.
+GPU_FACTORS = (0.25, 0.5, 1.0, 2.0)
+TIER_RATIOS = (0.0, 1.0, 2.0, 4.0, 8.0)
+
+
 def _tier_sweep(
     table: pa.Table, cfg: SimConfig, bs: int, rule: str, names: list[str], capacity: int, engine: str | None
 ) -> pa.Table:
-    """The capacity view for the first deployable policy (the oracle is a reference, not a router)."""
-    from prefixscan.sim.tiercapacity import capacity_grid
-
+    """The capacity view for the first deployable policy (the oracle is a reference, not a router); every
+    cell is computed exactly as a normal replay."""
     name = next((n for n in names if n != "oracle"), names[0])
-
-    def one(t: pa.Table, c: SimConfig) -> dict[str, Any]:
-        return simulate(t, c, block_size=bs, hit_rule=rule, engine=engine).policies[name]
-
-    return capacity_grid(table, cfg, name, capacity, one)
+    has_shared = bool(cfg.shared_kv_blocks or cfg.shared_kv_gib)
+    axis = "shared" if has_shared and not (cfg.host_kv_blocks or cfg.host_kv_gib) else "host"
+    rows = []
+    for gf in GPU_FACTORS:
+        gpu = max(2, int(round(capacity * gf)))
+        for ratio in TIER_RATIOS:
+            tier = int(round(gpu * ratio))
+            sizes: dict[str, Any] = {f"{axis}_kv_blocks": tier, f"{axis}_kv_gib": 0.0}
+            # the router sees tiers when one is left to see: this one, or the shared store beside the host tier
+            sizes["router_sees_tiers"] = cfg.router_sees_tiers and (tier > 0 or (axis == "host" and has_shared))
+            c = dataclasses.replace(cfg, kv_blocks=gpu, unbounded_kv=False, policies=(name,),
+                                    decision_log=False, compare_isolation=False, decode_replicas=0, tier_sweep=False,
+                                    **sizes)
+            s = simulate(table, c, block_size=bs, hit_rule=rule, engine=engine).policies[name]
+            rows.append({
+                "policy": name,
+                "gpu_kv_blocks": gpu,
+                "second_tier": axis,
+                "second_tier_blocks": tier,
+                "second_tier_ratio": ratio,
+                "hit_rate_token_weighted": s.get("hit_rate_token_weighted"),
+                "hit_rate_gpu": s.get("hit_rate_gpu", s.get("hit_rate_token_weighted")),
+                "hit_rate_host": s.get("hit_rate_host", 0.0),
+                "hit_rate_shared": s.get("hit_rate_shared", 0.0),
+                "recomputed_tokens": s.get("recomputed_tokens", s.get("prefill_tokens")),
+                "ttft_p95_s": s.get("ttft_p95_s"),
+            })
+    return pa.Table.from_pylist(rows)
 
 
 def _with_columns(t: pa.Table, cols: dict[str, pa.Array]) -> pa.Table:
@@ -298,19 +340,7 @@ def _nice_bucket(span: float) -> float:
     return float(next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw))
 
 
-def workload_from(
-    run_or_table: Any, cfg: SimConfig, block_size: int = 16, hit_rule: str = "vllm"
-) -> Workload:
+def workload_from(run_or_table: Any, cfg: SimConfig, block_size: int | None = None,
+                  hit_rule: str | None = None) -> Workload:
     """The flattened workload `simulate` would replay (for tests and benchmarks)."""
-    table, manifest = _table_and_manifest(run_or_table)
-    mcfg = manifest.get("config", {}) if manifest else {}
-    return build_workload(
-        table,
-        int(mcfg.get("block_size", block_size)),
-        str(mcfg.get("hit_rule", hit_rule)),
-        default_output_tokens=cfg.default_output_tokens,
-        isolate_tenants=cfg.isolate_tenants,
-        rate_scale=cfg.rate_scale,
-        target_rps=cfg.target_rps,
-        warmup_s=cfg.warmup_s,
-    )
+    return _workload(*_source(run_or_table, block_size, hit_rule), cfg)

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from prefixscan.errors import UsageError
-from prefixscan.sim.links import HOST_WRITES, link_gbs
+from prefixscan.sim.tiers import HOST_WRITES, link_gbs
 
 KNOWLEDGE_MODES = ("exact", "delayed", "approximate")
 PREFILL_MODELS = ("cost", "preble", "coeffs", "profile")
@@ -79,7 +79,7 @@ class SimConfig:
     # replay every policy a second time with tenant isolation flipped and report what isolation costs
     compare_isolation: bool = False
     # lower KV tiers (sim/tiers.py): blocks (or GiB) of host memory per replica and of a fleet-shared
-    # store; 0 = none, -1 = unbounded. Links are GB/s or a name in links.LINKS.
+    # store; 0 = none, -1 = unbounded. Links are GB/s or a name in tiers.LINKS.
     host_kv_blocks: int = 0
     host_kv_gib: float = 0.0
     host_link: str = "pcie5-x16"
@@ -96,7 +96,7 @@ class SimConfig:
     pd_link: str = "rdma-400g"
     pd_latency_s: float = 0.0005
     compare_colocated: bool = True
-    # the capacity view (sim/tiercapacity.py): hit rate over a grid of GPU and second-tier sizes
+    # the capacity view (sim/__init__.py, `_tier_sweep`): hit rate over a grid of GPU and second-tier sizes
     tier_sweep: bool = False
 
     def __post_init__(self) -> None:

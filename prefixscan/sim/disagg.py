@@ -87,7 +87,7 @@ class Disaggregation:
     """
 
     def __init__(self, w: Any, cfg: SimConfig, capacity: int) -> None:
-        from prefixscan.sim.links import link_gbs
+        from prefixscan.sim.tiers import link_gbs
         from prefixscan.sim.timing import kv_bytes_per_token
 
         self.pool = DecodePool(cfg.decode_replicas, cfg.decode_kv_blocks or capacity, cfg.max_num_seqs)
