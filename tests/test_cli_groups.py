@@ -14,8 +14,7 @@ from typer.testing import CliRunner
 from prefixscan.cli.app import app
 from prefixscan.cli.estimate import ScenarioOptions, WhatIfOptions
 from prefixscan.cli.groups import config_fields, flag, grouped, opt
-from prefixscan.cli.simulate_logs import LogOptions
-from prefixscan.cli.simulate_options import ReplayOptions, TierOptions
+from prefixscan.cli.simulate_options import LogOptions, ReplayOptions, TierOptions
 from prefixscan.sim.config import SimConfig
 from tests.conftest import ROOT
 

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from prefixscan.sim import SimConfig, serving_model, simulate
 from prefixscan.sim.config import ReplicaEvent
-from prefixscan.sim.engine import Outcome, _capacity, replay
+from prefixscan.sim.engine import replay
 from prefixscan.sim.fast import replay_fast
+from prefixscan.sim.outcome import Outcome, _capacity
 from prefixscan.sim.policies import POLICIES, make_policy
 from prefixscan.sim.workload import build_workload
 from tests.sim_tables import WORKLOAD_SCHEMA, chain, conversations_table

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from prefixscan.errors import UsageError
 from prefixscan.sim import SimConfig, SimResult, serving_model, simulate
-from prefixscan.sim.engine import _capacity, replay
+from prefixscan.sim.engine import replay
 from prefixscan.sim.fast import replay_fast
+from prefixscan.sim.outcome import _capacity
 from prefixscan.sim.policies import POLICIES, make_policy
 from prefixscan.sim.tiers import LRUTier
 from prefixscan.sim.timing import ServingModel, kv_bytes_per_token

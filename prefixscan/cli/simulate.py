@@ -1,9 +1,17 @@
-"""`prefixscan simulate RUN_DIR`: replay the run's requests over N replicas under each routing policy."""
+"""`prefixscan simulate RUN_DIR`: replay the run's requests over N replicas under each routing policy.
+
+`prefixscan simulate LOGS...`: a log is analysed first (into -o RUN_DIR, or a temporary run removed
+afterwards) with the options that decide its requests table (`LogOptions`: tokenizer, block size, record
+shape and field mapping, hashing, conversation inference). Given a run directory instead, those options are
+refused: the run was analysed already, and its manifest says how.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -11,9 +19,41 @@ import typer
 from prefixscan.cli.common import handle_errors, safe, show_progress, stderr_console, stdout_console
 from prefixscan.cli.estimate import one_rate, option_sources
 from prefixscan.cli.groups import grouped
-from prefixscan.cli.simulate_logs import LogOptions
-from prefixscan.cli.simulate_options import ReplayOptions, TierOptions
+from prefixscan.cli.simulate_options import LogOptions, ReplayOptions, TierOptions
 from prefixscan.errors import UsageError
+
+
+def is_run(inputs: list[str]) -> bool:
+    return len(inputs) == 1 and (Path(inputs[0]) / "manifest.json").exists()
+
+
+def refuse_on_run(run: str, options: dict[str, Any]) -> None:
+    """Analyze options with a run directory: a one-line error naming them and the run's own settings."""
+    if not options:
+        return
+    from prefixscan.run.load import read_manifest
+
+    cfg = read_manifest(run).get("config", {})
+    given = ", ".join(LogOptions.flag_of(k) for k in options)
+    had = f"tokenizer {cfg.get('tokenizer')}, block size {cfg.get('block_size')}"
+    raise UsageError(f"options for logs ({given}) given with a run directory: {run} was analysed already "
+                     f"({had}); re-run `prefixscan analyze` with them, or pass the logs to simulate")
+
+
+def analyze_first(inputs: list[str], output: str | None, force: bool, quiet: bool, console: Any,
+                  options: dict[str, Any]) -> tuple[str, str | None]:
+    """Logs given instead of a run: analyse them into -o (or a temporary run that is removed after)."""
+    import prefixscan
+
+    tmp = None
+    target = output
+    if target is None:
+        tmp = tempfile.mkdtemp(prefix="prefixscan-sim-")
+        target = str(Path(tmp) / "run")
+        if not quiet:
+            console.print("analysing the logs first (pass -o RUN_DIR to keep the run and the sim tables)")
+    prefixscan.analyze(*inputs, output=target, force=force, quiet=True, **options)
+    return target, tmp
 
 
 def register(app: typer.Typer) -> None:
@@ -48,7 +88,6 @@ def register(app: typer.Typer) -> None:
 
         Example: prefixscan simulate runs/demo --replicas 8 --policies all --kv-blocks 20000
         """
-        from prefixscan.cli import simulate_logs
         from prefixscan.run.rundir import extending
         from prefixscan.run.simindex import check_name
         from prefixscan.sim import SimConfig, SimResult
@@ -70,10 +109,10 @@ def register(app: typer.Typer) -> None:
         tmp: str | None = None
         run_path = inputs[0]
         try:
-            if simulate_logs.is_run(inputs):
-                simulate_logs.refuse_on_run(run_path, aopts)
+            if is_run(inputs):
+                refuse_on_run(run_path, aopts)
             else:
-                run_path, tmp = simulate_logs.analyze_first(inputs, output, force, quiet, console, aopts)
+                run_path, tmp = analyze_first(inputs, output, force, quiet, console, aopts)
             writing = save and tmp is None
             with extending(run_path) if writing else contextlib.nullcontext():  # the run's lock throughout
                 if show_progress(quiet):

@@ -1,25 +1,29 @@
 """`prefixscan simulate`'s option groups (prefixscan.cli.groups), each option declared once with the
 SimConfig field it sets: the replay (fleet, engine, router, time) and the KV tiers below the GPU with
-prefill/decode disaggregation. Options whose value needs more than one field (--kv-blocks, the replica
-events, the rate) are converted by the functions below; the defaults that follow from other options (the
-router's knowledge, a timing profile's values) are SimConfig.from_options's."""
+prefill/decode disaggregation; and the analyze options a log given to simulate needs (`LogOptions`).
+Options whose value needs more than one field (--kv-blocks, the replica events, the rate) are converted by
+the functions below; the defaults that follow from other options (the router's knowledge, a timing
+profile's values) are SimConfig.from_options's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from prefixscan.cli.choices import (
     DTYPES,
     EVICTIONS,
+    GRANULARITIES,
     KNOWLEDGE,
+    ORDERS,
     POLICIES,
     PREFILL_MODELS,
+    RECORD_FORMATS,
     gpu_names,
     model_names,
     one_of,
 )
-from prefixscan.cli.groups import config_fields, opt
+from prefixscan.cli.groups import config_fields, flag, opt
 from prefixscan.errors import UsageError
 
 
@@ -224,3 +228,52 @@ class TierOptions:
                 raise UsageError("--prefill-replicas needs --decode-replicas (a disaggregated fleet)")
             out["replicas"] = self.prefill_replicas
         return out
+
+
+def _fields(values: list[str]) -> tuple[tuple[str, str], ...] | None:
+    from prefixscan.cli.analyze import _parse_fields
+
+    return _parse_fields(values) or None
+
+
+def _lora_paths(values: list[str]) -> tuple[tuple[str, str], ...] | None:
+    from prefixscan.cli.analyze import _parse_lora_paths
+
+    return _parse_lora_paths(values) or None
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """The analyze options for LOGS given to simulate (refused with a run directory); each sets the
+    AnalyzeConfig field `to` (None: not given, so analyze's own default and prefixscan.toml apply)."""
+
+    fmt: str | None = opt(None, "--format", metavar=one_of(RECORD_FORMATS), to="format",
+                          help="Logs: record shape (default auto).")
+    order: str | None = opt(None, "--order", metavar=one_of(ORDERS), help="Logs: time or input order.")
+    field: list[str] = opt([], "--field", metavar="NAME=PATH", to="fields", convert=_fields,
+                           help="Logs: map a field (repeatable).")
+    tokenizer: str | None = opt(None, "--tokenizer",
+                                help="Logs: tiktoken:<encoding>, hf:<local dir or hub id>, or none.")
+    block_size: int | None = opt(None, "--block-size", help="Logs: KV block size in tokens (default 16).")
+    hash_block_size: int | None = opt(None, "--hash-block-size", help="Logs: block size of hashed traces.")
+    granularity: str | None = opt(None, "--granularity", metavar=one_of(GRANULARITIES),
+                                  help="Logs: block (vLLM) or token (SGLang page size 1).")
+    hash_algo: str | None = opt(None, "--hash", to="hash", help="Logs: block hash values (xxh3 or vllm:ALGO).")
+    hash_seed: str | None = opt(None, "--hash-seed", help="Logs: PYTHONHASHSEED for --hash vllm:*.")
+    lora_path: list[str] = opt([], "--lora-path", to="lora_paths", convert=_lora_paths,
+                               help="Logs: NAME=PATH of a LoRA adapter.")
+    strict: bool = opt(False, "--strict", convert=lambda on: True if on else None,
+                       help="Logs: stop at the first malformed record.")
+    no_infer_conversations: bool = opt(False, "--no-infer-conversations", to="infer_conversations",
+                                       convert=lambda off: False if off else None,
+                                       help="Logs: do not infer conversations from message prefixes.")
+
+    def analyze_options(self) -> dict[str, Any]:
+        """The analyze options given on the command line (AnalyzeConfig names); absent ones are left out so
+        analyze's own defaults (and prefixscan.toml) apply."""
+        return {k: v for k, v in config_fields(self).items() if v is not None}
+
+    @staticmethod
+    def flag_of(config_field: str) -> str:
+        """The simulate flag that sets an AnalyzeConfig field (for the error on a run directory)."""
+        return next(flag(f) for f in fields(LogOptions) if (f.metadata["to"] or f.name) == config_field)

@@ -22,7 +22,6 @@ import pyarrow as pa
 
 from prefixscan.errors import UsageError
 from prefixscan.sim.config import ReplicaEvent, SimConfig
-from prefixscan.sim.engine import _capacity
 from prefixscan.sim.fast import run_replay
 from prefixscan.sim.metrics import (
     HEADLINE,
@@ -34,6 +33,7 @@ from prefixscan.sim.metrics import (
     tier_summary,
     timeline_table,
 )
+from prefixscan.sim.outcome import _capacity
 from prefixscan.sim.policies import POLICIES, make_policy, resolve_names
 from prefixscan.sim.timing import ServingModel, from_coeffs, from_cost_model, preble_fit
 from prefixscan.sim.workload import Workload, build_workload

@@ -26,13 +26,7 @@ from prefixscan.sim.config import SimConfig
 from prefixscan.sim.disagg import Disaggregation
 from prefixscan.sim.knowledge import make_view
 from prefixscan.sim.kvcache import KVState, kv_tokens
-from prefixscan.sim.outcome import (  # noqa: F401 - re-exported: the engines' shared budget helpers
-    Outcome,
-    _capacity,
-    max_hit_blocks,
-    request_budget,
-    table_offsets,
-)
+from prefixscan.sim.outcome import Outcome, max_hit_blocks, request_budget, table_offsets
 from prefixscan.sim.policies.base import ClusterView, Policy, Req
 from prefixscan.sim.tiers import make_tiers
 from prefixscan.sim.timing import ServingModel

@@ -29,8 +29,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from prefixscan.encode.dense import dense_ids  # noqa: F401 - re-exported for the simulator's callers
-
 HEAD, TAIL, USED, CAP, NFREE = 0, 1, 2, 3, 4
 KEY, PRV, NXT, CNX, SREF, REL = 0, 1, 2, 3, 4, 5
 FIRST, LAST = 0, 1

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from prefixscan.sim.engine import Outcome
 from prefixscan.sim.kvcache import N_AGE_BUCKETS
+from prefixscan.sim.outcome import Outcome
 from prefixscan.sim.timing import ServingModel
 from prefixscan.sim.workload import Workload
 

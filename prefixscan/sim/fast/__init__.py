@@ -22,10 +22,10 @@ from types import ModuleType
 import numpy as np
 
 from prefixscan.sim.config import SimConfig
-from prefixscan.sim.engine import Outcome, max_hit_blocks, request_budget, table_offsets
 from prefixscan.sim.fast import layout as L
 from prefixscan.sim.fast.shared import PolicyArrays
 from prefixscan.sim.kvcache import KVState
+from prefixscan.sim.outcome import Outcome, max_hit_blocks, request_budget, table_offsets
 from prefixscan.sim.policies.base import Policy
 from prefixscan.sim.timing import ServingModel
 from prefixscan.sim.workload import Workload
