@@ -130,7 +130,7 @@ def _source(run_or_table: Any, block_size: int | None, hit_rule: str | None) -> 
     return table, int(block_size or mcfg.get("block_size") or 16), str(hit_rule or mcfg.get("hit_rule") or "vllm")
 
 
-def _workload(table: Any, bs: int, rule: str, cfg: SimConfig) -> Any:
+def _workload(table: pa.Table, bs: int, rule: str, cfg: SimConfig) -> Workload:
     """The replayable workload of a requests table under one config (salting, time scaling, warm-up)."""
     return build_workload(
         table,

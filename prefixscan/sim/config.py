@@ -158,6 +158,11 @@ class SimConfig:
         return bool(self.host_kv_blocks or self.host_kv_gib or self.shared_kv_blocks or self.shared_kv_gib)
 
     @property
+    def slots(self) -> int:
+        """Replica ids a replay needs: the fleet's and one per "add" event."""
+        return self.replicas + sum(1 for e in self.events if e.action == "add")
+
+    @property
     def disaggregated(self) -> bool:
         return self.decode_replicas > 0
 

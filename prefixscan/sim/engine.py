@@ -18,7 +18,6 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -47,16 +46,13 @@ class _Replay:
 
     def __init__(self, w: Workload, policy: Policy, cfg: SimConfig, serving: ServingModel, capacity: int) -> None:
         self.w, self.policy, self.cfg, self.serving = w, policy, cfg, serving
-        self.slots = slots = cfg.replicas + sum(1 for e in cfg.events if e.action == "add")
+        self.slots = slots = cfg.slots
         self.kv = KVState(slots, w.n_unique, capacity)
         self.tiers = make_tiers(cfg, w.block_size, slots, w.n)
         self.pool = Disaggregation(w, cfg, capacity) if cfg.disaggregated else None
-        self.kmode = policy.knowledge_mode(cfg.knowledge)
-        vopts: dict[str, Any] = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
-        vopts.update(policy.view_options())
+        self.kmode, vopts = policy.view(cfg.knowledge, cfg.event_delay_s, cfg.approx_ttl_s)
         self.know = make_view(self.kmode, self.kv, **vopts)
-        rng = np.random.default_rng([cfg.seed, sum(map(ord, policy.name))])
-        self.cv = ClusterView(slots, serving, self.know, w, capacity, rng)
+        self.cv = ClusterView(slots, serving, self.know, w, capacity, policy.rng(cfg.seed))
         self.cv.set_active(np.arange(cfg.replicas))
         self.cv.kv_available[:] = self.kv.available(0)
         self.B = w.block_size
@@ -64,7 +60,7 @@ class _Replay:
         self._budgets(w, cfg, capacity)
         self._replica_state(slots)
         self.exact_buf = np.zeros(slots, dtype=np.int64)
-        self.exact_view = self.kmode == "exact" or (self.kmode == "delayed" and cfg.event_delay_s == 0)
+        self.exact_view = self.know.name == "exact"
         # policies with a view of their own (SGLang's tree, approximate modes) never see lower tiers
         self.see_tiers = cfg.router_sees_tiers and self.exact_view
         self.gen_on = cfg.cache_generated and self.pool is None  # a prefill worker never holds the answer

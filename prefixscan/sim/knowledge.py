@@ -174,10 +174,16 @@ def make_view(
     sweep_s: float | None = None,
 ) -> ExactView:
     """Build the view a policy asked for."""
-    if kind == "exact" or (kind == "delayed" and delay_s == 0):
+    kind = view_kind(kind, delay_s)
+    if kind == "exact":
         return ExactView(kv)
     if kind == "delayed":
         return DelayedView(kv, delay_s)
-    if kind == "approximate":
-        return ApproxView(kv, ttl_s, max_blocks, sweep_s)
-    raise ValueError(f"unknown knowledge mode {kind!r}")
+    return ApproxView(kv, ttl_s, max_blocks, sweep_s)
+
+
+def view_kind(kind: str, delay_s: float) -> str:
+    """The view a knowledge mode amounts to ("delayed" by 0 s is "exact"), for both engines."""
+    if kind not in ("exact", "delayed", "approximate"):
+        raise ValueError(f"unknown knowledge mode {kind!r}")
+    return "exact" if kind == "delayed" and delay_s == 0 else kind

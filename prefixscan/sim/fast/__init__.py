@@ -24,6 +24,7 @@ import numpy as np
 from prefixscan.sim.config import SimConfig
 from prefixscan.sim.fast import layout as L
 from prefixscan.sim.fast.shared import PolicyArrays
+from prefixscan.sim.knowledge import view_kind
 from prefixscan.sim.kvcache import KVState
 from prefixscan.sim.outcome import Outcome, max_hit_blocks, request_budget, table_offsets
 from prefixscan.sim.policies.base import Policy
@@ -96,7 +97,7 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
     from prefixscan.sim.fast.kernel import run
 
     guard()
-    slots = cfg.replicas + sum(1 for e in cfg.events if e.action == "add")
+    slots = cfg.slots
     n = w.n
     nb, pin, extra, oversized = request_budget(w, cfg, capacity)
     u = max(w.n_unique, 1)
@@ -106,9 +107,7 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
         _take("sl", (slots, n_pool, 6), np.int32, None)))
     toff = table_offsets(pin, extra)
     tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
-    kmode = policy.knowledge_mode(cfg.knowledge)
-    vopts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s}
-    vopts.update(policy.view_options())
+    kmode, vopts = policy.view(cfg.knowledge, cfg.event_delay_s, cfg.approx_ttl_s)
     ci, cf, g, fp = cluster(cfg, slots, capacity, serving, w.block_size)
     budget = (3 * n + len(cfg.events) + 1, 3 * int(pin.sum() + extra.sum()) + 1)
     g[L.G_VMODE], (items, dids, dres, last) = view_arrays(kmode, vopts, fp, slots, kv.res.shape[1], budget)
@@ -116,8 +115,7 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
     if form is None:
         raise ValueError(unsupported(policy))
     pa: PolicyArrays = form.setup(policy, w, slots)
-    rng = np.random.default_rng([cfg.seed, sum(map(ord, policy.name))])
-    uni = rng.random(max(n, 1))  # the stream ClusterView.uniform draws, 4096 at a time
+    uni = policy.rng(cfg.seed).random(max(n, 1))  # the stream ClusterView.uniform draws, 4096 at a time
     rq, rf = request_rows(w, nb, pin, extra, toff, max_hit_blocks(w, pin))
     cand = np.zeros((max(n, 1), pa.width), dtype=np.int32)
     hcap = min(n, slots * cfg.max_num_seqs) + 1
@@ -233,14 +231,7 @@ def view_arrays(
     fp[L.VP_HAS_SWEEP] = sweep is not None
     fp[L.VP_SWEEP] = sweep or 0.0
     fp[L.VP_NEXT_SWEEP] = sweep if sweep else np.inf
-    if kmode == "exact" or (kmode == "delayed" and delay == 0):
-        mode = L.V_EXACT
-    elif kmode == "delayed":
-        mode = L.V_DELAYED
-    elif kmode == "approximate":
-        mode = L.V_APPROX
-    else:
-        raise ValueError(f"unknown knowledge mode {kmode!r}")
+    mode = {"exact": L.V_EXACT, "delayed": L.V_DELAYED, "approximate": L.V_APPROX}[view_kind(kmode, delay)]
     items, dids = np.zeros((1, 4)), np.zeros(1, dtype=np.int32)
     dres, last = np.zeros((1, 1), dtype=np.int8), np.zeros((1, 1))
     if mode == L.V_DELAYED:

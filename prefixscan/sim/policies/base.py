@@ -163,6 +163,15 @@ class Policy:
         """Extra arguments for the knowledge view (TTL, size cap), from the policy's parameters."""
         return {}
 
+    def view(self, knowledge: str, delay_s: float, ttl_s: float) -> tuple[str, dict[str, Any]]:
+        """(knowledge mode, `make_view` options) of this policy in a run with these settings (both engines)."""
+        return self.knowledge_mode(knowledge), {"delay_s": delay_s, "ttl_s": ttl_s, **self.view_options()}
+
+    def rng(self, seed: int) -> np.random.Generator:
+        """The generator of the policy's uniform stream (`ClusterView.uniform`; the compiled replay draws
+        the same numbers ahead): the run's seed and the policy's name."""
+        return np.random.default_rng([seed, sum(map(ord, self.name))])
+
     def choose(self, req: Req, view: ClusterView) -> Decision:
         raise NotImplementedError
 
