@@ -191,10 +191,11 @@ def simulate(
         parts["sim_timeline"].append(timeline_table(w, out, bucket))
         if cfg.decision_log:
             parts["sim_decisions"].append(_with_columns(decision_table(w, out), tier_columns(w, out)))
+    more = _Replays(table, cfg, bs, rule, names, serving, capacity, engine)
     if cfg.disaggregated and cfg.compare_colocated:
-        _colocated(w, cfg, bs, names, serving, capacity, summaries, engine)
+        more.colocated(w, summaries)
     if cfg.compare_isolation:
-        _isolation_cost(table, cfg, bs, rule, names, serving, capacity, summaries, engine)
+        more.isolation_cost(summaries)
     rows = [
         {
             "policy": n,
@@ -209,7 +210,7 @@ def simulate(
         if lst:
             tables[t] = pa.concat_tables(lst)
     if cfg.tier_sweep:
-        tables["sim_tier_capacity"] = _tier_sweep(table, cfg, bs, rule, names, capacity, engine)
+        tables["sim_tier_capacity"] = more.tier_sweep()
     info = {
         "requests": w.n,
         "distinct_blocks": w.n_unique,
@@ -228,107 +229,94 @@ def simulate(
     return SimResult(cfg.to_dict(), info, summaries, tables, timings, engines)
 
 
-def _isolation_cost(
-    table: pa.Table,
-    cfg: SimConfig,
-    bs: int,
-    rule: str,
-    names: list[str],
-    serving: ServingModel,
-    capacity: int,
-    summaries: dict[str, dict[str, Any]],
-    engine: str | None,
-) -> None:
-    """Replay each policy with tenant isolation flipped; add shared-vs-isolated deltas to its summary."""
-    flipped = dataclasses.replace(cfg, isolate_tenants=not cfg.isolate_tenants)
-    w2 = _workload(table, bs, rule, flipped)
-    for name in names:
-        other = _replay_summary(w2, name, flipped, bs, serving, capacity, engine)
-        mine = summaries[name]
-        shared, iso = (other, mine) if cfg.isolate_tenants else (mine, other)
-        hs, hi = shared["hit_rate_token_weighted"], iso["hit_rate_token_weighted"]
-        ts, ti = shared["ttft_p95_s"], iso["ttft_p95_s"]
-        mine["isolation_cost_hit_rate"] = hs - hi if hs is not None and hi is not None else None
-        mine["isolation_cost_prefill_tokens"] = iso["prefill_tokens"] - shared["prefill_tokens"]
-        mine["isolation_cost_ttft_p95_s"] = ti - ts if ti is not None and ts is not None else None
+@dataclass
+class _Replays:
+    """What the comparisons set beside the main replay share: the call's table, config and settings."""
+
+    table: pa.Table
+    cfg: SimConfig
+    bs: int
+    rule: str
+    names: list[str]
+    serving: ServingModel
+    capacity: int
+    engine: str | None
+
+    def summary(self, w: Workload, name: str, cfg: SimConfig) -> dict[str, Any]:
+        """One more replay of policy `name` under a variant of the fleet (`cfg`), summarised."""
+        pol = make_policy(name, cfg.params_for(name), cfg.seed, self.bs)
+        out, _ = run_replay(w, pol, cfg, self.serving, self.capacity, self.engine)
+        return _clean(summarize(w, out, self.serving, cfg.replicas))
+
+    def isolation_cost(self, summaries: dict[str, dict[str, Any]]) -> None:
+        """Replay each policy with tenant isolation flipped; add shared-vs-isolated deltas to its summary."""
+        flipped = dataclasses.replace(self.cfg, isolate_tenants=not self.cfg.isolate_tenants)
+        w2 = _workload(self.table, self.bs, self.rule, flipped)
+        for name in self.names:
+            other = self.summary(w2, name, flipped)
+            mine = summaries[name]
+            shared, iso = (other, mine) if self.cfg.isolate_tenants else (mine, other)
+            hs, hi = shared["hit_rate_token_weighted"], iso["hit_rate_token_weighted"]
+            ts, ti = shared["ttft_p95_s"], iso["ttft_p95_s"]
+            mine["isolation_cost_hit_rate"] = hs - hi if hs is not None and hi is not None else None
+            mine["isolation_cost_prefill_tokens"] = iso["prefill_tokens"] - shared["prefill_tokens"]
+            mine["isolation_cost_ttft_p95_s"] = ti - ts if ti is not None and ts is not None else None
+
+    def colocated(self, w: Workload, summaries: dict[str, dict[str, Any]]) -> None:
+        """Replay each policy on a co-located fleet of prefill + decode replicas (same traffic, same tiers)
+        and add its headline to the disaggregated summary, `colocated_*`."""
+        n = self.cfg.replicas + self.cfg.decode_replicas
+        colo = dataclasses.replace(self.cfg, replicas=n, decode_replicas=0)
+        for name in self.names:
+            colocated_comparison(summaries[name], self.summary(w, name, colo), n)
+
+    def tier_sweep(self) -> pa.Table:
+        """The capacity view (`--tier-sweep`) for the first deployable policy (the oracle is a reference, not
+        a router): hit rate against GPU KV size and against the second tier's size. The policy is replayed
+        over a grid: GPU KV blocks per replica at fractions / multiples of the configured size, times a
+        second tier (the host tier, or the shared store when only that is configured) at multiples of the
+        GPU size (SGLang's `--hicache-ratio` is the host/GPU ratio; 0 = no second tier). Each cell is a full
+        replay, so the view includes routing, queueing and eviction, not only an LRU stack distance; the rows
+        say where reuse is captured (GPU / host / shared) and what recomputation is left."""
+        cfg = self.cfg
+        name = next((n for n in self.names if n != "oracle"), self.names[0])
+        has_shared = bool(cfg.shared_kv_blocks or cfg.shared_kv_gib)
+        axis = "shared" if has_shared and not (cfg.host_kv_blocks or cfg.host_kv_gib) else "host"
+        rows = []
+        for gf in GPU_FACTORS:
+            gpu = max(2, int(round(self.capacity * gf)))
+            for ratio in TIER_RATIOS:
+                tier = int(round(gpu * ratio))
+                sizes: dict[str, Any] = {f"{axis}_kv_blocks": tier, f"{axis}_kv_gib": 0.0}
+                # the router sees tiers when one is left to see: this one, or the shared store beside the host
+                sizes["router_sees_tiers"] = cfg.router_sees_tiers and (tier > 0 or (axis == "host" and has_shared))
+                c = dataclasses.replace(cfg, kv_blocks=gpu, unbounded_kv=False, policies=(name,), decision_log=False,
+                                        compare_isolation=False, decode_replicas=0, tier_sweep=False, **sizes)
+                s = simulate(self.table, c, block_size=self.bs, hit_rule=self.rule, engine=self.engine).policies[name]
+                rows.append({
+                    "policy": name,
+                    "gpu_kv_blocks": gpu,
+                    "second_tier": axis,
+                    "second_tier_blocks": tier,
+                    "second_tier_ratio": ratio,
+                    "hit_rate_token_weighted": s.get("hit_rate_token_weighted"),
+                    "hit_rate_gpu": s.get("hit_rate_gpu", s.get("hit_rate_token_weighted")),
+                    "hit_rate_host": s.get("hit_rate_host", 0.0),
+                    "hit_rate_shared": s.get("hit_rate_shared", 0.0),
+                    "recomputed_tokens": s.get("recomputed_tokens", s.get("prefill_tokens")),
+                    "ttft_p95_s": s.get("ttft_p95_s"),
+                })
+        return pa.Table.from_pylist(rows)
 
 
-# The capacity view of a tiered fleet (`--tier-sweep`): hit rate against GPU KV size and against the second
-# tier's size. One policy is replayed over a grid: GPU KV blocks per replica at fractions / multiples of the
-# configured size, times a second tier (the host tier, or the shared store when only that is configured) at
-# multiples of the GPU size (SGLang's `--hicache-ratio` is the host/GPU ratio; 0 = no second tier). Each
-# cell is a full replay, so the view includes routing, queueing and eviction, not only an LRU stack
-# distance; the rows say where reuse is captured (GPU / host / shared) and what recomputation is left.
-GPU_FACTORS = (0.25, 0.5, 1.0, 2.0)
-TIER_RATIOS = (0.0, 1.0, 2.0, 4.0, 8.0)
-
-
-def _tier_sweep(
-    table: pa.Table, cfg: SimConfig, bs: int, rule: str, names: list[str], capacity: int, engine: str | None
-) -> pa.Table:
-    """The capacity view for the first deployable policy (the oracle is a reference, not a router); every
-    cell is computed exactly as a normal replay."""
-    name = next((n for n in names if n != "oracle"), names[0])
-    has_shared = bool(cfg.shared_kv_blocks or cfg.shared_kv_gib)
-    axis = "shared" if has_shared and not (cfg.host_kv_blocks or cfg.host_kv_gib) else "host"
-    rows = []
-    for gf in GPU_FACTORS:
-        gpu = max(2, int(round(capacity * gf)))
-        for ratio in TIER_RATIOS:
-            tier = int(round(gpu * ratio))
-            sizes: dict[str, Any] = {f"{axis}_kv_blocks": tier, f"{axis}_kv_gib": 0.0}
-            # the router sees tiers when one is left to see: this one, or the shared store beside the host tier
-            sizes["router_sees_tiers"] = cfg.router_sees_tiers and (tier > 0 or (axis == "host" and has_shared))
-            c = dataclasses.replace(cfg, kv_blocks=gpu, unbounded_kv=False, policies=(name,),
-                                    decision_log=False, compare_isolation=False, decode_replicas=0, tier_sweep=False,
-                                    **sizes)
-            s = simulate(table, c, block_size=bs, hit_rule=rule, engine=engine).policies[name]
-            rows.append({
-                "policy": name,
-                "gpu_kv_blocks": gpu,
-                "second_tier": axis,
-                "second_tier_blocks": tier,
-                "second_tier_ratio": ratio,
-                "hit_rate_token_weighted": s.get("hit_rate_token_weighted"),
-                "hit_rate_gpu": s.get("hit_rate_gpu", s.get("hit_rate_token_weighted")),
-                "hit_rate_host": s.get("hit_rate_host", 0.0),
-                "hit_rate_shared": s.get("hit_rate_shared", 0.0),
-                "recomputed_tokens": s.get("recomputed_tokens", s.get("prefill_tokens")),
-                "ttft_p95_s": s.get("ttft_p95_s"),
-            })
-    return pa.Table.from_pylist(rows)
+GPU_FACTORS = (0.25, 0.5, 1.0, 2.0)  # the capacity view's GPU sizes, times the configured one
+TIER_RATIOS = (0.0, 1.0, 2.0, 4.0, 8.0)  # its second-tier sizes, times the GPU size
 
 
 def _with_columns(t: pa.Table, cols: dict[str, pa.Array]) -> pa.Table:
     for name, col in cols.items():
         t = t.append_column(name, col)
     return t
-
-
-def _colocated(
-    w: Workload,
-    cfg: SimConfig,
-    bs: int,
-    names: list[str],
-    serving: ServingModel,
-    capacity: int,
-    summaries: dict[str, dict[str, Any]],
-    engine: str | None,
-) -> None:
-    """Replay each policy on a co-located fleet of prefill + decode replicas (same traffic, same tiers)
-    and add its headline to the disaggregated summary, `colocated_*`."""
-    n = cfg.replicas + cfg.decode_replicas
-    colo = dataclasses.replace(cfg, replicas=n, decode_replicas=0)
-    for name in names:
-        colocated_comparison(summaries[name], _replay_summary(w, name, colo, bs, serving, capacity, engine), n)
-
-
-def _replay_summary(w: Workload, name: str, cfg: SimConfig, bs: int, serving: ServingModel, capacity: int,
-                    engine: str | None) -> dict[str, Any]:
-    """One more replay of policy `name` under a variant of the fleet (`cfg`), summarised: what the
-    isolation and co-location comparisons set beside the main replay."""
-    out, _ = run_replay(w, make_policy(name, cfg.params_for(name), cfg.seed, bs), cfg, serving, capacity, engine)
-    return _clean(summarize(w, out, serving, cfg.replicas))
 
 
 def _nice_bucket(span: float) -> float:

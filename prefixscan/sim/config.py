@@ -96,7 +96,7 @@ class SimConfig:
     pd_link: str = "rdma-400g"
     pd_latency_s: float = 0.0005
     compare_colocated: bool = True
-    # the capacity view (sim/__init__.py, `_tier_sweep`): hit rate over a grid of GPU and second-tier sizes
+    # the capacity view (sim/__init__.py, `_Replays.tier_sweep`): hit rate over a grid of GPU and second-tier sizes
     tier_sweep: bool = False
 
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from prefixscan.errors import UsageError
+from prefixscan.hardware import flops, gpus, models
 from prefixscan.sim.kvcache import decode_steps
 
 
@@ -88,22 +89,10 @@ def from_coeffs(coeffs: tuple[float, ...]) -> PrefillModel:
     return PrefillModel(*[float(v) for v in vals[:5]], source="user-coeffs")  # type: ignore[misc,arg-type]  # 5 floats
 
 
-def _cost_api():  # lazy import so the simulator works while prefixscan.cost evolves
-    try:
-        from prefixscan.hardware import flops, gpus, models
-    except ImportError as exc:  # pragma: no cover - depends on the tree
-        raise UsageError(
-            f"the cost catalogue (prefixscan.cost) is not available ({exc}); pass --prefill-model preble "
-            "or --prefill-coeffs, and --kv-blocks"
-        ) from None
-    return flops, gpus, models
-
-
 def from_cost_model(
     model: str, gpu: str, dtype: str, mfu: float = 0.5, tensor_parallel: int = 1
 ) -> PrefillModel:
     """Compute-bound prefill coefficients for `model` on `tensor_parallel` x `gpu` at `mfu`."""
-    flops, gpus, models = _cost_api()
     spec, g = models.get_model(model), gpus.get_gpu(gpu)
     f = flops.effective_flops(g, dtype, mfu) * tensor_parallel
     attn = 4.0 * spec.layers * spec.hidden_size / f * 1000.0
@@ -126,7 +115,6 @@ def kv_capacity_blocks(
     gpu_memory_utilization: float = 0.9,
 ) -> int:
     """KV blocks one replica holds after weights (prefixscan.hardware.flops.kv_capacity_tokens / block)."""
-    flops, gpus, models = _cost_api()
     spec, g = models.get_model(model), gpus.get_gpu(gpu)
     tokens = flops.kv_capacity_tokens(
         spec, g, flops.dtype_bytes(dtype), tensor_parallel, gpu_memory_utilization
@@ -187,7 +175,6 @@ def transfer_s(tokens: float, bytes_per_token: float, gbs: float, latency_s: flo
 
 def kv_bytes_per_token(model: str, dtype: str, tensor_parallel: int = 1) -> float:
     """KV bytes per token one GPU of a replica holds and moves (the model's KV split over TP ranks)."""
-    flops, _, models = _cost_api()
     return models.get_model(model).kv_bytes_per_token(flops.dtype_bytes(dtype)) / max(tensor_parallel, 1)
 
 
