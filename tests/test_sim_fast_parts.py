@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from prefixscan.sim.fast import _reasons, _sources, fingerprint
 from prefixscan.sim.fast.kernel import heap_pop, heap_push
 from prefixscan.sim.fast.shared import request_keys, xxh3_u64_vec
-from prefixscan.sim.policies.base import Req
-from prefixscan.sim.policies.ring import request_key
+from prefixscan.sim.policies.base import Req, request_key
 from prefixscan.sim.workload import build_workload
 from tests.sim_tables import conversations_table
 

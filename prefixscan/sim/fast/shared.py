@@ -13,13 +13,13 @@ the seeded uniform stream (`uni`). Unused arrays are one-element dummies, so one
 Each helper reproduces its reference counterpart's tie rules exactly: `argmin_active` takes the lowest
 replica id among equal values (np.argmin), `ranked` is a stable ascending order over the active
 replicas (np.argsort kind="stable"), `pick` draws the next uniform of the policy's seeded stream, the
-ring walks distinct replicas clockwise like `ring.Ring.walk`. Values live in rows of `ci` / `cf`
+ring walks distinct replicas clockwise like `base.Ring.walk`. Values live in rows of `ci` / `cf`
 (`layout.py`) so helpers take the matrix and a row, not a fresh view.
 
 Ring state: `si` starts with (version, points, replicas, vnodes, offset of the owners in si, requests);
 `pu` holds the per-request keys, then every slot's virtual-node points, then the sorted active points.
 
-Routing keys: `policies.ring.key_hash` hashes `int.to_bytes(8, "little")` with `xxhash.xxh3_64_intdigest`;
+Routing keys: `policies.base.key_hash` hashes `int.to_bytes(8, "little")` with `xxhash.xxh3_64_intdigest`;
 for an 8-byte input XXH3 takes its 4-to-8-byte path (two 32-bit reads, one keyed mix, rrmxmx), written out
 in `xxh3_u64` with the default secret's bytes 8..23 (`tests/test_sim_fast_parts.py` checks it against the
 xxhash package), so the keys are computed without Python.
@@ -314,7 +314,7 @@ def ring_policy(
 
 
 def request_keys(w: Workload, mode: str, prefix_blocks: int) -> np.ndarray:
-    """ring.request_key for every request at once (the same xxh3 values, compiled)."""
+    """base.request_key for every request at once (the same xxh3 values, compiled)."""
     n = w.n
     nb = np.diff(w.offsets)
     out = np.zeros(n, dtype=np.uint64)

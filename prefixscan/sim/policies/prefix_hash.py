@@ -34,8 +34,7 @@ from prefixscan.sim.fast.shared import (
     ring_sync,
     ring_walk,
 )
-from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
-from prefixscan.sim.policies.ring import Ring, request_key
+from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req, Ring, request_key
 
 
 @dataclass(frozen=True)

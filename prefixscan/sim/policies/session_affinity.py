@@ -13,8 +13,7 @@ from numba import njit
 
 from prefixscan.sim.fast.layout import CACHEDV
 from prefixscan.sim.fast.shared import PolicyArrays, fixed_reasons, ring_owner, ring_policy, ring_sync
-from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
-from prefixscan.sim.policies.ring import Ring, request_key
+from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req, Ring, request_key
 
 
 @dataclass(frozen=True)
