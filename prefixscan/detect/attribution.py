@@ -53,16 +53,7 @@ MISSES_SCHEMA = pa.schema([
     pa.field("engine_excess_tokens", pa.int64()),
 ])
 
-Chunks = Iterable[tuple[np.ndarray, np.ndarray]]  # (local CSR offsets, block hashes), in row order
 COLUMNS = ["seq", "request_id", "model", "replica", "prompt_tokens", "cached_tokens", "actual_cached_tokens"]
-
-
-@dataclass
-class Attribution:
-    """The `misses` table and its totals (the summary's `miss_attribution`)."""
-
-    table: pa.Table
-    summary: dict[str, Any] = field(default_factory=dict)
 
 
 class _Source:
@@ -70,37 +61,20 @@ class _Source:
     or a table in memory as one group. Each pass reads only the columns it needs, so memory stays at a
     row group's columns (a 10M-request trace's seven columns at once were ~3 GB)."""
 
-    def __init__(self, requests: pa.Table | pl.DataFrame | str, chunks: Chunks | None = None) -> None:
-        self.requests, self.chunks = requests, chunks
+    def __init__(self, requests: pa.Table | str) -> None:
+        self.requests = requests
         self.file = pq.ParquetFile(requests) if isinstance(requests, str) else None
 
     def groups(self, columns: list[str]) -> Iterator[pl.DataFrame]:
         if self.file is not None:
             for g in range(self.file.num_row_groups):
                 yield pl.from_arrow(self.file.read_row_group(g, columns=columns))  # type: ignore[misc]
-        elif isinstance(self.requests, pl.DataFrame):
-            yield self.requests.select(columns)
         else:
             yield pl.from_arrow(self.requests.select(columns))  # type: ignore[misc,union-attr]  # a str is self.file
 
     def with_blocks(self, columns: list[str]) -> Iterator[tuple[pl.DataFrame, tuple[np.ndarray, np.ndarray]]]:
         """Each group's columns beside its (local CSR offsets, block hashes)."""
-        return zip(self.groups(columns), self.blocks(), strict=True)
-
-    def has_blocks(self) -> bool:
-        return self.chunks is not None or not isinstance(self.requests, pl.DataFrame)
-
-    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(local CSR offsets, hashes) per group: given chunks (a frame in memory) are joined into one."""
-        if self.chunks is None:
-            yield from table_chunks(self.requests)
-            return
-        offs, flats, base = [np.zeros(1, np.int64)], [], 0
-        for offsets, flat in self.chunks:
-            offs.append(np.asarray(offsets[1:], np.int64) + base)
-            flats.append(np.asarray(flat, np.uint64))
-            base += int(offsets[-1])
-        yield np.concatenate(offs), np.concatenate(flats) if flats else np.zeros(0, np.uint64)
+        return zip(self.groups(columns), table_chunks(self.requests), strict=True)
 
 
 def table_chunks(requests: pa.Table | str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -174,7 +148,7 @@ class _Groups:
         self.src = src
         need = scope.has_replica or not block_granular or scope.with_actual > 0
         self.passed = (replica_pass(src.with_blocks(["prompt_tokens", "replica"]), scope.n, sorted(scope.replicas),
-                                    block_size, rule) if need and src.has_blocks() else None)
+                                    block_size, rule) if need else None)
         self.has_replica = scope.has_replica
 
     def __call__(self, columns: list[str]) -> Iterator[tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray]]:
@@ -221,30 +195,6 @@ def _groups(src: _Source, block_size: int, rule: str, findings: list[Any], block
             yield _rows(g, ideal, same, prev, gain, rank, mismatch, scope.has_replica, totals)
 
     return tables(), totals
-
-
-def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: str,
-              findings: list[Any], block_granular: bool = True, tokenizer_mismatch: bool = False) -> Attribution:
-    """The misses table of a finished analysis held in memory. `req`: the COLUMNS, in analysis order;
-    `chunks`: every request's block hashes (read only when needed, see `attribute_groups`).
-    `tokenizer_mismatch`: the log's own prompt token counts disagree with prefixscan's (ingest's check):
-    every shortfall is then unexplained."""
-    return _whole(_Source(req, chunks), block_size, rule, findings, block_granular, tokenizer_mismatch)
-
-
-def attribute_table(requests: pa.Table | str, block_size: int, rule: str, findings: list[Any],
-                    block_granular: bool = True, tokenizer_mismatch: bool = False) -> Attribution:
-    """`attribute` over a requests table (REQUESTS_SCHEMA) in memory or a Parquet file, as one table (the
-    run writes `attribute_groups`' groups instead)."""
-    return _whole(_Source(requests), block_size, rule, findings, block_granular, tokenizer_mismatch)
-
-
-def _whole(src: _Source, block_size: int, rule: str, findings: list[Any], block_granular: bool,
-           tokenizer_mismatch: bool) -> Attribution:
-    groups, totals = _groups(src, block_size, rule, findings, block_granular, tokenizer_mismatch)
-    parts = list(groups)
-    table = pa.concat_tables(parts) if parts else MISSES_SCHEMA.empty_table()
-    return Attribution(table, totals.summary())
 
 
 def _rows(g: pl.DataFrame, ideal: np.ndarray, same: np.ndarray, prev_hit: np.ndarray, gain: np.ndarray,

@@ -200,7 +200,9 @@ class CapacityStream:
         finally:
             self.close()
 
-    def _finish(self, n: int, capacities_tokens: Sequence[int] | None, opt: bool) -> pa.Table:
+    def _close_spills(self, n: int) -> np.ndarray:
+        """Check `n` (the distinct blocks) against the ids fed, close the spill files for writing and
+        return every request's length in blocks."""
         if n < max(self._n_seen, 0) or n < 0:
             raise ValueError(f"n_distinct={n} but block id {self._n_seen - 1} was fed" if n >= 0
                              else f"n_distinct must be non-negative, got {n}")
@@ -209,6 +211,10 @@ class CapacityStream:
         self._prompts_file.close()
         lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
         self._lengths = []
+        return lengths
+
+    def _finish(self, n: int, capacities_tokens: Sequence[int] | None, opt: bool) -> pa.Table:
+        lengths = self._close_spills(n)
         cap_tok, cap_blk = resolve_capacities(capacities_tokens, n, self.block_size)
         held = np.maximum(cap_blk - 1, 0)  # OPT holds cap - 1 blocks (as capacity_curve)
         if self._defer_lru:  # the LRU pass on a second thread, beside OPT's bound and next-use keys (all
@@ -251,14 +257,7 @@ class CapacityStream:
         chunk, not 12 bytes per listed block."""
         from prefixscan.reuse.capacity.sampled import sampled_table
 
-        if n < max(self._n_seen, 0) or n < 0:
-            raise ValueError(f"n_distinct={n} but block id {self._n_seen - 1} was fed" if n >= 0
-                             else f"n_distinct must be non-negative, got {n}")
-        assert self._ids_file is not None and self._prompts_file is not None
-        self._ids_file.close()
-        self._prompts_file.close()
-        lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
-        self._lengths = []
+        lengths = self._close_spills(n)
         chunks = plan_chunks(lengths, self._chunk_blocks) if self._total_blocks else []
         ids_buf = np.empty(max((c.b1 - c.b0 for c in chunks), default=0), np.int32)
         prompts = np.empty(max((c.r1 - c.r0 for c in chunks), default=0), np.int64)
