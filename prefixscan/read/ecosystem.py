@@ -8,7 +8,8 @@ One module per ecosystem, each with its converter (`*_to_chat`) and that convert
 
 Each converter returns a plain chat record (`messages`, `tools`, `model`, `timestamp`, `request_id`,
 `conversation_id`, `output_tokens`, `actual_cached_tokens`, `reported_prompt_tokens`), so the rest of the
-pipeline knows one shape. This module holds what they share.
+pipeline knows one shape; a record that lacks what its conversion needs raises `read/record.py`'s
+RecordError (a reject). This module holds what they share.
 """
 
 from __future__ import annotations
@@ -16,17 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-
-SHAPES = ("otel", "anthropic", "responses")
-
-
-class ShapeError(ValueError):
-    """A record of an ecosystem shape that lacks what the conversion needs (becomes a reject)."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 def json_value(value: Any) -> Any:
