@@ -31,7 +31,7 @@ from prefixscan.reuse.capacity.table import (  # the table and weights, shared w
     curve_table,
     resolve_capacities,
 )
-from prefixscan.reuse.pool import hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
+from prefixscan.reuse.pool import check_csr, hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
 from prefixscan.reuse.pool_fast import lru_pool_curves, merged
 
 
@@ -49,16 +49,7 @@ def prepare(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, 
             rule: str, ids: tuple[np.ndarray, int] | None = None, weights: bool = True) -> Prepared:
     """Validate the CSR input and remap uint64 hashes to dense ids so kernels index plain arrays (and,
     unless `weights` is False, make every listed block's weight: 8 bytes per listed block)."""
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
-    if block_size <= 0:
-        raise ValueError(f"block_size must be positive, got {block_size}")
-    if offsets.ndim != 1 or len(offsets) < 1 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
-        raise ValueError("offsets must be non-decreasing CSR offsets starting at 0")
-    if len(prompt_tokens) != len(offsets) - 1:
-        raise ValueError(f"{len(prompt_tokens)} prompt lengths for {len(offsets) - 1} requests")
-    if len(hashes) != offsets[-1]:
-        raise ValueError(f"offsets end at {offsets[-1]} but there are {len(hashes)} hashes")
+    offsets, prompt_tokens = check_csr(offsets, hashes, prompt_tokens, block_size, rule)
     # A compiled hash table numbers blocks in first-seen order (deterministic, no sort).
     ids_, n_distinct = ids if ids is not None else dense_ids(hashes)
     w = block_weights(offsets, prompt_tokens, block_size, rule) if weights else np.zeros(0, np.int64)
