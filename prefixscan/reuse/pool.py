@@ -206,7 +206,7 @@ def check_csr(offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray, b
     if len(prompts) != len(offsets) - 1:
         raise ValueError(f"{len(prompts)} prompt lengths for {len(offsets) - 1} requests")
     if len(ids) != offsets[-1]:
-        raise ValueError(f"offsets end at {offsets[-1]} but there are {len(ids)} blocks")
+        raise ValueError(f"offsets end at {offsets[-1]} but there are {len(ids)} block hashes (ids)")
     return offsets, prompts
 
 
