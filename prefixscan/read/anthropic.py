@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from prefixscan.read.ecosystem import json_value, parts_text
+from prefixscan.read.content import json_value, parts_text
 from prefixscan.read.promptmap import PromptMap, Slot, Unmappable
 from prefixscan.read.record import RecordError
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from prefixscan.read.ecosystem import json_value
+from prefixscan.read.content import json_value
 from prefixscan.read.promptmap import PromptMap, Slot
 from prefixscan.read.record import RecordError
 
