@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
+from prefixscan.affixes import common_prefix_length
 from prefixscan.privacy import DEFAULT_SNIPPET_K, independent_sources, may_show
 from prefixscan.redact import hidden, redact_snippet
 
@@ -175,11 +176,7 @@ def shared_sources(df: pl.DataFrame, shared: dict[int, str | None],
 
 
 def common_prefix(a: str, b: str) -> str:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return a[:i]
+    return a[:common_prefix_length(a, b)]
 
 
 def _empty() -> pl.DataFrame:
