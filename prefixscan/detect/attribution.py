@@ -180,11 +180,7 @@ def attribute_groups(requests: pa.Table | str, block_size: int, rule: str, findi
     Three passes over the row groups before the rows: the log's replicas and engine values, the replica
     pass (only when the log names replicas, has engine values, or `cached_tokens` is not block-granular,
     i.e. `--granularity token`), and the models whose engine values exceed R (only with engine values)."""
-    return _groups(_Source(requests), block_size, rule, findings, block_granular, tokenizer_mismatch)
-
-
-def _groups(src: _Source, block_size: int, rule: str, findings: list[Any], block_granular: bool,
-            tokenizer_mismatch: bool) -> tuple[Iterator[pa.Table], Totals]:
+    src = _Source(requests)
     scope = _scope(src)
     hits = _Groups(src, scope, block_size, rule, block_granular)
     mismatched = _mismatched(hits) if scope.with_actual else set()

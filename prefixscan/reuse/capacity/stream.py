@@ -5,7 +5,7 @@ slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinc
 
 - `add` runs the one-pass LRU stack-distance histogram (Mattson, Gecsei, Slutz and Traiger 1970)
   chunk by chunk with its state carried over, over a Fenwick tree of about two slots per distinct block
-  (marks are renumbered when the clock reaches its end, `fenwick._renumber`), and appends the chunk's
+  (marks are renumbered when the clock reaches its end, `pool_fast._renumber`), and appends the chunk's
   block ids to a spill file. Per request it keeps only the length and the prompt tokens (12 bytes).
 - `finish` computes the next-use keys of Belady's rule (1966) by reading the ids spill backwards into a
   second spill, then runs the optimal cache with bypass forward, chunk by chunk, two capacities at a
@@ -47,9 +47,17 @@ from prefixscan.reuse.capacity.spill import (
     write_all,
 )
 from prefixscan.reuse.capacity.table import block_weights, curve_table, resolve_capacities
-from prefixscan.reuse.fenwick import _fenwick_ones, _renumber, lru_tree_slots
 from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
-from prefixscan.reuse.pool_fast import _lru_pool_chunk, fast_pool, merged, new_st, request_shape
+from prefixscan.reuse.pool_fast import (
+    _fenwick_ones,
+    _lru_pool_chunk,
+    _renumber,
+    fast_pool,
+    lru_tree_slots,
+    merged,
+    new_st,
+    request_shape,
+)
 
 
 class _Opt(NamedTuple):
