@@ -1,4 +1,4 @@
-"""The planned field lookup (`fieldplan`) finds the same value as trying every candidate (`_lookup_ref`)."""
+"""The planned field lookup (`record.FieldPlans`) finds the same value as trying every candidate (`_lookup_ref`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.read import shapes
-from prefixscan.read.fieldplan import FieldPlans
-from prefixscan.read.record import FIELD_CANDIDATES, get_path
+from prefixscan.read.record import FIELD_CANDIDATES, FieldPlans, get_path
 from prefixscan.read.shapes import _lookup
 
 # Keys that candidates start with, plus a few no candidate uses; values that are null, scalars, nested

@@ -25,9 +25,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from prefixscan.read.fieldplan import Plan
 from prefixscan.read.otel import span_attributes
-from prefixscan.read.record import RecordError
+from prefixscan.read.record import Plan, RecordError
 from prefixscan.read.timestamps import parse_timestamp
 from prefixscan.redact import reject_detail
 
@@ -111,7 +110,7 @@ def read(holders: tuple[dict[str, Any], ...], obj: dict[str, Any], overrides: di
          ) -> tuple[float | None, float | None, float | None]:
     """(ttft_s, e2e_s, queue_wait_s) of one record; `holders` as in shapes.normalise, `obj` the outer
     record (a converted OTel span keeps its own keys there), `span` when it came from an OTel span,
-    `get_path` the --field path walk (shapes.get_path), `plan` the holders' field plan (fieldplan, with
+    `get_path` the --field path walk (shapes.get_path), `plan` the holders' field plan (record.FieldPlans, with
     PATHS among its fields). `where`, when given, gets each column found by
     name or convention and where it came from, with the unit it was read in (the summary's `fields`
     line says so: a key without a unit in its name is read as seconds, which the user should see)."""

@@ -15,12 +15,11 @@ import orjson
 from prefixscan.read import latency
 from prefixscan.read.anthropic import anthropic_to_chat, is_anthropic
 from prefixscan.read.content import content_text, json_text
-from prefixscan.read.fieldplan import FieldPlans, Plan
 from prefixscan.read.fielduse import CONVERTED_KEYS, TRACE_UNITS, FieldUse
 from prefixscan.read.media import MEDIA_KINDS, has_media, is_text_part
 from prefixscan.read.otel import is_genai_span, otel_to_chat
 from prefixscan.read.readers import default_request_id
-from prefixscan.read.record import CONTENT_FIELDS, FIELD_CANDIDATES, Record, RecordError, get_path
+from prefixscan.read.record import CONTENT_FIELDS, FIELD_CANDIDATES, FieldPlans, Plan, Record, RecordError, get_path
 from prefixscan.read.responses import is_responses, responses_to_chat
 from prefixscan.read.timestamps import describe_timestamp, parse_timestamp
 from prefixscan.redact import field_name, reject_detail
@@ -243,7 +242,7 @@ def _lookup_at(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str,
 def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
             overrides: dict[str, str], plan: Plan) -> Any:
     """The first non-null candidate of `field` (an override names its one path), trying only the candidates
-    the holders' layout can match (`fieldplan`)."""
+    the holders' layout can match (`record.FieldPlans`)."""
     if field in overrides:
         return get_path(outer, overrides[field])
     for path, dotted, i in plan[field]:
