@@ -30,13 +30,16 @@ import pyarrow as pa
 
 from prefixscan.encode.hashing import is_trace_rule
 from prefixscan.reuse.capacity.lru import (
+    _last_use,
     _next_keys,
     _opt_chunk,
+    _overlap,
+    new_bound_state,
     opt_heap_slots,
+    opt_ideal_from,
     pool_size_targets,
     target_guesses,
 )
-from prefixscan.reuse.capacity.optbound import _last_use, _overlap, new_bound_state, opt_ideal_from
 from prefixscan.reuse.capacity.spill import (
     Chunk,
     check_chunk,
@@ -329,7 +332,8 @@ class CapacityStream:
 
     def _opt_prepare(self, n: int, lengths: np.ndarray, held: np.ndarray) -> np.ndarray:
         """Which capacities OPT must run at, and (if any) their next-use keys spilled. A cache that holds
-        the whole working set never evicts, and from L on OPT = ideal (capacity_optbound): those need no run."""
+        the whole working set never evicts, and from L on OPT = ideal (`lru.opt_ideal_capacity`): those
+        need no run."""
         small = held < self._opt_ideal_capacity(n, lengths)
         if small.any() and self._total_blocks:
             width, never = key_width(lengths)
@@ -352,7 +356,7 @@ class CapacityStream:
         return np.array([hits[int(c)] for c in caps], np.int64)
 
     def _opt_ideal_capacity(self, n: int, lengths: np.ndarray) -> int:
-        """`capacity_optbound.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
+        """`capacity_lru.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
         if self._total_blocks == 0:
             return n
         chunks = plan_chunks(lengths, self._chunk_blocks)
