@@ -62,8 +62,6 @@ REJECTS_SCHEMA = pa.schema(
     ]
 )
 
-HIT_SOURCES = ("same_conversation", "same_tenant", "other_tenant", "none")
-PREFIX_CLASSES = ("system_tools", "shared_document", "conversation_history", "none")
 
 # The requests-table columns a replay (simulate, estimate) cannot do without.
 REPLAY_COLUMNS = ("seq", "request_id", "arrival_s", "prompt_tokens", "block_hashes")

@@ -243,10 +243,6 @@ def _chain(tokens: list[int]) -> list[int]:
                           st.integers(0, 3)), min_size=1, max_size=25))
 def test_split_matches_brute_force(reqs) -> None:
     """Random block logs, replicas and engine values: I, R and P from sets, the split from the definitions."""
-    import polars as pl
-
-    from prefixscan.detect.attribution import attribute
-
     hashes = [_chain(b) for b, _, _ in reqs]
     prompt = [len(h) * B + 5 for h in hashes]
     reps = [f"r{r}" for _, r, _ in reqs]
@@ -264,12 +260,11 @@ def test_split_matches_brute_force(reqs) -> None:
         seen.update(h)
         per[r].update(h)
         last[r] = h
-    frame = pl.DataFrame({"seq": list(range(len(reqs))), "request_id": [f"q{i}" for i in range(len(reqs))],
-                          "model": ["m"] * len(reqs), "replica": reps, "prompt_tokens": prompt,
-                          "cached_tokens": [x[0] for x in rows], "actual_cached_tokens": [x[3] for x in rows]})
-    offsets = np.concatenate([[0], np.cumsum([len(h) for h in hashes])]).astype(np.int64)
-    flat = np.array([x for h in hashes for x in h], dtype=np.uint64)
-    m = attribute(frame, [(offsets, flat)], B, "vllm", []).table.to_pydict()
+    table = pa.table({"seq": list(range(len(reqs))), "request_id": [f"q{i}" for i in range(len(reqs))],
+                      "model": ["m"] * len(reqs), "replica": reps, "prompt_tokens": prompt,
+                      "cached_tokens": [x[0] for x in rows], "actual_cached_tokens": [x[3] for x in rows],
+                      "block_hashes": pa.array(hashes, pa.list_(pa.uint64()))})
+    m = _whole(table, B, "vllm", [])[0].to_pydict()
     if len(set(reps)) < 2:  # one replica value says nothing about routing: treated as no replica field
         assert m["replica_cached_tokens"] == [None] * len(rows) and m["lost_eviction_tokens"] == [None] * len(rows)
         assert m["lost_unexplained_tokens"] == [max(i - a, 0) for i, _, _, a in rows]
@@ -302,6 +297,15 @@ def test_report_shows_why_requests_miss(tmp_path) -> None:
         assert row.rstrip(" |").endswith(f"{w[key]:,}"), row
 
 
+def _whole(requests: pa.Table, *args) -> tuple[pa.Table, dict]:
+    """The misses table of a table in memory as one table, and its totals (the run streams the groups)."""
+    from prefixscan.detect.attribution import attribute_groups
+
+    groups, totals = attribute_groups(requests, *args)
+    parts = list(groups)
+    return (pa.concat_tables(parts) if parts else MISSES_SCHEMA.empty_table()), totals.summary()
+
+
 def _requests(reqs) -> pa.Table:
     """A requests table (the attribution's columns and block hashes) from (blocks, replica, model, cut,
     credited) tuples; replica and model may be None, engine values only where cut >= 0."""
@@ -330,7 +334,6 @@ def test_row_groups_give_the_table_of_one_group(tmp_path_factory, reqs, group, g
 
     import pyarrow.parquet as pq
 
-    from prefixscan.detect.attribution import attribute_table
     from prefixscan.pipeline import detect
     from prefixscan.run import rundir
 
@@ -341,13 +344,13 @@ def test_row_groups_give_the_table_of_one_group(tmp_path_factory, reqs, group, g
     findings = [types.SimpleNamespace(rank=k, request_ids=[f"q{i}" for i, r in enumerate(reqs) if r[4] % 3 == k]
                                       + ["absent"], request_gains=[r[4] * B for r in reqs if r[4] % 3 == k] + [B])
                 for k in (1, 2)]
-    whole = attribute_table(table, B, "vllm", findings, granular, mismatch)
+    whole, whole_summary = _whole(table, B, "vllm", findings, granular, mismatch)
     ing = types.SimpleNamespace(block_size=B, hit_rule="vllm", prompt_check=types.SimpleNamespace(
         compared=len(reqs) if mismatch else 0, differ=len(reqs)))
     cfg = types.SimpleNamespace(granularity="block" if granular else "token")
     on_disk, summary = detect.misses(ing, cfg, path, types.SimpleNamespace(findings=findings), tmp / "m.tmp")
-    assert summary == whole.summary and on_disk.num_rows == len(reqs)
-    rundir.write_parquet(whole.table, tmp / "whole.parquet")
+    assert summary == whole_summary and on_disk.num_rows == len(reqs)
+    rundir.write_parquet(whole, tmp / "whole.parquet")
     assert (tmp / "m.tmp").read_bytes() == (tmp / "whole.parquet").read_bytes()
 
 
@@ -355,7 +358,6 @@ def test_streamed_misses_file_is_cut_like_one_written_at_once(tmp_path, monkeypa
     """More rows than a row group (made small here): the streamed file has the whole table's groups and bytes."""
     import types
 
-    from prefixscan.detect.attribution import attribute_table
     from prefixscan.pipeline import detect
     from prefixscan.run import rundir
 
@@ -368,7 +370,7 @@ def test_streamed_misses_file_is_cut_like_one_written_at_once(tmp_path, monkeypa
     ing = types.SimpleNamespace(block_size=B, hit_rule="vllm", prompt_check=types.SimpleNamespace(compared=0, differ=0))
     cfg = types.SimpleNamespace(granularity="block")
     on_disk, _ = detect.misses(ing, cfg, tmp_path / "requests.parquet", None, tmp_path / "m.tmp")
-    rundir.write_parquet(attribute_table(_requests(reqs), B, "vllm", []).table, tmp_path / "whole.parquet")
+    rundir.write_parquet(_whole(_requests(reqs), B, "vllm", [])[0], tmp_path / "whole.parquet")
     assert pq.ParquetFile(on_disk.path).num_row_groups == 6
     assert on_disk.path.read_bytes() == (tmp_path / "whole.parquet").read_bytes()
 

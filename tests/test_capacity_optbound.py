@@ -1,4 +1,4 @@
-"""OPT = ideal from the bound L on (`capacity_optbound`), checked against the simulated optimal cache."""
+"""OPT = ideal from the bound L on (`capacity.lru.opt_ideal_capacity`), checked against the simulated optimal cache."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscan.reuse.capacity.lru import opt_hits, prepare
-from prefixscan.reuse.capacity.optbound import opt_ideal_capacity
+from prefixscan.reuse.capacity.lru import opt_hits, opt_ideal_capacity, prepare
 from tests.oracles.lru_stack import lru_curves
 from tests.test_pool_fast import chained, scrambled
 

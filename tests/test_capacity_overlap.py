@@ -207,8 +207,8 @@ def test_take_gives_finish_and_closes(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- what the overlap relies on
 
-CURVE_MODULES = ("capacity.lru", "capacity.table", "capacity.whole", "capacity.optbound", "capacity.sampled",
-                 "capacity.sampled_kernel", "pool", "pool_fast", "fenwick")
+CURVE_MODULES = ("capacity.lru", "capacity.table", "capacity.whole", "capacity.sampled", "capacity.sampled_kernel",
+                 "pool", "pool_fast")
 
 
 def _called_from_python(mod: types.ModuleType) -> set[tuple[str, CPUDispatcher]]:

@@ -10,19 +10,39 @@ from typer.testing import CliRunner
 
 from prefixscan.reuse.capacity.lru import capacity_curve, prepare
 from prefixscan.reuse.capacity.sampled import (
+    HOT_DEFAULT,
     MG_PER_HOT,
+    SALTS_DEFAULT,
+    SampledCurve,
     array_chunks,
     auto_rate,
     check_rate,
+    curve_from_chunks,
     first_pass,
     histograms,
     hot_set,
     salt_keys,
-    sampled_pool_curve,
 )
 from prefixscan.reuse.capacity.table import block_weights, capacity_sampling
 from prefixscan.reuse.pool_fast import lru_pool_curves, request_shape
 from tests.oracles import capacity_sampled_ref as ref
+
+
+def sampled_pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, weights: np.ndarray,
+                       unlisted: np.ndarray, rate: float, hot: int = HOT_DEFAULT, salts: int = SALTS_DEFAULT,
+                       seed: int = 0, ideal: int | None = None) -> SampledCurve:
+    """The sampled curve of an in-memory log (the product reads chunks: `curve_from_chunks`): the pool's
+    hit at every size from a rate-`rate` sample of blocks plus the `hot` hottest.
+
+    `ids`: dense block ids (int32, below n_distinct, first-seen order; `prefixscan.encode.dense.dense_ids`);
+    `weights`: the tokens each listed block adds to its request's hit (`capacity_table.block_weights`); `unlisted`:
+    per request, the blocks it occupies beyond its listing (`pool_fast.request_shape`); `ideal`: the exact
+    infinite-cache hit, if known (then the sampled part is scaled to it). Rate 1 is the exact curve."""
+    w = np.ascontiguousarray(weights, dtype=np.int64)
+    unl = np.ascontiguousarray(unlisted, dtype=np.int64)
+    off = np.ascontiguousarray(offsets, dtype=np.int64)
+    chunks = array_chunks(off, ids, lambda _, r0, r1: w[off[r0]:off[r1]], lambda _, r0, r1: unl[r0:r1])
+    return curve_from_chunks(chunks, n_distinct, rate, hot, salts, seed, ideal is not None, ideal)[0]
 
 
 def workload(seed: int, n: int = 400, block: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -18,9 +18,8 @@ from typer.testing import CliRunner
 import prefixscan
 from prefixscan.cli.app import app
 from prefixscan.errors import InputError
-from prefixscan.evidence.join import join_events
+from prefixscan.evidence.attach import join_events, parse_exposition, served
 from prefixscan.evidence.kvevents import SCHEMA, block_hash, decode
-from prefixscan.evidence.metrics import parse_exposition, served
 from prefixscan.evidence.record import record_events
 from tests.conftest import ROOT
 

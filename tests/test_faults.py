@@ -27,7 +27,7 @@ from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError, RunDirError, RunLockedError
 from prefixscan.pipeline.run import run_analysis
 from prefixscan.run import rundir
-from prefixscan.run.lock import RunLock, lock_path
+from prefixscan.run.rundir import RunLock, lock_path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "prefixscan"]
@@ -132,7 +132,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
     res = run_analysis(AnalyzeConfig(inputs=(SAMPLE,), output=str(out), quiet=True, findings=False))
     assert res.run_dir == str(out) and not lock_path(out).exists()
     with RunLock(out):  # a live holder: another process is refused and told who holds it
-        code = f"from prefixscan.run.lock import RunLock; RunLock({str(out)!r}).acquire()"
+        code = f"from prefixscan.run.rundir import RunLock; RunLock({str(out)!r}).acquire()"
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert r.returncode != 0 and f"pid {os.getpid()}" in r.stderr
 

@@ -1,4 +1,4 @@
-"""The planned field lookup (`fieldplan`) finds the same value as trying every candidate (`_lookup_ref`)."""
+"""The planned field lookup (`record.FieldPlans`) finds the same value as trying every candidate (`_lookup_ref`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.read import shapes
-from prefixscan.read.fieldplan import FieldPlans
-from prefixscan.read.record import FIELD_CANDIDATES
-from prefixscan.read.shapes import _lookup, _lookup_ref
+from prefixscan.read.record import FIELD_CANDIDATES, FieldPlans, get_path
+from prefixscan.read.shapes import _lookup
 
 # Keys that candidates start with, plus a few no candidate uses; values that are null, scalars, nested
 # objects (dotted paths walk them) and JSON strings (get_path parses them on the way).
@@ -20,6 +19,18 @@ _NESTED = st.recursive(_LEAF, lambda kids: st.dictionaries(st.sampled_from(_SECO
                        max_leaves=8)
 _VALUE = st.one_of(_NESTED, _NESTED.map(lambda v: shapes.orjson.dumps(v).decode() if isinstance(v, dict) else v))
 _HOLDER = st.dictionaries(_KEYS, _VALUE, max_size=10)
+
+
+def _lookup_ref(field: str, holders: tuple[dict, ...], outer: dict, overrides: dict[str, str]):
+    """The plain loop: the first non-null candidate, candidate by candidate, holder by holder."""
+    if field in overrides:
+        return get_path(outer, overrides[field])
+    for path in FIELD_CANDIDATES[field]:
+        for holder in holders:
+            v = get_path(holder, path) if "." in path else holder.get(path)
+            if v is not None:
+                return v
+    return None
 
 
 @settings(max_examples=400, deadline=None)

@@ -13,12 +13,27 @@ import pytest
 
 import prefixscan
 from prefixscan.config import AnalyzeConfig
-from prefixscan.detect.patterns import date_span, value_kind
+from prefixscan.detect.patterns import DATE_SPAN_RES, value_kind
 from prefixscan.fix import fix_logs
 from prefixscan.synth import SynthConfig, write
 from tests import test_findings_synth as fs
 from tests.conftest import write_jsonl
 from tests.test_findings_detect import DOC, SYS, question, rec
+
+
+def date_span(text: str) -> tuple[str, int, int] | None:
+    """(kind, start, end) of the first timestamp or date in `text` by the detector's patterns (a timestamp
+    wins over a date; the earliest, then the longest, match within a kind)."""
+    best: tuple[str, int, int] | None = None
+    for kind, pats in DATE_SPAN_RES:
+        for p in pats:
+            m = p.search(text)
+            if m and (best is None or m.start() < best[1] or (m.start() == best[1] and m.end() > best[2])):
+                best = (kind, m.start(), m.end())
+        if best is not None and kind == "timestamp":
+            return best
+    return best
+
 
 DAYS = {"en": "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split(),
         "de": "Montag Dienstag Mittwoch Donnerstag Freitag Samstag Sonntag".split()}

@@ -7,8 +7,50 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prefixscan.privacy import DEFAULT_SNIPPET_K
 from prefixscan.redact import redact_snippet
-from prefixscan.reuse.prefixes import common_prefix, prefixes_table, shared_text
+from prefixscan.reuse.prefixes import (
+    ROW_COLUMNS,
+    TOP,
+    aggregate_prefixes,
+    common_prefix,
+    member,
+    shared_text,
+    top_prefix_hashes,
+)
+
+
+def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], top: int = TOP,
+                   include_text: bool = False, k: int = DEFAULT_SNIPPET_K) -> pl.DataFrame:
+    """The prefixes table of a log in memory, from its requests' deepest matched block hash (the run
+    builds it part by part through `aggregate_prefixes`, as this does at once).
+
+    One row per shared prefix (the deepest matched block hash) among requests that hit.
+
+    `tokens_saved` is the prefill the ideal cache avoids through that prefix; `tenants` counts distinct
+    tenants that hit it, and `cross_tenant_hits` the hits that only another tenant's request could serve.
+    A snippet shows the text every hit of the prefix starts with, only when hits from at least `k`
+    independent sources share it (`prefixscan.privacy.may_show`), redacted and truncated; otherwise a
+    `hidden()` marker.
+    `--include-text` shows the first hit's source text instead. An empty `snippets` list means the log has
+    no text (hashed traces). `req` rows are in analysis order (seq = row).
+    """
+    hit = req["cached_blocks"].to_numpy() > 0
+    keep = top_prefix_hashes(deepest[hit], req["cached_tokens"].to_numpy()[hit], top)
+    rows = np.nonzero(hit & member(deepest, keep))[0]
+    df = req[rows].select(*ROW_COLUMNS).with_columns(pl.Series("prefix_hash", deepest[rows], dtype=pl.UInt64))
+    src = req["_source"].to_numpy()
+
+    def first_ids(seqs: np.ndarray) -> list[str]:
+        return req["request_id"].gather(seqs).to_list()
+
+    def first_snippets(seqs: np.ndarray) -> list[str]:
+        return [snippets[s] if s >= 0 and snippets else "" for s in src[seqs].tolist()]
+
+    def own_snippets(seqs: np.ndarray) -> list[str]:
+        return [snippets[s] for s in seqs.tolist()] if snippets else [""] * len(seqs)
+
+    return aggregate_prefixes(df, first_ids, first_snippets, top, include_text, own_snippets, k)
 
 
 def _requests(rows: list[tuple[int, int, int]]) -> tuple[pl.DataFrame, np.ndarray]:

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from prefixscan.detect.findings import Finding, fix_sentence
-from prefixscan.detect.shown import guard_findings
+from prefixscan.detect.run import guard_findings
 from prefixscan.privacy import scrub_argv, scrub_command_line, tenant_hasher
 from prefixscan.redact import hidden, redact, redact_snippet
 from prefixscan.report.fmt import clean, safe

@@ -146,8 +146,7 @@ def test_the_query_once_then_chunks_equals_the_scan(reqs: list, rule: str, B: in
     import numpy as np
 
     from prefixscan.reuse.ideal import IdealStream, scope_salts
-    from prefixscan.reuse.sql import connect, reuse_to_parquet, views_of_parquet
-    from prefixscan.reuse.sql_cursor import SqlIdealCursor
+    from prefixscan.reuse.sql import SqlIdealCursor, connect, reuse_to_parquet, views_of_parquet
 
     blocks = [_chain(s) for s, *_ in reqs]
     offsets = np.zeros(len(blocks) + 1, np.int64)

@@ -209,7 +209,7 @@ def test_lock_message_says_in_use(run: Path) -> None:
     import subprocess
     import sys
 
-    code = (f"import time; from prefixscan.run.lock import RunLock; RunLock({str(run)!r}).acquire(); "
+    code = (f"import time; from prefixscan.run.rundir import RunLock; RunLock({str(run)!r}).acquire(); "
             "print('held', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})

@@ -345,7 +345,7 @@ def test_cli_no_truth_and_custom_truth(tmp_path: Path) -> None:
 def test_arrivals_have_bursts_and_the_requested_mean_rate() -> None:
     import random
 
-    from prefixscan.synth.arrivals import arrivals
+    from prefixscan.synth.engine import arrivals
 
     stream = arrivals(random.Random(1), rate=2.0, burst_every=60.0, burst_seconds=10.0, burst_factor=5.0)
     calm = burst = 0

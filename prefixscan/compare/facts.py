@@ -59,10 +59,6 @@ class RunFacts:
     uncheckable: str | None = None  # why no breaker can be detected (detect.reader.uncheckable), None: it can
     pilot: dict[str, Any] | None = None  # the analyze summary's `pilot` section (docs/pilot.md); None: no latency
 
-    @property
-    def breaker_tokens(self) -> int:
-        return sum(b.tokens_lost for b in self.breakers or ())
-
 
 def _breakers(run: Run) -> tuple[Breaker, ...] | None:
     if not run.has("findings"):

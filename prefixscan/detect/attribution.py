@@ -18,6 +18,9 @@ Only `breaker` is a cache breaker. Without a replica field, routing and eviction
 mismatch: R is taken as I and the whole I - A gap is `unexplained`. A replica field with a single value
 counts as absent. When A > R the excess is reported,
 not subtracted (`engine_excess_tokens`).
+
+R and the hit on the previous request the same replica served (P) come from the replica pass
+(`replica_pass`), one row group of the requests table at a time.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from numba import njit
 
-from prefixscan.detect.replica_pass import replica_pass
+from prefixscan.reuse.hitrule import hit_tokens_array
+from prefixscan.reuse.ideal import IdealStream, scope_salts
 
 MISMATCH_SHARE = 0.1  # a model whose engine values exceed R this often has a tokenizer/template mismatch
 
@@ -53,16 +58,7 @@ MISSES_SCHEMA = pa.schema([
     pa.field("engine_excess_tokens", pa.int64()),
 ])
 
-Chunks = Iterable[tuple[np.ndarray, np.ndarray]]  # (local CSR offsets, block hashes), in row order
 COLUMNS = ["seq", "request_id", "model", "replica", "prompt_tokens", "cached_tokens", "actual_cached_tokens"]
-
-
-@dataclass
-class Attribution:
-    """The `misses` table and its totals (the summary's `miss_attribution`)."""
-
-    table: pa.Table
-    summary: dict[str, Any] = field(default_factory=dict)
 
 
 class _Source:
@@ -70,37 +66,20 @@ class _Source:
     or a table in memory as one group. Each pass reads only the columns it needs, so memory stays at a
     row group's columns (a 10M-request trace's seven columns at once were ~3 GB)."""
 
-    def __init__(self, requests: pa.Table | pl.DataFrame | str, chunks: Chunks | None = None) -> None:
-        self.requests, self.chunks = requests, chunks
+    def __init__(self, requests: pa.Table | str) -> None:
+        self.requests = requests
         self.file = pq.ParquetFile(requests) if isinstance(requests, str) else None
 
     def groups(self, columns: list[str]) -> Iterator[pl.DataFrame]:
         if self.file is not None:
             for g in range(self.file.num_row_groups):
                 yield pl.from_arrow(self.file.read_row_group(g, columns=columns))  # type: ignore[misc]
-        elif isinstance(self.requests, pl.DataFrame):
-            yield self.requests.select(columns)
         else:
             yield pl.from_arrow(self.requests.select(columns))  # type: ignore[misc,union-attr]  # a str is self.file
 
     def with_blocks(self, columns: list[str]) -> Iterator[tuple[pl.DataFrame, tuple[np.ndarray, np.ndarray]]]:
         """Each group's columns beside its (local CSR offsets, block hashes)."""
-        return zip(self.groups(columns), self.blocks(), strict=True)
-
-    def has_blocks(self) -> bool:
-        return self.chunks is not None or not isinstance(self.requests, pl.DataFrame)
-
-    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(local CSR offsets, hashes) per group: given chunks (a frame in memory) are joined into one."""
-        if self.chunks is None:
-            yield from table_chunks(self.requests)
-            return
-        offs, flats, base = [np.zeros(1, np.int64)], [], 0
-        for offsets, flat in self.chunks:
-            offs.append(np.asarray(offsets[1:], np.int64) + base)
-            flats.append(np.asarray(flat, np.uint64))
-            base += int(offsets[-1])
-        yield np.concatenate(offs), np.concatenate(flats) if flats else np.zeros(0, np.uint64)
+        return zip(self.groups(columns), table_chunks(self.requests), strict=True)
 
 
 def table_chunks(requests: pa.Table | str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -174,7 +153,7 @@ class _Groups:
         self.src = src
         need = scope.has_replica or not block_granular or scope.with_actual > 0
         self.passed = (replica_pass(src.with_blocks(["prompt_tokens", "replica"]), scope.n, sorted(scope.replicas),
-                                    block_size, rule) if need and src.has_blocks() else None)
+                                    block_size, rule) if need else None)
         self.has_replica = scope.has_replica
 
     def __call__(self, columns: list[str]) -> Iterator[tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray]]:
@@ -201,11 +180,7 @@ def attribute_groups(requests: pa.Table | str, block_size: int, rule: str, findi
     Three passes over the row groups before the rows: the log's replicas and engine values, the replica
     pass (only when the log names replicas, has engine values, or `cached_tokens` is not block-granular,
     i.e. `--granularity token`), and the models whose engine values exceed R (only with engine values)."""
-    return _groups(_Source(requests), block_size, rule, findings, block_granular, tokenizer_mismatch)
-
-
-def _groups(src: _Source, block_size: int, rule: str, findings: list[Any], block_granular: bool,
-            tokenizer_mismatch: bool) -> tuple[Iterator[pa.Table], Totals]:
+    src = _Source(requests)
     scope = _scope(src)
     hits = _Groups(src, scope, block_size, rule, block_granular)
     mismatched = _mismatched(hits) if scope.with_actual else set()
@@ -221,30 +196,6 @@ def _groups(src: _Source, block_size: int, rule: str, findings: list[Any], block
             yield _rows(g, ideal, same, prev, gain, rank, mismatch, scope.has_replica, totals)
 
     return tables(), totals
-
-
-def attribute(req: pl.DataFrame, chunks: Chunks | None, block_size: int, rule: str,
-              findings: list[Any], block_granular: bool = True, tokenizer_mismatch: bool = False) -> Attribution:
-    """The misses table of a finished analysis held in memory. `req`: the COLUMNS, in analysis order;
-    `chunks`: every request's block hashes (read only when needed, see `attribute_groups`).
-    `tokenizer_mismatch`: the log's own prompt token counts disagree with prefixscan's (ingest's check):
-    every shortfall is then unexplained."""
-    return _whole(_Source(req, chunks), block_size, rule, findings, block_granular, tokenizer_mismatch)
-
-
-def attribute_table(requests: pa.Table | str, block_size: int, rule: str, findings: list[Any],
-                    block_granular: bool = True, tokenizer_mismatch: bool = False) -> Attribution:
-    """`attribute` over a requests table (REQUESTS_SCHEMA) in memory or a Parquet file, as one table (the
-    run writes `attribute_groups`' groups instead)."""
-    return _whole(_Source(requests), block_size, rule, findings, block_granular, tokenizer_mismatch)
-
-
-def _whole(src: _Source, block_size: int, rule: str, findings: list[Any], block_granular: bool,
-           tokenizer_mismatch: bool) -> Attribution:
-    groups, totals = _groups(src, block_size, rule, findings, block_granular, tokenizer_mismatch)
-    parts = list(groups)
-    table = pa.concat_tables(parts) if parts else MISSES_SCHEMA.empty_table()
-    return Attribution(table, totals.summary())
 
 
 def _rows(g: pl.DataFrame, ideal: np.ndarray, same: np.ndarray, prev_hit: np.ndarray, gain: np.ndarray,
@@ -345,3 +296,89 @@ class Totals:
                 w[key] = w[key] if rep else None
             out["with_actual"] = w
         return out
+
+
+@njit(cache=True, nogil=True)
+def _previous_lcp(offsets: np.ndarray, flat: np.ndarray, codes: np.ndarray, first: int,
+                  n_codes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(per request from `first` on: its common block prefix with the last earlier request of the same
+    replica code, 0 if none or the code is < 0; the index of each code's last request, -1 if none)."""
+    n = len(offsets) - 1
+    last = np.full(n_codes, -1, np.int64)
+    k = np.zeros(max(n - first, 0), np.int64)
+    for i in range(n):
+        c = codes[i]
+        if c < 0:
+            continue
+        j = last[c]
+        if i >= first and j >= 0:
+            a, b = offsets[j], offsets[i]
+            m = min(offsets[j + 1] - a, offsets[i + 1] - b)
+            t = 0
+            while t < m and flat[a + t] == flat[b + t]:
+                t += 1
+            k[i - first] = t
+        last[c] = i
+    return k, last
+
+
+class LastPerReplica:
+    """The block hashes of the last request each replica served, carried from one row group to the next
+    (copies: a view would keep a whole group's hashes alive)."""
+
+    def __init__(self, replicas: list[str]) -> None:
+        self.index = {r: i for i, r in enumerate(replicas)}
+        self.salts = scope_salts(replicas)  # the scope salt of each replica code
+        self.kept: dict[int, np.ndarray] = {}
+
+    def codes(self, replica: pl.Series) -> np.ndarray:
+        """Each request's replica code (-1: none)."""
+        if not self.index:
+            return np.full(len(replica), -1, np.int64)
+        return replica.replace_strict(self.index, return_dtype=pl.Int64).fill_null(-1).to_numpy()
+
+    def previous(self, offsets: np.ndarray, flat: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Per request of a group: its common block prefix with the last earlier request of its replica."""
+        held = sorted(self.kept)
+        lens = np.array([len(self.kept[c]) for c in held], np.int64)
+        pre = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        all_off = np.concatenate([pre, offsets[1:] + pre[-1]])
+        all_flat = np.concatenate([*(self.kept[c] for c in held), flat]) if held else flat
+        k, last = _previous_lcp(all_off, all_flat, np.concatenate([np.array(held, np.int64), codes]),
+                                len(held), len(self.index))
+        for c in np.flatnonzero(last >= len(held)).tolist():
+            j = last[c]
+            self.kept[c] = all_flat[all_off[j]:all_off[j + 1]].copy()
+        return k
+
+
+def replica_pass(groups: Iterable[tuple[pl.DataFrame, tuple[np.ndarray, np.ndarray]]], n: int,
+                 replicas: list[str], block_size: int, rule: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ideal I, same-replica ideal R, hit on the previous request of the same replica P) per request.
+
+    One ideal pass with the replica as the scope (the scope salt), plus, per request, the common block
+    prefix with the last request the same replica served (kept per replica: a handful of arrays). Reads
+    one row group at a time; the three results are held for the whole log (24 bytes a request), since the
+    model mismatch check needs every R before any row is final. `groups`: per row group, its
+    prompt_tokens and replica columns and its (local CSR offsets, block hashes); `replicas`: the log's
+    distinct replicas."""
+    ideal, same, prev_hit = (np.zeros(n, np.int64) for _ in range(3))
+    stream = IdealStream()
+    last = LastPerReplica(replicas)
+    at = 0
+    for g, (offsets, flat) in groups:
+        m = len(offsets) - 1
+        if m != g.height:
+            raise ValueError(f"a block chunk covers {m} requests, its row group has {g.height}")
+        prompt, codes = g["prompt_tokens"].to_numpy().astype(np.int64), last.codes(g["replica"])
+        salts = np.zeros(m, np.uint64)
+        salts[codes >= 0] = last.salts[codes[codes >= 0]]
+        res, _ = stream.add(offsets, flat, prompt, block_size, rule, salts, np.zeros(m, np.uint64))
+        ideal[at:at + m] = res.cached_tokens
+        same[at:at + m] = res.tenant_cached_tokens
+        prev_hit[at:at + m] = hit_tokens_array(last.previous(offsets, flat, codes), prompt, block_size, rule)
+        at += m
+    stream.release()
+    if at != n:
+        raise ValueError(f"the block chunks cover {at} requests, the table has {n}")
+    return ideal, same, prev_hit

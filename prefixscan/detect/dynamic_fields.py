@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from prefixscan.affixes import common_affixes
+from prefixscan.affixes import common_affixes, common_prefix_length
 from prefixscan.detect.normalisation import BIG, Unit
 from prefixscan.detect.patterns import DATE_SPAN_RES, classify, heading_label, split_label
 from prefixscan.detect.pieces import Units
@@ -33,14 +33,6 @@ class SlotLine:
     kind: str | None  # a field kind, or None when no pattern names it
     prose: bool  # an unlabelled long line: a template edit rather than a field
     inline: bool = False  # a date or time inside a sentence: no safe rewrite moves it (see `inline_date`)
-
-
-def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def read_line(texts: dict[int, str], units: list[Unit] | Units, idx: int, other: str | None,
@@ -63,7 +55,7 @@ def read_line(texts: dict[int, str], units: list[Unit] | Units, idx: int, other:
                 label, start = h, prev.start
     if not label and other is not None:
         # Unlabelled: the varying span starts where the two versions first differ (at a word start).
-        cp = _common_prefix(line, other.rstrip("\r"))
+        cp = common_prefix_length(line, other.rstrip("\r"))
         while cp > 0 and line[cp - 1].isalnum():
             cp -= 1
         value_start, value = cp, line[cp:]

@@ -22,7 +22,6 @@ BIG = 48  # units at least this long identify content (family anchors, resync po
 
 CR, NONNFC, WS, JSON = 1, 2, 4, 8
 DRIFT_KINDS = ("line_endings", "unicode", "whitespace", "json_key_order", "json_spacing")
-ORDER_KINDS = ("rag_order", "tool_order", "list_order")
 
 _WS_RUN = re.compile(r"[ \t\u00a0]{2,}|\t")
 _BLANKS = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")

@@ -22,7 +22,6 @@ MIN_RUN = 64  # characters of shared content that must follow a span for it to b
 MAX_CHUNKS = 4_000_000
 MAX_FAMILIES = 50_000
 MAX_EXEMPLAR_CHARS = 64_000_000
-MAX_TEXT = 4096
 MAX_SPAN_CHARS = 2000
 PROSE = 160  # exemplar unit texts kept up to this length
 

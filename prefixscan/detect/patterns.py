@@ -66,19 +66,6 @@ WORD_DATE_RES: tuple[re.Pattern[str], ...] = tuple(re.compile(p + r"(?!\w)", re.
                                                    for p in (_DMY_W, _MDY_W, _DM_W))
 
 
-def date_span(text: str) -> tuple[str, int, int] | None:
-    """(kind, start, end) of the first timestamp or date in `text`, in any supported surface form."""
-    best: tuple[str, int, int] | None = None
-    for kind, pats in (("timestamp", TIMESTAMP_RES + WORD_TIMESTAMP_RES), ("date", DATE_RES + WORD_DATE_RES)):
-        for p in pats:
-            m = p.search(text)
-            if m and (best is None or m.start() < best[1] or (m.start() == best[1] and m.end() > best[2])):
-                best = (kind, m.start(), m.end())
-        if best is not None and kind == "timestamp":
-            return best
-    return best
-
-
 # Dates and times in any form, timestamps first (a date with a clock time is a timestamp).
 DATE_SPAN_RES: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...] = (
     ("timestamp", TIMESTAMP_RES + WORD_TIMESTAMP_RES), ("date", DATE_RES + WORD_DATE_RES))
@@ -110,9 +97,6 @@ LABEL_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("user_name", ("user", "name", "customer", "client", "talking to", "speaking with", "usuario", "nombre",
                    "utilisateur", "nom ", "benutzer", "kunde", "пользовател", "имя", "ユーザー", "用户", "姓名")),
 )
-
-FIELD_KINDS = ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
-               "random_token")
 
 _LABEL_LINE = re.compile(
     r"^\s*[\[{(]?\s*[\"']?(?P<label>[^:=\"\n\[\]{}]{1,48}?)[\"']?\s*(?P<sep>[:=：]|\s[-–]\s|\s\|\s)\s*[\"']?"
@@ -193,7 +177,8 @@ def value_kind(value: str) -> str | None:
 
 
 def classify(label: str, value: str, numbers_increase: bool = False) -> str | None:
-    """Combine shape and label into one field kind (FIELD_KINDS), or None for an unnamed varying span."""
+    """Combine shape and label into one field kind (timestamp, date, request_id, session_id, user_name, email,
+    phone, counter, random_token), or None for an unnamed varying span."""
     shape = value_kind(value)
     by_label = label_kind(label) if label else None
     if shape in ("email", "phone"):

@@ -1,7 +1,24 @@
-"""The one call `analyze` makes: finalise the ingest-fed detector into a FindingsResult."""
+"""The one call `analyze` makes: finalise the ingest-fed detector into a FindingsResult, then name each
+finding's place in the record's own shape and apply the privacy rule to its text.
+
+Where (`locate_fields`): findings locate a breaker in the normalised message list (message index, char).
+For shapes whose records are not that list (Anthropic `system`, Responses `instructions`/`input`, OTel
+attributes, wrappers), the example request is read again and `prompt_map` (beside the converters) names the
+field that holds the char (`system[0].text` char 146), for the fix sentence. Only the example records are
+parsed: one read of each such file up to its last example line.
+
+What may leave the run (`guard_findings`): a dynamic field's label ("Signature", "Dear ...") is the template
+text in front of the varying value; it is shown (redacted) only when the finding's requests come from at
+least k independent sources (`prefixscan.privacy.may_show`): distinct users, else tenants and prompts of
+different lengths (the label's surroundings differ), a conversation being one source; otherwise it is
+replaced by a `hidden()` marker in the label, the example and the fix. A normalisation drift's example
+quotes one request's line, whose sharing is not known: the line is always hidden. An id-like value (an
+account number, a phone) is shown as its kind only.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +28,22 @@ import polars as pl
 from prefixscan.config import AnalyzeConfig
 from prefixscan.detect import FindingsResult, finalize
 from prefixscan.detect.counterfactual import Blocks
-from prefixscan.detect.fieldpath import locate_fields
-from prefixscan.detect.shown import guard_findings
-from prefixscan.privacy import identity_hasher
+from prefixscan.detect.findings import CATEGORIES, Finding, fix_sentence
+from prefixscan.privacy import IDENTITY_COLUMNS, identity_hasher, independent_sources, may_show
+from prefixscan.read.content import content_text
+from prefixscan.read.fixmap import prompt_map
+from prefixscan.read.promptmap import Unmappable
+from prefixscan.read.readers import RawError, read_source
+from prefixscan.read.record import RecordError
+from prefixscan.read.shapes import normalise
+from prefixscan.read.sources import Source
+from prefixscan.redact import hidden, redact
 from prefixscan.reuse.ideal import ideal_reuse, scope_salts
+
+OWN_LIST = ("chat", "completion", "tokens", "mooncake", "bailian")  # the message list is the record's own
+_LINE_KINDS = ("whitespace", "line_endings", "unicode", "json_key_order")  # examples that quote a line
+_ID_KINDS = ("request_id", "session_id", "random_token", "phone", "email", "user_name")  # values never shown
+_WS = re.compile(r"\s+")
 
 
 def run_findings(cfg: AnalyzeConfig, ing: Any, req: pl.DataFrame, blocks: Blocks,
@@ -47,3 +76,110 @@ def _joined(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np
         offs.append(off[1:] + base)
         base += int(off[-1])
     return np.concatenate(offs), np.concatenate([f for _, f in chunks])
+
+
+def locate_fields(findings: list[Finding], requests: Path | None, sources: list[Source], shapes: dict[str, str],
+                  overrides: dict[str, str]) -> None:
+    """Set `field_path` (and the fix sentence) of each finding whose example comes from a shape of its own.
+    `requests`: the run's requests table (where each request id was read)."""
+    want: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.example_request_id and f.message_index is not None and f.message_index >= 0 \
+                and f.char_offset is not None:
+            want.setdefault(f.example_request_id, []).append(f)
+    if not want or requests is None or all(s in OWN_LIST for s in shapes.values()):
+        return
+    rows = pl.scan_parquet(requests).select("request_id", "source_file", "source_line").filter(
+        pl.col("request_id").is_in(list(want))).collect()
+    lines: dict[str, dict[int, list[str]]] = {}
+    for rid, path, line in rows.iter_rows():
+        if shapes.get(path) not in OWN_LIST and shapes.get(path) is not None:
+            lines.setdefault(path, {}).setdefault(int(line), []).append(rid)
+    for src in sources:
+        need = lines.get(src.path)
+        if not need:
+            continue
+        last = max(need)
+        for line, obj in read_source(src):
+            if line > last:
+                break
+            if line in need and not isinstance(obj, RawError):
+                _locate(obj, shapes[src.path], src.path, line, overrides, need[line], want)
+
+
+def _locate(obj: dict[str, Any], shape: str, path: str, line: int, overrides: dict[str, str], rids: list[str],
+            want: dict[str, list[Finding]]) -> None:
+    try:
+        rec = normalise(obj, shape, path, line, overrides, {})
+        pm = prompt_map(obj, shape, overrides)
+    except (RecordError, Unmappable, ValueError):
+        return
+    if rec.request_id not in rids or not rec.messages:
+        return
+    for f in want.get(rec.request_id, []):
+        if f.message_index >= len(rec.messages):  # type: ignore[operator]
+            continue
+        mi = f.message_index
+        where = pm.locate(mi, content_text(rec.messages[mi].get("content")), f.char_offset)  # type: ignore[arg-type,index]  # `want`: set
+        if where is not None:
+            f.field_path = where
+            if f.fix.startswith(("Move", "No safe")):
+                f.fix = fix_sentence(f.kind, f.label, f.role, f.detail, mi, f.char_offset, where)
+
+
+def guard_findings(findings: list[Finding], req: pl.DataFrame, k: int, include_text: bool) -> None:
+    """Apply the privacy rule to each finding's text, in place. `req`: the analysis' requests (request_id,
+    the identity columns and prompt_tokens; missing ones count as absent: then only users vouch)."""
+    if include_text:
+        return
+    sources = _sources(findings, req)
+    for i, f in enumerate(findings):
+        if f.kind in _LINE_KINDS and f.message_index is not None and f.message_index >= 0:
+            _hide_line(f)
+        elif f.label:
+            _guard_label(f, may_show(sources.get(i, 0), k))
+
+
+def _sources(findings: list[Finding], req: pl.DataFrame) -> dict[int, int]:
+    """Independent sources of each labelled finding's requests. A finding's value varies by definition,
+    so its label's surroundings are told apart by the rest of the prompt: its length in tokens."""
+    pairs = [(i, r) for i, f in enumerate(findings) if f.label for r in f.request_ids]
+    if not pairs or not req.height or "request_id" not in req.columns:
+        return {}
+    cols = [c for c in (*IDENTITY_COLUMNS, "prompt_tokens") if c in req.columns]
+    needed = list({r for _, r in pairs})  # a few rows of a large log
+    who = req.select("request_id", *cols).filter(pl.col("request_id").is_in(needed)).unique("request_id",
+                                                                                             keep="first")
+    if "prompt_tokens" not in who.columns:
+        who = who.with_columns(pl.lit(None, dtype=pl.Int64).alias("prompt_tokens"))
+    rows = (pl.DataFrame({"_finding": [i for i, _ in pairs], "request_id": [r for _, r in pairs]},
+                         schema={"_finding": pl.Int64, "request_id": pl.String})
+            .join(who, on="request_id", how="inner").rename({"prompt_tokens": "length"})
+            .with_columns(pl.lit("").alias("context")))
+    return independent_sources(rows, "_finding")
+
+
+def _guard_label(f: Finding, shared: bool) -> None:
+    """`label: value`: the label stays (redacted) when shared, else a marker; an id-like value shows only
+    its kind (a timestamp keeps its redacted shape: `November ##, #### ##:##`)."""
+    label = f.label or ""
+    shown = redact(_WS.sub(" ", label)).strip()
+    ex = f.example or ""
+    value = ex[len(shown) + 2:] if shown and ex.startswith(shown + ": ") else None
+    if f.kind in _ID_KINDS:
+        value = f"<{f.kind}>"
+    if shared:
+        f.example = f"{shown}: {value}" if value is not None else ex
+        return
+    mark = hidden(len(label))
+    f.example = f"{mark}: {value}" if value is not None else mark
+    f.label = mark
+    if CATEGORIES.get(f.kind, "dynamic_field") in ("dynamic_field", "pattern_free"):
+        f.fix = fix_sentence(f.kind, None, f.role, f.detail, f.message_index, f.char_offset, f.field_path,
+                             hidden_label=len(label))
+
+
+def _hide_line(f: Finding) -> None:
+    ex = f.example or ""
+    head, sep, line = ex.partition(": ")
+    f.example = f"{head}: {hidden(len(line))}" if sep and head == f.kind else hidden(len(ex))

@@ -41,8 +41,6 @@ from prefixscan.read.decisions import DecisionLog
 LEAVE_WORDS = "(?i)fallback|overflow"
 DIVERGE_SHARE = 0.1
 DIVERGE_MIN_ROWS = 5
-EXTRA = ("joined_requests", "compared_requests", "predicted_cached_tokens", "actual_cached_tokens",
-         "diverged_requests", "left_warm_requests", "prefill_tokens")
 
 
 def _flags(d: pl.DataFrame, block: int) -> pl.DataFrame:

@@ -35,7 +35,7 @@ from prefixscan.reuse.hitrule import hit_tokens_array
 from prefixscan.reuse.ideal import IdealResult, IdealStream, TokenPrefixIndex, scope_salts
 
 if TYPE_CHECKING:
-    from prefixscan.reuse.sql_cursor import SqlIdealCursor
+    from prefixscan.reuse.sql import SqlIdealCursor
 
 
 class OutOfOrder(Exception):

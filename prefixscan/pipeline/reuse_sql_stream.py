@@ -100,8 +100,7 @@ class SqlRequestStream(RequestStream):
     def _sql(self) -> None:
         import duckdb
 
-        from prefixscan.reuse.sql import connect, reuse_to_parquet, views_of_parquet
-        from prefixscan.reuse.sql_cursor import SqlIdealCursor
+        from prefixscan.reuse.sql import SqlIdealCursor, connect, reuse_to_parquet, views_of_parquet
 
         t = time.perf_counter()
         try:

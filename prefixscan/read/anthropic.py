@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 
-from prefixscan.read.ecosystem import ShapeError, json_value, parts_text
+from prefixscan.read.content import json_value, parts_text
 from prefixscan.read.promptmap import PromptMap, Slot, Unmappable
+from prefixscan.read.record import RecordError
 
 
 def _anthropic_blocks(role: str | None, content: Any) -> list[dict[str, Any]]:
@@ -65,10 +66,10 @@ def anthropic_to_chat(body: dict[str, Any], usage: dict[str, Any]) -> dict[str, 
             [{"type": "text", "content": b.get("text", "")} for b in system if isinstance(b, dict)])})
     raw = json_value(body.get("messages"))
     if not isinstance(raw, list):
-        raise ShapeError("wrong_type", f"`messages` should be a list, got {type(raw).__name__}")
+        raise RecordError("wrong_type", f"`messages` should be a list, got {type(raw).__name__}")
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
-            raise ShapeError("bad_message", f"message {i} is not an object")
+            raise RecordError("bad_message", f"message {i} is not an object")
         messages += _anthropic_blocks(m.get("role"), m.get("content"))
     tools = [{"type": "function", "function": {"name": t.get("name"), "description": t.get("description"),
                                                "parameters": t.get("input_schema")}}

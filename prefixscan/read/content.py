@@ -1,7 +1,8 @@
 """A message's content, and any value a record holds, as text: one rule for the read stage and the renderer.
 
 The read stage (`read.shapes`) and the chat renderer (`encode.render`) both turn content into text; they
-use these functions so a record renders the same whichever reads it.
+use these functions so a record renders the same whichever reads it. The ecosystem converters share
+`json_value` and `parts_text`.
 """
 
 from __future__ import annotations
@@ -60,3 +61,26 @@ def content_text(content: Any) -> str:
         else:
             out.append(str(part))
     return "".join(out)
+
+
+def json_value(value: Any) -> Any:
+    """Decode a JSON string (attributes often carry structured values as strings); anything else as is."""
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return value
+
+
+def parts_text(parts: Any) -> str:
+    """Text of an ecosystem shape's parts (OTel, Anthropic): a string, or its text parts in order."""
+    if isinstance(parts, str):
+        return parts
+    texts = []
+    for p in parts or []:
+        if isinstance(p, dict) and p.get("type") in (None, "text"):
+            texts.append(str(p.get("content", p.get("text", ""))))
+        elif isinstance(p, str):
+            texts.append(p)
+    return "".join(texts)

@@ -15,9 +15,8 @@ token and queue wait (issue 31), so each request carries three nullable columns:
    (TTFT) and `endTime - startTime` (end to end); an OTel span's `endTimeUnixNano - startTimeUnixNano`.
 
 A value that is not a non-negative number (or an end before its start) rejects the record, said in
-the rejects table: a latency of the wrong kind would otherwise skew every percentile in silence. The
-error is ecosystem's ShapeError, which `shapes.normalise` turns into its RecordError (this module does
-not import shapes, so no import cycle).
+the rejects table (a RecordError): a latency of the wrong kind would otherwise skew every percentile in
+silence.
 """
 
 from __future__ import annotations
@@ -26,9 +25,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from prefixscan.read.ecosystem import ShapeError
-from prefixscan.read.fieldplan import Plan
 from prefixscan.read.otel import span_attributes
+from prefixscan.read.record import Plan, RecordError
 from prefixscan.read.timestamps import parse_timestamp
 from prefixscan.redact import reject_detail
 
@@ -69,21 +67,21 @@ def conflicting(names: list[str]) -> list[str]:
 
 
 def seconds(value: Any, name: str, per_second: float = 1.0) -> float | None:
-    """A duration field in seconds: None when absent; ShapeError when not a non-negative finite number."""
+    """A duration field in seconds: None when absent; RecordError when not a non-negative finite number."""
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ShapeError("wrong_type", f"`{name}` should be a number of {_unit(per_second)}, got a boolean")
+        raise RecordError("wrong_type", f"`{name}` should be a number of {_unit(per_second)}, got a boolean")
     if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
-            raise ShapeError("wrong_type", reject_detail(name, f"should be a number of {_unit(per_second)}",
+            raise RecordError("wrong_type", reject_detail(name, f"should be a number of {_unit(per_second)}",
                                                           value)) from None
     if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ShapeError("wrong_type", reject_detail(name, f"should be a number of {_unit(per_second)}", value))
+        raise RecordError("wrong_type", reject_detail(name, f"should be a number of {_unit(per_second)}", value))
     if value < 0:
-        raise ShapeError("out_of_range", reject_detail(name, "is negative", value))
+        raise RecordError("out_of_range", reject_detail(name, "is negative", value))
     return float(value) / per_second
 
 
@@ -96,14 +94,14 @@ def _clock(value: Any, name: str) -> float:
     try:
         return parse_timestamp(value)
     except (ValueError, TypeError, OverflowError):
-        raise ShapeError("bad_timestamp", reject_detail(name, "is neither ISO-8601 nor an epoch number",
+        raise RecordError("bad_timestamp", reject_detail(name, "is neither ISO-8601 nor an epoch number",
                                                          value)) from None
 
 
 def _between(start: float, end: float, what: str) -> float:
     d = end - start
     if d < 0:
-        raise ShapeError("out_of_range", f"{what} is before the start of the call")
+        raise RecordError("out_of_range", f"{what} is before the start of the call")
     return d
 
 
@@ -112,7 +110,7 @@ def read(holders: tuple[dict[str, Any], ...], obj: dict[str, Any], overrides: di
          ) -> tuple[float | None, float | None, float | None]:
     """(ttft_s, e2e_s, queue_wait_s) of one record; `holders` as in shapes.normalise, `obj` the outer
     record (a converted OTel span keeps its own keys there), `span` when it came from an OTel span,
-    `get_path` the --field path walk (shapes.get_path), `plan` the holders' field plan (fieldplan, with
+    `get_path` the --field path walk (shapes.get_path), `plan` the holders' field plan (record.FieldPlans, with
     PATHS among its fields). `where`, when given, gets each column found by
     name or convention and where it came from, with the unit it was read in (the summary's `fields`
     line says so: a key without a unit in its name is read as seconds, which the user should see)."""
@@ -185,4 +183,4 @@ def _nanos(value: Any, name: str) -> int:
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    raise ShapeError("wrong_type", reject_detail(name, "should be integer nanoseconds", value))
+    raise RecordError("wrong_type", reject_detail(name, "should be integer nanoseconds", value))

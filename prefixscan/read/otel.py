@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 
-from prefixscan.read.ecosystem import ShapeError, json_value, parts_text
+from prefixscan.read.content import json_value, parts_text
 from prefixscan.read.promptmap import PromptMap, Slot, Unmappable, block_slots
+from prefixscan.read.record import RecordError
 
 _OTEL_VALUE_KEYS = ("stringValue", "intValue", "doubleValue", "boolValue")
 
@@ -103,11 +104,11 @@ def _span_start(span: dict[str, Any]) -> Any:
 
 
 def otel_to_chat(span: dict[str, Any]) -> dict[str, Any]:
-    """A GenAI span as a chat record; ShapeError when it carries no input messages."""
+    """A GenAI span as a chat record; RecordError when it carries no input messages."""
     a = span_attributes(span)
     raw = json_value(a.get("gen_ai.input.messages"))
     if not isinstance(raw, list) or not raw:
-        raise ShapeError("not_a_genai_request", "span has no gen_ai.input.messages (the instrumentation may not "
+        raise RecordError("not_a_genai_request", "span has no gen_ai.input.messages (the instrumentation may not "
                          "record message content; enable it, e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)")
     messages: list[dict[str, Any]] = []
     system = json_value(a.get("gen_ai.system_instructions"))
@@ -115,7 +116,7 @@ def otel_to_chat(span: dict[str, Any]) -> dict[str, Any]:
         messages.append({"role": "system", "content": parts_text(system)})
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
-            raise ShapeError("bad_message", f"gen_ai.input.messages item {i} is not an object")
+            raise RecordError("bad_message", f"gen_ai.input.messages item {i} is not an object")
         messages += _otel_message(m)
     tools = json_value(a.get("gen_ai.tool.definitions"))
     ctx = span["context"] if isinstance(span.get("context"), dict) else {}

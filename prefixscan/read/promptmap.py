@@ -169,7 +169,7 @@ def _is_text(p: dict[str, Any]) -> bool:
 
 
 def block_slots(blocks: list[Any], path: str) -> list[Slot]:
-    """Slots of a list joined by `ecosystem.parts_text` (dict parts of type text or none, and plain strings)."""
+    """Slots of a list joined by `content.parts_text` (dict parts of type text or none, and plain strings)."""
     out = []
     for i, p in enumerate(blocks):
         if isinstance(p, str):

@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 
-from prefixscan.read.ecosystem import ShapeError, json_value
+from prefixscan.read.content import json_value
 from prefixscan.read.promptmap import PromptMap, Slot
+from prefixscan.read.record import RecordError
 
 
 def is_responses(body: dict[str, Any], usage: dict[str, Any]) -> bool:
@@ -48,7 +49,7 @@ def responses_to_chat(body: dict[str, Any], usage: dict[str, Any], response: dic
         messages.append({"role": "system", "content": str(body["instructions"])})
     inp = json_value(body.get("input"))
     if not isinstance(inp, str | list):
-        raise ShapeError("wrong_type", f"`input` should be a string or a list of items, got {type(inp).__name__}")
+        raise RecordError("wrong_type", f"`input` should be a string or a list of items, got {type(inp).__name__}")
     for item in [inp] if isinstance(inp, str) else inp:
         messages += _response_item(item)
     rid, prev = response.get("id"), body.get("previous_response_id")

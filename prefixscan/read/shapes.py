@@ -15,13 +15,11 @@ import orjson
 from prefixscan.read import latency
 from prefixscan.read.anthropic import anthropic_to_chat, is_anthropic
 from prefixscan.read.content import content_text, json_text
-from prefixscan.read.ecosystem import ShapeError
-from prefixscan.read.fieldplan import FieldPlans, Plan
 from prefixscan.read.fielduse import CONVERTED_KEYS, TRACE_UNITS, FieldUse
 from prefixscan.read.media import MEDIA_KINDS, has_media, is_text_part
 from prefixscan.read.otel import is_genai_span, otel_to_chat
 from prefixscan.read.readers import default_request_id
-from prefixscan.read.record import CONTENT_FIELDS, FIELD_CANDIDATES, Record, RecordError, get_path
+from prefixscan.read.record import CONTENT_FIELDS, FIELD_CANDIDATES, FieldPlans, Plan, Record, RecordError, get_path
 from prefixscan.read.responses import is_responses, responses_to_chat
 from prefixscan.read.timestamps import describe_timestamp, parse_timestamp
 from prefixscan.redact import field_name, reject_detail
@@ -220,27 +218,12 @@ def _int_list(value: Any, field: str) -> np.ndarray:
         raise RecordError("wrong_type", f"`{field}` holds integers beyond 64 bits") from None
 
 
-_PATHS = {f: tuple((p, "." in p) for p in c) for f, c in FIELD_CANDIDATES.items()}
 TRACE_FIELDS = {"mooncake": {"timestamp", "input_length", "output_length", "hash_ids"},
                 "bailian": {"chat_id", "parent_chat_id", "turn", "type", "timestamp", "input_length",
                             "output_length", "hash_ids"}}
 
 
 _PLANS = FieldPlans({**FIELD_CANDIDATES, **latency.PATHS})  # latency columns planned with the fields
-
-
-def _lookup_ref(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
-                overrides: dict[str, str]) -> Any:
-    """First non-null candidate of `field`; plain names are a dict lookup, dotted ones a path walk (the
-    reference `_lookup` is tested equal to)."""
-    if field in overrides:
-        return get_path(outer, overrides[field])
-    for path, dotted in _PATHS[field]:
-        for holder in holders:
-            v = get_path(holder, path) if dotted else holder.get(path)
-            if v is not None:
-                return v
-    return None
 
 
 def _lookup_at(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
@@ -258,7 +241,8 @@ def _lookup_at(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str,
 
 def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
             overrides: dict[str, str], plan: Plan) -> Any:
-    """`_lookup_ref`, trying only the candidates the holders' layout can match (`fieldplan`)."""
+    """The first non-null candidate of `field` (an override names its one path), trying only the candidates
+    the holders' layout can match (`record.FieldPlans`)."""
     if field in overrides:
         return get_path(outer, overrides[field])
     for path, dotted, i in plan[field]:
@@ -314,11 +298,8 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         rec.category = _str_or_none(obj.get("type"))
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
         where["conversation_id"] = "parent_chat_id" if rec.conversation_id is not None else None
-    try:
-        rec.ttft_s, rec.e2e_s, rec.queue_wait_s = latency.read(holders, obj, overrides, original_shape == "otel",
-                                                                get_path, plan, where if use is not None else None)
-    except ShapeError as exc:
-        raise RecordError(exc.reason, exc.detail) from None
+    rec.ttft_s, rec.e2e_s, rec.queue_wait_s = latency.read(holders, obj, overrides, original_shape == "otel",
+                                                            get_path, plan, where if use is not None else None)
     if use is not None:
         if original_shape in CONVERTED_KEYS:  # the converter's keys, named by where it took them from
             where = {f: CONVERTED_KEYS[original_shape].get(f, p) if p is not None and f not in overrides else p
@@ -426,8 +407,8 @@ def _convert(obj: dict[str, Any], shape: str, roots: dict[Any, Any]) -> tuple[di
             return {**obj, **_present(anthropic_to_chat(body, usage))}, "chat"
         if kind == "responses":
             return {**obj, **_present(responses_to_chat(body, usage, resp or obj, roots))}, "chat"
-    except ShapeError as exc:
-        raise RecordError(exc.reason, exc.detail) from None
+    except RecordError:
+        raise
     except (TypeError, AttributeError, ValueError) as exc:  # the message may quote a value: its type only
         raise RecordError("wrong_type", f"a {shape} record has an unexpected structure "
                                         f"({type(exc).__name__})") from None

@@ -19,6 +19,7 @@ import numpy as np
 import xxhash
 from numba import njit
 
+from prefixscan.affixes import common_prefix_length
 from prefixscan.encode.dense import DenseTable, SeenSet
 from prefixscan.reuse.hitrule import hit_tokens_array
 
@@ -216,14 +217,6 @@ class TokenPrefixIndex:
         self.children: dict[int, list[tuple[int, ...]]] = {}
         self.seen: set[int] = set()
 
-    @staticmethod
-    def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-        n = min(len(a), len(b))
-        i = 0
-        while i < n and a[i] == b[i]:
-            i += 1
-        return i
-
     def add(self, tokens: np.ndarray, hashes: np.ndarray, root: int) -> int:
         """Return the exact common-prefix length with earlier requests, then insert this request."""
         hl = hashes.tolist()
@@ -236,9 +229,9 @@ class TokenPrefixIndex:
         if conts and nxt:
             pos = bisect.bisect_left(conts, nxt)
             if pos < len(conts):
-                lcp = self._lcp(conts[pos], nxt)
+                lcp = common_prefix_length(conts[pos], nxt)
             if pos > 0:
-                lcp = max(lcp, self._lcp(conts[pos - 1], nxt))
+                lcp = max(lcp, common_prefix_length(conts[pos - 1], nxt))
         # Insert the continuation after every node from the match point on (only novel content).
         n_blocks_total = (len(tokens) + B - 1) // B
         for j in range(k, n_blocks_total):

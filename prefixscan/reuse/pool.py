@@ -193,8 +193,9 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
                     _prepend(qprev, qnext, st, s)
 
 
-def _check(offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
-           rule: str) -> tuple[np.ndarray, np.ndarray]:
+def check_csr(offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
+              rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, prompt lengths) as contiguous int64, or a ValueError saying what is inconsistent."""
     is_trace_rule(rule)
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
@@ -205,7 +206,7 @@ def _check(offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray, bloc
     if len(prompts) != len(offsets) - 1:
         raise ValueError(f"{len(prompts)} prompt lengths for {len(offsets) - 1} requests")
     if len(ids) != offsets[-1]:
-        raise ValueError(f"offsets end at {offsets[-1]} but there are {len(ids)} blocks")
+        raise ValueError(f"offsets end at {offsets[-1]} but there are {len(ids)} block hashes (ids)")
     return offsets, prompts
 
 
@@ -233,7 +234,7 @@ def pool_hits(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray
     `offsets`/`hashes`: the requests' block hashes as CSR (a list<uint64> column's offsets and values);
     under "vllm" they are the full blocks only, as vLLM hashes them. Equal to the tests' `pool_hits_ref`.
     """
-    offsets, prompts = _check(offsets, hashes, prompt_tokens, block_size, rule)
+    offsets, prompts = check_csr(offsets, hashes, prompt_tokens, block_size, rule)
     ids, n = dense_ids(np.ascontiguousarray(hashes, dtype=np.uint64))
     state = new_state(num_blocks, n, longest_request(offsets, prompts, block_size))
     out = np.zeros(len(prompts), np.int64)
@@ -271,7 +272,7 @@ def _pool_many(offsets, ids, prompts, block_size, trace, n_distinct, caps, longe
 def pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, prompt_tokens: np.ndarray, block_size: int,
                rule: str, pool_blocks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """(hit tokens, duplicate copies made) with a pool of each size in `pool_blocks`, over dense ids."""
-    offsets, prompts = _check(offsets, ids, prompt_tokens, block_size, rule)
+    offsets, prompts = check_csr(offsets, ids, prompt_tokens, block_size, rule)
     caps = np.asarray(pool_blocks, dtype=np.int64).reshape(-1)
     if len(caps) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)

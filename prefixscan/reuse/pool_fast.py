@@ -17,6 +17,10 @@ The kernel also bounds where that holds. Sizes from `lo` to `hi` (`FastPool`) ar
   request's empties; a block listed twice in one request makes hi = 0 (nothing is fast).
 Other sizes are simulated (`pool.pool_curve`). `tests/test_pool_fast.py` checks the two agree, value for
 value, on random traces built to hit every one of those cases.
+
+The Fenwick tree over virtual access times is shared with `capacity_stream` (and the tests'
+`tests/oracles/lru_stack.py`): renumbering the marks when the clock reaches the end lets a tree of
+O(distinct) slots serve any number of accesses (`_renumber`, `lru_tree_slots`).
 """
 
 from __future__ import annotations
@@ -27,12 +31,48 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from prefixscan.reuse.fenwick import _renumber
 from prefixscan.reuse.hitrule import cap_blocks_array
 
 # st of the kernel: [marked, clock, u of the previous request, least risky d + u]
 MARKED, CLOCK, U_PREV, RISK = range(4)
 NO_RISK = np.iinfo(np.int64).max
+
+
+@njit(cache=True, nogil=True)
+def _renumber(tree, last):  # pragma: no cover - compiled
+    """Renumber the marked times to 1..marked, keeping their order, and rebuild the tree over them.
+
+    Distances only count marks, so an order-preserving renumbering changes none of them; it is what lets
+    a tree of O(distinct) slots serve an unbounded number of accesses. In place, O(len(tree) + len(last)).
+    """
+    n = len(tree) - 1
+    for i in range(n, 0, -1):  # Fenwick -> plain 0/1 marks (the O(n) build, undone in reverse)
+        j = i + (i & -i)
+        if j <= n:
+            tree[j] -= tree[i]
+    s = 0
+    for i in range(1, n + 1):  # marks -> their rank
+        s += tree[i]
+        tree[i] = s
+    for b in range(len(last)):
+        if last[b] > 0:
+            last[b] = tree[last[b]]
+    _fenwick_ones(tree, s)
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _fenwick_ones(tree, m):  # pragma: no cover - compiled
+    """The Fenwick tree of marks at times 1..m: slot i counts the marks in (i - lowbit(i), i]."""
+    tree[0] = 0
+    for i in range(1, len(tree)):
+        tree[i] = max(0, min(i, m) - (i - (i & -i)))
+
+
+def lru_tree_slots(n_distinct: int, floor: int = 1 << 16) -> int:
+    """Slots of the LRU Fenwick tree: twice the distinct blocks, so a renumbering frees at least half of
+    it (amortised O(1) per access), within int32 times."""
+    return min(max(2 * n_distinct, floor), (1 << 31) - 2)
 
 
 def request_shape(offsets: np.ndarray, prompts: np.ndarray, block_size: int,
@@ -165,7 +205,6 @@ def lru_pool_curves(offsets: np.ndarray, ids: np.ndarray, weights: np.ndarray, n
                     prompts: np.ndarray, block_size: int, rule: str) -> tuple[np.ndarray, FastPool]:
     """(the keyed LRU hit tokens for every capacity c = 0..n_distinct, as the tests' `lru_stack.lru_curves`, and the
     pool's hit at every size in its exact range), in one pass over the requests."""
-    from prefixscan.reuse.fenwick import lru_tree_slots
 
     cap, unl = request_shape(offsets, prompts, block_size, rule)
     most_u = int(unl.max()) if len(unl) else 0

@@ -7,43 +7,12 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
+from prefixscan.affixes import common_prefix_length
 from prefixscan.privacy import DEFAULT_SNIPPET_K, independent_sources, may_show
 from prefixscan.redact import hidden, redact_snippet
 
 TOP = 1000
 SNIPPET_CHARS = 96
-
-
-def prefixes_table(req: pl.DataFrame, deepest: np.ndarray, snippets: list[str], top: int = TOP,
-                   include_text: bool = False, k: int = DEFAULT_SNIPPET_K) -> pl.DataFrame:
-    """One row per shared prefix (the deepest matched block hash) among requests that hit.
-
-    `tokens_saved` is the prefill the ideal cache avoids through that prefix; `tenants` counts distinct
-    tenants that hit it, and `cross_tenant_hits` the hits that only another tenant's request could serve.
-    A snippet shows the text every hit of the prefix starts with, only when hits from at least `k`
-    independent sources share it (`prefixscan.privacy.may_show`), redacted and truncated; otherwise a
-    `hidden()` marker.
-    `--include-text` shows the first hit's source text instead. An empty `snippets` list means the log has
-    no text (hashed traces). `req` rows are in analysis order (seq = row).
-    """
-    hit = req["cached_blocks"].to_numpy() > 0
-    if not hit.any():
-        return _empty()
-    keep = top_prefix_hashes(deepest[hit], req["cached_tokens"].to_numpy()[hit], top)
-    rows = np.nonzero(hit & member(deepest, keep))[0]
-    df = req[rows].select(*ROW_COLUMNS).with_columns(pl.Series("prefix_hash", deepest[rows], dtype=pl.UInt64))
-    src = req["_source"].to_numpy()
-
-    def first_ids(seqs: np.ndarray) -> list[str]:
-        return req["request_id"].gather(seqs).to_list()
-
-    def first_snippets(seqs: np.ndarray) -> list[str]:
-        return [snippets[s] if s >= 0 and snippets else "" for s in src[seqs].tolist()]
-
-    def own_snippets(seqs: np.ndarray) -> list[str]:
-        return [snippets[s] for s in seqs.tolist()] if snippets else [""] * len(seqs)
-
-    return aggregate_prefixes(df, first_ids, first_snippets, top, include_text, own_snippets, k)
 
 
 ROW_COLUMNS = ("seq", "tenant", "conversation_id", "user", "arrival_s", "cached_tokens", "tenant_cached_tokens",
@@ -207,11 +176,7 @@ def shared_sources(df: pl.DataFrame, shared: dict[int, str | None],
 
 
 def common_prefix(a: str, b: str) -> str:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return a[:i]
+    return a[:common_prefix_length(a, b)]
 
 
 def _empty() -> pl.DataFrame:

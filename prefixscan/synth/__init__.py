@@ -4,17 +4,27 @@
 `generate_with_truth` pairs each with its ground-truth record; `generate_mooncake` yields Mooncake trace
 lines; `write(config, path, fmt)` streams any of them to disk with a ground-truth sidecar. The same config
 always gives byte-identical files.
+
+The request record is exactly what `analyze` reads (an OpenAI chat body with flat metadata). The truth
+record says what the generator knows and a detector must rediscover: the scenario, the shared content a
+request reuses, and every dynamic field with the message and character offset where it sits.
+
+Every sink (JSONL, gzip JSONL, Parquet in row groups, Mooncake JSONL) writes as records arrive, so memory
+stays flat however many requests are generated, and every sink is byte-deterministic (gzip without a
+timestamp or file name in its header).
 """
 
 from __future__ import annotations
 
 import gc
+import gzip
 import os
+import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -23,9 +33,8 @@ from prefixscan.synth.breakers import REGISTRY, BreakerKind, register
 from prefixscan.synth.config import FORMATS, SynthConfig, parse_breakers, parse_scenarios
 from prefixscan.synth.engine import Engine
 from prefixscan.synth.mooncake import BlockMapper, mooncake_record
+from prefixscan.synth.plan import Plan
 from prefixscan.synth.scenarios import SCENARIOS
-from prefixscan.synth.truth import fields_only, render, request_id, truth
-from prefixscan.synth.writers import open_sink
 
 __all__ = [
     "FORMATS", "REGISTRY", "SCENARIOS", "BreakerKind", "SynthConfig", "SynthResult", "generate",
@@ -61,6 +70,68 @@ class SynthResult:
                 "by_scenario": self.by_scenario, "by_tenant": self.by_tenant,
                 "fields_by_kind": self.fields_by_kind, "blocks": self.blocks, "hit_blocks": self.hit_blocks,
                 "block_hit_rate": round(self.block_hit_rate, 6), "bytes": self.bytes}
+
+
+def iso_ms(epoch: float) -> str:
+    """ISO-8601 UTC with milliseconds, e.g. 2026-11-29T10:15:00.123Z."""
+    total_ms = int(round(epoch * 1000))
+    sec, ms = divmod(total_ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f".{ms:03d}Z"
+
+
+def request_id(seq: int, prefix: str = "") -> str:
+    return f"{prefix}req-{seq + 1:06d}"
+
+
+def render(plan: Plan, seq: int, epoch: float, prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request record and its ground-truth record."""
+    messages = [{"role": role, "content": parts[0].text if len(parts) == 1 else "".join(p.text for p in parts)}
+                for role, parts in plan.messages]
+    fields = fields_only(plan)
+    rid = request_id(seq, prefix)
+    record: dict[str, Any] = {"request_id": rid, "timestamp": iso_ms(epoch + plan.time), "tenant": plan.tenant}
+    if plan.conversation_id is not None:
+        record["conversation_id"] = prefix + plan.conversation_id
+    record["user"] = plan.user
+    record["model"] = plan.model
+    record["messages"] = messages
+    if plan.tools is not None:
+        record["tools"] = plan.tools.tools
+    record["max_tokens"] = plan.max_tokens
+    record["output_tokens"] = plan.output_tokens
+    return record, truth(plan, rid, fields, prefix)
+
+
+def truth(plan: Plan, rid: str, fields: list[dict[str, Any]], prefix: str = "") -> dict[str, Any]:
+    """The ground-truth sidecar line for one request."""
+    out = {
+        "request_id": rid,
+        "scenario": plan.scenario,
+        "tenant": plan.tenant,
+        "conversation_id": None if plan.conversation_id is None else prefix + plan.conversation_id,
+        "turn_index": plan.turn_index,
+        "template_id": plan.template_id,
+        "shared_prefix": plan.shared,
+        "fields": fields,
+    }
+    if plan.drift is not None:
+        out["drift"] = plan.drift  # only when drift is configured, so older outputs stay byte-identical
+    return out
+
+
+def fields_only(plan: Plan) -> list[dict[str, Any]]:
+    """Field truth without building message text (for the Mooncake path, where no text is written)."""
+    out = []
+    for i, (role, parts) in enumerate(plan.messages):
+        pos = 0
+        for p in parts:
+            f = p.field
+            if f is not None:
+                out.append({"kind": f.kind, "source": f.source, "message_index": i, "role": role,
+                            "char_offset": pos + f.offset, "value": f.value, "label": f.label,
+                            "form": f.form, "position": f.position})
+            pos += len(p.text)
+    return out
 
 
 def generate_with_truth(config: SynthConfig) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
@@ -156,3 +227,70 @@ def _count(result: SynthResult, plan: Any, truth_rec: dict[str, Any] | None) -> 
         for f in truth_rec["fields"]:
             result.fields += 1
             result.fields_by_kind[f["kind"]] = result.fields_by_kind.get(f["kind"], 0) + 1
+
+
+class JsonlSink:
+    """One JSON object per line; gzip-compressed when `gz`."""
+
+    def __init__(self, path: str, gz: bool = False) -> None:
+        self._raw: IO[bytes] = open(path, "wb")  # closed in close()
+        self._f: gzip.GzipFile | IO[bytes] = (gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
+                              if gz else self._raw)
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._f.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+
+    def close(self) -> None:
+        if self._f is not self._raw:
+            self._f.close()
+        self._raw.close()
+
+
+class ParquetSink:
+    """Request records as Parquet: messages as list<struct<role, content>>, tools as a JSON string."""
+
+    COLUMNS = ("request_id", "timestamp", "tenant", "conversation_id", "user", "model", "messages", "tools",
+               "max_tokens", "output_tokens")
+
+    def __init__(self, path: str, row_group: int = 2000) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self._pa = pa
+        self.schema = pa.schema([
+            ("request_id", pa.string()), ("timestamp", pa.string()), ("tenant", pa.string()),
+            ("conversation_id", pa.string()), ("user", pa.string()), ("model", pa.string()),
+            ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("tools", pa.string()), ("max_tokens", pa.int32()), ("output_tokens", pa.int32()),
+        ])
+        self._writer = pq.ParquetWriter(path, self.schema, compression="zstd")
+        self._row_group = row_group
+        self._rows: dict[str, list[Any]] = {c: [] for c in self.COLUMNS}
+
+    def write(self, record: dict[str, Any]) -> None:
+        rows = self._rows
+        for c in self.COLUMNS:
+            value = record.get(c)
+            if c == "tools" and value is not None:
+                value = orjson.dumps(value).decode()
+            rows[c].append(value)
+        if len(rows["request_id"]) >= self._row_group:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows["request_id"]:
+            return
+        table = self._pa.Table.from_pydict(self._rows, schema=self.schema)
+        self._writer.write_table(table)
+        self._rows = {c: [] for c in self.COLUMNS}
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+
+
+def open_sink(path: str, fmt: str) -> JsonlSink | ParquetSink:
+    """The sink for a format name: jsonl, jsonl.gz, parquet or mooncake (a JSONL of trace lines)."""
+    if fmt == "parquet":
+        return ParquetSink(path)
+    return JsonlSink(path, gz=fmt == "jsonl.gz")

@@ -15,6 +15,7 @@ import random
 import unicodedata
 from typing import Any
 
+from prefixscan.affixes import common_prefix_length
 from prefixscan.synth.plan import Part, Plan, ToolProfile
 
 DRIFT_KINDS = ("whitespace", "line_endings", "unicode", "json_key_order", "tool_order", "rag_order",
@@ -51,14 +52,6 @@ def _reverse_keys(obj: Any) -> Any:
     return obj
 
 
-def _first_diff(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def _system_edit(plan: Plan, edit: Any, tag: tuple) -> dict[str, Any] | None:
     """Apply `edit(text) -> text` to the first field-free part after the intro; truth entry of the change."""
     role, parts = plan.messages[0]
@@ -76,7 +69,7 @@ def _system_edit(plan: Plan, edit: Any, tag: tuple) -> dict[str, Any] | None:
     if after == before:
         return None
     return {"kind": tag[0], "source": "drift", "message_index": 0, "role": role,
-            "char_offset": _first_diff(before, after), "value": str(tag[1]), "label": "", "form": "",
+            "char_offset": common_prefix_length(before, after), "value": str(tag[1]), "label": "", "form": "",
             "position": "drift"}
 
 
@@ -123,7 +116,7 @@ def _list_order(plan: Plan, seed: int, seq: int) -> list[dict[str, Any]]:
     before = "".join(p.text for p in parts[:body]) + canonical
     after = "".join(p.text for p in parts[:body]) + text
     return [{"kind": "list_order", "source": "drift", "message_index": 0, "role": role,
-             "char_offset": _first_diff(before, after), "value": "shuffled", "label": "", "form": "",
+             "char_offset": common_prefix_length(before, after), "value": "shuffled", "label": "", "form": "",
              "position": "drift"}]
 
 
@@ -168,7 +161,7 @@ def apply(plan: Plan, kind: str, seq: int, requests: int, seed: int) -> list[dic
         plan.messages[0] = (role, new)
         after = "".join(p.text for p in new)
         return [{"kind": "unicode", "source": "drift", "message_index": 0, "role": role,
-                 "char_offset": _first_diff(before, after), "value": "nfd", "label": "", "form": "",
+                 "char_offset": common_prefix_length(before, after), "value": "nfd", "label": "", "form": "",
                  "position": "drift"}]
     if kind in ("json_key_order", "tool_order") and plan.tools is not None:
         tools = plan.tools.tools
@@ -188,6 +181,6 @@ def apply(plan: Plan, kind: str, seq: int, requests: int, seed: int) -> list[dic
         plan.messages[1] = (role, new)
         after = "".join(p.text for p in new)
         return [{"kind": "rag_order", "source": "drift", "message_index": 1, "role": role,
-                 "char_offset": _first_diff(before, after), "value": "swapped", "label": "", "form": "",
+                 "char_offset": common_prefix_length(before, after), "value": "swapped", "label": "", "form": "",
                  "position": "drift"}]
     return []

@@ -4,6 +4,11 @@ dynamic fields.
 Only sessions in flight are held (a heap keyed by their next request time), so memory does not grow
 with the number of requests. All randomness comes from generators seeded from the config's seed and
 is consumed in a fixed order, so the same config yields the same plans.
+
+Session arrivals are a Poisson process whose rate jumps during bursts: real traffic is not a flat
+Poisson stream (a link goes viral, a batch job starts, and for some seconds the rate is several times
+higher). Bursts are what stress a prefix-aware router (one hot prefix, one replica), so the generator
+alternates calm and burst periods with exponential durations.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ import random
 from collections.abc import Iterator
 
 from prefixscan.synth import drift
-from prefixscan.synth.arrivals import arrivals, calm_rate
 from prefixscan.synth.breakers import REGISTRY, BreakerSpec, Context, choose_spec, render
 from prefixscan.synth.config import SynthConfig
 from prefixscan.synth.content import Content, zipf_cum_weights
@@ -145,3 +149,37 @@ class Engine:
                 intro = next((i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "sys"), -1)
                 parts.insert(intro + 1, part)
             plan.messages[0] = (role, parts)
+
+
+def arrivals(rng: random.Random, rate: float, burst_every: float, burst_seconds: float,
+             burst_factor: float) -> Iterator[tuple[float, bool]]:
+    """Yield (seconds since start, in_burst) forever. `rate` is the calm-period rate per second.
+
+    Exponential gaps are memoryless, so when a gap would cross a period boundary we restart the draw at
+    the boundary with the new rate; the result is an exact piecewise-constant-rate Poisson process.
+    """
+    t = 0.0
+    in_burst = False
+    bursts = burst_every > 0 and burst_seconds > 0 and burst_factor > 1
+    switch = rng.expovariate(1 / burst_every) if bursts else float("inf")
+    while True:
+        current = rate * burst_factor if in_burst else rate
+        gap = rng.expovariate(current)
+        if t + gap >= switch:
+            t = switch
+            in_burst = not in_burst
+            switch = t + rng.expovariate(1 / (burst_seconds if in_burst else burst_every))
+            continue
+        t += gap
+        yield t, in_burst
+
+
+def calm_rate(rps: float, mean_requests: float, burst_every: float, burst_seconds: float,
+              burst_factor: float) -> float:
+    """Calm-period session rate that makes the long-run request rate equal `rps`."""
+    if burst_every > 0 and burst_seconds > 0 and burst_factor > 1:
+        burst_share = burst_seconds / (burst_every + burst_seconds)
+        boost = 1 + (burst_factor - 1) * burst_share
+    else:
+        boost = 1.0
+    return rps / mean_requests / boost

@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.reuse.capacity.lru import Prepared, prepare
-from prefixscan.reuse.fenwick import _renumber, lru_tree_slots
+from prefixscan.reuse.pool_fast import _renumber, lru_tree_slots
 
 
 @njit(cache=True, nogil=True)

@@ -230,22 +230,6 @@ def array_chunks(offsets: np.ndarray, ids: np.ndarray, weights: Callable[[np.nda
     return gen
 
 
-def sampled_pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, weights: np.ndarray,
-                       unlisted: np.ndarray, rate: float, hot: int = HOT_DEFAULT, salts: int = SALTS_DEFAULT,
-                       seed: int = 0, ideal: int | None = None) -> SampledCurve:
-    """Estimate the pool's hit at every size from a rate-`rate` sample of blocks plus the `hot` hottest.
-
-    `ids`: dense block ids (int32, below n_distinct, first-seen order; `prefixscan.encode.dense.dense_ids`);
-    `weights`: the tokens each listed block adds to its request's hit (`capacity_table.block_weights`); `unlisted`:
-    per request, the blocks it occupies beyond its listing (`pool_fast.request_shape`); `ideal`: the exact
-    infinite-cache hit, if known (then the sampled part is scaled to it). Rate 1 is the exact curve."""
-    w = np.ascontiguousarray(weights, dtype=np.int64)
-    unl = np.ascontiguousarray(unlisted, dtype=np.int64)
-    off = np.ascontiguousarray(offsets, dtype=np.int64)
-    chunks = array_chunks(off, ids, lambda _, r0, r1: w[off[r0]:off[r1]], lambda _, r0, r1: unl[r0:r1])
-    return curve_from_chunks(chunks, n_distinct, rate, hot, salts, seed, ideal is not None, ideal)[0]
-
-
 def _mix_py(x: int) -> int:
     return int(splitmix64(np.uint64(x & (2**64 - 1))))
 

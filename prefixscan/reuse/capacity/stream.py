@@ -5,7 +5,7 @@ slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinc
 
 - `add` runs the one-pass LRU stack-distance histogram (Mattson, Gecsei, Slutz and Traiger 1970)
   chunk by chunk with its state carried over, over a Fenwick tree of about two slots per distinct block
-  (marks are renumbered when the clock reaches its end, `fenwick._renumber`), and appends the chunk's
+  (marks are renumbered when the clock reaches its end, `pool_fast._renumber`), and appends the chunk's
   block ids to a spill file. Per request it keeps only the length and the prompt tokens (12 bytes).
 - `finish` computes the next-use keys of Belady's rule (1966) by reading the ids spill backwards into a
   second spill, then runs the optimal cache with bypass forward, chunk by chunk, two capacities at a
@@ -30,13 +30,16 @@ import pyarrow as pa
 
 from prefixscan.encode.hashing import is_trace_rule
 from prefixscan.reuse.capacity.lru import (
+    _last_use,
     _next_keys,
     _opt_chunk,
+    _overlap,
+    new_bound_state,
     opt_heap_slots,
+    opt_ideal_from,
     pool_size_targets,
     target_guesses,
 )
-from prefixscan.reuse.capacity.optbound import _last_use, _overlap, new_bound_state, opt_ideal_from
 from prefixscan.reuse.capacity.spill import (
     Chunk,
     check_chunk,
@@ -47,9 +50,17 @@ from prefixscan.reuse.capacity.spill import (
     write_all,
 )
 from prefixscan.reuse.capacity.table import block_weights, curve_table, resolve_capacities
-from prefixscan.reuse.fenwick import _fenwick_ones, _renumber, lru_tree_slots
 from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
-from prefixscan.reuse.pool_fast import _lru_pool_chunk, fast_pool, merged, new_st, request_shape
+from prefixscan.reuse.pool_fast import (
+    _fenwick_ones,
+    _lru_pool_chunk,
+    _renumber,
+    fast_pool,
+    lru_tree_slots,
+    merged,
+    new_st,
+    request_shape,
+)
 
 
 class _Opt(NamedTuple):
@@ -200,7 +211,9 @@ class CapacityStream:
         finally:
             self.close()
 
-    def _finish(self, n: int, capacities_tokens: Sequence[int] | None, opt: bool) -> pa.Table:
+    def _close_spills(self, n: int) -> np.ndarray:
+        """Check `n` (the distinct blocks) against the ids fed, close the spill files for writing and
+        return every request's length in blocks."""
         if n < max(self._n_seen, 0) or n < 0:
             raise ValueError(f"n_distinct={n} but block id {self._n_seen - 1} was fed" if n >= 0
                              else f"n_distinct must be non-negative, got {n}")
@@ -209,6 +222,10 @@ class CapacityStream:
         self._prompts_file.close()
         lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
         self._lengths = []
+        return lengths
+
+    def _finish(self, n: int, capacities_tokens: Sequence[int] | None, opt: bool) -> pa.Table:
+        lengths = self._close_spills(n)
         cap_tok, cap_blk = resolve_capacities(capacities_tokens, n, self.block_size)
         held = np.maximum(cap_blk - 1, 0)  # OPT holds cap - 1 blocks (as capacity_curve)
         if self._defer_lru:  # the LRU pass on a second thread, beside OPT's bound and next-use keys (all
@@ -251,14 +268,7 @@ class CapacityStream:
         chunk, not 12 bytes per listed block."""
         from prefixscan.reuse.capacity.sampled import sampled_table
 
-        if n < max(self._n_seen, 0) or n < 0:
-            raise ValueError(f"n_distinct={n} but block id {self._n_seen - 1} was fed" if n >= 0
-                             else f"n_distinct must be non-negative, got {n}")
-        assert self._ids_file is not None and self._prompts_file is not None
-        self._ids_file.close()
-        self._prompts_file.close()
-        lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
-        self._lengths = []
+        lengths = self._close_spills(n)
         chunks = plan_chunks(lengths, self._chunk_blocks) if self._total_blocks else []
         ids_buf = np.empty(max((c.b1 - c.b0 for c in chunks), default=0), np.int32)
         prompts = np.empty(max((c.r1 - c.r0 for c in chunks), default=0), np.int64)
@@ -322,7 +332,8 @@ class CapacityStream:
 
     def _opt_prepare(self, n: int, lengths: np.ndarray, held: np.ndarray) -> np.ndarray:
         """Which capacities OPT must run at, and (if any) their next-use keys spilled. A cache that holds
-        the whole working set never evicts, and from L on OPT = ideal (capacity_optbound): those need no run."""
+        the whole working set never evicts, and from L on OPT = ideal (`lru.opt_ideal_capacity`): those
+        need no run."""
         small = held < self._opt_ideal_capacity(n, lengths)
         if small.any() and self._total_blocks:
             width, never = key_width(lengths)
@@ -345,7 +356,7 @@ class CapacityStream:
         return np.array([hits[int(c)] for c in caps], np.int64)
 
     def _opt_ideal_capacity(self, n: int, lengths: np.ndarray) -> int:
-        """`capacity_optbound.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
+        """`capacity_lru.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
         if self._total_blocks == 0:
             return n
         chunks = plan_chunks(lengths, self._chunk_blocks)
