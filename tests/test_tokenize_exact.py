@@ -146,6 +146,24 @@ def test_cuts_never_change_tokens(name, tok_dirs) -> None:
     check()
 
 
+@pytest.mark.parametrize("name", list(TIKTOKEN))
+def test_tiktoken_buffer_equals_encode_ordinary(name) -> None:
+    """The memo tokenises new text through tiktoken's token buffer with no special token allowed; that is
+    `encode_ordinary` (control-token strings read as text) for every regex."""
+    tok = tiktoken_with(TIKTOKEN[name])
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(st.lists(text, max_size=6))
+    def check(texts: list[str]) -> None:
+        assert [a.tolist() for a in tok._encode_texts(texts)] == [tok.enc.encode_ordinary(t) for t in texts]
+
+    check()
+    # a batch large enough for the thread pool: the same ids, in the same order
+    tok.threads = 3
+    big = ["".join(ATOMS[i:] + ATOMS[:i]) * 50 for i in range(0, len(ATOMS), 4)]  # > PARALLEL_MIN_CHARS
+    assert [a.tolist() for a in tok._encode_texts(big)] == [tok.enc.encode_ordinary(t) for t in big]
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_memo_equals_direct_on_chat(name, tok_dirs) -> None:
     """Whole requests, multi-turn resends included, through a memo that stays warm across examples."""

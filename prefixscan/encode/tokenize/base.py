@@ -17,6 +17,7 @@ from prefixscan.read.content import content_text
 from prefixscan.read.record import Record, RecordError
 
 EMPTY = np.zeros(0, dtype=np.uint32)
+Ids = list[int] | np.ndarray  # a text's token ids as a backend returns them (tiktoken: uint32 arrays)
 # Chat requests also tokenised directly at the start of a run. Not what makes the memo exact (its cuts are
 # proven per tokenizer, `cuts.py`); a cheap alarm: a difference means a defect here, and the run goes on
 # with direct tokenisation and says so.
@@ -169,11 +170,11 @@ class Planned:
 class SegmentEncoder:
     """Tokenise prompts given as pieces, each distinct text unit once, new units in one batched call."""
 
-    def __init__(self, encode_many: Callable[[list[str]], list[list[int]]], special_ids: dict[str, int],
+    def __init__(self, encode_many: Callable[[list[str]], Sequence[Ids]], special_ids: dict[str, int],
                  stats: TokenizerStats, rule: CutRule,
                  spells_special: Callable[[str], bool] | None = None,
                  piece_bytes: int | None = None,
-                 encode_first: Callable[[list[str]], list[list[int]]] | None = None) -> None:
+                 encode_first: Callable[[list[str]], Sequence[Ids]] | None = None) -> None:
         self.encode_many = encode_many
         # A tokenizer that treats text at the very start of the prompt differently (Metaspace with
         # prepend_scheme "first"): `encode_many` then tokenises as the prompt's later segments are, and
