@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 import typer
 
 from prefixscan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvError, PrefixscanError, RunDirError
-from prefixscan.report.fmt import clean, safe
+from prefixscan.report.escape import clean, safe
 
 __all__ = ["fail", "handle_errors", "safe", "show_progress", "stderr_console", "stdout_console"]
 

@@ -7,8 +7,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from prefixscan.report.escape import clean, safe
 from prefixscan.report.fmt import pct as _pct
-from prefixscan.report.fmt import plain, print_tables, safe
+from prefixscan.report.fmt import print_tables
 from prefixscan.report.fmt import tokens as _tok
 
 
@@ -127,7 +128,7 @@ def render_summary(result: Any, console: Console) -> None:
 def render_evidence(sentences: list[str], console: Console) -> None:
     """The engine's own evidence (metrics, KV events) after the summary, one line each."""
     for s in sentences:
-        console.print("evidence: " + plain(s), markup=False, highlight=False)
+        console.print("evidence: " + clean(s), markup=False, highlight=False)
 
 
 def miss_line(m: dict | None) -> str | None:

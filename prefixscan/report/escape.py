@@ -7,8 +7,9 @@ XML 1.0 forbids, or Markdown/HTML that would become a live link or a remote imag
 - `visible`: the medium-independent step. Control characters (C0 but tab and newline, DEL, C1), bidi
   and zero-width format characters, lone surrogates and the non-characters U+FFFE/U+FFFF are made
   visible as `\\xNN` / `\\uNNNN` text: nothing is silently dropped (two tenants stay two), nothing acts.
-- `terminal` (one line, for Rich via `rich`), `markdown`, `html_text`, `svg_text`: `visible`, then the
-  medium's own escaping.
+- `clean` (one line of plain text for a terminal; `safe` escapes it for Rich markup too), `markdown`,
+  `html_text`, `svg_text`: `visible`, then the medium's own escaping. A value printed on a terminal goes
+  through `clean` or `safe` only, so `[...]` in the data is never read as Rich markup.
 
 Report blocks (`sections/`) carry trusted template text with two inline marks (**bold**, `code`); a data
 value inside such text is wrapped by `data(value)` in two private-use delimiters, so each renderer
@@ -55,16 +56,17 @@ def one_line(value: object) -> str:
     return _BREAKS.sub(" ", visible(value))
 
 
-def terminal(value: object) -> str:
-    """A data value for a terminal, as plain text: one line, every control character visible."""
+def clean(value: object) -> str:
+    """A data value for a terminal, as plain text: one line, every control character visible (`\x1b`)."""
     return one_line(value)
 
 
-def rich(value: object) -> str:
-    """`terminal(value)` escaped for Rich markup (`[bold]` in the data prints as itself)."""
+def safe(value: object) -> str:
+    """`clean(value)` escaped for Rich markup (`[bold]` in the data prints as itself), for any data value
+    inside a printed string or table cell."""
     from rich.markup import escape
 
-    return escape(terminal(value))
+    return escape(clean(value))
 
 
 def markdown(value: object) -> str:

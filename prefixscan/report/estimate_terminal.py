@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prefixscan.cost.verdict import gpus_text
-from prefixscan.report.fmt import number_tables, safe
+from prefixscan.report.escape import safe
+from prefixscan.report.fmt import number_tables
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from prefixscan.report.fmt import safe
+from prefixscan.report.escape import safe
 from prefixscan.report.fmt import tokens as _tok
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
-from prefixscan.report.fmt import print_tables, safe
+from prefixscan.report.escape import safe
+from prefixscan.report.fmt import print_tables
 from prefixscan.report.fmt import tokens as _tok
 
 
