@@ -140,8 +140,9 @@ def resolve_gpu(o: EstimateOptions, sim: dict[str, Any], dtype: str) -> GpuSpec:
     return gpu
 
 
-def _sim_rate(m: MeasuredWorkload) -> float | None:
-    """The request rate the saved simulation replayed at, when it compressed or stretched time."""
+def sim_rate(m: MeasuredWorkload) -> float | None:
+    """The request rate the saved simulation replayed at, when it compressed or stretched time (None: the
+    log's own rate)."""
     cfg = m.sim_config or {}
     if cfg.get("target_rps"):
         return float(cfg["target_rps"])
@@ -164,9 +165,9 @@ def _rate(o: EstimateOptions, m: MeasuredWorkload | None) -> tuple[float | None,
         return rate, ("--rps" if src == FLAG else src), src
     if m is None:
         return None, "not set", "not set"
-    sim_rate = _sim_rate(m)
-    if sim_rate is not None:
-        return sim_rate, "the saved simulation's rate", SIMULATION
+    saved = sim_rate(m)
+    if saved is not None:
+        return saved, "the saved simulation's rate", SIMULATION
     if m.gappy:
         return m.rps, BUSY, MEASURED
     return m.rps, MEASURED, MEASURED

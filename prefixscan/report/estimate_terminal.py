@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 from prefixscan.cost.verdict import gpus_text
 from prefixscan.report.escape import safe
-from prefixscan.report.fmt import number_tables
+from prefixscan.report.fmt import opt_pct as _pct
+from prefixscan.report.fmt import print_tables
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,20 +29,10 @@ def _usd(x: float) -> str:
     return f"${x:,.0f}"
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
-
-
 def _row(s: Scenario) -> list[str]:
     return [safe(_LABELS.get(s.name, s.name)), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted),
             _pct(s.capture_of_ideal), f"{s.prefill_tokens_s:,.0f}", gpus_text(s.gpus), _usd(s.usd_per_month),
             s.basis]
-
-
-def _print(console: Console, title: str, columns: list[str], rows: list[list[str]]) -> None:
-    """A table whose row labels and numbers are never cut (report/fmt.py), split when too wide."""
-    for t in number_tables(console, title, columns, rows, keys=1, text={"basis"}, justify={"basis": "left"}):
-        console.print(t)
 
 
 def render(result: EstimateResult, console: Console) -> None:
@@ -69,7 +60,9 @@ def render(result: EstimateResult, console: Console) -> None:
                   f"{r.kv_capacity_tokens_per_replica:,} tokens per replica")
 
     console.print(f"Round robin and router from: {safe(r.baseline_basis)} ({safe(r.baseline_detail)})", highlight=False)
-    _print(console, "Prefill GPUs by routing", list(COLUMNS), [_row(s) for s in r.scenarios])
+    # row labels and numbers never cut (report/fmt.py), split when too wide; the basis folds
+    print_tables(console, "Prefill GPUs by routing", list(COLUMNS), [_row(s) for s in r.scenarios], text={"basis"},
+                 justify={"basis": "left"})
     pa, sq = r.scenario("prefix_aware"), r.scenario(r.status_quo)
     console.print(f"Prefix-aware from: {safe(pa.source)}")
     if r.engine is not None:
@@ -87,20 +80,21 @@ def render(result: EstimateResult, console: Console) -> None:
         console.print(f"Prefill share of GPU time under {_LABELS[r.status_quo]}: {r.prefill_share:.0%}")
 
     if r.policies:
-        _print(console, f"Replayed policies ({safe(r.baseline_basis)})",
-               ["policy", "requests with a hit", "prompt tokens cached", "GPUs", "$/month", "TTFT p50", "TTFT p95"],
-               [[safe(s.name), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted), gpus_text(s.gpus),
-                 _usd(s.usd_per_month), "-" if s.ttft_p50_s is None else f"{s.ttft_p50_s:.2f} s",
-                 "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f} s"] for s in r.policies])
+        print_tables(console, f"Replayed policies ({safe(r.baseline_basis)})",
+                     ["policy", "requests with a hit", "prompt tokens cached", "GPUs", "$/month", "TTFT p50",
+                      "TTFT p95"],
+                     [[safe(s.name), _pct(s.hit_rate), _pct(s.hit_rate_token_weighted), gpus_text(s.gpus),
+                       _usd(s.usd_per_month), "-" if s.ttft_p50_s is None else f"{s.ttft_p50_s:.2f} s",
+                       "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f} s"] for s in r.policies])
 
     fmt = {"capture_of_ideal": lambda v: f"{v:.0%}", "mfu": lambda v: f"{v:.0%}",
            "usd_per_gpu_hour": lambda v: f"${v:.2f}"}
     names = {"capture_of_ideal": "prefix-aware: share of ideal hits", "mfu": "MFU",
              "usd_per_gpu_hour": "$/GPU-hour"}
-    _print(console, "Sensitivity (one assumption moved at a time)",
-           ["assumption", "value", "prefix-aware GPUs", "saving/month"],
-           [[names[row.parameter], fmt[row.parameter](row.value), gpus_text(row.gpus_prefix_aware),
-             _usd(row.monthly_savings_usd)] for row in r.sensitivity])
+    print_tables(console, "Sensitivity (one assumption moved at a time)",
+                 ["assumption", "value", "prefix-aware GPUs", "saving/month"],
+                 [[names[row.parameter], fmt[row.parameter](row.value), gpus_text(row.gpus_prefix_aware),
+                   _usd(row.monthly_savings_usd)] for row in r.sensitivity])
 
     v = r.verdict
     style = {True: "green", False: "red", None: "yellow"}[v.worth_it]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from prefixscan.report.escape import safe
 from prefixscan.report.fmt import tokens as _tok
@@ -35,27 +34,6 @@ def counterfactual_line(cf: dict[str, Any] | None) -> str | None:
     return (f"ideal-cache token-weighted hit rate as logged {100 * before:.1f}% -> after all fixes "
             f"{100 * after:.1f}% ({_tok(cf.get('tokens_gained', 0))} more cached tokens, "
             f"{cf.get('requests_rewritten', 0):,} requests rewritten)")
-
-
-def findings_table(findings: list[dict[str, Any]], title: str, full: bool = False) -> Table:
-    t = Table(title=title, title_justify="left", show_edge=False)
-    cols = ["#", "kind", "tenant", "where", "requests", "tokens lost", "per req", "example (redacted)", "fix"]
-    if full:
-        cols.insert(4, "label")
-    for c in cols:
-        t.add_column(c, justify="right" if c in ("#", "requests", "tokens lost", "per req") else "left",
-                     overflow="fold")
-    for i, f in enumerate(findings, start=1):
-        per = f.get("tokens_lost_per_request")
-        if per is None and f.get("requests_affected"):
-            per = f["tokens_lost"] / f["requests_affected"]
-        row = [str(f.get("rank") or i), safe(f["kind"]), safe(f.get("tenant") or "-"), where(f),
-               f"{f['requests_affected']:,}", _tok(f["tokens_lost"]), _tok(per), safe(f.get("example") or ""),
-               safe(f.get("fix") or "")]
-        if full:
-            row.insert(4, safe(f.get("label") or "-"))
-        t.add_row(*row)
-    return t
 
 
 def render_top(summary: dict[str, Any], console: Console, limit: int = 5) -> None:
