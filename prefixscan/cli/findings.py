@@ -66,8 +66,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"Not checkable: run {run_dir} {why_not}, so no cache breaker can be detected.")
             return
         from prefixscan.cli.common import stdout_console
-        from prefixscan.report.analyze_terminal import miss_line
-        from prefixscan.report.findings_terminal import render_findings
+        from prefixscan.report.analyze_terminal import miss_line, render_findings
 
         console = stdout_console()
         render_findings(rows, cf, console)

@@ -39,25 +39,26 @@ def render(result: EstimateResult, console: Console) -> None:
     """Print the summary, scenario table, TTFT, simulated policies, sensitivity and verdict."""
     from rich.panel import Panel
 
-    r, wl, m, g = result, result.workload, result.model, result.gpu
+    r, wl, sp = result, result.workload, result.spec
+    m, g = sp.model, sp.gpu
     out = wl.output_tokens
     console.print(f"[bold]Scenario:[/] {safe(r.spec.describe())}", highlight=False)
     console.print(
-        f"[bold]{safe(m.name)}[/] ({m.active_params / 1e9:.1f}B active) in {safe(r.dtype)} on {safe(g.name)}, "
-        f"MFU {r.mfu:.0%}"
+        f"[bold]{safe(m.name)}[/] ({m.active_params / 1e9:.1f}B active) in {safe(sp.dtype)} on {safe(g.name)}, "
+        f"MFU {sp.mfu:.0%}"
         f"{', linear FLOPs (no attention term)' if r.linear else ''}: "
-        f"{r.per_gpu_prefill_tokens_s:,.0f} prefill tok/s per GPU, ${r.usd_per_gpu_hour:.2f}/GPU-hour")
+        f"{r.per_gpu_prefill_tokens_s:,.0f} prefill tok/s per GPU, ${g.usd_per_hour:.2f}/GPU-hour")
     console.print(
         f"Traffic ({'measured from ' + safe(wl.source) if wl.source != 'flags' else 'from flags'}): "
         f"{wl.rps:,.4g} req/s, context {wl.context_tokens:,.0f} tokens, "
         f"new {wl.new_tokens:,.0f} tokens/request"
         + (f", output {out:,.0f} tokens" if out is not None else "")
-        + f"; {r.replicas} replicas x TP{r.tensor_parallel}")
+        + f"; {sp.replicas} replicas x TP{sp.tensor_parallel}")
     if wl.ideal_hit_rate_token_weighted is not None:
         console.print("Ideal-cache hit rate (token-weighted, whole log): "
                       f"{wl.ideal_hit_rate_token_weighted:.1%}")
-    console.print(f"KV cache: {r.kv_bytes_per_token / 1024:,.1f} KiB/token in {safe(r.kv_dtype)}, "
-                  f"{r.kv_capacity_tokens_per_replica:,} tokens per replica")
+    console.print(f"KV cache: {r.kv_bytes_per_token / 1024:,.1f} KiB/token in {safe(sp.kv_dtype)}, "
+                  f"{sp.kv_tokens_per_replica:,} tokens per replica")
 
     console.print(f"Round robin and router from: {safe(r.baseline_basis)} ({safe(r.baseline_detail)})", highlight=False)
     # row labels and numbers never cut (report/fmt.py), split when too wide; the basis folds
@@ -74,7 +75,7 @@ def render(result: EstimateResult, console: Console) -> None:
         f"({vs_rr}vs no reuse {_usd(r.monthly_savings_vs_no_reuse_usd)}; {r.hours_per_month:g} h/month)")
     console.print(
         f"TTFT under load: hit {r.ttft_hit_s:.2f} s, miss {r.ttft_miss_s:.2f} s; "
-        f"idle replica (TP{r.tensor_parallel}): hit {r.ttft_idle_hit_s:.2f} s, "
+        f"idle replica (TP{sp.tensor_parallel}): hit {r.ttft_idle_hit_s:.2f} s, "
         f"miss {r.ttft_idle_miss_s:.2f} s")
     if r.prefill_share is not None:
         console.print(f"Prefill share of GPU time under {_LABELS[r.status_quo]}: {r.prefill_share:.0%}")
