@@ -51,14 +51,10 @@ def visible(value: object) -> str:
     return _HIDDEN.sub(_show, "" if value is None else str(value))
 
 
-def one_line(value: object) -> str:
-    """`visible(value)` on one line: tabs and newlines become spaces."""
-    return _BREAKS.sub(" ", visible(value))
-
-
 def clean(value: object) -> str:
-    """A data value for a terminal, as plain text: one line, every control character visible (`\x1b`)."""
-    return one_line(value)
+    """A data value as plain text on one line (for a terminal, and the base of the Markdown, SVG and report
+    block helpers): `visible(value)`, tabs and newlines become spaces."""
+    return _BREAKS.sub(" ", visible(value))
 
 
 def safe(value: object) -> str:
@@ -73,7 +69,7 @@ def markdown(value: object) -> str:
     """A data value for Markdown inline text or a table cell: one line, controls visible, and every
     character Markdown could read as emphasis, code, link, image, HTML, heading or entity escaped (`|` is
     left to the table writer, which escapes every pipe of a cell; a pipe outside a table is text)."""
-    return _angles(_MD_DATA.sub(lambda m: "\\" + m.group(), _MARKS.sub("", one_line(value))))
+    return _angles(_MD_DATA.sub(lambda m: "\\" + m.group(), _MARKS.sub("", clean(value))))
 
 
 def _angles(text: str) -> str:
@@ -88,7 +84,7 @@ def html_text(value: object) -> str:
 def svg_text(value: object) -> str:
     """A data value for a matplotlib figure label: one line, controls visible. matplotlib escapes `&<>`
     itself, and figures are drawn with `text.parse_math` off, so `$` is not read as mathtext."""
-    return _MARKS.sub("", one_line(value))
+    return _MARKS.sub("", clean(value))
 
 
 def xml_legal(text: str) -> str:
@@ -98,7 +94,7 @@ def xml_legal(text: str) -> str:
 
 def data(value: object) -> str:
     """A data value to interpolate into report block text: delimited, so renderers escape it as data."""
-    return OPEN + _MARKS.sub("", one_line(value)) + CLOSE
+    return OPEN + _MARKS.sub("", clean(value)) + CLOSE
 
 
 def plain(text: str) -> str:

@@ -6,10 +6,9 @@ from prefixscan.cost.verdict import gpus_text
 from prefixscan.report.escape import data as esc
 from prefixscan.report.model import ReportData
 
-Block = (
-    tuple  # ("h", level, text) | ("p", text) | ("ul"/"ol", [text]) | ("table", head, rows) | ("fig", name)
-)
-#                ("code", text) | ("missing", text)
+# ("h", level, text) | ("p", text) | ("ul"/"ol", [text]) | ("table", head, rows) | ("fig", name) | ("code", text)
+# | ("missing", text)
+Block = tuple
 
 # What each cost-table column holds (docs/report.md): per-request share, token-weighted, capture of ideal.
 COST_COLUMNS = (
