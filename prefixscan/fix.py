@@ -186,37 +186,33 @@ def fix_logs(cfg: AnalyzeConfig, output: str, force: bool = False) -> FixResult:
 
 
 def _write(src: Any, target: str, rows: list[tuple[int, Any, bool]]) -> None:
-    """Write rows in the source's own format and compression; JSONL lines with no rewritten record are
-    copied byte for byte."""
+    """Write rows in the source's own format and compression, under a temporary name renamed into place;
+    JSONL lines with no rewritten record are copied byte for byte."""
     with replacing(target) as tmp:
-        _write_to(src, str(tmp), rows)
-
-
-def _write_to(src: Any, target: str, rows: list[tuple[int, Any, bool]]) -> None:
-    if src.kind == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        schema = pq.read_schema(src.path)
-        table = pa.Table.from_pylist([r for _, r, _ in rows if isinstance(r, dict)], schema=schema)
-        pq.write_table(table, target, compression="zstd")
-        return
-    kind = compression(src.path)
-    with open(target, "wb") as out_f:
-        if kind == "gzip":
-            out: gzip.GzipFile | BinaryIO = gzip.GzipFile(filename="", mode="wb", fileobj=out_f, mtime=0)
-        elif kind == "zstd":
+        if src.kind == "parquet":
             import pyarrow as pa
+            import pyarrow.parquet as pq
 
-            out = pa.CompressedOutputStream(pa.PythonFile(out_f, mode="w"), "zstd")
-        else:
-            out = out_f
-        try:
-            for data in _lines(src.path, rows):
-                out.write(data)
-        finally:
-            if out is not out_f:
-                out.close()
+            schema = pq.read_schema(src.path)
+            table = pa.Table.from_pylist([r for _, r, _ in rows if isinstance(r, dict)], schema=schema)
+            pq.write_table(table, str(tmp), compression="zstd")
+            return
+        kind = compression(src.path)
+        with open(tmp, "wb") as out_f:
+            if kind == "gzip":
+                out: gzip.GzipFile | BinaryIO = gzip.GzipFile(filename="", mode="wb", fileobj=out_f, mtime=0)
+            elif kind == "zstd":
+                import pyarrow as pa
+
+                out = pa.CompressedOutputStream(pa.PythonFile(out_f, mode="w"), "zstd")
+            else:
+                out = out_f
+            try:
+                for data in _lines(src.path, rows):
+                    out.write(data)
+            finally:
+                if out is not out_f:
+                    out.close()
 
 
 def _lines(path: str, rows: list[tuple[int, Any, bool]]) -> Iterator[bytes]:

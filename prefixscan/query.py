@@ -48,10 +48,6 @@ def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def register_tables(con: Any, tables: dict[str, Path]) -> None:
     """Give the connection one read-only relation per table: a lazily scanned Arrow dataset registered under
     the table's name. DuckDB itself never opens a file of the run, so no path has to stay reachable once the
@@ -111,12 +107,6 @@ def canned_queries() -> dict[str, str]:
     return out
 
 
-def canned_sql(name: str) -> str:
-    if name not in canned_queries():
-        raise UsageError(f"no canned query named {name!r}; `prefixscan query --list` shows them")
-    return queries_dir().joinpath(f"{name}.sql").read_text()
-
-
 def load_sql(sql: str) -> str:
     """SQL text, `@path/to/file.sql`, or `@name` of a canned query (`@queries/name.sql` too)."""
     if not sql.startswith("@"):
@@ -127,7 +117,7 @@ def load_sql(sql: str) -> str:
         return p.read_text()
     name = p.stem if ref.endswith(".sql") else ref
     if name in canned_queries():
-        return canned_sql(name)
+        return queries_dir().joinpath(f"{name}.sql").read_text()
     raise UsageError(f"SQL file {ref} does not exist and no canned query is named {name!r} "
                      "(`prefixscan query --list` shows them)")
 

@@ -113,8 +113,7 @@ def test_simulate_tables_never_cut_a_number(sim_run, name: str, columns: int) ->
     import json
 
     from prefixscan.report.simulate_terminal import COLUMNS as SIM_COLUMNS
-    from prefixscan.report.simulate_terminal import SPLIT
-    from prefixscan.report.simulate_tiers_terminal import PD_COLUMNS
+    from prefixscan.report.simulate_terminal import PD_COLUMNS, SPLIT
 
     js = runner.invoke(app, ["simulate", str(sim_run), "--load", "--name", name, "--json", "-q"])
     policies = json.loads(js.stdout)["policies"]

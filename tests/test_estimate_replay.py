@@ -83,7 +83,7 @@ def test_saved_simulation_is_reused_when_it_matches(tmp_path):
     res = _sim(run, 4, target_rps=20.0)
     res.save(run)
     r = estimate(dataclasses.replace(OPTS, kv_blocks=None), run)  # every scenario option from the simulation
-    assert r.baseline_basis == "saved simulation" and r.replicas == 4 and r.workload.rps == 20.0
+    assert r.baseline_basis == "saved simulation" and r.spec.replicas == 4 and r.workload.rps == 20.0
     assert r.spec.rps_source == "the saved simulation's rate"
     assert r.scenario("round_robin").hit_rate_token_weighted == res.policies["round_robin"]["hit_rate_token_weighted"]
     assert r.verdict.router_policy == "sglang_cache_aware"
@@ -135,7 +135,7 @@ def test_engine_reported_status_quo_from_fewer_replicas(tmp_path):
     text = " ".join(r.engine.explanation)
     assert f"{expect:.1%}" in text and "about 2 replicas" in text and "fewer than the 8 assumed" in text
     sq = r.scenario("today").gpus - r.scenario("prefix_aware").gpus
-    assert r.monthly_savings_usd == pytest.approx(sq * r.hours_per_month * r.usd_per_gpu_hour)
+    assert r.monthly_savings_usd == pytest.approx(sq * r.hours_per_month * r.spec.gpu.usd_per_hour)
     saving = next(c for c in r.verdict.checks if c.name == "saving")
     assert "today (engine-reported)" in saving.text and saving.numbers["status_quo_hit"] == pytest.approx(expect)
 

@@ -195,7 +195,7 @@ def _on_a_terminal(cmd: list[str], env: dict) -> str:
 
 @pytest.mark.parametrize("value", [*HOSTILE, "lone\udc80surrogate\ufffe"])
 def test_each_medium_helper(value: str) -> None:
-    for helper in (escape.terminal, escape.markdown, escape.html_text, escape.svg_text):
+    for helper in (escape.clean, escape.markdown, escape.html_text, escape.svg_text):
         assert _raw_controls(helper(value)) == [], helper.__name__
     assert "](" not in escape.markdown(value).replace("\\](", "")
     assert "<" not in escape.html_text(value) and "<" not in escape.markdown(value)

@@ -13,7 +13,7 @@ from prefixscan.detect.findings import Finding, fix_sentence
 from prefixscan.detect.run import guard_findings
 from prefixscan.privacy import scrub_argv, scrub_command_line, tenant_hasher
 from prefixscan.redact import hidden, redact, redact_snippet
-from prefixscan.report.fmt import clean, safe
+from prefixscan.report.escape import clean, safe
 
 
 def _finding(kind: str, label: str | None, example: str, rids: list[str], mi: int = 0) -> Finding:

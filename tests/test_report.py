@@ -259,7 +259,7 @@ def test_a_new_section_is_one_function(sample_run: Path) -> None:
 
     data = build(sample_run)
 
-    def extra(d, figs):
+    def extra(d):
         return [("h", 2, "Extra section"), ("p", f"{len(d.policies or [])} policies")]
 
     blocks = markdown.document(data, {}, (*markdown.SECTIONS, extra))

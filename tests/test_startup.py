@@ -37,7 +37,7 @@ def test_one_command_line_imports_one_command_module() -> None:
     """`prefixscan analyze --help` builds only the analyze command (its module, its option groups and the
     shared helpers): the other command modules stay unloaded."""
     after = ("others = sorted(m for m in sys.modules if m.startswith('prefixscan.cli.') and m not in "
-             "('prefixscan.cli.app', 'prefixscan.cli.analyze', 'prefixscan.cli.analyze_options', "
+             "('prefixscan.cli.app', 'prefixscan.cli.analyze', "
              "'prefixscan.cli.common', 'prefixscan.cli.choices', 'prefixscan.cli.groups', 'prefixscan.cli.usage'))\n"
              "print(others)\nassert not others\n"
              "assert 'prefixscan.cost' not in sys.modules and 'prefixscan.pipeline' not in sys.modules")

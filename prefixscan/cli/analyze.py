@@ -1,37 +1,37 @@
-"""`prefixscan analyze LOGS... -o RUN_DIR`: parse options, run the analysis, print the summary."""
+"""`prefixscan analyze LOGS... -o RUN_DIR`: parse options, run the analysis, print the summary.
+
+Its option groups (cli/groups.py) name the AnalyzeConfig field each option sets (`to`, where the flag's name
+differs), so the command builds its config from the groups without repeating them.
+"""
 
 from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 
 import typer
 
-from prefixscan.cli.analyze_options import PrivacyOptions, ScaleOptions
 from prefixscan.cli.choices import FIELDS, GRANULARITIES, ORDERS, RECORD_FORMATS, one_of
 from prefixscan.cli.common import handle_errors, show_progress, stderr_console
-from prefixscan.cli.groups import config_fields, grouped
+from prefixscan.cli.groups import config_fields, grouped, opt
 from prefixscan.privacy import scrub_argv
 
 
-def _parse_fields(values: list[str]) -> tuple[tuple[str, str], ...]:
+def _parse_fields(values: list[str], flag: str = "--field", form: str = "NAME=column.path"
+                  ) -> tuple[tuple[str, str], ...]:
+    """The NAME=VALUE pairs of a repeatable option (--field; --lora-path)."""
     out = []
     for v in values:
         name, sep, path = v.partition("=")
         if not sep or not name or not path:
-            raise typer.BadParameter(f"--field expects NAME=column.path, got {v!r}")
+            raise typer.BadParameter(f"{flag} expects {form}, got {v!r}")
         out.append((name.strip(), path.strip()))
     return tuple(out)
 
 
 def _parse_lora_paths(values: list[str]) -> tuple[tuple[str, str], ...]:
-    out = []
-    for v in values:
-        name, sep, path = v.partition("=")
-        if not sep or not name or not path:
-            raise typer.BadParameter(f"--lora-path expects NAME=PATH, got {v!r}")
-        out.append((name.strip(), path.strip()))
-    return tuple(out)
+    return _parse_fields(values, "--lora-path", "NAME=PATH")
 
 
 def _parse_capacities(value: str | None) -> tuple[int, ...] | None:
@@ -53,6 +53,57 @@ def _parse_sample(value: str | None) -> float | None:
         return check_rate(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc).replace("the capacity sampling rate", "--capacity-sample")) from None
+
+
+@dataclass(frozen=True)
+class PrivacyOptions:
+    """Names and text in the run's outputs (docs/guarantees.md)."""
+
+    hash_tenants: bool = opt(False, "--hash-tenants",
+                             help="Replace tenant and user names by keyed hashes (HMAC-SHA256 under --tenant-key, "
+                                  "else a random key per run).")
+    tenant_key: str | None = opt(None, "--tenant-key", envvar="PREFIXSCAN_TENANT_KEY", show_envvar=True,
+                                 help="Key of --hash-tenants, to get the same hashes in every run (prefer the "
+                                      "environment variable: a command line is visible to others). Never written "
+                                      "to the run.")
+    include_text: bool = opt(False, "--include-text",
+                             help="Show prompt text in snippets and examples even when fewer than --snippet-k "
+                                  "independent sources share it (off by default).")
+    snippet_k: int = opt(5, "--snippet-k", min=1,
+                         help="Show a text (redacted) only when at least this many independent sources share it "
+                              "(distinct users; else tenants and surroundings; never one conversation twice); "
+                              "otherwise a hash and a length.")
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    """Where the work runs and how much memory it holds."""
+
+    stream: bool | None = opt(None, "--stream/--in-memory", to="streaming",
+                              help="Stream the log to the run directory (memory grows with distinct blocks, not "
+                                   "with the log) or hold it in memory (faster on small logs). Default: stream "
+                                   "with -o when the input is 256 MiB or more, or with --reuse sql.")
+    workers: int | None = opt(None, "--workers", min=0,
+                              help="Processes that render, tokenise and hash text prompts beside the main one (0: "
+                                   "all in the main process). Default: one per spare core, at most one per 64 MiB "
+                                   "of input (none below).")
+    engine: str = opt("local", "--engine", metavar="local|ray",
+                      help="local: this machine; ray: render, tokenise and hash on a Ray cluster (pip install "
+                           "'prefixscan[ray]'; --workers N encode actors), then the local path, streamed as it "
+                           "does; same tables (docs/scale.md).")
+    ray_address: str | None = opt(None, "--ray-address",
+                                  help="The Ray cluster for --engine ray (e.g. ray://head:10001 or auto); default: "
+                                       "a local cluster of this machine's cores.")
+    reuse: str = opt("scan", "--reuse", metavar="scan|sql",
+                     help="scan: the compiled reuse scan (its state grows with distinct blocks); sql: the reuse "
+                          "SQL run once over the whole log in DuckDB, out of core within --reuse-memory-limit; "
+                          "same tables (docs/scale.md).")
+    reuse_memory_limit: str = opt("1GB", "--reuse-memory-limit", metavar="SIZE",
+                                  help="DuckDB's memory limit for --reuse sql (e.g. 256MB, 4GB); past it, it spills "
+                                       "to disk.")
+    reuse_temp_dir: str | None = opt(None, "--reuse-temp-dir", metavar="DIR",
+                                     help="Where --reuse sql spills (an existing, writable directory); default: "
+                                          "inside the run's work folder.")
 
 
 def _print(result, evidence, json_out: bool, quiet: bool) -> None:  # AnalysisResult, Evidence | None

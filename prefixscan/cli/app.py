@@ -17,22 +17,10 @@ from typing import Any
 
 import typer
 
-# Command name -> its module, in the order `--help` lists them.
-COMMANDS = {
-    "analyze": "analyze",
-    "estimate": "estimate",
-    "query": "query",
-    "report": "report",
-    "synth": "synth",
-    "simulate": "simulate",
-    "findings": "findings",
-    "fix": "fix",
-    "check": "check",
-    "diff": "diff",
-    "export": "export",
-    "record-events": "record_events",
-    "explain": "explain",
-}
+# Command name -> its module (cli/<name, "-" as "_">.py), in the order `--help` lists them.
+COMMANDS = {name: name.replace("-", "_") for name in (
+    "analyze", "estimate", "query", "report", "synth", "simulate", "findings", "fix", "check", "diff", "export",
+    "record-events", "explain")}
 COMMAND_MODULES = list(COMMANDS.values())
 
 HELP = "Measure prompt-prefix reuse in LLM request logs before you build a prefix-aware router."

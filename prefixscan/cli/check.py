@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
-from prefixscan.cli.common import handle_errors
+from prefixscan.cli.common import handle_errors, json_or_quiet
 from prefixscan.errors import EXIT_CHECK_FAILED
 
 
@@ -58,9 +56,7 @@ def register(app: typer.Typer) -> None:
 
         result = check_run(run_dir, min_hit_rate, definition, max_breaker_tokens, fail_on, allow_uncheckable,
                            PilotGates(max_warm_ttft_p95, max_prediction_gap, max_left_warm))
-        if json_out:
-            typer.echo(json.dumps(result.to_json(), indent=2))
-        else:
+        if not json_or_quiet(json_out, False, result.to_json()):  # -q here: only the failed gates
             for line in check_lines(result, quiet):
                 typer.echo(line)
         if not result.passed:

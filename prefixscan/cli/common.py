@@ -15,9 +15,9 @@ from typing import Any, NoReturn, TypeVar
 import typer
 
 from prefixscan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EnvError, PrefixscanError, RunDirError
-from prefixscan.report.fmt import clean, safe
+from prefixscan.report.escape import clean, safe
 
-__all__ = ["fail", "handle_errors", "safe", "show_progress", "stderr_console", "stdout_console"]
+__all__ = ["fail", "handle_errors", "json_or_quiet", "safe", "show_progress", "stderr_console", "stdout_console"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,6 +101,16 @@ def _width(stream: Any) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120
 
 
+def json_or_quiet(json_out: bool, quiet: bool, data: Any, **dumps: Any) -> bool:
+    """With --json, print `data` as JSON on stdout: nothing else may go there. True when the command prints
+    nothing more (--json or --quiet)."""
+    if json_out:
+        import json
+
+        typer.echo(json.dumps(data, indent=2, **dumps))
+    return json_out or quiet
+
+
 def show_progress(quiet: bool) -> bool:
     """Progress bars only on an interactive stderr and without --quiet."""
     return not quiet and sys.stderr.isatty()
@@ -123,7 +133,7 @@ def with_project_config(command: str, func: F, scenario_keys: Callable[[], set[s
             cfg = pc.locate(command, explicit, kwargs)
             if cfg is not None:
                 pc.check_scenario(cfg, scenario_keys())
-                defaulted = {n for n in kwargs if _defaulted(ctx, n)}
+                defaulted = {n for n in kwargs if is_default(ctx, n)}
                 used = pc.apply(command, cfg, kwargs, defaulted, _hints(func))
                 if used and (not kwargs.get("quiet") or not cfg.explicit):  # a found file: said even with -q
                     typer.echo(f"prefixscan: {clean(pc.describe(cfg, used, kwargs))}", err=True)
@@ -156,7 +166,7 @@ def _hints(func: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
-def _defaulted(ctx: Any, name: str) -> bool:
+def is_default(ctx: Any, name: str) -> bool:
     """The user did not give this option (typer may bundle its own click: compare the source by name)."""
     src = ctx.get_parameter_source(name)
     return src is None or src.name in ("DEFAULT", "DEFAULT_MAP")

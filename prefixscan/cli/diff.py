@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
-from prefixscan.cli.common import handle_errors, stdout_console
+from prefixscan.cli.common import handle_errors, json_or_quiet, stdout_console
 
 
 def register(app: typer.Typer) -> None:
@@ -48,9 +46,6 @@ def register(app: typer.Typer) -> None:
 
         result = diff_runs(run_a, run_b, model=model, gpu=gpu, rps=rps, dtype=dtype, mfu=mfu, pool_a=pool_a,
                            pool_b=pool_b, pilot=pilot)
-        if json_out:
-            typer.echo(json.dumps(diff_json(result), indent=2))
-            return
-        if quiet:
+        if json_or_quiet(json_out, quiet, diff_json(result)):
             return
         render_diff(result, stdout_console())

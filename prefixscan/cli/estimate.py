@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 import sys
 from collections.abc import Collection
@@ -13,7 +12,7 @@ from typing import Any
 import typer
 
 from prefixscan.cli.choices import DTYPES, gpu_names, model_names
-from prefixscan.cli.common import handle_errors, stdout_console
+from prefixscan.cli.common import handle_errors, is_default, json_or_quiet, stdout_console
 from prefixscan.cli.groups import config_fields, grouped, opt
 from prefixscan.cost.options import ROUTER_POLICIES  # a module without dependencies: the CLI stays light
 from prefixscan.errors import UsageError
@@ -77,12 +76,7 @@ def option_sources(names: tuple[str, ...], values: dict[str, object]) -> dict[st
     ctx = _current_context()
     if ctx is None:
         return {}
-    out = {}
-    for name in names:
-        src = ctx.get_parameter_source(name)
-        if values.get(name) is not None and (src is None or src.name in ("DEFAULT", "DEFAULT_MAP")):
-            out[name] = CONFIG
-    return out
+    return {name: CONFIG for name in names if values.get(name) is not None and is_default(ctx, name)}
 
 
 def _current_context() -> Any:
@@ -207,10 +201,7 @@ def register(app: typer.Typer) -> None:
             from prefixscan.cost.saved import save_estimate
 
             save_estimate(result, run, "prefixscan " + shlex.join(sys.argv[1:]))
-        if as_json:
-            typer.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
-            return
-        if quiet:
+        if json_or_quiet(as_json, quiet, result.to_json(), sort_keys=True):
             return
         from prefixscan.report.estimate_terminal import render
 

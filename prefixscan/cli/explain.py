@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from prefixscan.cli.common import handle_errors
+from prefixscan.cli.common import handle_errors, json_or_quiet
 
 
 def register(app: typer.Typer) -> None:
@@ -32,12 +32,7 @@ def register(app: typer.Typer) -> None:
         from prefixscan.reuse.explain import explain as _explain
 
         ex = _explain(run_dir, request_id, include_text=include_text).to_json()
-        if json_out:
-            import json
-
-            typer.echo(json.dumps(ex, indent=2, default=str))
-            return
-        if quiet:
+        if json_or_quiet(json_out, quiet, ex, default=str):
             return
         from prefixscan.cli.common import stdout_console
         from prefixscan.report.explain_terminal import render_explanation

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
-from prefixscan.cli.common import handle_errors
+from prefixscan.cli.common import handle_errors, json_or_quiet
 
 
 def register(app: typer.Typer) -> None:
@@ -39,9 +37,7 @@ def register(app: typer.Typer) -> None:
         from prefixscan.run.export import export_trace
 
         r = export_trace(run_dir, output, to, block_size, force, rate_scale)
-        if json_out:
-            typer.echo(json.dumps(r.to_json(), indent=2))
-        elif not quiet:
+        if not json_or_quiet(json_out, quiet, r.to_json()):
             typer.echo(f"wrote {r.path}: {r.requests:,} requests, {r.ids:,} block ids of {r.block_size} tokens "
                        f"({r.target}); unbounded-cache reuse in the trace: mean per request {r.request_mean:.4f}, "
                        f"block-weighted {r.block_weighted:.4f}"

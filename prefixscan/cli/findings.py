@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from prefixscan.cli.common import handle_errors
+from prefixscan.cli.common import handle_errors, json_or_quiet
 
 
 def finding_kinds(given: list[str], in_run: set[str]) -> set[str]:
@@ -47,8 +47,6 @@ def register(app: typer.Typer) -> None:
         eviction and unexplained (the `misses` table); only the first are cache breakers.
         Example: prefixscan findings runs/demo --kind timestamp
         """
-        import json
-
         from prefixscan.detect.reader import read_findings, read_miss_attribution, uncheckable
 
         rows, cf = read_findings(run_dir)
@@ -61,18 +59,14 @@ def register(app: typer.Typer) -> None:
             rows = [r for r in rows if r.get("tenant") == tenant]
         if limit > 0:
             rows = rows[:limit]
-        if json_out:
-            typer.echo(json.dumps({"findings": rows, "checkable": why_not is None, "counterfactual": cf,
-                                   "miss_attribution": misses}, indent=2, default=str))
-            return
-        if quiet:
+        if json_or_quiet(json_out, quiet, {"findings": rows, "checkable": why_not is None, "counterfactual": cf,
+                                           "miss_attribution": misses}, default=str):
             return
         if why_not is not None:
             typer.echo(f"Not checkable: run {run_dir} {why_not}, so no cache breaker can be detected.")
             return
         from prefixscan.cli.common import stdout_console
-        from prefixscan.report.analyze_terminal import miss_line
-        from prefixscan.report.findings_terminal import render_findings
+        from prefixscan.report.analyze_terminal import miss_line, render_findings
 
         console = stdout_console()
         render_findings(rows, cf, console)

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from prefixscan.cli.common import handle_errors, safe, stderr_console
+from prefixscan.cli.common import handle_errors, json_or_quiet, safe, stderr_console
 
 
 def register(app: typer.Typer) -> None:
@@ -44,12 +44,7 @@ def register(app: typer.Typer) -> None:
         cfg = AnalyzeConfig(inputs=tuple(logs), format=fmt, fields=_parse_fields(field), tokenizer=tokenizer,
                             block_size=block_size, command_line="prefixscan " + shlex.join(sys.argv[1:]))
         result = fix_logs(cfg, output, force=force)
-        if json_out:
-            import json
-
-            typer.echo(json.dumps(result.to_json(), indent=2))
-            return
-        if quiet:
+        if json_or_quiet(json_out, quiet, result.to_json()):
             return
         console = stderr_console()
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(result.by_kind.items())) or "none"

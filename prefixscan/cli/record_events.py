@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
-from prefixscan.cli.common import handle_errors
+from prefixscan.cli.common import handle_errors, json_or_quiet
 
 
 def register(app: typer.Typer) -> None:
@@ -38,8 +36,7 @@ def register(app: typer.Typer) -> None:
         from prefixscan.evidence.record import record_events as _record
 
         r = _record(endpoint, output, replay, topic, duration, max_batches, idle_timeout, force)
-        if json_out:
-            typer.echo(json.dumps(r.to_json(), indent=2))
+        if json_or_quiet(json_out, False, r.to_json()):
             return
         typer.echo(f"wrote {r.path}: {r.batches:,} batches, {r.events:,} events in {r.seconds:.1f} s; "
                    f"{r.gaps} gap(s) ({r.missing} batches missing, {r.recovered} gap(s) filled by replay)"

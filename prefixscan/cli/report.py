@@ -9,7 +9,7 @@ from prefixscan.cli.common import handle_errors
 from prefixscan.cli.estimate import ScenarioOptions, simulation_option
 from prefixscan.cli.groups import grouped
 from prefixscan.errors import UsageError
-from prefixscan.report.fmt import clean
+from prefixscan.report.escape import clean
 
 FORMATS = {"md": ("md",), "html": ("html",), "both": ("md", "html")}
 

@@ -6,13 +6,12 @@ Only parses options and calls `prefixscan.synth.write`; the library is imported 
 
 from __future__ import annotations
 
-import json
 import time
 
 import typer
 
 from prefixscan.cli.choices import SYNTH_FORMATS, one_of
-from prefixscan.cli.common import handle_errors, safe, stderr_console
+from prefixscan.cli.common import handle_errors, json_or_quiet, safe, stderr_console
 
 _FORMAT_HELP = "Output format: jsonl, jsonl.gz, parquet, or mooncake (hashed trace, 512-token blocks)."
 
@@ -84,10 +83,7 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             raise UsageError(f"cannot write {exc.filename or output}: {exc.strerror or exc}") from None
         elapsed = time.perf_counter() - began
-        if as_json:
-            typer.echo(json.dumps(result.to_dict(), indent=2))
-            return
-        if quiet:
+        if json_or_quiet(as_json, quiet, result.to_dict()):
             return
         console = stderr_console()
         mix = ", ".join(f"{k} {v}" for k, v in sorted(result.by_scenario.items()))

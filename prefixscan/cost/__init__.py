@@ -32,8 +32,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "EstimateOptions", "EstimateResult", "GpuSpec", "ModelSpec", "Scenario", "ScenarioSpec", "SensitivityRow",
-    "Verdict", "Workload", "estimate", "get_gpu", "get_model", "kv_capacity_tokens", "list_gpus", "list_models",
-    "load_estimate", "load_hf_config", "prefill_flops", "prefill_seconds", "save_estimate",
-]
+__all__ = sorted(_WHERE)

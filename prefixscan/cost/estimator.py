@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
 
 from prefixscan.cost.measure import MeasuredWorkload, measure_run
 from prefixscan.cost.options import EstimateOptions
@@ -26,6 +25,7 @@ from prefixscan.errors import UsageError
 from prefixscan.hardware import flops as F
 
 __all__ = ["EstimateOptions", "EstimateResult", "Scenario", "SensitivityRow", "Workload", "estimate"]
+
 
 def _positive(name: str, value: float | None, allow_zero: bool = False) -> None:
     if value is None:
@@ -61,8 +61,6 @@ def _validate(o: EstimateOptions) -> None:
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {o.gpu_memory_utilization}")
     if o.hit_rate is not None and o.token_hit_rate is not None:
         raise UsageError("pass either --hit-rate (share of requests that hit) or --token-hit-rate, not both")
-
-
 
 
 def _workload(o: EstimateOptions, m: MeasuredWorkload | None, spec: ScenarioSpec, source: str) -> Workload:
@@ -119,12 +117,8 @@ class _Calc:
 
     def replayed(self, name: str, p: PolicyHit, basis: str, source: str) -> Scenario:
         s = self.scenario(name, self.capture(p.hit_rate_token_weighted), p.hit_share_requests, source, basis)
-        return _with(s, hit_rate_token_weighted=p.hit_rate_token_weighted, ttft_p50_s=p.ttft_p50_s,
-                     ttft_p95_s=p.ttft_p95_s)
-
-
-def _with(s: Scenario, **kw: Any) -> Scenario:
-    return dataclasses.replace(s, **kw)
+        return dataclasses.replace(s, hit_rate_token_weighted=p.hit_rate_token_weighted, ttft_p50_s=p.ttft_p50_s,
+                                   ttft_p95_s=p.ttft_p95_s)
 
 
 def _round_robin(calc: _Calc, base: Baselines, replicas: int) -> Scenario:
@@ -212,7 +206,7 @@ def estimate(options: EstimateOptions, run_dir: str | os.PathLike[str] | None = 
             "engine-reported cached tokens in the log"
         today = calc.scenario("today", calc.capture(engine.hit_rate_token_weighted), engine.hit_share_requests,
                               where, "engine-reported")
-        today = _with(today, hit_rate_token_weighted=engine.hit_rate_token_weighted)
+        today = dataclasses.replace(today, hit_rate_token_weighted=engine.hit_rate_token_weighted)
     ideal_share = m.ideal_hit_requests / m.requests if m is not None else 1.0
     no_reuse = calc.scenario("no_reuse", 0.0, 0.0, "every prompt prefilled in full", "model")
     ideal = calc.scenario("ideal", 1.0, ideal_share, "every request reuses all but its new tokens",

@@ -15,7 +15,7 @@ from typing import Any
 
 from prefixscan.cost.measure import MeasuredWorkload
 from prefixscan.cost.options import ROUTER_POLICIES
-from prefixscan.cost.scenario import ScenarioSpec
+from prefixscan.cost.scenario import ScenarioSpec, sim_rate
 from prefixscan.cost.verdict import adoptable
 
 
@@ -74,14 +74,6 @@ def policy_hit(row: dict[str, Any]) -> PolicyHit | None:
                      _f(row.get("ttft_p95_s")), _f(row.get("imbalance_max_mean")), dict(row))
 
 
-def sim_rate(m: MeasuredWorkload) -> float:
-    """The request rate a saved simulation replayed at."""
-    from prefixscan.cost.scenario import _sim_rate
-
-    r = _sim_rate(m)
-    return m.rps if r is None else r
-
-
 def saved_mismatch(m: MeasuredWorkload, spec: ScenarioSpec) -> str | None:
     """None when the saved simulation replayed exactly this scenario, else what differs."""
     cfg, wl = m.sim_config, m.sim_workload or {}
@@ -95,6 +87,7 @@ def saved_mismatch(m: MeasuredWorkload, spec: ScenarioSpec) -> str | None:
     if cfg.get("events") or cfg.get("isolate_tenants"):
         return "the saved simulation replayed replica events or tenant isolation"
     rate = sim_rate(m)
+    rate = m.rps if rate is None else rate
     if spec.rps is None or not math.isclose(rate, spec.rps, rel_tol=1e-9):
         return f"the saved simulation replayed {rate:.4g} req/s, this scenario {spec.rps:.4g} req/s"
     return None

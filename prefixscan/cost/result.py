@@ -9,8 +9,6 @@ from typing import Any
 from prefixscan.cost.scenario import ScenarioSpec
 from prefixscan.cost.status_quo import StatusQuo
 from prefixscan.cost.verdict import Verdict
-from prefixscan.hardware.gpus import GpuSpec
-from prefixscan.hardware.models import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -95,51 +93,12 @@ class EstimateResult:
     verdict: Verdict
     notes: tuple[str, ...]
 
-    # the scenario's parts, under the names reporters have always used
-    model: ModelSpec = dataclasses.field(init=False)
-    gpu: GpuSpec = dataclasses.field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model", self.spec.model)
-        object.__setattr__(self, "gpu", self.spec.gpu)
-
-    @property
-    def dtype(self) -> str:
-        return self.spec.dtype
-
-    @property
-    def kv_dtype(self) -> str:
-        return self.spec.kv_dtype
-
-    @property
-    def mfu(self) -> float:
-        return self.spec.mfu
-
-    @property
-    def replicas(self) -> int:
-        return self.spec.replicas
-
-    @property
-    def tensor_parallel(self) -> int:
-        return self.spec.tensor_parallel
-
-    @property
-    def usd_per_gpu_hour(self) -> float:
-        return self.spec.gpu.usd_per_hour
-
-    @property
-    def kv_capacity_tokens_per_replica(self) -> int:
-        return self.spec.kv_tokens_per_replica
-
     def scenario(self, name: str) -> Scenario:
         return next(s for s in self.scenarios if s.name == name)
 
-    def has(self, name: str) -> bool:
-        return any(s.name == name for s in self.scenarios)
-
     def to_json(self) -> dict[str, Any]:
         """Plain dict for `--json`; the keys gpus, monthly_savings_usd and ttft_s are a stable contract."""
-        asdict = dataclasses.asdict
+        asdict, spec = dataclasses.asdict, self.spec
         return {
             "scenario": self.spec.to_json(),
             "baselines": {"basis": self.baseline_basis, "detail": self.baseline_detail},
@@ -156,16 +115,16 @@ class EstimateResult:
             "policy_rows": [dict(r) for r in self.policy_rows],
             "engine_reported": asdict(self.engine) if self.engine else None,
             "workload": asdict(self.workload),
-            "model": asdict(self.model),
-            "gpu": asdict(self.gpu),
+            "model": asdict(spec.model),
+            "gpu": asdict(spec.gpu),
             "assumptions": {
-                "dtype": self.dtype, "kv_dtype": self.kv_dtype, "mfu": self.mfu, "linear": self.linear,
-                "replicas": self.replicas, "tensor_parallel": self.tensor_parallel,
-                "usd_per_gpu_hour": self.usd_per_gpu_hour, "hours_per_month": self.hours_per_month,
+                "dtype": spec.dtype, "kv_dtype": spec.kv_dtype, "mfu": spec.mfu, "linear": self.linear,
+                "replicas": spec.replicas, "tensor_parallel": spec.tensor_parallel,
+                "usd_per_gpu_hour": spec.gpu.usd_per_hour, "hours_per_month": self.hours_per_month,
                 "per_gpu_prefill_tokens_s": self.per_gpu_prefill_tokens_s,
             },
             "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_capacity_tokens_per_replica": self.kv_capacity_tokens_per_replica,
+            "kv_capacity_tokens_per_replica": spec.kv_tokens_per_replica,
             "prefill_share": self.prefill_share,
             "sensitivity": [asdict(r) for r in self.sensitivity],
             "verdict": self.verdict.to_json(),

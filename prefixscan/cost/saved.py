@@ -112,11 +112,6 @@ def same_scenario(scenario: dict[str, Any], options: Any) -> bool:
                for f in FIELDS)
 
 
-def scenario_options(scenario: dict[str, Any]) -> Any:
-    """EstimateOptions that re-run a saved estimate's scenario (catalogue model and GPU names)."""
-    return merge_options(scenario, None)
-
-
 def load_estimate(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The saved estimate document ({"command_line", "result", ...}), or None when the run has none (read
     and checked by prefixscan.run.load, whose `Run.estimate` is the typed form)."""

@@ -79,13 +79,6 @@ class ScenarioSpec:
                 "usd_per_gpu_hour": self.gpu.usd_per_hour, "description": self.describe(),
                 "sources": dict(self.sources)}
 
-    def values(self) -> dict[str, Any]:
-        """The scenario by EstimateOptions field name (FIELDS), as the report lists it with its sources."""
-        return {"replicas": self.replicas, "rps": self.rps, "model": self.model.name, "gpu": self.gpu.name,
-                "dtype": self.dtype, "kv_dtype": self.kv_dtype, "tensor_parallel": self.tensor_parallel,
-                "gpu_memory_utilization": self.gpu_memory_utilization, "kv_blocks": self.kv_blocks_per_replica,
-                "mfu": self.mfu, "usd_per_gpu_hour": self.gpu.usd_per_hour}
-
 
 _LABELS = {"replicas": "replicas", "rps": "rate", "model": "model", "gpu": "GPU", "dtype": "dtype",
            "kv_dtype": "KV dtype", "tensor_parallel": "tensor parallel (GPUs per replica)",
@@ -102,17 +95,17 @@ def source_rows(scenario: dict[str, Any]) -> list[list[str]]:
         v = scenario.get("kv_blocks_per_replica" if f == "kv_blocks" else f)
         if v is None:
             continue
+        src = sources.get(f)
         if f == "rps":  # measured: say how (busy periods or the whole log); older files: their rps_source
-            src = sources.get(f)
             text, src = f"{v:,.4g} req/s", scenario.get("rps_source", "") if src in (None, MEASURED) else src
         elif f == "usd_per_gpu_hour":
-            text, src = f"${v:.2f}/GPU-hour", sources.get(f, "")
+            text = f"${v:.2f}/GPU-hour"
         elif isinstance(v, float):
-            text, src = f"{v:g}", sources.get(f, "")
+            text = f"{v:g}"
         elif isinstance(v, int):
-            text, src = f"{v:,}", sources.get(f, "")
+            text = f"{v:,}"
         else:
-            text, src = str(v), sources.get(f, "")
+            text = str(v)
         if src in ("--rps", "--scale-to-rps"):
             src = FLAG
         rows.append([_LABELS[f], text, src or "not recorded (an older estimate.json)"])
@@ -140,8 +133,9 @@ def resolve_gpu(o: EstimateOptions, sim: dict[str, Any], dtype: str) -> GpuSpec:
     return gpu
 
 
-def _sim_rate(m: MeasuredWorkload) -> float | None:
-    """The request rate the saved simulation replayed at, when it compressed or stretched time."""
+def sim_rate(m: MeasuredWorkload) -> float | None:
+    """The request rate the saved simulation replayed at, when it compressed or stretched time (None: the
+    log's own rate)."""
     cfg = m.sim_config or {}
     if cfg.get("target_rps"):
         return float(cfg["target_rps"])
@@ -164,9 +158,9 @@ def _rate(o: EstimateOptions, m: MeasuredWorkload | None) -> tuple[float | None,
         return rate, ("--rps" if src == FLAG else src), src
     if m is None:
         return None, "not set", "not set"
-    sim_rate = _sim_rate(m)
-    if sim_rate is not None:
-        return sim_rate, "the saved simulation's rate", SIMULATION
+    saved = sim_rate(m)
+    if saved is not None:
+        return saved, "the saved simulation's rate", SIMULATION
     if m.gappy:
         return m.rps, BUSY, MEASURED
     return m.rps, MEASURED, MEASURED
@@ -193,10 +187,7 @@ def resolve_scenario(o: EstimateOptions, m: MeasuredWorkload | None) -> Scenario
     dtype = pick("dtype", o.dtype, DEFAULT_DTYPE)
     gpu = resolve_gpu(o, sim, dtype)
     src["gpu"] = _given(o, "gpu") if o.gpu else SIMULATION if sim.get("gpu") else DEFAULT
-    if o.usd_per_gpu_hour is not None:
-        src["usd_per_gpu_hour"] = _given(o, "usd_per_gpu_hour")
-    else:
-        src["usd_per_gpu_hour"] = "GPU catalogue"
+    src["usd_per_gpu_hour"] = _given(o, "usd_per_gpu_hour") if o.usd_per_gpu_hour is not None else "GPU catalogue"
     kv_dtype = o.kv_dtype or dtype
     src["kv_dtype"] = _given(o, "kv_dtype") if o.kv_dtype else DERIVED
     gmu = pick("gpu_memory_utilization", o.gpu_memory_utilization, DEFAULT_GPU_MEMORY_UTILIZATION)

@@ -1,4 +1,7 @@
-"""Terminal rendering of an AnalysisResult: answers "does this traffic repeat enough to matter?" first."""
+"""Terminal rendering of an AnalysisResult: answers "does this traffic repeat enough to matter?" first. Then its
+cache-breaker findings (what breaks reuse, where, what it costs, how to fix it; `prefixscan findings` prints them
+in full) and, when the log carries latency, the pilot's outcome (prefixscan.pilot): latency by warm / partial /
+cold request, by model and replica, by routing decision, and prediction next to outcome."""
 
 from __future__ import annotations
 
@@ -7,8 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from prefixscan.report.escape import clean, safe
 from prefixscan.report.fmt import pct as _pct
-from prefixscan.report.fmt import plain, print_tables, safe
+from prefixscan.report.fmt import print_tables
 from prefixscan.report.fmt import tokens as _tok
 
 
@@ -107,15 +111,11 @@ def render_summary(result: Any, console: Console) -> None:
                       f"{_tok(av['actual_cached'])} actual vs {_tok(av['predicted_cached'])} predicted; "
                       f"{av['requests_short']:,} requests fell short of the prediction")
     if s.get("pilot"):  # the log carries latency: the pilot's outcome by warm / partial / cold
-        from prefixscan.report.pilot_terminal import render_pilot
-
         render_pilot(s["pilot"], console)
     line = miss_line(s.get("miss_attribution"))
     if line:
         console.print(line, highlight=False, soft_wrap=True)
-    if "findings" in s:  # cache-breaker findings (prefixscan.report.findings_terminal)
-        from prefixscan.report.findings_terminal import render_top
-
+    if "findings" in s:  # cache-breaker findings
         render_top(s, console)
     for note in s["notes"]:
         console.print(f"[yellow]note:[/yellow] {safe(note)}")
@@ -127,7 +127,7 @@ def render_summary(result: Any, console: Console) -> None:
 def render_evidence(sentences: list[str], console: Console) -> None:
     """The engine's own evidence (metrics, KV events) after the summary, one line each."""
     for s in sentences:
-        console.print("evidence: " + plain(s), markup=False, highlight=False)
+        console.print("evidence: " + clean(s), markup=False, highlight=False)
 
 
 def miss_line(m: dict | None) -> str | None:
@@ -148,3 +148,179 @@ def miss_line(m: dict | None) -> str | None:
             f"{_tok(w['counterfactual_cached_tokens'])} hittable with breakers fixed vs "
             f"{_tok(w['actual_cached_tokens'])} "
             f"the engine reported; lost to " + ", ".join(parts) + extra + " (table misses)")
+
+
+def where(f: dict[str, Any]) -> str:
+    """`message 0 (system), char 146, token 36 (block 2)`; parts that are unknown are left out."""
+    parts = []
+    if f.get("message_index") is not None:
+        mi = f["message_index"]
+        parts.append("tools" if mi == -1 else f"message {mi} ({safe(f.get('role'))})")
+    if f.get("char_offset") is not None:
+        parts.append(f"char {f['char_offset']}")
+    if f.get("token_offset") is not None:
+        tok = f"token {f['token_offset']}"
+        if f.get("block_index") is not None:
+            tok += f" (block {f['block_index']})"
+        parts.append(tok)
+    return ", ".join(parts) or "-"
+
+
+def counterfactual_line(cf: dict[str, Any] | None) -> str | None:
+    """One sentence: hit rate as logged vs after all fixes (token-weighted, ideal cache)."""
+    if not cf:
+        return None
+    before, after = cf.get("token_weighted_as_logged", 0.0), cf.get("token_weighted_after_fixes", 0.0)
+    return (f"ideal-cache token-weighted hit rate as logged {100 * before:.1f}% -> after all fixes "
+            f"{100 * after:.1f}% ({_tok(cf.get('tokens_gained', 0))} more cached tokens, "
+            f"{cf.get('requests_rewritten', 0):,} requests rewritten)")
+
+
+def render_top(summary: dict[str, Any], console: Console, limit: int = 5) -> None:
+    """The analyze summary's findings section: the top few, one line each, and the counterfactual."""
+    findings = summary.get("findings") or []
+    if not findings:
+        console.print("cache breakers: none found (no dynamic field, varying span or normalisation drift "
+                      "costs reuse in this log)")
+        return
+    lost = sum(f["tokens_lost"] for f in findings)
+    console.print(f"[bold]Cache breakers: {len(findings)} findings, {_tok(lost)} prompt tokens of reuse lost[/bold]"
+                  " (top by tokens lost)", soft_wrap=True)
+    for i, f in enumerate(findings[:limit], start=1):
+        console.print(f" {i}. {safe(f['kind'])}, tenant {safe(f.get('tenant') or '-')}, {where(f)}: "
+                      f"{f['requests_affected']:,} requests, {_tok(f['tokens_lost'])} tokens lost; "
+                      f"e.g. {safe(f.get('example') or '-')}. {safe(f.get('fix') or '')}", soft_wrap=True,
+                      highlight=False)
+    line = counterfactual_line(summary.get("counterfactual"))
+    if line:
+        console.print(line, soft_wrap=True, highlight=False)
+    if len(findings) > limit:
+        console.print(f"{len(findings) - limit} more: prefixscan findings RUN_DIR", highlight=False)
+
+
+def render_findings(findings: list[dict[str, Any]], counterfactual: dict[str, Any] | None,
+                    console: Console) -> None:
+    """`prefixscan findings`: every finding, in full, one block each."""
+    if not findings:
+        console.print("No cache breakers were found.")
+    else:
+        lost = sum(f["tokens_lost"] for f in findings)
+        console.print(f"[bold]{len(findings)} cache-breaker findings[/bold], ranked by prompt tokens of reuse lost "
+                      f"({_tok(lost)} in total)", soft_wrap=True)
+    line: str | None
+    for i, f in enumerate(findings, start=1):
+        per = f.get("tokens_lost_per_request")
+        if per is None and f.get("requests_affected"):
+            per = f["tokens_lost"] / f["requests_affected"]
+        head = f"#{f.get('rank') or i} [bold]{safe(f['kind'])}[/bold] ({safe(f.get('category') or '-')}), tenant " \
+               f"{safe(f.get('tenant') or '-')}" + (f", family {safe(f['family'])}" if f.get("family") else "")
+        lines = [head, f"   where: {where(f)}" + (f"; label `{safe(f['label'])}`" if f.get("label") else ""),
+                 f"   requests affected: {f['requests_affected']:,}; tokens lost: {_tok(f['tokens_lost'])} "
+                 f"({_tok(per)} per request)"
+                 + (f"; distinct values: {f['distinct_values']}" if f.get("distinct_values") else ""),
+                 f"   example (redacted): {safe(f.get('example') or '-')}"
+                 + (f"  (request {safe(f['example_request_id'])})" if f.get("example_request_id") else "")]
+        if f.get("detail"):
+            lines.append(f"   detail: {safe(f['detail'])}")
+        lines.append(f"   fix: {safe(f.get('fix') or '-')}")
+        for line in lines:
+            console.print(line, soft_wrap=True, highlight=False)
+    line = counterfactual_line(counterfactual)
+    if line:
+        console.print(line, soft_wrap=True, highlight=False)
+
+
+def secs(v: float | None) -> str:
+    """A latency for a table cell: milliseconds below 10 s, seconds above; '-' when unmeasured."""
+    if v is None:
+        return "-"
+    return f"{v * 1000:,.0f} ms" if v < 10 else f"{v:,.1f} s"
+
+
+def _pair(r: dict[str, Any], m: str) -> str:
+    if not r[f"{m}_requests"]:
+        return "-"
+    return f"{secs(r[f'{m}_p50_s'])} / {secs(r[f'{m}_p95_s'])} (n={r[f'{m}_requests']:,})"
+
+
+def render_pilot(p: dict[str, Any], console: Console, limit: int = 8) -> None:
+    """The pilot tables, after the reuse summary."""
+    src = ("the engine's reported cached tokens" if p["cached_source"] == "engine"
+           else "the ideal cache's cached tokens (the log reports no engine count)")
+    cl = p["classes"]
+    cells = [[k, f"{r['requests']:,}", _pair(r, "ttft"), _pair(r, "queue_wait"), _pair(r, "e2e")]
+             for k, r in p["by_class"].items()]
+    print_tables(console, "Pilot: latency p50 / p95 by class", ["class", "requests", "TTFT", "queue wait",
+                                                                 "end to end"], cells, show_edge=False,
+                 caption=f"classes by {src}: cold < {cl['block_tokens']} tokens cached; warm >= "
+                         f"{cl['warm_share']:.0%} of the prompt cached or <= {cl['warm_uncached_tokens']} "
+                         "tokens left to compute; partial between")
+    rows = p["by_model_replica"]
+    cells = [[safe(r["model"]), safe(r["replica"]), f"{r['requests']:,}", _tok(r["cached_tokens"]),
+              _tok(r["uncached_tokens"]), _pair(r, "ttft")] for r in rows[:limit]]
+    print_tables(console, "Pilot: input tokens by model and replica", ["model", "replica", "requests", "cached tok",
+                                                                       "uncached tok", "TTFT p50 / p95"],
+                 cells, keys=2, text={"model", "replica"}, show_edge=False,
+                 caption=f"{len(rows) - limit} more in the pilot table" if len(rows) > limit else None)
+    if p.get("decisions"):
+        render_decisions(p["decisions"], console, limit)
+    if p.get("prediction"):
+        render_prediction(p["prediction"], p["by_class"], p["all"], console)
+
+
+def _bare(r: dict[str, Any], m: str) -> str:
+    return f"{secs(r[f'{m}_p50_s'])} / {secs(r[f'{m}_p95_s'])}" if r[f"{m}_requests"] else "-"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "-"
+
+
+def render_decisions(d: dict[str, Any], console: Console, limit: int = 8) -> None:
+    """Queue wait, left-warm requests and predicted vs actual cached tokens by routing decision."""
+    j = d["join"]
+    rows = [("all decisions", d["all"]), *list(d["by_decision"].items())[:limit]]
+    cells = [[safe(k), f"{r['requests']:,}", _bare(r, "queue_wait"), _pair(r, "ttft"),
+              f"{r['left_warm_requests']:,} ({_share(r['left_warm_requests'], r['requests'])})",
+              f"{_tok(r['predicted_cached_tokens'])} / {_tok(r['actual_cached_tokens'])}",
+              f"{r['diverged_requests']:,} of {r['compared_requests']:,}"] for k, r in rows]
+    more = len(d["by_decision"]) - limit
+    print_tables(console, "Pilot: p50 / p95 by routing decision (the router's decision log)",
+                 ["decision", "requests", "queue wait", "TTFT", "left warm", "cached pred / actual",
+                  "off > 1 block"], cells, keys=1, text={"decision"},
+                 show_edge=False,
+                 caption=f"decision rows read {d['read']:,} = accepted {d['accepted']:,} + rejected "
+                         f"{d['rejected']:,}; joined {j['joined']:,}, {j['decisions_without_request']:,} match no "
+                         f"request, {j['requests_without_decision']:,} requests have no decision row"
+                         + (f"; {more} more decisions in the pilot table" if more > 0 else ""))
+
+
+def _classes(c: dict[str, int] | None) -> str:
+    return "-" if not c else " / ".join(f"{c[k]:,}" for k in ("warm", "partial", "cold"))
+
+
+def render_prediction(p: dict[str, Any], by_class: dict[str, Any], every: dict[str, Any], console: Console) -> None:
+    """Prefixscan's prediction next to the engine's outcome (prefixscan.pilot.prediction)."""
+    pr, rt, me, gap = p["predicted"], p.get("as_routed"), p["measured"], p["gap"]
+    sides = [("predicted (ideal cache)", pr), *([("as routed (ideal per replica)", rt)] if rt else []),
+             ("measured (engine)", me)]
+    cells = [[name, f"{s['hit_rate']:.1%}" if s["hit_rate"] is not None else "-", _tok(s["cached_tokens"]),
+              _tok(s["uncached_tokens"]), _classes(s.get("classes")),
+              _pair(every, "ttft") if s is me else "-"] for name, s in sides]
+    print_tables(console, "Pilot: prediction next to outcome", ["", "hit rate", "cached tok", "prefill tok",
+                                                                "warm / partial / cold", "TTFT p50 / p95"],
+                 cells, show_edge=False,
+                 caption=f"{p['divergence']['compared']:,} requests with the engine's count; gap "
+                         f"{_tok(gap['cached_tokens'])} tokens = routing {_tok(gap['lost_routing_tokens'])} + "
+                         f"eviction {_tok(gap['lost_eviction_tokens'])} + unexplained "
+                         f"{_tok(gap['lost_unexplained_tokens'])} - engine above {_tok(gap['engine_excess_tokens'])}"
+                         " (table misses)")
+    cells = [[c["predicted_class"], c["class"], f"{c['requests']:,}", _pair(c, "ttft"),
+              f"{_tok(c['predicted_cached_tokens'])} / {_tok(c['actual_cached_tokens'])}",
+              " / ".join(_tok(c[k]) for k in ("lost_routing_tokens", "lost_eviction_tokens",
+                                              "lost_unexplained_tokens", "engine_excess_tokens"))]
+             for c in p.get("by_class_pair") or []]
+    print_tables(console, "Pilot: predicted class -> measured class", ["predicted", "measured", "requests",
+                                                                        "TTFT p50 / p95", "cached pred / actual",
+                                                                        "routing / eviction / unexpl. / above"],
+                 cells, keys=2, show_edge=False)

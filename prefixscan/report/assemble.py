@@ -20,11 +20,7 @@ import pyarrow as pa
 from prefixscan.errors import PrefixscanError
 from prefixscan.redact import redact_snippet
 from prefixscan.report.model import (
-    BASELINES,
     BREAKDOWNS,
-    DEFAULT_DTYPE,
-    DEFAULT_GPU,
-    DEFAULT_MODEL,
     FINDING_COLUMNS,
     GIB,
     POLICY_COLUMNS,
@@ -251,10 +247,10 @@ def _sim(data: ReportData, run: Run) -> None:
         "prefill_model": sim.prefill_model,
         "knowledge": sim.knowledge,
     }
-    adoptable = [
-        r for r in rows if r["policy"] not in BASELINES and r.get("hit_rate_token_weighted") is not None
-    ]
-    best = max(adoptable, key=lambda r: (r["hit_rate_token_weighted"], r["policy"]), default=None)
+    from prefixscan.cost.verdict import adoptable
+
+    routers = [r for r in rows if adoptable(r["policy"]) and r.get("hit_rate_token_weighted") is not None]
+    best = max(routers, key=lambda r: (r["hit_rate_token_weighted"], r["policy"]), default=None)
     est_best = ((data.estimate or {}).get("verdict") or {}).get("router_policy")
     data.best_policy = est_best if data.policy(est_best) else (best["policy"] if best else None)
     if data.best_policy and run.has("sim_decisions"):
@@ -285,6 +281,7 @@ def _sim(data: ReportData, run: Run) -> None:
 
 def _kv(run: Run, est: dict[str, Any] | None) -> KvBasis:
     """KV bytes per token for the scenario's model and KV dtype (the saved simulation's, else defaults)."""
+    from prefixscan.cost.scenario import DEFAULT_DTYPE, DEFAULT_GPU, DEFAULT_MODEL
     from prefixscan.hardware.flops import dtype_bytes
     from prefixscan.hardware.models import get_model
 

@@ -10,13 +10,14 @@ from rich.table import Table
 from prefixscan.compare.check import CheckResult
 from prefixscan.compare.diff import DiffResult
 from prefixscan.compare.pilot import PilotComparison, pilot_json
-from prefixscan.report.fmt import number_tables, opt_pct, plain, points, safe
+from prefixscan.report.escape import clean, safe
+from prefixscan.report.fmt import number_tables, opt_pct, points
 from prefixscan.report.fmt import tokens as tok
 
 
 def check_lines(result: CheckResult, quiet: bool = False) -> list[str]:
     """One line per gate (only the failed ones when quiet), then a verdict line."""
-    lines = [f"{g.status} {g.name}: {plain(g.message)}"
+    lines = [f"{g.status} {g.name}: {clean(g.message)}"
              for g in result.gates if not (quiet and g.passed and g.checkable)]
     n_fail, n_unchecked = len(result.failed), len(result.uncheckable)
     unchecked = f" ({n_unchecked} not checkable)" if n_unchecked else ""
@@ -77,10 +78,10 @@ def prefill_line(r: DiffResult) -> str:
 
 def render_diff(r: DiffResult, console: Console) -> None:
     """The comparison as tables: rates, per tenant and class, breakers, prefill."""
-    console.print(f"diff  A = {plain(r.a.path)} ({r.a.requests:,} requests)  B = {plain(r.b.path)} "
+    console.print(f"diff  A = {clean(r.a.path)} ({r.a.requests:,} requests)  B = {clean(r.b.path)} "
                   f"({r.b.requests:,} requests)", markup=False)
     for w in r.warnings:
-        console.print(f"warning: {plain(w)}", markup=False)
+        console.print(f"warning: {clean(w)}", markup=False)
     tables = _rates_table(r, console) + _groups_table(r, "tenant", console) + _groups_table(r, "prefix_class", console)
     breakers = _breakers_table(r, console)
     for t in tables + breakers:
@@ -99,10 +100,10 @@ def _ms(v: float | None, signed: bool = False) -> str:
 
 def _pilot(c: PilotComparison, console: Console) -> None:
     """Pilot against control: per class, requests, hit rate and TTFT / queue wait p50 / p95, with B - A."""
-    console.print(f"pilot  A = {plain(c.a.label)}, {c.a.cached_source} classes  B = {plain(c.b.label)}, "
+    console.print(f"pilot  A = {clean(c.a.label)}, {c.a.cached_source} classes  B = {clean(c.b.label)}, "
                   f"{c.b.cached_source} classes", markup=False)
     for w in c.warnings:
-        console.print(f"warning: {plain(w)}", markup=False)
+        console.print(f"warning: {clean(w)}", markup=False)
     data = pilot_json(c)["groups"]
     rows = []
     for g, d in data.items():

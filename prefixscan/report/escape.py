@@ -7,8 +7,9 @@ XML 1.0 forbids, or Markdown/HTML that would become a live link or a remote imag
 - `visible`: the medium-independent step. Control characters (C0 but tab and newline, DEL, C1), bidi
   and zero-width format characters, lone surrogates and the non-characters U+FFFE/U+FFFF are made
   visible as `\\xNN` / `\\uNNNN` text: nothing is silently dropped (two tenants stay two), nothing acts.
-- `terminal` (one line, for Rich via `rich`), `markdown`, `html_text`, `svg_text`: `visible`, then the
-  medium's own escaping.
+- `clean` (one line of plain text for a terminal; `safe` escapes it for Rich markup too), `markdown`,
+  `html_text`, `svg_text`: `visible`, then the medium's own escaping. A value printed on a terminal goes
+  through `clean` or `safe` only, so `[...]` in the data is never read as Rich markup.
 
 Report blocks (`sections/`) carry trusted template text with two inline marks (**bold**, `code`); a data
 value inside such text is wrapped by `data(value)` in two private-use delimiters, so each renderer
@@ -50,28 +51,25 @@ def visible(value: object) -> str:
     return _HIDDEN.sub(_show, "" if value is None else str(value))
 
 
-def one_line(value: object) -> str:
-    """`visible(value)` on one line: tabs and newlines become spaces."""
+def clean(value: object) -> str:
+    """A data value as plain text on one line (for a terminal, and the base of the Markdown, SVG and report
+    block helpers): `visible(value)`, tabs and newlines become spaces."""
     return _BREAKS.sub(" ", visible(value))
 
 
-def terminal(value: object) -> str:
-    """A data value for a terminal, as plain text: one line, every control character visible."""
-    return one_line(value)
-
-
-def rich(value: object) -> str:
-    """`terminal(value)` escaped for Rich markup (`[bold]` in the data prints as itself)."""
+def safe(value: object) -> str:
+    """`clean(value)` escaped for Rich markup (`[bold]` in the data prints as itself), for any data value
+    inside a printed string or table cell."""
     from rich.markup import escape
 
-    return escape(terminal(value))
+    return escape(clean(value))
 
 
 def markdown(value: object) -> str:
     """A data value for Markdown inline text or a table cell: one line, controls visible, and every
     character Markdown could read as emphasis, code, link, image, HTML, heading or entity escaped (`|` is
     left to the table writer, which escapes every pipe of a cell; a pipe outside a table is text)."""
-    return _angles(_MD_DATA.sub(lambda m: "\\" + m.group(), _MARKS.sub("", one_line(value))))
+    return _angles(_MD_DATA.sub(lambda m: "\\" + m.group(), _MARKS.sub("", clean(value))))
 
 
 def _angles(text: str) -> str:
@@ -86,7 +84,7 @@ def html_text(value: object) -> str:
 def svg_text(value: object) -> str:
     """A data value for a matplotlib figure label: one line, controls visible. matplotlib escapes `&<>`
     itself, and figures are drawn with `text.parse_math` off, so `$` is not read as mathtext."""
-    return _MARKS.sub("", one_line(value))
+    return _MARKS.sub("", clean(value))
 
 
 def xml_legal(text: str) -> str:
@@ -96,7 +94,7 @@ def xml_legal(text: str) -> str:
 
 def data(value: object) -> str:
     """A data value to interpolate into report block text: delimited, so renderers escape it as data."""
-    return OPEN + _MARKS.sub("", one_line(value)) + CLOSE
+    return OPEN + _MARKS.sub("", clean(value)) + CLOSE
 
 
 def plain(text: str) -> str:

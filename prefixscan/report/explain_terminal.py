@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+
+from prefixscan.report.escape import safe
 
 
 def _e(v: Any) -> str:
-    """Escaped for Rich (log values may hold markup or control characters)."""
-    s = "-" if v is None else str(v)
-    return escape("".join(c if c.isprintable() else repr(c)[1:-1] for c in s))
+    """Escaped for Rich (log values may hold markup or control characters); "-" when absent."""
+    return "-" if v is None else safe(v)
 
 
 def _runs_table(ex: dict[str, Any]) -> Table:

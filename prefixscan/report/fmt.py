@@ -1,11 +1,9 @@
-"""Formatting shared by the terminal reporters: absolute tokens first, percentages named; data values
-made safe to print (`safe`, `clean`)."""
+"""Formatting shared by the terminal reporters: absolute tokens first, percentages named; every table laid
+out so no number is cut. Data values are printed through `escape.safe` / `escape.clean`."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from prefixscan.report.escape import rich, terminal
 
 
 def pct(x: float) -> str:
@@ -32,29 +30,6 @@ def tokens(n: float | None) -> str:
         if abs(n) >= div:
             return f"{n / div:.2f}{unit}"
     return f"{n:.0f}"
-
-
-# Terminal safety: a value from the data (tenant, file name, snippet, example, SQL result) is printed only
-# through `safe` (Rich markup) or `clean` (plain text), the terminal helpers of `prefixscan.report.escape`:
-# escape sequences from the data could otherwise clear the screen, write the clipboard (OSC 52), plant
-# live hyperlinks (OSC 8), rewrite earlier output (\r, \b) or reorder it (bidi overrides), and `[...]`
-# would be read as Rich markup. Control characters are shown as `\xNN` / `\uNNNN`, never acted on.
-
-
-def clean(value: object) -> str:
-    """`value` as one line of plain printable text: control characters made visible (`\x1b`), tabs and
-    newlines become spaces (`escape.terminal`)."""
-    return terminal(value)
-
-
-def safe(value: object) -> str:
-    """`clean(value)` escaped for Rich markup, for any data value inside a printed string or table cell."""
-    return rich(value)
-
-
-def plain(value: object) -> str:
-    """`clean(value)` for text printed with markup off (or in a `rich.text.Text`); None prints as "None"."""
-    return terminal(str(value))
 
 
 def _add_columns(t: Any, columns: list[str], rows: list[list[str]], text: set[str] | frozenset[str],

@@ -38,12 +38,6 @@ nav ol{columns:2;font-size:13px}
 _NUMERIC = re.compile(r"^[-$]?[\d,.]+(\s?[kMBG%]|\s?GiB|\s?ms|\s?s|\s?req/s)?$|^n/a$")
 
 
-def inline(text: str) -> str:
-    """Escape, then turn `code` and **bold** into tags (the only inline markup blocks carry); data values
-    (`escape.data`) are escaped and never read as markup."""
-    return html_inline(text)
-
-
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", plain(text).lower()).strip("-")
 
@@ -62,12 +56,11 @@ def embed_svg(fig: Figure) -> str:
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
-    th = "".join(f"<th>{inline(h)}</th>" for h in head)
+    th = "".join(f"<th>{html_inline(h)}</th>" for h in head)
     body = []
     for r in rows:
-        tds = "".join(
-            f'<td class="n">{inline(c)}</td>' if _NUMERIC.match(plain(c)) else f"<td>{inline(c)}</td>" for c in r
-        )
+        tds = "".join(f'<td class="n">{html_inline(c)}</td>' if _NUMERIC.match(plain(c)) else
+                      f"<td>{html_inline(c)}</td>" for c in r)
         body.append(f"<tr>{tds}</tr>")
     return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
@@ -84,18 +77,18 @@ def render(data: ReportData, figures: dict[str, Figure]) -> str:
             level, text = b[1], b[2]
             if level == 1:
                 title = text
-                parts.append(f"<h1>{inline(text)}</h1>\n<!--TOC-->")
+                parts.append(f"<h1>{html_inline(text)}</h1>\n<!--TOC-->")
                 continue
             ident = slug(text)
             if level == 2:
-                toc.append(f'<li><a href="#{ident}">{inline(text)}</a></li>')
-            parts.append(f'<h{level} id="{ident}">{inline(text)}</h{level}>')
+                toc.append(f'<li><a href="#{ident}">{html_inline(text)}</a></li>')
+            parts.append(f'<h{level} id="{ident}">{html_inline(text)}</h{level}>')
         elif kind == "p":
-            parts.append(f"<p>{inline(b[1])}</p>")
+            parts.append(f"<p>{html_inline(b[1])}</p>")
         elif kind == "missing":
-            parts.append(f'<p class="missing">{inline(b[1])}</p>')
+            parts.append(f'<p class="missing">{html_inline(b[1])}</p>')
         elif kind in ("ul", "ol"):
-            items = "".join(f"<li>{inline(x)}</li>" for x in b[1])
+            items = "".join(f"<li>{html_inline(x)}</li>" for x in b[1])
             parts.append(f"<{kind}>{items}</{kind}>")
         elif kind == "table":
             parts.append(_table(b[1], b[2]))
@@ -103,7 +96,7 @@ def render(data: ReportData, figures: dict[str, Figure]) -> str:
             f = figures[b[1]]
             parts.append(
                 f'<figure id="fig-{f.name}" class="figure">{embed_svg(f)}'
-                f"<figcaption>{inline(f.alt)}</figcaption></figure>"
+                f"<figcaption>{html_inline(f.alt)}</figcaption></figure>"
             )
         elif kind == "code":
             parts.append(f"<pre><code>{html.escape(plain(visible(b[1])), quote=False)}</code></pre>")

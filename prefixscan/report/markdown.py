@@ -20,35 +20,18 @@ from prefixscan.report.sections.fleet import appendix, cost, plan, policies, rol
 from prefixscan.report.sections.pilot import pilot
 from prefixscan.report.sections.traffic import capacity, prefixes, reuse, summary, traffic
 
-Section = Callable[[ReportData, dict[str, Figure]], list[Block]]
-
-# The report's sections in order; each is one function (data, figures) -> blocks. A new section is one
-# more function in this tuple.
-SECTIONS: tuple[Section, ...] = (
-    scenario,
-    lambda d, f: summary(d),
-    lambda d, f: comparison(d),
-    lambda d, f: traffic(d),
-    reuse,
-    capacity,
-    lambda d, f: prefixes(d),
-    lambda d, f: findings(d),
-    lambda d, f: misses(d),
-    lambda d, f: pilot(d),
-    policies,
-    cost,
-    lambda d, f: plan(d),
-    lambda d, f: rollout(d),
-    lambda d, f: appendix(d),
-)
+# The report's sections in order; each is one function data -> blocks. A new section is one more function
+# in this tuple. A section names the figures it shows; `document` drops those that were not drawn.
+Section = Callable[[ReportData], list[Block]]
+SECTIONS: tuple[Section, ...] = (scenario, summary, comparison, traffic, reuse, capacity, prefixes, findings, misses,
+                                 pilot, policies, cost, plan, rollout, appendix)
 
 
-def document(data: ReportData, figures: dict[str, Figure],
-             sections: tuple[Section, ...] = SECTIONS) -> list[Block]:
+def document(data: ReportData, figures: dict[str, Figure], sections: tuple[Section, ...] = SECTIONS) -> list[Block]:
     """The report's content as blocks; figure blocks whose figure is absent are dropped."""
     blocks: list[Block] = [("h", 1, f"prefixscan report: {esc(data.run_path)}")]
     for section in sections:
-        blocks.extend(b for b in section(data, figures) if b[0] != "fig" or b[1] in figures)
+        blocks.extend(b for b in section(data) if b[0] != "fig" or b[1] in figures)
     return blocks
 
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_MODEL = "llama-3.1-70b"
-DEFAULT_GPU = "h100"
-DEFAULT_DTYPE = "bf16"
 GIB = 2**30
 TOP_PREFIXES = 10
 TOP_TENANTS = 15
@@ -58,7 +55,6 @@ FINDING_COLUMNS = (
     "example",
     "fix",
 )
-BASELINES = ("round_robin", "random", "least_loaded", "oracle")
 
 # Seed 002, "Roll it out in this order".
 ROLLOUT = (

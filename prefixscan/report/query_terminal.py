@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
-from prefixscan.report.fmt import safe
+from prefixscan.report.escape import safe
 
 
 def cell(v: Any) -> str:

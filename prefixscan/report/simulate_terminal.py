@@ -1,15 +1,18 @@
-"""Render a SimResult for a terminal with rich: one comparison row per policy, best value highlighted.
+"""Render a SimResult for a terminal with rich: one comparison row per policy, best value highlighted; KV tiers
+and disaggregated prefill/decode only when the replay had them.
 
-Rendering only: every number comes from `SimResult.policies`. The oracle is a reference with perfect
-knowledge, so it is shown but never highlighted as "best".
+Rendering only: every number comes from `SimResult.policies` (tier and P/D keys from `prefixscan.sim.extmetrics`).
+The oracle is a reference with perfect knowledge, so it is shown but never highlighted as "best".
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from prefixscan.report.escape import safe
 from prefixscan.report.fmt import metric as fmt
-from prefixscan.report.fmt import number_tables, print_comparison, safe
+from prefixscan.report.fmt import number_tables, print_comparison
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -32,6 +35,32 @@ COLUMNS: list[tuple[str, str, str, str]] = [
 ]
 
 SPLIT: list[tuple[str, str]] = [("warm", "warm"), ("partial", "partial"), ("cold", "cold")]
+
+TIER_COLUMNS = [
+    ("hit", "hit_rate_token_weighted", "pct"),
+    ("gpu", "hit_rate_gpu", "pct"),
+    ("host", "hit_rate_host", "pct"),
+    ("shared", "hit_rate_shared", "pct"),
+    ("recomputed", "recomputed_tokens", "short"),
+    ("load mean", "tier_load_s_mean", "s"),
+    ("load p95", "tier_load_s_p95", "s"),
+    ("host evict", "host_evictions", "short"),
+    ("store evict", "shared_evictions", "short"),
+]
+
+PD_COLUMNS = [
+    ("TTFT p50", "ttft_p50_s", "s"),
+    ("p95", "ttft_p95_s", "s"),
+    ("p99", "ttft_p99_s", "s"),
+    ("wait p95", "queue_wait_p95_s", "s"),
+    ("hit", "hit_rate_token_weighted", "pct"),
+    ("transfer p95", "kv_transfer_s_p95", "s"),
+    ("decode wait p95", "decode_queue_wait_p95_s", "s"),
+    ("decode q peak", "decode_queue_peak", "int"),
+    ("prefill util", "prefill_pool_utilization", "pct"),
+    ("decode KV util", "decode_kv_utilization", "pct"),
+    ("prefill GPUs needed", "prefill_gpus_needed", "int"),
+]
 
 
 def best_values(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -91,8 +120,6 @@ def render(result: SimResult, console: Console) -> None:
                            fmt(s.get("isolation_cost_prefill_tokens"), "short"),
                            fmt(s.get("isolation_cost_ttft_p95_s"), "s")]
                           for name, s in result.policies.items()])
-    from prefixscan.report.simulate_tiers_terminal import render_tiers
-
     render_tiers(result.policies, console, result.tables.get("sim_tier_capacity"))
     console.print(
         "hit = cached / prompt tokens over the whole cluster (token-weighted); "
@@ -101,6 +128,57 @@ def render(result: SimResult, console: Console) -> None:
         "load = max/mean of time-averaged requests in flight;\n"
         "prefill = tokens computed; pred ok = router-predicted cached tokens equal to what the engine found."
     )
+
+
+def render_tiers(policies: dict[str, dict[str, Any]], console: Console, sweep: Any = None) -> None:
+    """Cached tokens by tier, the disaggregated fleet against the co-located one, the capacity view."""
+    if any("hit_rate_gpu" in s for s in policies.values()):
+        print_comparison(
+            console, "Cached tokens by KV tier (share of prompt tokens; load = lower-tier KV onto the GPU)",
+            ["policy"] + [c for c, _, _ in TIER_COLUMNS],
+            [[safe(name), *[fmt(s.get(k), kind) for _, k, kind in TIER_COLUMNS]] for name, s in policies.items()])
+    if any("decode_replicas" in s for s in policies.values()):
+        _render_pd(policies, console)
+    if sweep is not None and sweep.num_rows:
+        _render_sweep(sweep.to_pylist(), console)
+
+
+def _render_sweep(rows: list[dict[str, Any]], console: Console) -> None:
+    ratios = list(dict.fromkeys(r["second_tier_ratio"] for r in rows))
+    axis, policy = rows[0]["second_tier"], rows[0]["policy"]
+    table = []
+    for gpu in dict.fromkeys(r["gpu_kv_blocks"] for r in rows):
+        cells = {r["second_tier_ratio"]: r for r in rows if r["gpu_kv_blocks"] == gpu}
+        table.append([f"{gpu:,}", *[
+            f"{fmt(cells[x]['hit_rate_token_weighted'], 'pct')} ({fmt(cells[x]['hit_rate_gpu'], 'pct')})"
+            for x in ratios
+        ]])
+    print_comparison(console, f"Capacity view ({safe(policy)}): hit rate (GPU's share)",
+                     ["GPU blocks"] + [f"{axis} x{r:g}" for r in ratios], table)
+    console.print(f"rows: GPU KV blocks per replica; columns: {axis} tier size as a multiple of the GPU's (0 = none)")
+
+
+def pd_rows(policies: list[tuple[str, dict[str, Any]]], cell: Callable[[Any, str], str]) -> list[list[str]]:
+    """The P/D table's rows (here and in the report): each policy's disaggregated fleet, then the co-located
+    fleet at the same traffic when the replay measured one; `cell(value, kind)` formats a PD_COLUMNS value."""
+    rows = []
+    for name, s in policies:
+        rows.append([name, f"{s.get('prefill_replicas')}P + {s.get('decode_replicas')}D",
+                     *[cell(s.get(k), kind) for _, k, kind in PD_COLUMNS]])
+        if s.get("colocated_replicas") is not None:
+            rows.append(["", f"{s['colocated_replicas']} co-located",
+                         *[cell(s.get(f"colocated_{k}"), kind) if f"colocated_{k}" in s else "" for _, k, kind in
+                           PD_COLUMNS]])
+    return rows
+
+
+def _render_pd(policies: dict[str, dict[str, Any]], console: Console) -> None:
+    rows = pd_rows([(safe(name), s) for name, s in policies.items()], fmt)
+    print_comparison(console, "Disaggregated prefill/decode vs a co-located fleet at the same traffic "
+                     "(P/D TTFT includes the decode queue and the KV transfer)",
+                     ["policy", "fleet"] + [c for c, _, _ in PD_COLUMNS], rows, keys=2)
+    console.print("co-located = the same GPUs serving both phases; prefill GPUs needed keeps the prefill pool at "
+                  "most 80% busy")
 
 
 def render_listing(rows: list[dict[str, Any]], run: str, console: Console) -> None:

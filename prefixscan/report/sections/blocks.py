@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from prefixscan.cost.verdict import gpus_text
 from prefixscan.report.escape import data as esc
 from prefixscan.report.model import ReportData
 
-Block = (
-    tuple  # ("h", level, text) | ("p", text) | ("ul"/"ol", [text]) | ("table", head, rows) | ("fig", name)
-)
-#                ("code", text) | ("missing", text)
+# ("h", level, text) | ("p", text) | ("ul"/"ol", [text]) | ("table", head, rows) | ("fig", name) | ("code", text)
+# | ("missing", text)
+Block = tuple
 
 # What each cost-table column holds (docs/report.md): per-request share, token-weighted, capture of ideal.
 COST_COLUMNS = (
@@ -51,8 +51,8 @@ def num(x: float | None, digits: int = 0) -> str:
 
 
 def gpus(x: float | None) -> str:
-    """GPU counts are fractional; keep two significant decimals for small clusters."""
-    return "n/a" if x is None else (f"{x:,.1f}" if abs(x) >= 10 else f"{x:,.2f}")
+    """GPU counts as every printer shows them (cost.verdict.gpus_text)."""
+    return "n/a" if x is None else gpus_text(x)
 
 
 def sec(x: float | None) -> str:

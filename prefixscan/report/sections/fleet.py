@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prefixscan.report.escape import data as esc
-from prefixscan.report.figures import SCENARIO_LABELS, Figure
+from prefixscan.report.figures import SCENARIO_LABELS
 from prefixscan.report.model import ReportData
 from prefixscan.report.sections.blocks import (
     COST_COLUMNS,
@@ -19,7 +19,7 @@ from prefixscan.report.sections.blocks import (
 )
 
 
-def policies(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
+def policies(data: ReportData) -> list[Block]:
     out: list[Block] = [("h", 2, "Routing policy comparison")]
     if data.policies is None:
         return out + [missing_block(data, "policies", "simulation")]
@@ -110,7 +110,7 @@ _FORMATS = {"pct": pct, "s": sec, "short": num, "int": num}
 
 def _tiers_and_pd(data: ReportData) -> list[Block]:
     """The simulation's own KV-tier and prefill/decode results (the columns `simulate` prints)."""
-    from prefixscan.report.simulate_tiers_terminal import PD_COLUMNS, TIER_COLUMNS
+    from prefixscan.report.simulate_terminal import PD_COLUMNS, TIER_COLUMNS, pd_rows
 
     out: list[Block] = []
     if data.sim_tiers:
@@ -124,19 +124,12 @@ def _tiers_and_pd(data: ReportData) -> list[Block]:
         out.append(("h", 3, "Disaggregated prefill/decode against a co-located fleet"))
         out.append(("p", "P/D TTFT includes the decode queue and the KV transfer; co-located = the same GPUs "
                          "serving both phases; prefill GPUs needed keeps the prefill pool at most 80% busy."))
-        rows = []
-        for r in data.sim_pd:
-            rows.append([r["policy"], f"{r.get('prefill_replicas')}P + {r.get('decode_replicas')}D",
-                         *(_FORMATS[kind](r.get(k)) for _, k, kind in PD_COLUMNS)])
-            if r.get("colocated_replicas") is not None:
-                rows.append(["", f"{r['colocated_replicas']} co-located",
-                             *(_FORMATS[kind](r.get(f"colocated_{k}")) if f"colocated_{k}" in r else ""
-                               for _, k, kind in PD_COLUMNS)])
+        rows = pd_rows([(r["policy"], r) for r in data.sim_pd], lambda v, kind: _FORMATS[kind](v))
         out.append(("table", ["policy", "fleet", *(c for c, _, _ in PD_COLUMNS)], rows))
     return out
 
 
-def cost(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
+def cost(data: ReportData) -> list[Block]:
     out: list[Block] = [("h", 2, "GPUs and dollars")]
     est = data.estimate
     if not est:
@@ -337,7 +330,7 @@ def appendix(data: ReportData) -> list[Block]:
     return out
 
 
-def scenario(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
+def scenario(data: ReportData) -> list[Block]:
     """The one scenario every section is priced at, first thing in the report."""
     if not data.scenario:
         return []

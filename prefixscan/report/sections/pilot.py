@@ -1,5 +1,6 @@
-"""The pilot's outcome (issue 31): latency by warm, partial and cold request, and input tokens by model and
-replica, from the run's `pilot` table (written by analyze when the log carries latency; prefixscan.pilot.latency)."""
+"""The pilot's outcome (issue 31), from the run's `pilot` table (written by analyze when the log carries latency):
+latency by warm, partial and cold request and input tokens by model and replica (prefixscan.pilot.latency); the
+same by routing decision (prefixscan.pilot.decisions); prediction next to outcome (prefixscan.pilot.prediction)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ from typing import Any
 from prefixscan.report.escape import data as esc
 from prefixscan.report.model import ReportData
 from prefixscan.report.sections.blocks import Block, num, pct, tok
-from prefixscan.report.sections.pilot_decisions import decisions
-from prefixscan.report.sections.pilot_prediction import prediction
 
-LIMIT = 12  # model x replica rows shown; the rest stay in the table
+LIMIT = 12  # model x replica rows and decision rows shown; the rest stay in the table
+CLASSES = ("warm", "partial", "cold")
 
 
 def ms(v: float | None) -> str:
@@ -70,10 +70,131 @@ def pilot(data: ReportData) -> list[Block]:
                tok(r["cached_tokens"]), tok(r["uncached_tokens"]), _pair(r, "ttft")] for r in pools[:LIMIT]])]
     if len(pools) > LIMIT:
         out.append(("p", f"{num(len(pools) - LIMIT)} more model and replica rows in the run's `pilot` table."))
-    out += decisions(rows, info, _pair)
+    out += decisions(rows, info)
     out += evictions(rows)
     name = data.best_policy
-    out += prediction(rows, info, _pair, ms, data.policy(name) if name else None, name, data.policies_source)
+    out += prediction(rows, info, data.policy(name) if name else None, name, data.policies_source)
+    return out
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "n/a"
+
+
+def decisions(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[Block]:
+    """By routing decision: queue wait, requests that left a warm candidate, and the router's predicted against
+    the engine's actual cached tokens, from the `pilot` table's decision rows."""
+    d = info.get("decisions")
+    shown = [r for r in rows if r["level"] in ("decision_all", "decision")]
+    if not d or not shown:
+        return [("p", "Queue wait by routing decision and predicted against actual cached tokens need the router's "
+                      "decision log: `analyze --decisions FILE` (docs/pilot.md).")]
+    j, lw = d["join"], d["left_warm"]
+    out: list[Block] = [
+        ("h", 3, "By routing decision"),
+        ("p", f"From the router's decision log: {num(d['read'])} rows read = {num(d['accepted'])} accepted + "
+              f"{num(d['rejected'])} rejected (the rejects table); {num(j['joined'])} joined a request, "
+              f"{num(j['decisions_without_request'])} match no request and {num(j['requests_without_decision'])} "
+              f"requests have no decision row. Queue wait: the decision row's `queue_wait_ms`, else the request log's. "
+              f"{num(lw['requests'])} requests ({_share(lw['requests'], d['accepted'])}) left a warm candidate: "
+              f"{num(lw['by_decision_name'])} by a fallback or overflow decision, {num(lw['by_candidates_only'])} "
+              "more passed a warmer candidate (rule in docs/pilot.md)."),
+        ("table", ["decision", "requests", "queue wait p50 / p95", "TTFT p50 / p95", "left warm",
+                   "predicted / actual cached", "diverged by more than a block"],
+         [[esc(r["decision"] if r["level"] == "decision" else "all decisions"), num(r["requests"]),
+           _pair(r, "queue_wait"), _pair(r, "ttft"),
+           f"{num(r['left_warm_requests'])} ({_share(r['left_warm_requests'], r['requests'])})",
+           f"{tok(r['predicted_cached_tokens'])} / {tok(r['actual_cached_tokens'])}",
+           f"{num(r['diverged_requests'])} of {num(r['compared_requests'])}"] for r in shown[:LIMIT + 1]]),
+    ]
+    if len(shown) > LIMIT + 1:
+        out.append(("p", f"{num(len(shown) - LIMIT - 1)} more decisions in the run's `pilot` table."))
+    div = d.get("divergence") or {}
+    if div.get("systematic"):
+        out.append(("p", f"**Predicted and actual diverge regularly**: on {num(div['diverged'])} of "
+                         f"{num(div['compared'])} decisions ({_share(div['diverged'], div['compared'])}) they differ "
+                         "by more than one block. Seed 002's rule: a regular divergence is an input-identification "
+                         "problem, not a GPU problem (a hidden timestamp, a template change, a different tokenizer "
+                         "on part of the fleet, a normaliser that differs between services)."))
+    return out
+
+
+def _classes(c: dict[str, int] | None) -> str:
+    return "n/a" if not c else " / ".join(num(c.get(k)) for k in CLASSES)
+
+
+def _pp(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:+.1f} pp"
+
+
+def _policy_column(policy: dict[str, Any] | None) -> list[str] | None:
+    """The chosen policy's cells, in the order of the comparison's rows; None without one."""
+    if not policy:
+        return None
+
+    def pair(a: str, b: str) -> str:
+        return "n/a" if policy.get(a) is None else f"{ms(policy.get(a))} / {ms(policy.get(b))}"
+
+    counts: dict[str, Any] = {k: policy.get(f"{k}_requests") for k in CLASSES}
+    cached, prompt = policy.get("cached_tokens"), policy.get("prompt_tokens")
+    return [pct(policy.get("hit_rate_token_weighted")), tok(cached),
+            tok(policy.get("prefill_tokens") if policy.get("prefill_tokens") is not None else
+                (prompt - cached if prompt is not None and cached is not None else None)),
+            _classes(counts) if all(v is not None for v in counts.values()) else "n/a",
+            pair("ttft_p50_s", "ttft_p95_s"), *[pair(f"ttft_{k}_p50_s", f"ttft_{k}_p95_s") for k in CLASSES]]
+
+
+def prediction(rows: list[dict[str, Any]], info: dict[str, Any], policy: dict[str, Any] | None = None,
+               policy_name: str | None = None, policy_source: str = "") -> list[Block]:
+    """Prefixscan's ideal cache (and, when the run holds one, the chosen simulation's or estimate's policy:
+    `policy`, its row of report.model.POLICY_COLUMNS) against what the engine did, from the pilot table's
+    prediction rows and the summary's `pilot.prediction`."""
+    p = info.get("prediction")
+    if not p:
+        return [("p", "Prediction next to outcome needs the engine's cached tokens in the log "
+                      "(`usage.prompt_tokens_details.cached_tokens` or `--field actual_cached_tokens=PATH`).")]
+    pr, rt, me, gap, div = p["predicted"], p.get("as_routed"), p["measured"], p["gap"], p["divergence"]
+    by_class = {r["class"]: r for r in rows if r["level"] == "class"}
+    every = next((r for r in rows if r["level"] == "all"), None)
+    measured_ttft = [_pair(every, "ttft") if every else "n/a",
+                     *[_pair(by_class[k], "ttft") if k in by_class else "n/a" for k in CLASSES]]
+    labels = ["hit rate (token-weighted)", "cached tokens", "prefill (uncached) tokens",
+              "warm / partial / cold requests", "TTFT p50 / p95", "TTFT warm", "TTFT partial", "TTFT cold"]
+    cols = {"predicted (ideal cache)": [pct(pr["hit_rate"]), tok(pr["cached_tokens"]), tok(pr["uncached_tokens"]),
+                                        _classes(pr["classes"]), *["n/a"] * 4]}
+    if rt:
+        cols["as routed (ideal per replica)"] = [pct(rt["hit_rate"]), tok(rt["cached_tokens"]),
+                                                 tok(rt["uncached_tokens"]), *["n/a"] * 5]
+    sim = _policy_column(policy)
+    if sim:
+        cols[f"{policy_name} ({policy_source or 'simulation'})"] = sim
+    cols["measured (engine)"] = [pct(me["hit_rate"]), tok(me["cached_tokens"]), tok(me["uncached_tokens"]),
+                                 _classes(me["classes"]), *measured_ttft]
+    n = div["compared"]
+    delta = None if gap["hit_rate_points"] is None else -gap["hit_rate_points"]
+    out: list[Block] = [
+        ("h", 3, "Prediction next to outcome"),
+        ("p", f"On the {num(n)} requests whose log line carries the engine's cached tokens: prefixscan's ideal "
+              f"cache of the log as sent predicted a {pct(pr['hit_rate'])} hit rate, the engine reported "
+              f"{pct(me['hit_rate'])} ({_pp(delta)}). "
+              f"The {tok(gap['cached_tokens'])} tokens between them split by the miss attribution (the `misses` "
+              f"table): routing {tok(gap['lost_routing_tokens'])}, eviction {tok(gap['lost_eviction_tokens'])}, "
+              f"unexplained {tok(gap['lost_unexplained_tokens'])}, minus {tok(gap['engine_excess_tokens'])} the "
+              "engine reported above the prediction. Classes of both sides by the same rule (above)."
+              + (" The simulation's TTFT classes follow the simulator's own rule (docs/simulator.md) and its "
+                 "requests are those after its warm-up." if sim else "")),
+        ("table", ["", *cols], [[label, *[c[i] for c in cols.values()]] for i, label in enumerate(labels)]),
+        ("p", "Each request by its predicted and its measured class: where the engine served a request the "
+              "prediction called warm as partial or cold, its TTFT is the divergence's cost."),
+        ("table", ["predicted", "measured", "requests", "TTFT p50 / p95", "predicted / actual cached",
+                   "routing", "eviction", "unexplained", "engine above"],
+         [[r["predicted_class"], r["class"], num(r["requests"]), _pair(r, "ttft"),
+           f"{tok(r['predicted_cached_tokens'])} / {tok(r['actual_cached_tokens'])}",
+           tok(r["lost_routing_tokens"]), tok(r["lost_eviction_tokens"]), tok(r["lost_unexplained_tokens"]),
+           tok(r["engine_excess_tokens"])] for r in rows if r["level"] == "prediction"]),
+    ]
+    regular = div["input_identification"]["systematic"] or p.get("tokenizer_mismatch")
+    out.append(("p", ("**Prediction and outcome diverge regularly**: " if regular else "") + p["verdict"] + "."))
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefixscan.report.escape import data as esc
-from prefixscan.report.figures import SCENARIO_LABELS, Figure
+from prefixscan.report.figures import SCENARIO_LABELS
 from prefixscan.report.model import ReportData
 from prefixscan.report.sections.blocks import (
     DIMENSION_TITLES,
@@ -137,7 +137,7 @@ def _dim_table(rows: list[dict[str, Any]], title: str) -> Block:
     )
 
 
-def reuse(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
+def reuse(data: ReportData) -> list[Block]:
     out: list[Block] = [("h", 2, "Reuse by tenant, prefix class and turn")]
     if not data.hit_rates:
         return out + [missing_block(data, "reuse", "summaries table")]
@@ -179,13 +179,11 @@ def reuse(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
                     "(`prefixscan query RUN_DIR \"select * from summaries where dimension='tenant'\"`).",
                 )
             )
-        name = "reuse_turn" if dim == "turn_index" else f"reuse_{dim}"
-        if name in figs:
-            out.append(("fig", name))
+        out.append(("fig", "reuse_turn" if dim == "turn_index" else f"reuse_{dim}"))  # dropped when not drawn
     return out
 
 
-def capacity(data: ReportData, figs: dict[str, Figure]) -> list[Block]:
+def capacity(data: ReportData) -> list[Block]:
     out: list[Block] = [("h", 2, "Capacity curve: LRU vs optimal vs ideal")]
     c = data.capacity
     if "capacity" in data.missing:
