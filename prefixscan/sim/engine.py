@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from prefixscan.reuse.hitrule import block_tokens
 from prefixscan.sim.config import SimConfig
 from prefixscan.sim.disagg import Disaggregation
 from prefixscan.sim.knowledge import make_view
@@ -145,7 +146,7 @@ class _Replay:
         self.know.on_store(r, blocks[k:], now)
         if ne:
             self.know.on_evict(r, kv.scratch[:ne], now)
-        c = min(k * self.B, self.cap_l[i])
+        c = block_tokens(k, self.B, self.cap_l[i])
         if tiers is not None:
             c, self.load_l[i] = tiers.admitted(i, r, blocks, k, nh, ns, self.cap_l[i], kv.scratch[:ne], now)
         self.cached[i] = c
@@ -221,10 +222,10 @@ class _Replay:
         self.predicted[i] = d.predicted_cached_tokens
         buf = self.exact_buf
         kmax = int(buf[cv.active_idx].max()) if len(cv.active_idx) > 1 else int(buf[r])
-        self.best[i] = min(kmax * B, cap)
+        self.best[i] = block_tokens(kmax, B, cap)
         kr = int(buf[r])
         self.routed_k[i] = kr
-        rc = min(kr * B, cap)
+        rc = block_tokens(kr, B, cap)
         self.routed[i] = rc
         self.pred_s[i] = self.serving.prefill_s(self.prompt_l[i] - rc, rc, int(cv.decoding[r]))
         self.know.on_route(r, blocks, now)

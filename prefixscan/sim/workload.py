@@ -42,18 +42,11 @@ class Workload:
     hit_rule: str
     ideal_cached: np.ndarray  # int64: unbounded single-cache hit in the same order (and salting)
     measured: np.ndarray  # bool: outside the warm-up window
-    hit_cap: np.ndarray  # int64: most tokens a hit can cover (hit = min(k * block_size, hit_cap))
+    hit_cap: np.ndarray  # int64: most tokens a hit can cover (k blocks hit `hitrule.block_tokens`)
     next_in_conv: np.ndarray  # int64: the conversation's next request (-1: none)
 
     def req_blocks(self, i: int) -> np.ndarray:
         return self.blocks[self.offsets[i] : self.offsets[i + 1]]
-
-    def hit_tokens_vec(self, i: int, k: np.ndarray) -> np.ndarray:
-        """Cached tokens of request i for matched block counts k: min(k * B, `hashing.hit_cap_tokens`)."""
-        return np.minimum(k * self.block_size, self.hit_cap[i])
-
-    def hit_tokens(self, i: int, k: int) -> int:
-        return min(k * self.block_size, int(self.hit_cap[i]))
 
 
 def _mix(h: np.ndarray, salt: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from prefixscan.reuse.hitrule import block_tokens
 from prefixscan.sim.fast.layout import (
     ACT,
     ACTIVE,
@@ -269,7 +270,7 @@ def _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, 
         delayed_push(g, items, dids, r, 1, blocks[k:], due)
         if ne:
             delayed_push(g, items, dids, r, 0, scratch[:ne], due)
-    rq[i, RQ_CACHED] = min(k * g[G_BLOCK], rq[i, RQ_CAP])
+    rq[i, RQ_CACHED] = block_tokens(k, g[G_BLOCK], rq[i, RQ_CAP])
     ci[RUNNING, r] += 1
     return i
 
@@ -385,7 +386,7 @@ def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids,
         kb[:] = exact
     block, cap, prompt = g[G_BLOCK], rq[i, RQ_CAP], rq[i, RQ_PROMPT]
     for r in range(ci.shape[1]):
-        ci[CACHEDV, r] = min(kb[r] * block, cap)
+        ci[CACHEDV, r] = block_tokens(kb[r], block, cap)
     r, reason, pred, nc = choose(code, i, now, e - s, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand[i])
     if not ci[ACTIVE, r]:
         raise RuntimeError("policy chose an inactive replica")
@@ -395,10 +396,10 @@ def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids,
         kmax = exact[ci[ACT, 0]]
         for a in range(1, g[G_NACT]):
             kmax = max(kmax, exact[ci[ACT, a]])
-    rq[i, RQ_BEST] = min(kmax * block, cap)
+    rq[i, RQ_BEST] = block_tokens(kmax, block, cap)
     kr = exact[r]
     rq[i, RQ_ROUTED_K] = kr
-    rc = min(kr * block, cap)
+    rc = block_tokens(kr, block, cap)
     rq[i, RQ_ROUTED] = rc
     rf[i, RF_PRED_S] = _prefill_s(fp, prompt - rc, rc, ci[DECODING, r])
     if vmode == V_APPROX:

@@ -17,6 +17,7 @@ import numpy as np
 import xxhash
 
 from prefixscan.errors import UsageError
+from prefixscan.reuse.hitrule import block_tokens
 from prefixscan.sim.timing import ServingModel
 
 
@@ -100,11 +101,13 @@ class ClusterView:
 
     def cached_tokens(self, req: Req) -> np.ndarray:
         """Predicted cached tokens per replica under the engine's hit rule."""
-        return self.workload.hit_tokens_vec(req.i, self.matched_blocks(req))
+        w = self.workload
+        return block_tokens(self.matched_blocks(req), w.block_size, w.hit_cap[req.i])
 
     def cached_at(self, req: Req, r: int) -> int:
         """Predicted cached tokens on one replica (cheaper than the vector when a policy ignores caches)."""
-        return self.workload.hit_tokens(req.i, int(self.matched_blocks(req)[r]))
+        w = self.workload
+        return block_tokens(int(self.matched_blocks(req)[r]), w.block_size, int(w.hit_cap[req.i]))
 
     def uniform(self) -> float:
         """The next number of the policy's seeded uniform stream (drawn 4096 at a time).
