@@ -36,7 +36,8 @@ def test_request_keys_match_the_reference_key_per_request() -> None:
     for mode, pb in (("conversation", 4), ("prefix", 2), ("prefix", 50)):
         keys = request_keys(w, mode, pb)
         for i in range(w.n):
-            req = Req(i, w.req_blocks(i), int(w.prompt_tokens[i]), 1, -1, int(w.conv_key[i]), 0.0)
+            blocks = w.blocks[w.offsets[i] : w.offsets[i + 1]]
+            req = Req(i, blocks, int(w.prompt_tokens[i]), 1, -1, int(w.conv_key[i]), 0.0)
             assert int(keys[i]) == request_key(req, mode, pb, w.block_keys)
 
 

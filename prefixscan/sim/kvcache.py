@@ -109,6 +109,16 @@ def kv_tokens(prompt_tokens, output_tokens):
 
 
 @njit(cache=True)
+def generated_blocks(wb, s, nb, sj, nbj, prompt_tokens, output_tokens, block_size):
+    """How many of the next turn's listed blocks (wb[sj:sj + nbj]) a request (its nb blocks at wb[s:])
+    filled as it generated: the next turn's blocks within its `kv_tokens`, provided that turn extends its
+    prompt (chained hashes: an equal last block means an equal prefix). 0 when the answer filled none
+    (both replay engines cache those blocks at release, with `release_gen`)."""
+    m = min(nbj, kv_tokens(prompt_tokens, output_tokens) // block_size)
+    return m if m > nb and (nb == 0 or wb[sj + nb - 1] == wb[s + nb - 1]) else 0
+
+
+@njit(cache=True)
 def match_len(res, r, blocks):
     lo, hi = 0, len(blocks)
     while lo < hi:

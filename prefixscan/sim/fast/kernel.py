@@ -89,7 +89,7 @@ from prefixscan.sim.fast.layout import (
     WQ_HEAD,
     WQ_TAIL,
 )
-from prefixscan.sim.fast.shared import py_max, seconds, share
+from prefixscan.sim.fast.shared import prefill_ms, py_max, seconds, share
 from prefixscan.sim.fast.views import approx_advance, approx_route, delayed_advance, delayed_push
 from prefixscan.sim.knowledge import _match_ttl
 from prefixscan.sim.kvcache import (
@@ -99,7 +99,7 @@ from prefixscan.sim.kvcache import (
     admit,
     clear_free,
     decode_steps,
-    kv_tokens,
+    generated_blocks,
     match_all,
     release,
     release_gen,
@@ -283,8 +283,7 @@ def _batch_s(fp, rq, batch, nb, decoding):
         i = batch[j]
         n = rq[i, RQ_PROMPT] - rq[i, RQ_CACHED]
         if n > 0:
-            x, y = float(n), float(rq[i, RQ_CACHED])
-            ms += fp[SV_B] * x + fp[SV_C] * y + fp[SV_D] * x * y + fp[SV_E] * x * x
+            ms += prefill_ms(0.0, fp[SV_B], fp[SV_C], fp[SV_D], fp[SV_E], float(n), float(rq[i, RQ_CACHED]))
             any_new = True
     return (py_max(ms, 0.0) / 1000.0 if any_new else 0.0) / share(fp, decoding)
 
@@ -335,11 +334,10 @@ def _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl
     t0 = rq[i, RQ_TOFF]
     table = tbl[t0 : t0 + pin + extra]
     j = rq[i, RQ_NXT] if g[G_GEN_ON] and pin == nb else -1
-    if j >= 0:
-        # the next turn's blocks inside this prompt + output are what this request generated
+    if j >= 0:  # the next turn's blocks this request's answer filled
         sj = off[j]
-        m = min(rq[j, RQ_NB], kv_tokens(rq[i, RQ_PROMPT], rq[i, RQ_OUT]) // g[G_BLOCK])
-        if m > nb and (nb == 0 or wb[sj + nb - 1] == wb[s + nb - 1]):
+        m = generated_blocks(wb, s, nb, sj, rq[j, RQ_NB], rq[i, RQ_PROMPT], rq[i, RQ_OUT], g[G_BLOCK])
+        if m:
             stored = release_gen(res, kf, sl, slf, meta, scratch, r, table, nb, wb[sj + nb : sj + m], now)
             if stored and g[G_VMODE] == V_DELAYED:
                 delayed_push(g, items, dids, r, 1, scratch[:stored], now + fp[VP_DELAY])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import xxhash
@@ -19,6 +19,9 @@ import xxhash
 from prefixscan.errors import UsageError
 from prefixscan.reuse.hitrule import block_tokens
 from prefixscan.sim.timing import ServingModel
+
+if TYPE_CHECKING:
+    from prefixscan.sim.config import SimConfig
 
 
 @dataclass(frozen=True)
@@ -164,13 +167,15 @@ class Policy:
     def knowledge_mode(self, default: str) -> str:
         return getattr(self.params, "knowledge", None) or self.knowledge or default
 
-    def view_options(self) -> dict[str, Any]:
-        """Extra arguments for the knowledge view (TTL, size cap), from the policy's parameters."""
+    def view_options(self, block_size: int) -> dict[str, Any]:
+        """Extra arguments for the knowledge view (TTL, size cap), from the policy's parameters (a size
+        given in tokens becomes blocks of the replay's `block_size`)."""
         return {}
 
-    def view(self, knowledge: str, delay_s: float, ttl_s: float) -> tuple[str, dict[str, Any]]:
-        """(knowledge mode, `make_view` options) of this policy in a run with these settings (both engines)."""
-        return self.knowledge_mode(knowledge), {"delay_s": delay_s, "ttl_s": ttl_s, **self.view_options()}
+    def view(self, cfg: SimConfig, block_size: int) -> tuple[str, dict[str, Any]]:
+        """(knowledge mode, `make_view` options) of this policy in a run with this config (both engines)."""
+        opts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s, **self.view_options(block_size)}
+        return self.knowledge_mode(cfg.knowledge), opts
 
     def rng(self, seed: int) -> np.random.Generator:
         """The generator of the policy's uniform stream (`ClusterView.uniform`; the compiled replay draws
