@@ -69,8 +69,8 @@ def test_cache_fingerprint_covers_the_kernels_and_their_dependencies() -> None:
     fp = fingerprint()
     assert len(fp) == 40 and fp == fingerprint()
     names = {p.name for p in _sources()}
-    assert {"kernel.py", "shared.py", "layout.py", "views.py", "kvcache.py", "knowledge.py", "chwbl.py",
-            "cost_based.py"} <= names
+    assert {"kernel.py", "shared.py", "layout.py", "views.py", "kvcache.py", "chwbl.py", "cost_based.py",
+            "timing.py", "hitrule.py"} <= names  # timing: the prefill formula; hitrule: block_tokens
     from prefixscan.sim.fast import _dispatchers
     from prefixscan.sim.policies import chwbl
 

@@ -119,11 +119,14 @@ def generated_blocks(wb, s, nb, sj, nbj, prompt_tokens, output_tokens, block_siz
 
 
 @njit(cache=True)
-def match_len(res, r, blocks):
+def match_len(res, r, blocks, above=0):
+    """Leading `blocks` whose entry in row r of `res` is above `above`, by binary search (every view is
+    prefix-closed): a resident set (0/1) by default, or an approximate view's last-routed times above
+    now - TTL."""
     lo, hi = 0, len(blocks)
     while lo < hi:
         mid = (lo + hi) // 2
-        if res[r, blocks[mid]]:
+        if res[r, blocks[mid]] > above:
             lo = mid + 1
         else:
             hi = mid
@@ -131,9 +134,10 @@ def match_len(res, r, blocks):
 
 
 @njit(cache=True)
-def match_all(res, blocks, out):
+def match_all(res, blocks, out, above=0):
+    """`match_len` for every replica, into out."""
     for r in range(res.shape[0]):
-        out[r] = match_len(res, r, blocks)
+        out[r] = match_len(res, r, blocks, above)
 
 
 @njit(cache=True, inline="always")

@@ -304,10 +304,9 @@ _done = False
 
 def _sources() -> list[Path]:
     """Every module kernels are compiled from, including constants they freeze (`layout.py`): this package,
-    the policies (each holds its kernel), the block pool, the knowledge views, the prefill formula and the
-    hit rule's sim form."""
+    the policies (each holds its kernel), the block pool, the prefill formula and the hit rule's sim form."""
     return sorted([*(_SIM / "fast").glob("*.py"), *(_SIM / "policies").glob("*.py"), _SIM / "kvcache.py",
-                   _SIM / "knowledge.py", _SIM / "timing.py", _SIM.parent / "reuse" / "hitrule.py"])
+                   _SIM / "timing.py", _SIM.parent / "reuse" / "hitrule.py"])
 
 
 def fingerprint() -> str:

@@ -91,7 +91,6 @@ from prefixscan.sim.fast.layout import (
 )
 from prefixscan.sim.fast.shared import prefill_ms, py_max, seconds, share
 from prefixscan.sim.fast.views import approx_advance, approx_route, delayed_advance, delayed_push
-from prefixscan.sim.knowledge import _match_ttl
 from prefixscan.sim.kvcache import (
     CAP,
     NFREE,
@@ -379,7 +378,7 @@ def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids,
         match_all(dres, blocks, kb)
     elif vmode == V_APPROX:
         approx_advance(fp, ci, rq, rf, last, off, wb, now)
-        _match_ttl(last, blocks, now - fp[VP_TTL], kb)
+        match_all(last, blocks, kb, now - fp[VP_TTL])
     else:
         kb[:] = exact
     block, cap, prompt = g[G_BLOCK], rq[i, RQ_CAP], rq[i, RQ_PROMPT]
