@@ -182,7 +182,7 @@ def simulate(
         t0 = time.perf_counter()
         out, engines[name] = run_replay(w, pol, cfg, serving, capacity, engine)
         timings[name] = time.perf_counter() - t0
-        s = _clean(summarize(w, out, serving, cfg.replicas))
+        s = _clean(summarize(w, out, serving))
         if out.tiers:
             s.update(_clean(tier_summary(w, out, cfg.tensor_parallel)))
         s["params"] = {k: getattr(pol.params, k) for k in getattr(pol.params, "__dataclass_fields__", {})}
@@ -249,7 +249,7 @@ class _Replays:
         """One more replay of policy `name` under a variant of the fleet (`cfg`), summarised."""
         pol = make_policy(name, cfg.params_for(name), cfg.seed)
         out, _ = run_replay(w, pol, cfg, self.serving, self.capacity, self.engine)
-        return _clean(summarize(w, out, self.serving, cfg.replicas))
+        return _clean(summarize(w, out, self.serving))
 
     def isolation_cost(self, summaries: dict[str, dict[str, Any]]) -> None:
         """Replay each policy with tenant isolation flipped; add shared-vs-isolated deltas to its summary."""

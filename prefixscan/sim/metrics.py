@@ -55,7 +55,7 @@ def _hist_quantile(hist: np.ndarray, q: float) -> float | None:
     return float(2.0**k) / 1000.0 if k < N_AGE_BUCKETS - 1 else float("inf")
 
 
-def summarize(w: Workload, o: Outcome, serving: ServingModel, replicas: int) -> dict[str, Any]:
+def summarize(w: Workload, o: Outcome, serving: ServingModel) -> dict[str, Any]:
     """One policy's headline and detail metrics (JSON-ready, None where undefined)."""
     m = w.measured
     prompt = w.prompt_tokens[m]
@@ -251,11 +251,11 @@ def tier_summary(w: Workload, o: Outcome, tensor_parallel: int) -> dict[str, Any
         out["host_evictions"] = int(t["host_evictions"])
         out["shared_evictions"] = int(t["shared_evictions"])
     if "decode_replica" in t:
-        out.update(_pd_summary(w, o, m, tensor_parallel))
+        out.update(_pd_summary(o, m, tensor_parallel))
     return out
 
 
-def _pd_summary(w: Workload, o: Outcome, m: np.ndarray, tp: int) -> dict[str, Any]:
+def _pd_summary(o: Outcome, m: np.ndarray, tp: int) -> dict[str, Any]:
     t = o.tiers
     horizon = max(o.horizon_s, 1e-12)
     d = len(t["decode_area_running"])
