@@ -4,7 +4,8 @@ vLLM recomputes the last prompt token, so a prompt of exactly k full blocks hits
 hashed trace's blocks count at their true size. The forms checked here are all the paths that apply the
 rule: the Python scalar, the compiled kernels' helper, the array forms (ideal cache, simulator workload),
 the capacity curve's block weights and pool request shapes, the block pool kernel, the simulator's lookup
-cap, and the SQL reuse stage.
+cap and its tokens for k blocks (`block_tokens`: both replay engines, the tiers, the policies), and the SQL
+reuse stage.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ import pytest
 
 from prefixscan.encode.hashing import counted_hit_blocks, hit_cap_tokens, hit_tokens, is_trace_rule
 from prefixscan.reuse.capacity.table import block_weights
-from prefixscan.reuse.hitrule import cap_blocks, cap_blocks_array, cap_tokens, cap_tokens_array, hit_tokens_array
+from prefixscan.reuse.hitrule import (
+    block_tokens,
+    cap_blocks,
+    cap_blocks_array,
+    cap_tokens,
+    cap_tokens_array,
+    hit_tokens_array,
+)
 from prefixscan.reuse.pool import pool_hits
 from prefixscan.reuse.pool_fast import request_shape
 from prefixscan.reuse.sql import HIT_SQL
@@ -108,10 +116,28 @@ def test_the_simulator_workload_applies_the_rule(rule: str) -> None:
     w = build_workload(table, block_size=B, hit_rule=rule)
     assert w.hit_cap.tolist() == [hit_cap_tokens(n, B, rule == "trace") for n in PROMPTS]
     for i, n in enumerate(PROMPTS):
-        assert [w.hit_tokens(i, k) for k in KS] == [_expected(k, n, rule) for k in KS]
+        cap = int(w.hit_cap[i])
+        assert [block_tokens(k, B, cap) for k in KS] == [_expected(k, n, rule) for k in KS]
+        assert block_tokens(np.array(KS, np.int32), B, w.hit_cap[i]).tolist() == [_expected(k, n, rule) for k in KS]
     pin = np.array(listed, np.int64)
     assert max_hit_blocks(w, pin).tolist() == [min(m, -(-_expected(m + 1, n, rule) // B))
                                               for n, m in zip(PROMPTS, listed, strict=True)]
+
+
+@pytest.mark.parametrize("rule", ["vllm", "trace"])
+def test_the_simulators_tokens_for_k_blocks(rule: str) -> None:
+    """`block_tokens` (the replay engines, tiers and policies call it) at the edges: 0 tokens, 1 token, a
+    prompt of exactly k blocks, one token short of it and one past it."""
+    trace = rule == "trace"
+    for k in (1, 2, 3):
+        for n in (0, 1, k * B - 1, k * B, k * B + 1):
+            cap = hit_cap_tokens(n, B, trace)
+            assert block_tokens(k, B, cap) == _expected(k, n, rule), (k, n)
+            assert isinstance(block_tokens(k, B, cap), int)  # a Python int back for the readable engine
+    assert block_tokens(2, B, hit_cap_tokens(8, B, False)) == 4  # exactly 2 blocks: the last one recomputed
+    assert block_tokens(2, B, hit_cap_tokens(9, B, False)) == 8  # one token past: both hit
+    assert block_tokens(2, B, hit_cap_tokens(7, B, False)) == 4  # one short: one full block before the last token
+    assert block_tokens(0, B, hit_cap_tokens(9, B, True)) == 0
 
 
 @pytest.mark.parametrize("rule", ["vllm", "trace"])

@@ -121,11 +121,12 @@ def test_a_steady_log_is_unchanged(tmp_path):
 
 def test_rps_compresses_the_busy_periods_to_that_rate(tmp_path):
     """--rps on a gappy log: the busy periods run at the rate (the idle day does not dilute it)."""
-    from prefixscan.sim import SimConfig, workload_from
+    from prefixscan.run.load import load_run
+    from prefixscan.sim.workload import build_workload
 
     run = make_run(tmp_path)
     _bursts(run)
-    wl = workload_from(run, SimConfig(replicas=2, target_rps=20.0))
+    wl = build_workload(load_run(run).table("requests"), 16, target_rps=20.0)
     gaps = np.diff(wl.arrival_s)
     assert np.median(gaps) == pytest.approx(239 / 20.0 / 238, rel=1e-6)  # (n-1) gaps over the busy time
     r = estimate(dataclasses.replace(OPTS, replicas=8, rps=20.0), run)

@@ -36,7 +36,8 @@ def test_request_keys_match_the_reference_key_per_request() -> None:
     for mode, pb in (("conversation", 4), ("prefix", 2), ("prefix", 50)):
         keys = request_keys(w, mode, pb)
         for i in range(w.n):
-            req = Req(i, w.req_blocks(i), int(w.prompt_tokens[i]), 1, -1, int(w.conv_key[i]), 0.0)
+            blocks = w.blocks[w.offsets[i] : w.offsets[i + 1]]
+            req = Req(i, blocks, int(w.prompt_tokens[i]), 1, -1, int(w.conv_key[i]), 0.0)
             assert int(keys[i]) == request_key(req, mode, pb, w.block_keys)
 
 
@@ -68,8 +69,8 @@ def test_cache_fingerprint_covers_the_kernels_and_their_dependencies() -> None:
     fp = fingerprint()
     assert len(fp) == 40 and fp == fingerprint()
     names = {p.name for p in _sources()}
-    assert {"kernel.py", "shared.py", "layout.py", "views.py", "kvcache.py", "knowledge.py", "chwbl.py",
-            "cost_based.py"} <= names
+    assert {"kernel.py", "shared.py", "layout.py", "views.py", "kvcache.py", "chwbl.py", "cost_based.py",
+            "timing.py", "hitrule.py"} <= names  # timing: the prefill formula; hitrule: block_tokens
     from prefixscan.sim.fast import _dispatchers
     from prefixscan.sim.policies import chwbl
 

@@ -34,7 +34,7 @@ def cluster(n: int = 3) -> tuple[ClusterView, Req, Req]:
     )
     w = build_workload(table, B)
     kv = KVState(n, w.n_unique, 1000)
-    first = w.req_blocks(0)
+    first = w.blocks[w.offsets[0] : w.offsets[1]]
     table = np.zeros(len(first), dtype=np.int32)
     kv.admit(1, first, len(first), len(first), 0.0, table)
     kv.release(1, table, 0.5)
@@ -43,13 +43,14 @@ def cluster(n: int = 3) -> tuple[ClusterView, Req, Req]:
     view.now = 1.0
 
     def req(i: int) -> Req:
-        return Req(i, w.req_blocks(i), int(w.prompt_tokens[i]), 10, -1, int(w.conv_key[i]), 1.0)
+        blocks = w.blocks[w.offsets[i] : w.offsets[i + 1]]
+        return Req(i, blocks, int(w.prompt_tokens[i]), 10, -1, int(w.conv_key[i]), 1.0)
 
     return view, req(1), req(2)
 
 
 def choose(name: str, view: ClusterView, r: Req, **params: object):
-    return make_policy(name, {k: str(v) for k, v in params.items()}, 0, B).choose(r, view)
+    return make_policy(name, {k: str(v) for k, v in params.items()}, 0).choose(r, view)
 
 
 def test_cost_based_prefers_warm_then_leaves_it_when_the_wait_is_too_long() -> None:

@@ -40,7 +40,7 @@ SAME = ("replica", "start_s", "first_token_s", "finish_s", "cached_tokens", "pre
 def _run(table: pa.Table, name: str, cfg: SimConfig, serving: ServingModel | None = None, fast: bool = False):
     w = build_workload(table, 16)
     serving = serving or serving_model(cfg)
-    pol = make_policy(name, {}, cfg.seed, 16)
+    pol = make_policy(name, {}, cfg.seed)
     return w, (replay_fast if fast else replay)(w, pol, cfg, serving, _capacity(cfg, w))
 
 

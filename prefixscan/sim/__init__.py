@@ -178,19 +178,22 @@ def simulate(
     for j, name in enumerate(names):
         if progress is not None:
             progress(name, j, len(names))
-        pol = make_policy(name, cfg.params_for(name), cfg.seed, bs)
+        pol = make_policy(name, cfg.params_for(name), cfg.seed)
         t0 = time.perf_counter()
         out, engines[name] = run_replay(w, pol, cfg, serving, capacity, engine)
         timings[name] = time.perf_counter() - t0
-        s = _clean(summarize(w, out, serving, cfg.replicas))
+        s = _clean(summarize(w, out, serving))
         if out.tiers:
-            s.update(_clean(tier_summary(w, out, w.measured, cfg.tensor_parallel)))
+            s.update(_clean(tier_summary(w, out, cfg.tensor_parallel)))
         s["params"] = {k: getattr(pol.params, k) for k in getattr(pol.params, "__dataclass_fields__", {})}
         summaries[name] = s
         parts["sim_replicas"].append(replica_table(w, out, serving))
         parts["sim_timeline"].append(timeline_table(w, out, bucket))
         if cfg.decision_log:
-            parts["sim_decisions"].append(_with_columns(decision_table(w, out), tier_columns(w, out)))
+            log = decision_table(w, out)
+            for col, values in tier_columns(w, out).items():
+                log = log.append_column(col, values)
+            parts["sim_decisions"].append(log)
     more = _Replays(table, cfg, bs, rule, names, serving, capacity, engine)
     if cfg.disaggregated and cfg.compare_colocated:
         more.colocated(w, summaries)
@@ -244,9 +247,9 @@ class _Replays:
 
     def summary(self, w: Workload, name: str, cfg: SimConfig) -> dict[str, Any]:
         """One more replay of policy `name` under a variant of the fleet (`cfg`), summarised."""
-        pol = make_policy(name, cfg.params_for(name), cfg.seed, self.bs)
+        pol = make_policy(name, cfg.params_for(name), cfg.seed)
         out, _ = run_replay(w, pol, cfg, self.serving, self.capacity, self.engine)
-        return _clean(summarize(w, out, self.serving, cfg.replicas))
+        return _clean(summarize(w, out, self.serving))
 
     def isolation_cost(self, summaries: dict[str, dict[str, Any]]) -> None:
         """Replay each policy with tenant isolation flipped; add shared-vs-isolated deltas to its summary."""
@@ -313,12 +316,6 @@ GPU_FACTORS = (0.25, 0.5, 1.0, 2.0)  # the capacity view's GPU sizes, times the 
 TIER_RATIOS = (0.0, 1.0, 2.0, 4.0, 8.0)  # its second-tier sizes, times the GPU size
 
 
-def _with_columns(t: pa.Table, cols: dict[str, pa.Array]) -> pa.Table:
-    for name, col in cols.items():
-        t = t.append_column(name, col)
-    return t
-
-
 def _nice_bucket(span: float) -> float:
     """About 50 timeline buckets, rounded to 1/2/5 x 10^k seconds."""
     if span <= 0:
@@ -326,9 +323,3 @@ def _nice_bucket(span: float) -> float:
     raw = span / 50
     mag = 10 ** math.floor(math.log10(raw))
     return float(next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw))
-
-
-def workload_from(run_or_table: Any, cfg: SimConfig, block_size: int | None = None,
-                  hit_rule: str | None = None) -> Workload:
-    """The flattened workload `simulate` would replay (for tests and benchmarks)."""
-    return _workload(*_source(run_or_table, block_size, hit_rule), cfg)

@@ -21,10 +21,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from prefixscan.reuse.hitrule import block_tokens
 from prefixscan.sim.config import SimConfig
 from prefixscan.sim.disagg import Disaggregation
 from prefixscan.sim.knowledge import make_view
-from prefixscan.sim.kvcache import KVState, kv_tokens
+from prefixscan.sim.kvcache import KVState, generated_blocks
 from prefixscan.sim.outcome import Outcome, max_hit_blocks, request_budget, table_offsets
 from prefixscan.sim.policies.base import ClusterView, Policy, Req
 from prefixscan.sim.tiers import make_tiers
@@ -50,7 +51,7 @@ class _Replay:
         self.kv = KVState(slots, w.n_unique, capacity)
         self.tiers = make_tiers(cfg, w.block_size, slots, w.n)
         self.pool = Disaggregation(w, cfg, capacity) if cfg.disaggregated else None
-        self.kmode, vopts = policy.view(cfg.knowledge, cfg.event_delay_s, cfg.approx_ttl_s)
+        self.kmode, vopts = policy.view(cfg, w.block_size)
         self.know = make_view(self.kmode, self.kv, **vopts)
         self.cv = ClusterView(slots, serving, self.know, w, capacity, policy.rng(cfg.seed))
         self.cv.set_active(np.arange(cfg.replicas))
@@ -145,7 +146,7 @@ class _Replay:
         self.know.on_store(r, blocks[k:], now)
         if ne:
             self.know.on_evict(r, kv.scratch[:ne], now)
-        c = min(k * self.B, self.cap_l[i])
+        c = block_tokens(k, self.B, self.cap_l[i])
         if tiers is not None:
             c, self.load_l[i] = tiers.admitted(i, r, blocks, k, nh, ns, self.cap_l[i], kv.scratch[:ne], now)
         self.cached[i] = c
@@ -221,10 +222,10 @@ class _Replay:
         self.predicted[i] = d.predicted_cached_tokens
         buf = self.exact_buf
         kmax = int(buf[cv.active_idx].max()) if len(cv.active_idx) > 1 else int(buf[r])
-        self.best[i] = min(kmax * B, cap)
+        self.best[i] = block_tokens(kmax, B, cap)
         kr = int(buf[r])
         self.routed_k[i] = kr
-        rc = min(kr * B, cap)
+        rc = block_tokens(kr, B, cap)
         self.routed[i] = rc
         self.pred_s[i] = self.serving.prefill_s(self.prompt_l[i] - rc, rc, int(cv.decoding[r]))
         self.know.on_route(r, blocks, now)
@@ -249,12 +250,10 @@ class _Replay:
         s = off_l[i]
         table = self.tbl[self.toff_l[i] : self.toff_l[i + 1]]
         j = self.nxt_l[i] if self.gen_on and self.pin_l[i] == nb_l[i] else -1
-        if j >= 0:
-            # the next turn's blocks inside this request's prompt + output are what it generated, provided
-            # that turn extends this prompt (chained hashes: equal last block <=> equal prefix)
+        if j >= 0:  # the next turn's blocks this request's answer filled
             nbi, sj = nb_l[i], off_l[j]
-            m = min(nb_l[j], kv_tokens(self.prompt_l[i], self.out_l[i]) // self.B)
-            if m > nbi and (nbi == 0 or wb[sj + nbi - 1] == wb[s + nbi - 1]):
+            m = generated_blocks(wb, s, nbi, sj, nb_l[j], self.prompt_l[i], self.out_l[i], self.B)
+            if m:
                 stored = kv.release_gen(r, table, nbi, wb[sj + nbi : sj + m], now)
                 if stored:
                     self.know.on_store(r, kv.scratch[:stored].copy(), now)

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from numba import njit
 
 from prefixscan.sim.kvcache import KVState, match_all
 
@@ -83,19 +82,6 @@ class DelayedView(ExactView):
         self.on_evict(r, ids, now)
 
 
-@njit(cache=True)
-def _match_ttl(last, blocks, thresh, out):
-    for r in range(last.shape[0]):
-        lo, hi = 0, len(blocks)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if last[r, blocks[mid]] > thresh:
-                lo = mid + 1
-            else:
-                hi = mid
-        out[r] = lo
-
-
 class ApproxView(ExactView):
     """Blocks the router itself sent to each replica, forgotten after `ttl_s` or pruned LRU-first.
 
@@ -123,7 +109,7 @@ class ApproxView(ExactView):
 
     def match(self, blocks: np.ndarray, now: float, out: np.ndarray) -> np.ndarray:
         self.advance(now)
-        _match_ttl(self.last, blocks, now - self.ttl, out)
+        match_all(self.last, blocks, out, now - self.ttl)
         return out
 
     def _expire_oldest(self, r: int) -> None:

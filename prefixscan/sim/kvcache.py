@@ -109,11 +109,24 @@ def kv_tokens(prompt_tokens, output_tokens):
 
 
 @njit(cache=True)
-def match_len(res, r, blocks):
+def generated_blocks(wb, s, nb, sj, nbj, prompt_tokens, output_tokens, block_size):
+    """How many of the next turn's listed blocks (wb[sj:sj + nbj]) a request (its nb blocks at wb[s:])
+    filled as it generated: the next turn's blocks within its `kv_tokens`, provided that turn extends its
+    prompt (chained hashes: an equal last block means an equal prefix). 0 when the answer filled none
+    (both replay engines cache those blocks at release, with `release_gen`)."""
+    m = min(nbj, kv_tokens(prompt_tokens, output_tokens) // block_size)
+    return m if m > nb and (nb == 0 or wb[sj + nb - 1] == wb[s + nb - 1]) else 0
+
+
+@njit(cache=True)
+def match_len(res, r, blocks, above=0):
+    """Leading `blocks` whose entry in row r of `res` is above `above`, by binary search (every view is
+    prefix-closed): a resident set (0/1) by default, or an approximate view's last-routed times above
+    now - TTL."""
     lo, hi = 0, len(blocks)
     while lo < hi:
         mid = (lo + hi) // 2
-        if res[r, blocks[mid]]:
+        if res[r, blocks[mid]] > above:
             lo = mid + 1
         else:
             hi = mid
@@ -121,9 +134,10 @@ def match_len(res, r, blocks):
 
 
 @njit(cache=True)
-def match_all(res, blocks, out):
+def match_all(res, blocks, out, above=0):
+    """`match_len` for every replica, into out."""
     for r in range(res.shape[0]):
-        out[r] = match_len(res, r, blocks)
+        out[r] = match_len(res, r, blocks, above)
 
 
 @njit(cache=True, inline="always")

@@ -55,7 +55,7 @@ def _hist_quantile(hist: np.ndarray, q: float) -> float | None:
     return float(2.0**k) / 1000.0 if k < N_AGE_BUCKETS - 1 else float("inf")
 
 
-def summarize(w: Workload, o: Outcome, serving: ServingModel, replicas: int) -> dict[str, Any]:
+def summarize(w: Workload, o: Outcome, serving: ServingModel) -> dict[str, Any]:
     """One policy's headline and detail metrics (JSON-ready, None where undefined)."""
     m = w.measured
     prompt = w.prompt_tokens[m]
@@ -231,9 +231,10 @@ def timeline_table(w: Workload, o: Outcome, bucket_s: float) -> pa.Table:
 PREFILL_TARGET_UTILIZATION = 0.8  # "prefill GPUs needed" keeps the pool's busy fraction at or below this
 
 
-def tier_summary(w: Any, o: Any, m: np.ndarray, tensor_parallel: int) -> dict[str, Any]:
-    """Per-policy tier and disaggregation keys for `metrics.summarize` ({} for a plain replay)."""
-    t = o.tiers
+def tier_summary(w: Workload, o: Outcome, tensor_parallel: int) -> dict[str, Any]:
+    """Per-policy tier and disaggregation keys beside `summarize`'s, over the measured requests ({} for a
+    plain replay)."""
+    t, m = o.tiers, w.measured
     out: dict[str, Any] = {}
     prompt = int(w.prompt_tokens[m].sum())
     if "host_tokens" in t:
@@ -250,11 +251,11 @@ def tier_summary(w: Any, o: Any, m: np.ndarray, tensor_parallel: int) -> dict[st
         out["host_evictions"] = int(t["host_evictions"])
         out["shared_evictions"] = int(t["shared_evictions"])
     if "decode_replica" in t:
-        out.update(_pd_summary(w, o, m, tensor_parallel))
+        out.update(_pd_summary(o, m, tensor_parallel))
     return out
 
 
-def _pd_summary(w: Any, o: Any, m: np.ndarray, tp: int) -> dict[str, Any]:
+def _pd_summary(o: Outcome, m: np.ndarray, tp: int) -> dict[str, Any]:
     t = o.tiers
     horizon = max(o.horizon_s, 1e-12)
     d = len(t["decode_area_running"])
@@ -279,7 +280,7 @@ def _pd_summary(w: Any, o: Any, m: np.ndarray, tp: int) -> dict[str, Any]:
     }
 
 
-def tier_columns(w: Any, o: Any) -> dict[str, pa.Array]:
+def tier_columns(w: Workload, o: Outcome) -> dict[str, pa.Array]:
     """Per-request columns for `sim_decisions` ({} for a plain replay)."""
     t = o.tiers
     cols: dict[str, pa.Array] = {}

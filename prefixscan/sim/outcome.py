@@ -44,12 +44,6 @@ class Outcome:
     extra: dict = field(default_factory=dict)
     tiers: dict = field(default_factory=dict)  # per-request tier / disaggregation arrays and counters
 
-    @property
-    def candidates(self) -> list[tuple[int, ...]]:
-        """Per-request candidate tuples (the decision log's `candidate_replicas`)."""
-        ids, off = self.cand_ids.tolist(), self.cand_off.tolist()
-        return [tuple(ids[off[i] : off[i + 1]]) for i in range(len(off) - 1)]
-
 
 def _capacity(cfg: SimConfig, w: Workload) -> int:
     if cfg.unbounded_kv:

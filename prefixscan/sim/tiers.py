@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from prefixscan.errors import UsageError
+from prefixscan.reuse.hitrule import block_tokens
 
 if TYPE_CHECKING:
     from prefixscan.sim.config import SimConfig
@@ -166,9 +167,9 @@ class TierState:
         self.on_gpu_evict(r, evicted)
         self.on_hit(r, blocks, k, nh + ns)
         self.on_compute(r, blocks[k + nh :], now)
-        gpu = min(k * B, cap)
-        host = min((k + nh) * B, cap) - gpu
-        total = min((k + nh + ns) * B, cap)
+        gpu = block_tokens(k, B, cap)
+        host = block_tokens(k + nh, B, cap) - gpu
+        total = block_tokens(k + nh + ns, B, cap)
         shared = total - gpu - host
         load = self.load_s(host, shared)
         self.host_tokens[i], self.shared_tokens[i], self.load[i] = host, shared, load

@@ -19,12 +19,26 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from prefixscan.errors import UsageError
 from prefixscan.hardware import flops, gpus, models
 from prefixscan.sim.kvcache import decode_steps
+
+
+def prefill_ms(a: float, b: float, c: float, d: float, e: float, new: Any, cached: Any) -> Any:
+    """Prefill milliseconds of `new` uncached and `cached` tokens: a + b*new + c*cached + d*new*cached +
+    e*new^2, the one statement of the formula. Plain arithmetic, so the same function (and the same
+    rounding) serves a scalar, numpy arrays and, compiled in `fast/shared.py`, the kernels; a = 0 gives
+    one prefill's token terms, which a batched step adds to its fixed term."""
+    return a + b * new + c * cached + d * new * cached + e * new * new
+
+
+def step_share(token_budget: int, decoding: int) -> float:
+    """Fraction of the step token budget a prefill gets beside `decoding` running decodes (one token each)."""
+    return max(token_budget - decoding, 1) / token_budget
 
 
 @dataclass(frozen=True)
@@ -38,39 +52,28 @@ class PrefillModel:
     e_new2: float = 0.0
     source: str = "coeffs"
 
+    @property
+    def coeffs(self) -> tuple[float, float, float, float, float]:
+        """(a, b, c, d, e): the arguments `prefill_ms` takes before the token counts."""
+        return self.a, self.b_new, self.c_cached, self.d_new_cached, self.e_new2
+
     def seconds(self, new: float, cached: float) -> float:
         if new <= 0:
             return 0.0
-        new, cached = float(new), float(cached)
-        ms = (
-            self.a
-            + self.b_new * new
-            + self.c_cached * cached
-            + self.d_new_cached * new * cached
-            + self.e_new2 * new * new
-        )
-        return max(ms, 0.0) / 1000.0
+        return max(prefill_ms(*self.coeffs, float(new), float(cached)), 0.0) / 1000.0
 
     def batch_seconds(self, new: list[int], cached: list[int]) -> float:
         """Several prefills in one step (vLLM batches them): a once, plus each one's token terms."""
         ms, any_new = self.a, False
         for n, c in zip(new, cached, strict=True):
             if n > 0:
-                x, y = float(n), float(c)
-                ms += self.b_new * x + self.c_cached * y + self.d_new_cached * x * y + self.e_new2 * x * x
+                ms += prefill_ms(0.0, *self.coeffs[1:], float(n), float(c))
                 any_new = True
         return max(ms, 0.0) / 1000.0 if any_new else 0.0
 
     def seconds_vec(self, new: np.ndarray, cached: np.ndarray) -> np.ndarray:
         new = np.asarray(new, dtype=np.float64)
-        cached = np.asarray(cached, dtype=np.float64)
-        ms = (
-            self.a
-            + self.b_new * new
-            + self.c_cached * cached
-            + self.d_new_cached * new * cached
-            + self.e_new2 * new * new
-        )
+        ms = prefill_ms(*self.coeffs, new, np.asarray(cached, dtype=np.float64))
         return np.where(new > 0, np.maximum(ms, 0.0) / 1000.0, 0.0)
 
 
@@ -137,13 +140,11 @@ class ServingModel:
     token_budget: int = 8192
 
     def prefill_s(self, new: float, cached: float, decoding: int) -> float:
-        share = max(self.token_budget - decoding, 1) / self.token_budget
-        return self.prefill.seconds(new, cached) / share
+        return self.prefill.seconds(new, cached) / step_share(self.token_budget, decoding)
 
     def prefill_batch_s(self, new: list[int], cached: list[int], decoding: int) -> float:
         """One engine step running several prefills: the fixed term once, the per-token terms summed."""
-        share = max(self.token_budget - decoding, 1) / self.token_budget
-        return self.prefill.batch_seconds(new, cached) / share
+        return self.prefill.batch_seconds(new, cached) / step_share(self.token_budget, decoding)
 
     def prefill_s_vec(self, new: np.ndarray, cached: np.ndarray, decoding: np.ndarray) -> np.ndarray:
         share = np.maximum(self.token_budget - decoding, 1) / self.token_budget
@@ -203,7 +204,7 @@ class TimingProfile:
             "format": PROFILE_FORMAT,
             "name": self.name,
             "hardware": self.hardware,
-            "prefill_ms": {k: getattr(self.prefill, k) for k in PREFILL_KEYS},
+            "prefill_ms": dict(zip(PREFILL_KEYS, self.prefill.coeffs, strict=True)),
             "tpot_s": self.tpot_s,
             "decode_slowdown": self.decode_slowdown,
             "fit": self.fit or {},
@@ -248,9 +249,7 @@ def load_profile(name_or_path: str) -> TimingProfile:
 def profile_options(name_or_path: str) -> dict:
     """SimConfig fields for a profile: its prefill coefficients, name and (when it has them) decode times."""
     prof = load_profile(name_or_path)
-    p = prof.prefill
-    out: dict = {"prefill_model": "profile", "timing_profile": prof.name,
-                 "prefill_coeffs": (p.a, p.b_new, p.c_cached, p.d_new_cached, p.e_new2)}
+    out: dict = {"prefill_model": "profile", "timing_profile": prof.name, "prefill_coeffs": prof.prefill.coeffs}
     if prof.tpot_s is not None:
         out["tpot_s"] = prof.tpot_s
     if prof.decode_slowdown is not None:

@@ -32,7 +32,6 @@ class Workload:
     prompt_tokens: np.ndarray  # int64
     output_tokens: np.ndarray  # int64
     tenant: np.ndarray  # int32 code (-1 = none)
-    tenant_names: list[str]
     conv_key: np.ndarray  # uint64: hash of the conversation id (0 = none)
     offsets: np.ndarray  # int64, len n+1
     blocks: np.ndarray  # int32 dense block ids, flattened
@@ -42,18 +41,8 @@ class Workload:
     hit_rule: str
     ideal_cached: np.ndarray  # int64: unbounded single-cache hit in the same order (and salting)
     measured: np.ndarray  # bool: outside the warm-up window
-    hit_cap: np.ndarray  # int64: most tokens a hit can cover (hit = min(k * block_size, hit_cap))
+    hit_cap: np.ndarray  # int64: most tokens a hit can cover (k blocks hit `hitrule.block_tokens`)
     next_in_conv: np.ndarray  # int64: the conversation's next request (-1: none)
-
-    def req_blocks(self, i: int) -> np.ndarray:
-        return self.blocks[self.offsets[i] : self.offsets[i + 1]]
-
-    def hit_tokens_vec(self, i: int, k: np.ndarray) -> np.ndarray:
-        """Cached tokens of request i for matched block counts k: min(k * B, `hashing.hit_cap_tokens`)."""
-        return np.minimum(k * self.block_size, self.hit_cap[i])
-
-    def hit_tokens(self, i: int, k: int) -> int:
-        return min(k * self.block_size, int(self.hit_cap[i]))
 
 
 def _mix(h: np.ndarray, salt: np.ndarray) -> np.ndarray:
@@ -66,17 +55,11 @@ def _mix(h: np.ndarray, salt: np.ndarray) -> np.ndarray:
 
 
 def _string_keys(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """(int32 code per row, -1 for null; the distinct strings the codes index)."""
     enc = pc.dictionary_encode(col).combine_chunks()
     codes = enc.indices.to_numpy(zero_copy_only=False)
     codes = np.where(enc.is_null().to_numpy(zero_copy_only=False), -1, codes).astype(np.int32)
     return codes, [str(x) for x in enc.dictionary.to_pylist()]
-
-
-def ideal_cached_blocks(offsets: np.ndarray, blocks: np.ndarray, n_unique: int) -> np.ndarray:
-    """Leading blocks of each request already seen by an earlier one (unbounded cache, prefix-closed)."""
-    from prefixscan.reuse.ideal import leading_runs
-
-    return leading_runs(offsets, blocks, n_unique, np.ones(len(offsets) - 1, dtype=np.bool_))[0]
 
 
 def build_workload(
@@ -121,10 +104,7 @@ def build_workload(
         out = np.maximum(out, 1)
     else:
         out = np.full(n, default_output_tokens, dtype=np.int64)
-    if "tenant" in table.column_names:
-        tenant, tenant_names = _string_keys(table["tenant"])
-    else:
-        tenant, tenant_names = np.full(n, -1, dtype=np.int32), []
+    tenant = _string_keys(table["tenant"])[0] if "tenant" in table.column_names else np.full(n, -1, np.int32)
     conv = np.zeros(n, dtype=np.uint64)
     if "conversation_id" in table.column_names:
         codes, names = _string_keys(table["conversation_id"])
@@ -153,8 +133,10 @@ def build_workload(
     )
     if use_col:
         ideal = table["cached_tokens"].to_numpy().astype(np.int64)
-    else:
-        k = ideal_cached_blocks(offsets, blocks, n_unique)
+    else:  # the leading blocks an earlier request listed (an unbounded cache, prefix-closed)
+        from prefixscan.reuse.ideal import leading_runs
+
+        k = leading_runs(offsets, blocks, n_unique, np.ones(n, dtype=np.bool_))[0]
         ideal = hit_tokens_array(k, prompt, block_size, hit_rule)
     return Workload(
         n=n,
@@ -164,7 +146,6 @@ def build_workload(
         prompt_tokens=prompt,
         output_tokens=out,
         tenant=tenant,
-        tenant_names=tenant_names,
         conv_key=conv,
         offsets=offsets,
         blocks=blocks,

@@ -107,7 +107,7 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
         _take("sl", (slots, n_pool, 6), np.int32, None)))
     toff = table_offsets(pin, extra)
     tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
-    kmode, vopts = policy.view(cfg.knowledge, cfg.event_delay_s, cfg.approx_ttl_s)
+    kmode, vopts = policy.view(cfg, w.block_size)
     ci, cf, g, fp = cluster(cfg, slots, capacity, serving, w.block_size)
     budget = (3 * n + len(cfg.events) + 1, 3 * int(pin.sum() + extra.sum()) + 1)
     g[L.G_VMODE], (items, dids, dres, last) = view_arrays(kmode, vopts, fp, slots, kv.res.shape[1], budget)
@@ -288,12 +288,8 @@ def cluster(cfg: SimConfig, slots: int, capacity: int, serving: ServingModel, bl
     g[L.G_CAPACITY], g[L.G_BLOCK], g[L.G_MAX_SEQS] = capacity, block, cfg.max_num_seqs
     g[L.G_GEN_ON] = cfg.cache_generated
     g[L.G_BATCH] = cfg.batch_prefills
-    pm = serving.prefill
     fp = np.zeros(L.N_FP)
-    fp[: L.SV_BUDGET + 1] = (
-        pm.a, pm.b_new, pm.c_cached, pm.d_new_cached, pm.e_new2, serving.tpot_s, serving.decode_slowdown,
-        serving.token_budget,
-    )
+    fp[: L.SV_BUDGET + 1] = (*serving.prefill.coeffs, serving.tpot_s, serving.decode_slowdown, serving.token_budget)
     return ci, cf, g, fp
 
 
@@ -308,9 +304,9 @@ _done = False
 
 def _sources() -> list[Path]:
     """Every module kernels are compiled from, including constants they freeze (`layout.py`): this package,
-    the policies (each holds its kernel), the block pool and the knowledge views."""
+    the policies (each holds its kernel), the block pool, the prefill formula and the hit rule's sim form."""
     return sorted([*(_SIM / "fast").glob("*.py"), *(_SIM / "policies").glob("*.py"), _SIM / "kvcache.py",
-                   _SIM / "knowledge.py"])
+                   _SIM / "timing.py", _SIM.parent / "reuse" / "hitrule.py"])
 
 
 def fingerprint() -> str:

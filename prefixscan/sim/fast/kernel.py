@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from prefixscan.reuse.hitrule import block_tokens
 from prefixscan.sim.fast.layout import (
     ACT,
     ACTIVE,
@@ -88,9 +89,8 @@ from prefixscan.sim.fast.layout import (
     WQ_HEAD,
     WQ_TAIL,
 )
-from prefixscan.sim.fast.shared import py_max, seconds, share
+from prefixscan.sim.fast.shared import prefill_ms, py_max, seconds, share
 from prefixscan.sim.fast.views import approx_advance, approx_route, delayed_advance, delayed_push
-from prefixscan.sim.knowledge import _match_ttl
 from prefixscan.sim.kvcache import (
     CAP,
     NFREE,
@@ -98,7 +98,7 @@ from prefixscan.sim.kvcache import (
     admit,
     clear_free,
     decode_steps,
-    kv_tokens,
+    generated_blocks,
     match_all,
     release,
     release_gen,
@@ -269,7 +269,7 @@ def _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, 
         delayed_push(g, items, dids, r, 1, blocks[k:], due)
         if ne:
             delayed_push(g, items, dids, r, 0, scratch[:ne], due)
-    rq[i, RQ_CACHED] = min(k * g[G_BLOCK], rq[i, RQ_CAP])
+    rq[i, RQ_CACHED] = block_tokens(k, g[G_BLOCK], rq[i, RQ_CAP])
     ci[RUNNING, r] += 1
     return i
 
@@ -282,8 +282,7 @@ def _batch_s(fp, rq, batch, nb, decoding):
         i = batch[j]
         n = rq[i, RQ_PROMPT] - rq[i, RQ_CACHED]
         if n > 0:
-            x, y = float(n), float(rq[i, RQ_CACHED])
-            ms += fp[SV_B] * x + fp[SV_C] * y + fp[SV_D] * x * y + fp[SV_E] * x * x
+            ms += prefill_ms(0.0, fp[SV_B], fp[SV_C], fp[SV_D], fp[SV_E], float(n), float(rq[i, RQ_CACHED]))
             any_new = True
     return (py_max(ms, 0.0) / 1000.0 if any_new else 0.0) / share(fp, decoding)
 
@@ -334,11 +333,10 @@ def _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl
     t0 = rq[i, RQ_TOFF]
     table = tbl[t0 : t0 + pin + extra]
     j = rq[i, RQ_NXT] if g[G_GEN_ON] and pin == nb else -1
-    if j >= 0:
-        # the next turn's blocks inside this prompt + output are what this request generated
+    if j >= 0:  # the next turn's blocks this request's answer filled
         sj = off[j]
-        m = min(rq[j, RQ_NB], kv_tokens(rq[i, RQ_PROMPT], rq[i, RQ_OUT]) // g[G_BLOCK])
-        if m > nb and (nb == 0 or wb[sj + nb - 1] == wb[s + nb - 1]):
+        m = generated_blocks(wb, s, nb, sj, rq[j, RQ_NB], rq[i, RQ_PROMPT], rq[i, RQ_OUT], g[G_BLOCK])
+        if m:
             stored = release_gen(res, kf, sl, slf, meta, scratch, r, table, nb, wb[sj + nb : sj + m], now)
             if stored and g[G_VMODE] == V_DELAYED:
                 delayed_push(g, items, dids, r, 1, scratch[:stored], now + fp[VP_DELAY])
@@ -380,12 +378,12 @@ def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids,
         match_all(dres, blocks, kb)
     elif vmode == V_APPROX:
         approx_advance(fp, ci, rq, rf, last, off, wb, now)
-        _match_ttl(last, blocks, now - fp[VP_TTL], kb)
+        match_all(last, blocks, kb, now - fp[VP_TTL])
     else:
         kb[:] = exact
     block, cap, prompt = g[G_BLOCK], rq[i, RQ_CAP], rq[i, RQ_PROMPT]
     for r in range(ci.shape[1]):
-        ci[CACHEDV, r] = min(kb[r] * block, cap)
+        ci[CACHEDV, r] = block_tokens(kb[r], block, cap)
     r, reason, pred, nc = choose(code, i, now, e - s, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand[i])
     if not ci[ACTIVE, r]:
         raise RuntimeError("policy chose an inactive replica")
@@ -395,10 +393,10 @@ def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids,
         kmax = exact[ci[ACT, 0]]
         for a in range(1, g[G_NACT]):
             kmax = max(kmax, exact[ci[ACT, a]])
-    rq[i, RQ_BEST] = min(kmax * block, cap)
+    rq[i, RQ_BEST] = block_tokens(kmax, block, cap)
     kr = exact[r]
     rq[i, RQ_ROUTED_K] = kr
-    rc = min(kr * block, cap)
+    rc = block_tokens(kr, block, cap)
     rq[i, RQ_ROUTED] = rc
     rf[i, RF_PRED_S] = _prefill_s(fp, prompt - rc, rc, ci[DECODING, r])
     if vmode == V_APPROX:

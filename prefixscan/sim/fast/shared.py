@@ -35,6 +35,7 @@ import numpy as np
 import xxhash
 from numba import njit
 
+from prefixscan.sim import timing
 from prefixscan.sim.fast.layout import (
     ACT,
     G_NACT,
@@ -68,21 +69,22 @@ def np_max(a, b):
     return a if a >= b or a != a else b
 
 
+prefill_ms = njit(cache=True)(timing.prefill_ms)
+_step_share = njit(cache=True)(timing.step_share)
+
+
 @njit(cache=True)
 def seconds(fp, new, cached):
     """PrefillModel.seconds: solo prefill seconds for `new` uncached and `cached` tokens."""
     if new <= 0:
         return 0.0
-    x, c = float(new), float(cached)
-    ms = fp[SV_A] + fp[SV_B] * x + fp[SV_C] * c + fp[SV_D] * x * c + fp[SV_E] * x * x
-    return py_max(ms, 0.0) / 1000.0
+    return py_max(prefill_ms(fp[SV_A], fp[SV_B], fp[SV_C], fp[SV_D], fp[SV_E], float(new), float(cached)), 0.0) / 1000.0
 
 
 @njit(cache=True)
 def share(fp, decoding):
-    """Fraction of the step token budget a prefill gets beside `decoding` running decodes."""
-    budget = int(fp[SV_BUDGET])
-    return max(budget - decoding, 1) / budget
+    """`timing.step_share` at the serving model's token budget."""
+    return _step_share(int(fp[SV_BUDGET]), decoding)
 
 
 @njit(cache=True)

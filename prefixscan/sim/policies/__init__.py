@@ -61,11 +61,7 @@ def resolve_names(names: tuple[str, ...] | list[str]) -> list[str]:
     return out
 
 
-def make_policy(name: str, overrides: dict[str, Any], seed: int, block_size: int) -> Policy:
+def make_policy(name: str, overrides: dict[str, Any], seed: int) -> Policy:
     """Instantiate a policy with its frozen parameters (defaults + overrides)."""
     cls = POLICIES[name]
-    params = coerce_params(cls.Params, overrides, name)
-    pol = cls(params, seed)
-    if hasattr(pol, "block_size"):
-        pol.block_size = block_size
-    return pol
+    return cls(coerce_params(cls.Params, overrides, name), seed)

@@ -11,13 +11,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import xxhash
 
 from prefixscan.errors import UsageError
+from prefixscan.reuse.hitrule import block_tokens
 from prefixscan.sim.timing import ServingModel
+
+if TYPE_CHECKING:
+    from prefixscan.sim.config import SimConfig
 
 
 @dataclass(frozen=True)
@@ -100,11 +104,13 @@ class ClusterView:
 
     def cached_tokens(self, req: Req) -> np.ndarray:
         """Predicted cached tokens per replica under the engine's hit rule."""
-        return self.workload.hit_tokens_vec(req.i, self.matched_blocks(req))
+        w = self.workload
+        return block_tokens(self.matched_blocks(req), w.block_size, w.hit_cap[req.i])
 
     def cached_at(self, req: Req, r: int) -> int:
         """Predicted cached tokens on one replica (cheaper than the vector when a policy ignores caches)."""
-        return self.workload.hit_tokens(req.i, int(self.matched_blocks(req)[r]))
+        w = self.workload
+        return block_tokens(int(self.matched_blocks(req)[r]), w.block_size, int(w.hit_cap[req.i]))
 
     def uniform(self) -> float:
         """The next number of the policy's seeded uniform stream (drawn 4096 at a time).
@@ -161,13 +167,15 @@ class Policy:
     def knowledge_mode(self, default: str) -> str:
         return getattr(self.params, "knowledge", None) or self.knowledge or default
 
-    def view_options(self) -> dict[str, Any]:
-        """Extra arguments for the knowledge view (TTL, size cap), from the policy's parameters."""
+    def view_options(self, block_size: int) -> dict[str, Any]:
+        """Extra arguments for the knowledge view (TTL, size cap), from the policy's parameters (a size
+        given in tokens becomes blocks of the replay's `block_size`)."""
         return {}
 
-    def view(self, knowledge: str, delay_s: float, ttl_s: float) -> tuple[str, dict[str, Any]]:
-        """(knowledge mode, `make_view` options) of this policy in a run with these settings (both engines)."""
-        return self.knowledge_mode(knowledge), {"delay_s": delay_s, "ttl_s": ttl_s, **self.view_options()}
+    def view(self, cfg: SimConfig, block_size: int) -> tuple[str, dict[str, Any]]:
+        """(knowledge mode, `make_view` options) of this policy in a run with this config (both engines)."""
+        opts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s, **self.view_options(block_size)}
+        return self.knowledge_mode(cfg.knowledge), opts
 
     def rng(self, seed: int) -> np.random.Generator:
         """The generator of the policy's uniform stream (`ClusterView.uniform`; the compiled replay draws

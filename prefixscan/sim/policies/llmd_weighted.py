@@ -38,12 +38,8 @@ class LlmdWeighted(Policy):
     name = "llmd_weighted"
     Params = LlmdParams
 
-    def __init__(self, params: LlmdParams, seed: int) -> None:
-        super().__init__(params, seed)
-        self.block_size = 16
-
-    def view_options(self) -> dict[str, Any]:
-        return {"ttl_s": float("inf"), "max_blocks": max(1, self.params.lru_blocks * 16 // self.block_size)}
+    def view_options(self, block_size: int) -> dict[str, Any]:
+        return {"ttl_s": float("inf"), "max_blocks": max(1, self.params.lru_blocks * 16 // block_size)}
 
     def choose(self, req: Req, view: ClusterView) -> Decision:
         p = self.params

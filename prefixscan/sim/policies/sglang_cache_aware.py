@@ -44,16 +44,12 @@ class SglangCacheAware(Policy):
     name = "sglang_cache_aware"
     Params = SglangParams
 
-    def __init__(self, params: SglangParams, seed: int) -> None:
-        super().__init__(params, seed)
-        self.block_size = 16
-
-    def view_options(self) -> dict[str, Any]:
+    def view_options(self, block_size: int) -> dict[str, Any]:
         p = self.params
         return {
             "ttl_s": float("inf"),
             "sweep_s": p.eviction_interval_s,
-            "max_blocks": max(1, int(p.max_tree_size / p.chars_per_token / self.block_size)),
+            "max_blocks": max(1, int(p.max_tree_size / p.chars_per_token / block_size)),
         }
 
     def choose(self, req: Req, view: ClusterView) -> Decision:
