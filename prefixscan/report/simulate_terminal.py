@@ -1,7 +1,7 @@
 """Render a SimResult for a terminal with rich: one comparison row per policy, best value highlighted; KV tiers
 and disaggregated prefill/decode only when the replay had them.
 
-Rendering only: every number comes from `SimResult.policies` (tier and P/D keys from `prefixscan.sim.extmetrics`).
+Rendering only: every number comes from `SimResult.policies` (tier and P/D keys from `prefixscan.sim.metrics`).
 The oracle is a reference with perfect knowledge, so it is shown but never highlighted as "best".
 """
 
