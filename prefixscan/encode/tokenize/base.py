@@ -112,6 +112,26 @@ class Tokenizer:
         """Reference path: render and tokenise the whole prompt at once (tests compare against it)."""
         raise NotImplementedError
 
+    def _completion_ids(self, prompt: str) -> np.ndarray:
+        """A completion's prompt tokenised as plain text (no chat template)."""
+        raise NotImplementedError
+
+    def _encode_plain(self, r: Record) -> np.ndarray:
+        """A record that is not a chat: a completion's prompt, or the log's own token ids."""
+        if r.kind == "completion":
+            return self._completion_ids(r.prompt or "")
+        if r.kind == "tokens":
+            return token_array(r.token_ids if r.token_ids is not None else [])
+        raise RecordError("wrong_kind", f"cannot tokenise a {r.kind} record")
+
+
+def token_array(ids: list[int] | np.ndarray) -> np.ndarray:
+    """Validated uint32 array from a log's token ids."""
+    arr = np.asarray(ids, dtype=np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() >= 2**32):
+        raise RecordError("wrong_type", "token ids must be integers in [0, 2^32)")
+    return arr.astype(np.uint32)
+
 
 def _replay(text: str, starts: bytes, blob: bytes, units: list[tuple[bool, str] | None], keys: list[bytes]) -> int:
     """Append a remembered piece's paragraphs (cut from `text` again) and their keys; return how many."""

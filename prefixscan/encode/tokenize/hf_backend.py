@@ -27,7 +27,6 @@ from prefixscan.encode.tokenize.base import (
     conversation_key,
 )
 from prefixscan.encode.tokenize.cuts import CutRule, rule_for_hf
-from prefixscan.encode.tokenize.tiktoken_backend import token_array
 from prefixscan.errors import TokenizerError
 from prefixscan.read.record import Record, RecordError
 
@@ -246,12 +245,8 @@ class HFTokenizer(Tokenizer):
                 cps.add(j)
         return Encoded(toks, head, plan.keys, lens, sorted(c for c in cps if c >= 0))
 
-    def _encode_plain(self, r: Record) -> np.ndarray:
-        if r.kind == "completion":
-            return np.asarray(self.tok(r.prompt or "")["input_ids"], dtype=np.uint32)
-        if r.kind == "tokens":
-            return token_array(r.token_ids if r.token_ids is not None else [])
-        raise RecordError("wrong_kind", f"cannot tokenise a {r.kind} record")
+    def _completion_ids(self, prompt: str) -> np.ndarray:
+        return np.asarray(self.tok(prompt)["input_ids"], dtype=np.uint32)
 
     def encode_direct(self, record: Record) -> np.ndarray:
         if record.kind != "chat":

