@@ -131,17 +131,10 @@ def _source(run_or_table: Any, block_size: int | None, hit_rule: str | None) -> 
 
 
 def _workload(table: pa.Table, bs: int, rule: str, cfg: SimConfig) -> Workload:
-    """The replayable workload of a requests table under one config (salting, time scaling, warm-up)."""
-    return build_workload(
-        table,
-        bs,
-        rule,
-        default_output_tokens=cfg.default_output_tokens,
-        isolate_tenants=cfg.isolate_tenants,
-        rate_scale=cfg.rate_scale,
-        target_rps=cfg.target_rps,
-        warmup_s=cfg.warmup_s,
-    )
+    """The replayable workload of a requests table under one config (salting, time scaling, warm-up): the
+    config fields `build_workload` takes, by their names."""
+    opts = ("default_output_tokens", "isolate_tenants", "rate_scale", "target_rps", "warmup_s")
+    return build_workload(table, bs, rule, **{k: getattr(cfg, k) for k in opts})
 
 
 def simulate(

@@ -104,22 +104,18 @@ class SimConfig:
             raise UsageError(f"--replicas must be >= 1, got {self.replicas}")
         if self.kv_blocks is not None and self.kv_blocks < 1:
             raise UsageError(f"--kv-blocks must be >= 1, got {self.kv_blocks}")
-        if self.knowledge not in KNOWLEDGE_MODES:
-            raise UsageError(
-                f"--knowledge must be one of {', '.join(KNOWLEDGE_MODES)}, got {self.knowledge!r}"
-            )
-        if self.prefill_model not in PREFILL_MODELS:
-            raise UsageError(
-                f"--prefill-model must be one of {', '.join(PREFILL_MODELS)}, got {self.prefill_model!r}"
-            )
+        for option, value, allowed in (("--knowledge", self.knowledge, KNOWLEDGE_MODES),
+                                       ("--prefill-model", self.prefill_model, PREFILL_MODELS),
+                                       ("--eviction", self.eviction, EVICTION_MODES),
+                                       ("--host-write", self.host_write, HOST_WRITES)):
+            if value not in allowed:
+                raise UsageError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
         if self.prefill_model == "profile" and (not self.timing_profile or len(self.prefill_coeffs) != 5):
             raise UsageError("prefill model 'profile' needs timing_profile (its name) and its 5 prefill_coeffs")
         if self.prefill_model == "coeffs" and not 1 <= len(self.prefill_coeffs) <= 5:
             raise UsageError(
                 "--prefill-coeffs needs 1 to 5 numbers: ms = a + b*new + c*cached + d*new*cached + e*new^2"
             )
-        if self.eviction not in EVICTION_MODES:
-            raise UsageError(f"--eviction must be one of {', '.join(EVICTION_MODES)}, got {self.eviction!r}")
         if self.event_delay_s < 0 or self.approx_ttl_s <= 0:
             raise UsageError("--event-delay must be >= 0 and --approx-ttl > 0")
         if self.rate_scale <= 0 or (self.target_rps is not None and self.target_rps <= 0):
@@ -139,8 +135,6 @@ class SimConfig:
     def _check_tiers(self) -> None:
         if self.host_kv_blocks < -1 or self.shared_kv_blocks < -1 or self.host_kv_gib < 0 or self.shared_kv_gib < 0:
             raise UsageError("host and shared KV sizes must be >= 0 (blocks may be -1: unbounded)")
-        if self.host_write not in HOST_WRITES:
-            raise UsageError(f"--host-write must be one of {', '.join(HOST_WRITES)}, got {self.host_write!r}")
         for v in (self.host_link, self.shared_read, self.shared_write, self.pd_link):
             link_gbs(v)
         if self.shared_latency_s < 0 or self.pd_latency_s < 0:

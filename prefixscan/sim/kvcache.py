@@ -157,28 +157,19 @@ def _unlink(sl, meta, r, s):
 
 
 @njit(cache=True, inline="always")
-def _append(sl, meta, r, s):
-    t = meta[r, TAIL]
-    sl[r, s, PRV] = t
-    sl[r, s, NXT] = 0
-    if t:
-        sl[r, t, NXT] = s
+def _link(sl, meta, r, s, at_tail):
+    """Put slot s at the tail of the free queue (evicted last) or at its head (reused first)."""
+    p, q = (meta[r, TAIL], 0) if at_tail else (0, meta[r, HEAD])
+    sl[r, s, PRV] = p
+    sl[r, s, NXT] = q
+    if p:
+        sl[r, p, NXT] = s
     else:
         meta[r, HEAD] = s
-    meta[r, TAIL] = s
-    meta[r, NFREE] += 1
-
-
-@njit(cache=True, inline="always")
-def _prepend(sl, meta, r, s):
-    h = meta[r, HEAD]
-    sl[r, s, PRV] = 0
-    sl[r, s, NXT] = h
-    if h:
-        sl[r, h, PRV] = s
+    if q:
+        sl[r, q, PRV] = s
     else:
         meta[r, TAIL] = s
-    meta[r, HEAD] = s
     meta[r, NFREE] += 1
 
 
@@ -289,10 +280,7 @@ def release(sl, slf, meta, r, table, now):
         sl[r, s, SREF] -= 1
         if sl[r, s, SREF] == 0:
             slf[r, s, REL] = now
-            if sl[r, s, KEY]:
-                _append(sl, meta, r, s)
-            else:
-                _prepend(sl, meta, r, s)
+            _link(sl, meta, r, s, sl[r, s, KEY] != 0)
 
 
 @njit(cache=True)

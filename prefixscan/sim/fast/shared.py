@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import xxhash
 from numba import njit
 
 from prefixscan.sim import timing
@@ -247,16 +246,9 @@ def xxh3_u64_vec(values, seed, out):
     return out
 
 
-def _f() -> np.ndarray:
-    return np.zeros(1, dtype=np.float64)
-
-
-def _i() -> np.ndarray:
-    return np.zeros(1, dtype=np.int64)
-
-
-def _u() -> np.ndarray:
-    return np.zeros(1, dtype=np.uint64)
+def _unused(dtype: type) -> Any:
+    """The default of an array a policy does not use: a one-element dummy (one kernel signature for all)."""
+    return field(default_factory=lambda: np.zeros(1, dtype=dtype))
 
 
 @dataclass
@@ -265,11 +257,11 @@ class PolicyArrays:
 
     code: int
     reasons: Callable[[int], str]
-    pf: np.ndarray = field(default_factory=_f)
-    pi: np.ndarray = field(default_factory=_i)
-    sf: np.ndarray = field(default_factory=_f)
-    si: np.ndarray = field(default_factory=_i)
-    pu: np.ndarray = field(default_factory=_u)
+    pf: np.ndarray = _unused(np.float64)
+    pi: np.ndarray = _unused(np.int64)
+    sf: np.ndarray = _unused(np.float64)
+    si: np.ndarray = _unused(np.int64)
+    pu: np.ndarray = _unused(np.uint64)
     width: int = 3  # most candidates one decision lists
     stats: Callable[[np.ndarray, np.ndarray], dict[str, Any]] = lambda sf, si: {}
 
@@ -294,25 +286,21 @@ def ring_policy(
     slots: int,
     key_mode: str,
     state: np.ndarray | None = None,
+    **arrays: Any,
 ) -> PolicyArrays:
-    """Arrays of a consistent-hash policy: request keys, every slot's `Ring` points, an unbuilt ring.
+    """Arrays of a consistent-hash policy (`arrays`: its other `PolicyArrays` fields): request keys, every
+    slot's points on the policy's `Ring`, an unbuilt ring.
 
     `si` = ring header, then `state` (the policy's own ints, from index RING_HEADER), then the owners of
     the sorted points; `pu` = keys, all slots' points, sorted active points.
     """
-    p = policy.params
-    vn = max(1, p.vnodes)
-    spts = np.array(
-        [xxhash.xxh3_64_intdigest(f"replica-{r}-vnode-{v}".encode(), seed=policy.seed) for r in range(slots)
-         for v in range(vn)],
-        dtype=np.uint64,
-    )
-    keys = request_keys(w, key_mode, p.prefix_blocks)
+    vn = policy.ring.vnodes
+    keys = request_keys(w, key_mode, policy.params.prefix_blocks)
     state = np.zeros(0, dtype=np.int64) if state is None else state.astype(np.int64)
     head = i64(-1, 0, 0, vn, RING_HEADER + len(state), w.n)
     si = np.concatenate([head, state, np.zeros(slots * vn, dtype=np.int64)])
-    pu = np.concatenate([keys, spts, np.zeros(slots * vn, dtype=np.uint64)])
-    return PolicyArrays(code, reasons, si=si, pu=pu)
+    pu = np.concatenate([keys, policy.ring.points_of(range(slots)), np.zeros(slots * vn, dtype=np.uint64)])
+    return PolicyArrays(code, reasons, si=si, pu=pu, **arrays)
 
 
 def request_keys(w: Workload, mode: str, prefix_blocks: int) -> np.ndarray:

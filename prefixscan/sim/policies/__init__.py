@@ -1,6 +1,7 @@
 """Routing policies, one module each: the readable reference (`base.Policy.choose(req, view) -> Decision`)
-and, beside it, its compiled form (`CODE`, `setup`, `kernel`, which `sim.fast` runs). `POLICIES` is the one
-registry: its order is the `--policies all` order and each module's `CODE` (tests/test_sim_fast.py)."""
+and, beside it, its compiled form, which `sim.fast` runs: `setup(policy, w, slots)` turns the frozen params
+and seed into the arrays `kernel` reads, and `kernel` is the same rule over the replay's arrays. `POLICIES`
+is the one registry: its order is the `--policies all` order and each module's `CODE` (tests/test_sim_fast.py)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ the seed's routing log (candidates, predicted cached tokens, reason).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -233,17 +233,18 @@ class Ring:
         self.owners = np.zeros(0, dtype=np.int64)
         self.n_replicas = 0
 
+    def points_of(self, replicas: Iterable[int]) -> np.ndarray:
+        """The virtual-node points of these replicas, replica by replica (the compiled ring sorts the same)."""
+        return np.array([xxhash.xxh3_64_intdigest(f"replica-{int(r)}-vnode-{v}".encode(), seed=self.seed)
+                         for r in replicas for v in range(self.vnodes)], dtype=np.uint64)
+
     def sync(self, active_idx: np.ndarray, version: int) -> None:
         if version == self.version:
             return
-        pts, own = [], []
-        for r in active_idx:
-            for v in range(self.vnodes):
-                pts.append(xxhash.xxh3_64_intdigest(f"replica-{int(r)}-vnode-{v}".encode(), seed=self.seed))
-                own.append(int(r))
-        order = np.argsort(np.array(pts, dtype=np.uint64), kind="stable")
-        self.points = np.array(pts, dtype=np.uint64)[order]
-        self.owners = np.array(own, dtype=np.int64)[order]
+        pts = self.points_of(active_idx)
+        order = np.argsort(pts, kind="stable")
+        self.points = pts[order]
+        self.owners = np.repeat(np.asarray(active_idx, dtype=np.int64), self.vnodes)[order]
         self.n_replicas = len(active_idx)
         self.version = version
 

@@ -3,9 +3,6 @@
 With m requests in flight over n replicas, each replica may hold at most ceil(c * (m + 1) / n); a key
 walks clockwise from its hash to the first replica under that bound (docs/engines.md, 'Routers'). `stats` records
 the largest load/bound ratio ever produced so tests can check the bound is never exceeded.
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (first replica clockwise under the bounded load ceil(c(m+1)/n)).
 """
 
 from __future__ import annotations
@@ -85,10 +82,8 @@ def reason(code: int) -> str:
 
 def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
     p = policy.params
-    pa = ring_policy(CODE, reason, policy, w, slots, p.key, state=i64(0))
-    pa.pf = f64(p.c)
-    pa.stats = lambda sf, si: {"max_load_over_bound": float(sf[0]), "bound_spills": int(si[SPILLS])}
-    return pa
+    return ring_policy(CODE, reason, policy, w, slots, p.key, state=i64(0), pf=f64(p.c),
+                       stats=lambda sf, si: {"max_load_over_bound": float(sf[0]), "bound_spills": int(si[SPILLS])})
 
 
 @njit(cache=True)

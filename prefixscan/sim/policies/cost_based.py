@@ -7,9 +7,6 @@ blocks it needs exceed what is free after the queue). Ranked choice:
      `max_warm_wait_s` and whose TTFT is within the margin of the best replica overall;
 3.   otherwise the best predicted TTFT (the warm candidates would delay the request too long);
 4.   with `cold_pool` > 0 the last `cold_pool` active replicas only take requests with no warm candidate.
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (the warmest replica within the TTFT margin, else best TTFT).
 """
 
 from __future__ import annotations
@@ -85,22 +82,13 @@ class CostBased(Policy):
 
 
 CODE = 10
-REASONS = (
-    "prefer-warm-worker",
-    "partial-warm-worker",
-    "cold-pool",
-    "best-ttft",
-    "warm-wait-exceeded",
-    "warm-too-slow",
-)
+REASONS = ("prefer-warm-worker", "partial-warm-worker", "cold-pool", "best-ttft", "warm-wait-exceeded", "warm-too-slow")
 
 
 def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
     p = policy.params
-    pa = PolicyArrays(CODE, fixed_reasons(REASONS))
-    pa.pf = f64(p.margin_rel, p.margin_abs_s, p.max_warm_wait_s, p.interference_weight, p.kv_risk_s)
-    pa.pi = i64(p.min_warm_tokens, p.cold_pool)
-    return pa
+    pf = f64(p.margin_rel, p.margin_abs_s, p.max_warm_wait_s, p.interference_weight, p.kv_risk_s)
+    return PolicyArrays(CODE, fixed_reasons(REASONS), pf=pf, pi=i64(p.min_warm_tokens, p.cold_pool))
 
 
 @njit(cache=True)

@@ -5,9 +5,6 @@ request's blocks not cached on the worker, decode_blocks the blocks of requests 
 is pure load balancing. Temperature 0 is deterministic (ties to the lowest id); > 0 samples a softmax
 over normalised costs. Exact mode uses KV events; `knowledge=approximate` is `--no-kv-events` with the
 120 s TTL.
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (min weight * uncached blocks + active blocks, or softmax).
 """
 
 from __future__ import annotations
@@ -75,9 +72,8 @@ CODE = 7
 
 def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
     p = policy.params
-    pa = PolicyArrays(CODE, fixed_reasons(("min-cost", "min-cost-load", "softmax-sample")))
-    pa.pf = f64(p.overlap_score_weight, p.router_temperature)
-    return pa
+    return PolicyArrays(CODE, fixed_reasons(("min-cost", "min-cost-load", "softmax-sample")),
+                        pf=f64(p.overlap_score_weight, p.router_temperature))
 
 
 @njit(cache=True)

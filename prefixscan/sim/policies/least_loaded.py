@@ -1,8 +1,4 @@
-"""Least loaded: fewest in-flight requests (least connections), ties broken at random (seeded).
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (fewest in flight (or least backlog), seeded ties).
-"""
+"""Least loaded: fewest in-flight requests (least connections), ties broken at random (seeded)."""
 
 from __future__ import annotations
 

@@ -7,9 +7,6 @@ score = 2 * queue + 2 * kv_utilisation + 3 * prefix, highest wins (ties at rando
 - kv-utilisation: 1 - used fraction of KV blocks (pinned blocks; cached free blocks count as free);
 - prefix: matched blocks / request blocks. The approximate scorer learns from its own choices with an
   LRU of 31,250 64-character blocks per server (~16 tokens each), converted to this run's block size.
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (max queue + KV-free + prefix score, seeded ties).
 """
 
 from __future__ import annotations
@@ -62,8 +59,8 @@ CODE = 8
 
 def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
     p = policy.params
-    pf = f64(p.queue_weight, p.kv_weight, p.prefix_weight)
-    return PolicyArrays(CODE, fixed_reasons(("max-weighted-score",)), pf=pf)
+    return PolicyArrays(CODE, fixed_reasons(("max-weighted-score",)),
+                        pf=f64(p.queue_weight, p.kv_weight, p.prefix_weight))
 
 
 @njit(cache=True)

@@ -2,9 +2,6 @@
 
 A reference point, not a deployable router: it sees the engines' true resident blocks and backlogs.
 It is not clairvoyant about future arrivals, so it is a strong baseline rather than an optimum.
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (least predicted TTFT with exact caches and backlogs).
 """
 
 from __future__ import annotations

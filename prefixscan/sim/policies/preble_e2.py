@@ -6,9 +6,7 @@ Load cost = prefill seconds of the requests routed there in the last `window_s` 
 in-flight requests + this request's uncached prefill there. Preble's post-assignment rebalancing and
 prefix autoscaling are not modelled.
 
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (exploit the longest cached prefix, else explore by load cost).
-State: `sf` = windowed prefill seconds per slot, then the history's times and seconds; `si` = history
+Compiled state: `sf` = windowed prefill seconds per slot, then the history's times and seconds; `si` = history
 (head, tail), then its replicas. Each request adds one history entry, so the arrays are sized by requests.
 """
 
@@ -71,10 +69,8 @@ CODE = 9
 
 def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
     n = max(w.n, 1)
-    pa = PolicyArrays(CODE, fixed_reasons(("exploit", "explore")), pf=f64(policy.params.window_s), pi=i64(slots, n))
-    pa.sf = np.zeros(slots + 2 * n)
-    pa.si = np.zeros(2 + n, dtype=np.int64)
-    return pa
+    return PolicyArrays(CODE, fixed_reasons(("exploit", "explore")), pf=f64(policy.params.window_s), pi=i64(slots, n),
+                        sf=np.zeros(slots + 2 * n), si=np.zeros(2 + n, dtype=np.int64))
 
 
 @njit(cache=True)

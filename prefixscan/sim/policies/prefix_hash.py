@@ -5,9 +5,7 @@ least `hot_requests` times in the current or previous `window_s` window is hot a
 first `replicas_k` replicas of its ring walk (least in-flight among them), so one popular system prompt
 does not pin all its traffic to a single replica.
 
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (ring home of the first K blocks, hot prefixes spread).
-The reference keeps per-window dicts of prefix counts; here each prefix key has a dense id and three
+Compiled: the reference keeps per-window dicts of prefix counts; here each prefix key has a dense id and three
 counters (count, the window it counts, count in the window before), rolled over lazily on first touch
 in a new window, which gives the same `max(current, previous)` the reference reads.
 """
@@ -90,13 +88,9 @@ def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
     nk = max(len(uniq), 1)
     # si state: each request's key id, then per key its count, its window (-2: never) and the previous count
     state = np.concatenate([kid.reshape(-1), np.zeros(nk), np.full(nk, -2), np.zeros(nk)])
-    pa = ring_policy(
-        CODE, fixed_reasons(("prefix-home", "hot-prefix-replica")), policy, w, slots, "prefix", state=state
-    )
-    pa.pf = f64(p.window_s)
-    pa.pi = i64(p.replicas_k, p.hot_requests, nk)
-    pa.width = max(3, min(p.replicas_k, slots))
-    return pa
+    return ring_policy(CODE, fixed_reasons(("prefix-home", "hot-prefix-replica")), policy, w, slots, "prefix",
+                       state=state, pf=f64(p.window_s), pi=i64(p.replicas_k, p.hot_requests, nk),
+                       width=max(3, min(p.replicas_k, slots)))
 
 
 @njit(cache=True)

@@ -1,8 +1,4 @@
-"""Uniform random choice (seeded): the other cache-blind baseline.
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (a seeded uniform choice over the active replicas).
-"""
+"""Uniform random choice (seeded): the other cache-blind baseline."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Round robin over the active replicas: the cache-blind baseline (~1/N of same-conversation reuse).
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (the next active replica in turn).
-"""
+"""Round robin over the active replicas: the cache-blind baseline (~1/N of same-conversation reuse)."""
 
 from __future__ import annotations
 

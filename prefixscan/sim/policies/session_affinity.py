@@ -1,8 +1,4 @@
-"""Session affinity: consistent hash of the conversation id (first K blocks when there is none).
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (the ring owner of the conversation key).
-"""
+"""Session affinity: consistent hash of the conversation id (first K blocks when there is none)."""
 
 from __future__ import annotations
 
@@ -43,11 +39,9 @@ CODE = 3
 
 
 def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
-    pa = ring_policy(
-        CODE, fixed_reasons(("session-hash", "prefix-hash-fallback")), policy, w, slots, "conversation"
-    )
-    pa.pi = (w.conv_key == 0).astype("int64")  # reason: no conversation id, the prefix key was used
-    return pa
+    reasons = fixed_reasons(("session-hash", "prefix-hash-fallback"))
+    # pi: the reason per request (no conversation id: the prefix key was used)
+    return ring_policy(CODE, reasons, policy, w, slots, "conversation", pi=(w.conv_key == 0).astype("int64"))
 
 
 @njit(cache=True)

@@ -11,9 +11,6 @@ Per request:
 3. else the worker with the smallest tree. Rule 3 ignores load, the known "death spiral" (sglang
    PRs #14305, #14532), which this replay reproduces.
 The real tree matches characters; block granularity here undercounts partial-block matches.
-
-Compiled: `setup` turns the policy (its frozen params, seed) into the arrays `kernel` reads; `kernel`
-is the same rule over the replay's arrays (imbalance, then cache match, then tree size).
 """
 
 from __future__ import annotations
@@ -81,10 +78,8 @@ CODE = 6
 
 def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:
     p = policy.params
-    pa = PolicyArrays(CODE, fixed_reasons(("imbalanced-least-load", "cache-match", "smallest-tree")))
-    pa.pf = f64(p.cache_threshold, p.balance_rel_threshold)
-    pa.pi = i64(p.balance_abs_threshold)
-    return pa
+    return PolicyArrays(CODE, fixed_reasons(("imbalanced-least-load", "cache-match", "smallest-tree")),
+                        pf=f64(p.cache_threshold, p.balance_rel_threshold), pi=i64(p.balance_abs_threshold))
 
 
 @njit(cache=True)
