@@ -36,16 +36,10 @@ class ExactView:
         """Nothing to deliver: the view is always current."""
 
     def on_store(self, r: int, blocks: np.ndarray, now: float) -> None:
-        """Exact views read the engine state directly."""
+        """An engine event (blocks stored, evicted, cleared) or a routing decision: an exact view reads the
+        engine state directly, so none of them teaches it anything."""
 
-    def on_evict(self, r: int, ids: np.ndarray, now: float) -> None:
-        """Exact views read the engine state directly."""
-
-    def on_clear(self, r: int, ids: np.ndarray, now: float) -> None:
-        """Exact views read the engine state directly."""
-
-    def on_route(self, r: int, blocks: np.ndarray, now: float) -> None:
-        """Routing decisions teach an exact view nothing."""
+    on_evict = on_clear = on_route = on_store
 
 
 class DelayedView(ExactView):
@@ -78,8 +72,7 @@ class DelayedView(ExactView):
         if len(ids):
             self.pending.append((now + self.delay, r, 0, ids.copy()))
 
-    def on_clear(self, r: int, ids: np.ndarray, now: float) -> None:
-        self.on_evict(r, ids, now)
+    on_clear = on_evict
 
 
 class ApproxView(ExactView):

@@ -16,79 +16,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.reuse.hitrule import block_tokens
-from prefixscan.sim.fast.layout import (
-    ACT,
-    ACTIVE,
-    AREA_OUT,
-    AREA_WAIT,
-    CACHEDV,
-    DECODE_DONE,
-    DECODING,
-    EV_ADD,
-    EV_RESTART,
-    EXACT,
-    G_BATCH,
-    G_BLOCK,
-    G_COUNTER,
-    G_GEN_ON,
-    G_HEAP,
-    G_MAX_SEQS,
-    G_NACT,
-    G_NEXT_ADD,
-    G_VERSION,
-    G_VMODE,
-    INFL_OUT,
-    INFLIGHT,
-    KB,
-    KV_AVAIL,
-    LANE_BUSY,
-    LANE_UNTIL,
-    LAST_T,
-    LOAD_BLOCKS,
-    PREFILL_DONE,
-    QUEUED_BLOCKS,
-    QUEUED_PREFILL,
-    RF_ARRIVAL,
-    RF_FINISH,
-    RF_FIRST,
-    RF_PRE_S,
-    RF_PRED_S,
-    RF_START,
-    RQ_BEST,
-    RQ_CACHED,
-    RQ_CAND_N,
-    RQ_CAP,
-    RQ_EXTRA,
-    RQ_MAXHIT,
-    RQ_NB,
-    RQ_NXT,
-    RQ_OUT,
-    RQ_PIN,
-    RQ_PREDICTED,
-    RQ_PROMPT,
-    RQ_REASON,
-    RQ_REPLICA,
-    RQ_ROUTED,
-    RQ_ROUTED_K,
-    RQ_TOFF,
-    RQ_WQ_NEXT,
-    RUNNING,
-    SV_A,
-    SV_B,
-    SV_BUDGET,
-    SV_C,
-    SV_D,
-    SV_E,
-    SV_SLOW,
-    SV_TPOT,
-    V_APPROX,
-    V_DELAYED,
-    VP_DELAY,
-    VP_TTL,
-    WAITING,
-    WQ_HEAD,
-    WQ_TAIL,
-)
+from prefixscan.sim.fast import layout as L
 from prefixscan.sim.fast.shared import prefill_ms, py_max, seconds, share
 from prefixscan.sim.fast.views import approx_advance, approx_route, delayed_advance, delayed_push
 from prefixscan.sim.kvcache import (
@@ -213,11 +141,11 @@ def _available(meta, r):
 
 @njit(cache=True)
 def _account(ci, cf, r, now):
-    dt = now - cf[LAST_T, r]
+    dt = now - cf[L.LAST_T, r]
     if dt > 0:
-        cf[AREA_OUT, r] += dt * ci[INFLIGHT, r]
-        cf[AREA_WAIT, r] += dt * ci[WAITING, r]
-        cf[LAST_T, r] = now
+        cf[L.AREA_OUT, r] += dt * ci[L.INFLIGHT, r]
+        cf[L.AREA_WAIT, r] += dt * ci[L.WAITING, r]
+        cf[L.LAST_T, r] = now
 
 
 @njit(cache=True)
@@ -227,7 +155,7 @@ def _prefill_s(fp, new, cached, decoding):
 
 @njit(cache=True)
 def _decode_s(fp, output_tokens, decoding):
-    tpot = fp[SV_TPOT] * (1.0 + fp[SV_SLOW] * max(decoding - 1, 0))
+    tpot = fp[L.SV_TPOT] * (1.0 + fp[L.SV_SLOW] * max(decoding - 1, 0))
     return decode_steps(output_tokens) * tpot
 
 
@@ -235,54 +163,55 @@ def _decode_s(fp, output_tokens, decoding):
 def _set_active(ci, g):
     n = 0
     for r in range(ci.shape[1]):
-        if ci[ACTIVE, r]:
-            ci[ACT, n] = r
+        if ci[L.ACTIVE, r]:
+            ci[L.ACT, n] = r
             n += 1
-    g[G_NACT] = n
-    g[G_VERSION] += 1
+    g[L.G_NACT] = n
+    g[L.G_VERSION] += 1
 
 
 @njit(cache=True)
 def _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,
                 scratch, tbl, items, dids):
     """Admit replica r's queue head if its blocks fit (engine.py admit_head): its id, or -1."""
-    i = ci[WQ_HEAD, r]
+    i = ci[L.WQ_HEAD, r]
     s = off[i]
-    blocks = wb[s : s + rq[i, RQ_PIN]]
-    extra = rq[i, RQ_EXTRA]
-    t0 = rq[i, RQ_TOFF]
-    total = rq[i, RQ_PIN] + extra
-    k, ne = admit(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, blocks, rq[i, RQ_MAXHIT], total, now,
+    blocks = wb[s : s + rq[i, L.RQ_PIN]]
+    extra = rq[i, L.RQ_EXTRA]
+    t0 = rq[i, L.RQ_TOFF]
+    total = rq[i, L.RQ_PIN] + extra
+    k, ne = admit(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, blocks, rq[i, L.RQ_MAXHIT], total, now,
                   tbl[t0 : t0 + total])
     if k < 0:
         return -1  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
-    ci[KV_AVAIL, r] = _available(meta, r)
-    ci[WQ_HEAD, r] = rq[i, RQ_WQ_NEXT]
-    if ci[WQ_HEAD, r] < 0:
-        ci[WQ_TAIL, r] = -1
+    ci[L.KV_AVAIL, r] = _available(meta, r)
+    ci[L.WQ_HEAD, r] = rq[i, L.RQ_WQ_NEXT]
+    if ci[L.WQ_HEAD, r] < 0:
+        ci[L.WQ_TAIL, r] = -1
     _account(ci, cf, r, now)
-    ci[WAITING, r] -= 1
-    cf[QUEUED_PREFILL, r] = py_max(cf[QUEUED_PREFILL, r] - rf[i, RF_PRED_S], 0.0) if ci[WQ_HEAD, r] >= 0 else 0.0
-    ci[QUEUED_BLOCKS, r] -= rq[i, RQ_PIN] + extra
-    if g[G_VMODE] == V_DELAYED:
-        due = now + fp[VP_DELAY]
+    ci[L.WAITING, r] -= 1
+    left = cf[L.QUEUED_PREFILL, r] - rf[i, L.RF_PRED_S]
+    cf[L.QUEUED_PREFILL, r] = py_max(left, 0.0) if ci[L.WQ_HEAD, r] >= 0 else 0.0
+    ci[L.QUEUED_BLOCKS, r] -= rq[i, L.RQ_PIN] + extra
+    if g[L.G_VMODE] == L.V_DELAYED:
+        due = now + fp[L.VP_DELAY]
         delayed_push(g, items, dids, r, 1, blocks[k:], due)
         if ne:
             delayed_push(g, items, dids, r, 0, scratch[:ne], due)
-    rq[i, RQ_CACHED] = block_tokens(k, g[G_BLOCK], rq[i, RQ_CAP])
-    ci[RUNNING, r] += 1
+    rq[i, L.RQ_CACHED] = block_tokens(k, g[L.G_BLOCK], rq[i, L.RQ_CAP])
+    ci[L.RUNNING, r] += 1
     return i
 
 
 @njit(cache=True)
 def _batch_s(fp, rq, batch, nb, decoding):
     """ServingModel.prefill_batch_s: the fixed term once, each prefill's token terms summed."""
-    ms, any_new = fp[SV_A], False
+    ms, any_new = fp[L.SV_A], False
     for j in range(nb):
         i = batch[j]
-        n = rq[i, RQ_PROMPT] - rq[i, RQ_CACHED]
+        n = rq[i, L.RQ_PROMPT] - rq[i, L.RQ_CACHED]
         if n > 0:
-            ms += prefill_ms(0.0, fp[SV_B], fp[SV_C], fp[SV_D], fp[SV_E], float(n), float(rq[i, RQ_CACHED]))
+            ms += prefill_ms(0.0, fp[L.SV_B], fp[L.SV_C], fp[L.SV_D], fp[L.SV_E], float(n), float(rq[i, L.RQ_CACHED]))
             any_new = True
     return (py_max(ms, 0.0) / 1000.0 if any_new else 0.0) / share(fp, decoding)
 
@@ -291,15 +220,15 @@ def _batch_s(fp, rq, batch, nb, decoding):
 def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,
                scratch, tbl, items, dids, ht, hm):
     """Start replica r's next prefill step: its queue head, or with batch_prefills every head that fits."""
-    if ci[LANE_BUSY, r] or ci[WQ_HEAD, r] < 0 or ci[RUNNING, r] >= g[G_MAX_SEQS]:
+    if ci[L.LANE_BUSY, r] or ci[L.WQ_HEAD, r] < 0 or ci[L.RUNNING, r] >= g[L.G_MAX_SEQS]:
         return
-    limit = g[G_MAX_SEQS] if g[G_BATCH] else 1
-    decoding = ci[DECODING, r]
-    room = int(fp[SV_BUDGET]) - decoding
+    limit = g[L.G_MAX_SEQS] if g[L.G_BATCH] else 1
+    decoding = ci[L.DECODING, r]
+    room = int(fp[L.SV_BUDGET]) - decoding
     batch = np.empty(limit, dtype=np.int64)
     nb, tokens = 0, 0
-    while ci[WQ_HEAD, r] >= 0 and ci[RUNNING, r] < g[G_MAX_SEQS] and nb < limit:
-        if nb and tokens + rq[ci[WQ_HEAD, r], RQ_PROMPT] > room:
+    while ci[L.WQ_HEAD, r] >= 0 and ci[L.RUNNING, r] < g[L.G_MAX_SEQS] and nb < limit:
+        if nb and tokens + rq[ci[L.WQ_HEAD, r], L.RQ_PROMPT] > room:
             break  # the step's token budget (checked on whole prompts: no chunking)
         i = _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,
                         scratch, tbl, items, dids)
@@ -307,60 +236,60 @@ def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, e
             break
         batch[nb] = i
         nb += 1
-        tokens += rq[i, RQ_PROMPT]
+        tokens += rq[i, L.RQ_PROMPT]
     if nb == 0:
         return
     if nb == 1:
         i = batch[0]
-        dur = _prefill_s(fp, rq[i, RQ_PROMPT] - rq[i, RQ_CACHED], rq[i, RQ_CACHED], decoding)
+        dur = _prefill_s(fp, rq[i, L.RQ_PROMPT] - rq[i, L.RQ_CACHED], rq[i, L.RQ_CACHED], decoding)
     else:
         dur = _batch_s(fp, rq, batch, nb, decoding)
-    ci[LANE_BUSY, r] = nb
-    cf[LANE_UNTIL, r] = now + dur
+    ci[L.LANE_BUSY, r] = nb
+    cf[L.LANE_UNTIL, r] = now + dur
     for j in range(nb):
         i = batch[j]
-        rf[i, RF_PRE_S] = dur
-        rf[i, RF_START] = now
-        g[G_COUNTER] += 1
-        g[G_HEAP] = heap_push(ht, hm, g[G_HEAP], now + dur, PREFILL_DONE, g[G_COUNTER], r, i)
+        rf[i, L.RF_PRE_S] = dur
+        rf[i, L.RF_START] = now
+        g[L.G_COUNTER] += 1
+        g[L.G_HEAP] = heap_push(ht, hm, g[L.G_HEAP], now + dur, L.PREFILL_DONE, g[L.G_COUNTER], r, i)
 
 
 @njit(cache=True)
 def _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids):
     """Free request i's block table; with cached generation, first hash the blocks its answer filled."""
     s = off[i]
-    pin, nb, extra = rq[i, RQ_PIN], rq[i, RQ_NB], rq[i, RQ_EXTRA]
-    t0 = rq[i, RQ_TOFF]
+    pin, nb, extra = rq[i, L.RQ_PIN], rq[i, L.RQ_NB], rq[i, L.RQ_EXTRA]
+    t0 = rq[i, L.RQ_TOFF]
     table = tbl[t0 : t0 + pin + extra]
-    j = rq[i, RQ_NXT] if g[G_GEN_ON] and pin == nb else -1
+    j = rq[i, L.RQ_NXT] if g[L.G_GEN_ON] and pin == nb else -1
     if j >= 0:  # the next turn's blocks this request's answer filled
         sj = off[j]
-        m = generated_blocks(wb, s, nb, sj, rq[j, RQ_NB], rq[i, RQ_PROMPT], rq[i, RQ_OUT], g[G_BLOCK])
+        m = generated_blocks(wb, s, nb, sj, rq[j, L.RQ_NB], rq[i, L.RQ_PROMPT], rq[i, L.RQ_OUT], g[L.G_BLOCK])
         if m:
             stored = release_gen(res, kf, sl, slf, meta, scratch, r, table, nb, wb[sj + nb : sj + m], now)
-            if stored and g[G_VMODE] == V_DELAYED:
-                delayed_push(g, items, dids, r, 1, scratch[:stored], now + fp[VP_DELAY])
+            if stored and g[L.G_VMODE] == L.V_DELAYED:
+                delayed_push(g, items, dids, r, 1, scratch[:stored], now + fp[L.VP_DELAY])
             return
     release(sl, slf, meta, r, table, now)
 
 
 @njit(cache=True)
 def _scenario(action, rep, now, ci, cf, g, fp, res, kf, sl, meta, scratch, items, dids):
-    if action == EV_RESTART:
+    if action == L.EV_RESTART:
         n = clear_free(res, kf, sl, meta, scratch, rep)
-        ci[KV_AVAIL, rep] = _available(meta, rep)
-        if g[G_VMODE] == V_DELAYED:
-            delayed_push(g, items, dids, rep, 0, scratch[:n], now + fp[VP_DELAY])
-    elif action == EV_ADD:
-        r = g[G_NEXT_ADD]
-        ci[ACTIVE, r] = 1
+        ci[L.KV_AVAIL, rep] = _available(meta, rep)
+        if g[L.G_VMODE] == L.V_DELAYED:
+            delayed_push(g, items, dids, rep, 0, scratch[:n], now + fp[L.VP_DELAY])
+    elif action == L.EV_ADD:
+        r = g[L.G_NEXT_ADD]
+        ci[L.ACTIVE, r] = 1
         _set_active(ci, g)
-        cf[LAST_T, r] = now
-        g[G_NEXT_ADD] = r + 1
-    elif ci[ACTIVE, rep]:
-        if g[G_NACT] == 1:
+        cf[L.LAST_T, r] = now
+        g[L.G_NEXT_ADD] = r + 1
+    elif ci[L.ACTIVE, rep]:
+        if g[L.G_NACT] == 1:
             return  # never remove the last replica: requests would have nowhere to go
-        ci[ACTIVE, rep] = 0
+        ci[L.ACTIVE, rep] = 0
         _set_active(ci, g)
 
 
@@ -370,50 +299,50 @@ def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids,
     """Match request i everywhere, let the policy choose, record the decision and queue it; returns r."""
     s, e = off[i], off[i + 1]
     blocks = wb[s:e]
-    exact, kb = ci[EXACT], ci[KB]
+    exact, kb = ci[L.EXACT], ci[L.KB]
     match_all(res, blocks, exact)
-    vmode = g[G_VMODE]
-    if vmode == V_DELAYED:
+    vmode = g[L.G_VMODE]
+    if vmode == L.V_DELAYED:
         delayed_advance(g, items, dids, dres, now)
         match_all(dres, blocks, kb)
-    elif vmode == V_APPROX:
+    elif vmode == L.V_APPROX:
         approx_advance(fp, ci, rq, rf, last, off, wb, now)
-        match_all(last, blocks, kb, now - fp[VP_TTL])
+        match_all(last, blocks, kb, now - fp[L.VP_TTL])
     else:
         kb[:] = exact
-    block, cap, prompt = g[G_BLOCK], rq[i, RQ_CAP], rq[i, RQ_PROMPT]
+    block, cap, prompt = g[L.G_BLOCK], rq[i, L.RQ_CAP], rq[i, L.RQ_PROMPT]
     for r in range(ci.shape[1]):
-        ci[CACHEDV, r] = block_tokens(kb[r], block, cap)
+        ci[L.CACHEDV, r] = block_tokens(kb[r], block, cap)
     r, reason, pred, nc = choose(code, i, now, e - s, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand[i])
-    if not ci[ACTIVE, r]:
+    if not ci[L.ACTIVE, r]:
         raise RuntimeError("policy chose an inactive replica")
-    rq[i, RQ_REPLICA], rq[i, RQ_REASON], rq[i, RQ_PREDICTED], rq[i, RQ_CAND_N] = r, reason, pred, nc
+    rq[i, L.RQ_REPLICA], rq[i, L.RQ_REASON], rq[i, L.RQ_PREDICTED], rq[i, L.RQ_CAND_N] = r, reason, pred, nc
     kmax = exact[r]
-    if g[G_NACT] > 1:
-        kmax = exact[ci[ACT, 0]]
-        for a in range(1, g[G_NACT]):
-            kmax = max(kmax, exact[ci[ACT, a]])
-    rq[i, RQ_BEST] = block_tokens(kmax, block, cap)
+    if g[L.G_NACT] > 1:
+        kmax = exact[ci[L.ACT, 0]]
+        for a in range(1, g[L.G_NACT]):
+            kmax = max(kmax, exact[ci[L.ACT, a]])
+    rq[i, L.RQ_BEST] = block_tokens(kmax, block, cap)
     kr = exact[r]
-    rq[i, RQ_ROUTED_K] = kr
+    rq[i, L.RQ_ROUTED_K] = kr
     rc = block_tokens(kr, block, cap)
-    rq[i, RQ_ROUTED] = rc
-    rf[i, RF_PRED_S] = _prefill_s(fp, prompt - rc, rc, ci[DECODING, r])
-    if vmode == V_APPROX:
+    rq[i, L.RQ_ROUTED] = rc
+    rf[i, L.RF_PRED_S] = _prefill_s(fp, prompt - rc, rc, ci[L.DECODING, r])
+    if vmode == L.V_APPROX:
         approx_route(fp, ci, cf, rq, rf, last, off, wb, r, i, now)
     _account(ci, cf, r, now)
-    rq[i, RQ_WQ_NEXT] = -1
-    if ci[WQ_TAIL, r] >= 0:
-        rq[ci[WQ_TAIL, r], RQ_WQ_NEXT] = i
+    rq[i, L.RQ_WQ_NEXT] = -1
+    if ci[L.WQ_TAIL, r] >= 0:
+        rq[ci[L.WQ_TAIL, r], L.RQ_WQ_NEXT] = i
     else:
-        ci[WQ_HEAD, r] = i
-    ci[WQ_TAIL, r] = i
-    ci[INFLIGHT, r] += 1
-    ci[WAITING, r] += 1
-    ci[LOAD_BLOCKS, r] += e - s
-    ci[INFL_OUT, r] += rq[i, RQ_OUT]
-    cf[QUEUED_PREFILL, r] += rf[i, RF_PRED_S]
-    ci[QUEUED_BLOCKS, r] += rq[i, RQ_PIN] + rq[i, RQ_EXTRA]
+        ci[L.WQ_HEAD, r] = i
+    ci[L.WQ_TAIL, r] = i
+    ci[L.INFLIGHT, r] += 1
+    ci[L.WAITING, r] += 1
+    ci[L.LOAD_BLOCKS, r] += e - s
+    ci[L.INFL_OUT, r] += rq[i, L.RQ_OUT]
+    cf[L.QUEUED_PREFILL, r] += rf[i, L.RF_PRED_S]
+    ci[L.QUEUED_BLOCKS, r] += rq[i, L.RQ_PIN] + rq[i, L.RQ_EXTRA]
     return r
 
 
@@ -430,31 +359,31 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, e
     n, n_ev = rq.shape[0], len(ev_t)
     ai, ev_i = np.int64(0), 0  # not a literal 0: numba would compile _route for Literal[int](0) too
     now = 0.0
-    while ai < n or g[G_HEAP] > 0:
-        t_arr = rf[ai, RF_ARRIVAL] if ai < n else np.inf
+    while ai < n or g[L.G_HEAP] > 0:
+        t_arr = rf[ai, L.RF_ARRIVAL] if ai < n else np.inf
         t_ev = ev_t[ev_i] if ev_i < n_ev else np.inf
-        if g[G_HEAP] > 0 and ht[0] <= min(t_arr, t_ev):
-            now, kind, r, i, size = heap_pop(ht, hm, g[G_HEAP])
-            g[G_HEAP] = size
+        if g[L.G_HEAP] > 0 and ht[0] <= min(t_arr, t_ev):
+            now, kind, r, i, size = heap_pop(ht, hm, g[L.G_HEAP])
+            g[L.G_HEAP] = size
             dec = 0.0
-            if kind == PREFILL_DONE:
-                rf[i, RF_FIRST] = now
-                ci[LANE_BUSY, r] -= 1
-                ci[DECODING, r] += 1
-                g[G_COUNTER] += 1
-                dec = _decode_s(fp, rq[i, RQ_OUT], ci[DECODING, r])
+            if kind == L.PREFILL_DONE:
+                rf[i, L.RF_FIRST] = now
+                ci[L.LANE_BUSY, r] -= 1
+                ci[L.DECODING, r] += 1
+                g[L.G_COUNTER] += 1
+                dec = _decode_s(fp, rq[i, L.RQ_OUT], ci[L.DECODING, r])
                 if dec > 0:
-                    g[G_HEAP] = heap_push(ht, hm, g[G_HEAP], now + dec, DECODE_DONE, g[G_COUNTER], r, i)
-            if kind != PREFILL_DONE or dec <= 0:  # nothing to decode: released in its prefill step (engine.py)
-                rf[i, RF_FINISH] = now
+                    g[L.G_HEAP] = heap_push(ht, hm, g[L.G_HEAP], now + dec, L.DECODE_DONE, g[L.G_COUNTER], r, i)
+            if kind != L.PREFILL_DONE or dec <= 0:  # nothing to decode: released in its prefill step (engine.py)
+                rf[i, L.RF_FINISH] = now
                 _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids)
-                ci[KV_AVAIL, r] = _available(meta, r)
+                ci[L.KV_AVAIL, r] = _available(meta, r)
                 _account(ci, cf, r, now)
-                ci[DECODING, r] -= 1
-                ci[RUNNING, r] -= 1
-                ci[INFLIGHT, r] -= 1
-                ci[LOAD_BLOCKS, r] -= rq[i, RQ_NB]
-                ci[INFL_OUT, r] -= rq[i, RQ_OUT]
+                ci[L.DECODING, r] -= 1
+                ci[L.RUNNING, r] -= 1
+                ci[L.INFLIGHT, r] -= 1
+                ci[L.LOAD_BLOCKS, r] -= rq[i, L.RQ_NB]
+                ci[L.INFL_OUT, r] -= rq[i, L.RQ_OUT]
         elif t_ev <= t_arr:
             now = t_ev
             _scenario(ev_a[ev_i], ev_r[ev_i], now, ci, cf, g, fp, res, kf, sl, meta, scratch, items, dids)
@@ -465,7 +394,7 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, e
             r = _route(ai, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids, dres, last,
                        pf, pi, sf, si, pu, uni)
             ai += 1
-        if ci[WQ_HEAD, r] >= 0 and not ci[LANE_BUSY, r]:  # checked here too: the call itself is not free
+        if ci[L.WQ_HEAD, r] >= 0 and not ci[L.LANE_BUSY, r]:  # checked here too: the call itself is not free
             _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, evictions, age_sum, hist,
                        scratch, tbl, items, dids, ht, hm)
     for r in range(ci.shape[1]):

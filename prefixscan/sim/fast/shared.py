@@ -35,21 +35,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.sim import timing
-from prefixscan.sim.fast.layout import (
-    ACT,
-    G_NACT,
-    G_UPTR,
-    G_VERSION,
-    LANE_UNTIL,
-    QUEUED_PREFILL,
-    SCR1,
-    SV_A,
-    SV_B,
-    SV_BUDGET,
-    SV_C,
-    SV_D,
-    SV_E,
-)
+from prefixscan.sim.fast import layout as L
 from prefixscan.sim.workload import Workload
 
 RING_VER, RING_M, RING_N, RING_VN, RING_OWN, RING_NREQ = 0, 1, 2, 3, 4, 5
@@ -77,19 +63,20 @@ def seconds(fp, new, cached):
     """PrefillModel.seconds: solo prefill seconds for `new` uncached and `cached` tokens."""
     if new <= 0:
         return 0.0
-    return py_max(prefill_ms(fp[SV_A], fp[SV_B], fp[SV_C], fp[SV_D], fp[SV_E], float(new), float(cached)), 0.0) / 1000.0
+    ms = prefill_ms(fp[L.SV_A], fp[L.SV_B], fp[L.SV_C], fp[L.SV_D], fp[L.SV_E], float(new), float(cached))
+    return py_max(ms, 0.0) / 1000.0
 
 
 @njit(cache=True)
 def share(fp, decoding):
     """`timing.step_share` at the serving model's token budget."""
-    return _step_share(int(fp[SV_BUDGET]), decoding)
+    return _step_share(int(fp[L.SV_BUDGET]), decoding)
 
 
 @njit(cache=True)
 def backlog(cf, r, now):
     """ClusterView.backlog_s for one replica."""
-    return np_max(cf[LANE_UNTIL, r] - now, 0.0) + cf[QUEUED_PREFILL, r]
+    return np_max(cf[L.LANE_UNTIL, r] - now, 0.0) + cf[L.QUEUED_PREFILL, r]
 
 
 @njit(cache=True)
@@ -97,17 +84,17 @@ def pick(ci, row, n, uni, g):
     """ClusterView.pick: a seeded uniform choice among the first n replicas of row `row` of ci."""
     if n == 1:
         return ci[row, 0]
-    u = uni[g[G_UPTR]]
-    g[G_UPTR] += 1
+    u = uni[g[L.G_UPTR]]
+    g[L.G_UPTR] += 1
     return ci[row, int(u * n)]
 
 
 @njit(cache=True)
 def argmin_active(cf, row, ci, nact):
     """Lowest value of cf[row] among active replicas; ties go to the lowest id."""
-    best = ci[ACT, 0]
+    best = ci[L.ACT, 0]
     for a in range(1, nact):
-        r = ci[ACT, a]
+        r = ci[L.ACT, a]
         if cf[row, r] < cf[row, best]:
             best = r
     return best
@@ -121,12 +108,12 @@ def ranked(cf, row, sign, ci, nact, k, out):
     for j in range(m):
         bi, bv = -1, 0.0
         for p in range(nact):
-            v = sign * cf[row, ci[ACT, p]]
+            v = sign * cf[row, ci[L.ACT, p]]
             if j > 0 and (v < pv or (v == pv and p <= pp)):
                 continue  # already ranked
             if bi < 0 or v < bv:
                 bi, bv = p, v
-        out[j] = ci[ACT, bi]
+        out[j] = ci[L.ACT, bi]
         pv, pp = bv, bi
     return m
 
@@ -134,23 +121,23 @@ def ranked(cf, row, sign, ci, nact, k, out):
 @njit(cache=True)
 def ring_sync(ci, g, si, pu):
     """Ring.sync: rebuild the sorted virtual-node points when the active set changed."""
-    if si[RING_VER] == g[G_VERSION]:
+    if si[RING_VER] == g[L.G_VERSION]:
         return
     vn, n, own = si[RING_VN], si[RING_NREQ], si[RING_OWN]
-    nact = g[G_NACT]
+    nact = g[L.G_NACT]
     sp, rp = n, n + ci.shape[1] * vn
     m = nact * vn
     pts = np.empty(m, dtype=np.uint64)
     for a in range(nact):
         for v in range(vn):
-            pts[a * vn + v] = pu[sp + ci[ACT, a] * vn + v]
+            pts[a * vn + v] = pu[sp + ci[L.ACT, a] * vn + v]
     order = np.argsort(pts, kind="mergesort")
     for j in range(m):
         pu[rp + j] = pts[order[j]]
-        si[own + j] = ci[ACT, order[j] // vn]
+        si[own + j] = ci[L.ACT, order[j] // vn]
     si[RING_M] = m
     si[RING_N] = nact
-    si[RING_VER] = g[G_VERSION]
+    si[RING_VER] = g[L.G_VERSION]
 
 
 @njit(cache=True)
@@ -180,16 +167,16 @@ def ring_next(ci, si, pos, j):
     Yielded replicas are marked in ci[SCR1]; `ring_unmark` clears them after the walk.
     """
     r = si[si[RING_OWN] + (pos + j) % si[RING_M]]
-    if ci[SCR1, r]:
+    if ci[L.SCR1, r]:
         return -1
-    ci[SCR1, r] = 1
+    ci[L.SCR1, r] = 1
     return r
 
 
 @njit(cache=True)
 def ring_unmark(ci, out, n):
     for j in range(n):
-        ci[SCR1, out[j]] = 0
+        ci[L.SCR1, out[j]] = 0
 
 
 @njit(cache=True)

@@ -34,23 +34,17 @@ class Decision:
     reason: str
 
 
+@dataclass(slots=True, eq=False)
 class Req:
     """The request as the router sees it (block ids, lengths, tenant, conversation key)."""
 
-    __slots__ = ("i", "blocks", "prompt_tokens", "output_tokens", "tenant", "conv_key", "arrival")
-
-    def __init__(
-        self,
-        i: int,
-        blocks: np.ndarray,
-        prompt_tokens: int,
-        output_tokens: int,
-        tenant: int,
-        conv_key: int,
-        arrival: float,
-    ) -> None:
-        self.i, self.blocks, self.prompt_tokens, self.output_tokens = i, blocks, prompt_tokens, output_tokens
-        self.tenant, self.conv_key, self.arrival = tenant, conv_key, arrival
+    i: int
+    blocks: np.ndarray
+    prompt_tokens: int
+    output_tokens: int
+    tenant: int
+    conv_key: int
+    arrival: float
 
 
 class ClusterView:
