@@ -78,6 +78,7 @@ class SimConfig:
     decision_log: bool = True
     # replay every policy a second time with tenant isolation flipped and report what isolation costs
     compare_isolation: bool = False
+    # Extensions: every field from `host_kv_blocks` on is left out of the manifest at its default (`to_dict`).
     # lower KV tiers (sim/tiers.py): blocks (or GiB) of host memory per replica and of a fleet-shared
     # store; 0 = none, -1 = unbounded. Links are GB/s or a name in tiers.LINKS.
     host_kv_blocks: int = 0
@@ -198,9 +199,5 @@ class SimConfig:
         return d
 
 
-_EXTENSIONS = (
-    "host_kv_blocks", "host_kv_gib", "host_link", "host_write", "shared_kv_blocks", "shared_kv_gib",
-    "shared_read", "shared_write", "shared_latency_s", "router_sees_tiers", "decode_replicas",
-    "decode_kv_blocks", "pd_link", "pd_latency_s", "compare_colocated", "tier_sweep",
-)
-_EXTENSION_DEFAULTS = {f.name: f.default for f in fields(SimConfig) if f.name in _EXTENSIONS}
+_FIELDS = fields(SimConfig)
+_EXTENSION_DEFAULTS = {f.name: f.default for f in _FIELDS[[f.name for f in _FIELDS].index("host_kv_blocks") :]}

@@ -190,8 +190,7 @@ class _Replay:
         for i in batch:
             self.pre_s[i] = dur
             self.start[i] = now
-            self.counter += 1
-            heapq.heappush(self.heap, (now + dur, PREFILL_DONE, self.counter, r, i))
+            self.schedule(now + dur, r, i, PREFILL_DONE)
 
     def _exact_matches(self, blocks: np.ndarray, i: int, now: float) -> None:
         """Every replica's leading cached blocks for this request, into exact_buf (and the policies' view)."""
@@ -280,10 +279,11 @@ class _Replay:
                 return  # never remove the last replica: requests would have nowhere to go
             cv.set_active(cv.active_idx[cv.active_idx != ev.replica])
 
-    def schedule(self, t: float, r: int, i: int) -> None:
-        """A disaggregated handoff (r: prefill worker) or decode finish (r: slots + decode worker)."""
+    def schedule(self, t: float, r: int, i: int, kind: int = DECODE_DONE) -> None:
+        """An event: a prefill's end, a decode finish (r: the replica, or slots + decode worker when
+        disaggregated) or a disaggregated handoff (r: prefill worker)."""
         self.counter += 1
-        heapq.heappush(self.heap, (t, DECODE_DONE, self.counter, r, i))
+        heapq.heappush(self.heap, (t, kind, self.counter, r, i))
 
     def handoff(self, t: float, r: int, i: int) -> None:
         """schedule, except that the instant handoff of the request just prefilled is taken by the loop."""
@@ -307,8 +307,7 @@ class _Replay:
         self.cv.decoding[r] += 1
         dec = self.serving.decode_s(self.out_l[i], int(self.cv.decoding[r]))
         if dec > 0:
-            self.counter += 1
-            heapq.heappush(self.heap, (now + dec, DECODE_DONE, self.counter, r, i))
+            self.schedule(now + dec, r, i)
             return False
         # a request with nothing to decode finishes in its prefill step: vLLM frees its blocks before it
         # schedules the next step, so it is released before the next admission

@@ -235,14 +235,9 @@ def _blocks(n_blocks: int, gib: float, bytes_per_block: float) -> int | None:
 
 
 def make_tiers(cfg: SimConfig, block_size: int, replicas: int, n_requests: int) -> TierState | None:
-    """The lower tiers of a replay (None: GPU only)."""
-    spec = tier_spec(cfg, block_size)
-    return TierState(spec, replicas, n_requests) if spec is not None else None
-
-
-def tier_spec(cfg: SimConfig, block_size: int) -> TierSpec | None:
-    """The lower tiers a config asks for (None: GPU only). Bytes per token come from the model catalogue:
-    capacity counts the replica's whole KV, load time one GPU's share over that GPU's own link."""
+    """The lower tiers of a replay, as the config asks for them (None: GPU only). Bytes per token come from
+    the model catalogue: capacity counts the replica's whole KV, load time one GPU's share over that GPU's
+    own link."""
     if not cfg.tiered:
         return None
     from prefixscan.sim.timing import kv_bytes_per_token
@@ -250,7 +245,7 @@ def tier_spec(cfg: SimConfig, block_size: int) -> TierSpec | None:
     full = kv_bytes_per_token(cfg.model, cfg.dtype, 1)
     host = _blocks(cfg.host_kv_blocks, cfg.host_kv_gib, full * block_size)
     shared = _blocks(cfg.shared_kv_blocks, cfg.shared_kv_gib, full * block_size)
-    return TierSpec(
+    spec = TierSpec(
         host_blocks=-1 if host is None else host,
         host_gbs=link_gbs(cfg.host_link),
         host_write=cfg.host_write,
@@ -261,3 +256,4 @@ def tier_spec(cfg: SimConfig, block_size: int) -> TierSpec | None:
         bytes_per_token=full / max(cfg.tensor_parallel, 1),
         block_size=block_size,
     )
+    return TierState(spec, replicas, n_requests)

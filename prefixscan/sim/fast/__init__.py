@@ -128,7 +128,7 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
     )
     for name, a in (("res", kv.res.T), ("kf", kv.kf), ("sl", kv.sl), ("dres", dres), ("last", last)):
         if a.size > 1:
-            _give(name, a)
+            _pool[name] = a  # kept for the next replay (replacing whatever was kept under this name)
     reason, reasons = _reasons(rq[:, L.RQ_REASON], pa.reasons)
     cand_n = rq[:, L.RQ_CAND_N]
     cand_off = np.zeros(n + 1, dtype=np.int64)
@@ -168,13 +168,11 @@ def run_replay(
     return replay(w, policy, cfg, serving, capacity), "reference"
 
 
-# Large arrays kept between compiled replays, so each replay does not fault in fresh memory. A replay's KV
-# state and approximate view are [replicas x distinct blocks] (0.4 GB on a 10k-request chat log).
-# Allocating them anew costs page faults on every replay, and on a VM whose host reclaims freed memory a
-# first touch costs ~1 s per 0.4 GB. `_take` hands out the array kept from the previous replay (refilled)
-# when its shape and dtype match, else a new one; `_give` keeps it for the next replay. At most one array
-# per name is kept; `release_buffers()` drops them all. An array is out of the pool while a replay uses it,
-# so concurrent replays never share one.
+# Large arrays kept between compiled replays: a replay's KV state and approximate view are [replicas x
+# distinct blocks], and faulting in fresh memory for them on every replay costs more than refilling. `_take`
+# hands out the array kept from the previous replay (refilled) when its shape and dtype match, else a new
+# one; `replay_fast` puts it back afterwards. At most one array per name is kept; `release_buffers()` drops
+# them all. An array is out of the pool while a replay uses it, so concurrent replays never share one.
 _pool: dict[str, np.ndarray] = {}
 
 
@@ -189,11 +187,6 @@ def _take(name: str, shape: tuple[int, ...], dtype: type, fill: float | None) ->
     if fill is None:
         return np.empty(shape, dtype=dtype)
     return np.zeros(shape, dtype=dtype) if fill == 0 else np.full(shape, fill, dtype=dtype)
-
-
-def _give(name: str, a: np.ndarray) -> None:
-    """Keep `a` for the next replay (replacing whatever was kept under this name)."""
-    _pool[name] = a
 
 
 def release_buffers() -> None:

@@ -90,6 +90,21 @@ def pick(ci, row, n, uni, g):
 
 
 @njit(cache=True)
+def pick_best(cf, row, sign, tol, ci, nact, uni, g):
+    """`pick` among the active replicas whose sign * cf[row] is within `tol` of the lowest (the tied ones
+    are written to ci[SCR0])."""
+    lo = sign * cf[row, ci[L.ACT, 0]]
+    for a in range(1, nact):
+        lo = min(lo, sign * cf[row, ci[L.ACT, a]])
+    nt = 0
+    for a in range(nact):
+        if sign * cf[row, ci[L.ACT, a]] <= lo + tol:
+            ci[L.SCR0, nt] = ci[L.ACT, a]
+            nt += 1
+    return pick(ci, L.SCR0, nt, uni, g)
+
+
+@njit(cache=True)
 def argmin_active(cf, row, ci, nact):
     """Lowest value of cf[row] among active replicas; ties go to the lowest id."""
     best = ci[L.ACT, 0]

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, G_NACT, INFLIGHT, SCR0
-from prefixscan.sim.fast.shared import PolicyArrays, backlog, fixed_reasons, i64, pick, ranked
+from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, G_NACT, INFLIGHT
+from prefixscan.sim.fast.shared import PolicyArrays, backlog, fixed_reasons, i64, pick_best, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 
@@ -44,13 +44,5 @@ def kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
     for a in range(nact):
         r = ci[ACT, a]
         cf[FSCR0, r] = backlog(cf, r, now) if pi[0] else float(ci[INFLIGHT, r])
-    lo = cf[FSCR0, ci[ACT, 0]]
-    for a in range(1, nact):
-        lo = min(lo, cf[FSCR0, ci[ACT, a]])
-    nt = 0
-    for a in range(nact):
-        if cf[FSCR0, ci[ACT, a]] == lo:
-            ci[SCR0, nt] = ci[ACT, a]
-            nt += 1
-    r = pick(ci, SCR0, nt, uni, g)
+    r = pick_best(cf, FSCR0, 1.0, 0.0, ci, nact, uni, g)  # the least loaded, ties at random
     return r, 0, ci[CACHEDV, r], ranked(cf, FSCR0, 1.0, ci, nact, 3, cand)

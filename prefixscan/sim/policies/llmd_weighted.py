@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, G_CAPACITY, G_NACT, KB, KV_AVAIL, SCR0, WAITING
-from prefixscan.sim.fast.shared import PolicyArrays, f64, fixed_reasons, pick, ranked
+from prefixscan.sim.fast.layout import ACT, CACHEDV, FSCR0, G_CAPACITY, G_NACT, KB, KV_AVAIL, WAITING
+from prefixscan.sim.fast.shared import PolicyArrays, f64, fixed_reasons, pick_best, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 
@@ -72,19 +72,11 @@ def kernel(i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, cand):
         qmax, qmin = max(qmax, q), min(qmin, q)
     nb = max(nbi, 1)
     cap = max(g[G_CAPACITY], 1)
-    smax = -np.inf
     for a in range(nact):
         r = ci[ACT, a]
         queue = (qmax - float(ci[WAITING, r])) / (qmax - qmin) if qmax > qmin else 1.0
         kv = ci[KV_AVAIL, r] / cap
         prefix = ci[KB, r] / nb
-        s = pf[0] * queue + pf[1] * kv + pf[2] * prefix
-        cf[FSCR0, r] = s
-        smax = s if a == 0 else max(smax, s)
-    nt = 0
-    for a in range(nact):
-        if cf[FSCR0, ci[ACT, a]] >= smax - 1e-12:
-            ci[SCR0, nt] = ci[ACT, a]
-            nt += 1
-    r = pick(ci, SCR0, nt, uni, g)
+        cf[FSCR0, r] = pf[0] * queue + pf[1] * kv + pf[2] * prefix
+    r = pick_best(cf, FSCR0, -1.0, 1e-12, ci, nact, uni, g)  # the highest score, ties (within 1e-12) at random
     return r, 0, ci[CACHEDV, r], ranked(cf, FSCR0, -1.0, ci, nact, 3, cand)
