@@ -26,7 +26,7 @@ from prefixscan.sim.config import SimConfig
 from prefixscan.sim.disagg import Disaggregation
 from prefixscan.sim.knowledge import make_view
 from prefixscan.sim.kvcache import KVState, generated_blocks
-from prefixscan.sim.outcome import Outcome, max_hit_blocks, request_budget, table_offsets
+from prefixscan.sim.outcome import Outcome, max_hit_blocks, offsets, request_budget
 from prefixscan.sim.policies.base import ClusterView, Policy, Req
 from prefixscan.sim.tiers import make_tiers
 from prefixscan.sim.timing import ServingModel
@@ -94,7 +94,7 @@ class _Replay:
         # a prefill worker of a disaggregated fleet computes the prompt only: no decode blocks reserved
         nb, pin_n, extra, self.oversized = request_budget(
             w, replace(cfg, reserve_decode_blocks=False) if self.pool else cfg, capacity)
-        toff = table_offsets(pin_n, extra)
+        toff = offsets(pin_n + extra)
         self.tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
         self.maxhit_l, self.toff_l = max_hit_blocks(w, pin_n).tolist(), toff.tolist()
         self.off_l, self.pin_l, self.extra_l = w.offsets.tolist(), pin_n.tolist(), extra.tolist()
@@ -368,8 +368,7 @@ class _Replay:
 
     def outcome(self) -> Outcome:
         n, cands, kv, tiers, pool = self.w.n, self.cands, self.kv, self.tiers, self.pool
-        cand_off = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, cands), dtype=np.int64, count=n), out=cand_off[1:])
+        cand_off = offsets(np.fromiter(map(len, cands), dtype=np.int64, count=n))
         return Outcome(
             policy=self.policy.name, n_slots=self.slots, replica=self.replica, start_s=self.start,
             first_token_s=self.first, finish_s=self.finish, cached_tokens=self.cached,

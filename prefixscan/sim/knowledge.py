@@ -86,9 +86,7 @@ class ApproxView(ExactView):
 
     name = "approximate"
 
-    def __init__(
-        self, kv: KVState, ttl_s: float, max_blocks: int | None = None, sweep_s: float | None = None
-    ) -> None:
+    def __init__(self, kv: KVState, ttl_s: float, max_blocks: int | None = None, sweep_s: float | None = None) -> None:
         super().__init__(kv)
         self.ttl = ttl_s
         self.max_blocks = max_blocks

@@ -89,8 +89,13 @@ class KVState:
         return int(clear_free(self.res, self.kf, self.sl, self.meta, self.scratch, r))
 
     def available(self, r: int) -> int:
-        m = self.meta[r]
-        return int(m[CAP] - m[USED] + m[NFREE])
+        return int(available(self.meta, r))
+
+
+@njit(cache=True)
+def available(meta, r):
+    """Blocks replica r can still allocate: the never-used slots and the free queue (cached ones included)."""
+    return meta[r, CAP] - meta[r, USED] + meta[r, NFREE]
 
 
 @njit(cache=True)
@@ -248,7 +253,7 @@ def admit(res, kf, sl, slf, meta, evictions, age_sum, hist, scratch, r, blocks, 
     for i in range(k):
         if sl[r, kf[r, blocks[i], FIRST], SREF] == 0:
             hit_free += 1
-    if total - k + hit_free > meta[r, CAP] - meta[r, USED] + meta[r, NFREE]:
+    if total - k + hit_free > available(meta, r):
         return -1, 0
     for i in range(k):  # touch the hits (the first copy of each)
         s = kf[r, blocks[i], FIRST]

@@ -28,6 +28,7 @@ HEADLINE = (
     "spill_rate",
     "prefill_tokens",
 )
+PERCENTILES = (50, 95, 99)  # the latency percentiles of the summaries
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
@@ -73,9 +74,6 @@ def summarize(w: Workload, o: Outcome, serving: ServingModel) -> dict[str, Any]:
     horizon = max(o.horizon_s, 1e-12)
     outstanding = o.area_outstanding / horizon
     queue = o.area_waiting / horizon
-    load_mm, load_cv, load_jain = _balance(outstanding)
-    q_mm, q_cv, q_jain = _balance(queue)
-    p_mm, p_cv, p_jain = _balance(pre_tok.astype(np.float64))
     spilled = o.routed_cached[m] < o.best_cached[m]
     warm_cand = o.best_cached[m] > 0
     pred = o.predicted_cached[m]
@@ -90,23 +88,14 @@ def summarize(w: Workload, o: Outcome, serving: ServingModel) -> dict[str, Any]:
         "hit_rate_token_weighted": float(cached.sum() / tot_prompt) if tot_prompt else None,
         "ideal_hit_rate_token_weighted": float(ideal.sum() / tot_prompt) if tot_prompt else None,
         "capture_of_ideal": float(cached.sum() / ideal.sum()) if ideal.sum() else None,
-        "ttft_p50_s": _pct(ttft, 50),
-        "ttft_p95_s": _pct(ttft, 95),
-        "ttft_p99_s": _pct(ttft, 99),
+        **{f"ttft_p{q}_s": _pct(ttft, q) for q in PERCENTILES},
         "ttft_mean_s": _mean(ttft),
         "queue_wait_mean_s": _mean(wait),
-        "queue_wait_p50_s": _pct(wait, 50),
-        "queue_wait_p95_s": _pct(wait, 95),
-        "queue_wait_p99_s": _pct(wait, 99),
-        "imbalance_max_mean": load_mm,
-        "load_cv": load_cv,
-        "load_jain": load_jain,
-        "queue_max_mean": q_mm,
-        "queue_cv": q_cv,
-        "queue_jain": q_jain,
-        "prefill_tokens_max_mean": p_mm,
-        "prefill_tokens_cv": p_cv,
-        "prefill_tokens_jain": p_jain,
+        **{f"queue_wait_p{q}_s": _pct(wait, q) for q in PERCENTILES},
+        **dict(zip(("imbalance_max_mean", "load_cv", "load_jain"), _balance(outstanding), strict=True)),
+        **dict(zip(("queue_max_mean", "queue_cv", "queue_jain"), _balance(queue), strict=True)),
+        **dict(zip(("prefill_tokens_max_mean", "prefill_tokens_cv", "prefill_tokens_jain"),
+                   _balance(pre_tok.astype(np.float64)), strict=True)),
         "spill_rate": float(spilled.mean()) if len(spilled) else None,
         "spill_rate_of_warm": float(spilled[warm_cand].mean()) if warm_cand.any() else None,
         "prefill_tokens": int(new.sum()),
@@ -123,7 +112,7 @@ def summarize(w: Workload, o: Outcome, serving: ServingModel) -> dict[str, Any]:
     }
     for name, mask in (("warm", warm), ("partial", partial), ("cold", cold)):
         out[f"{name}_requests"] = int(mask.sum())
-        for q in (50, 95, 99):
+        for q in PERCENTILES:
             out[f"ttft_{name}_p{q}_s"] = _pct(ttft[mask], q)
     for k, v in sorted(o.extra.items()):
         out[f"policy_{k}"] = v

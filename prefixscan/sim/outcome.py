@@ -80,8 +80,9 @@ def max_hit_blocks(w: Workload, pin: np.ndarray) -> np.ndarray:
     return np.minimum(pin, cap_blocks_array(w.prompt_tokens, w.block_size, w.hit_rule))
 
 
-def table_offsets(pin: np.ndarray, extra: np.ndarray) -> np.ndarray:
-    """Where each request's block table starts in one flat int32 array (the last entry is its size)."""
-    off = np.zeros(len(pin) + 1, dtype=np.int64)
-    np.cumsum(pin + extra, out=off[1:])
+def offsets(counts: np.ndarray) -> np.ndarray:
+    """Where each request's run of `counts` entries (its block table, its candidates) starts in one flat
+    array; the last entry is the array's size."""
+    off = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=off[1:])
     return off

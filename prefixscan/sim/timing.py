@@ -81,9 +81,7 @@ def preble_fit() -> PrefillModel:
     """Preble's measured Llama-3-70B / H100 prefill time, expanded to (new, cached) terms."""
     a, b, c, d = 28.93, 0.182, 0.004, 2.55e-6
     # c*(cached+new) + d*new*(cached+new) = c*cached + c*new + d*new*cached + d*new^2
-    return PrefillModel(
-        a=a, b_new=b + c, c_cached=c, d_new_cached=d, e_new2=d, source="preble-llama3-70b-h100"
-    )
+    return PrefillModel(a=a, b_new=b + c, c_cached=c, d_new_cached=d, e_new2=d, source="preble-llama3-70b-h100")
 
 
 def from_coeffs(coeffs: tuple[float, ...]) -> PrefillModel:
@@ -92,9 +90,7 @@ def from_coeffs(coeffs: tuple[float, ...]) -> PrefillModel:
     return PrefillModel(*[float(v) for v in vals[:5]], source="user-coeffs")  # type: ignore[misc,arg-type]  # 5 floats
 
 
-def from_cost_model(
-    model: str, gpu: str, dtype: str, mfu: float = 0.5, tensor_parallel: int = 1
-) -> PrefillModel:
+def from_cost_model(model: str, gpu: str, dtype: str, mfu: float = 0.5, tensor_parallel: int = 1) -> PrefillModel:
     """Compute-bound prefill coefficients for `model` on `tensor_parallel` x `gpu` at `mfu`."""
     spec, g = models.get_model(model), gpus.get_gpu(gpu)
     f = flops.effective_flops(g, dtype, mfu) * tensor_parallel
@@ -119,9 +115,7 @@ def kv_capacity_blocks(
 ) -> int:
     """KV blocks one replica holds after weights (prefixscan.hardware.flops.kv_capacity_tokens / block)."""
     spec, g = models.get_model(model), gpus.get_gpu(gpu)
-    tokens = flops.kv_capacity_tokens(
-        spec, g, flops.dtype_bytes(dtype), tensor_parallel, gpu_memory_utilization
-    )
+    tokens = flops.kv_capacity_tokens(spec, g, flops.dtype_bytes(dtype), tensor_parallel, gpu_memory_utilization)
     if tokens <= 0:
         raise UsageError(
             f"{spec.name} weights do not fit on {tensor_parallel} x {g.name} in {dtype}; raise "

@@ -113,11 +113,7 @@ def build_workload(
     bh = table["block_hashes"].combine_chunks()
     offsets = bh.offsets.to_numpy().astype(np.int64)
     offsets = offsets - offsets[0]
-    flat = (
-        bh.values.to_numpy(zero_copy_only=False).astype(np.uint64)[: offsets[-1]]
-        if n
-        else np.zeros(0, np.uint64)
-    )
+    flat = bh.values.to_numpy(zero_copy_only=False).astype(np.uint64)[: offsets[-1]] if n else np.zeros(0, np.uint64)
     if isolate_tenants and len(flat):
         per_block = np.repeat(tenant.astype(np.int64) + 2, np.diff(offsets)).astype(np.uint64)
         flat = _mix(flat, per_block)
@@ -126,11 +122,7 @@ def build_workload(
     blocks, n_unique = dense_ids(flat)
     block_keys = np.zeros(n_unique, dtype=np.uint64)
     block_keys[blocks] = flat
-    use_col = (
-        "cached_tokens" in table.column_names
-        and not isolate_tenants
-        and table["cached_tokens"].null_count == 0
-    )
+    use_col = "cached_tokens" in table.column_names and not isolate_tenants and table["cached_tokens"].null_count == 0
     if use_col:
         ideal = table["cached_tokens"].to_numpy().astype(np.int64)
     else:  # the leading blocks an earlier request listed (an unbounded cache, prefix-closed)

@@ -26,7 +26,7 @@ from prefixscan.sim.fast import layout as L
 from prefixscan.sim.fast.shared import PolicyArrays
 from prefixscan.sim.knowledge import view_kind
 from prefixscan.sim.kvcache import KVState
-from prefixscan.sim.outcome import Outcome, max_hit_blocks, request_budget, table_offsets
+from prefixscan.sim.outcome import Outcome, max_hit_blocks, offsets, request_budget
 from prefixscan.sim.policies.base import Policy
 from prefixscan.sim.timing import ServingModel
 from prefixscan.sim.workload import Workload
@@ -105,7 +105,7 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
     kv = KVState(slots, w.n_unique, capacity, zeroed=(
         _take("res", (u, slots), np.int8, 0), _take("kf", (slots, u, 2), np.int32, 0),
         _take("sl", (slots, n_pool, 6), np.int32, None)))
-    toff = table_offsets(pin, extra)
+    toff = offsets(pin + extra)
     tbl = np.zeros(max(int(toff[-1]), 1), dtype=np.int32)
     kmode, vopts = policy.view(cfg, w.block_size)
     ci, cf, g, fp = cluster(cfg, slots, capacity, serving, w.block_size)
@@ -131,8 +131,7 @@ def replay_fast(w: Workload, policy: Policy, cfg: SimConfig, serving: ServingMod
             _pool[name] = a  # kept for the next replay (replacing whatever was kept under this name)
     reason, reasons = _reasons(rq[:, L.RQ_REASON], pa.reasons)
     cand_n = rq[:, L.RQ_CAND_N]
-    cand_off = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(cand_n, out=cand_off[1:])
+    cand_off = offsets(cand_n)
     return Outcome(
         policy=policy.name, n_slots=slots, replica=rq[:, L.RQ_REPLICA].astype(np.int32),
         start_s=rf[:, L.RF_START].copy(), first_token_s=rf[:, L.RF_FIRST].copy(),

@@ -20,10 +20,8 @@ from prefixscan.sim.fast import layout as L
 from prefixscan.sim.fast.shared import prefill_ms, py_max, seconds, share
 from prefixscan.sim.fast.views import approx_advance, approx_route, delayed_advance, delayed_push
 from prefixscan.sim.kvcache import (
-    CAP,
-    NFREE,
-    USED,
     admit,
+    available,
     clear_free,
     decode_steps,
     generated_blocks,
@@ -135,11 +133,6 @@ def choose(code, i, now, nbi, prompt, ci, cf, g, fp, pf, pi, sf, si, pu, uni, ca
 
 
 @njit(cache=True)
-def _available(meta, r):
-    return meta[r, CAP] - meta[r, USED] + meta[r, NFREE]
-
-
-@njit(cache=True)
 def _account(ci, cf, r, now):
     dt = now - cf[L.LAST_T, r]
     if dt > 0:
@@ -184,7 +177,7 @@ def _admit_head(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, 
                   tbl[t0 : t0 + total])
     if k < 0:
         return -1  # memory-bound: the head waits for a release (FCFS head-of-line blocking)
-    ci[L.KV_AVAIL, r] = _available(meta, r)
+    ci[L.KV_AVAIL, r] = available(meta, r)
     ci[L.WQ_HEAD, r] = rq[i, L.RQ_WQ_NEXT]
     if ci[L.WQ_HEAD, r] < 0:
         ci[L.WQ_TAIL, r] = -1
@@ -277,7 +270,7 @@ def _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl
 def _scenario(action, rep, now, ci, cf, g, fp, res, kf, sl, meta, scratch, items, dids):
     if action == L.EV_RESTART:
         n = clear_free(res, kf, sl, meta, scratch, rep)
-        ci[L.KV_AVAIL, rep] = _available(meta, rep)
+        ci[L.KV_AVAIL, rep] = available(meta, rep)
         if g[L.G_VMODE] == L.V_DELAYED:
             delayed_push(g, items, dids, rep, 0, scratch[:n], now + fp[L.VP_DELAY])
     elif action == L.EV_ADD:
@@ -377,7 +370,7 @@ def run(code, off, wb, rq, rf, cand, ci, cf, g, fp, res_bm, kf, sl, slf, meta, e
             if kind != L.PREFILL_DONE or dec <= 0:  # nothing to decode: released in its prefill step (engine.py)
                 rf[i, L.RF_FINISH] = now
                 _release(r, i, now, off, wb, rq, g, fp, res, kf, sl, slf, meta, scratch, tbl, items, dids)
-                ci[L.KV_AVAIL, r] = _available(meta, r)
+                ci[L.KV_AVAIL, r] = available(meta, r)
                 _account(ci, cf, r, now)
                 ci[L.DECODING, r] -= 1
                 ci[L.RUNNING, r] -= 1

@@ -186,9 +186,7 @@ def coerce_params(cls: type, overrides: dict[str, Any], policy: str) -> Any:
     kwargs: dict[str, Any] = {}
     for key, raw in overrides.items():
         if key not in fields:
-            raise UsageError(
-                f"policy {policy} has no parameter {key!r}; it has: {', '.join(fields) or 'none'}"
-            )
+            raise UsageError(f"policy {policy} has no parameter {key!r}; it has: {', '.join(fields) or 'none'}")
         default = fields[key].default
         try:
             if isinstance(default, bool):
@@ -202,9 +200,7 @@ def coerce_params(cls: type, overrides: dict[str, Any], policy: str) -> Any:
             else:
                 kwargs[key] = str(raw)
         except ValueError:
-            raise UsageError(
-                f"parameter {policy}.{key}: cannot read {raw!r} as {type(default).__name__}"
-            ) from None
+            raise UsageError(f"parameter {policy}.{key}: cannot read {raw!r} as {type(default).__name__}") from None
     return cls(**kwargs)
 
 

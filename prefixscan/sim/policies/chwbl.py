@@ -57,9 +57,7 @@ class Chwbl(Policy):
         m = int(view.inflight[idx].sum())
         bound = math.ceil(self.params.c * (m + 1) / len(idx))
         walked = []
-        for r in self.ring.walk(
-            request_key(req, self.params.key, self.params.prefix_blocks, view.workload.block_keys)
-        ):
+        for r in self.ring.walk(request_key(req, self.params.key, self.params.prefix_blocks, view.workload.block_keys)):
             walked.append(r)
             if view.inflight[r] < bound:
                 break
@@ -68,16 +66,16 @@ class Chwbl(Policy):
         self.stats["max_load_over_bound"] = max(self.stats["max_load_over_bound"], ratio)
         if len(walked) > 1:
             self.stats["bound_spills"] += 1
-        reason = "home" if len(walked) == 1 else f"bounded-load-skip-{len(walked) - 1}"
-        return Decision(r, tuple(walked[-3:]), view.cached_at(req, r), reason)
+        return Decision(r, tuple(walked[-3:]), view.cached_at(req, r), reason(len(walked) - 1))
 
 
 CODE = 4
 SPILLS = RING_HEADER  # si: bound spills; sf[0]: the largest load/bound ratio produced
 
 
-def reason(code: int) -> str:
-    return "home" if code == 0 else f"bounded-load-skip-{code}"
+def reason(skipped: int) -> str:
+    """The decision's reason (both forms): the home replica, or how many replicas over the bound it skipped."""
+    return "home" if skipped == 0 else f"bounded-load-skip-{skipped}"
 
 
 def setup(policy: Any, w: Any, slots: int) -> PolicyArrays:

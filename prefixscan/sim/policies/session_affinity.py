@@ -28,9 +28,7 @@ class SessionAffinity(Policy):
 
     def choose(self, req: Req, view: ClusterView) -> Decision:
         self.ring.sync(view.active_idx, view.version)
-        r = self.ring.owner(
-            request_key(req, "conversation", self.params.prefix_blocks, view.workload.block_keys)
-        )
+        r = self.ring.owner(request_key(req, "conversation", self.params.prefix_blocks, view.workload.block_keys))
         reason = "session-hash" if req.conv_key else "prefix-hash-fallback"
         return Decision(r, (r,), view.cached_at(req, r), reason)
 

@@ -57,18 +57,14 @@ class SglangCacheAware(Policy):
         cached = view.cached_tokens(req)
         if hi - lo > p.balance_abs_threshold and hi > lo * p.balance_rel_threshold:
             r = int(idx[np.argmin(load)])
-            return Decision(
-                r, view.ranked(view.inflight.astype(np.float64)), int(cached[r]), "imbalanced-least-load"
-            )
+            return Decision(r, view.ranked(view.inflight.astype(np.float64)), int(cached[r]), "imbalanced-least-load")
         k = view.matched_blocks(req)
         best = int(idx[np.argmax(k[idx])])
         rate = float(cached[best]) / max(req.prompt_tokens, 1)
         if rate > p.cache_threshold:
             return Decision(best, view.ranked(-cached.astype(np.float64)), int(cached[best]), "cache-match")
         know = view.knowledge
-        sizes = np.array(
-            [know.size(int(r)) if hasattr(know, "size") else 0 for r in range(view.n)], dtype=np.float64
-        )
+        sizes = np.array([know.size(int(r)) if hasattr(know, "size") else 0 for r in range(view.n)], dtype=np.float64)
         r = view.argmin_active(sizes)
         return Decision(r, view.ranked(sizes), int(cached[r]), "smallest-tree")
 
