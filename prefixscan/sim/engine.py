@@ -74,16 +74,10 @@ class _Replay:
 
     def _outcome_arrays(self, n: int) -> None:
         self.replica = np.full(n, -1, dtype=np.int32)
-        self.start = np.full(n, np.nan)
-        self.first = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.cached = np.zeros(n, dtype=np.int64)
-        self.predicted = np.zeros(n, dtype=np.int64)
-        self.best = np.zeros(n, dtype=np.int64)
-        self.routed = np.zeros(n, dtype=np.int64)
+        self.start, self.first, self.finish = (np.full(n, np.nan) for _ in range(3))  # times: NaN until set
+        self.cached, self.predicted, self.best, self.routed = (np.zeros(n, dtype=np.int64) for _ in range(4))
         self.routed_k = np.zeros(n, dtype=np.int32)
-        self.pre_s = np.zeros(n, dtype=np.float64)
-        self.pred_s = np.zeros(n, dtype=np.float64)
+        self.pre_s, self.pred_s = np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.float64)
         self.reason = np.zeros(n, dtype=np.int16)
         self.reasons: list[str] = []
         self.reason_code: dict[str, int] = {}

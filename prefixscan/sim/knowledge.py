@@ -142,14 +142,8 @@ class ApproxView(ExactView):
         return self.count[r]
 
 
-def make_view(
-    kind: str,
-    kv: KVState,
-    delay_s: float = 0.0,
-    ttl_s: float = 120.0,
-    max_blocks: int | None = None,
-    sweep_s: float | None = None,
-) -> ExactView:
+def make_view(kind: str, kv: KVState, delay_s: float = 0.0, ttl_s: float = 120.0, max_blocks: int | None = None,
+              sweep_s: float | None = None) -> ExactView:
     """Build the view a policy asked for."""
     kind = view_kind(kind, delay_s)
     if kind == "exact":

@@ -177,10 +177,10 @@ class TierState:
 
     def outcome(self) -> dict:
         """Per-request arrays and counters for `Outcome.tiers`."""
-        he, se = self.evictions()
         return {"host_tokens": self.host_tokens, "shared_tokens": self.shared_tokens, "load_s": self.load,
-                "host_evictions": he, "shared_evictions": se, "host_blocks_per_replica": self.spec.host_blocks,
-                "shared_blocks": self.spec.shared_blocks}
+                "host_evictions": sum(h.evictions for h in self.host),
+                "shared_evictions": self.shared.evictions if self.shared is not None else 0,
+                "host_blocks_per_replica": self.spec.host_blocks, "shared_blocks": self.spec.shared_blocks}
 
     def on_hit(self, r: int, blocks: np.ndarray, k: int, n: int) -> None:
         """Loaded blocks k..k+n are recently used wherever they are held."""
@@ -220,9 +220,6 @@ class TierState:
         bpt = self.spec.bytes_per_token
         t = load_s(host_tokens, bpt, self.spec.host_gbs, 0.0)
         return t + load_s(shared_tokens, bpt, self.spec.shared_read_gbs, self.spec.shared_latency_s)
-
-    def evictions(self) -> tuple[int, int]:
-        return sum(h.evictions for h in self.host), (self.shared.evictions if self.shared is not None else 0)
 
 
 def _blocks(n_blocks: int, gib: float, bytes_per_block: float) -> int | None:

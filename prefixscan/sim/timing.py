@@ -105,14 +105,8 @@ def from_cost_model(model: str, gpu: str, dtype: str, mfu: float = 0.5, tensor_p
     )
 
 
-def kv_capacity_blocks(
-    model: str,
-    gpu: str,
-    dtype: str,
-    block_size: int,
-    tensor_parallel: int = 1,
-    gpu_memory_utilization: float = 0.9,
-) -> int:
+def kv_capacity_blocks(model: str, gpu: str, dtype: str, block_size: int, tensor_parallel: int = 1,
+                       gpu_memory_utilization: float = 0.9) -> int:
     """KV blocks one replica holds after weights (prefixscan.hardware.flops.kv_capacity_tokens / block)."""
     spec, g = models.get_model(model), gpus.get_gpu(gpu)
     tokens = flops.kv_capacity_tokens(spec, g, flops.dtype_bytes(dtype), tensor_parallel, gpu_memory_utilization)

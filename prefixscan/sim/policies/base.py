@@ -50,15 +50,8 @@ class Req:
 class ClusterView:
     """Live per-replica counters (numpy arrays the engine updates in place) plus cache knowledge."""
 
-    def __init__(
-        self,
-        n_slots: int,
-        serving: ServingModel,
-        knowledge: Any,
-        workload: Any,
-        capacity: int,
-        rng: np.random.Generator,
-    ) -> None:
+    def __init__(self, n_slots: int, serving: ServingModel, knowledge: Any, workload: Any, capacity: int,
+                 rng: np.random.Generator) -> None:
         self.n = n_slots
         self.serving = serving
         self.knowledge = knowledge
@@ -158,18 +151,16 @@ class Policy:
         self.params = params
         self.seed = seed
 
-    def knowledge_mode(self, default: str) -> str:
-        return getattr(self.params, "knowledge", None) or self.knowledge or default
-
     def view_options(self, block_size: int) -> dict[str, Any]:
         """Extra arguments for the knowledge view (TTL, size cap), from the policy's parameters (a size
         given in tokens becomes blocks of the replay's `block_size`)."""
         return {}
 
     def view(self, cfg: SimConfig, block_size: int) -> tuple[str, dict[str, Any]]:
-        """(knowledge mode, `make_view` options) of this policy in a run with this config (both engines)."""
+        """(knowledge mode, `make_view` options) of this policy in a run with this config (both engines): the
+        mode is the policy's `knowledge` parameter, else its class's, else the run's."""
         opts = {"delay_s": cfg.event_delay_s, "ttl_s": cfg.approx_ttl_s, **self.view_options(block_size)}
-        return self.knowledge_mode(cfg.knowledge), opts
+        return getattr(self.params, "knowledge", None) or self.knowledge or cfg.knowledge, opts
 
     def rng(self, seed: int) -> np.random.Generator:
         """The generator of the policy's uniform stream (`ClusterView.uniform`; the compiled replay draws

@@ -27,9 +27,6 @@ class Oracle(Policy):
     Params = OracleParams
     knowledge = "exact"
 
-    def knowledge_mode(self, default: str) -> str:
-        return "exact"
-
     def choose(self, req: Req, view: ClusterView) -> Decision:
         cached = view.cached_tokens(req)
         _, score = predicted_cost(req, view, cached, 0.0, self.params.kv_risk_s)
