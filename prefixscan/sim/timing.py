@@ -158,8 +158,9 @@ def load_s(tokens: float, bytes_per_token: float, gbs: float, latency_s: float =
 
 
 def transfer_s(tokens: float, bytes_per_token: float, gbs: float, latency_s: float) -> float:
-    """Prefill-to-decode KV transfer (disaggregated serving): bytes / link bandwidth + latency."""
-    return latency_s + max(tokens, 0.0) * bytes_per_token / (gbs * 1e9)
+    """Prefill-to-decode KV transfer (disaggregated serving): bytes / link bandwidth + latency, paid even
+    for no tokens (unlike a tier load)."""
+    return latency_s + load_s(tokens, bytes_per_token, gbs)
 
 
 def kv_bytes_per_token(model: str, dtype: str, tensor_parallel: int = 1) -> float:

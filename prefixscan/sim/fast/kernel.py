@@ -17,7 +17,7 @@ from numba import njit
 
 from prefixscan.reuse.hitrule import block_tokens
 from prefixscan.sim.fast import layout as L
-from prefixscan.sim.fast.shared import prefill_ms, py_max, seconds, share
+from prefixscan.sim.fast.shared import prefill_ms, prefill_s, py_max, share
 from prefixscan.sim.fast.views import approx_advance, approx_route, delayed_advance, delayed_push
 from prefixscan.sim.kvcache import (
     admit,
@@ -142,11 +142,6 @@ def _account(ci, cf, r, now):
 
 
 @njit(cache=True)
-def _prefill_s(fp, new, cached, decoding):
-    return seconds(fp, new, cached) / share(fp, decoding)
-
-
-@njit(cache=True)
 def _decode_s(fp, output_tokens, decoding):
     tpot = fp[L.SV_TPOT] * (1.0 + fp[L.SV_SLOW] * max(decoding - 1, 0))
     return decode_steps(output_tokens) * tpot
@@ -234,7 +229,7 @@ def _try_start(r, now, off, wb, rq, rf, ci, cf, g, fp, res, kf, sl, slf, meta, e
         return
     if nb == 1:
         i = batch[0]
-        dur = _prefill_s(fp, rq[i, L.RQ_PROMPT] - rq[i, L.RQ_CACHED], rq[i, L.RQ_CACHED], decoding)
+        dur = prefill_s(fp, rq[i, L.RQ_PROMPT] - rq[i, L.RQ_CACHED], rq[i, L.RQ_CACHED], decoding)
     else:
         dur = _batch_s(fp, rq, batch, nb, decoding)
     ci[L.LANE_BUSY, r] = nb
@@ -320,7 +315,7 @@ def _route(i, now, code, off, wb, rq, rf, cand, ci, cf, g, fp, res, items, dids,
     rq[i, L.RQ_ROUTED_K] = kr
     rc = block_tokens(kr, block, cap)
     rq[i, L.RQ_ROUTED] = rc
-    rf[i, L.RF_PRED_S] = _prefill_s(fp, prompt - rc, rc, ci[L.DECODING, r])
+    rf[i, L.RF_PRED_S] = prefill_s(fp, prompt - rc, rc, ci[L.DECODING, r])
     if vmode == L.V_APPROX:
         approx_route(fp, ci, cf, rq, rf, last, off, wb, r, i, now)
     _account(ci, cf, r, now)

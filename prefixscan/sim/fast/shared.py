@@ -74,6 +74,12 @@ def share(fp, decoding):
 
 
 @njit(cache=True)
+def prefill_s(fp, new, cached, decoding):
+    """ServingModel.prefill_s: the solo seconds at the share of the step a prefill gets beside `decoding`."""
+    return seconds(fp, new, cached) / share(fp, decoding)
+
+
+@njit(cache=True)
 def backlog(cf, r, now):
     """ClusterView.backlog_s for one replica."""
     return np_max(cf[L.LANE_UNTIL, r] - now, 0.0) + cf[L.QUEUED_PREFILL, r]

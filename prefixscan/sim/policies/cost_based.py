@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from prefixscan.sim.fast.layout import ACT, CACHEDV, DECODING, FSCR0, FSCR1, G_NACT, KB, KV_AVAIL, QUEUED_BLOCKS, SCR0
-from prefixscan.sim.fast.shared import PolicyArrays, backlog, f64, fixed_reasons, i64, ranked, seconds, share
+from prefixscan.sim.fast.shared import PolicyArrays, backlog, f64, fixed_reasons, i64, prefill_s, ranked
 from prefixscan.sim.policies.base import ClusterView, Decision, Policy, Req
 
 
@@ -98,7 +98,7 @@ def predicted_cost_kernel(now, nbi, prompt, ci, cf, g, fp, weight, risk):
         r = ci[ACT, a]
         wt = backlog(cf, r, now)
         c = ci[CACHEDV, r]
-        ttft = wt + seconds(fp, prompt - c, c) / share(fp, ci[DECODING, r])
+        ttft = wt + prefill_s(fp, prompt - c, c, ci[DECODING, r])
         interference = weight * (ttft - wt) * ci[DECODING, r]
         short = nbi - ci[KB, r] > ci[KV_AVAIL, r] - ci[QUEUED_BLOCKS, r]
         cf[FSCR0, r] = ttft + interference + (risk if short else 0.0)
