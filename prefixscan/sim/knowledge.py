@@ -35,8 +35,8 @@ class ExactView:
     def advance(self, now: float) -> None:
         """Nothing to deliver: the view is always current."""
 
-    def on_store(self, r: int, blocks: np.ndarray, now: float) -> None:
-        """An engine event (blocks stored, evicted, cleared) or a routing decision: an exact view reads the
+    def on_store(self, r: int, ids: np.ndarray, now: float) -> None:
+        """An engine event (block ids stored, evicted, cleared) or a routing decision: an exact view reads the
         engine state directly, so none of them teaches it anything."""
 
     on_evict = on_clear = on_route = on_store
