@@ -24,6 +24,7 @@ import numpy as np
 from prefixscan.reuse.hitrule import block_tokens
 from prefixscan.sim.config import SimConfig
 from prefixscan.sim.disagg import Disaggregation
+from prefixscan.sim.fast.layout import DECODE_DONE, PREFILL_DONE
 from prefixscan.sim.knowledge import make_view
 from prefixscan.sim.kvcache import KVState, generated_blocks
 from prefixscan.sim.outcome import Outcome, max_hit_blocks, offsets, request_budget
@@ -32,7 +33,6 @@ from prefixscan.sim.tiers import make_tiers
 from prefixscan.sim.timing import ServingModel
 from prefixscan.sim.workload import Workload
 
-DECODE_DONE, PREFILL_DONE = 0, 1  # at equal times, completions free resources before later work
 TAKEN = -2  # `just_prefilled` once the loop took that request's instant handoff
 
 

@@ -5,7 +5,7 @@ row of inputs and results per request, `cand` candidate replicas, `ci`/`cf`/`g`/
 counters, globals and model parameters; `res`..`scratch` are `KVState`'s arrays and `tbl` the
 requests' block tables (from `RQ_TOFF`), driven by the same `kvcache` kernels the reference calls;
 `items`/`dids`/`dres` the delayed view, `last` the approximate view; `ht`/`hm` the event heap (below);
-`pf`..`uni` the policy's arrays (`policies/base.py`); `ev_*` the scenario events sorted by time.
+`pf`..`uni` the policy's arrays (`shared.PolicyArrays`); `ev_*` the scenario events sorted by time.
 Helpers take the arrays they use one by one: numba updates a reference count per array argument, so
 passing tuples of every array would cost more than the work itself.
 """

@@ -41,7 +41,7 @@ RF_ARRIVAL, RF_START, RF_FIRST, RF_FINISH, RF_PRE_S, RF_PRED_S, RF_REC_NOW, RF_R
 N_RF = 8
 # knowledge view modes
 V_EXACT, V_DELAYED, V_APPROX = 0, 1, 2
-# event kinds (at equal times completions free resources before later work, as in engine.py)
+# event kinds of both engines (at equal times completions free resources before later work)
 DECODE_DONE, PREFILL_DONE = 0, 1
 # scenario actions
 EV_RESTART, EV_ADD, EV_REMOVE = 0, 1, 2

@@ -14,10 +14,7 @@ Each helper reproduces its reference counterpart's tie rules exactly: `argmin_ac
 replica id among equal values (np.argmin), `ranked` is a stable ascending order over the active
 replicas (np.argsort kind="stable"), `pick` draws the next uniform of the policy's seeded stream, the
 ring walks distinct replicas clockwise like `base.Ring.walk`. Values live in rows of `ci` / `cf`
-(`layout.py`) so helpers take the matrix and a row, not a fresh view.
-
-Ring state: `si` starts with (version, points, replicas, vnodes, offset of the owners in si, requests);
-`pu` holds the per-request keys, then every slot's virtual-node points, then the sorted active points.
+(`layout.py`) so helpers take the matrix and a row, not a fresh view. The ring's arrays: `ring_policy`.
 
 Routing keys: `policies.base.key_hash` hashes `int.to_bytes(8, "little")` with `xxhash.xxh3_64_intdigest`;
 for an 8-byte input XXH3 takes its 4-to-8-byte path (two 32-bit reads, one keyed mix, rrmxmx), written out
@@ -286,21 +283,14 @@ def i64(*vals: int) -> np.ndarray:
     return np.array(vals, dtype=np.int64)
 
 
-def ring_policy(
-    code: int,
-    reasons: Callable[[int], str],
-    policy: Any,
-    w: Workload,
-    slots: int,
-    key_mode: str,
-    state: np.ndarray | None = None,
-    **arrays: Any,
-) -> PolicyArrays:
+def ring_policy(code: int, reasons: Callable[[int], str], policy: Any, w: Workload, slots: int, key_mode: str,
+                state: np.ndarray | None = None, **arrays: Any) -> PolicyArrays:
     """Arrays of a consistent-hash policy (`arrays`: its other `PolicyArrays` fields): request keys, every
     slot's points on the policy's `Ring`, an unbuilt ring.
 
-    `si` = ring header, then `state` (the policy's own ints, from index RING_HEADER), then the owners of
-    the sorted points; `pu` = keys, all slots' points, sorted active points.
+    `si` = the ring header (version, points, replicas, vnodes, offset of the owners in si, requests), then
+    `state` (the policy's own ints, from index RING_HEADER), then the owners of the sorted points; `pu` =
+    the per-request keys, every slot's virtual-node points, then the sorted active points.
     """
     vn = policy.ring.vnodes
     keys = request_keys(w, key_mode, policy.params.prefix_blocks)
