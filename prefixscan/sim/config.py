@@ -105,18 +105,15 @@ class SimConfig:
             raise UsageError(f"--replicas must be >= 1, got {self.replicas}")
         if self.kv_blocks is not None and self.kv_blocks < 1:
             raise UsageError(f"--kv-blocks must be >= 1, got {self.kv_blocks}")
-        for option, value, allowed in (("--knowledge", self.knowledge, KNOWLEDGE_MODES),
-                                       ("--prefill-model", self.prefill_model, PREFILL_MODELS),
-                                       ("--eviction", self.eviction, EVICTION_MODES),
-                                       ("--host-write", self.host_write, HOST_WRITES)):
-            if value not in allowed:
-                raise UsageError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
+        _check_choice("--knowledge", self.knowledge, KNOWLEDGE_MODES)
+        _check_choice("--prefill-model", self.prefill_model, PREFILL_MODELS)
         if self.prefill_model == "profile" and (not self.timing_profile or len(self.prefill_coeffs) != 5):
             raise UsageError("prefill model 'profile' needs timing_profile (its name) and its 5 prefill_coeffs")
         if self.prefill_model == "coeffs" and not 1 <= len(self.prefill_coeffs) <= 5:
             raise UsageError(
                 "--prefill-coeffs needs 1 to 5 numbers: ms = a + b*new + c*cached + d*new*cached + e*new^2"
             )
+        _check_choice("--eviction", self.eviction, EVICTION_MODES)
         if self.event_delay_s < 0 or self.approx_ttl_s <= 0:
             raise UsageError("--event-delay must be >= 0 and --approx-ttl > 0")
         if self.rate_scale <= 0 or (self.target_rps is not None and self.target_rps <= 0):
@@ -136,6 +133,7 @@ class SimConfig:
     def _check_tiers(self) -> None:
         if self.host_kv_blocks < -1 or self.shared_kv_blocks < -1 or self.host_kv_gib < 0 or self.shared_kv_gib < 0:
             raise UsageError("host and shared KV sizes must be >= 0 (blocks may be -1: unbounded)")
+        _check_choice("--host-write", self.host_write, HOST_WRITES)
         for v in (self.host_link, self.shared_read, self.shared_write, self.pd_link):
             link_gbs(v)
         if self.shared_latency_s < 0 or self.pd_latency_s < 0:
@@ -197,6 +195,12 @@ class SimConfig:
         d["events"] = [asdict(e) for e in self.events]
         d["policy_params"] = [list(p) for p in self.policy_params]
         return d
+
+
+def _check_choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
+    """A value outside an option's choices is a usage error, worded the same for every such option."""
+    if value not in allowed:
+        raise UsageError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
 
 
 _FIELDS = fields(SimConfig)
