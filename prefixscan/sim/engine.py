@@ -79,8 +79,7 @@ class _Replay:
         self.routed_k = np.zeros(n, dtype=np.int32)
         self.pre_s, self.pred_s = np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.float64)
         self.reason = np.zeros(n, dtype=np.int16)
-        self.reasons: list[str] = []
-        self.reason_code: dict[str, int] = {}
+        self.reason_code: dict[str, int] = {}  # reasons in order of first appearance -> their code
         self.cands: list[tuple[int, ...]] = [()] * n
         self.load_l = [0.0] * n  # seconds to load each request's lower-tier blocks (0 without tiers)
 
@@ -207,10 +206,7 @@ class _Replay:
         r = d.replica
         if not cv.active[r]:
             raise RuntimeError(f"policy {self.policy.name} chose inactive replica {r}")
-        code = self.reason_code.get(d.reason)
-        if code is None:
-            code = self.reason_code[d.reason] = len(self.reasons)
-            self.reasons.append(d.reason)
+        code = self.reason_code.setdefault(d.reason, len(self.reason_code))
         self.replica[i], self.reason[i], self.cands[i] = r, code, d.candidates
         self.predicted[i] = d.predicted_cached_tokens
         buf = self.exact_buf
@@ -367,7 +363,7 @@ class _Replay:
             policy=self.policy.name, n_slots=self.slots, replica=self.replica, start_s=self.start,
             first_token_s=self.first, finish_s=self.finish, cached_tokens=self.cached,
             predicted_cached=self.predicted, best_cached=self.best, routed_cached=self.routed,
-            routed_blocks=self.routed_k, prefill_s=self.pre_s, reason=self.reason, reasons=self.reasons,
+            routed_blocks=self.routed_k, prefill_s=self.pre_s, reason=self.reason, reasons=list(self.reason_code),
             cand_ids=np.fromiter((r for c in cands for r in c), dtype=np.int32, count=int(cand_off[-1])),
             cand_off=cand_off, evictions=kv.evictions.copy(), evict_age_sum=kv.evict_age_sum.copy(),
             evict_hist=kv.evict_hist.copy(), area_outstanding=np.array(self.area_out),
