@@ -34,6 +34,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from prefixscan.schema import fields
+
 WARM_SHARE = 0.9
 WARM_UNCACHED = 256
 CLASSES = ("warm", "partial", "cold")
@@ -44,32 +46,18 @@ NONE_KEY = "(none)"
 LATENCY = ("ttft_s", "e2e_s", "queue_wait_s")
 
 PILOT_SCHEMA = pa.schema([
-    pa.field("level", pa.string(), nullable=False),
-    pa.field("model", pa.string()),
-    pa.field("replica", pa.string()),
-    pa.field("class", pa.string()),
-    pa.field("requests", pa.int64(), nullable=False),
-    pa.field("cached_requests", pa.int64(), nullable=False),
-    pa.field("prompt_tokens", pa.int64(), nullable=False),
-    pa.field("cached_tokens", pa.int64(), nullable=False),
-    pa.field("uncached_tokens", pa.int64(), nullable=False),
-    *[f for m in METRICS for f in (pa.field(f"{m}_requests", pa.int64(), nullable=False),
-                                   *[pa.field(f"{m}_p{p}_s", pa.float64()) for p in PCTS])],
+    *fields("level:string! model:string replica:string class:string requests:int64! cached_requests:int64! "
+            "prompt_tokens:int64! cached_tokens:int64! uncached_tokens:int64!"),
+    *[f for m in METRICS for f in fields(f"{m}_requests:int64! " + " ".join(f"{m}_p{p}_s:float64" for p in PCTS))],
     # levels `decision_all` and `decision` only, from the router's decision log (prefixscan.pilot.decisions)
-    pa.field("decision", pa.string()),
-    *[pa.field(c, pa.int64()) for c in ("joined_requests", "compared_requests", "predicted_cached_tokens",
-                                        "actual_cached_tokens", "diverged_requests", "left_warm_requests",
-                                        "prefill_tokens")],
+    *fields("decision:string joined_requests:int64 compared_requests:int64 predicted_cached_tokens:int64 "
+            "actual_cached_tokens:int64 diverged_requests:int64 left_warm_requests:int64 prefill_tokens:int64"),
     # levels `prediction_all` and `prediction` only: prefixscan's prediction next to the engine's outcome
     # (prefixscan.pilot.prediction); the token columns above then hold prefixscan's ideal cache as predicted
-    pa.field("predicted_class", pa.string()),
-    *[pa.field(c, pa.int64()) for c in ("lost_routing_tokens", "lost_eviction_tokens", "lost_unexplained_tokens",
-                                        "engine_excess_tokens")],
+    *fields("predicted_class:string lost_routing_tokens:int64 lost_eviction_tokens:int64 "
+            "lost_unexplained_tokens:int64 engine_excess_tokens:int64"),
     # levels `eviction_all` and `eviction` only, from recorded KV events (prefixscan.evidence.evictions)
-    pa.field("evicted_requests", pa.int64()),
-    pa.field("evicted_blocks", pa.int64()),
-    pa.field("evicted_age_p50_s", pa.float64()),
-    pa.field("evicted_age_p95_s", pa.float64()),
+    *fields("evicted_requests:int64 evicted_blocks:int64 evicted_age_p50_s:float64 evicted_age_p95_s:float64"),
 ])
 
 
