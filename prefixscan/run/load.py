@@ -109,8 +109,19 @@ _PLAIN_TABLE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 def read_table_file(path: Path, run: str | os.PathLike[str], **kwargs: Any) -> pa.Table:
     """A run's Parquet table, or a one-line RunDirError when it is truncated or not Parquet."""
+    return _parquet(pq.read_table, path, run, page_checksum_verification=True, **kwargs)
+
+
+def read_schema_file(path: Path, run: str | os.PathLike[str]) -> pa.Schema:
+    """A run's Parquet table's schema (its footer), or a one-line RunDirError when the file is empty or not
+    Parquet."""
+    return _parquet(pq.read_schema, path, run)
+
+
+def _parquet(read: Any, path: Path, run: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """`read(path)`; an OS error is the environment's (env_error), anything Arrow cannot read a damaged run."""
     try:
-        return pq.read_table(path, page_checksum_verification=True, **kwargs)
+        return read(path, **kwargs)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         if isinstance(exc, OSError) and exc.errno is not None:
             raise env_error(exc, path) from None
@@ -149,17 +160,6 @@ def check_requests_schema(schema: pa.Schema, path: Path, run: str | os.PathLike[
         if i >= 0 and not _same_kind(REQUESTS_SCHEMA.field(i).type, f.type):
             raise RunDirError(f"run directory damaged: {path}: column {f.name} is {f.type}, expected "
                               f"{REQUESTS_SCHEMA.field(i).type}; {redo(run)}")
-
-
-def read_schema_file(path: Path, run: str | os.PathLike[str]) -> pa.Schema:
-    """A run's Parquet table's schema (its footer), or a one-line RunDirError when the file is empty or not
-    Parquet."""
-    try:
-        return pq.read_schema(path)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-        if isinstance(exc, OSError) and exc.errno is not None:
-            raise env_error(exc, path) from None
-        raise RunDirError(f"{path} is damaged ({str(exc).splitlines()[0][:100]}); {redo(run)}") from None
 
 
 def _int(x: Any) -> int | None:
