@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from prefixscan.errors import EnvError, RunDirError, UsageError
-from prefixscan.run.load import MANIFEST, Run, load_run
+from prefixscan.run.load import Run, load_run
+from prefixscan.run.rundir import run_containing
 
 FORMATS = ("table", "csv", "json", "parquet")
 _TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -242,19 +243,10 @@ def encode_result(cols: list[str], rows: list[tuple[Any, ...]], fmt: str, for_te
     raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
 
 
-def enclosing_run(path: Path) -> Path | None:
-    """The run directory (a directory holding manifest.json) that `path` is, or is inside, if any."""
-    p = path.resolve()
-    for d in (p, *p.parents):
-        if d.is_dir() and (d / MANIFEST).is_file():
-            return d
-    return None
-
-
 def check_output(output: str, force: bool) -> Path:
     """Refuse an output file that exists (without `force`), is a directory, or lies in a run directory."""
     target = Path(output)
-    run = enclosing_run(target.parent if not target.is_dir() else target)
+    run = run_containing(target.parent if not target.is_dir() else target)
     if run is not None:
         raise UsageError(f"-o {output} is inside the run directory {run}: query never writes into a run; "
                          "choose a path outside it")
