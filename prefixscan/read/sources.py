@@ -33,10 +33,7 @@ def _kind(path: str) -> str | None:
     low = path.lower()
     if low.endswith((".parquet", ".pq")):
         return "parquet"
-    if low.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson", ".ndjson.gz", ".ndjson.zst", ".json",
-                     ".json.gz", ".json.zst")):
-        return "jsonl"
-    return None
+    return "jsonl" if low.endswith(SUFFIXES) else None
 
 
 def fingerprint(path: str, size: int) -> str:
