@@ -18,10 +18,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from prefixscan.pilot.latency import CLASSES, COLUMNS, PILOT_SCHEMA, UNKNOWN, class_frame, group_row, percentile
+from prefixscan.pilot.latency import CLASSES, COLUMNS, PCTS, PILOT_SCHEMA, UNKNOWN, class_frame, group_row, percentile
 from prefixscan.run.load import Run
-
-PCTS = (50, 95)
 
 
 def events_by_hash(events: pa.Table) -> pl.DataFrame:

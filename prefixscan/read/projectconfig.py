@@ -179,6 +179,9 @@ def apply(command: str, config: ProjectConfig, params: dict[str, Any], defaulted
 
 
 _SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_FITS = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}  # TOML values an option type takes
+_TOML_TYPES = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "an array"),
+               (dict, "a table"))
 
 
 def check_type(config: ProjectConfig, section: str, key: str, value: Any, hint: Any) -> None:
@@ -195,13 +198,7 @@ def check_type(config: ProjectConfig, section: str, key: str, value: Any, hint: 
             return
         if want is str and isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
             return  # joined with commas (policies = ["a", "b"])
-        if want is bool and isinstance(value, bool):
-            return
-        if want is int and isinstance(value, int) and not isinstance(value, bool):
-            return
-        if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return
-        if want is str and isinstance(value, str):
+        if want in _FITS and isinstance(value, _FITS[want]) and (want is bool or not isinstance(value, bool)):
             return
         if origin not in (list, bool, int, float, str):
             return  # a type this check does not know: the command validates the value itself
@@ -210,17 +207,7 @@ def check_type(config: ProjectConfig, section: str, key: str, value: Any, hint: 
 
 
 def _toml_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return f"a {type(value).__name__}"
+    return next((name for kind, name in _TOML_TYPES if isinstance(value, kind)), f"a {type(value).__name__}")
 
 
 def describe(config: ProjectConfig, used: list[str], params: dict[str, Any]) -> str:
