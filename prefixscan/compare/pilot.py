@@ -1,12 +1,10 @@
-"""Pilot against control (issue 31): the pilot measurement of two runs, or of two pools of one run, side
-by side: requests, hit rate, prefill tokens, and TTFT and queue wait p50 / p95 for all, warm, partial and
-cold requests, with B - A.
+"""Pilot against control: the pilot measurement of two runs, or of two pools of one run, side by side
+(requests, hit rate, prefill tokens, TTFT and queue wait p50 / p95 for all, warm, partial and cold
+requests, with B - A).
 
-A side is a run directory, optionally narrowed to the requests whose replica field matches a name or a
-glob (`gpu-pilot-*`: a pool of replicas; or map the pool itself with `--field replica=PATH`):
-`diff RUN RUN --pool-a 'ctl-*' --pool-b 'pilot-*'` compares two pools of one log, `diff BEFORE AFTER` two
-time windows or two logs. Each side is measured by the one
-pilot rule (prefixscan.pilot.latency.of_frame) over the run's requests table, never from a copy of its numbers.
+A side is a run directory, optionally narrowed to the requests whose replica matches a name or a glob
+(`diff RUN RUN --pool-a 'ctl-*' --pool-b 'pilot-*'`). Each side is measured by the one pilot rule
+(prefixscan.pilot.latency.of_frame) over the run's requests table, never from a copy of its numbers.
 """
 
 from __future__ import annotations

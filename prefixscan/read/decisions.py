@@ -1,17 +1,8 @@
-"""The router's decision log (issue 31): one JSON object per request, in the form seed 002 shows.
-
-    {"request_id": "req_8f2c", "prefix_key": "pfx_4b19", "selected_worker": "gpu-03",
-     "candidate_workers": ["gpu-03", "gpu-01"], "predicted_cached_tokens": 24576,
-     "actual_cached_tokens": 24320, "queue_wait_ms": 38, "prefill_tokens": 912,
-     "decision": "prefer-warm-worker"}
-
-`analyze --decisions FILE` reads it (JSONL, JSON array, gzip, zstd or Parquet, as the request log) and
-`prefixscan.pilot.decisions` joins it to the requests by `request_id`. `request_id` and `decision` are
-required; the rest may be missing or null. `candidate_workers` holds worker names, or objects
-`{"worker": NAME, "predicted_cached_tokens": N}` when the router knows each candidate's predicted hit.
-`prefix_key` (and any other key) is not used. A row that breaks these rules is a reject (the run's rejects
-table, `source_file` = the decision file) with where and why, never the value; a second row for one
-request id is a `duplicate_id` reject (the first is kept).
+"""The router's decision log (`analyze --decisions FILE`): one JSON object per request, in the form seed 002
+shows, read like a request log (JSONL, JSON array, gzip, zstd or Parquet); docs/pilot.md "The router's
+decision log" gives its fields and rules. `request_id` and `decision` are required; a row that breaks the
+rules is a reject with where and why, never the value, and a second row for one request id a
+`duplicate_id` reject (the first is kept). `prefixscan.pilot.decisions` joins it to the requests.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Latency fields of a request log, in seconds: time to first token, end-to-end latency and queue wait.
 
-A pilot of prefix-aware routing is read by how warm, partial and cold requests differ in time to first
-token and queue wait (issue 31), so each request carries three nullable columns: `ttft_s`, `e2e_s` and
-`queue_wait_s`. They are found, in this order:
-
-1. `--field NAME=PATH` for NAME in `MAPPABLE` (`ttft_s`/`ttft_ms`, `e2e_s`/`e2e_ms`,
-   `queue_wait_s`/`queue_wait_ms`): the suffix says the unit of the log's value. A mapped column is
-   read from that path only, as every other `--field`.
-2. A key with a unit in its name or a documented unit (`CANDIDATES`): gateway fields (`ttft_ms`,
-   `queue_wait_ms`, ...), vLLM's per-request `metrics` object (`time_to_first_token_ms`,
-   `queue_time_ms`), the OpenTelemetry GenAI span attribute `gen_ai.response.time_to_first_chunk`
-   (seconds).
-3. Differences of two clocks: LiteLLM's StandardLoggingPayload `completionStartTime - startTime`
-   (TTFT) and `endTime - startTime` (end to end); an OTel span's `endTimeUnixNano - startTimeUnixNano`.
-
-A value that is not a non-negative number (or an end before its start) rejects the record, said in
-the rejects table (a RecordError): a latency of the wrong kind would otherwise skew every percentile in
-silence.
+Each request carries three nullable columns, `ttft_s`, `e2e_s` and `queue_wait_s`, found in this order
+(docs/pilot.md, "Latency fields"): a `--field` mapping whose name says the log's unit (`MAPPABLE`); a key
+by name with its unit (`CANDIDATES`: gateway fields, vLLM's `metrics`, OTel's time to first chunk); the
+difference of two clocks (LiteLLM's `completionStartTime - startTime` and `endTime - startTime`, an OTel
+span's end minus start). A value that is not a non-negative number, or an end before its start, rejects
+the record: a latency of the wrong kind would otherwise skew every percentile in silence.
 """
 
 from __future__ import annotations
