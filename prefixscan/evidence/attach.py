@@ -33,6 +33,7 @@ from prefixscan.errors import InputError
 from prefixscan.evidence.kvevents import read_events
 from prefixscan.run.load import Run, load_run
 from prefixscan.run.rundir import add_tables
+from prefixscan.schema import fields
 
 # (queries counter, hits counter) per engine, in the order they are tried.
 COUNTERS = {
@@ -52,9 +53,7 @@ def parse_exposition(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for raw in text.splitlines():
         line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
+        m = _LINE.match(line) if not line.startswith("#") else None  # comments, TYPE and HELP lines
         if m is None:
             continue
         try:
@@ -167,8 +166,7 @@ class MetricsComparison:
         return out
 
 
-JOIN_SCHEMA = pa.schema([("request_id", pa.string()), ("predicted_blocks", pa.int64()),
-                         ("stored_blocks", pa.int64()), ("removed_blocks", pa.int64())])
+JOIN_SCHEMA = pa.schema(fields("request_id:string predicted_blocks:int64 stored_blocks:int64 removed_blocks:int64"))
 
 
 @dataclass(frozen=True)

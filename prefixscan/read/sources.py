@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import xxhash
 
@@ -26,7 +26,7 @@ class Source:
     kind: str  # "jsonl" or "parquet"
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "size": self.size, "fingerprint": self.fingerprint, "kind": self.kind}
+        return asdict(self)
 
 
 def _kind(path: str) -> str | None:

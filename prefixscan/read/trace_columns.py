@@ -8,6 +8,7 @@ the first time one of them carries a value, and stays None (all null) otherwise.
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Any, cast
 
 import numpy as np
@@ -82,12 +83,9 @@ class TraceColumns:
         lengths = np.array([0 if r.hash_ids is None else len(r.hash_ids) for r in recs], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         start = 0
-        while start < len(recs):  # one call per run of records from the same file
-            path = recs[start].source_file
-            end = start
-            while end < len(recs) and recs[end].source_file == path:
-                end += 1
-            part = recs[start:end]
+        for path, run in groupby(recs, key=lambda r: r.source_file):  # one call per run of one file's records
+            part = list(run)
+            end = start + len(part)
             self.add(
                 path,
                 line=np.array([r.source_line for r in part], dtype=np.int64),
