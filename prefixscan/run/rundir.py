@@ -1,15 +1,11 @@
-"""The run directory: `manifest.json` plus one Parquet file per table, written here.
+"""The run directory: `manifest.json` plus one Parquet file per table, written here (reading one is
+prefixscan.run.load's: `Run.open`, `read_manifest`, whose names stay importable from here).
 
-Every command after `analyze` (findings, simulate, estimate, report, query) reads and extends a run
-directory instead of recomputing, so results can be re-rendered and queried without re-running. This
-module writes runs (a new run swapped in whole, tables and manifest added under the run's lock); reading
-one is prefixscan.run.load's (`Run.open`, `read_manifest`), whose names stay importable from here.
-
-One writer per run directory (`RunLock`): a lock file beside it, held with an OS lock for the writer's
-lifetime. The lock is `.<run name>.lock` in the run's parent directory (a new run does not exist yet, and
-a `--force` run swaps the whole directory). The kernel's `flock` is released when the holder dies, however it dies, so
-a lock left by a killed run is simply taken over; the file names the holder's pid for the message the
-next writer prints while the holder is alive.
+Every command after `analyze` reads and extends a run directory instead of recomputing. A new run is
+swapped in whole (`NewRun`), tables and manifest are added under the run's lock (`extending`). One writer
+per run (`RunLock`): `.<run name>.lock` in the run's parent (a new run does not exist yet, and `--force`
+swaps the whole directory), held with the kernel's `flock`, which is released however its holder dies, so
+a killed run's lock is simply taken over. docs/analyze.md, "The run directory is complete or absent".
 """
 
 from __future__ import annotations
