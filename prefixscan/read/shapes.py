@@ -282,7 +282,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
         where["conversation_id"] = "parent_chat_id" if rec.conversation_id is not None else None
     rec.ttft_s, rec.e2e_s, rec.queue_wait_s = latency.read(holders, obj, overrides, original_shape == "otel",
-                                                            get_path, plan, where if use is not None else None)
+                                                            plan, where if use is not None else None)
     if use is not None:
         if original_shape in CONVERTED_KEYS:  # the converter's keys, named by where it took them from
             where = {f: CONVERTED_KEYS[original_shape].get(f, p) if p is not None and f not in overrides else p
