@@ -85,20 +85,12 @@ class NewRun:
 
     def commit(self) -> Path:
         """Make the built run the target (flushed to disk first); releases the lock."""
+        old = temp_path(self.target, "old-")
         try:
             for f in sorted(self.path.iterdir()):
                 if f.is_file():
                     fsync_file(f)
             fsync_dir(self.path)
-            self.commit_empty()
-        except OSError as exc:
-            self.abort()
-            raise env_error(exc, self.target) from None
-        return self.target
-
-    def commit_empty(self) -> None:
-        old = temp_path(self.target, "old-")
-        try:
             if self.target.exists():
                 if not _exchange(self.path, self.target):
                     os.rename(self.target, old)  # a moment without the target: the next NewRun restores it
@@ -109,8 +101,12 @@ class NewRun:
             else:
                 os.rename(self.path, self.target)
             fsync_dir(self.target.absolute().parent)
+        except OSError as exc:
+            self.abort()
+            raise env_error(exc, self.target) from None
         finally:
             self.lock.release()
+        return self.target
 
     def abort(self) -> None:
         """Remove what was built; the target is as it was. Releases the lock."""
