@@ -45,10 +45,6 @@ def run_tables(run: Run) -> dict[str, Path]:
     return out
 
 
-def ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def register_tables(con: Any, tables: dict[str, Path]) -> None:
     """Give the connection one read-only relation per table: a lazily scanned Arrow dataset registered under
     the table's name. DuckDB itself never opens a file of the run, so no path has to stay reachable once the

@@ -101,10 +101,6 @@ def compare_pilot(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], 
     return PilotComparison(a, b, tuple(warnings))
 
 
-def _delta(x: float | None, y: float | None) -> float | None:
-    return None if x is None or y is None else y - x
-
-
 def pilot_json(c: PilotComparison) -> dict[str, Any]:
     """The comparison as plain data: per group, A, B and B - A of each measure."""
     out: dict[str, Any] = {"a": {"run": c.a.run, "pool": c.a.pool, "cached_source": c.a.cached_source},
@@ -118,6 +114,6 @@ def pilot_json(c: PilotComparison) -> dict[str, Any]:
                  ("uncached_tokens", ra["uncached_tokens"], rb["uncached_tokens"])]
         pairs += [(k, ra[k], rb[k]) for k in LATENCY_KEYS]
         for key, va, vb in pairs:
-            row[key] = {"a": va, "b": vb, "delta": _delta(va, vb)}
+            row[key] = {"a": va, "b": vb, "delta": None if va is None or vb is None else vb - va}
         out["groups"][g] = row
     return out

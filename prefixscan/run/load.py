@@ -166,10 +166,6 @@ def _int(x: Any) -> int | None:
     return None if x is None else int(x)
 
 
-def _float(x: Any) -> float | None:
-    return None if x is None else float(x)
-
-
 @dataclass(frozen=True)
 class RequestCounts:
     """What analyze read: read = accepted + rejected, and the rejects by reason (None: not recorded)."""
@@ -202,7 +198,8 @@ class Analysis:
     @property
     def tenant_isolated_hit_rate(self) -> float | None:
         """Token-weighted hit rate with every tenant's hashes salted apart."""
-        return _float(self.hit_rate.get("tenant_isolated_token_weighted"))
+        rate = self.hit_rate.get("tenant_isolated_token_weighted")
+        return None if rate is None else float(rate)
 
     @property
     def exact_capacity(self) -> dict[str, int]:
