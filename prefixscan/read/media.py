@@ -62,7 +62,7 @@ MAX_DEPTH = 64  # payload nesting searched (real parts nest 1-3 levels): a hosti
 def _payload(obj: Any) -> tuple[str, Any] | None:
     """(field, value) of the innermost payload of a part or of a nested object: the first string or bytes
     found depth first through PAYLOAD_KEYS, named by the key that holds it. Iterative and bounded by
-    MAX_DEPTH (a part nested 1,000 levels deep once ended the run with a RecursionError)."""
+    MAX_DEPTH, so no nesting can exhaust the stack."""
     stack: list[tuple[Any, str, int]] = [(obj, "value", 0)]
     while stack:
         cur, field, depth = stack.pop()
