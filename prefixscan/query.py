@@ -96,12 +96,8 @@ def queries_dir() -> Traversable:
 
 def canned_queries() -> dict[str, str]:
     """The canned queries shipped with prefixscan: name -> the question (the file's first comment line)."""
-    out = {}
-    for f in sorted(queries_dir().iterdir(), key=lambda f: f.name):
-        if f.name.endswith(".sql"):
-            first = f.read_text().splitlines()[0] if f.read_text() else ""
-            out[f.name[:-4]] = first.removeprefix("--").strip()
-    return out
+    files = sorted((f for f in queries_dir().iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    return {f.name[:-4]: (f.read_text().splitlines() or [""])[0].removeprefix("--").strip() for f in files}
 
 
 def load_sql(sql: str) -> str:

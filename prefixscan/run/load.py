@@ -41,10 +41,8 @@ def read_manifest(run: str | os.PathLike[str]) -> dict[str, Any]:
     """Load a run's manifest, with a clear error when the directory is not a run or the file is damaged."""
     path = Path(run) / MANIFEST
     if not path.exists():
-        raise RunDirError(
-            f"{run} is not a prefixscan run directory (no {MANIFEST}); "
-            f"create one with `prefixscan analyze LOGS -o {run}`"
-        )
+        raise RunDirError(f"{run} is not a prefixscan run directory (no {MANIFEST}); "
+                          f"create one with `prefixscan analyze LOGS -o {run}`")
     try:
         doc = json.loads(path.read_bytes())
     except OSError as exc:
