@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from prefixscan.errors import EnvError, RunDirError, UsageError
-from prefixscan.run.load import Run, load_run
+from prefixscan.run.load import PLAIN_TABLE, Run, load_run
 from prefixscan.run.rundir import run_containing
 
 FORMATS = ("table", "csv", "json", "parquet")
-_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 def run_tables(run: Run) -> dict[str, Path]:
@@ -39,7 +38,7 @@ def run_tables(run: Run) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for name in names:
         p = run.file(name)
-        if _TABLE_NAME.fullmatch(name) and p is not None and p.is_file() and not p.is_symlink() \
+        if PLAIN_TABLE.fullmatch(name) and p is not None and p.is_file() and not p.is_symlink() \
                 and p.resolve().is_relative_to(root):
             out[name] = run.checked_file(name).resolve()  # a damaged file: one line, exit 5
     return out

@@ -93,7 +93,7 @@ def _check_manifest(doc: dict[str, Any], path: Path, run: str | os.PathLike[str]
     """Refuse a manifest whose values a reader would misuse: wrong types, table names that are not plain
     names, a file mode beyond read/write bits; simulations are checked by prefixscan.run.simindex."""
     why = _check_types(doc, _SCHEMA, "")
-    if why is None and not all(isinstance(t, str) and _PLAIN_TABLE.fullmatch(t) and isinstance(v, dict)
+    if why is None and not all(isinstance(t, str) and PLAIN_TABLE.fullmatch(t) and isinstance(v, dict)
                                for t, v in doc.get("tables", {}).items()):
         why = "tables must map plain table names to objects"
     if why is None and doc.get(MANIFEST_KEY) is not None and parse_mode(doc[MANIFEST_KEY]) is None:
@@ -102,7 +102,7 @@ def _check_manifest(doc: dict[str, Any], path: Path, run: str | os.PathLike[str]
         raise RunDirError(f"run directory damaged: {path}: {why}; {redo(run)}")
 
 
-_PLAIN_TABLE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+PLAIN_TABLE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a run's table names (query registers them as relations)
 
 
 def read_table_file(path: Path, run: str | os.PathLike[str], **kwargs: Any) -> pa.Table:
