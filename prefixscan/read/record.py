@@ -51,6 +51,8 @@ FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 
 
+# The fields above a Record holds as strings (besides request_id)
+STRING_FIELDS = ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category")
 # Where the prompt itself is: mapped with --field like the fields above, never looked up by name.
 CONTENT_FIELDS = ("messages", "tools", "prompt")
 

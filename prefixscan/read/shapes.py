@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from prefixscan.read import latency
+from prefixscan.read import latency, record
 from prefixscan.read.anthropic import anthropic_to_chat, is_anthropic
 from prefixscan.read.content import content_text, json_text
 from prefixscan.read.fielduse import CONVERTED_KEYS, TRACE_UNITS, FieldUse
@@ -32,8 +32,6 @@ FORMATS = ("auto", "chat", "openai-batch", "gateway", "completion", "tokens", "m
 CLOCKLESS = ("openai-batch",)
 NO_CLOCK = object()
 
-# Record fields that are strings, looked up by name (record.FIELD_CANDIDATES)
-STRING_FIELDS = ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category")
 # Latency columns (seconds) are mapped by a name that says the log's unit: ttft_ms, queue_wait_s, ... (latency.py)
 FIELDS = tuple(FIELD_CANDIDATES) + CONTENT_FIELDS + tuple(latency.MAPPABLE)
 
@@ -272,7 +270,7 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
     rec = Record(source_file=source_file, source_line=line,
                  request_id=str(rid) if rid is not None else default_request_id(source_file, line),
                  timestamp_s=ts, kind=kind, **content)
-    for name in STRING_FIELDS:
+    for name in record.STRING_FIELDS:
         value, found = _lookup(name, holders, obj, overrides, plan)
         if use is not None and (name in FieldUse.TRACKED or name in overrides):
             where[name] = found
@@ -423,7 +421,7 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
     if len(obj) > len(TRACE_FIELDS[shape]) or rid is not None:
         holders = (obj,)
         plan = _PLANS.plan(holders)
-        for name in STRING_FIELDS:
+        for name in record.STRING_FIELDS:
             setattr(rec, name, _str_or_none(_lookup(name, holders, obj, {}, plan)[0]))
         rec.actual_cached_tokens = _int_or_none(_lookup("actual_cached_tokens", holders, obj, {}, plan)[0],
                                                 "actual_cached_tokens")

@@ -14,10 +14,9 @@ from typing import Any, cast
 import numpy as np
 import polars as pl
 
-from prefixscan.read.record import Record
+from prefixscan.read.record import STRING_FIELDS, Record
 
-STRING_COLS = ("request_id", "tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica",
-               "category")
+STRING_COLS = ("request_id", *STRING_FIELDS)
 INT_COLS = ("turn_index", "output_tokens", "actual_cached_tokens")  # nullable: -1 stands for null
 NUM_DTYPES = {"file": np.int32, "line": np.int64, "ts": np.float64, "prompt": np.int64, "root": np.uint64,
               "len": np.int64, **dict.fromkeys(INT_COLS, np.int64)}
