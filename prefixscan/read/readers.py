@@ -434,6 +434,4 @@ def _rows(batch: Any) -> list[dict[str, Any] | RawError]:
 
 def read_source(src: Source, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
     """Dispatch on the source kind."""
-    if src.kind == "parquet":
-        return read_parquet(src.path, pos)
-    return read_jsonl(src.path, pos)
+    return (read_parquet if src.kind == "parquet" else read_jsonl)(src.path, pos)
