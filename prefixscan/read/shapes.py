@@ -221,7 +221,7 @@ _PLANS = FieldPlans({**FIELD_CANDIDATES, **latency.PATHS})  # latency columns pl
 
 
 def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
-               overrides: dict[str, str], plan: Plan) -> tuple[Any, str | None]:
+            overrides: dict[str, str], plan: Plan) -> tuple[Any, str | None]:
     """The first non-null candidate of `field` (an override names its one path), trying only the candidates
     the holders' layout can match (`record.FieldPlans`), and the path it came from (None when none matched)."""
     if field in overrides:
