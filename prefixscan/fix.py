@@ -227,26 +227,20 @@ def _lines(path: str, rows: list[tuple[int, Any, bool]]) -> Iterator[bytes]:
             changed.setdefault(line, []).append((k, obj))
     with open_bytes(path) as f:
         try:
-            yield from _each(enumerate(f, start=1), changed, per_line)
+            for lineno, orig in enumerate(f, start=1):  # copied, or written from its rewritten record(s)
+                new = changed.get(lineno)
+                if new is None:
+                    yield orig if orig.endswith(b"\n") else orig + b"\n"
+                    continue
+                if per_line[lineno] == 1 and new[0][0] == 0:
+                    yield orjson.dumps(new[0][1]) + b"\n"
+                    continue
+                whole = orjson.loads(orig)
+                spans = expand_otlp(whole) or []
+                for k, span in new:
+                    spans[k].clear()
+                    spans[k].update(span)
+                yield orjson.dumps(whole) + b"\n"
         except DECODE_ERRORS as exc:
             raise InputError(f"{path} cannot be decompressed to its end ({str(exc)[:120] or type(exc).__name__}): "
                              "fix copies every line, so nothing was written") from None
-
-
-def _each(numbered: Iterator[tuple[int, bytes]], changed: dict[int, list[tuple[int, Any]]],
-          per_line: dict[int, int]) -> Iterator[bytes]:
-    """Each line: copied, or written from its rewritten record(s)."""
-    for lineno, orig in numbered:
-        new = changed.get(lineno)
-        if new is None:
-            yield orig if orig.endswith(b"\n") else orig + b"\n"
-            continue
-        if per_line[lineno] == 1 and new[0][0] == 0:
-            yield orjson.dumps(new[0][1]) + b"\n"
-            continue
-        whole = orjson.loads(orig)
-        spans = expand_otlp(whole) or []
-        for k, span in new:
-            spans[k].clear()
-            spans[k].update(span)
-        yield orjson.dumps(whole) + b"\n"

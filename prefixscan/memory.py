@@ -61,9 +61,7 @@ def peak_rss_mib() -> float:
 # The young generation's threshold while a pipeline runs. Encoding and reading allocate millions of
 # short-lived acyclic objects (units, tuples, message dicts) beside long-lived caches (token memo,
 # conversation prompts, detector memos) that hold no cycles either; at the default 700 every pass that
-# reaches the old generation walks those caches again. The encode stage on the first 30,000 requests of
-# the 100k fresh chat log, one process, medians of 3 (`bench/studies/encode_gc.py`, 2026-12-02): 11.6 s of CPU at
-# CPython's defaults, 9.9 s under `fewer_collections`, 9.8 s with no collection at all; same hashes.
+# reaches the old generation walks those caches again (`bench/studies/encode_gc.py` measures the cost).
 YOUNG_THRESHOLD = 50_000
 
 

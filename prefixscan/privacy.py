@@ -108,13 +108,8 @@ def tenant_hasher(key: str) -> Callable[[str | None], str | None]:
 
 def scrub_argv(argv: list[str]) -> list[str]:
     """Arguments with any `--tenant-key` value masked, fit for the manifest's command line."""
-    out: list[str] = []
-    for i, a in enumerate(argv):
-        if i and argv[i - 1] == "--tenant-key":
-            out.append("***")
-        else:
-            out.append("--tenant-key=***" if a.startswith("--tenant-key=") else a)
-    return out
+    return ["***" if i and argv[i - 1] == "--tenant-key" else "--tenant-key=***" if a.startswith("--tenant-key=")
+            else a for i, a in enumerate(argv)]
 
 
 def scrub_command_line(command_line: str) -> str:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from prefixscan.errors import EnvError, RunDirError, UsageError
-from prefixscan.run.load import MANIFEST, Run, load_run
+from prefixscan.run.load import PLAIN_TABLE, Run, load_run
+from prefixscan.run.rundir import run_containing
 
 FORMATS = ("table", "csv", "json", "parquet")
-_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 def run_tables(run: Run) -> dict[str, Path]:
@@ -38,14 +38,10 @@ def run_tables(run: Run) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for name in names:
         p = run.file(name)
-        if _TABLE_NAME.fullmatch(name) and p is not None and p.is_file() and not p.is_symlink() \
+        if PLAIN_TABLE.fullmatch(name) and p is not None and p.is_file() and not p.is_symlink() \
                 and p.resolve().is_relative_to(root):
             out[name] = run.checked_file(name).resolve()  # a damaged file: one line, exit 5
     return out
-
-
-def ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def register_tables(con: Any, tables: dict[str, Path]) -> None:
@@ -99,12 +95,8 @@ def queries_dir() -> Traversable:
 
 def canned_queries() -> dict[str, str]:
     """The canned queries shipped with prefixscan: name -> the question (the file's first comment line)."""
-    out = {}
-    for f in sorted(queries_dir().iterdir(), key=lambda f: f.name):
-        if f.name.endswith(".sql"):
-            first = f.read_text().splitlines()[0] if f.read_text() else ""
-            out[f.name[:-4]] = first.removeprefix("--").strip()
-    return out
+    files = sorted((f for f in queries_dir().iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    return {f.name[:-4]: (f.read_text().splitlines() or [""])[0].removeprefix("--").strip() for f in files}
 
 
 def load_sql(sql: str) -> str:
@@ -242,19 +234,10 @@ def encode_result(cols: list[str], rows: list[tuple[Any, ...]], fmt: str, for_te
     raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
 
 
-def enclosing_run(path: Path) -> Path | None:
-    """The run directory (a directory holding manifest.json) that `path` is, or is inside, if any."""
-    p = path.resolve()
-    for d in (p, *p.parents):
-        if d.is_dir() and (d / MANIFEST).is_file():
-            return d
-    return None
-
-
 def check_output(output: str, force: bool) -> Path:
     """Refuse an output file that exists (without `force`), is a directory, or lies in a run directory."""
     target = Path(output)
-    run = enclosing_run(target.parent if not target.is_dir() else target)
+    run = run_containing(target.parent if not target.is_dir() else target)
     if run is not None:
         raise UsageError(f"-o {output} is inside the run directory {run}: query never writes into a run; "
                          "choose a path outside it")

@@ -8,59 +8,37 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-# Columns produced by ingest + tokenise + hash (one row per accepted request, analysis order).
-REQUEST_INPUT_FIELDS: list[pa.Field] = [
-    pa.field("seq", pa.int64(), nullable=False),
-    pa.field("request_id", pa.string(), nullable=False),
-    pa.field("source_file", pa.string(), nullable=False),
-    pa.field("source_line", pa.int64(), nullable=False),
-    pa.field("timestamp_s", pa.float64(), nullable=False),
-    pa.field("arrival_s", pa.float64(), nullable=False),
-    pa.field("tenant", pa.string()),
-    pa.field("conversation_id", pa.string()),
-    pa.field("conversation_inferred", pa.bool_(), nullable=False),
-    pa.field("user", pa.string()),
-    pa.field("model", pa.string()),
-    pa.field("adapter", pa.string()),
-    pa.field("cache_salt", pa.string()),
-    pa.field("replica", pa.string()),
-    pa.field("category", pa.string()),
-    pa.field("turn_index", pa.int32()),
-    pa.field("prompt_tokens", pa.int64(), nullable=False),
-    pa.field("head_tokens", pa.int64()),
-    pa.field("output_tokens", pa.int64()),
-    pa.field("actual_cached_tokens", pa.int64()),
-    # The log's own latency, seconds (read/latency.py): null where the log has none.
-    pa.field("ttft_s", pa.float64()),
-    pa.field("e2e_s", pa.float64()),
-    pa.field("queue_wait_s", pa.float64()),
-    pa.field("namespace", pa.uint64(), nullable=False),
-    pa.field("block_hashes", pa.list_(pa.uint64()), nullable=False),
-]
+TYPES = {"int32": pa.int32(), "int64": pa.int64(), "uint64": pa.uint64(), "float64": pa.float64(),
+         "string": pa.string(), "bool": pa.bool_(), "list<uint64>": pa.list_(pa.uint64())}
+
+
+def fields(spec: str) -> list[pa.Field]:
+    """Columns written as `name:type` words (types: `TYPES`), in order; `!` after the type: never null."""
+    out = []
+    for word in spec.split():
+        name, kind = word.split(":")
+        out.append(pa.field(name, TYPES[kind.rstrip("!")], nullable=not kind.endswith("!")))
+    return out
+
+
+# Columns produced by ingest + tokenise + hash (one row per accepted request, analysis order). The log's own
+# latency (ttft_s, e2e_s, queue_wait_s) is in seconds (read/latency.py), null where the log has none.
+REQUEST_INPUT_FIELDS = fields(
+    "seq:int64! request_id:string! source_file:string! source_line:int64! timestamp_s:float64! arrival_s:float64! "
+    "tenant:string conversation_id:string conversation_inferred:bool! user:string model:string adapter:string "
+    "cache_salt:string replica:string category:string turn_index:int32 prompt_tokens:int64! head_tokens:int64 "
+    "output_tokens:int64 actual_cached_tokens:int64 ttft_s:float64 e2e_s:float64 queue_wait_s:float64 "
+    "namespace:uint64! block_hashes:list<uint64>!")
 
 # Columns added by the ideal-cache reuse analysis.
-REQUEST_REUSE_FIELDS: list[pa.Field] = [
-    pa.field("cached_tokens", pa.int64(), nullable=False),
-    pa.field("cached_blocks", pa.int32(), nullable=False),
-    pa.field("divergence_token", pa.int64(), nullable=False),
-    pa.field("conversation_cached_tokens", pa.int64(), nullable=False),
-    pa.field("tenant_cached_tokens", pa.int64(), nullable=False),
-    pa.field("source_request_id", pa.string()),
-    pa.field("hit_source", pa.string(), nullable=False),
-    pa.field("prefix_class", pa.string(), nullable=False),
-    pa.field("predicted_minus_actual", pa.int64()),
-]
+REQUEST_REUSE_FIELDS = fields(
+    "cached_tokens:int64! cached_blocks:int32! divergence_token:int64! conversation_cached_tokens:int64! "
+    "tenant_cached_tokens:int64! source_request_id:string hit_source:string! prefix_class:string! "
+    "predicted_minus_actual:int64")
 
 REQUESTS_SCHEMA = pa.schema(REQUEST_INPUT_FIELDS + REQUEST_REUSE_FIELDS)
 
-REJECTS_SCHEMA = pa.schema(
-    [
-        pa.field("source_file", pa.string(), nullable=False),
-        pa.field("source_line", pa.int64(), nullable=False),
-        pa.field("reason", pa.string(), nullable=False),
-        pa.field("detail", pa.string()),
-    ]
-)
+REJECTS_SCHEMA = pa.schema(fields("source_file:string! source_line:int64! reason:string! detail:string"))
 
 
 # The requests-table columns a replay (simulate, estimate) cannot do without.

@@ -7,9 +7,8 @@
   functions (`to_pandas`, `from_pandas`) import it when called. Only the CLI does this: in a library
   caller's process, its own `pa.array(series)` would no longer be recognised as pandas.
 
-Not done: building numba's typing and target contexts (~0.3 s at the first compiled call) in a thread at
-start-up. numba's registries are not safe for that: a run failed with "generator already executing" in
-numba/core/typing/templates.py when the main thread reached a kernel while the thread was refreshing.
+numba's typing and target contexts (built at the first compiled call) are not built in a thread at start-up:
+numba's registries are not thread-safe ("generator already executing" when the main thread reaches a kernel).
 """
 
 from __future__ import annotations

@@ -96,10 +96,13 @@ def _not_checkable(f: RunFacts, name: str, threshold: float, allow: bool) -> Gat
     ids, completion prompts): "no breaker found" would be a pass that means nothing."""
     if f.uncheckable is None:
         return None
-    return Gate(name, None, threshold, allow,
-                f"run {f.path} {f.uncheckable}, so no cache "
-                "breaker can be detected" + ("; allowed by --allow-uncheckable" if allow else
-                                             "; pass --allow-uncheckable to let the check pass without it"),
+    return _uncheckable(name, threshold, f"run {f.path} {f.uncheckable}, so no cache breaker can be detected", allow)
+
+
+def _uncheckable(name: str, threshold: float, why: str, allow: bool) -> Gate:
+    """A gate the run cannot answer: it passes only when `--allow-uncheckable` allows it."""
+    return Gate(name, None, threshold, allow, why + ("; allowed by --allow-uncheckable" if allow else
+                                                     "; pass --allow-uncheckable to let the check pass without it"),
                 checkable=False)
 
 
@@ -165,9 +168,7 @@ def _pilot_value(f: RunFacts, gate: str) -> tuple[float | None, str | None]:
 def _pilot_gate(f: RunFacts, gate: str, maximum: float, allow: bool) -> Gate:
     v, why = _pilot_value(f, gate)
     if v is None:
-        return Gate(gate, None, maximum, allow, (why or "") + ("; allowed by --allow-uncheckable" if allow else
-                                                               "; pass --allow-uncheckable to let the check pass "
-                                                               "without it"), checkable=False)
+        return _uncheckable(gate, maximum, why or "", allow)
     ok = v <= maximum
     shown = {"max-warm-ttft-p95": (f"warm TTFT p95 {v * 1000:,.0f} ms", f"{maximum * 1000:,.0f} ms"),
              "max-prediction-gap": (f"predicted minus measured hit rate {v:+.2%}", f"{maximum:.2%}"),

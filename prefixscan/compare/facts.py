@@ -63,13 +63,10 @@ class RunFacts:
 def _breakers(run: Run) -> tuple[Breaker, ...] | None:
     if not run.has("findings"):
         return None
-    out = []
-    for r in sorted(run.table("findings").to_pylist(), key=lambda r: r["rank"]):
-        if r["category"] in NOT_BREAKERS:
-            continue
-        out.append(Breaker(r["kind"], r["tenant"], r["label"], r["message_index"], r["role"],
-                           int(r["tokens_lost"]), int(r["requests_affected"]), r["fix"]))
-    return tuple(out)
+    return tuple(Breaker(r["kind"], r["tenant"], r["label"], r["message_index"], r["role"], int(r["tokens_lost"]),
+                         int(r["requests_affected"]), r["fix"])
+                 for r in sorted(run.table("findings").to_pylist(), key=lambda r: r["rank"])
+                 if r["category"] not in NOT_BREAKERS)
 
 
 def _groups(run: Run) -> dict[str, dict[str, dict[str, float]]]:

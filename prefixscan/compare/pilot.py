@@ -1,12 +1,10 @@
-"""Pilot against control (issue 31): the pilot measurement of two runs, or of two pools of one run, side
-by side: requests, hit rate, prefill tokens, and TTFT and queue wait p50 / p95 for all, warm, partial and
-cold requests, with B - A.
+"""Pilot against control: the pilot measurement of two runs, or of two pools of one run, side by side
+(requests, hit rate, prefill tokens, TTFT and queue wait p50 / p95 for all, warm, partial and cold
+requests, with B - A).
 
-A side is a run directory, optionally narrowed to the requests whose replica field matches a name or a
-glob (`gpu-pilot-*`: a pool of replicas; or map the pool itself with `--field replica=PATH`):
-`diff RUN RUN --pool-a 'ctl-*' --pool-b 'pilot-*'` compares two pools of one log, `diff BEFORE AFTER` two
-time windows or two logs. Each side is measured by the one
-pilot rule (prefixscan.pilot.latency.of_frame) over the run's requests table, never from a copy of its numbers.
+A side is a run directory, optionally narrowed to the requests whose replica matches a name or a glob
+(`diff RUN RUN --pool-a 'ctl-*' --pool-b 'pilot-*'`). Each side is measured by the one pilot rule
+(prefixscan.pilot.latency.of_frame) over the run's requests table, never from a copy of its numbers.
 """
 
 from __future__ import annotations
@@ -103,10 +101,6 @@ def compare_pilot(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], 
     return PilotComparison(a, b, tuple(warnings))
 
 
-def _delta(x: float | None, y: float | None) -> float | None:
-    return None if x is None or y is None else y - x
-
-
 def pilot_json(c: PilotComparison) -> dict[str, Any]:
     """The comparison as plain data: per group, A, B and B - A of each measure."""
     out: dict[str, Any] = {"a": {"run": c.a.run, "pool": c.a.pool, "cached_source": c.a.cached_source},
@@ -120,6 +114,6 @@ def pilot_json(c: PilotComparison) -> dict[str, Any]:
                  ("uncached_tokens", ra["uncached_tokens"], rb["uncached_tokens"])]
         pairs += [(k, ra[k], rb[k]) for k in LATENCY_KEYS]
         for key, va, vb in pairs:
-            row[key] = {"a": va, "b": vb, "delta": _delta(va, vb)}
+            row[key] = {"a": va, "b": vb, "delta": None if va is None or vb is None else vb - va}
         out["groups"][g] = row
     return out

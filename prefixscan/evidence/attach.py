@@ -1,19 +1,12 @@
 """Attach engine evidence (metrics scrapes, KV events) to a finished run: tables and a manifest section.
 
-KV events are joined with the run by block hash (`join_events`): per request, the blocks prefixscan
-predicts against what the engine stored. The run must carry vLLM's own hash values (`analyze --hash
-vllm:ALGO --hash-seed SEED` with the engine's algorithm and PYTHONHASHSEED). Per request: its full blocks
-(predicted), how many of them the engine reported stored (BlockStored) and removed (BlockRemoved) at any
-time in the recording. A run whose hashes never appear in the events is reported as a mismatch, never as
-"the engine stored nothing".
-
-Prometheus scrapes of an engine's `/metrics` give the prefix-cache hit rate it served over a window
-(`served`, `MetricsComparison`). vLLM counts prefix-cache queries and hits in tokens (`vllm:prefix_cache_queries_total`,
-`vllm:prefix_cache_hits_total`; `vllm:gpu_prefix_cache_*` before the rename); SGLang counts prompt tokens
-and cached tokens (`sglang:prompt_tokens_total`, `sglang:cached_tokens_total` by cache source). Counters
-only grow, so the served rate over the logged window is the ratio of the deltas between a scrape taken
-before and one taken after (docs/engines.md, 'What the engine reports'); the logged "hit rate" line is a
-rolling window and is not used.
+KV events are joined with the run by block hash (`join_events`): per request, its full blocks (predicted)
+and how many of them the engine reported stored and removed. The run must carry vLLM's own hash values
+(`analyze --hash vllm:ALGO --hash-seed SEED`); a run whose hashes never appear in the events is a mismatch,
+never "the engine stored nothing". Prometheus scrapes give the hit rate the engine served (`served`):
+its counters (`COUNTERS`: vLLM's and SGLang's, in tokens) only grow, so the rate over the logged window is
+the ratio of the deltas between a scrape before and one after, not the rolling "hit rate" log line
+(docs/engines.md, "What the engine reports").
 """
 
 from __future__ import annotations
@@ -33,6 +26,7 @@ from prefixscan.errors import InputError
 from prefixscan.evidence.kvevents import read_events
 from prefixscan.run.load import Run, load_run
 from prefixscan.run.rundir import add_tables
+from prefixscan.schema import fields
 
 # (queries counter, hits counter) per engine, in the order they are tried.
 COUNTERS = {
@@ -52,9 +46,7 @@ def parse_exposition(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for raw in text.splitlines():
         line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
+        m = _LINE.match(line) if not line.startswith("#") else None  # comments, TYPE and HELP lines
         if m is None:
             continue
         try:
@@ -167,8 +159,7 @@ class MetricsComparison:
         return out
 
 
-JOIN_SCHEMA = pa.schema([("request_id", pa.string()), ("predicted_blocks", pa.int64()),
-                         ("stored_blocks", pa.int64()), ("removed_blocks", pa.int64())])
+JOIN_SCHEMA = pa.schema(fields("request_id:string predicted_blocks:int64 stored_blocks:int64 removed_blocks:int64"))
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,9 @@
-"""KV evictions and the age of evicted prefixes, by warm, partial and cold request (issue 31, seed 002's
-fourth metric group), from a recording of the engine's KV events (`analyze --kv-events`).
+"""KV evictions and the age of evicted prefixes, by warm, partial and cold request (seed 002's fourth metric
+group), from a recording of the engine's KV events (`analyze --kv-events`).
 
-An eviction is one block hash of a `BlockRemoved` event. Its **age** is the time from the most recent
-`BlockStored` of the same hash before it to the removal, both on the engine's event clock (`ts`); a block
-removed without a store in the recording has no age. A request **met** an eviction when, for one of its
-blocks, the last event of that hash before the request's `timestamp_s` is a removal: the block it needed
-had been evicted and not stored again. This compares the engine's clock with the log's (both epoch seconds
-in vLLM and in the logs prefixscan reads; a skew shifts which events count). By class (the pilot rule,
-prefixscan.pilot.latency): the requests that met an eviction, the evictions they met (each removal once per class)
-and those evictions' ages. That is where evictions cost prefill: a warm request met none.
+An eviction is one block hash of a `BlockRemoved` event, aged from the hash's last `BlockStored` before it
+(the engine's clock); a request met one when the last event of one of its blocks before its `timestamp_s`
+is a removal. docs/pilot.md, "KV evictions by class".
 """
 
 from __future__ import annotations
@@ -18,10 +13,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from prefixscan.pilot.latency import CLASSES, COLUMNS, PILOT_SCHEMA, UNKNOWN, class_frame, group_row, percentile
+from prefixscan.pilot.latency import CLASSES, COLUMNS, PCTS, PILOT_SCHEMA, UNKNOWN, class_frame, group_row, percentile
 from prefixscan.run.load import Run
-
-PCTS = (50, 95)
 
 
 def events_by_hash(events: pa.Table) -> pl.DataFrame:

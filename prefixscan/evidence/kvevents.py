@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from prefixscan.errors import InputError
+from prefixscan.schema import fields
 
 MASK64 = (1 << 64) - 1
 KINDS = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
@@ -28,13 +29,9 @@ FIELDS = {
     "BlockRemoved": ("block_hashes", "medium", "group_idx"),
     "AllBlocksCleared": (),
 }
-SCHEMA = pa.schema([
-    ("seq", pa.int64()), ("ts", pa.float64()), ("dp_rank", pa.int32()), ("index", pa.int32()),
-    ("kind", pa.string()), ("block_hashes", pa.list_(pa.uint64())), ("parent_block_hash", pa.uint64()),
-    ("block_size", pa.int32()), ("tokens", pa.int64()), ("medium", pa.string()), ("lora_name", pa.string()),
-])
-GAPS_SCHEMA = pa.schema([("after_seq", pa.int64()), ("next_seq", pa.int64()), ("missing", pa.int64()),
-                         ("recovered", pa.bool_())])
+SCHEMA = pa.schema(fields("seq:int64 ts:float64 dp_rank:int32 index:int32 kind:string block_hashes:list<uint64> "
+                          "parent_block_hash:uint64 block_size:int32 tokens:int64 medium:string lora_name:string"))
+GAPS_SCHEMA = pa.schema(fields("after_seq:int64 next_seq:int64 missing:int64 recovered:bool"))
 
 
 def block_hash(value: Any) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,14 +74,6 @@ def _fill(rec: Recording, got: list[Batch], after: int, nxt: int) -> None:
     rec.gaps[-1] = (after, nxt, complete)
 
 
-class _Stop:
-    def __init__(self) -> None:
-        self.flag = False
-
-    def __call__(self, *_: object) -> None:
-        self.flag = True
-
-
 def _done(start: float, rec: Recording, duration: float | None, max_batches: int | None, idle_since: float,
           idle_timeout: float | None) -> bool:
     now = time.monotonic()
@@ -89,10 +82,10 @@ def _done(start: float, rec: Recording, duration: float | None, max_batches: int
                 or (idle_timeout is not None and now - idle_since >= idle_timeout))
 
 
-def _loop(sub, ctx, rec: Recording, replay: str | None, limits: tuple, stop: _Stop) -> None:
+def _loop(sub, ctx, rec: Recording, replay: str | None, limits: tuple, stop: threading.Event) -> None:
     duration, max_batches, idle_timeout = limits
     start = idle_since = time.monotonic()
-    while not stop.flag and not _done(start, rec, duration, max_batches, idle_since, idle_timeout):
+    while not stop.is_set() and not _done(start, rec, duration, max_batches, idle_since, idle_timeout):
         if not sub.poll(POLL_MS):
             continue
         msg = sub.recv_multipart()
@@ -131,8 +124,8 @@ def record_events(endpoint: str, output: str | os.PathLike[str], replay: str | N
     except zmq.ZMQError as exc:
         raise InputError(f"cannot connect to {endpoint}: {exc}") from None
     sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
-    rec, stop, t0 = Recording(), _Stop(), time.monotonic()
-    old = signal.signal(signal.SIGINT, stop)
+    rec, stop, t0 = Recording(), threading.Event(), time.monotonic()
+    old = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         _loop(sub, ctx, rec, replay, (duration, max_batches, idle_timeout), stop)
     finally:

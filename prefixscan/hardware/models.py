@@ -123,10 +123,8 @@ def get_model(name: str) -> ModelSpec:
     """Look a model up by name, alias or Hugging Face repo id (case-insensitive)."""
     spec = _CATALOGUE.get(_key(name))
     if spec is None:
-        valid = ", ".join(_CATALOGUE)
-        raise UsageError(
-            f"unknown model {name!r}; known models: {valid} (or pass --model-config PATH to a config.json)"
-        )
+        raise UsageError(f"unknown model {name!r}; known models: {', '.join(_CATALOGUE)} (or pass --model-config "
+                         "PATH to a config.json)")
     return spec
 
 

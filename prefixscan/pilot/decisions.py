@@ -1,29 +1,10 @@
-"""The pilot by routing decision (issue 31): the router's decision log joined to the requests by id.
+"""The pilot by routing decision: the router's decision log joined to the requests by id.
 
-Measured per `decision` value (whatever values the log has) and over all decision rows:
-
-* **queue wait** p50 / p95: the decision row's `queue_wait_ms`, else the joined request's `queue_wait_s`
-  (both measure the same wait; the router's own is preferred). TTFT and end to end come from the joined
-  request, cached / uncached tokens from its class columns (prefixscan.pilot.latency), as on the other levels.
-* **left a warm candidate** (seed 002: "the share of requests that left a warm candidate because of the
-  wait threshold"). A row counts when either
-  (a) its `decision` names a fallback or an overflow (contains `fallback` or `overflow`, any case), the
-      router's own word that it gave up its warm preference, the seed's "cold fallback route" after the
-      wait limit; unless the row lists no candidate at all (`candidate_workers: []`: nothing warm to leave);
-  (b) the router had a warmer candidate than the one it chose: with per-candidate predictions
-      (`{"worker", "predicted_cached_tokens"}`), the best candidate's prediction is at least one block and
-      the selected worker's is lower; with names only (the seed's form, where the candidates are the
-      workers that may hold the prefix), the list is not empty and the selected worker is not in it.
-  Only (a) says why; (b) is inferred: under warm preference with a wait limit, the wait limit is the
-  designed reason to pass a warmer worker by. Both counts are reported apart, and their union as the share.
-* **predicted vs actual** cached tokens, over rows that have both (`actual_cached_tokens` of the row, else
-  the joined request's engine count): their sums, and the rows where they differ by more than one block.
-  Seed 002: "If they regularly diverge, you have found an input-identification problem, not a GPU
-  problem". Regular is taken as at least DIVERGE_MIN_ROWS compared rows of which DIVERGE_SHARE or more
-  diverge; the run then says so in a note.
-
-The join is reported, never silent: decision rows that match no request and requests without a decision
-row are counted; a decision log that matches no request is one note.
+Per `decision` value and over all decision rows: queue wait (the row's own, else the joined request's),
+the requests that left a warm candidate (by the decision's name, or by passing a warmer candidate) and
+predicted against actual cached tokens, diverging regularly by `systematic`. The rules, and why each, are
+docs/pilot.md's "The router's decision log". The join is reported, never silent: unjoined rows on either
+side are counted, and a decision log that matches no request is one note.
 """
 
 from __future__ import annotations

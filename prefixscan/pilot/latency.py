@@ -1,28 +1,11 @@
-"""The pilot's outcome, measured from its own logs: latency of warm, partial and cold requests (issue 31).
+"""The pilot's outcome, measured from its own logs: latency of warm, partial and cold requests.
 
-The seed's rollout enables prefix caching in a limited pool and then compares "warm, partial, and cold
-requests by time to first token, queue time". This module reads the requests table's latency columns
-(`ttft_s`, `e2e_s`, `queue_wait_s`, read/latency.py) and groups them:
-
-* by class: each request is warm, partial or cold by its cached prompt tokens, the ENGINE's count
-  (`actual_cached_tokens`) when the log reports it, else the ideal cache's (`cached_tokens`); the run
-  says which (`cached_source`). With the engine's count, a request that lacks it is `unknown` rather
-  than classed by a prediction: measured and predicted are never mixed in one class.
-* by model and replica (the pool): cached and uncached input tokens, and the same latency percentiles.
-
-Classes (`classify`), with B the run's block size (tokens), P the request's prompt tokens and C its
-cached tokens: cold when C < B (not one whole block reused: an engine caches whole blocks only); warm
-when C >= WARM_SHARE * P or P - C <= WARM_UNCACHED; partial otherwise. Prefill time follows the uncached
-tokens, and even a perfect prefix hit computes the new turn and the last partial block: WARM_SHARE (0.9)
-calls a long prompt warm when 10% or less is left, WARM_UNCACHED (256 tokens, about one user turn) a
-short one whose whole remainder is one turn. Both are constants here, documented in docs/pilot.md.
-
-Token sums count a request's cached tokens up to its prompt tokens: an engine count above prefixscan's
-prompt count is a tokenizer or template mismatch (the misses table's `engine_excess_tokens`), and would
-make the uncached tokens negative.
-
-Percentiles are numpy's default rule (linear interpolation between the closest ranks), the rule of
-every other percentile in the analyze summary; a group with no value has null percentiles.
+The requests table's latency columns (`ttft_s`, `e2e_s`, `queue_wait_s`, read/latency.py) grouped by class
+and by model and replica (the pool), with cached and uncached input tokens. The rules are docs/pilot.md's
+"Warm, partial and cold": a request is classed by the engine's cached tokens when the log reports them
+(else the ideal cache's; never a mix: a request without the engine's count is `unknown`), cold below one
+block, warm at WARM_SHARE of its prompt or within WARM_UNCACHED tokens of it; token sums count cached tokens
+up to the prompt; percentiles are numpy's default (linear) rule, null for a group with no value.
 """
 
 from __future__ import annotations
@@ -34,6 +17,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from prefixscan.schema import fields
+
 WARM_SHARE = 0.9
 WARM_UNCACHED = 256
 CLASSES = ("warm", "partial", "cold")
@@ -44,32 +29,18 @@ NONE_KEY = "(none)"
 LATENCY = ("ttft_s", "e2e_s", "queue_wait_s")
 
 PILOT_SCHEMA = pa.schema([
-    pa.field("level", pa.string(), nullable=False),
-    pa.field("model", pa.string()),
-    pa.field("replica", pa.string()),
-    pa.field("class", pa.string()),
-    pa.field("requests", pa.int64(), nullable=False),
-    pa.field("cached_requests", pa.int64(), nullable=False),
-    pa.field("prompt_tokens", pa.int64(), nullable=False),
-    pa.field("cached_tokens", pa.int64(), nullable=False),
-    pa.field("uncached_tokens", pa.int64(), nullable=False),
-    *[f for m in METRICS for f in (pa.field(f"{m}_requests", pa.int64(), nullable=False),
-                                   *[pa.field(f"{m}_p{p}_s", pa.float64()) for p in PCTS])],
+    *fields("level:string! model:string replica:string class:string requests:int64! cached_requests:int64! "
+            "prompt_tokens:int64! cached_tokens:int64! uncached_tokens:int64!"),
+    *[f for m in METRICS for f in fields(f"{m}_requests:int64! " + " ".join(f"{m}_p{p}_s:float64" for p in PCTS))],
     # levels `decision_all` and `decision` only, from the router's decision log (prefixscan.pilot.decisions)
-    pa.field("decision", pa.string()),
-    *[pa.field(c, pa.int64()) for c in ("joined_requests", "compared_requests", "predicted_cached_tokens",
-                                        "actual_cached_tokens", "diverged_requests", "left_warm_requests",
-                                        "prefill_tokens")],
+    *fields("decision:string joined_requests:int64 compared_requests:int64 predicted_cached_tokens:int64 "
+            "actual_cached_tokens:int64 diverged_requests:int64 left_warm_requests:int64 prefill_tokens:int64"),
     # levels `prediction_all` and `prediction` only: prefixscan's prediction next to the engine's outcome
     # (prefixscan.pilot.prediction); the token columns above then hold prefixscan's ideal cache as predicted
-    pa.field("predicted_class", pa.string()),
-    *[pa.field(c, pa.int64()) for c in ("lost_routing_tokens", "lost_eviction_tokens", "lost_unexplained_tokens",
-                                        "engine_excess_tokens")],
+    *fields("predicted_class:string lost_routing_tokens:int64 lost_eviction_tokens:int64 "
+            "lost_unexplained_tokens:int64 engine_excess_tokens:int64"),
     # levels `eviction_all` and `eviction` only, from recorded KV events (prefixscan.evidence.evictions)
-    pa.field("evicted_requests", pa.int64()),
-    pa.field("evicted_blocks", pa.int64()),
-    pa.field("evicted_age_p50_s", pa.float64()),
-    pa.field("evicted_age_p95_s", pa.float64()),
+    *fields("evicted_requests:int64 evicted_blocks:int64 evicted_age_p50_s:float64 evicted_age_p95_s:float64"),
 ])
 
 

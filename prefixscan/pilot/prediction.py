@@ -1,23 +1,11 @@
-"""Prediction next to outcome (issue 31): what prefixscan predicted for the pilot's traffic against what the
-engine did, on the requests whose log line carries the engine's cached tokens.
+"""Prediction next to outcome: what prefixscan predicted for the pilot's traffic (I, the ideal cache) against
+what the engine did (A), on the requests whose log line carries the engine's cached tokens, with the ideal
+cache of the replica that served each request (R) between them.
 
-Predicted is prefixscan's ideal cache of the log as sent (the misses table's `ideal_cached_tokens`, I: the
-run's headline hit rate); as routed is the ideal cache of the replica that served each request (R, with a
-replica field); measured is the engine's count (A). The gap I - A is split, per request, by the existing
-miss attribution (prefixscan.detect.attribution, the misses table; never recomputed here):
-
-    I - A = routing (I - R) + eviction + unexplained - engine excess
-
-A request **diverges** when |I - A| is more than one block; its cause is the largest of its routing,
-eviction, unexplained and engine-excess tokens. Routing and eviction are the pool's doing (another replica
-held the prefix; the replica no longer had it). Unexplained and engine excess are what neither explains:
-the engine saw other tokens than prefixscan (a template or tokenizer mismatch, a hidden timestamp, a
-normaliser that differs between services): seed 002's input-identification problem. "Regular" is the rule
-the router's decision log uses too (`pilot_decisions.systematic`).
-
-Each request is also classed twice by the one class rule (`pilot.class_codes`): by I (predicted class) and
-by A (measured class), so the TTFT of the requests the prediction called warm but the engine served cold is
-measured, not guessed.
+The gap is the miss attribution's (the misses table, never recomputed here): I - A = routing (I - R) +
+eviction + unexplained - engine excess. A request diverges when |I - A| is over one block, by its largest
+cause; "regular" is the decision log's rule (`pilot.decisions.systematic`). Each request is classed twice
+by the one class rule, by I and by A. docs/pilot.md, "Prediction next to outcome".
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""The router's decision log (issue 31): one JSON object per request, in the form seed 002 shows.
-
-    {"request_id": "req_8f2c", "prefix_key": "pfx_4b19", "selected_worker": "gpu-03",
-     "candidate_workers": ["gpu-03", "gpu-01"], "predicted_cached_tokens": 24576,
-     "actual_cached_tokens": 24320, "queue_wait_ms": 38, "prefill_tokens": 912,
-     "decision": "prefer-warm-worker"}
-
-`analyze --decisions FILE` reads it (JSONL, JSON array, gzip, zstd or Parquet, as the request log) and
-`prefixscan.pilot.decisions` joins it to the requests by `request_id`. `request_id` and `decision` are
-required; the rest may be missing or null. `candidate_workers` holds worker names, or objects
-`{"worker": NAME, "predicted_cached_tokens": N}` when the router knows each candidate's predicted hit.
-`prefix_key` (and any other key) is not used. A row that breaks these rules is a reject (the run's rejects
-table, `source_file` = the decision file) with where and why, never the value; a second row for one
-request id is a `duplicate_id` reject (the first is kept).
+"""The router's decision log (`analyze --decisions FILE`): one JSON object per request, in the form seed 002
+shows, read like a request log (JSONL, JSON array, gzip, zstd or Parquet); docs/pilot.md "The router's
+decision log" gives its fields and rules. `request_id` and `decision` are required; a row that breaks the
+rules is a reject with where and why, never the value, and a second row for one request id a
+`duplicate_id` reject (the first is kept). `prefixscan.pilot.decisions` joins it to the requests.
 """
 
 from __future__ import annotations
@@ -23,6 +14,7 @@ import polars as pl
 
 from prefixscan.errors import InputError, RejectError
 from prefixscan.read.readers import RawError, read_source
+from prefixscan.read.record import RecordError
 from prefixscan.read.sources import Source, expand
 from prefixscan.redact import reject_detail
 
@@ -32,12 +24,6 @@ SCHEMA = {"request_id": pl.String, "decision": pl.String, "selected_worker": pl.
           "best_candidate_tokens": pl.Int64, "selected_candidate_tokens": pl.Int64,
           "predicted_cached_tokens": pl.Int64, "actual_cached_tokens": pl.Int64, "prefill_tokens": pl.Int64,
           "queue_wait_s": pl.Float64}
-
-
-class _Bad(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason, self.detail = reason, detail
 
 
 @dataclass
@@ -65,10 +51,10 @@ def sources(path: str) -> list[Source]:
 def _name(v: Any, key: str, required: bool = False) -> str | None:
     if v is None or v == "":
         if required:
-            raise _Bad("missing_field", reject_detail(key, "is missing"))
+            raise RecordError("missing_field", reject_detail(key, "is missing"))
         return None
     if isinstance(v, bool) or not isinstance(v, str | int):
-        raise _Bad("wrong_type", reject_detail(key, "is not a string or an integer", v))
+        raise RecordError("wrong_type", reject_detail(key, "is not a string or an integer", v))
     return str(v)
 
 
@@ -76,9 +62,9 @@ def _count(v: Any, key: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not v.is_integer()):
-        raise _Bad("wrong_type", reject_detail(key, "is not a whole number of tokens", v))
+        raise RecordError("wrong_type", reject_detail(key, "is not a whole number of tokens", v))
     if v < 0:
-        raise _Bad("out_of_range", reject_detail(key, "is negative"))
+        raise RecordError("out_of_range", reject_detail(key, "is negative"))
     return int(v)
 
 
@@ -86,9 +72,9 @@ def _wait(v: Any) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise _Bad("wrong_type", reject_detail("queue_wait_ms", "is not a number of milliseconds", v))
+        raise RecordError("wrong_type", reject_detail("queue_wait_ms", "is not a number of milliseconds", v))
     if v != v or v < 0:  # NaN (a Parquet float) or negative
-        raise _Bad("out_of_range", reject_detail("queue_wait_ms", "is negative or not a number"))
+        raise RecordError("out_of_range", reject_detail("queue_wait_ms", "is negative or not a number"))
     return v / 1000
 
 
@@ -99,7 +85,7 @@ def _candidates(v: Any, selected: str | None, predicted: int | None) -> dict[str
         return {"candidates": None, "candidates_known": False, "selected_is_candidate": None,
                 "best_candidate_tokens": None, "selected_candidate_tokens": None}
     if not isinstance(v, list):
-        raise _Bad("wrong_type", reject_detail("candidate_workers", "is not a list", v))
+        raise RecordError("wrong_type", reject_detail("candidate_workers", "is not a list", v))
     names, tokens = [], {}
     for item in v:
         if isinstance(item, dict):
@@ -118,13 +104,13 @@ def _candidates(v: Any, selected: str | None, predicted: int | None) -> dict[str
 
 
 def parse_row(obj: dict[str, Any]) -> dict[str, Any]:
-    """One decision row as the columns of SCHEMA; _Bad (reason, detail) when it breaks the rules."""
+    """One decision row as the columns of SCHEMA; RecordError (reason, detail) when it breaks the rules."""
     rid = _name(obj.get("request_id"), "request_id", required=True)
     decision = obj.get("decision")
     if decision is not None and not isinstance(decision, str):
-        raise _Bad("wrong_type", reject_detail("decision", "is not a string", decision))
+        raise RecordError("wrong_type", reject_detail("decision", "is not a string", decision))
     if not decision:
-        raise _Bad("missing_field", reject_detail("decision", "is missing"))
+        raise RecordError("missing_field", reject_detail("decision", "is missing"))
     selected = _name(obj.get("selected_worker"), "selected_worker")
     row: dict[str, Any] = {"request_id": rid, "decision": decision, "selected_worker": selected,
            **{k: _count(obj.get(k), k) for k in COUNTS}, "queue_wait_s": _wait(obj.get("queue_wait_ms"))}
@@ -142,12 +128,12 @@ def read_decisions(path: str, strict: bool = False) -> DecisionLog:
         for line, obj in read_source(src):
             try:
                 if isinstance(obj, RawError):
-                    raise _Bad(obj.reason, obj.detail)
+                    raise RecordError(obj.reason, obj.detail)
                 row = parse_row(obj)
                 if row["request_id"] in seen:
-                    raise _Bad("duplicate_id", "a second decision row for a request id already read (the first "
-                                               "is kept)")
-            except _Bad as bad:
+                    raise RecordError("duplicate_id", "a second decision row for a request id already read "
+                                                      "(the first is kept)")
+            except RecordError as bad:
                 if strict:
                     raise RejectError(f"{src.path}:{int(line)}: {bad.reason}: {bad.detail} "
                                       "(run without --strict to collect rejects)") from None

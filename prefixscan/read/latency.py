@@ -1,32 +1,20 @@
 """Latency fields of a request log, in seconds: time to first token, end-to-end latency and queue wait.
 
-A pilot of prefix-aware routing is read by how warm, partial and cold requests differ in time to first
-token and queue wait (issue 31), so each request carries three nullable columns: `ttft_s`, `e2e_s` and
-`queue_wait_s`. They are found, in this order:
-
-1. `--field NAME=PATH` for NAME in `MAPPABLE` (`ttft_s`/`ttft_ms`, `e2e_s`/`e2e_ms`,
-   `queue_wait_s`/`queue_wait_ms`): the suffix says the unit of the log's value. A mapped column is
-   read from that path only, as every other `--field`.
-2. A key with a unit in its name or a documented unit (`CANDIDATES`): gateway fields (`ttft_ms`,
-   `queue_wait_ms`, ...), vLLM's per-request `metrics` object (`time_to_first_token_ms`,
-   `queue_time_ms`), the OpenTelemetry GenAI span attribute `gen_ai.response.time_to_first_chunk`
-   (seconds).
-3. Differences of two clocks: LiteLLM's StandardLoggingPayload `completionStartTime - startTime`
-   (TTFT) and `endTime - startTime` (end to end); an OTel span's `endTimeUnixNano - startTimeUnixNano`.
-
-A value that is not a non-negative number (or an end before its start) rejects the record, said in
-the rejects table (a RecordError): a latency of the wrong kind would otherwise skew every percentile in
-silence.
+Each request carries three nullable columns, `ttft_s`, `e2e_s` and `queue_wait_s`, found in this order
+(docs/pilot.md, "Latency fields"): a `--field` mapping whose name says the log's unit (`MAPPABLE`); a key
+by name with its unit (`CANDIDATES`: gateway fields, vLLM's `metrics`, OTel's time to first chunk); the
+difference of two clocks (LiteLLM's `completionStartTime - startTime` and `endTime - startTime`, an OTel
+span's end minus start). A value that is not a non-negative number, or an end before its start, rejects
+the record: a latency of the wrong kind would otherwise skew every percentile in silence.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from prefixscan.read.otel import span_attributes
-from prefixscan.read.record import Plan, RecordError
+from prefixscan.read.record import Plan, RecordError, get_path
 from prefixscan.read.timestamps import parse_timestamp
 from prefixscan.redact import reject_detail
 
@@ -76,8 +64,7 @@ def seconds(value: Any, name: str, per_second: float = 1.0) -> float | None:
         try:
             value = float(value)
         except ValueError:
-            raise RecordError("wrong_type", reject_detail(name, f"should be a number of {_unit(per_second)}",
-                                                          value)) from None
+            pass  # still a string: refused below
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         raise RecordError("wrong_type", reject_detail(name, f"should be a number of {_unit(per_second)}", value))
     if value < 0:
@@ -106,14 +93,12 @@ def _between(start: float, end: float, what: str) -> float:
 
 
 def read(holders: tuple[dict[str, Any], ...], obj: dict[str, Any], overrides: dict[str, str], span: bool,
-         get_path: Callable[[Any, str], Any], plan: Plan, where: dict[str, str | None] | None = None,
-         ) -> tuple[float | None, float | None, float | None]:
+         plan: Plan, where: dict[str, str | None] | None = None) -> tuple[float | None, float | None, float | None]:
     """(ttft_s, e2e_s, queue_wait_s) of one record; `holders` as in shapes.normalise, `obj` the outer
-    record (a converted OTel span keeps its own keys there), `span` when it came from an OTel span,
-    `get_path` the --field path walk (shapes.get_path), `plan` the holders' field plan (record.FieldPlans, with
-    PATHS among its fields). `where`, when given, gets each column found by
-    name or convention and where it came from, with the unit it was read in (the summary's `fields`
-    line says so: a key without a unit in its name is read as seconds, which the user should see)."""
+    record (a converted OTel span keeps its own keys there), `span` when it came from an OTel span, `plan`
+    the holders' field plan (record.FieldPlans, with PATHS among its fields). `where`, when given, gets each
+    column found by name or convention and where it came from, with the unit it was read in (the summary's
+    `fields` line says so: a key without a unit in its name is read as seconds, which the user should see)."""
     if not (span or overrides or plan["ttft_s"] or plan["e2e_s"] or plan["queue_wait_s"]) and all(
             h.get("startTime") is None for h in holders):
         return None, None, None  # the usual log: no latency anywhere (one check per record)

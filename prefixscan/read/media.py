@@ -1,14 +1,10 @@
-"""Multimodal content parts: which parts are media, and a content identifier for each.
+"""Multimodal content parts: which parts are media, and a content identifier for each (docs/analyze.md,
+"Multimodal content").
 
-vLLM keys a media item by a hash of its content (its `mm_hash`, computed from the decoded item) and puts
-it into the extra keys of the blocks its placeholder tokens overlap, so two prompts with the same text
-and different images never share a block after the first image. prefixscan cannot decode media the way
-the model's processor does, nor know how many placeholder tokens an item expands to (that depends on
-the processor and the image size), so it renders each item as a short placeholder that carries its own
-content identifier (`read.content.content_text`): equal media give equal text, different media diverge there.
-
-The identifier is xxh3-128 of the media bytes (base64 data and data URLs decoded), or of the URL or file
-id when the log holds no bytes. Only the identifier enters prompts and outputs; media bytes and URLs never do.
+Each media item renders as a short placeholder with its own content identifier (`read.content.content_text`),
+so equal media give equal text and different media diverge there, as vLLM keys an item by a hash of its
+content. The identifier is xxh3-128 of the media bytes (base64 data and data URLs decoded), or of the URL
+or file id when the log holds no bytes; only the identifier enters prompts and outputs.
 """
 
 from __future__ import annotations
@@ -62,7 +58,7 @@ MAX_DEPTH = 64  # payload nesting searched (real parts nest 1-3 levels): a hosti
 def _payload(obj: Any) -> tuple[str, Any] | None:
     """(field, value) of the innermost payload of a part or of a nested object: the first string or bytes
     found depth first through PAYLOAD_KEYS, named by the key that holds it. Iterative and bounded by
-    MAX_DEPTH (a part nested 1,000 levels deep once ended the run with a RecursionError)."""
+    MAX_DEPTH, so no nesting can exhaust the stack."""
     stack: list[tuple[Any, str, int]] = [(obj, "value", 0)]
     while stack:
         cur, field, depth = stack.pop()

@@ -28,13 +28,8 @@ MAX_DIGITS = 15  # |value| < 10^15 < 2^53: exact as int64 and as float64, far be
 
 
 @njit(cache=True)
-def _ws(c):
-    return c == 32 or c == 9 or c == 13
-
-
-@njit(cache=True)
 def _skip_ws(buf, p, end):
-    while p < end and _ws(buf[p]):
+    while p < end and (buf[p] == 32 or buf[p] == 9 or buf[p] == 13):  # JSON whitespace within a line
         p += 1
     return p
 

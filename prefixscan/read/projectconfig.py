@@ -1,32 +1,12 @@
-"""`prefixscan.toml`: a project's analysis settings, so the same analysis runs every week with no flags.
+"""`prefixscan.toml`: a project's analysis settings, so the same analysis runs every week with no flags
+(docs/config.md): one table per command (`[analyze]`, `[simulate]`, ...) of option values by their Python
+names, and a `[scenario]` shared by simulate, estimate and report.
 
-```toml
-[analyze]                      # any `prefixscan analyze` option, by its Python name
-tokenizer = "hf:/models/llama-3.1-70b"
-block_size = 16
-field = { tenant = "metadata.team", conversation_id = "metadata.session" }
-
-[scenario]                     # shared by simulate, estimate and report: model, GPU, fleet, rate, price
-model = "llama-3.1-70b"
-gpu = "h100"
-replicas = 16
-rps = 50
-usd_per_gpu_hour = 2.5
-
-[simulate]                     # options of one command override the scenario for that command
-policies = "round_robin,dynamo_kv"
-```
-
-Where it comes from, first found: `prefixscan --config FILE`; for `analyze`, `prefixscan.toml` beside the first
-log; for a command on a run directory, the settings `analyze` recorded in that run; else `./prefixscan.toml`.
-A flag given on the command line always wins over the file. Unknown keys are errors (a typo must not
-silently fall back to a default), and so are values of the wrong type.
-
-A file that was found (beside the logs, recorded in a run, in the working directory) came with the data,
-not from the user: it may tune the analysis but not say where output goes, replace anything, show
-customer text or connect anywhere (PROTECTED_KEYS). Those come from the command line or a file the user
-names with `--config`; a found file that sets one is an error. Whatever a file set is printed
-(`settings from FILE: k=v, ...`), for a found file even with --quiet.
+Found first at `prefixscan --config FILE`; for `analyze`, beside the first log; for a command on a run
+directory, in the settings `analyze` recorded there; else `./prefixscan.toml`. A flag always wins; unknown
+keys and values of the wrong type are errors (a typo must not fall back to a default in silence). A file
+that was found came with the data, not from the user: it may not set PROTECTED_KEYS (where output goes,
+replacing, customer text, engines and hosts). What a file set is printed, for a found file even with --quiet.
 """
 
 from __future__ import annotations
@@ -179,6 +159,9 @@ def apply(command: str, config: ProjectConfig, params: dict[str, Any], defaulted
 
 
 _SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_FITS = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}  # TOML values an option type takes
+_TOML_TYPES = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "an array"),
+               (dict, "a table"))
 
 
 def check_type(config: ProjectConfig, section: str, key: str, value: Any, hint: Any) -> None:
@@ -195,13 +178,7 @@ def check_type(config: ProjectConfig, section: str, key: str, value: Any, hint: 
             return
         if want is str and isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
             return  # joined with commas (policies = ["a", "b"])
-        if want is bool and isinstance(value, bool):
-            return
-        if want is int and isinstance(value, int) and not isinstance(value, bool):
-            return
-        if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return
-        if want is str and isinstance(value, str):
+        if want in _FITS and isinstance(value, _FITS[want]) and (want is bool or not isinstance(value, bool)):
             return
         if origin not in (list, bool, int, float, str):
             return  # a type this check does not know: the command validates the value itself
@@ -210,17 +187,7 @@ def check_type(config: ProjectConfig, section: str, key: str, value: Any, hint: 
 
 
 def _toml_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return f"a {type(value).__name__}"
+    return next((name for kind, name in _TOML_TYPES if isinstance(value, kind)), f"a {type(value).__name__}")
 
 
 def describe(config: ProjectConfig, used: list[str], params: dict[str, Any]) -> str:

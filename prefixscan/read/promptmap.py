@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -212,11 +213,7 @@ def _regions(old: str, new: str) -> list[tuple[int, int, str]]:
     import difflib
 
     la, lb = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    oa, ob = [0], [0]
-    for x in la:
-        oa.append(oa[-1] + len(x))
-    for x in lb:
-        ob.append(ob[-1] + len(x))
+    oa, ob = [0, *accumulate(map(len, la))], [0, *accumulate(map(len, lb))]  # where each line starts
     out = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes():
         if tag == "equal":

@@ -15,6 +15,7 @@ import io
 import re
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -26,23 +27,19 @@ from prefixscan.read.sources import Source
 BATCH_ROWS = 8192
 
 
+@dataclass(slots=True)
 class Position:
     """Bytes of the current file consumed so far (compressed bytes for gzip), for progress bars."""
 
-    __slots__ = ("bytes",)
-
-    def __init__(self) -> None:
-        self.bytes = 0
+    bytes: int = 0
 
 
+@dataclass(slots=True)
 class RawError:
     """A record that could not even be parsed; becomes a reject."""
 
-    __slots__ = ("reason", "detail")
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        self.detail = detail
+    reason: str
+    detail: str
 
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -437,6 +434,4 @@ def _rows(batch: Any) -> list[dict[str, Any] | RawError]:
 
 def read_source(src: Source, pos: Position | None = None) -> Iterator[tuple[int, dict[str, Any] | RawError]]:
     """Dispatch on the source kind."""
-    if src.kind == "parquet":
-        return read_parquet(src.path, pos)
-    return read_jsonl(src.path, pos)
+    return (read_parquet if src.kind == "parquet" else read_jsonl)(src.path, pos)

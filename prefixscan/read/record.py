@@ -3,14 +3,11 @@
 `FIELD_CANDIDATES` lists, per field, the paths tried in order on a record of any shape (the unwrapped
 record, then the outer one); `--field NAME=PATH` replaces them. `get_path` reads such a path.
 
-`FieldPlans` says which candidate paths of each field can match a record of a given layout, computed
-once per layout: `shapes.normalise` looks up 13 fields through about 70 candidate paths (`FIELD_CANDIDATES`) in one to
-three holder objects: tried one by one, that was most of the read stage's Python time. A candidate can
-only be non-null when its first path part is a key of the holder (`get_path` starts with a dict lookup),
-so for one layout (the keys of each holder) the candidates worth trying are fixed. A log's records share a
-few layouts: the plan is built on the first record of each and reused. The result is the same first
-non-null candidate, in the same order (candidate, then holder); `tests/test_fieldplan.py` checks it against
-the plain loop.
+`FieldPlans` says which candidate paths of each field can match a record of a given layout (the keys of
+each holder object), since trying all ~70 candidates per record is costly: a candidate can only be non-null
+when its first path part is a key of the holder. A log's records share a few layouts, so a plan is built on
+the first record of each and reused; it gives the same first non-null candidate, in the same order
+(candidate, then holder), as the plain loop (`tests/test_fieldplan.py`).
 """
 
 from __future__ import annotations
@@ -54,6 +51,8 @@ FIELD_CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 
 
+# The fields above a Record holds as strings (besides request_id)
+STRING_FIELDS = ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category")
 # Where the prompt itself is: mapped with --field like the fields above, never looked up by name.
 CONTENT_FIELDS = ("messages", "tools", "prompt")
 

@@ -34,10 +34,6 @@ def _fs(uri: str) -> tuple[Any, str]:
         raise _fail(uri, exc) from None
 
 
-def _uri(uri: str, path: str) -> str:
-    return uri[: uri.index("://") + 3] + path
-
-
 def list_uri(uri: str, suffixes: tuple[str, ...]) -> list[tuple[str, int]]:
     """(URI, size) of the object `uri`, or of every object under it with one of `suffixes` (a prefix is
     walked as a directory), sorted."""
@@ -53,7 +49,8 @@ def list_uri(uri: str, suffixes: tuple[str, ...]) -> list[tuple[str, int]]:
         found = fs.get_file_info(pafs.FileSelector(path.rstrip("/"), recursive=True))
     except OSError as exc:
         raise _fail(uri, exc) from None
-    out = sorted((_uri(uri, f.path), int(f.size)) for f in found
+    scheme = uri[: uri.index("://") + 3]
+    out = sorted((scheme + f.path, int(f.size)) for f in found
                  if f.type == pafs.FileType.File and f.path.lower().endswith(suffixes))
     if not out:
         raise InputError(f"{uri!r} holds no .jsonl, .jsonl.gz or .parquet objects")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from prefixscan.read import latency
+from prefixscan.read import latency, record
 from prefixscan.read.anthropic import anthropic_to_chat, is_anthropic
 from prefixscan.read.content import content_text, json_text
 from prefixscan.read.fielduse import CONVERTED_KEYS, TRACE_UNITS, FieldUse
@@ -61,12 +61,18 @@ def detect(obj: dict[str, Any]) -> str:
                       "token_ids, hash_ids, request or body; pass --format")
 
 
+def _decoded(value: Any, name: str, what: str = "JSON") -> Any:
+    """A value some logs store as a JSON string, decoded (any other value as it is)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise RecordError("wrong_type", f"`{name}` is a string that is not {what}") from None
+
+
 def _as_obj(value: Any, name: str) -> dict[str, Any]:
-    if isinstance(value, str):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            raise RecordError("wrong_type", f"`{name}` is a string that is not JSON") from None
+    value = _decoded(value, name)
     if not isinstance(value, dict):
         raise RecordError("wrong_type", f"`{name}` should be an object, got {type(value).__name__}")
     return value
@@ -113,13 +119,9 @@ def _tools(body: dict[str, Any]) -> list[Any] | None:
     tools = body.get("tools")
     if tools is None:  # LiteLLM's StandardLoggingPayload keeps them with the call's parameters
         tools = get_path(body, "model_parameters.tools")
-    if isinstance(tools, str):
-        if not tools.strip():
-            return None
-        try:
-            tools = orjson.loads(tools)
-        except orjson.JSONDecodeError:
-            raise RecordError("wrong_type", "`tools` is a string that is not JSON") from None
+    if isinstance(tools, str) and not tools.strip():
+        return None
+    tools = _decoded(tools, "tools")
     if tools is not None and not isinstance(tools, list):
         raise RecordError("wrong_type", "`tools` should be a list")
     return json_checked(tools, "`tools`") if tools else None
@@ -167,11 +169,7 @@ def _unwrap(obj: dict[str, Any], shape: str) -> tuple[dict[str, Any], dict[str, 
 
 
 def _check_messages(messages: Any) -> list[dict[str, Any]]:
-    if isinstance(messages, str):
-        try:
-            messages = orjson.loads(messages)
-        except orjson.JSONDecodeError:
-            raise RecordError("wrong_type", "`messages` is a string that is not JSON") from None
+    messages = _decoded(messages, "messages")
     if not isinstance(messages, list):
         raise RecordError("wrong_type", f"`messages` should be a list, got {type(messages).__name__}")
     if not messages:
@@ -205,11 +203,7 @@ def _flatten_media(messages: list[dict[str, Any]]) -> int:
 
 def _int_list(value: Any, field: str) -> np.ndarray:
     """A JSON list of integers as an int64 array (validated in C: no per-element Python checks)."""
-    if isinstance(value, str):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            raise RecordError("wrong_type", f"`{field}` is a string that is not a JSON list") from None
+    value = _decoded(value, field, "a JSON list")
     if not isinstance(value, list) or (value and set(map(type, value)) != {int}):  # bools are not ids
         raise RecordError("wrong_type", f"`{field}` should be a list of integers")
     try:
@@ -226,9 +220,10 @@ TRACE_FIELDS = {"mooncake": {"timestamp", "input_length", "output_length", "hash
 _PLANS = FieldPlans({**FIELD_CANDIDATES, **latency.PATHS})  # latency columns planned with the fields
 
 
-def _lookup_at(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
-               overrides: dict[str, str], plan: Plan) -> tuple[Any, str | None]:
-    """`_lookup`, also saying which path the value came from (None when none matched)."""
+def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
+            overrides: dict[str, str], plan: Plan) -> tuple[Any, str | None]:
+    """The first non-null candidate of `field` (an override names its one path), trying only the candidates
+    the holders' layout can match (`record.FieldPlans`), and the path it came from (None when none matched)."""
     if field in overrides:
         v = get_path(outer, overrides[field])
         return v, overrides[field] if v is not None else None
@@ -237,19 +232,6 @@ def _lookup_at(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str,
         if v is not None:
             return v, path
     return None, None
-
-
-def _lookup(field: str, holders: tuple[dict[str, Any], ...], outer: dict[str, Any],
-            overrides: dict[str, str], plan: Plan) -> Any:
-    """The first non-null candidate of `field` (an override names its one path), trying only the candidates
-    the holders' layout can match (`record.FieldPlans`)."""
-    if field in overrides:
-        return get_path(outer, overrides[field])
-    for path, dotted, i in plan[field]:
-        v = get_path(holders[i], path) if dotted else holders[i].get(path)
-        if v is not None:
-            return v
-    return None
 
 
 def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
@@ -279,27 +261,26 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
         return rec
     plan = _PLANS.plan(holders)
     where: dict[str, str | None] = {}
-    ts_raw, where["timestamp"] = _lookup_at("timestamp", holders, obj, overrides, plan)
+    ts_raw, where["timestamp"] = _lookup("timestamp", holders, obj, overrides, plan)
     if ts_raw is None:
         ts_raw = NO_CLOCK
     ts = _timestamp(ts_raw, shape, overrides)
 
-    rid = _lookup("request_id", holders, obj, overrides, plan)
+    rid = _lookup("request_id", holders, obj, overrides, plan)[0]
     rec = Record(source_file=source_file, source_line=line,
                  request_id=str(rid) if rid is not None else default_request_id(source_file, line),
                  timestamp_s=ts, kind=kind, **content)
-    for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category"):
+    for name in record.STRING_FIELDS:
+        value, found = _lookup(name, holders, obj, overrides, plan)
         if use is not None and (name in FieldUse.TRACKED or name in overrides):
-            value, where[name] = _lookup_at(name, holders, obj, overrides, plan)
-        else:
-            value = _lookup(name, holders, obj, overrides, plan)
+            where[name] = found
         setattr(rec, name, _str_or_none(value, name))
     if shape == "bailian":
         rec.category = _str_or_none(obj.get("type"))
         rec.conversation_id = _bailian_root(obj, bailian_roots if bailian_roots is not None else {})
         where["conversation_id"] = "parent_chat_id" if rec.conversation_id is not None else None
     rec.ttft_s, rec.e2e_s, rec.queue_wait_s = latency.read(holders, obj, overrides, original_shape == "otel",
-                                                            get_path, plan, where if use is not None else None)
+                                                            plan, where if use is not None else None)
     if use is not None:
         if original_shape in CONVERTED_KEYS:  # the converter's keys, named by where it took them from
             where = {f: CONVERTED_KEYS[original_shape].get(f, p) if p is not None and f not in overrides else p
@@ -309,12 +290,8 @@ def normalise(obj: dict[str, Any], shape: str, source_file: str, line: int,
                 where[name] = overrides[name] if get_path(obj, overrides[name]) is not None else None
         use.add(where, describe_timestamp(ts_raw) if ts_raw is not NO_CLOCK else "input order", keys=obj,
                 converted=shape != original_shape)
-    rec.turn_index = _int_or_none(_lookup("turn_index", holders, obj, overrides, plan), "turn_index")
-    rec.output_tokens = _int_or_none(_lookup("output_tokens", holders, obj, overrides, plan), "output_tokens")
-    rec.actual_cached_tokens = _int_or_none(
-        _lookup("actual_cached_tokens", holders, obj, overrides, plan), "actual_cached_tokens")
-    rec.reported_prompt_tokens = _int_or_none(
-        _lookup("reported_prompt_tokens", holders, obj, overrides, plan), "reported_prompt_tokens")
+    for name in ("turn_index", "output_tokens", "actual_cached_tokens", "reported_prompt_tokens"):
+        setattr(rec, name, _int_or_none(_lookup(name, holders, obj, overrides, plan)[0], name))
     return rec
 
 
@@ -444,9 +421,9 @@ def _trace_record(obj: dict[str, Any], shape: str, source_file: str, line: int, 
     if len(obj) > len(TRACE_FIELDS[shape]) or rid is not None:
         holders = (obj,)
         plan = _PLANS.plan(holders)
-        for name in ("tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica", "category"):
-            setattr(rec, name, _str_or_none(_lookup(name, holders, obj, {}, plan)))
-        rec.actual_cached_tokens = _int_or_none(_lookup("actual_cached_tokens", holders, obj, {}, plan),
+        for name in record.STRING_FIELDS:
+            setattr(rec, name, _str_or_none(_lookup(name, holders, obj, {}, plan)[0]))
+        rec.actual_cached_tokens = _int_or_none(_lookup("actual_cached_tokens", holders, obj, {}, plan)[0],
                                                 "actual_cached_tokens")
     if shape == "bailian":
         rec.category = _str_or_none(obj.get("type"))

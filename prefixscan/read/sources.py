@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import xxhash
 
@@ -26,17 +26,14 @@ class Source:
     kind: str  # "jsonl" or "parquet"
 
     def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "size": self.size, "fingerprint": self.fingerprint, "kind": self.kind}
+        return asdict(self)
 
 
 def _kind(path: str) -> str | None:
     low = path.lower()
     if low.endswith((".parquet", ".pq")):
         return "parquet"
-    if low.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson", ".ndjson.gz", ".ndjson.zst", ".json",
-                     ".json.gz", ".json.zst")):
-        return "jsonl"
-    return None
+    return "jsonl" if low.endswith(SUFFIXES) else None
 
 
 def fingerprint(path: str, size: int) -> str:
@@ -213,25 +210,17 @@ def expand(inputs: list[str]) -> list[Source]:
     if not inputs:
         raise InputError("no input logs given; pass one or more files, directories or globs")
     w = walk(inputs, list_remote=True)
-    paths, stored = w.files, w.stored
-    seen: set[str] = set()
+    stored = w.stored
     out: list[Source] = []
-    for p in paths:
-        if p in seen:
-            continue
-        seen.add(p)
+    for p in dict.fromkeys(w.files):  # each path once, in order
         kind = _kind(p)
         if p in stored:
             out.append(Source(p, stored[p], fingerprint(p, stored[p]), kind or "jsonl"))
             continue
-        if kind is None:
-            # Unknown suffix given explicitly: sniff the first byte (PAR1 magic for Parquet).
-            try:
+        try:
+            if kind is None:  # an unknown suffix given explicitly: sniff the first bytes (PAR1 magic for Parquet)
                 with open(p, "rb") as f:
                     kind = "parquet" if f.read(4) == b"PAR1" else "jsonl"
-            except OSError as exc:
-                raise InputError(f"cannot read input {p}: {exc.strerror or exc}; check its permissions") from None
-        try:
             size = os.path.getsize(p)
             out.append(Source(p, size, fingerprint(p, size), kind))
         except OSError as exc:

@@ -7,7 +7,16 @@ from typing import Any
 
 from prefixscan.redact import reject_detail
 
-_UNITS = ((1e11, 1.0), (1e14, 1e-3), (1e17, 1e-6), (float("inf"), 1e-9))
+_UNITS = ((1e11, 1.0, "s"), (1e14, 1e-3, "ms"), (1e17, 1e-6, "us"), (float("inf"), 1e-9, "ns"))
+
+
+def _unit(value: float) -> tuple[float, str]:
+    """(seconds per unit, unit name) of an epoch number, guessed from its size (`epoch_number_to_seconds`)."""
+    mag = abs(value)
+    for limit, scale, name in _UNITS[:-1]:
+        if mag < limit:
+            return scale, name
+    return _UNITS[-1][1:]  # nanoseconds (also NaN and infinities)
 
 
 def epoch_number_to_seconds(value: float) -> float:
@@ -16,11 +25,7 @@ def epoch_number_to_seconds(value: float) -> float:
     Values below 1e11 are seconds (up to year 5138), below 1e14 milliseconds, below 1e17 microseconds,
     otherwise nanoseconds. Small relative values (traces that start at 0) are therefore read as seconds.
     """
-    mag = abs(value)
-    for limit, scale in _UNITS:
-        if mag < limit:
-            return value * scale
-    return value * 1e-9  # pragma: no cover - unreachable
+    return value * _unit(value)[0]
 
 
 def _rfc2822(s: str) -> datetime:
@@ -68,11 +73,11 @@ def describe_timestamp(value: Any) -> str:
     if isinstance(value, datetime):
         return "datetime"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return "epoch " + _unit(float(value))
+        return "epoch " + _unit(float(value))[1]
     if isinstance(value, str):
         s = value.strip()
         try:
-            return "epoch " + _unit(float(s)) + " (as text)"
+            return "epoch " + _unit(float(s))[1] + " (as text)"
         except ValueError:
             pass
         try:
@@ -81,8 +86,3 @@ def describe_timestamp(value: Any) -> str:
         except ValueError:
             return "RFC 2822"
     return type(value).__name__
-
-
-def _unit(value: float) -> str:
-    mag = abs(value)
-    return "s" if mag < 1e11 else "ms" if mag < 1e14 else "us" if mag < 1e17 else "ns"

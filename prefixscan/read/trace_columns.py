@@ -8,15 +8,15 @@ the first time one of them carries a value, and stays None (all null) otherwise.
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Any, cast
 
 import numpy as np
 import polars as pl
 
-from prefixscan.read.record import Record
+from prefixscan.read.record import STRING_FIELDS, Record
 
-STRING_COLS = ("request_id", "tenant", "conversation_id", "user", "model", "adapter", "cache_salt", "replica",
-               "category")
+STRING_COLS = ("request_id", *STRING_FIELDS)
 INT_COLS = ("turn_index", "output_tokens", "actual_cached_tokens")  # nullable: -1 stands for null
 NUM_DTYPES = {"file": np.int32, "line": np.int64, "ts": np.float64, "prompt": np.int64, "root": np.uint64,
               "len": np.int64, **dict.fromkeys(INT_COLS, np.int64)}
@@ -82,12 +82,9 @@ class TraceColumns:
         lengths = np.array([0 if r.hash_ids is None else len(r.hash_ids) for r in recs], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         start = 0
-        while start < len(recs):  # one call per run of records from the same file
-            path = recs[start].source_file
-            end = start
-            while end < len(recs) and recs[end].source_file == path:
-                end += 1
-            part = recs[start:end]
+        for path, run in groupby(recs, key=lambda r: r.source_file):  # one call per run of one file's records
+            part = list(run)
+            end = start + len(part)
             self.add(
                 path,
                 line=np.array([r.source_line for r in part], dtype=np.int64),

@@ -75,11 +75,8 @@ def temp_path(target: str | os.PathLike[str], kind: str = "") -> Path:
 
 def is_temp_name(name: str) -> bool:
     """Whether a file or directory name is one of prefixscan's temporaries (this version's or older)."""
-    if name.endswith(TMP_SUFFIX):
-        return True
-    if name.startswith(_LEGACY_PREFIXES):
-        return True
-    return name.startswith(".") and name.endswith(".tmp")  # rundir.write_table's old `.NAME.XXXX.tmp`
+    return name.endswith(TMP_SUFFIX) or name.startswith(_LEGACY_PREFIXES) or (
+        name.startswith(".") and name.endswith(".tmp"))  # rundir.write_table's old `.NAME.XXXX.tmp`
 
 
 def clean_temps(directory: str | os.PathLike[str], only_prefix: str = "", legacy: bool = True) -> list[str]:

@@ -1,18 +1,13 @@
-"""`prefixscan export RUN --to mooncake|bailian`: an anonymised hashed trace that replay tools take.
+"""`prefixscan export RUN --to mooncake|bailian`: an anonymised hashed trace that replay tools take
+(docs/export.md).
 
-The requests table's block hashes are chained prefix hashes, so the hash of a run block that ends a
-target block identifies the whole prefix up to there: coarsening from the run's block size to the
-target's (16 -> 512) is exact. The target's last, partial block (both formats list it) is identified by
-the run's hash of the prompt's end when the run has one (hashed traces list their partial block; a text
-prompt whose length is a multiple of the run's block size ends on a full block); otherwise it gets an
-id of its own, which can only under-state reuse, by at most that one block. Ids are then renumbered
-0, 1, 2, ... in first-seen order and timestamps made relative, so nothing of the original hashes,
-request ids, tenants or text leaves the run.
-
-The target block size is the format's (512 for Mooncake, what its replay tools assume), so a trace of
-short prompts can keep little of the run's reuse: the result carries the reuse at the run's own block size
-beside it, and `warning` says so in one line when the export keeps less than half of it. `rate_scale`
-compresses the timeline (timestamps divided by it) to replay the same requests at a higher rate.
+The run's block hashes are chained prefix hashes, so the run hash that ends a target block names the
+whole prefix: coarsening to the target's block size (16 -> 512) is exact. The last, partial block is
+named by the run's hash of the prompt's end when there is one, else gets an id of its own (which can
+only under-state reuse, by one block). Ids are renumbered in first-seen order and timestamps made
+relative, so nothing of the original hashes, ids, tenants or text leaves the run. The result carries
+the reuse at the run's own block size beside the target's, and `warning` says so when the export keeps
+less than half of it; `rate_scale` divides the timestamps (the same requests at a higher rate).
 """
 
 from __future__ import annotations

@@ -41,10 +41,8 @@ def read_manifest(run: str | os.PathLike[str]) -> dict[str, Any]:
     """Load a run's manifest, with a clear error when the directory is not a run or the file is damaged."""
     path = Path(run) / MANIFEST
     if not path.exists():
-        raise RunDirError(
-            f"{run} is not a prefixscan run directory (no {MANIFEST}); "
-            f"create one with `prefixscan analyze LOGS -o {run}`"
-        )
+        raise RunDirError(f"{run} is not a prefixscan run directory (no {MANIFEST}); "
+                          f"create one with `prefixscan analyze LOGS -o {run}`")
     try:
         doc = json.loads(path.read_bytes())
     except OSError as exc:
@@ -95,7 +93,7 @@ def _check_manifest(doc: dict[str, Any], path: Path, run: str | os.PathLike[str]
     """Refuse a manifest whose values a reader would misuse: wrong types, table names that are not plain
     names, a file mode beyond read/write bits; simulations are checked by prefixscan.run.simindex."""
     why = _check_types(doc, _SCHEMA, "")
-    if why is None and not all(isinstance(t, str) and _PLAIN_TABLE.fullmatch(t) and isinstance(v, dict)
+    if why is None and not all(isinstance(t, str) and PLAIN_TABLE.fullmatch(t) and isinstance(v, dict)
                                for t, v in doc.get("tables", {}).items()):
         why = "tables must map plain table names to objects"
     if why is None and doc.get(MANIFEST_KEY) is not None and parse_mode(doc[MANIFEST_KEY]) is None:
@@ -104,13 +102,24 @@ def _check_manifest(doc: dict[str, Any], path: Path, run: str | os.PathLike[str]
         raise RunDirError(f"run directory damaged: {path}: {why}; {redo(run)}")
 
 
-_PLAIN_TABLE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+PLAIN_TABLE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a run's table names (query registers them as relations)
 
 
 def read_table_file(path: Path, run: str | os.PathLike[str], **kwargs: Any) -> pa.Table:
     """A run's Parquet table, or a one-line RunDirError when it is truncated or not Parquet."""
+    return _parquet(pq.read_table, path, run, page_checksum_verification=True, **kwargs)
+
+
+def read_schema_file(path: Path, run: str | os.PathLike[str]) -> pa.Schema:
+    """A run's Parquet table's schema (its footer), or a one-line RunDirError when the file is empty or not
+    Parquet."""
+    return _parquet(pq.read_schema, path, run)
+
+
+def _parquet(read: Any, path: Path, run: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """`read(path)`; an OS error is the environment's (env_error), anything Arrow cannot read a damaged run."""
     try:
-        return pq.read_table(path, page_checksum_verification=True, **kwargs)
+        return read(path, **kwargs)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         if isinstance(exc, OSError) and exc.errno is not None:
             raise env_error(exc, path) from None
@@ -151,23 +160,8 @@ def check_requests_schema(schema: pa.Schema, path: Path, run: str | os.PathLike[
                               f"{REQUESTS_SCHEMA.field(i).type}; {redo(run)}")
 
 
-def read_schema_file(path: Path, run: str | os.PathLike[str]) -> pa.Schema:
-    """A run's Parquet table's schema (its footer), or a one-line RunDirError when the file is empty or not
-    Parquet."""
-    try:
-        return pq.read_schema(path)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-        if isinstance(exc, OSError) and exc.errno is not None:
-            raise env_error(exc, path) from None
-        raise RunDirError(f"{path} is damaged ({str(exc).splitlines()[0][:100]}); {redo(run)}") from None
-
-
 def _int(x: Any) -> int | None:
     return None if x is None else int(x)
-
-
-def _float(x: Any) -> float | None:
-    return None if x is None else float(x)
 
 
 @dataclass(frozen=True)
@@ -202,7 +196,8 @@ class Analysis:
     @property
     def tenant_isolated_hit_rate(self) -> float | None:
         """Token-weighted hit rate with every tenant's hashes salted apart."""
-        return _float(self.hit_rate.get("tenant_isolated_token_weighted"))
+        rate = self.hit_rate.get("tenant_isolated_token_weighted")
+        return None if rate is None else float(rate)
 
     @property
     def exact_capacity(self) -> dict[str, int]:

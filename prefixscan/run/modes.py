@@ -49,12 +49,9 @@ def dir_mode(mode: int) -> int:
 def parse_mode(value: object) -> int | None:
     """A recorded `file_mode` ("0640"), or None when it is not a sane file mode: octal text of read/write
     bits only (within 0o666; no x, setuid, setgid or sticky bit), as `input_mode` produces."""
-    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 4:
+    if not isinstance(value, str) or not 0 < len(value) <= 4 or not set(value) <= set("01234567"):
         return None
-    try:
-        mode = int(value, 8)
-    except ValueError:
-        return None
+    mode = int(value, 8)
     return mode if mode & ~0o666 == 0 else None
 
 

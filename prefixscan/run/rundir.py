@@ -1,15 +1,11 @@
-"""The run directory: `manifest.json` plus one Parquet file per table, written here.
+"""The run directory: `manifest.json` plus one Parquet file per table, written here (reading one is
+prefixscan.run.load's: `Run.open`, `read_manifest`, whose names stay importable from here).
 
-Every command after `analyze` (findings, simulate, estimate, report, query) reads and extends a run
-directory instead of recomputing, so results can be re-rendered and queried without re-running. This
-module writes runs (a new run swapped in whole, tables and manifest added under the run's lock); reading
-one is prefixscan.run.load's (`Run.open`, `read_manifest`), whose names stay importable from here.
-
-One writer per run directory (`RunLock`): a lock file beside it, held with an OS lock for the writer's
-lifetime. The lock is `.<run name>.lock` in the run's parent directory (a new run does not exist yet, and
-a `--force` run swaps the whole directory). The kernel's `flock` is released when the holder dies, however it dies, so
-a lock left by a killed run is simply taken over; the file names the holder's pid for the message the
-next writer prints while the holder is alive.
+Every command after `analyze` reads and extends a run directory instead of recomputing. A new run is
+swapped in whole (`NewRun`), tables and manifest are added under the run's lock (`extending`). One writer
+per run (`RunLock`): `.<run name>.lock` in the run's parent (a new run does not exist yet, and `--force`
+swaps the whole directory), held with the kernel's `flock`, which is released however its holder dies, so
+a killed run's lock is simply taken over. docs/analyze.md, "The run directory is complete or absent".
 """
 
 from __future__ import annotations
@@ -89,20 +85,12 @@ class NewRun:
 
     def commit(self) -> Path:
         """Make the built run the target (flushed to disk first); releases the lock."""
+        old = temp_path(self.target, "old-")
         try:
             for f in sorted(self.path.iterdir()):
                 if f.is_file():
                     fsync_file(f)
             fsync_dir(self.path)
-            self.commit_empty()
-        except OSError as exc:
-            self.abort()
-            raise env_error(exc, self.target) from None
-        return self.target
-
-    def commit_empty(self) -> None:
-        old = temp_path(self.target, "old-")
-        try:
             if self.target.exists():
                 if not _exchange(self.path, self.target):
                     os.rename(self.target, old)  # a moment without the target: the next NewRun restores it
@@ -113,8 +101,12 @@ class NewRun:
             else:
                 os.rename(self.path, self.target)
             fsync_dir(self.target.absolute().parent)
+        except OSError as exc:
+            self.abort()
+            raise env_error(exc, self.target) from None
         finally:
             self.lock.release()
+        return self.target
 
     def abort(self) -> None:
         """Remove what was built; the target is as it was. Releases the lock."""

@@ -1,25 +1,12 @@
-"""Named simulations side by side in one run directory, each replaced as one unit.
+"""Named simulations side by side in one run directory, each replaced as one unit (docs/simulator.md,
+"Named simulations").
 
-`simulate --name NAME` keeps each simulation instead of replacing the last one (no --name: `default`).
-Layout: every simulation's tables live in a directory of their own, `simulations/NAME@SEQ/sim_*.parquet`,
-and the manifest's `simulations` section indexes them: NAME -> {dir, tables, seq, config, workload,
-policies}; `seq` counts writes, so "the most recent" is well defined and each write gets a fresh directory.
-
-Re-running a name replaces that simulation only, as one unit, the way analyze replaces a run: under the
-run's lock, the new tables are written into a hidden temporary directory, which is renamed to its fresh
-`NAME@SEQ` name; then the manifest (one atomic file) is switched to point at it; then the old version's
-directory is removed. Readers only follow the manifest, so a simulate killed or failing at any point
-leaves exactly the old simulation or exactly the new one; what it left (a temporary directory, a directory
-no entry points at) is removed by the next simulate.
-
-Runs written by earlier versions are still read: a `default` simulation with `dir` "" (its tables at the
-top of the run, its section in the manifest's `simulate`) and named ones in `simulations/NAME`.
-
-Everything read from the manifest is checked before use (names, table names, directories inside
-`simulations/`, value types); a damaged or crafted entry is a one-line RunDirError (exit 5).
-
-Readers choose one (`load_run(path, simulation=NAME)`): NAME when given (an unknown name is an error
-listing the known ones), else `default` when stored, else the most recently written.
+Each simulation's tables live in `simulations/NAME@SEQ/`, indexed by the manifest's `simulations` section
+(NAME -> {dir, tables, seq, config, workload, policies}; `seq` counts writes). A write, under the run's
+lock: tables into a hidden temporary directory, renamed to a fresh `NAME@SEQ`, then the manifest switched
+to it (one atomic file), then the old version removed. Readers only follow the manifest, so a simulate
+killed at any point leaves exactly the old simulation or exactly the new one; the next one removes what
+it left. A `default` of the older layout (tables at the top of the run) is still read and replaced.
 """
 
 from __future__ import annotations
