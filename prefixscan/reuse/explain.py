@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from prefixscan.affixes import common_prefix_length
 from prefixscan.encode.hashing import counted_hit_blocks
 from prefixscan.errors import UsageError
 from prefixscan.read.content import content_text
@@ -250,16 +251,10 @@ def _locate(d: Divergence, a: Any, b: Any, include_text: bool) -> None:
     ta, tb = _texts(a), _texts(b)
     if (a.tools or None) != (b.tools or None):
         d.note = "the tool lists differ (the tool list is rendered before the first user message)"
-    for mi, ((ra, xa), rb_xb) in enumerate(zip(ta, tb, strict=False)):
-        rb, xb = rb_xb
-        if ra == rb and xa == xb:
-            continue
-        c = 0
-        n = min(len(xa), len(xb))
-        while c < n and xa[c] == xb[c]:
-            c += 1
-        _fill(d, mi, ra, c, xa, xb, include_text)
-        return
+    for mi, ((ra, xa), (rb, xb)) in enumerate(zip(ta, tb, strict=False)):
+        if ra != rb or xa != xb:
+            _fill(d, mi, ra, common_prefix_length(xa, xb), xa, xb, include_text)
+            return
     if len(ta) != len(tb):
         mi = min(len(ta), len(tb))
         longer = ta if len(ta) > len(tb) else tb

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -128,17 +128,21 @@ class Sampling(NamedTuple):
 
 
 TARGET_FRACTIONS = (0.5, 0.9)
+TARGET_NAMES = tuple(f"lru_tokens_for_{int(f * 100)}pct_of_ideal" for f in TARGET_FRACTIONS)  # the metadata's keys
 
 
 def capacity_targets(curve: pa.Table) -> dict[str, int | None]:
     """The pool sizes (tokens) for 50% and 90% of the ideal hit that `capacity_curve` stored (estimated
     when the curve was sampled: see `capacity_sampling`)."""
-    meta = curve.schema.metadata or {}
-    return json.loads(meta[b"targets"]) if b"targets" in meta else {}
+    return _metadata(curve, b"targets", {})
 
 
 def capacity_sampling(curve: pa.Table) -> dict | None:
     """The sampling parameters of a sampled curve (rate, salts, hot blocks, references kept, mean band
     width in points), or None for the exact curve."""
+    return _metadata(curve, b"sampling", None)
+
+
+def _metadata(curve: pa.Table, key: bytes, default: Any) -> Any:
     meta = curve.schema.metadata or {}
-    return json.loads(meta[b"sampling"]) if b"sampling" in meta else None
+    return json.loads(meta[key]) if key in meta else default

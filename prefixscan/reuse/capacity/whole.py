@@ -89,14 +89,8 @@ class WholeCapacity:
             self.close()
         n, block_size, rule = int(n_distinct), self.block_size, self.rule
 
-        def curve() -> pa.Table:
-            if sample is not None and sample < 1.0:  # as CapacityStream._sampled, on the same arrays
-                from prefixscan.reuse.capacity.sampled import sampled_capacity_curve
-
-                return sampled_capacity_curve(offsets, ids, n, prompts, block_size, rule, sample, capacities_tokens)
-            return capacity_curve(offsets, ids, prompts, block_size, rule, capacities_tokens, opt, ids=(ids, n))
-
-        return curve
+        return lambda: capacity_curve(offsets, ids, prompts, block_size, rule, capacities_tokens, opt, ids=(ids, n),
+                                      sample=sample)
 
     def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         parts, self._parts = self._parts, []
