@@ -169,6 +169,4 @@ def _rag_head(text: str) -> str | None:
     question), when there are at least three; None otherwise."""
     text = text[: nz.MAX_CHARS]
     cut = text.rfind("\n\n")  # the last paragraph (the question) is not part of the signature
-    if cut > 0 and text.count("\n\n", 0, cut) >= 2:
-        return text[:cut + 2]
-    return None
+    return text[:cut + 2] if cut > 0 and text.count("\n\n", 0, cut) >= 2 else None

@@ -235,12 +235,12 @@ class Detector(OrderChecks):
         self._move_slots(fam, units, texts, rid, ops, lambda ei: None if ei in seen_e else covered(al, ei))
 
     def _move_slots(self, fam: Family, units: Units, texts: dict[int, str], rid: str, ops: list,
-                    where: Callable[[int], int | None]) -> None:
+                    where: Callable[[int], int | None] | None = None) -> None:
         """Move the request's lines at its family's field slots (`where(exemplar unit)`: the request's unit
-        there, or None)."""
+        there, or None; without `where` the request is the exemplar)."""
         for ei, key in sorted((k, v) for k, v in fam.slots.items() if isinstance(k, int)):
-            rj = where(ei)
-            sl = read_line(texts, units, rj, None) if rj is not None else None
+            rj = ei if where is None else where(ei)
+            sl = read_line(texts, units, rj, None) if rj is not None and rj < len(units) else None
             if sl is None or sl.prose:
                 continue
             self.accs[key].add_request(rid)
@@ -276,9 +276,7 @@ class Detector(OrderChecks):
         if u.mi < 0:
             return fam.tools is not None and e.start < len(fam.tools)
         other = fam.texts[ei]
-        if other is None:
-            return False
-        return is_edit(texts[u.mi][u.start:u.end].rstrip("\n"), other)
+        return other is not None and is_edit(texts[u.mi][u.start:u.end].rstrip("\n"), other)
 
     def _drifts(self, rec: Record, fam: Family, al: Alignment, units: Units, texts: dict[int, str],
                 ops: list) -> None:
@@ -400,7 +398,7 @@ class Detector(OrderChecks):
                 continue
             eidx, texts, units = self._units(rec)
             ops: list[tuple[tuple, tuple]] = []
-            self._move_slots(fam, units, texts, rec.request_id, ops, lambda ei, n=len(units): ei if ei < n else None)
+            self._move_slots(fam, units, texts, rec.request_id, ops)
             for kind in PROACTIVE:
                 if self._needs(kind, rec, eidx, texts):
                     ops.append((("normalise", kind), ("drift", fam.tenant, kind)))

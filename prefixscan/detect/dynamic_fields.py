@@ -78,9 +78,8 @@ def _classify_memo(label: str, value: str, numbers_increase: bool) -> str | None
 
 def _classify(label: str, value: str, numbers_increase: bool) -> str | None:
     """`classify`, memoised for short labels and values (a pure function of them)."""
-    if len(label) + len(value) > 200:
-        return classify(label, value, numbers_increase)
-    return _classify_memo(label, value, numbers_increase)
+    long = len(label) + len(value) > 200
+    return (classify if long else _classify_memo)(label, value, numbers_increase)
 
 
 MAX_SPAN_TEXT = 1024  # longer lines are scanned each time (the memo stays under ~4 MB)
@@ -116,9 +115,7 @@ def inline_date(line: str, other: str) -> tuple[str, int, int] | None:
         return None
     mine = _covering(line, cp, len(line) - cs)
     theirs = _covering(other, cp, len(other) - cs)
-    if mine is None or theirs is None:
-        return None
-    return mine
+    return mine if theirs is not None else None
 
 
 def int_value(value: str) -> int | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -206,20 +207,22 @@ def reorder_text(text: str, canon: tuple[int, ...]) -> str:
     separator lines, numbers) stays. Unchanged when no such list is found."""
     want = sorted(canon)
     for tl in find_lists(text):
-        if tl.hashes == canon or sorted(tl.hashes) != want:
-            continue
-        by_hash: dict[int, list[str]] = {}
-        for (s, e), h in zip(tl.spans, tl.hashes, strict=True):
-            by_hash.setdefault(h, []).append(text[s:e])
-        parts = []
-        prev = 0
-        for (s, e), h in zip(tl.spans, canon, strict=True):
-            parts.append(text[prev:s])
-            parts.append(by_hash[h].pop(0))
-            prev = e
-        parts.append(text[prev:])
-        return "".join(parts)
+        if tl.hashes != canon and sorted(tl.hashes) == want:
+            return placed(text, tl.spans, tl.hashes, canon)
     return text
+
+
+def placed(text: str, spans: Sequence[tuple[int, int]], hashes: Sequence[int], canon: Sequence[int]) -> str:
+    """`text` with its items (at `spans`, hashed `hashes`) put in the order `canon` gives (the same hashes,
+    another order): each span receives the text of the item `canon` puts there; what lies between stays."""
+    by_hash: dict[int, list[str]] = {}
+    for (s, e), h in zip(spans, hashes, strict=True):
+        by_hash.setdefault(h, []).append(text[s:e])
+    parts, prev = [], 0
+    for (s, e), h in zip(spans, canon, strict=True):
+        parts += [text[prev:s], by_hash[h].pop(0)]
+        prev = e
+    return "".join(parts) + text[prev:]
 
 
 def apply_list_op(msgs: list[dict[str, Any]], op: tuple, counterfactual: bool) -> None:

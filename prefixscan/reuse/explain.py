@@ -147,15 +147,13 @@ class Explainer:
         for j in range(len(h)):
             src = int(first[j]) if j < cached_blocks and first[j] < i else None
             status = "miss" if src is None else ("hit" if j < hit_blocks else "seen_recomputed")
-            if out and out[-1].status == status and out[-1].first_request_id == (self.ids[src] if src is not None
-                                                                                   else None):
+            who = ((self.ids[src], self._cols["tenant"][src], self._cols["conversation_id"][src]) if src is not None
+                   else (None, None, None))
+            if out and out[-1].status == status and out[-1].first_request_id == who[0]:
                 out[-1].last = j
-                continue
-            out.append(BlockRun(j, j, status, *(self._who(src) if src is not None else (None, None, None))))
+            else:
+                out.append(BlockRun(j, j, status, *who))
         return out
-
-    def _who(self, row: int) -> tuple[str, str | None, str | None]:
-        return self.ids[row], self._cols["tenant"][row], self._cols["conversation_id"][row]
 
     def _divergence(self, i: int, row: dict[str, Any], include_text: bool) -> Divergence | None:
         src_id = row.get("source_request_id")

@@ -4,7 +4,7 @@
 partial blocks that occupy a block, duplicate copies after capped full hits, lazy eviction from an LRU
 free queue filled in reverse order). This is the same machine over dense block ids and flat arrays, one
 request at a time, for the capacity curve (one pass per pool size, sizes in parallel) and for callers that compare per
-request (`pool_hits`). State is carried in arrays, so `capacity_stream` runs it chunk by chunk.
+request (`pool_hits`). State is carried in arrays, so `capacity.stream` runs it chunk by chunk.
 
 The simulator's pool (`sim/kvcache.py`) gives the same hits at every size (tests/test_pool.py holds both to the
 oracle) but costs more CPU per size, for what only a simulation needs (replicas, release times, eviction ages):
@@ -334,7 +334,7 @@ def hit_target(fraction: float, ideal: int) -> int:
 
 def occupied_blocks(offsets: np.ndarray, prompts: np.ndarray, block_size: int) -> int:
     """Blocks all requests occupy in total (each its listing, or ceil(n/B) if more): a pool of this many
-    blocks plus the null block never evicts. `capacity_stream` adds it up chunk by chunk, so the target
+    blocks plus the null block never evicts. `capacity.stream` adds it up chunk by chunk, so the target
     searches, and so the targets, are the same."""
     listed = np.diff(np.asarray(offsets, dtype=np.int64))
     need = -(-np.maximum(np.asarray(prompts, dtype=np.int64), 0) // block_size)

@@ -18,7 +18,7 @@ The kernel also bounds where that holds. Sizes from `lo` to `hi` (`FastPool`) ar
 Other sizes are simulated (`pool.pool_curve`). `tests/test_pool_fast.py` checks the two agree, value for
 value, on random traces built to hit every one of those cases.
 
-The Fenwick tree over virtual access times is shared with `capacity_stream` (and the tests'
+The Fenwick tree over virtual access times is shared with `capacity.stream` (and the tests'
 `tests/oracles/lru_stack.py`): renumbering the marks when the clock reaches the end lets a tree of
 O(distinct) slots serve any number of accesses (`_renumber`, `lru_tree_slots`).
 """

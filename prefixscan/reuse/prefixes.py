@@ -143,9 +143,7 @@ def shared_text(df: pl.DataFrame, own_snippets: Callable[[np.ndarray], list[str]
         for h, a, b in g.iter_rows():
             lo[h] = a if h not in lo else min(lo[h], a)
             hi[h] = b if h not in hi else max(hi[h], b)
-    if not any_text:
-        return {}
-    return {h: common_prefix(lo[h], hi[h]) for h in lo}
+    return {h: common_prefix(lo[h], hi[h]) for h in lo} if any_text else {}
 
 
 CONTEXT_CHARS = 32  # of what follows the shared text in a hit (masked), to tell its surroundings apart

@@ -287,6 +287,4 @@ class ParquetSink:
 
 def open_sink(path: str, fmt: str) -> JsonlSink | ParquetSink:
     """The sink for a format name: jsonl, jsonl.gz, parquet or mooncake (a JSONL of trace lines)."""
-    if fmt == "parquet":
-        return ParquetSink(path)
-    return JsonlSink(path, gz=fmt == "jsonl.gz")
+    return ParquetSink(path) if fmt == "parquet" else JsonlSink(path, gz=fmt == "jsonl.gz")

@@ -34,9 +34,7 @@ def choose(seed: int, source: str, scenario: str, kinds: tuple[str, ...], rate: 
     """The drift kind of one prompt source (fixed per source, like an application's code path)."""
     r = random.Random(f"{seed}-drift-{source}")
     ok = [k for k in kinds if ONLY_IN.get(k, scenario) == scenario]
-    if not ok or r.random() >= rate:
-        return None
-    return r.choice(ok)
+    return r.choice(ok) if ok and r.random() < rate else None
 
 
 def _reverse_keys(obj: Any) -> Any:

@@ -11,7 +11,7 @@ cached is needed strictly later than it. It is computed per capacity point. Sema
 measured numbers are in `docs/capacity.md`; the slow references these are tested against are in
 `tests/oracles/` (`capacity_ref.py`, and `lru_stack.py`, the one-pass LRU stack with its block histogram).
 The kernels are resumable (state carried in arrays), so that
-`capacity_stream.CapacityStream` runs them over a log fed in chunks, in bounded memory.
+`stream.CapacityStream` runs them over a log fed in chunks, in bounded memory.
 
 Where the optimal cache provably equals the ideal one, it need not be simulated (`opt_ideal_capacity`).
 Let S_r be the blocks whose request-granular lifetime [first listing, last listing] contains request r, and
@@ -262,7 +262,7 @@ def _opt_many(offsets, ids, weights, nk, n_distinct, caps, width):  # pragma: no
     return tok, blk
 
 
-def opt_hits(prep: Prepared, capacities_blocks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def opt_hits(prep: Prepared, capacities_blocks: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(hit tokens, hit blocks) of the optimal cache (Belady with bypass, prefix-closed) at each capacity
     in blocks, capacities in parallel threads."""
     caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
@@ -276,7 +276,7 @@ def opt_hits(prep: Prepared, capacities_blocks: Sequence[int]) -> tuple[np.ndarr
     return _opt_many(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, caps, width)
 
 
-# ---------------------------------------------------------------- the curve (its table: capacity_table)
+# ---------------------------------------------------------------- the curve (its table: table.curve_table)
 
 
 def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
@@ -289,8 +289,8 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     N = floor(tokens / block_size) blocks, block 0 of which is vLLM's null block; OPT gets the same N - 1
     blocks. Without `capacities_tokens`, a log-spaced grid up to the working set is used. With
     `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
-    `capacity_stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
-    With `sample` (a rate below 1), the `lru_*` columns are estimated (`capacity_sampled`), OPT is null.
+    `stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
+    With `sample` (a rate below 1), the `lru_*` columns are estimated (`capacity.sampled`), OPT is null.
     """
     if sample is not None and sample < 1.0:  # the sampler makes its weights chunk by chunk
         from prefixscan.reuse.capacity.sampled import sampled_capacity_curve
@@ -325,7 +325,7 @@ def target_guesses(keyed: np.ndarray) -> list[int]:
     return [int(np.searchsorted(keyed, hit_target(f, ideal), side="left")) + 1 for f in TARGET_FRACTIONS]
 
 
-def exact_table(cap_tok: np.ndarray, cap_blk: np.ndarray, evaluate: Callable[[Sequence[int]], np.ndarray],
+def exact_table(cap_tok: np.ndarray, cap_blk: np.ndarray, evaluate: Callable[[Sequence[int] | np.ndarray], np.ndarray],
                 ideal: int, total: int, small: np.ndarray | None, opt_run: Callable[[np.ndarray], np.ndarray],
                 never_evicts: int, block_size: int, guesses: list[int]) -> pa.Table:
     """The exact curve's table, in memory or streamed: vLLM's pool at the grid (`evaluate(sizes)`: hit tokens

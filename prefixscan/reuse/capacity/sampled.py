@@ -150,7 +150,7 @@ def hot_set(chunks: Chunks, candidates: np.ndarray, hot: int) -> np.ndarray:
 def histograms(chunks: Chunks, n_distinct: int, hot_ids: np.ndarray, rate: float, keys: np.ndarray,
                most_unlisted: int, hot_slots: int | None = None,
                salt_slots: int | None = None) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """(hot, sampled) histograms [salt, bin] of one shared pass (`capacity_sampled_kernel`), the bin width
+    """(hot, sampled) histograms [salt, bin] of one shared pass (`sampled_kernel`), the bin width
     and the mean number of blocks kept per salt. State: the hot blocks' and the kept blocks' own. The trees'
     sizes (renumbered when full) can be given, for tests."""
     threshold = np.uint64(int(rate * (1 << P_BITS)))
@@ -255,7 +255,7 @@ def auto_rate(requested: float | None, listed_blocks: int) -> float | None:
 def sampled_table(chunks: Chunks, n_distinct: int, total_tokens: int, block_size: int, rate: float,
                   capacities_tokens: Sequence[int] | None = None, salts: int = SALTS_DEFAULT,
                   hot: int = HOT_DEFAULT, seed: int = 0) -> pa.Table:
-    """`capacity.capacity_curve`'s table with the `lru_*` columns estimated (`curve_from_chunks`) and their
+    """`lru.capacity_curve`'s table with the `lru_*` columns estimated (`curve_from_chunks`) and their
     band, OPT null; the chunks' ids are dense ids in first-seen order, so the ideal hit stays exact."""
     from prefixscan.reuse.pool import hit_target
 
@@ -282,7 +282,6 @@ def sampled_capacity_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int
     from prefixscan.reuse.pool_fast import request_shape
 
     rate = check_rate(rate)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     chunks = array_chunks(offsets, ids, lambda off, r0, r1: block_weights(off, prompts[r0:r1], block_size, rule),
                           lambda off, r0, r1: request_shape(off, prompts[r0:r1], block_size, rule)[1])

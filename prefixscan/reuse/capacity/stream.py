@@ -1,4 +1,4 @@
-"""The capacity curve of `capacity.capacity_curve` over a request stream fed in chunks, in bounded memory.
+"""The capacity curve of `lru.capacity_curve` over a request stream fed in chunks, in bounded memory.
 
 `capacity_curve` holds per-listed-block arrays for the whole log (ids, weights, next-use keys, a Fenwick
 slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinct blocks + requests):
@@ -11,9 +11,9 @@ slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinc
   second spill, then runs the optimal cache with bypass forward, chunk by chunk, two capacities at a
   time (each with its per-block keys and a bounded heap), reading both spills into reused buffers.
 
-Spills are read with `readinto`, not memory-mapped (`capacity_spill.py`: the chunk check, the run plan, the
+Spills are read with `readinto`, not memory-mapped (`spill.py`: the chunk check, the run plan, the
 reads and writes): mapped file pages would count in the RSS. The kernels
-are `capacity`'s own, so the table is the same, value for value; `tests/test_capacity_stream.py` checks it.
+are `lru`'s own, so the table is the same, value for value; `tests/test_capacity_stream.py` checks it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import ExitStack
 from types import TracebackType
 from typing import BinaryIO, NamedTuple
 
@@ -251,7 +251,7 @@ class CapacityStream:
                            guesses)
 
     def _sampled(self, n: int, capacities_tokens: Sequence[int] | None, rate: float) -> pa.Table:
-        """The sampled curve (`capacity_sampled.sampled_table`) instead of the exact passes and OPT: three
+        """The sampled curve (`sampled.sampled_table`) instead of the exact passes and OPT: three
         reads of the spills chunk by chunk into reused buffers, so memory is the sample's state and one
         chunk, not 12 bytes per listed block."""
         from prefixscan.reuse.capacity.sampled import sampled_table
@@ -301,13 +301,15 @@ class CapacityStream:
         bufs = [(np.empty(most, np.int32), np.empty(most if keys else 0, np.int64), np.empty(rows, np.int64))
                 for _ in range(2 if keys else 1)]
         assert not keys or self._keys_path is not None
-        with (open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp,
-              open(self._keys_path, "rb", buffering=0) if keys else nullcontext() as fk):  # type: ignore[arg-type]
+        with ExitStack() as files:
+            fi, fp = (files.enter_context(open(p, "rb", buffering=0)) for p in (self._ids_path, self._prompts_path))
+            fk = files.enter_context(open(str(self._keys_path), "rb", buffering=0)) if keys else None
             for i, c in enumerate(chunks):
                 ids_buf, keys_buf, prompts = bufs[i % len(bufs)]
                 m = c.b1 - c.b0
                 yield (c, local_offsets(lengths, c), read_at(fi, c.b0, ids_buf[:m]),
-                       read_at(fp, c.r0, prompts[: c.r1 - c.r0]), read_at(fk, c.b0, keys_buf[:m]) if keys else keys_buf)
+                       read_at(fp, c.r0, prompts[: c.r1 - c.r0]),
+                       keys_buf if fk is None else read_at(fk, c.b0, keys_buf[:m]))
 
     # ------------------------------------------------------------ OPT from the spills
 
@@ -347,7 +349,7 @@ class CapacityStream:
         return plan_chunks(lengths, self._chunk_blocks) if self._total_blocks else []
 
     def _opt_ideal_capacity(self, n: int, lengths: np.ndarray) -> int:
-        """`capacity_lru.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
+        """`lru.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
         if self._total_blocks == 0:
             return n
         chunks = self._plan(lengths)
