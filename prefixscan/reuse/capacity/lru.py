@@ -27,7 +27,7 @@ most expensive grid points lie.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -384,21 +384,18 @@ def _overlap(offsets, ids, r0, last, seen, st):  # pragma: no cover - compiled
         st[1] -= ended
 
 
-def new_bound_state() -> np.ndarray:
-    st = np.zeros(4, np.int64)
-    st[3] = 1
-    return st
-
-
-def opt_ideal_from(st: np.ndarray, n_distinct: int) -> int:
-    """The least capacity (blocks held) from which OPT = ideal: L when chained, else the working set."""
+def opt_ideal_runs(runs: Callable[[], Iterable[tuple[int, np.ndarray, np.ndarray]]], n_distinct: int) -> int:
+    """The least capacity (blocks held) from which OPT = ideal: L when chained, else the working set, from
+    two reads of the requests (`runs()`: (first request, local offsets, dense ids) run by run)."""
+    last = np.full(max(n_distinct, 1), -1, np.int32)
+    for r0, offsets, ids in runs():
+        _last_use(offsets, ids, r0, last)
+    st, seen = np.array([0, 0, 0, 1], np.int64), np.zeros(max(n_distinct, 1), np.bool_)
+    for r0, offsets, ids in runs():
+        _overlap(offsets, ids, r0, last, seen, st)
     return min(int(st[2]), int(n_distinct)) if st[3] else int(n_distinct)
 
 
 def opt_ideal_capacity(offsets: np.ndarray, ids: np.ndarray, n_distinct: int) -> int:
-    """`opt_ideal_from` over requests held in memory (dense ids below n_distinct)."""
-    last = np.full(max(n_distinct, 1), -1, np.int32)
-    _last_use(offsets, ids, 0, last)
-    st = new_bound_state()
-    _overlap(offsets, ids, 0, last, np.zeros(max(n_distinct, 1), np.bool_), st)
-    return opt_ideal_from(st, n_distinct)
+    """`opt_ideal_runs` over requests held in memory (dense ids below n_distinct)."""
+    return opt_ideal_runs(lambda: [(0, offsets, ids)], n_distinct)

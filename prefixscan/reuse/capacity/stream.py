@@ -31,14 +31,11 @@ import pyarrow as pa
 
 from prefixscan.encode.hashing import is_trace_rule
 from prefixscan.reuse.capacity.lru import (
-    _last_use,
     _next_keys,
     _opt_chunk,
-    _overlap,
     exact_table,
-    new_bound_state,
     opt_heap_slots,
-    opt_ideal_from,
+    opt_ideal_runs,
     target_guesses,
 )
 from prefixscan.reuse.capacity.spill import (
@@ -324,13 +321,12 @@ class CapacityStream:
         return small
 
     def _opt_hits(self, caps: np.ndarray, n: int, lengths: np.ndarray) -> np.ndarray:
-        """Hit tokens of the optimal cache at each capacity in blocks (all below n), as `opt_hits`."""
+        """Hit tokens of the optimal cache at each capacity in blocks (all below n), as `opt_hits`, from the
+        next-use keys `_opt_prepare` spilled."""
         if self._total_blocks == 0:
             return np.zeros(len(caps), np.int64)
         width, never = key_width(lengths)
         chunks = self._plan(lengths)
-        if self._keys_path is None:
-            self._spill_keys(chunks, lengths, n, width, never)
         return self._grouped(caps, n, self._opt_bytes,
                              lambda pool, group: self._opt_pass(pool, group, n, chunks, lengths, width, never))
 
@@ -349,17 +345,11 @@ class CapacityStream:
         return plan_chunks(lengths, self._chunk_blocks) if self._total_blocks else []
 
     def _opt_ideal_capacity(self, n: int, lengths: np.ndarray) -> int:
-        """`lru.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
+        """`lru.opt_ideal_runs` from two forward reads of the ids spill (5 bytes per distinct block)."""
         if self._total_blocks == 0:
             return n
         chunks = self._plan(lengths)
-        last = np.full(max(n, 1), -1, np.int32)
-        for c, offsets, ids, _, _ in self._read(chunks, lengths):
-            _last_use(offsets, ids, c.r0, last)
-        st, seen = new_bound_state(), np.zeros(max(n, 1), np.bool_)
-        for c, offsets, ids, _, _ in self._read(chunks, lengths):
-            _overlap(offsets, ids, c.r0, last, seen, st)
-        return opt_ideal_from(st, n)
+        return opt_ideal_runs(lambda: ((c.r0, o, ids) for c, o, ids, _, _ in self._read(chunks, lengths)), n)
 
     def _spill_keys(self, chunks: list[Chunk], lengths: np.ndarray, n: int, width: int, never: int) -> None:
         """Next-use keys (`capacity.next_keys`) of every listed block into a spill, from a backward read of
