@@ -134,9 +134,7 @@ def _token_offset(tokenizer: Any, rec: Record, mi: int, offset: int) -> int | No
     msgs = rec.messages or []
     try:
         if mi < 0:
-            n_sys = 0
-            while n_sys < len(msgs) and msgs[n_sys].get("role") in ("system", "developer"):
-                n_sys += 1
+            n_sys = next((i for i, m in enumerate(msgs) if m.get("role") not in ("system", "developer")), len(msgs))
             a = tokenizer.encode_direct(Record("", 0, "", 0.0, "chat", messages=msgs[:n_sys] or msgs[:1],
                                                tools=rec.tools))
             b = tokenizer.encode_direct(Record("", 0, "", 0.0, "chat", messages=msgs[:n_sys] or msgs[:1]))

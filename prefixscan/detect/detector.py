@@ -148,10 +148,9 @@ class Detector(OrderChecks):
         self.index.new_family(tenant, salt, units, ftexts, rec.request_id, root, rec, chars, pre)
 
     def _anchor(self, units: Units, j: int) -> int:
-        for t in range(j, len(units)):
-            if units[t].length >= nz.BIG:
-                return units[t].norm
-        return units[j].norm if j < len(units) else 0
+        """The first long unit's hash from unit j on (else unit j's, or 0 past the end)."""
+        return next((units[t].norm for t in range(j, len(units)) if units[t].length >= nz.BIG),
+                    units[j].norm if j < len(units) else 0)
 
     def _acc(self, key: tuple, tenant: str, mi: int, role: str, label: str, example: str | Callable[[], str],
              rid: str, offset: int | None, rec: Record) -> Acc:
