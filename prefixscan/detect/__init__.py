@@ -46,10 +46,7 @@ class FindingsResult:
 
 
 def _kind(acc: Acc) -> str | None:
-    key0 = acc.key[0]
-    if key0 == "drift":
-        return acc.key[2]
-    if key0 == "order":
+    if acc.key[0] in ("drift", "order"):
         return acc.key[2]
     votes = {k: v for k, v in acc.kinds.items() if k}
     if acc.prose and acc.prose * 2 >= sum(acc.kinds.values()):
@@ -109,7 +106,7 @@ def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size
             if kind == "template_churn":
                 counts = sorted(acc.values.values(), reverse=True)
                 detail = f"{len(counts)} versions serve {'/'.join(map(str, counts))} requests"
-            tenant = _tenant(acc.tenant, hash_tenants)
+            tenant = (hash_tenants(acc.tenant) if hash_tenants is not None else acc.tenant) if acc.tenant else None
             offset = acc.char_offset
             acc.token_offset = token_offset(det.tokenizer, acc)
             findings.append(Finding(
@@ -132,9 +129,3 @@ def finalize(det: Detector | None, req: pl.DataFrame, blocks: Blocks, block_size
             cf.detector_errors = det.errors
     findings = rank(findings)
     return FindingsResult(findings, cf, ops, (det.seconds if det else 0.0) + time.perf_counter() - t0)
-
-
-def _tenant(tenant: str, digest: Callable[[str], str | None] | None) -> str | None:
-    if not tenant:
-        return None
-    return digest(tenant) if digest is not None else tenant

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.dynamic_fields import SlotLine, int_value
@@ -51,8 +50,7 @@ class Acc:
         for k, v in other.kinds.items():
             self.kinds[k] = self.kinds.get(k, 0) + v
         for h, v in other.values.items():
-            if h in self.values or len(self.values) < MAX_VALUES:
-                self.values[h] = self.values.get(h, 0) + v
+            self._count(h, v)
         mine = set(self.requests)
         self.requests += [r for r in other.requests if r not in mine]
         self.ints += other.ints
@@ -64,16 +62,17 @@ class Acc:
         if not self.requests or self.requests[-1] != rid:
             self.requests.append(rid)
 
-    def count_value(self, value: str, n: int) -> None:
-        h = xxhash.xxh3_64_intdigest(value.encode("utf-8", "surrogatepass"))
+    def _count(self, h: int, n: int) -> None:
+        """Count `n` more of the value hashed `h` (a new value only while fewer than MAX_VALUES are held)."""
         if h in self.values or len(self.values) < MAX_VALUES:
             self.values[h] = self.values.get(h, 0) + n
 
+    def count_value(self, value: str, n: int) -> None:
+        self._count(nz.text_hash(value), n)
+
     def observe(self, kind: str | None, value: str) -> None:
         self.kinds[kind or ""] = self.kinds.get(kind or "", 0) + 1
-        h = xxhash.xxh3_64_intdigest(value.encode("utf-8", "surrogatepass"))
-        if h in self.values or len(self.values) < MAX_VALUES:
-            self.values[h] = self.values.get(h, 0) + 1
+        self.count_value(value, 1)
         iv = int_value(value)
         if iv is not None:
             self.ints += 1
@@ -135,9 +134,7 @@ def _token_offset(tokenizer: Any, rec: Record, mi: int, offset: int) -> int | No
     msgs = rec.messages or []
     try:
         if mi < 0:
-            n_sys = 0
-            while n_sys < len(msgs) and msgs[n_sys].get("role") in ("system", "developer"):
-                n_sys += 1
+            n_sys = next((i for i, m in enumerate(msgs) if m.get("role") not in ("system", "developer")), len(msgs))
             a = tokenizer.encode_direct(Record("", 0, "", 0.0, "chat", messages=msgs[:n_sys] or msgs[:1],
                                                tools=rec.tools))
             b = tokenizer.encode_direct(Record("", 0, "", 0.0, "chat", messages=msgs[:n_sys] or msgs[:1]))

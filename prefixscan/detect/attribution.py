@@ -64,7 +64,7 @@ COLUMNS = ["seq", "request_id", "model", "replica", "prompt_tokens", "cached_tok
 class _Source:
     """The requests table's columns and block hashes, one row group at a time: a Parquet file's groups,
     or a table in memory as one group. Each pass reads only the columns it needs, so memory stays at a
-    row group's columns (a 10M-request trace's seven columns at once were ~3 GB)."""
+    row group's columns."""
 
     def __init__(self, requests: pa.Table | str) -> None:
         self.requests = requests

@@ -15,12 +15,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
 import orjson
 import xxhash
 
 from prefixscan.detect import normalisation as nz
-from prefixscan.detect.list_order import find_lists, signature
+from prefixscan.detect.list_order import find_lists, order_signature, signature
 from prefixscan.detect.pattern_free import Alignment, Family
 from prefixscan.detect.pieces import Piece, PieceMemo, text_key
 from prefixscan.detect.rewrite import _tool_hash
@@ -34,7 +33,7 @@ CHECK_BYTES = 8 << 20  # bound of the memo of RAG-order checks by document head
 
 @lru_cache(maxsize=4096)
 def tenant_salt(tenant: str) -> int:
-    return xxhash.xxh3_64_intdigest(("tenant:" + tenant).encode("utf-8", "surrogatepass"))
+    return nz.text_hash("tenant:" + tenant)
 
 
 class Content:
@@ -92,7 +91,7 @@ class ContentMemo:
             if not tools_done and role == "user":
                 keys.append(tkey)  # type: ignore[arg-type]
                 tools_done = True
-            keys.append(("u", mi, ROLE_SEED[role], xxhash.xxh3_128_intdigest(t.encode("utf-8", "surrogatepass"))))
+            keys.append(("u", mi, ROLE_SEED[role], text_key(t)))
             if role == "user":
                 break
         if not tools_done:
@@ -117,7 +116,9 @@ class ContentMemo:
 
     def pieces_of(self, content: Content, rec: Record, texts: dict[int, str], live: bool = True) -> list[Piece]:
         """A content's pieces with units (all its pieces with `live=False`), from the piece memo."""
-        keys = content.live if live else content.key[1:]
+        return self._pieces(content.live if live else content.key[1:], rec, texts)
+
+    def _pieces(self, keys: list[tuple] | tuple, rec: Record, texts: dict[int, str]) -> list[Piece]:
         return [self.pieces.tools(rec.tools or [], ROLE_SEED["tools"], k) if k[0] == "t"
                 else self.pieces.message(k[1], k[2], texts[k[1]], k) for k in keys]
 
@@ -127,12 +128,11 @@ class ContentMemo:
 
     def _content(self, key: tuple, keys: list[tuple], rec: Record, msgs: list[dict[str, Any]],
                  texts: dict[int, str], salt: int) -> Content:
-        pieces = [self.pieces.tools(rec.tools or [], ROLE_SEED["tools"], k) if k[0] == "t"
-                  else self.pieces.message(k[1], k[2], texts[k[1]], k) for k in keys]
+        pieces = self._pieces(keys, rec, texts)
         checks = []
         if rec.tools and len(rec.tools) >= 2:
             hs = tuple(_tool_hash(t) for t in rec.tools)
-            checks.append(("tool_order", -1, hs, [None] * len(rec.tools), *_signature(hs, -1, salt)))
+            checks.append(("tool_order", -1, hs, [None] * len(rec.tools), *order_signature(hs, salt ^ 6)))
         if keys and keys[-1][0] == "u" and msgs[keys[-1][1]].get("role") == "user":
             got = self._rag(texts[keys[-1][1]], keys[-1][1], salt)
             if got:
@@ -151,7 +151,7 @@ class ContentMemo:
         hit = self._heads.get(k)
         if hit is None:
             got = _paragraph_hashes(head)
-            hit = ("rag_order", mi, got[0], got[1], *_signature(got[0], mi, salt)) if got is not None else ()
+            hit = () if got is None else ("rag_order", mi, got[0], got[1], *order_signature(got[0], salt ^ (mi + 7)))
             self._heads.put(k, hit, 300 + 100 * (len(hit[2]) if hit else 0))
         return hit
 
@@ -169,12 +169,4 @@ def _rag_head(text: str) -> str | None:
     question), when there are at least three; None otherwise."""
     text = text[: nz.MAX_CHARS]
     cut = text.rfind("\n\n")  # the last paragraph (the question) is not part of the signature
-    if cut > 0 and text.count("\n\n", 0, cut) >= 2:
-        return text[:cut + 2]
-    return None
-
-
-def _signature(hs: tuple[int, ...], mi: int, salt: int) -> tuple[int, int]:
-    """(multiset hash, sequence hash) of an order check's items: equal multisets in another order differ."""
-    ms = xxhash.xxh3_64_intdigest(np.asarray(sorted(hs), dtype=np.uint64).tobytes(), seed=salt ^ (mi + 7))
-    return ms, xxhash.xxh3_64_intdigest(np.asarray(hs, dtype=np.uint64).tobytes())
+    return text[:cut + 2] if cut > 0 and text.count("\n\n", 0, cut) >= 2 else None

@@ -59,10 +59,14 @@ def run_counterfactual(req: pl.DataFrame, blocks: Blocks, block_size: int, rule:
     cf = Counterfactual()
     if n == 0:
         return cf
-    if not rewritten and skip_unchanged:
-        return _unchanged(req, baseline)
-    ids = req["request_id"].to_list()
     prompt = req["prompt_tokens"].to_numpy().astype(np.int64)
+    if baseline is None:
+        baseline = req["cached_tokens"].to_numpy().astype(np.int64)
+    cf.prompt_before, cf.cached_before = int(prompt.sum()), int(np.asarray(baseline, dtype=np.int64).sum())
+    if not rewritten and skip_unchanged:  # after = before, nobody gained
+        cf.prompt_after, cf.cached_after = cf.prompt_before, cf.cached_before
+        return cf
+    ids = req["request_id"].to_list()
     new_prompt = prompt.copy()
     after = np.zeros(n, dtype=np.int64)
     source = np.full(n, -1, dtype=np.int64)
@@ -95,10 +99,7 @@ def run_counterfactual(req: pl.DataFrame, blocks: Blocks, block_size: int, rule:
     if at != n:
         raise ValueError(f"the block chunks cover {at} requests, the table has {n}")
     stream.release()
-    if baseline is None:
-        baseline = req["cached_tokens"].to_numpy().astype(np.int64)
-    cf.prompt_before, cf.prompt_after = int(prompt.sum()), int(new_prompt.sum())
-    cf.cached_before, cf.cached_after = int(baseline.sum()), int(after.sum())
+    cf.prompt_after, cf.cached_after = int(new_prompt.sum()), int(after.sum())
     # Prefill saved: the drop in uncached tokens (a replaced template version may change the prompt length).
     gain = (prompt - baseline) - (new_prompt - after)
     for i in np.nonzero(gain)[0].tolist():
@@ -113,10 +114,3 @@ def run_counterfactual(req: pl.DataFrame, blocks: Blocks, block_size: int, rule:
             cf.credit.setdefault(k, {})[rid] = share + (rest if j == 0 else 0)
     return cf
 
-
-def _unchanged(req: pl.DataFrame, baseline: np.ndarray | None) -> Counterfactual:
-    """The counterfactual when no request was rewritten: after = before, nobody gained."""
-    prompt = int(req["prompt_tokens"].cast(pl.Int64).sum())
-    cached = int(np.asarray(baseline, dtype=np.int64).sum()) if baseline is not None \
-        else int(req["cached_tokens"].cast(pl.Int64).sum())
-    return Counterfactual(prompt_before=prompt, prompt_after=prompt, cached_before=cached, cached_after=cached)

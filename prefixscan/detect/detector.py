@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from prefixscan.affixes import common_prefix_length
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.accumulate import Acc, _example, _prefix_record
 from prefixscan.detect.content import ContentMemo, tenant_salt
@@ -36,7 +37,9 @@ from prefixscan.redact import redact_snippet
 # prompt is new text on every request, so a bound by entry count let it reach hundreds of MiB; only speed
 # depends on this bound (tests run with a tiny one).
 MEMO_BYTES = 32 << 20
-PROACTIVE = {"line_endings", "unicode"}
+# Whole-message normalisers, in sorted order: applied to every request that needs them (cheap to check,
+# always safe), so requests sent before the drift was first seen are normalised too.
+PROACTIVE = ("line_endings", "unicode")
 
 
 class Detector(OrderChecks):
@@ -124,7 +127,7 @@ class Detector(OrderChecks):
         if c.checks:
             self._orders(rec, c.checks, ops)
         ops += list_ops
-        if c.cr:  # the whole-message normalisers (`_drift_kinds`), in sorted order
+        if c.cr:  # the whole-message normalisers (`PROACTIVE`), in sorted order
             ops.append((("normalise", "line_endings"), ("drift", tenant, "line_endings")))
         if c.nonnfc:
             ops.append((("normalise", "unicode"), ("drift", tenant, "unicode")))
@@ -145,10 +148,9 @@ class Detector(OrderChecks):
         self.index.new_family(tenant, salt, units, ftexts, rec.request_id, root, rec, chars, pre)
 
     def _anchor(self, units: Units, j: int) -> int:
-        for t in range(j, len(units)):
-            if units[t].length >= nz.BIG:
-                return units[t].norm
-        return units[j].norm if j < len(units) else 0
+        """The first long unit's hash from unit j on (else unit j's, or 0 past the end)."""
+        return next((units[t].norm for t in range(j, len(units)) if units[t].length >= nz.BIG),
+                    units[j].norm if j < len(units) else 0)
 
     def _acc(self, key: tuple, tenant: str, mi: int, role: str, label: str, example: str | Callable[[], str],
              rid: str, offset: int | None, rec: Record) -> Acc:
@@ -207,9 +209,7 @@ class Detector(OrderChecks):
                     if got is not None:
                         acc.observe(got[0], other[got[1]:got[2]])
                 if other is not None:
-                    u = units[ri]
-                    end = u.end - 1 if texts[u.mi][u.end - 1:u.end] == "\n" else u.end
-                    ops.append((("replace", sl.mi, u.start, end, other), key))
+                    ops.append((("replace", sl.mi, units[ri].start, _line_end(texts, units[ri]), other), key))
                 continue
             if sl.prose:
                 acc.prose += 1
@@ -220,9 +220,7 @@ class Detector(OrderChecks):
                     acc.count_value(other, fam.requests - 1)
                     acc.prose += 1
                 if other is not None:
-                    u = units[ri]
-                    end = u.end - 1 if texts[u.mi][u.end - 1:u.end] == "\n" else u.end
-                    ops.append((("replace", sl.mi, u.start, end, other), key))
+                    ops.append((("replace", sl.mi, units[ri].start, _line_end(texts, units[ri]), other), key))
                 continue
             ops.append((("move", sl.mi, sl.block[0], sl.block[1]), key))
             if ei is not None:
@@ -233,13 +231,15 @@ class Detector(OrderChecks):
         for mark, key in fam.slots.items():
             if isinstance(mark, tuple) and mark[1] not in seen_e and covered(al, mark[1]) is not None:
                 self.accs[key].count_value(fam.texts[mark[1]] or "", 1)  # a request on the exemplar's version
+        self._move_slots(fam, units, texts, rid, ops, lambda ei: None if ei in seen_e else covered(al, ei))
+
+    def _move_slots(self, fam: Family, units: Units, texts: dict[int, str], rid: str, ops: list,
+                    where: Callable[[int], int | None] | None = None) -> None:
+        """Move the request's lines at its family's field slots (`where(exemplar unit)`: the request's unit
+        there, or None; without `where` the request is the exemplar)."""
         for ei, key in sorted((k, v) for k, v in fam.slots.items() if isinstance(k, int)):
-            if ei in seen_e:
-                continue
-            rj = covered(al, ei)
-            if rj is None:
-                continue
-            sl = read_line(texts, units, rj, None)
+            rj = ei if where is None else where(ei)
+            sl = read_line(texts, units, rj, None) if rj is not None and rj < len(units) else None
             if sl is None or sl.prose:
                 continue
             self.accs[key].add_request(rid)
@@ -275,9 +275,7 @@ class Detector(OrderChecks):
         if u.mi < 0:
             return fam.tools is not None and e.start < len(fam.tools)
         other = fam.texts[ei]
-        if other is None:
-            return False
-        return is_edit(texts[u.mi][u.start:u.end].rstrip("\n"), other)
+        return other is not None and is_edit(texts[u.mi][u.start:u.end].rstrip("\n"), other)
 
     def _drifts(self, rec: Record, fam: Family, al: Alignment, units: Units, texts: dict[int, str],
                 ops: list) -> None:
@@ -302,8 +300,7 @@ class Detector(OrderChecks):
             if other is None:
                 continue
             prev_end = units[ri - 1].end if ri > 0 and units[ri - 1].mi == u.mi else 0
-            end = u.end - 1 if texts[u.mi][u.end - 1:u.end] == "\n" else u.end
-            ops.append((("restore", u.mi, prev_end, end, fam.pre[ei] + other), key))
+            ops.append((("restore", u.mi, prev_end, _line_end(texts, u), fam.pre[ei] + other), key))
 
     def _drift_acc(self, rec: Record, fam: Family, u: nz.Unit, ei: int, kind: str, texts: dict[int, str]) -> None:
         key = ("drift", fam.tenant, kind)
@@ -316,22 +313,12 @@ class Detector(OrderChecks):
         if u.mi >= 0:
             line = texts[u.mi][u.start:u.end].rstrip("\n")
             other = fam.texts[ei]
-            cp = 0
-            if other is not None:
-                n = min(len(line), len(other))
-                while cp < n and line[cp] == other[cp]:
-                    cp += 1
-            offset = u.start + cp
+            offset = u.start + (common_prefix_length(line, other) if other is not None else 0)
             example = redact_snippet(f"{kind}: " + line.replace("\r", "\\r"), 96)
         else:
             example = f"{kind}: tool {u.start} serialised differently"
         acc = self._acc(key, fam.tenant, u.mi, role, "", example, rec.request_id, offset, rec)
         acc.observe(kind, str(u.raw))
-
-    def _drift_kinds(self, tenant: str) -> list[str]:
-        """Whole-message normalisers, applied to every request that needs them (cheap to check, always
-        safe): requests sent before the drift was first seen are normalised too."""
-        return sorted(PROACTIVE)
 
     def _needs(self, kind: str, rec: Record, eidx: list[int], texts: dict[int, str]) -> bool:
         if kind == "json_key_order" and rec.tools:
@@ -410,13 +397,8 @@ class Detector(OrderChecks):
                 continue
             eidx, texts, units = self._units(rec)
             ops: list[tuple[tuple, tuple]] = []
-            for ei, key in sorted((k, v) for k, v in fam.slots.items() if isinstance(k, int)):
-                sl = read_line(texts, units, ei, None) if ei < len(units) else None
-                if sl is None or sl.prose:
-                    continue
-                self.accs[key].add_request(rec.request_id)
-                ops.append((("move", sl.mi, sl.block[0], sl.block[1]), key))
-            for kind in self._drift_kinds(fam.tenant):
+            self._move_slots(fam, units, texts, rec.request_id, ops)
+            for kind in PROACTIVE:
                 if self._needs(kind, rec, eidx, texts):
                     ops.append((("normalise", kind), ("drift", fam.tenant, kind)))
             if ops:
@@ -426,11 +408,7 @@ class Detector(OrderChecks):
 def _sig(op: tuple) -> tuple:
     """A hashable stand-in for an operation: unhashable parts (a tool's dict) by identity. Equal stand-ins
     mean equal operations; the set holding the operation keeps those parts alive, so no identity is reused."""
-    try:
-        hash(op)
-    except TypeError:
-        return tuple(_part(x) for x in op)
-    return op
+    return tuple(_part(x) for x in op)
 
 
 def _part(x: Any) -> Any:
@@ -439,6 +417,11 @@ def _part(x: Any) -> Any:
     except TypeError:
         return ("id", id(x))
     return x
+
+
+def _line_end(texts: dict[int, str], u: nz.Unit) -> int:
+    """Where unit `u`'s line ends in its message, its newline left out."""
+    return u.end - 1 if texts[u.mi][u.end - 1:u.end] == "\n" else u.end
 
 
 def e_tool(fam: Family, ei: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -70,39 +71,28 @@ def read_line(texts: dict[int, str], units: list[Unit] | Units, idx: int, other:
     return SlotLine(u.mi, label, value, u.start + value_start, (start, u.end), kind, prose)
 
 
-_KINDS: dict[tuple[str, str, bool], Any] = {}
-_UNSEEN = object()
-MAX_KINDS = 16_384  # (under ~6 MB) memo of `classify` (labels and values recur: a family's field, a few user names)
+@lru_cache(maxsize=16_384)  # labels and values recur (a family's field, a few user names): under ~6 MB
+def _classify_memo(label: str, value: str, numbers_increase: bool) -> str | None:
+    return classify(label, value, numbers_increase)
 
 
 def _classify(label: str, value: str, numbers_increase: bool) -> str | None:
     """`classify`, memoised for short labels and values (a pure function of them)."""
-    if len(label) + len(value) > 200:
-        return classify(label, value, numbers_increase)
-    k = (label, value, numbers_increase)
-    kind = _KINDS.get(k, _UNSEEN)
-    if kind is _UNSEEN:
-        if len(_KINDS) >= MAX_KINDS:
-            _KINDS.clear()
-        kind = _KINDS[k] = classify(label, value, numbers_increase)
-    return kind
+    long = len(label) + len(value) > 200
+    return (classify if long else _classify_memo)(label, value, numbers_increase)
 
 
-_SPANS: dict[str, list[tuple[str, list[tuple[int, int]]]]] = {}
-MAX_SPANS = 4096  # memo of the dates found in a line (an exemplar's line is compared with every request's)
 MAX_SPAN_TEXT = 1024  # longer lines are scanned each time (the memo stays under ~4 MB)
+
+
+@lru_cache(maxsize=4096)  # an exemplar's line is compared with every request's
+def _date_spans_memo(text: str) -> list[tuple[str, list[tuple[int, int]]]]:
+    return [(kind, [m.span() for m in p.finditer(text)]) for kind, pats in DATE_SPAN_RES for p in pats]
 
 
 def _date_spans(text: str) -> list[tuple[str, list[tuple[int, int]]]]:
     """Every match of every date pattern in `text`, pattern by pattern (memoised for short texts)."""
-    hit = _SPANS.get(text)
-    if hit is None:
-        hit = [(kind, [m.span() for m in p.finditer(text)]) for kind, pats in DATE_SPAN_RES for p in pats]
-        if len(text) <= MAX_SPAN_TEXT:
-            if len(_SPANS) >= MAX_SPANS:
-                _SPANS.clear()
-            _SPANS[text] = hit
-    return hit
+    return _date_spans_memo(text) if len(text) <= MAX_SPAN_TEXT else _date_spans_memo.__wrapped__(text)
 
 
 def _covering(text: str, lo: int, hi: int) -> tuple[str, int, int] | None:
@@ -125,9 +115,7 @@ def inline_date(line: str, other: str) -> tuple[str, int, int] | None:
         return None
     mine = _covering(line, cp, len(line) - cs)
     theirs = _covering(other, cp, len(other) - cs)
-    if mine is None or theirs is None:
-        return None
-    return mine
+    return mine if theirs is not None else None
 
 
 def int_value(value: str) -> int | None:

@@ -16,15 +16,14 @@ from prefixscan.detect.list_order import UNSAFE as LIST_UNSAFE
 JSON_KEYS = ("kind", "tenant", "message_index", "role", "char_offset", "token_offset", "requests_affected",
              "tokens_lost", "example", "fix")
 
-CATEGORIES = {
-    "timestamp": "dynamic_field", "date": "dynamic_field", "request_id": "dynamic_field",
-    "session_id": "dynamic_field", "user_name": "dynamic_field", "email": "dynamic_field",
-    "phone": "dynamic_field", "counter": "dynamic_field", "random_token": "dynamic_field",
-    "pattern_free": "pattern_free",
-    "whitespace": "normalisation", "line_endings": "normalisation", "unicode": "normalisation",
-    "json_key_order": "normalisation", "json_spacing": "normalisation", "rag_order": "normalisation",
-    "tool_order": "normalisation", "list_order": "normalisation", "template_churn": "normalisation",
-}
+# A dynamic field's kinds; `fix` moves them (and pattern-free spans) after the shared content.
+FIELD_KINDS = ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
+               "random_token")
+FIELD_KINDS_MOVABLE = (*FIELD_KINDS, "pattern_free")
+NORMALISATION_KINDS = ("whitespace", "line_endings", "unicode", "json_key_order", "json_spacing", "rag_order",
+                       "tool_order", "list_order", "template_churn")
+CATEGORIES = {**dict.fromkeys(FIELD_KINDS, "dynamic_field"), "pattern_free": "pattern_free",
+              **dict.fromkeys(NORMALISATION_KINDS, "normalisation")}
 
 FINDINGS_SCHEMA = pa.schema([
     pa.field("rank", pa.int64(), nullable=False),
@@ -122,10 +121,6 @@ def finding_requests_table(findings: list[Finding]) -> pa.Table:
     return pa.Table.from_pydict(rows, schema=FINDING_REQUESTS_SCHEMA)
 
 
-FIELD_KINDS_MOVABLE = ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
-                       "random_token", "pattern_free")
-
-
 def fixable(f: Finding) -> bool:
     """Whether `fix` rewrites this finding's requests: not a date inside a sentence (no safe rewrite), not
     a template version (which version to keep is the team's call), not a field inside a tool schema, not
@@ -179,8 +174,7 @@ def fix_sentence(kind: str, label: str | None, role: str | None, detail: str | N
                     f"another order; the {LIST_UNSAFE}, e.g. by source id.")
         return (f"Sort this JSON list in {where} before serialising it: {detail or 'by its name/id key'} (`fix` does "
                 "this).")
-    if kind in ("timestamp", "date", "request_id", "session_id", "user_name", "email", "phone", "counter",
-                "random_token", "pattern_free"):
+    if kind in FIELD_KINDS_MOVABLE:
         extra = " (or pass it in headers/metadata)" if kind in ("request_id", "session_id", "random_token",
                                                                   "counter") else ""
         return f"Move {lab} out of {where} to after the shared content (the end of the last user message)" \

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import xxhash
 
-from prefixscan.detect.normalisation import MAX_CHARS
+from prefixscan.detect.normalisation import MAX_CHARS, text_hash
 from prefixscan.read.media import is_text_part
 
 KIND = "list_order"
@@ -50,10 +51,6 @@ class TextList(NamedTuple):
     sort_key: str | None  # the key a safe sort uses ("name", "function.name", ...); None: not safe to sort
     canonical: tuple[int, ...]  # item hashes in the sorted order (safe lists); else the order sent
     region: tuple[int, int]  # from the start of the line the list opens on to its end
-
-
-def _h(s: str) -> int:
-    return xxhash.xxh3_64_intdigest(s.encode("utf-8", "surrogatepass"))
 
 
 def _key_value(item: dict[str, Any], key: str) -> Any:
@@ -168,7 +165,7 @@ def find_lists(text: str, chunks: bool = True) -> list[TextList]:
     out: list[TextList] = []
     taken: list[tuple[int, int]] = []
     for spans, items, start, end in _json_lists(text):
-        hs = tuple(_h(text[s:e]) for s, e in spans)
+        hs = tuple(text_hash(text[s:e]) for s, e in spans)
         key = sort_key(items)
         canon = hs
         if key is not None:
@@ -178,7 +175,7 @@ def find_lists(text: str, chunks: bool = True) -> list[TextList]:
     for spans_l in [_separated(text), *_numbered(text)] if chunks else []:
         if len(spans_l) < MIN_ITEMS or any(a < e and s < b for s, e in spans_l for a, b in taken):
             continue
-        hs = tuple(_h(text[s:e]) for s, e in spans_l)
+        hs = tuple(text_hash(text[s:e]) for s, e in spans_l)
         out.append(TextList(len(out), tuple(spans_l), hs, None, hs,
                             (text.rfind("\n", 0, spans_l[0][0]) + 1, spans_l[-1][1])))
     return out
@@ -186,9 +183,13 @@ def find_lists(text: str, chunks: bool = True) -> list[TextList]:
 
 def signature(tl: TextList, mi: int, salt: int) -> tuple[int, int]:
     """(multiset hash, sequence hash) of a list's items: the same items in another order share the first."""
-    seed = salt ^ xxhash.xxh3_64_intdigest(f"list:{mi}:{tl.ordinal}".encode())
-    ms = xxhash.xxh3_64_intdigest(np.asarray(sorted(tl.hashes), dtype=np.uint64).tobytes(), seed=seed)
-    return ms, xxhash.xxh3_64_intdigest(np.asarray(tl.hashes, dtype=np.uint64).tobytes())
+    return order_signature(tl.hashes, salt ^ xxhash.xxh3_64_intdigest(f"list:{mi}:{tl.ordinal}".encode()))
+
+
+def order_signature(hs: tuple[int, ...], seed: int) -> tuple[int, int]:
+    """(multiset hash, sequence hash) of items: the same items in another order share the first only."""
+    ms = xxhash.xxh3_64_intdigest(np.asarray(sorted(hs), dtype=np.uint64).tobytes(), seed=seed)
+    return ms, xxhash.xxh3_64_intdigest(np.asarray(hs, dtype=np.uint64).tobytes())
 
 
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -206,20 +207,22 @@ def reorder_text(text: str, canon: tuple[int, ...]) -> str:
     separator lines, numbers) stays. Unchanged when no such list is found."""
     want = sorted(canon)
     for tl in find_lists(text):
-        if tl.hashes == canon or sorted(tl.hashes) != want:
-            continue
-        by_hash: dict[int, list[str]] = {}
-        for (s, e), h in zip(tl.spans, tl.hashes, strict=True):
-            by_hash.setdefault(h, []).append(text[s:e])
-        parts = []
-        prev = 0
-        for (s, e), h in zip(tl.spans, canon, strict=True):
-            parts.append(text[prev:s])
-            parts.append(by_hash[h].pop(0))
-            prev = e
-        parts.append(text[prev:])
-        return "".join(parts)
+        if tl.hashes != canon and sorted(tl.hashes) == want:
+            return placed(text, tl.spans, tl.hashes, canon)
     return text
+
+
+def placed(text: str, spans: Sequence[tuple[int, int]], hashes: Sequence[int], canon: Sequence[int]) -> str:
+    """`text` with its items (at `spans`, hashed `hashes`) put in the order `canon` gives (the same hashes,
+    another order): each span receives the text of the item `canon` puts there; what lies between stays."""
+    by_hash: dict[int, list[str]] = {}
+    for (s, e), h in zip(spans, hashes, strict=True):
+        by_hash.setdefault(h, []).append(text[s:e])
+    parts, prev = [], 0
+    for (s, e), h in zip(spans, canon, strict=True):
+        parts += [text[prev:s], by_hash[h].pop(0)]
+        prev = e
+    return "".join(parts) + text[prev:]
 
 
 def apply_list_op(msgs: list[dict[str, Any]], op: tuple, counterfactual: bool) -> None:

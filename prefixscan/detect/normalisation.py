@@ -28,7 +28,8 @@ _BLANKS = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
 _PARA = re.compile(r"\n[ \t\r]*\n")
 
 
-def _h(s: str, seed: int = 0) -> int:
+def text_hash(s: str, seed: int = 0) -> int:
+    """The 64-bit hash detectors compare texts by (any string, lone surrogates included)."""
     return xxhash.xxh3_64_intdigest(s.encode("utf-8", "surrogatepass"), seed=seed)
 
 
@@ -68,7 +69,7 @@ def normal_line(line: str) -> tuple[str, int, int]:
             obj = None
         if obj is not None:
             return (orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode(), flags | JSON,
-                    _h(orjson.dumps(obj).decode()))
+                    text_hash(orjson.dumps(obj).decode()))
     if s != t or _WS_RUN.search(t):
         flags |= WS
         t = _WS_RUN.sub(" ", t)
@@ -115,7 +116,7 @@ def _normal_json(block: str) -> tuple[str, int, int]:
     if not block.isascii() and not unicodedata.is_normalized("NFC", block):
         flags |= NONNFC
     obj = orjson.loads(unicodedata.normalize("NFC", block.replace("\r", "")).strip())
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode(), flags, _h(orjson.dumps(obj).decode())
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode(), flags, text_hash(orjson.dumps(obj).decode())
 
 
 def early_messages(messages: list[dict[str, Any]]) -> list[int]:
@@ -123,12 +124,10 @@ def early_messages(messages: list[dict[str, Any]]) -> list[int]:
     out = []
     for i, m in enumerate(messages[:6]):
         role = m.get("role")
-        if role in ("system", "developer"):
-            out.append(i)
-        elif role == "user":
-            out.append(i)
+        if role not in ("system", "developer", "user"):
             break
-        else:
+        out.append(i)
+        if role == "user":
             break
     return out
 
@@ -153,8 +152,8 @@ def message_units(mi: int, text: str, seed: int) -> list[Unit]:
         norm, flags, nosort = normal_line(line) if block is None else _normal_json(line)
         if pending_blank and (pending_blank.count("\n") != 1 or pending_blank.strip("\n")):
             flags |= WS
-        nh = _h(norm, seed)
-        rh = nh if norm == line and not pending_blank else _h(pending_blank + line, seed)
+        nh = text_hash(norm, seed)
+        rh = nh if norm == line and not pending_blank else text_hash(pending_blank + line, seed)
         units.append(Unit(mi, pos, end, nh, rh, flags, nosort, len(line)))
         pending_blank = ""
         pos = end
@@ -168,7 +167,8 @@ def tool_units(tools: list[Any], seed: int) -> list[Unit]:
         raw = orjson.dumps(t).decode()
         norm = orjson.dumps(t, option=orjson.OPT_SORT_KEYS).decode()
         flags = JSON | (0 if raw == norm else WS)
-        out.append(Unit(-1, i, i + 1, _h(norm, seed), _h(raw, seed), flags, _h(raw, seed), len(raw)))
+        raw_hash = text_hash(raw, seed)
+        out.append(Unit(-1, i, i + 1, text_hash(norm, seed), raw_hash, flags, raw_hash, len(raw)))
     return out
 
 
@@ -248,7 +248,7 @@ def paragraphs(text: str) -> list[tuple[int, int]]:
 
 
 def paragraph_hash(text: str, seed: int = 0) -> int:
-    return _h(" ".join(normal_line(ln)[0] for ln in text.split("\n") if ln.strip()), seed)
+    return text_hash(" ".join(normal_line(ln)[0] for ln in text.split("\n") if ln.strip()), seed)
 
 
 def message_text(m: dict[str, Any]) -> str:

@@ -156,11 +156,10 @@ def value_kind(value: str) -> str | None:
         return None
     if EMAIL_RE.search(v):
         return "email"
-    if any(p.search(v) for p in TIMESTAMP_RES) or any(p.search(v) for p in WORD_TIMESTAMP_RES):
+    (_, timestamps), (_, dates) = DATE_SPAN_RES
+    if any(p.search(v) for p in timestamps) or EPOCH_RE.match(v):
         return "timestamp"
-    if EPOCH_RE.match(v):
-        return "timestamp"
-    if any(p.search(v) for p in DATE_RES) or any(p.search(v) for p in WORD_DATE_RES):
+    if any(p.search(v) for p in dates):
         return "date"
     if UUID_RE.search(v):
         return "uuid"

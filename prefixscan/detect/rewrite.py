@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from prefixscan.detect.list_order import apply_list_op
+from prefixscan.detect.list_order import apply_list_op, placed
 from prefixscan.detect.normalisation import NORMALISERS, _sorted_json, early_messages, paragraph_hash, paragraphs
 from prefixscan.read.content import content_text
 
@@ -40,23 +40,10 @@ def _tool_hash(t: Any) -> int:
 
 
 def _reorder_text(text: str, canon: tuple[int, ...]) -> str:
-    paras = paragraphs(text)
-    k = len(canon)
-    if len(paras) < k:
-        return text
-    head = paras[:k]
-    by_hash: dict[int, list[str]] = {}
-    for s, e in head:
-        by_hash.setdefault(paragraph_hash(text[s:e]), []).append(text[s:e])
-    if sorted(by_hash) != sorted(set(canon)) or sum(map(len, by_hash.values())) != k:
-        return text
-    out = []
-    for h in canon:
-        lst = by_hash.get(h)
-        if not lst:
-            return text
-        out.append(lst.pop(0))
-    return "".join(out) + text[head[-1][1]:]
+    """The leading paragraphs in the order `canon` gives, when they are its items; else `text` unchanged."""
+    head = paragraphs(text)[:len(canon)]
+    hashes = [paragraph_hash(text[s:e]) for s, e in head]
+    return placed(text, head, hashes, canon) if len(head) == len(canon) and sorted(hashes) == sorted(canon) else text
 
 
 def _text(content: Any) -> str | None:

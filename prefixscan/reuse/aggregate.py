@@ -110,6 +110,11 @@ def group_summary(df: pl.DataFrame, key: str) -> pl.DataFrame:
     ).sort(["cached_tokens", "_key"], descending=[True, False])
 
 
+# The summaries table's columns after (dimension, key), and their types.
+SUMMARY_COLUMNS = {"requests": pl.Int64, "prompt_tokens": pl.Int64, "cached_tokens": pl.Int64,
+                   "token_weighted": pl.Float64, "block_weighted": pl.Float64, "request_mean": pl.Float64}
+
+
 def steady_state(df: pl.DataFrame) -> pl.DataFrame:
     """The second half of the log: rows in analysis order, seq = row index (a view, not a copy)."""
     return df.slice(df.height // 2)
@@ -133,12 +138,8 @@ def summaries_table(df: pl.DataFrame, keys: dict[str, str],
         }))
     for dim, col in keys.items():
         g = group_summary(df if column is None else df.with_columns(column(col).alias(col)), col)
-        parts.append(g.select(
-            pl.lit(dim).alias("dimension"), pl.col("_key").alias("key"), "requests", "prompt_tokens",
-            "cached_tokens", "token_weighted", "block_weighted", "request_mean"))
-    schema = {"dimension": pl.String, "key": pl.String, "requests": pl.Int64, "prompt_tokens": pl.Int64,
-              "cached_tokens": pl.Int64, "token_weighted": pl.Float64, "block_weighted": pl.Float64,
-              "request_mean": pl.Float64}
+        parts.append(g.select(pl.lit(dim).alias("dimension"), pl.col("_key").alias("key"), *SUMMARY_COLUMNS))
+    schema = {"dimension": pl.String, "key": pl.String, **SUMMARY_COLUMNS}
     return pl.concat([p.cast(schema) for p in parts]) if parts else pl.DataFrame(schema=schema)  # type: ignore[arg-type]  # polars wants a Mapping keyed by its own key union
 
 
@@ -147,7 +148,4 @@ def by_dimension(summaries: pl.DataFrame, dim: str, limit: int | None = None) ->
     rows = summaries.filter(pl.col("dimension") == dim)
     if limit is not None:
         rows = rows.head(limit)
-    return {r["key"]: {"requests": r["requests"], "prompt_tokens": r["prompt_tokens"],
-                       "cached_tokens": r["cached_tokens"], "token_weighted": r["token_weighted"],
-                       "block_weighted": r["block_weighted"], "request_mean": r["request_mean"]}
-            for r in rows.iter_rows(named=True)}
+    return {r["key"]: {c: r[c] for c in SUMMARY_COLUMNS} for r in rows.iter_rows(named=True)}

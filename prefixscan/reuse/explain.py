@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from prefixscan.affixes import common_prefix_length
 from prefixscan.encode.hashing import counted_hit_blocks
 from prefixscan.errors import UsageError
 from prefixscan.read.content import content_text
@@ -146,15 +147,13 @@ class Explainer:
         for j in range(len(h)):
             src = int(first[j]) if j < cached_blocks and first[j] < i else None
             status = "miss" if src is None else ("hit" if j < hit_blocks else "seen_recomputed")
-            if out and out[-1].status == status and out[-1].first_request_id == (self.ids[src] if src is not None
-                                                                                   else None):
+            who = ((self.ids[src], self._cols["tenant"][src], self._cols["conversation_id"][src]) if src is not None
+                   else (None, None, None))
+            if out and out[-1].status == status and out[-1].first_request_id == who[0]:
                 out[-1].last = j
-                continue
-            out.append(BlockRun(j, j, status, *(self._who(src) if src is not None else (None, None, None))))
+            else:
+                out.append(BlockRun(j, j, status, *who))
         return out
-
-    def _who(self, row: int) -> tuple[str, str | None, str | None]:
-        return self.ids[row], self._cols["tenant"][row], self._cols["conversation_id"][row]
 
     def _divergence(self, i: int, row: dict[str, Any], include_text: bool) -> Divergence | None:
         src_id = row.get("source_request_id")
@@ -250,16 +249,10 @@ def _locate(d: Divergence, a: Any, b: Any, include_text: bool) -> None:
     ta, tb = _texts(a), _texts(b)
     if (a.tools or None) != (b.tools or None):
         d.note = "the tool lists differ (the tool list is rendered before the first user message)"
-    for mi, ((ra, xa), rb_xb) in enumerate(zip(ta, tb, strict=False)):
-        rb, xb = rb_xb
-        if ra == rb and xa == xb:
-            continue
-        c = 0
-        n = min(len(xa), len(xb))
-        while c < n and xa[c] == xb[c]:
-            c += 1
-        _fill(d, mi, ra, c, xa, xb, include_text)
-        return
+    for mi, ((ra, xa), (rb, xb)) in enumerate(zip(ta, tb, strict=False)):
+        if ra != rb or xa != xb:
+            _fill(d, mi, ra, common_prefix_length(xa, xb), xa, xb, include_text)
+            return
     if len(ta) != len(tb):
         mi = min(len(ta), len(tb))
         longer = ta if len(ta) > len(tb) else tb

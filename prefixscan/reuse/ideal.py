@@ -119,19 +119,6 @@ def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarr
                              conversation_salts)[0]
 
 
-def _result(k_all: np.ndarray, k_ten: np.ndarray, k_conv: np.ndarray, source: np.ndarray, pt: np.ndarray,
-            block_size: int, rule: str) -> IdealResult:
-    """The per-request arrays from the leading runs of the three scopes."""
-    return IdealResult(
-        cached_blocks=k_all,
-        cached_tokens=hit_tokens_array(k_all, pt, block_size, rule),
-        divergence_token=np.minimum(k_all.astype(np.int64) * block_size, pt),
-        tenant_cached_tokens=hit_tokens_array(k_ten, pt, block_size, rule),
-        conversation_cached_tokens=hit_tokens_array(k_conv, pt, block_size, rule),
-        source=source,
-    )
-
-
 class _Scope:
     """One scope's state across chunks: the dense-id table and the last request touching each block."""
 
@@ -201,7 +188,14 @@ class IdealStream:
         k_conv = (np.zeros(n, dtype=np.int32) if self.conversation is None
                   else self.conversation.runs(offsets, flat, conv, conv != NO_SCOPE))
         self.n += n
-        return _result(k_all, k_ten, k_conv, source, pt, block_size, rule), gid
+        return IdealResult(
+            cached_blocks=k_all,
+            cached_tokens=hit_tokens_array(k_all, pt, block_size, rule),
+            divergence_token=np.minimum(k_all.astype(np.int64) * block_size, pt),
+            tenant_cached_tokens=hit_tokens_array(k_ten, pt, block_size, rule),
+            conversation_cached_tokens=hit_tokens_array(k_conv, pt, block_size, rule),
+            source=source,
+        ), gid
 
 
 class TokenPrefixIndex:

@@ -4,7 +4,7 @@
 partial blocks that occupy a block, duplicate copies after capped full hits, lazy eviction from an LRU
 free queue filled in reverse order). This is the same machine over dense block ids and flat arrays, one
 request at a time, for the capacity curve (one pass per pool size, sizes in parallel) and for callers that compare per
-request (`pool_hits`). State is carried in arrays, so `capacity_stream` runs it chunk by chunk.
+request (`pool_hits`). State is carried in arrays, so `capacity.stream` runs it chunk by chunk.
 
 The simulator's pool (`sim/kvcache.py`) gives the same hits at every size (tests/test_pool.py holds both to the
 oracle) but costs more CPU per size, for what only a simulation needs (replicas, release times, eviction ages):
@@ -47,22 +47,27 @@ class PoolState(NamedTuple):
     table: np.ndarray  # int32 scratch: one request's block table
 
 
-def new_state(num_blocks: int, n_distinct: int, longest: int) -> PoolState:
-    """An empty pool of `num_blocks` blocks (block 0 is the null block); `longest` bounds the blocks
-    one request occupies (its table)."""
-    n = max(int(num_blocks), 1)
+@njit(cache=True, nogil=True)
+def _empty_pool(num_blocks, n_distinct, longest):  # pragma: no cover - compiled
+    """The arrays of `PoolState` for an empty pool: every slot but the null block free, in order."""
+    n = max(num_blocks, 1)
     st = np.zeros(6, np.int64)
-    qprev = np.arange(-1, n - 1, dtype=np.int32)
-    qnext = np.arange(1, n + 1, dtype=np.int32)
+    qprev = np.arange(-1, n - 1).astype(np.int32)
+    qnext = np.arange(1, n + 1).astype(np.int32)
+    st[HEAD], st[TAIL] = -1, -1
     if n > 1:
         qprev[1] = -1
         qnext[n - 1] = -1
         st[HEAD], st[TAIL] = 1, n - 1
-    else:
-        st[HEAD], st[TAIL] = -1, -1
-    return PoolState(np.full(n, -1, np.int32), qprev, qnext, np.full(n, -1, np.int32), np.zeros(n, np.int32),
-                     np.full(max(n_distinct, 1), -1, np.int32), np.full(max(n_distinct, 1), -1, np.int32), st,
-                     np.zeros(max(longest, 1) + 1, np.int32))
+    m = max(n_distinct, 1)
+    return (np.full(n, -1, np.int32), qprev, qnext, np.full(n, -1, np.int32), np.zeros(n, np.int32),
+            np.full(m, -1, np.int32), np.full(m, -1, np.int32), st, np.zeros(max(longest, 1) + 1, np.int32))
+
+
+def new_state(num_blocks: int, n_distinct: int, longest: int) -> PoolState:
+    """An empty pool of `num_blocks` blocks (block 0 is the null block); `longest` bounds the blocks
+    one request occupies (its table)."""
+    return PoolState(*_empty_pool(int(num_blocks), int(n_distinct), int(longest)))
 
 
 @njit(cache=True, inline="always")
@@ -244,19 +249,9 @@ def pool_hits(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray
 
 @njit(cache=True, nogil=True)
 def _pool_one(offsets, ids, prompts, block_size, trace, n_distinct, n_blocks, longest):  # pragma: no cover - compiled
-    n = max(n_blocks, 1)
-    st = np.zeros(6, np.int64)
-    qprev = np.arange(-1, n - 1).astype(np.int32)
-    qnext = np.arange(1, n + 1).astype(np.int32)
-    st[HEAD], st[TAIL] = -1, -1
-    if n > 1:
-        qprev[1] = -1
-        qnext[n - 1] = -1
-        st[HEAD], st[TAIL] = 1, n - 1
-    _pool_chunk(offsets, ids, prompts, block_size, trace, np.full(n, -1, np.int32), qprev, qnext,
-                np.full(n, -1, np.int32), np.zeros(n, np.int32), np.full(max(n_distinct, 1), -1, np.int32),
-                np.full(max(n_distinct, 1), -1, np.int32), st, np.zeros(longest + 1, np.int32),
-                np.zeros(0, np.int64))
+    slot_id, qprev, qnext, cnext, sref, first, last, st, table = _empty_pool(n_blocks, n_distinct, longest)
+    _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext, cnext, sref, first, last, st,
+                table, np.zeros(0, np.int64))
     return st[HIT_TOK], st[DUPS]
 
 
@@ -339,7 +334,7 @@ def hit_target(fraction: float, ideal: int) -> int:
 
 def occupied_blocks(offsets: np.ndarray, prompts: np.ndarray, block_size: int) -> int:
     """Blocks all requests occupy in total (each its listing, or ceil(n/B) if more): a pool of this many
-    blocks plus the null block never evicts. `capacity_stream` adds it up chunk by chunk, so the target
+    blocks plus the null block never evicts. `capacity.stream` adds it up chunk by chunk, so the target
     searches, and so the targets, are the same."""
     listed = np.diff(np.asarray(offsets, dtype=np.int64))
     need = -(-np.maximum(np.asarray(prompts, dtype=np.int64), 0) // block_size)

@@ -18,7 +18,7 @@ The kernel also bounds where that holds. Sizes from `lo` to `hi` (`FastPool`) ar
 Other sizes are simulated (`pool.pool_curve`). `tests/test_pool_fast.py` checks the two agree, value for
 value, on random traces built to hit every one of those cases.
 
-The Fenwick tree over virtual access times is shared with `capacity_stream` (and the tests'
+The Fenwick tree over virtual access times is shared with `capacity.stream` (and the tests'
 `tests/oracles/lru_stack.py`): renumbering the marks when the clock reaches the end lets a tree of
 O(distinct) slots serve any number of accesses (`_renumber`, `lru_tree_slots`).
 """
@@ -224,11 +224,8 @@ def merged(fast: FastPool, simulate: Callable[[Sequence[int]], Sequence[int] | n
            sizes: Sequence[int] | np.ndarray) -> np.ndarray:
     """Hit tokens at each pool size: from the histogram where it is exact, simulated elsewhere."""
     sizes = [int(s) for s in sizes]
-    out = np.zeros(len(sizes), np.int64)
+    out = np.array([fast.at(s) if fast.covers(s) else 0 for s in sizes], np.int64)
     rest = [i for i, s in enumerate(sizes) if not fast.covers(s)]
-    for i, s in enumerate(sizes):
-        if fast.covers(s):
-            out[i] = fast.at(s)
     if rest:
         out[rest] = np.asarray(simulate([sizes[i] for i in rest]), np.int64)
     return out

@@ -185,18 +185,27 @@ def steps(sql: str) -> tuple[list[tuple[str, str]], str]:
         i = j + 1
 
 
-def run_reuse(con: Any, block_size: int, rule: str) -> pa.Table:
-    """The per-request reuse columns (one row per position, in position order). Each step of the query is
-    written to a table of the connection's database file first: a step that several later ones read stays
-    on disk instead of in memory, which is what keeps the whole query within `memory_limit`."""
-    named, final = steps(reuse_sql(block_size, rule))
-    for name, select in named:
-        con.execute(f"CREATE OR REPLACE TABLE {name} AS {select}")
+@contextmanager
+def _step_tables(con: Any, sql: str) -> Iterator[str]:
+    """Each named step of `sql` written to a table of the connection's database file, dropped afterwards;
+    yields the final SELECT. A step that several later ones read stays on disk instead of in memory, which
+    is what keeps the whole query within `memory_limit`."""
+    named, final = steps(sql)
+    made: list[str] = []
     try:
-        return con.sql(final).to_arrow_table()
+        for name, select in named:
+            con.execute(f"CREATE OR REPLACE TABLE {name} AS {select}")
+            made.append(name)
+        yield final
     finally:
-        for name, _ in reversed(named):
+        for name in reversed(made):
             con.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def run_reuse(con: Any, block_size: int, rule: str) -> pa.Table:
+    """The per-request reuse columns (one row per position, in position order)."""
+    with _step_tables(con, reuse_sql(block_size, rule)) as final:
+        return con.sql(final).to_arrow_table()
 
 
 # The scan's dense block ids (`dense.DenseTable`: distinct hashes numbered in order of first appearance):
@@ -215,18 +224,11 @@ def reuse_to_parquet(con: Any, block_size: int, rule: str, out_dir: str) -> int:
     Every step is a table of the connection's database file first, as in `run_reuse`."""
     out = Path(out_dir)
     con.execute("SET preserve_insertion_order = true")  # COPY writes the ORDER BY's order
-    made: list[str] = []
-    try:
-        for sql, name in ((reuse_sql(block_size, rule), "reuse"), (DENSE_SQL, "ids")):
-            named, final = steps(sql)
-            for step, select in named:
-                con.execute(f"CREATE OR REPLACE TABLE {step} AS {select}")
-                made.append(step)
-            con.execute(f"COPY ({final}) TO '{_quote(str(out / name))}.parquet' (FORMAT parquet)")
+    with _step_tables(con, reuse_sql(block_size, rule)) as final:
+        con.execute(f"COPY ({final}) TO '{_quote(str(out / 'reuse'))}.parquet' (FORMAT parquet)")
+        with _step_tables(con, DENSE_SQL) as dense:  # reads the reuse query's `first_all`
+            con.execute(f"COPY ({dense}) TO '{_quote(str(out / 'ids'))}.parquet' (FORMAT parquet)")
         return int(con.execute("SELECT count(*) FROM first_all").fetchone()[0])
-    finally:
-        for step in reversed(made):
-            con.execute(f"DROP TABLE IF EXISTS {step}")
 
 
 def check_memory_limit(memory_limit: str) -> None:

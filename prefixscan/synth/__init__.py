@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,11 +65,10 @@ class SynthResult:
         return self.hit_blocks / self.blocks if self.blocks else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "truth_path": self.truth_path, "format": self.format,
-                "requests": self.requests, "conversations": self.conversations, "fields": self.fields,
-                "by_scenario": self.by_scenario, "by_tenant": self.by_tenant,
-                "fields_by_kind": self.fields_by_kind, "blocks": self.blocks, "hit_blocks": self.hit_blocks,
-                "block_hit_rate": round(self.block_hit_rate, 6), "bytes": self.bytes}
+        out = asdict(self)
+        out["block_hit_rate"] = round(self.block_hit_rate, 6)
+        out["bytes"] = out.pop("bytes")  # last, after the rate
+        return out
 
 
 def iso_ms(epoch: float) -> str:
@@ -89,16 +88,15 @@ def render(plan: Plan, seq: int, epoch: float, prefix: str = "") -> tuple[dict[s
                 for role, parts in plan.messages]
     fields = fields_only(plan)
     rid = request_id(seq, prefix)
-    record: dict[str, Any] = {"request_id": rid, "timestamp": iso_ms(epoch + plan.time), "tenant": plan.tenant}
-    if plan.conversation_id is not None:
-        record["conversation_id"] = prefix + plan.conversation_id
-    record["user"] = plan.user
-    record["model"] = plan.model
-    record["messages"] = messages
-    if plan.tools is not None:
-        record["tools"] = plan.tools.tools
-    record["max_tokens"] = plan.max_tokens
-    record["output_tokens"] = plan.output_tokens
+    record: dict[str, Any] = {
+        "request_id": rid, "timestamp": iso_ms(epoch + plan.time), "tenant": plan.tenant,
+        "conversation_id": None if plan.conversation_id is None else prefix + plan.conversation_id,
+        "user": plan.user, "model": plan.model, "messages": messages,
+        "tools": None if plan.tools is None else plan.tools.tools, "max_tokens": plan.max_tokens,
+        "output_tokens": plan.output_tokens}
+    for key in ("conversation_id", "tools"):  # absent, not null, when the plan has none
+        if record[key] is None:
+            del record[key]
     return record, truth(plan, rid, fields, prefix)
 
 
@@ -249,9 +247,6 @@ class JsonlSink:
 class ParquetSink:
     """Request records as Parquet: messages as list<struct<role, content>>, tools as a JSON string."""
 
-    COLUMNS = ("request_id", "timestamp", "tenant", "conversation_id", "user", "model", "messages", "tools",
-               "max_tokens", "output_tokens")
-
     def __init__(self, path: str, row_group: int = 2000) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -263,13 +258,14 @@ class ParquetSink:
             ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
             ("tools", pa.string()), ("max_tokens", pa.int32()), ("output_tokens", pa.int32()),
         ])
+        self.columns = tuple(self.schema.names)
         self._writer = pq.ParquetWriter(path, self.schema, compression="zstd")
         self._row_group = row_group
-        self._rows: dict[str, list[Any]] = {c: [] for c in self.COLUMNS}
+        self._rows: dict[str, list[Any]] = {c: [] for c in self.columns}
 
     def write(self, record: dict[str, Any]) -> None:
         rows = self._rows
-        for c in self.COLUMNS:
+        for c in self.columns:
             value = record.get(c)
             if c == "tools" and value is not None:
                 value = orjson.dumps(value).decode()
@@ -282,7 +278,7 @@ class ParquetSink:
             return
         table = self._pa.Table.from_pydict(self._rows, schema=self.schema)
         self._writer.write_table(table)
-        self._rows = {c: [] for c in self.COLUMNS}
+        self._rows = {c: [] for c in self.columns}
 
     def close(self) -> None:
         self._flush()
@@ -291,6 +287,4 @@ class ParquetSink:
 
 def open_sink(path: str, fmt: str) -> JsonlSink | ParquetSink:
     """The sink for a format name: jsonl, jsonl.gz, parquet or mooncake (a JSONL of trace lines)."""
-    if fmt == "parquet":
-        return ParquetSink(path)
-    return JsonlSink(path, gz=fmt == "jsonl.gz")
+    return ParquetSink(path) if fmt == "parquet" else JsonlSink(path, gz=fmt == "jsonl.gz")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import calendar
 import re
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from prefixscan.errors import UsageError
@@ -56,20 +57,15 @@ class SynthConfig:
         if not self.scenarios:
             raise UsageError("no scenario selected; use --scenario all or name one of: " + ", ".join(SCENARIOS))
         for name, weight in self.scenarios:
-            if name not in SCENARIOS:
-                raise UsageError(f"unknown scenario {name!r}; choose from: {', '.join(SCENARIOS)}, all")
+            _known((name,), SCENARIOS, "scenario", ", ".join(SCENARIOS) + ", all")
             if not weight > 0:
                 raise UsageError(f"scenario weight must be > 0, got {name}={weight}")
-        for kind in self.breakers:
-            if kind not in REGISTRY:
-                raise UsageError(f"unknown breaker kind {kind!r}; choose from: {', '.join(REGISTRY)}")
+        _known(self.breakers, REGISTRY, "breaker kind", ", ".join(REGISTRY))
         if not 0.0 <= self.breaker_rate <= 1.0:
             raise UsageError(f"--breaker-rate must be between 0 and 1, got {self.breaker_rate}")
         from prefixscan.synth.drift import DRIFT_KINDS
 
-        for kind in self.drift:
-            if kind not in DRIFT_KINDS:
-                raise UsageError(f"unknown drift kind {kind!r}; choose from: {', '.join(DRIFT_KINDS)}")
+        _known(self.drift, DRIFT_KINDS, "drift kind", ", ".join(DRIFT_KINDS))
         if not 0.0 <= self.drift_rate <= 1.0:
             raise UsageError(f"--drift-rate must be between 0 and 1, got {self.drift_rate}")
         if self.text not in TEXT_MODES:
@@ -108,8 +104,7 @@ def parse_scenarios(values: list[str] | tuple[str, ...]) -> tuple[tuple[str, flo
                 for n, w in DEFAULT_MIX:
                     mix[n] = w * weight
                 continue
-            if name not in SCENARIOS:
-                raise UsageError(f"unknown scenario {name!r}; choose from: {', '.join(SCENARIOS)}, all")
+            _known((name,), SCENARIOS, "scenario", ", ".join(SCENARIOS) + ", all")
             mix[name] = weight
     return tuple(mix.items())
 
@@ -124,9 +119,7 @@ def parse_drift(value: str) -> tuple[str, ...]:
     if v == "all":
         return DRIFT_KINDS
     kinds = tuple(k.strip() for k in v.split(",") if k.strip())
-    for kind in kinds:
-        if kind not in DRIFT_KINDS:
-            raise UsageError(f"unknown drift kind {kind!r}; choose from: off, all, {', '.join(DRIFT_KINDS)}")
+    _known(kinds, DRIFT_KINDS, "drift kind", "off, all, " + ", ".join(DRIFT_KINDS))
     return kinds
 
 
@@ -141,7 +134,12 @@ def parse_breakers(value: str) -> tuple[str, ...]:
     groups = {"all": CLASSIC_KINDS, "text": TEXT_KINDS}
     kinds = tuple(dict.fromkeys(x for k in v.split(",") if k.strip()
                                 for x in groups.get(k.strip(), (k.strip(),))))
-    for kind in kinds:
-        if kind not in REGISTRY:
-            raise UsageError(f"unknown breaker kind {kind!r}; choose from: on, off, all, text, {', '.join(REGISTRY)}")
+    _known(kinds, REGISTRY, "breaker kind", "on, off, all, text, " + ", ".join(REGISTRY))
     return kinds
+
+
+def _known(kinds: tuple[str, ...], known: Collection[str], what: str, choices: str) -> None:
+    """A UsageError naming the first of `kinds` not in `known` and the `choices` the option accepts."""
+    for kind in kinds:
+        if kind not in known:
+            raise UsageError(f"unknown {what} {kind!r}; choose from: {choices}")

@@ -102,24 +102,18 @@ class Content:
 
     def _document_text(self, rng: random.Random, tokens: int) -> str:
         """Long shared text (system prompt bodies, documents): structured markdown in fresh mode."""
-        if self.fresh is not None:
-            return self.fresh.document(rng, max(8, tokens))
-        return self._prose(rng, tokens)
+        return self.fresh.document(rng, max(8, tokens)) if self.fresh is not None else self._prose(rng, tokens)
 
     def _words(self, rng: random.Random, k: int) -> str:
         return self.fresh.words(rng, k) if self.fresh is not None else words(rng, k)
 
     def question(self, rng: random.Random) -> str:
         """A user turn (fresh mode: short, heavy-tailed, sometimes with pasted code or text)."""
-        if self.fresh is not None:
-            return self.fresh.question(rng)
-        return question(rng)
+        return self.fresh.question(rng) if self.fresh is not None else question(rng)
 
     def answer(self, rng: random.Random, tokens: int) -> str:
         """An assistant answer of about `tokens` tokens (fresh mode: markdown with lists and code)."""
-        if self.fresh is not None:
-            return self.fresh.answer(rng, tokens)
-        return self.corpus.prose(rng, tokens)
+        return self.fresh.answer(rng, tokens) if self.fresh is not None else self.corpus.prose(rng, tokens)
 
     def tool_call(self, rng: random.Random, tool: str) -> str:
         """The JSON an agent's tool call carries."""
@@ -130,9 +124,7 @@ class Content:
 
     def tool_result(self, rng: random.Random, tokens: int) -> str:
         """A tool's result of about `tokens` tokens (fresh mode: JSON records)."""
-        if self.fresh is not None:
-            return self.fresh.tool_result(rng, tokens)
-        return self.corpus.prose(rng, tokens)
+        return self.fresh.tool_result(rng, tokens) if self.fresh is not None else self.corpus.prose(rng, tokens)
 
     def _system_prompt(self, scope: str, scenario: str, index: int, share: float) -> SystemPrompt:
         """A system prompt of about `share` x prompt_tokens; `scope` is a tenant or 'global'."""

@@ -27,21 +27,14 @@ LIST_TOOLS = ("search_orders", "refund_payment", "lookup_customer", "open_ticket
               "cancel_order", "track_parcel")
 
 
-def applicable(kind: str, scenario: str) -> bool:
-    if kind in ("json_key_order", "tool_order"):
-        return scenario == "agent"
-    if kind == "rag_order":
-        return scenario == "rag"
-    return True
+ONLY_IN = {"json_key_order": "agent", "tool_order": "agent", "rag_order": "rag"}  # kinds a scenario needs
 
 
 def choose(seed: int, source: str, scenario: str, kinds: tuple[str, ...], rate: float) -> str | None:
     """The drift kind of one prompt source (fixed per source, like an application's code path)."""
     r = random.Random(f"{seed}-drift-{source}")
-    ok = [k for k in kinds if applicable(k, scenario)]
-    if not ok or r.random() >= rate:
-        return None
-    return r.choice(ok)
+    ok = [k for k in kinds if ONLY_IN.get(k, scenario) == scenario]
+    return r.choice(ok) if ok and r.random() < rate else None
 
 
 def _reverse_keys(obj: Any) -> Any:
@@ -52,8 +45,21 @@ def _reverse_keys(obj: Any) -> Any:
     return obj
 
 
-def _system_edit(plan: Plan, edit: Any, tag: tuple) -> dict[str, Any] | None:
-    """Apply `edit(text) -> text` to the first field-free part after the intro; truth entry of the change."""
+def _entry(kind: str, mi: int, role: str, before: str, after: str, value: str) -> list[dict[str, Any]]:
+    """The truth of one drift: where the variant's text (`after`) first differs from the canonical one."""
+    return [{"kind": kind, "source": "drift", "message_index": mi, "role": role,
+             "char_offset": common_prefix_length(before, after), "value": value, "label": "", "form": "",
+             "position": "drift"}]
+
+
+def _body(parts: list[Part]) -> int:
+    """Index of the system prompt's body (the part after its intro), or the end."""
+    return next((i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "sys" and p.key[-1] == 1),
+                len(parts))
+
+
+def _system_edit(plan: Plan, edit: Any, tag: tuple) -> list[dict[str, Any]]:
+    """Apply `edit(text) -> text` to the first field-free part after the intro; truth of the change."""
     role, parts = plan.messages[0]
     before = "".join(p.text for p in parts)
     new = list(parts)
@@ -63,14 +69,10 @@ def _system_edit(plan: Plan, edit: Any, tag: tuple) -> dict[str, Any] | None:
             new[i] = Part(edit(p.text), ("drift", tag, p.key), p.scope)
             break
     else:
-        return None
+        return []
     plan.messages[0] = (role, new)
     after = "".join(p.text for p in new)
-    if after == before:
-        return None
-    return {"kind": tag[0], "source": "drift", "message_index": 0, "role": role,
-            "char_offset": common_prefix_length(before, after), "value": str(tag[1]), "label": "", "form": "",
-            "position": "drift"}
+    return _entry(tag[0], 0, role, before, after, str(tag[1])) if after != before else []
 
 
 def tool_list(seed: int, source: str, tenant: str) -> tuple[list[dict[str, Any]], bool]:
@@ -98,8 +100,7 @@ def _list_order(plan: Plan, seed: int, seq: int) -> list[dict[str, Any]]:
     if role != "system" or any(p.key is not None and p.key[0] == "list" for p in parts):
         return []
     tools, indent = tool_list(seed, plan.source, plan.tenant)
-    body = next((i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "sys" and p.key[-1] == 1),
-                len(parts))
+    body = _body(parts)
     canonical = _list_text(tools, indent)
     who = plan.conversation_id or f"r{seq}"
     r = random.Random(f"{seed}-variant-{plan.source}-{who}")
@@ -113,11 +114,8 @@ def _list_order(plan: Plan, seed: int, seq: int) -> list[dict[str, Any]]:
     plan.messages[0] = (role, [*parts[:body], Part(text, ("list", plan.source, text), scope), *parts[body:]])
     if text == canonical:
         return []
-    before = "".join(p.text for p in parts[:body]) + canonical
-    after = "".join(p.text for p in parts[:body]) + text
-    return [{"kind": "list_order", "source": "drift", "message_index": 0, "role": role,
-             "char_offset": common_prefix_length(before, after), "value": "shuffled", "label": "", "form": "",
-             "position": "drift"}]
+    head = "".join(p.text for p in parts[:body])
+    return _entry("list_order", 0, role, head + canonical, head + text, "shuffled")
 
 
 def _churn(text: str, version: int) -> str:
@@ -132,8 +130,7 @@ def apply(plan: Plan, kind: str, seq: int, requests: int, seed: int) -> list[dic
     if kind == "unicode":  # every request of the source carries accented text; variants send it as NFD
         role, parts = plan.messages[0]
         if not any(p.key == ("accent",) for p in parts):
-            body = next((i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "sys"
-                         and p.key[-1] == 1), len(parts))
+            body = _body(parts)
             plan.messages[0] = (role, [*parts[:body], Part(ACCENTED, ("accent",), parts[-1].scope), *parts[body:]])
     if kind == "list_order":  # every request of the source carries the list; variants send it shuffled
         return _list_order(plan, seed, seq)
@@ -141,34 +138,26 @@ def apply(plan: Plan, kind: str, seq: int, requests: int, seed: int) -> list[dic
         version = min(2, seq * 3 // max(requests, 1))
         if version == 0:
             return []
-        entry = _system_edit(plan, lambda t: _churn(t, version), ("template_churn", version))
-        return [entry] if entry else []
+        return _system_edit(plan, lambda t: _churn(t, version), ("template_churn", version))
     who = plan.conversation_id or f"r{seq}"
     if random.Random(f"{seed}-variant-{plan.source}-{who}").random() >= VARIANT_SHARE:
         return []
     if kind == "whitespace":
-        entry = _system_edit(plan, lambda t: t.replace(". ", ".  ", 1).replace("\n", "   \n", 1),
-                             ("whitespace", 1))
-        return [entry] if entry else []
+        return _system_edit(plan, lambda t: t.replace(". ", ".  ", 1).replace("\n", "   \n", 1), ("whitespace", 1))
     if kind == "line_endings":
-        entry = _system_edit(plan, lambda t: t.replace("\n", "\r\n"), ("line_endings", 1))
-        return [entry] if entry else []
+        return _system_edit(plan, lambda t: t.replace("\n", "\r\n"), ("line_endings", 1))
     if kind == "unicode":
         role, parts = plan.messages[0]
         before = "".join(p.text for p in parts)
         nfd = unicodedata.normalize("NFD", ACCENTED)
         new = [Part(nfd, ("accent-nfd",), p.scope) if p.key == ("accent",) else p for p in parts]
         plan.messages[0] = (role, new)
-        after = "".join(p.text for p in new)
-        return [{"kind": "unicode", "source": "drift", "message_index": 0, "role": role,
-                 "char_offset": common_prefix_length(before, after), "value": "nfd", "label": "", "form": "",
-                 "position": "drift"}]
+        return _entry("unicode", 0, role, before, "".join(p.text for p in new), "nfd")
     if kind in ("json_key_order", "tool_order") and plan.tools is not None:
         tools = plan.tools.tools
         new_tools = [_reverse_keys(t) for t in tools] if kind == "json_key_order" else tools[1:] + tools[:1]
         plan.tools = ToolProfile(plan.tools.profile_id + f"-{kind}", new_tools, plan.tools.json_text)
-        return [{"kind": kind, "source": "drift", "message_index": -1, "role": "tools", "char_offset": 0,
-                 "value": kind, "label": "", "form": "", "position": "drift"}]
+        return _entry(kind, -1, "tools", "", "", kind)
     if kind == "rag_order":
         role, parts = plan.messages[1]
         chunks = [i for i, p in enumerate(parts) if p.key is not None and p.key[0] == "chunk"]
@@ -179,8 +168,5 @@ def apply(plan: Plan, kind: str, seq: int, requests: int, seed: int) -> list[dic
         a, b = chunks[0], chunks[1]
         new[a], new[b] = new[b], new[a]
         plan.messages[1] = (role, new)
-        after = "".join(p.text for p in new)
-        return [{"kind": "rag_order", "source": "drift", "message_index": 1, "role": role,
-                 "char_offset": common_prefix_length(before, after), "value": "swapped", "label": "", "form": "",
-                 "position": "drift"}]
+        return _entry("rag_order", 1, role, before, "".join(p.text for p in new), "swapped")
     return []

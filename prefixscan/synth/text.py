@@ -156,6 +156,4 @@ def person_name(index: int) -> tuple[str, str]:
 
 def tenant_name(index: int) -> str:
     """Stable tenant names: well-known fictional companies first, then tenant-NN."""
-    if index < len(TENANT_NAMES):
-        return TENANT_NAMES[index]
-    return f"tenant-{index:02d}"
+    return TENANT_NAMES[index] if index < len(TENANT_NAMES) else f"tenant-{index:02d}"

@@ -11,7 +11,7 @@ cached is needed strictly later than it. It is computed per capacity point. Sema
 measured numbers are in `docs/capacity.md`; the slow references these are tested against are in
 `tests/oracles/` (`capacity_ref.py`, and `lru_stack.py`, the one-pass LRU stack with its block histogram).
 The kernels are resumable (state carried in arrays), so that
-`capacity_stream.CapacityStream` runs them over a log fed in chunks, in bounded memory.
+`stream.CapacityStream` runs them over a log fed in chunks, in bounded memory.
 
 Where the optimal cache provably equals the ideal one, it need not be simulated (`opt_ideal_capacity`).
 Let S_r be the blocks whose request-granular lifetime [first listing, last listing] contains request r, and
@@ -21,14 +21,13 @@ never used again (counted as dead), and fewer than L resident blocks are in S_r 
 resident), so a dead block is the victim. The one other way it skips a block is the bypass of a block
 never used again, which also stops admitting the rest of its request; that loses nothing if, in every
 request, no block used again follows a block never used again (chained hashes guarantee it; it is
-checked). Then every re-use hits, as in the infinite cache: OPT = ideal at every capacity >= L.
-On the bench's 1M-request trace L is 51,772 blocks of a 2.9M working set: 9 of the 16 default grid
-points, the most expensive ones, need no OPT run.
+checked). Then every re-use hits, as in the infinite cache: OPT = ideal at every capacity >= L, where the
+most expensive grid points lie.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +37,7 @@ from numba import njit, prange
 from prefixscan.encode.dense import dense_ids
 from prefixscan.reuse.capacity.table import (  # the table and weights, shared with the streamed and sampled curves
     TARGET_FRACTIONS,
+    TARGET_NAMES,
     block_weights,
     curve_table,
     resolve_capacities,
@@ -262,7 +262,7 @@ def _opt_many(offsets, ids, weights, nk, n_distinct, caps, width):  # pragma: no
     return tok, blk
 
 
-def opt_hits(prep: Prepared, capacities_blocks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def opt_hits(prep: Prepared, capacities_blocks: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(hit tokens, hit blocks) of the optimal cache (Belady with bypass, prefix-closed) at each capacity
     in blocks, capacities in parallel threads."""
     caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
@@ -276,7 +276,7 @@ def opt_hits(prep: Prepared, capacities_blocks: Sequence[int]) -> tuple[np.ndarr
     return _opt_many(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, caps, width)
 
 
-# ---------------------------------------------------------------- the curve (its table: capacity_table)
+# ---------------------------------------------------------------- the curve (its table: table.curve_table)
 
 
 def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
@@ -289,8 +289,8 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     N = floor(tokens / block_size) blocks, block 0 of which is vLLM's null block; OPT gets the same N - 1
     blocks. Without `capacities_tokens`, a log-spaced grid up to the working set is used. With
     `opt=False` the OPT columns are null. Rates are 0 when there are no prompt tokens.
-    `capacity_stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
-    With `sample` (a rate below 1), the `lru_*` columns are estimated (`capacity_sampled`), OPT is null.
+    `stream.CapacityStream` gives the same table from requests fed in chunks, in bounded memory.
+    With `sample` (a rate below 1), the `lru_*` columns are estimated (`capacity.sampled`), OPT is null.
     """
     if sample is not None and sample < 1.0:  # the sampler makes its weights chunk by chunk
         from prefixscan.reuse.capacity.sampled import sampled_capacity_curve
@@ -306,24 +306,16 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     keyed, fast = lru_pool_curves(prep.offsets, prep.ids, prep.weights, prep.n_distinct, prompts, block_size, rule)
     ideal = int(keyed[-1])
 
-    def simulate(sizes: Sequence[int]) -> np.ndarray:
-        return pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule, sizes)[0]
-
     def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
-        return merged(fast, simulate, sizes)
+        return merged(fast, lambda rest: pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size,
+                                                    rule, rest)[0], sizes)
 
-    pool_tok = evaluate(cap_blk)
-    opt_tok = None
-    if opt:
-        # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate.
-        # and from L blocks on (`opt_ideal_capacity`) it provably loses no hit either.
-        held = np.maximum(cap_blk - 1, 0)
-        small = held < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct)
-        opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
-        opt_tok[small] = opt_hits(prep, held[small])[0]
-    never = occupied_blocks(prep.offsets, prompts, block_size) + 1
-    targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, block_size, target_guesses(keyed))
-    return curve_table(cap_tok, cap_blk, pool_tok, ideal, prep.total_prompt_tokens, opt_tok, targets)
+    # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate;
+    # and from L blocks on (`opt_ideal_capacity`) it provably loses no hit either.
+    small = np.maximum(cap_blk - 1, 0) < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct) if opt else None
+    return exact_table(cap_tok, cap_blk, evaluate, ideal, prep.total_prompt_tokens, small,
+                       lambda held: opt_hits(prep, held)[0], occupied_blocks(prep.offsets, prompts, block_size) + 1,
+                       block_size, target_guesses(keyed))
 
 
 def target_guesses(keyed: np.ndarray) -> list[int]:
@@ -333,19 +325,26 @@ def target_guesses(keyed: np.ndarray) -> list[int]:
     return [int(np.searchsorted(keyed, hit_target(f, ideal), side="left")) + 1 for f in TARGET_FRACTIONS]
 
 
-def pool_size_targets(evaluate: Callable[[Sequence[int]], Sequence[int] | np.ndarray], cap_blk: np.ndarray,
-                      pool_tok: np.ndarray, ideal: int, never_evicts: int, block_size: int,
-                      guesses: list[int] | None = None) -> dict[str, int | None]:
-    """The smallest pool (tokens) whose hit reaches 50% and 90% of the ideal hit, searched between the
-    grid points (`pool.smallest_pools`), kept as table metadata for the summary. `guesses`: pool sizes
-    to try first (`target_guesses`)."""
-    names = [f"lru_tokens_for_{int(f * 100)}pct_of_ideal" for f in TARGET_FRACTIONS]
-    if ideal <= 0:
-        return dict.fromkeys(names)
-    goals = [hit_target(f, ideal) for f in TARGET_FRACTIONS]
-    brackets = [target_brackets(cap_blk, pool_tok, g, never_evicts) for g in goals]
-    sizes = smallest_pools(evaluate, goals, brackets, guesses)
-    return {name: n * block_size for name, n in zip(names, sizes, strict=True)}
+def exact_table(cap_tok: np.ndarray, cap_blk: np.ndarray, evaluate: Callable[[Sequence[int] | np.ndarray], np.ndarray],
+                ideal: int, total: int, small: np.ndarray | None, opt_run: Callable[[np.ndarray], np.ndarray],
+                never_evicts: int, block_size: int, guesses: list[int]) -> pa.Table:
+    """The exact curve's table, in memory or streamed: vLLM's pool at the grid (`evaluate(sizes)`: hit tokens
+    per pool size), OPT at the capacities `small` marks (`opt_run(blocks held)`; the others equal the ideal;
+    None: OPT null), and the smallest pools (tokens) whose hit reaches 50% and 90% of the ideal, searched
+    between the grid points (`pool.smallest_pools`, the `target_guesses` first), as metadata for the summary."""
+    pool_tok = evaluate(cap_blk)
+    opt_tok = None
+    if small is not None:
+        opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
+        if small.any():
+            opt_tok[small] = opt_run(np.maximum(cap_blk - 1, 0)[small])
+    targets: dict[str, int | None] = dict.fromkeys(TARGET_NAMES)
+    if ideal > 0:
+        goals = [hit_target(f, ideal) for f in TARGET_FRACTIONS]
+        brackets = [target_brackets(cap_blk, pool_tok, g, never_evicts) for g in goals]
+        sizes = smallest_pools(evaluate, goals, brackets, guesses)
+        targets = {name: n * block_size for name, n in zip(TARGET_NAMES, sizes, strict=True)}
+    return curve_table(cap_tok, cap_blk, pool_tok, ideal, total, opt_tok, targets)
 
 
 # ---------------------------------------------------------------- OPT = ideal from L blocks on
@@ -385,21 +384,18 @@ def _overlap(offsets, ids, r0, last, seen, st):  # pragma: no cover - compiled
         st[1] -= ended
 
 
-def new_bound_state() -> np.ndarray:
-    st = np.zeros(4, np.int64)
-    st[3] = 1
-    return st
-
-
-def opt_ideal_from(st: np.ndarray, n_distinct: int) -> int:
-    """The least capacity (blocks held) from which OPT = ideal: L when chained, else the working set."""
+def opt_ideal_runs(runs: Callable[[], Iterable[tuple[int, np.ndarray, np.ndarray]]], n_distinct: int) -> int:
+    """The least capacity (blocks held) from which OPT = ideal: L when chained, else the working set, from
+    two reads of the requests (`runs()`: (first request, local offsets, dense ids) run by run)."""
+    last = np.full(max(n_distinct, 1), -1, np.int32)
+    for r0, offsets, ids in runs():
+        _last_use(offsets, ids, r0, last)
+    st, seen = np.array([0, 0, 0, 1], np.int64), np.zeros(max(n_distinct, 1), np.bool_)
+    for r0, offsets, ids in runs():
+        _overlap(offsets, ids, r0, last, seen, st)
     return min(int(st[2]), int(n_distinct)) if st[3] else int(n_distinct)
 
 
 def opt_ideal_capacity(offsets: np.ndarray, ids: np.ndarray, n_distinct: int) -> int:
-    """`opt_ideal_from` over requests held in memory (dense ids below n_distinct)."""
-    last = np.full(max(n_distinct, 1), -1, np.int32)
-    _last_use(offsets, ids, 0, last)
-    st = new_bound_state()
-    _overlap(offsets, ids, 0, last, np.zeros(max(n_distinct, 1), np.bool_), st)
-    return opt_ideal_from(st, n_distinct)
+    """`opt_ideal_runs` over requests held in memory (dense ids below n_distinct)."""
+    return opt_ideal_runs(lambda: [(0, offsets, ids)], n_distinct)

@@ -38,7 +38,15 @@ from prefixscan.reuse.capacity.sampled_kernel import (
     sampled_chunk,
     splitmix64,
 )
-from prefixscan.reuse.capacity.table import Sampling, block_weights, curve_table, resolve_capacities
+from prefixscan.reuse.capacity.spill import plan_chunks
+from prefixscan.reuse.capacity.table import (
+    TARGET_FRACTIONS,
+    TARGET_NAMES,
+    Sampling,
+    block_weights,
+    curve_table,
+    resolve_capacities,
+)
 
 P_BITS = 24
 HOT_DEFAULT = 1024
@@ -142,7 +150,7 @@ def hot_set(chunks: Chunks, candidates: np.ndarray, hot: int) -> np.ndarray:
 def histograms(chunks: Chunks, n_distinct: int, hot_ids: np.ndarray, rate: float, keys: np.ndarray,
                most_unlisted: int, hot_slots: int | None = None,
                salt_slots: int | None = None) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """(hot, sampled) histograms [salt, bin] of one shared pass (`capacity_sampled_kernel`), the bin width
+    """(hot, sampled) histograms [salt, bin] of one shared pass (`sampled_kernel`), the bin width
     and the mean number of blocks kept per salt. State: the hot blocks' and the kept blocks' own. The trees'
     sizes (renumbered when full) can be given, for tests."""
     threshold = np.uint64(int(rate * (1 << P_BITS)))
@@ -178,7 +186,8 @@ def histograms(chunks: Chunks, n_distinct: int, hot_ids: np.ndarray, rate: float
 
 def salt_keys(salts: int, seed: int) -> np.ndarray:
     """The salts' keys (uint64), one per re-salted sample."""
-    return np.array([_mix_py(seed * 1_000_003 + s) for s in range(salts)], np.uint64)
+    return np.array([int(splitmix64(np.uint64((seed * 1_000_003 + s) & (2**64 - 1)))) for s in range(salts)],
+                    np.uint64)
 
 
 def curve_from_chunks(chunks: Chunks, n_distinct: int, rate: float, hot: int = HOT_DEFAULT,
@@ -219,19 +228,15 @@ def array_chunks(offsets: np.ndarray, ids: np.ndarray, weights: Callable[[np.nda
     `unlisted` give a chunk's from (its local offsets, first request, end request)."""
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     ids = np.ascontiguousarray(ids, dtype=np.int32)
-    cuts = np.searchsorted(offsets, np.arange(0, int(offsets[-1]), chunk_blocks, dtype=np.int64), side="right") - 1
-    cuts = np.unique(np.concatenate([[0], cuts, [len(offsets) - 1]]))
+    runs = plan_chunks(np.diff(offsets), chunk_blocks)
 
     def gen() -> Iterator[Chunk]:
-        for r0, r1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-            local = offsets[r0:r1 + 1] - offsets[r0]
-            yield local, ids[offsets[r0]:offsets[r1]], weights(local, r0, r1), unlisted(local, r0, r1)
+        for c in runs:
+            local = offsets[c.r0:c.r1 + 1] - offsets[c.r0]
+            yield local, ids[c.b0:c.b1], weights(local, c.r0, c.r1), unlisted(local, c.r0, c.r1)
 
     return gen
 
-
-def _mix_py(x: int) -> int:
-    return int(splitmix64(np.uint64(x & (2**64 - 1))))
 
 # ---------------------------------------------------------------- the capacity table, sampled
 
@@ -250,17 +255,15 @@ def auto_rate(requested: float | None, listed_blocks: int) -> float | None:
 def sampled_table(chunks: Chunks, n_distinct: int, total_tokens: int, block_size: int, rate: float,
                   capacities_tokens: Sequence[int] | None = None, salts: int = SALTS_DEFAULT,
                   hot: int = HOT_DEFAULT, seed: int = 0) -> pa.Table:
-    """`capacity.capacity_curve`'s table with the `lru_*` columns estimated (`curve_from_chunks`) and their
+    """`lru.capacity_curve`'s table with the `lru_*` columns estimated (`curve_from_chunks`) and their
     band, OPT null; the chunks' ids are dense ids in first-seen order, so the ideal hit stays exact."""
     from prefixscan.reuse.pool import hit_target
 
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, n_distinct, block_size)
     sc, ideal = curve_from_chunks(chunks, n_distinct, rate, hot, salts, seed)
     est, low, high = (np.rint(x).astype(np.int64) for x in sc.at(cap_blk))
-    targets = {}
-    for f in (0.5, 0.9):
-        n = sc.smallest(hit_target(f, ideal)) if ideal > 0 else None
-        targets[f"lru_tokens_for_{int(f * 100)}pct_of_ideal"] = n * block_size if n is not None else None
+    sizes = [sc.smallest(hit_target(f, ideal)) if ideal > 0 else None for f in TARGET_FRACTIONS]
+    targets = {name: n * block_size if n is not None else None for name, n in zip(TARGET_NAMES, sizes, strict=True)}
     band = float(np.mean(high - low)) / total_tokens * 100 if total_tokens and len(est) else 0.0
     meta = {"rate": sc.rate, "salts": sc.salts, "hot_blocks": sc.hot, "kept_blocks": sc.kept_blocks,
             "distinct_blocks": int(n_distinct),
@@ -279,7 +282,6 @@ def sampled_capacity_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int
     from prefixscan.reuse.pool_fast import request_shape
 
     rate = check_rate(rate)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     chunks = array_chunks(offsets, ids, lambda off, r0, r1: block_weights(off, prompts[r0:r1], block_size, rule),
                           lambda off, r0, r1: request_shape(off, prompts[r0:r1], block_size, rule)[1])

@@ -1,4 +1,4 @@
-"""The compiled passes of `capacity_sampled`: every salt at once, resumable chunk by chunk, the hot part shared.
+"""The compiled passes of `capacity.sampled`: every salt at once, resumable chunk by chunk, the hot part shared.
 
 A kept reference's weighted distance splits in two: the distinct *hot* blocks used since its block's last
 use (weight 1, the same for every salt) plus 1/R times the distinct *sampled* blocks used since (its own

@@ -1,4 +1,4 @@
-"""The streamed capacity curve's spill files and chunk plan (`capacity_stream.CapacityStream`).
+"""The streamed capacity curve's spill files and chunk plan (`stream.CapacityStream`).
 
 The stream keeps per-listed-block data on disk, not in memory: it appends each chunk's block ids to a
 spill file and later reads runs of whole requests back into reused buffers. Here is that plumbing: the

@@ -1,4 +1,4 @@
-"""The capacity curve of `capacity.capacity_curve` over a request stream fed in chunks, in bounded memory.
+"""The capacity curve of `lru.capacity_curve` over a request stream fed in chunks, in bounded memory.
 
 `capacity_curve` holds per-listed-block arrays for the whole log (ids, weights, next-use keys, a Fenwick
 slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinct blocks + requests):
@@ -11,9 +11,9 @@ slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinc
   second spill, then runs the optimal cache with bypass forward, chunk by chunk, two capacities at a
   time (each with its per-block keys and a bounded heap), reading both spills into reused buffers.
 
-Spills are read with `readinto`, not memory-mapped (`capacity_spill.py`: the chunk check, the run plan, the
+Spills are read with `readinto`, not memory-mapped (`spill.py`: the chunk check, the run plan, the
 reads and writes): mapped file pages would count in the RSS. The kernels
-are `capacity`'s own, so the table is the same, value for value; `tests/test_capacity_stream.py` checks it.
+are `lru`'s own, so the table is the same, value for value; `tests/test_capacity_stream.py` checks it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from types import TracebackType
 from typing import BinaryIO, NamedTuple
 
@@ -30,14 +31,11 @@ import pyarrow as pa
 
 from prefixscan.encode.hashing import is_trace_rule
 from prefixscan.reuse.capacity.lru import (
-    _last_use,
     _next_keys,
     _opt_chunk,
-    _overlap,
-    new_bound_state,
+    exact_table,
     opt_heap_slots,
-    opt_ideal_from,
-    pool_size_targets,
+    opt_ideal_runs,
     target_guesses,
 )
 from prefixscan.reuse.capacity.spill import (
@@ -49,7 +47,7 @@ from prefixscan.reuse.capacity.spill import (
     read_at,
     write_all,
 )
-from prefixscan.reuse.capacity.table import block_weights, curve_table, resolve_capacities
+from prefixscan.reuse.capacity.table import block_weights, resolve_capacities
 from prefixscan.reuse.pool import HIT_TOK, new_state, occupied_blocks, run_chunk
 from prefixscan.reuse.pool_fast import (
     _fenwick_ones,
@@ -164,15 +162,8 @@ class CapacityStream:
         """The LRU pass over the spills, chunk by chunk, sized once for every block seen."""
         seen, self._n_seen = self._n_seen, 0
         self._reserve(seen)
-        if self._total_blocks == 0:
-            return
-        chunks = plan_chunks(lengths, self._chunk_blocks)
-        ids_buf = np.empty(max(c.b1 - c.b0 for c in chunks), np.int32)
-        prompts = np.empty(max(c.r1 - c.r0 for c in chunks), np.int64)
-        with open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp:
-            for c in chunks:
-                self._lru(local_offsets(lengths, c), read_at(fi, c.b0, ids_buf[: c.b1 - c.b0]),
-                          read_at(fp, c.r0, prompts[: c.r1 - c.r0]))
+        for _, offsets, ids, prompts, _ in self._read(self._plan(lengths), lengths):
+            self._lru(offsets, ids, prompts)
 
     def _spill(self, prefix: str) -> tuple[str, BinaryIO]:
         fd, path = tempfile.mkstemp(prefix=prefix, suffix=".bin", dir=self._spill_dir)
@@ -252,35 +243,23 @@ class CapacityStream:
         def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
             return merged(fast, lambda rest: self._pool_hits(np.asarray(rest, np.int64), n, lengths), sizes)
 
-        pool_tok = evaluate(cap_blk)
-        opt_tok = None
-        if small is not None:
-            opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
-            if small.any():
-                opt_tok[small] = self._opt_hits(held[small], n, lengths)
-        never = self._occupied + 1
-        targets = pool_size_targets(evaluate, cap_blk, pool_tok, ideal, never, self.block_size, guesses)
-        return curve_table(cap_tok, cap_blk, pool_tok, ideal, self._total_prompt_tokens, opt_tok, targets)
+        return exact_table(cap_tok, cap_blk, evaluate, ideal, self._total_prompt_tokens, small,
+                           lambda caps: self._opt_hits(caps, n, lengths), self._occupied + 1, self.block_size,
+                           guesses)
 
     def _sampled(self, n: int, capacities_tokens: Sequence[int] | None, rate: float) -> pa.Table:
-        """The sampled curve (`capacity_sampled.sampled_table`) instead of the exact passes and OPT: three
+        """The sampled curve (`sampled.sampled_table`) instead of the exact passes and OPT: three
         reads of the spills chunk by chunk into reused buffers, so memory is the sample's state and one
         chunk, not 12 bytes per listed block."""
         from prefixscan.reuse.capacity.sampled import sampled_table
 
         lengths = self._close_spills(n)
-        chunks = plan_chunks(lengths, self._chunk_blocks) if self._total_blocks else []
-        ids_buf = np.empty(max((c.b1 - c.b0 for c in chunks), default=0), np.int32)
-        prompts = np.empty(max((c.r1 - c.r0 for c in chunks), default=0), np.int64)
+        chunks = self._plan(lengths)
 
         def read() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-            with open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp:
-                for c in chunks:
-                    offsets = local_offsets(lengths, c)
-                    ids = read_at(fi, c.b0, ids_buf[: c.b1 - c.b0])
-                    pr = read_at(fp, c.r0, prompts[: c.r1 - c.r0])
-                    yield (offsets, ids, block_weights(offsets, pr, self.block_size, self.rule),
-                           request_shape(offsets, pr, self.block_size, self.rule)[1])
+            for _, offsets, ids, pr, _ in self._read(chunks, lengths):
+                yield (offsets, ids, block_weights(offsets, pr, self.block_size, self.rule),
+                       request_shape(offsets, pr, self.block_size, self.rule)[1])
 
         return sampled_table(read, n, self._total_prompt_tokens, self.block_size, rate, capacities_tokens)
 
@@ -291,42 +270,43 @@ class CapacityStream:
         forward read of the spills, their kernels in two threads."""
         if self._total_blocks == 0 or len(sizes) == 0:
             return np.zeros(len(sizes), np.int64)
-        chunks = plan_chunks(lengths, self._chunk_blocks)
-        uniq = np.unique(sizes)
-        hits = dict.fromkeys(uniq.tolist(), 0)
+        chunks = self._plan(lengths)
         longest = self._longest(lengths)
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for group in self._groups(uniq.tolist(), n, self._pool_bytes):
-                states = [(c, new_state(c, n, longest)) for c in group]
-                for offsets, ids, prompts in self._forward_ids(chunks, lengths):
-                    args = [(st, offsets, ids, prompts, self.block_size, self.rule) for _, st in states]
-                    if len(ids) < _THREADED_BLOCKS:
-                        for a in args:
-                            run_chunk(*a)
-                    else:
-                        for f in [pool.submit(run_chunk, *a) for a in args]:
-                            f.result()
-                hits.update({c: int(st.st[HIT_TOK]) for c, st in states})
-        return np.array([hits[int(c)] for c in sizes], np.int64)
 
-    def _pool_bytes(self, size: int, n: int) -> int:
-        return 8 * n + 20 * size
+        def run(pool: ThreadPoolExecutor, group: list[int]) -> dict[int, int]:
+            states = [(c, new_state(c, n, longest)) for c in group]
+            for _, offsets, ids, prompts, _ in self._read(chunks, lengths):
+                for f in _start(pool, run_chunk, [(st, offsets, ids, prompts, self.block_size, self.rule)
+                                                  for _, st in states], len(ids)):
+                    f.result()
+            return {c: int(st.st[HIT_TOK]) for c, st in states}
+
+        return self._grouped(sizes, n, lambda size, n: 8 * n + 20 * size, run)
 
     def _longest(self, lengths: np.ndarray) -> int:
         """Most blocks one request occupies (its longest listing, or its prompt in blocks)."""
         most = int(lengths.max()) if len(lengths) else 0
         return max(most, -(-self._max_prompt // self.block_size))
 
-    def _forward_ids(self, chunks: list[Chunk],
-                     lengths: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(local offsets, ids, prompt tokens) chunk by chunk into reused buffers (the caller is done with a
-        chunk before asking for the next)."""
-        ids_buf = np.empty(max(c.b1 - c.b0 for c in chunks), np.int32)
-        prompts = np.empty(max(c.r1 - c.r0 for c in chunks), np.int64)
-        with open(self._ids_path, "rb", buffering=0) as fi, open(self._prompts_path, "rb", buffering=0) as fp:
-            for c in chunks:
-                yield (local_offsets(lengths, c), read_at(fi, c.b0, ids_buf[: c.b1 - c.b0]),
-                       read_at(fp, c.r0, prompts[: c.r1 - c.r0]))
+    def _read(self, chunks: list[Chunk], lengths: np.ndarray,
+              keys: bool = False) -> Iterator[tuple[Chunk, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """(run, local offsets, ids, prompt tokens, next-use keys if `keys` else nothing) chunk by chunk into
+        reused buffers: the caller is done with a chunk before asking for the next, or with `keys` (the OPT
+        pass, whose kernels run while the next chunk is read) before asking for the one after the next."""
+        most = max((c.b1 - c.b0 for c in chunks), default=0)
+        rows = max((c.r1 - c.r0 for c in chunks), default=0)
+        bufs = [(np.empty(most, np.int32), np.empty(most if keys else 0, np.int64), np.empty(rows, np.int64))
+                for _ in range(2 if keys else 1)]
+        assert not keys or self._keys_path is not None
+        with ExitStack() as files:
+            fi, fp = (files.enter_context(open(p, "rb", buffering=0)) for p in (self._ids_path, self._prompts_path))
+            fk = files.enter_context(open(str(self._keys_path), "rb", buffering=0)) if keys else None
+            for i, c in enumerate(chunks):
+                ids_buf, keys_buf, prompts = bufs[i % len(bufs)]
+                m = c.b1 - c.b0
+                yield (c, local_offsets(lengths, c), read_at(fi, c.b0, ids_buf[:m]),
+                       read_at(fp, c.r0, prompts[: c.r1 - c.r0]),
+                       keys_buf if fk is None else read_at(fk, c.b0, keys_buf[:m]))
 
     # ------------------------------------------------------------ OPT from the spills
 
@@ -337,36 +317,39 @@ class CapacityStream:
         small = held < self._opt_ideal_capacity(n, lengths)
         if small.any() and self._total_blocks:
             width, never = key_width(lengths)
-            self._spill_keys(plan_chunks(lengths, self._chunk_blocks), lengths, n, width, never)
+            self._spill_keys(self._plan(lengths), lengths, n, width, never)
         return small
 
     def _opt_hits(self, caps: np.ndarray, n: int, lengths: np.ndarray) -> np.ndarray:
-        """Hit tokens of the optimal cache at each capacity in blocks (all below n), as `opt_hits`."""
+        """Hit tokens of the optimal cache at each capacity in blocks (all below n), as `opt_hits`, from the
+        next-use keys `_opt_prepare` spilled."""
         if self._total_blocks == 0:
             return np.zeros(len(caps), np.int64)
         width, never = key_width(lengths)
-        chunks = plan_chunks(lengths, self._chunk_blocks)
-        if self._keys_path is None:
-            self._spill_keys(chunks, lengths, n, width, never)
-        uniq = np.unique(caps)
-        hits = dict.fromkeys(uniq.tolist(), 0)
+        chunks = self._plan(lengths)
+        return self._grouped(caps, n, self._opt_bytes,
+                             lambda pool, group: self._opt_pass(pool, group, n, chunks, lengths, width, never))
+
+    def _grouped(self, sizes: np.ndarray, n: int, cost: Callable[[int, int], int],
+                 run: Callable[[ThreadPoolExecutor, list[int]], dict[int, int]]) -> np.ndarray:
+        """Hit tokens at each size, `run` giving them for one group of distinct sizes (`_groups`) at a time,
+        with two threads for its kernels."""
+        hits: dict[int, int] = {}
         with ThreadPoolExecutor(max_workers=2) as pool:
-            for group in self._groups(uniq.tolist(), n, self._opt_bytes):
-                hits.update(self._opt_pass(pool, group, n, chunks, lengths, width, never))
-        return np.array([hits[int(c)] for c in caps], np.int64)
+            for group in self._groups(np.unique(sizes).tolist(), n, cost):
+                hits.update(run(pool, group))
+        return np.array([hits[int(c)] for c in sizes], np.int64)
+
+    def _plan(self, lengths: np.ndarray) -> list[Chunk]:
+        """The runs of requests each read of the spills takes (none when no block was fed)."""
+        return plan_chunks(lengths, self._chunk_blocks) if self._total_blocks else []
 
     def _opt_ideal_capacity(self, n: int, lengths: np.ndarray) -> int:
-        """`capacity_lru.opt_ideal_from` from two forward reads of the ids spill (5 bytes per distinct block)."""
+        """`lru.opt_ideal_runs` from two forward reads of the ids spill (5 bytes per distinct block)."""
         if self._total_blocks == 0:
             return n
-        chunks = plan_chunks(lengths, self._chunk_blocks)
-        last = np.full(max(n, 1), -1, np.int32)
-        for c, (offsets, ids, _) in zip(chunks, self._forward_ids(chunks, lengths), strict=True):
-            _last_use(offsets, ids, c.r0, last)
-        st, seen = new_bound_state(), np.zeros(max(n, 1), np.bool_)
-        for c, (offsets, ids, _) in zip(chunks, self._forward_ids(chunks, lengths), strict=True):
-            _overlap(offsets, ids, c.r0, last, seen, st)
-        return opt_ideal_from(st, n)
+        chunks = self._plan(lengths)
+        return opt_ideal_runs(lambda: ((c.r0, o, ids) for c, o, ids, _, _ in self._read(chunks, lengths)), n)
 
     def _spill_keys(self, chunks: list[Chunk], lengths: np.ndarray, n: int, width: int, never: int) -> None:
         """Next-use keys (`capacity.next_keys`) of every listed block into a spill, from a backward read of
@@ -415,39 +398,17 @@ class CapacityStream:
             slots = opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
             states.append(_Opt(cap, np.full(n, -1, np.int64), np.empty(slots, np.int64),
                                np.empty(slots, np.int32), np.zeros(5, np.int64)))
-        feed = self._forward(chunks, lengths)
+        feed = self._read(chunks, lengths, keys=True)
         cur = next(feed, None)
         while cur is not None:
-            offsets, ids, nk, weights = cur
-            args = [(offsets, ids, weights, nk, s.key, s.hk, s.hb, s.st, s.cap, width, never) for s in states]
-            if len(ids) < _THREADED_BLOCKS:  # not worth a thread hand-off
-                for a in args:
-                    _opt_chunk(*a)
-                cur = next(feed, None)
-                continue
-            futures = [pool.submit(_opt_chunk, *a) for a in args]
+            _, offsets, ids, prompts, nk = cur
+            weights = block_weights(offsets, prompts, self.block_size, self.rule)
+            futures = _start(pool, _opt_chunk, [(offsets, ids, weights, nk, s.key, s.hk, s.hb, s.st, s.cap, width,
+                                                 never) for s in states], len(ids))
             cur = next(feed, None)  # reads into the other buffers while the kernels run
             for f in futures:
                 f.result()
         return {s.cap: int(s.st[3]) for s in states}
-
-    def _forward(self, chunks: list[Chunk],
-                 lengths: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        """(local offsets, ids, next-use keys, weights) chunk by chunk, alternating two sets of buffers: the
-        caller has finished with a chunk before the one after the next is read into its buffers."""
-        most = max(c.b1 - c.b0 for c in chunks)
-        bufs = [(np.empty(most, np.int32), np.empty(most, np.int64)) for _ in range(2)]
-        prompts = np.empty(max(c.r1 - c.r0 for c in chunks), np.int64)
-        assert self._keys_path is not None and self._prompts_path is not None
-        with (open(self._ids_path, "rb", buffering=0) as fi, open(self._keys_path, "rb", buffering=0) as fk,
-              open(self._prompts_path, "rb", buffering=0) as fp):
-            for i, c in enumerate(chunks):
-                ids_buf, keys_buf = bufs[i % 2]
-                m = c.b1 - c.b0
-                offsets = local_offsets(lengths, c)
-                weights = block_weights(offsets, read_at(fp, c.r0, prompts[: c.r1 - c.r0]), self.block_size,
-                                        self.rule)
-                yield offsets, read_at(fi, c.b0, ids_buf[:m]), read_at(fk, c.b0, keys_buf[:m]), weights
 
     # ------------------------------------------------------------ cleanup
 
@@ -470,6 +431,17 @@ class CapacityStream:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _start(pool: ThreadPoolExecutor, kernel: Callable[..., None], args: list[tuple],
+           blocks: int) -> list[Future[None]]:
+    """Run `kernel` on each argument tuple: at once in this thread for a chunk of fewer than _THREADED_BLOCKS
+    blocks (not worth a thread hand-off), else in the pool; the futures to wait for are returned."""
+    if blocks < _THREADED_BLOCKS:
+        for a in args:
+            kernel(*a)
+        return []
+    return [pool.submit(kernel, *a) for a in args]
 
 
 OPT_GROUP = 4  # capacities per pass over the spills (their kernels share two threads)

@@ -1,14 +1,14 @@
 """The capacity curve's table and the pieces every way of computing it shares: the block weights (what a
 matched block adds to its request's hit under each hit rule), the capacity grid, the table itself with its
-targets and sampling metadata. The exact curve (`capacity`), the streamed one (`capacity_stream`) and the
-sampled one (`capacity_sampled`) all build on this module, which imports none of them.
+targets and sampling metadata. The exact curve (`lru`), the streamed one (`capacity.stream`) and the
+sampled one (`capacity.sampled`) all build on this module, which imports none of them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -51,10 +51,8 @@ def block_weights(offsets: np.ndarray, prompt_tokens: np.ndarray, block_size: in
     "vllm": B for j < floor((n-1)/B), else 0 (the last token is always recomputed); "trace": the block's
     true size min(B, n - jB), clipped at 0 (the partial last block counts at its size).
     """
-    is_trace_rule(rule)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    prompt_tokens = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
-    return _block_weights(offsets, prompt_tokens, int(block_size), rule == "trace")
+    return _block_weights(np.ascontiguousarray(offsets, dtype=np.int64),
+                          np.ascontiguousarray(prompt_tokens, dtype=np.int64), int(block_size), is_trace_rule(rule))
 
 
 def default_capacities(working_set_blocks: int, block_size: int, points: int = 16) -> list[int]:
@@ -89,7 +87,7 @@ def curve_table(cap_tok: np.ndarray, cap_blk: np.ndarray, lru: np.ndarray, ideal
                 opt_tok: np.ndarray | None, targets: dict[str, int | None],
                 sampled: Sampling | None = None) -> pa.Table:
     """The capacity table from hit tokens per capacity (OPT null when `opt_tok` is None). With `sampled`,
-    the `lru_*` columns are an estimate (`capacity_sampled`) with its band; its parameters go to the
+    the `lru_*` columns are an estimate (`capacity.sampled`) with its band; its parameters go to the
     metadata too."""
     n = len(cap_tok)
     if opt_tok is not None:
@@ -128,17 +126,21 @@ class Sampling(NamedTuple):
 
 
 TARGET_FRACTIONS = (0.5, 0.9)
+TARGET_NAMES = tuple(f"lru_tokens_for_{int(f * 100)}pct_of_ideal" for f in TARGET_FRACTIONS)  # the metadata's keys
 
 
 def capacity_targets(curve: pa.Table) -> dict[str, int | None]:
     """The pool sizes (tokens) for 50% and 90% of the ideal hit that `capacity_curve` stored (estimated
     when the curve was sampled: see `capacity_sampling`)."""
-    meta = curve.schema.metadata or {}
-    return json.loads(meta[b"targets"]) if b"targets" in meta else {}
+    return _metadata(curve, b"targets", {})
 
 
 def capacity_sampling(curve: pa.Table) -> dict | None:
     """The sampling parameters of a sampled curve (rate, salts, hot blocks, references kept, mean band
     width in points), or None for the exact curve."""
+    return _metadata(curve, b"sampling", None)
+
+
+def _metadata(curve: pa.Table, key: bytes, default: Any) -> Any:
     meta = curve.schema.metadata or {}
-    return json.loads(meta[b"sampling"]) if b"sampling" in meta else None
+    return json.loads(meta[key]) if key in meta else default

@@ -1,13 +1,10 @@
-"""The capacity curve of a log taken as one chunk: `capacity.capacity_curve` on its arrays in memory.
+"""The capacity curve of a log taken as one chunk: `lru.capacity_curve` on its arrays in memory.
 
-`capacity_stream.CapacityStream` spills every listed block's id and reads the spills back once per pass
-(the LRU pass, OPT's bound and next-use keys, each group of OPT capacities, each simulated pool size) so
-that a log of any length fits in bounded memory. A log the pipeline takes as one chunk is held in memory
-anyway: here its chunks are kept as arrays and `finish` runs the in-memory kernels on them (OPT and the
-simulated pool sizes in parallel threads, no spill read or written), which give the same table value for
-value (`tests/test_capacity_stream.py` checks stream == in memory; `tests/test_capacity_whole.py` this
-class). Past `max_blocks` listed blocks it hands what it holds to a CapacityStream and streams from then
-on, so a large log analysed as one chunk (not in time order, or with no run directory) stays bounded.
+A log the pipeline takes as one chunk is held in memory anyway, so instead of spilling it as
+`stream.CapacityStream` does, its chunks are kept as arrays and `finish` runs the in-memory kernels on them
+(no spill read or written), which give the same table value for value (`tests/test_capacity_stream.py`).
+Past `max_blocks` listed blocks it hands what it holds to a CapacityStream and streams from then on, so a
+large log analysed as one chunk (not in time order, or with no run directory) stays bounded.
 `take` is `finish` split in two (take the arrays now, compute later), which lets `analyze` compute the
 curve in a background thread beside the aggregates and findings (docs/pipeline.md).
 """
@@ -89,14 +86,8 @@ class WholeCapacity:
             self.close()
         n, block_size, rule = int(n_distinct), self.block_size, self.rule
 
-        def curve() -> pa.Table:
-            if sample is not None and sample < 1.0:  # as CapacityStream._sampled, on the same arrays
-                from prefixscan.reuse.capacity.sampled import sampled_capacity_curve
-
-                return sampled_capacity_curve(offsets, ids, n, prompts, block_size, rule, sample, capacities_tokens)
-            return capacity_curve(offsets, ids, prompts, block_size, rule, capacities_tokens, opt, ids=(ids, n))
-
-        return curve
+        return lambda: capacity_curve(offsets, ids, prompts, block_size, rule, capacities_tokens, opt, ids=(ids, n),
+                                      sample=sample)
 
     def _whole(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         parts, self._parts = self._parts, []
