@@ -37,11 +37,11 @@ def register(app: typer.Typer) -> None:
         Hashed traces and token ids hold no text: refused with exit 3.
         Example: prefixscan fix sample_logs/chat.jsonl -o /tmp/chat.fixed.jsonl
         """
-        from prefixscan.cli.analyze import _parse_fields
+        from prefixscan.cli.groups import pairs
         from prefixscan.config import AnalyzeConfig
         from prefixscan.fix import fix_logs
 
-        cfg = AnalyzeConfig(inputs=tuple(logs), format=fmt, fields=_parse_fields(field), tokenizer=tokenizer,
+        cfg = AnalyzeConfig(inputs=tuple(logs), format=fmt, fields=pairs(field), tokenizer=tokenizer,
                             block_size=block_size, command_line="prefixscan " + shlex.join(sys.argv[1:]))
         result = fix_logs(cfg, output, force=force)
         if json_or_quiet(json_out, quiet, result.to_json()):
