@@ -21,12 +21,10 @@ def headline(s: dict[str, Any]) -> str:
     tw = s["hit_rate"]["token_weighted"]
     if s["requests"]["accepted"] == 0:
         return "No request was accepted: nothing to measure (see the rejects table)."
-    if tw >= 0.5:
-        verdict = "repeats a lot: prefix-aware routing can matter"
-    elif tw >= 0.2:
-        verdict = "repeats moderately: worth a closer look at where reuse lives"
-    else:
-        verdict = "repeats little: a prefix-aware router would have little to capture"
+    verdict = next(v for floor, v in ((0.5, "repeats a lot: prefix-aware routing can matter"),
+                                      (0.2, "repeats moderately: worth a closer look at where reuse lives"),
+                                      (-1.0, "repeats little: a prefix-aware router would have little to capture"))
+                   if tw >= floor)
     return (f"With an ideal (unbounded) cache, {_pct(tw)} of prompt tokens are reusable "
             f"({_tok(s['tokens']['cached'])} of {_tok(s['tokens']['prompt'])} tokens): this traffic {verdict}.")
 

@@ -41,13 +41,6 @@ def _rows(table: pa.Table, columns: tuple[str, ...] | None = None) -> list[dict[
     return table.select(names).to_pylist()
 
 
-def _num(x: Any) -> float | None:
-    if x is None:
-        return None
-    x = float(x)
-    return x if np.isfinite(x) else None
-
-
 def _traffic(run: Run) -> Traffic:
     counts = run.analysis.requests
     want = ["arrival_s", "tenant", "conversation_id", "model", "prompt_tokens", "output_tokens", "actual_cached_tokens",
@@ -105,6 +98,8 @@ def _traffic(run: Run) -> Traffic:
 
 
 def _summaries(data: ReportData, run: Run) -> None:
+    from prefixscan.cost.replay import finite
+
     rows = run.table("summaries").to_pylist()
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -116,8 +111,8 @@ def _summaries(data: ReportData, run: Run) -> None:
         ("block-weighted (hit blocks / all blocks)", "block_weighted"),
         ("mean of per-request hit fractions (AIPerf)", "request_mean"),
     )
-    data.hit_rates = [HitRate(label, _num(whole.get(k)), _num(steady.get(k))) for label, k in labels]
-    data.tenant_isolated = _num(run.analysis.tenant_isolated_hit_rate)
+    data.hit_rates = [HitRate(label, finite(whole.get(k)), finite(steady.get(k))) for label, k in labels]
+    data.tenant_isolated = finite(run.analysis.tenant_isolated_hit_rate)
     for dim in BREAKDOWNS:
         rs = by.get(dim, [])
         if dim == "turn_index":
