@@ -235,10 +235,14 @@ def secs(v: float | None) -> str:
     return f"{v * 1000:,.0f} ms" if v < 10 else f"{v:,.1f} s"
 
 
+def _bare(r: dict[str, Any], m: str) -> str:
+    """`p50 / p95` of measure `m` (ttft, queue_wait, e2e) in a pilot row; '-' when no request has it."""
+    return f"{secs(r[f'{m}_p50_s'])} / {secs(r[f'{m}_p95_s'])}" if r[f"{m}_requests"] else "-"
+
+
 def _pair(r: dict[str, Any], m: str) -> str:
-    if not r[f"{m}_requests"]:
-        return "-"
-    return f"{secs(r[f'{m}_p50_s'])} / {secs(r[f'{m}_p95_s'])} (n={r[f'{m}_requests']:,})"
+    """`_bare` with the number of requests behind it."""
+    return f"{_bare(r, m)} (n={r[f'{m}_requests']:,})" if r[f"{m}_requests"] else "-"
 
 
 def render_pilot(p: dict[str, Any], console: Console, limit: int = 8) -> None:
@@ -264,10 +268,6 @@ def render_pilot(p: dict[str, Any], console: Console, limit: int = 8) -> None:
         render_decisions(p["decisions"], console, limit)
     if p.get("prediction"):
         render_prediction(p["prediction"], p["by_class"], p["all"], console)
-
-
-def _bare(r: dict[str, Any], m: str) -> str:
-    return f"{secs(r[f'{m}_p50_s'])} / {secs(r[f'{m}_p95_s'])}" if r[f"{m}_requests"] else "-"
 
 
 def _share(part: int, whole: int) -> str:
