@@ -14,6 +14,7 @@ from prefixscan.report.escape import clean, safe
 from prefixscan.report.fmt import pct as _pct
 from prefixscan.report.fmt import print_tables
 from prefixscan.report.fmt import tokens as _tok
+from prefixscan.report.model import CLASSES
 
 
 def headline(s: dict[str, Any]) -> str:
@@ -294,7 +295,7 @@ def render_decisions(d: dict[str, Any], console: Console, limit: int = 8) -> Non
 
 
 def _classes(c: dict[str, int] | None) -> str:
-    return "-" if not c else " / ".join(f"{c[k]:,}" for k in ("warm", "partial", "cold"))
+    return "-" if not c else " / ".join(f"{c[k]:,}" for k in CLASSES)
 
 
 def render_prediction(p: dict[str, Any], by_class: dict[str, Any], every: dict[str, Any], console: Console) -> None:

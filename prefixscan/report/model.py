@@ -15,12 +15,12 @@ TOP_PREFIXES = 10
 TOP_TENANTS = 15
 TOP_FINDINGS = 15
 BREAKDOWNS = ("tenant", "prefix_class", "turn_index", "hit_source", "model", "category")
+CLASSES = ("warm", "partial", "cold")  # a request by how much of what an unbounded cache holds it found cached
 POLICY_COLUMNS = (
     "policy", "hit_rate_token_weighted", "capture_of_ideal", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
     "queue_wait_p95_s", "imbalance_max_mean", "spill_rate", "spill_rate_of_warm", "prefill_tokens", "cached_tokens",
     "prompt_tokens", "predicted_cached_tokens", "evictions", "evicted_age_mean_s", "requests",
-    *(f"{k}_requests" for k in ("warm", "partial", "cold")),
-    *(f"ttft_{k}_{p}_s" for k in ("warm", "partial", "cold") for p in ("p50", "p95")),
+    *(f"{k}_requests" for k in CLASSES), *(f"ttft_{k}_{p}_s" for k in CLASSES for p in ("p50", "p95")),
 )
 FINDING_COLUMNS = ("kind", "tenant", "message_index", "role", "char_offset", "token_offset", "requests_affected",
                    "tokens_lost", "example", "fix")

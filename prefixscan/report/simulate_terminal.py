@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from prefixscan.report.escape import safe
 from prefixscan.report.fmt import metric as fmt
 from prefixscan.report.fmt import number_tables, print_comparison
+from prefixscan.report.model import CLASSES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -27,7 +28,6 @@ COLUMNS: list[tuple[str, str, str, str]] = [
     ("spill", "spill_rate", "min", "pct"), ("prefill", "prefill_tokens", "min", "short"),
     ("evicted", "evictions", "min", "short"), ("pred ok", "predicted_exact_fraction", "max", "pct"),
 ]
-SPLIT = ("warm", "partial", "cold")
 TIER_COLUMNS = [
     ("hit", "hit_rate_token_weighted", "pct"), ("gpu", "hit_rate_gpu", "pct"), ("host", "hit_rate_host", "pct"),
     ("shared", "hit_rate_shared", "pct"), ("recomputed", "recomputed_tokens", "short"),
@@ -75,11 +75,11 @@ def render(result: SimResult, console: Console) -> None:
                else fmt(s.get(key), kind) for _, key, _, kind in COLUMNS)] for name, s in result.policies.items()]
     print_comparison(console, "Routing policies (best value in bold green; *oracle = perfect-knowledge reference)",
                      ["policy"] + [title for title, *_ in COLUMNS], rows)
-    split = [[safe(name), *(fmt(v, kind) for k in SPLIT for v, kind in (
+    split = [[safe(name), *(fmt(v, kind) for k in CLASSES for v, kind in (
         (s.get(f"{k}_requests"), "int"), (s.get(f"ttft_{k}_p50_s"), "s"), (s.get(f"ttft_{k}_p95_s"), "s")))]
         for name, s in result.policies.items()]
     print_comparison(console, "TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
-                     ["policy"] + [f"{k} {m}" for k in SPLIT for m in ("n", "p50", "p95")], split)
+                     ["policy"] + [f"{k} {m}" for k in CLASSES for m in ("n", "p50", "p95")], split)
     if any(s.get("isolation_cost_hit_rate") is not None for s in result.policies.values()):
         print_comparison(console, "What tenant isolation costs (shared minus isolated)",
                          ["policy", "hit rate lost", "extra prefill tok", "TTFT p95 change"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefixscan.report.escape import data as esc
 from prefixscan.report.figures import SCENARIO_LABELS
-from prefixscan.report.model import ReportData
+from prefixscan.report.model import CLASSES, ReportData
 from prefixscan.report.sections.blocks import (
     Block,
     estimate_missing,
@@ -37,9 +37,8 @@ def policies(data: ReportData) -> list[Block]:
     out.append(("fig", "policies"))
     out.extend(_tiers_and_pd(data))
     out.append(("h", 3, "TTFT by cache outcome"))
-    out.append(("table", ["policy", "warm req", "warm p50 / p95", "partial req", "partial p50 / p95", "cold req",
-                          "cold p50 / p95"],
-                [[esc(p["policy"]), *(cell for k in ("warm", "partial", "cold") for cell in (
+    out.append(("table", ["policy", *(h for k in CLASSES for h in (f"{k} req", f"{k} p50 / p95"))],
+                [[esc(p["policy"]), *(cell for k in CLASSES for cell in (
                     num(p.get(f"{k}_requests")), f"{sec(p.get(f'ttft_{k}_p50_s'))} / {sec(p.get(f'ttft_{k}_p95_s'))}"))]
                  for p in data.policies]))
     return out
@@ -131,7 +130,7 @@ def plan(data: ReportData) -> list[Block]:
               f"{tok(t.predicted_cached_tokens_for_actual)} predicted over {num(t.with_actual_cached)} requests"
               if t and t.with_actual_cached else "")
     ttft = " · ".join(f"{k} {sec(best.get(f'ttft_{k}_p50_s'))} / {sec(best.get(f'ttft_{k}_p95_s'))}"
-                      for k in ("warm", "partial", "cold"))
+                      for k in CLASSES)
     rows = [
         ["cached-token rate (token-weighted) by model, pool and prefix class",
          "`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`; cached and uncached input tokens",

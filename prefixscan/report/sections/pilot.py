@@ -7,11 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from prefixscan.report.escape import data as esc
-from prefixscan.report.model import ReportData
+from prefixscan.report.model import CLASSES, ReportData
 from prefixscan.report.sections.blocks import Block, num, pct, tok
 
 LIMIT = 12  # model x replica rows and decision rows shown; the rest stay in the table
-CLASSES = ("warm", "partial", "cold")
 
 
 def ms(v: float | None) -> str:
