@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from prefixscan.report.escape import clean, safe
 from prefixscan.report.fmt import pct as _pct
-from prefixscan.report.fmt import print_tables
+from prefixscan.report.fmt import print_tables, say
 from prefixscan.report.fmt import tokens as _tok
 from prefixscan.report.model import CLASSES
 
@@ -111,9 +111,7 @@ def render_summary(result: Any, console: Console) -> None:
                       f"{av['requests_short']:,} requests fell short of the prediction")
     if s.get("pilot"):  # the log carries latency: the pilot's outcome by warm / partial / cold
         render_pilot(s["pilot"], console)
-    line = miss_line(s.get("miss_attribution"))
-    if line:
-        console.print(line, highlight=False, soft_wrap=True)
+    say(console, miss_line(s.get("miss_attribution")))
     if "findings" in s:  # cache-breaker findings
         render_top(s, console)
     for note in s["notes"]:
@@ -186,13 +184,10 @@ def render_top(summary: dict[str, Any], console: Console, limit: int = 5) -> Non
     console.print(f"[bold]Cache breakers: {len(findings)} findings, {_tok(lost)} prompt tokens of reuse lost[/bold]"
                   " (top by tokens lost)", soft_wrap=True)
     for i, f in enumerate(findings[:limit], start=1):
-        console.print(f" {i}. {safe(f['kind'])}, tenant {safe(f.get('tenant') or '-')}, {where(f)}: "
-                      f"{f['requests_affected']:,} requests, {_tok(f['tokens_lost'])} tokens lost; "
-                      f"e.g. {safe(f.get('example') or '-')}. {safe(f.get('fix') or '')}", soft_wrap=True,
-                      highlight=False)
-    line = counterfactual_line(summary.get("counterfactual"))
-    if line:
-        console.print(line, soft_wrap=True, highlight=False)
+        say(console, f" {i}. {safe(f['kind'])}, tenant {safe(f.get('tenant') or '-')}, {where(f)}: "
+                     f"{f['requests_affected']:,} requests, {_tok(f['tokens_lost'])} tokens lost; "
+                     f"e.g. {safe(f.get('example') or '-')}. {safe(f.get('fix') or '')}")
+    say(console, counterfactual_line(summary.get("counterfactual")))
     if len(findings) > limit:
         console.print(f"{len(findings) - limit} more: prefixscan findings RUN_DIR", highlight=False)
 
@@ -206,7 +201,6 @@ def render_findings(findings: list[dict[str, Any]], counterfactual: dict[str, An
         lost = sum(f["tokens_lost"] for f in findings)
         console.print(f"[bold]{len(findings)} cache-breaker findings[/bold], ranked by prompt tokens of reuse lost "
                       f"({_tok(lost)} in total)", soft_wrap=True)
-    line: str | None
     for i, f in enumerate(findings, start=1):
         per = f.get("tokens_lost_per_request")
         if per is None and f.get("requests_affected"):
@@ -222,11 +216,8 @@ def render_findings(findings: list[dict[str, Any]], counterfactual: dict[str, An
         if f.get("detail"):
             lines.append(f"   detail: {safe(f['detail'])}")
         lines.append(f"   fix: {safe(f.get('fix') or '-')}")
-        for line in lines:
-            console.print(line, soft_wrap=True, highlight=False)
-    line = counterfactual_line(counterfactual)
-    if line:
-        console.print(line, soft_wrap=True, highlight=False)
+        say(console, *lines)
+    say(console, counterfactual_line(counterfactual))
 
 
 def secs(v: float | None) -> str:
