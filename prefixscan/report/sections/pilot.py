@@ -1,4 +1,4 @@
-"""The pilot's outcome (issue 31), from the run's `pilot` table (written by analyze when the log carries latency):
+"""The pilot's outcome, from the run's `pilot` table (written by analyze when the log carries latency):
 latency by warm, partial and cold request and input tokens by model and replica (prefixscan.pilot.latency); the
 same by routing decision (prefixscan.pilot.decisions); prediction next to outcome (prefixscan.pilot.prediction)."""
 
