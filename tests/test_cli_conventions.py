@@ -112,8 +112,9 @@ def _cells(policies: dict, columns: list[tuple]) -> set[str]:
 def test_simulate_tables_never_cut_a_number(sim_run, name: str, columns: int) -> None:
     import json
 
+    from prefixscan.report.model import CLASSES
     from prefixscan.report.simulate_terminal import COLUMNS as SIM_COLUMNS
-    from prefixscan.report.simulate_terminal import PD_COLUMNS, SPLIT
+    from prefixscan.report.simulate_terminal import PD_COLUMNS
 
     js = runner.invoke(app, ["simulate", str(sim_run), "--load", "--name", name, "--json", "-q"])
     policies = json.loads(js.stdout)["policies"]
@@ -122,8 +123,8 @@ def test_simulate_tables_never_cut_a_number(sim_run, name: str, columns: int) ->
     out = r.output
     assert "…" not in out
     assert max(len(line) for line in out.splitlines()) <= columns
-    split = [(None, f"{k}_requests", "int") for _, k in SPLIT]
-    split += [(None, f"ttft_{k}_{p}_s", "s") for _, k in SPLIT for p in ("p50", "p95")]
+    split = [(None, f"{k}_requests", "int") for k in CLASSES]
+    split += [(None, f"ttft_{k}_{p}_s", "s") for k in CLASSES for p in ("p50", "p95")]
     expected = _cells(policies, SIM_COLUMNS) | _cells(policies, split)
     if name == "pd":
         expected |= _cells(policies, PD_COLUMNS)

@@ -14,34 +14,17 @@ import typer
 
 from prefixscan.cli.choices import FIELDS, GRANULARITIES, ORDERS, RECORD_FORMATS, one_of
 from prefixscan.cli.common import handle_errors, show_progress, stderr_console
-from prefixscan.cli.groups import config_fields, grouped, opt
+from prefixscan.cli.groups import config_fields, grouped, opt, pairs
 from prefixscan.privacy import scrub_argv
-
-
-def _parse_fields(values: list[str], flag: str = "--field", form: str = "NAME=column.path"
-                  ) -> tuple[tuple[str, str], ...]:
-    """The NAME=VALUE pairs of a repeatable option (--field; --lora-path)."""
-    out = []
-    for v in values:
-        name, sep, path = v.partition("=")
-        if not sep or not name or not path:
-            raise typer.BadParameter(f"{flag} expects {form}, got {v!r}")
-        out.append((name.strip(), path.strip()))
-    return tuple(out)
-
-
-def _parse_lora_paths(values: list[str]) -> tuple[tuple[str, str], ...]:
-    return _parse_fields(values, "--lora-path", "NAME=PATH")
 
 
 def _parse_capacities(value: str | None) -> tuple[int, ...] | None:
     if not value:
         return None
     try:
-        caps = tuple(int(float(x)) for x in value.split(",") if x.strip())
+        return tuple(int(float(x)) for x in value.split(",") if x.strip())
     except ValueError:
         raise typer.BadParameter(f"--capacities expects comma-separated token counts, got {value!r}") from None
-    return caps
 
 
 def _parse_sample(value: str | None) -> float | None:
@@ -206,10 +189,10 @@ def register(app: typer.Typer) -> None:
         from prefixscan.config import AnalyzeConfig
 
         cfg = AnalyzeConfig(
-            inputs=tuple(logs), output=output, force=force, format=fmt, fields=_parse_fields(field),
+            inputs=tuple(logs), output=output, force=force, format=fmt, fields=pairs(field),
             tokenizer=tokenizer, block_size=block_size, hash_block_size=hash_block_size,
             granularity=granularity, isolate_tenants=isolate_tenants, strict=strict, hash=hash,
-            hash_seed=hash_seed, lora_paths=_parse_lora_paths(lora_path),
+            hash_seed=hash_seed, lora_paths=pairs(lora_path, "--lora-path", "NAME=PATH"),
             capacities=_parse_capacities(capacities), capacity_sample=_parse_sample(capacity_sample),
             **config_fields(privacy), **config_fields(scale),
             quiet=quiet, findings=not no_findings, infer_conversations=not no_infer_conversations,

@@ -4,8 +4,8 @@ Command modules are imported here and each registers itself with `register(app)`
 polars, duckdb, transformers or numba at module top, so `prefixscan --help` stays fast.
 
 `main` builds the application with only the command the command line names (typer turns every registered
-command's signature into click options before it runs one: 13 commands cost ~0.1 s); `--help`, no command
-or an unknown one get every command. `app` (for tests and `typer.testing`) is the full application.
+command's signature into click options before it runs one, which costs time per command); `--help`, no
+command or an unknown one get every command. `app` (for tests and `typer.testing`) is the full application.
 """
 
 from __future__ import annotations
@@ -132,11 +132,11 @@ def main() -> None:
 def console() -> None:
     """The `prefixscan` command: `main`, then end the process without tearing the interpreter down.
 
-    Freeing a finished run's objects one by one (tokenizer memos, caches, frames, modules) took 0.4-0.5 s
-    after a 12k-request chat log or a 1M-request trace, against a run of ~9 s. By then every file the
-    command writes is closed and renamed into place, and its worker processes and threads have ended; the
-    shortcut is taken only when no other thread or child process is left, after stdout and stderr are
-    flushed, with the command's exit code. `python -m prefixscan` (profilers, coverage) exits normally."""
+    Freeing a large run's objects one by one (tokenizer memos, caches, frames, modules) takes a noticeable
+    share of the run. By then every file the command writes is closed and renamed into place, and its worker
+    processes and threads have ended; the shortcut is taken only when no other thread or child process is
+    left, after stdout and stderr are flushed, with the command's exit code. `python -m prefixscan`
+    (profilers, coverage) exits normally."""
     import logging
     import os
     import threading

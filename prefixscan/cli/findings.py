@@ -67,9 +67,8 @@ def register(app: typer.Typer) -> None:
             return
         from prefixscan.cli.common import stdout_console
         from prefixscan.report.analyze_terminal import miss_line, render_findings
+        from prefixscan.report.fmt import say
 
         console = stdout_console()
         render_findings(rows, cf, console)
-        line = miss_line(misses)
-        if line:
-            console.print(line, highlight=False, soft_wrap=True)
+        say(console, miss_line(misses))

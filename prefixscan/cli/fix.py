@@ -8,6 +8,7 @@ import sys
 import typer
 
 from prefixscan.cli.common import handle_errors, json_or_quiet, safe, stderr_console
+from prefixscan.report.fmt import say
 
 
 def register(app: typer.Typer) -> None:
@@ -37,28 +38,25 @@ def register(app: typer.Typer) -> None:
         Hashed traces and token ids hold no text: refused with exit 3.
         Example: prefixscan fix sample_logs/chat.jsonl -o /tmp/chat.fixed.jsonl
         """
-        from prefixscan.cli.analyze import _parse_fields
+        from prefixscan.cli.groups import pairs
         from prefixscan.config import AnalyzeConfig
         from prefixscan.fix import fix_logs
 
-        cfg = AnalyzeConfig(inputs=tuple(logs), format=fmt, fields=_parse_fields(field), tokenizer=tokenizer,
+        cfg = AnalyzeConfig(inputs=tuple(logs), format=fmt, fields=pairs(field), tokenizer=tokenizer,
                             block_size=block_size, command_line="prefixscan " + shlex.join(sys.argv[1:]))
         result = fix_logs(cfg, output, force=force)
         if json_or_quiet(json_out, quiet, result.to_json()):
             return
         console = stderr_console()
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(result.by_kind.items())) or "none"
-        console.print(f"rewrote {result.rewritten:,} of {result.requests:,} records into "
-                      f"{safe(', '.join(result.outputs))} (findings fixed: {safe(kinds)})", highlight=False,
-                      soft_wrap=True)
+        say(console, f"rewrote {result.rewritten:,} of {result.requests:,} records into "
+                     f"{safe(', '.join(result.outputs))} (findings fixed: {safe(kinds)})")
         if result.unmapped:
-            console.print(f"left as they were: {result.unmapped:,} records whose rewrite could not be placed in "
-                          "their own fields (an edit across two content blocks or an OTLP typed value)",
-                          highlight=False, soft_wrap=True)
+            say(console, f"left as they were: {result.unmapped:,} records whose rewrite could not be placed in "
+                         "their own fields (an edit across two content blocks or an OTLP typed value)")
         if result.not_fixed:
             left = ", ".join(f"{k} {v}" for k, v in sorted(result.not_fixed.items()))
-            console.print(f"no safe rewrite, left as they are: {safe(left)} (see each finding's fix)",
-                          highlight=False, soft_wrap=True)
-        console.print(f"ideal-cache token-weighted hit rate: before {100 * result.before:.1f}%, after "
-                      f"{100 * result.after:.1f}% (the counterfactual predicted {100 * result.predicted:.1f}%); "
-                      f"findings left: {result.findings_after}", highlight=False, soft_wrap=True)
+            say(console, f"no safe rewrite, left as they are: {safe(left)} (see each finding's fix)")
+        say(console, f"ideal-cache token-weighted hit rate: before {100 * result.before:.1f}%, after "
+                     f"{100 * result.after:.1f}% (the counterfactual predicted {100 * result.predicted:.1f}%); "
+                     f"findings left: {result.findings_after}")

@@ -33,6 +33,17 @@ def opt(default: Any, *decls: str, to: str | None = None, convert: Callable[[Any
     return dataclasses.field(default=default, metadata=meta)
 
 
+def pairs(values: list[str], flag: str = "--field", form: str = "NAME=column.path") -> tuple[tuple[str, str], ...]:
+    """The NAME=VALUE pairs of a repeatable option (--field; --lora-path NAME=PATH)."""
+    out = []
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise typer.BadParameter(f"{flag} expects {form}, got {v!r}")
+        out.append((name.strip(), path.strip()))
+    return tuple(out)
+
+
 def flag(f: dataclasses.Field[Any]) -> str:
     """The option's first (long) name, as error messages name it."""
     return f.metadata[_OPTION][0][0]

@@ -67,19 +67,14 @@ def register(app: typer.Typer) -> None:
         replay: ReplayOptions = ...,  # type: ignore[assignment]  # each group: its options (cli/groups.py)
         logs: LogOptions = ...,  # type: ignore[assignment]  # --- how LOGS are analysed first ---
         # --- where the simulation goes ---
-        name: str = typer.Option(
-            None, "--name", help="Store the simulation under this name beside the others (default: 'default'; "
-                                 "re-running a name replaces it). With --load: which one to show."
-        ),
+        name: str = typer.Option(None, "--name", help="Store the simulation under this name beside the others "
+                                                      "(default: 'default'; re-running a name replaces it). With "
+                                                      "--load: which one to show."),
         list_sims: bool = typer.Option(False, "--list", help="List the run's stored simulations and exit."),
         output: str = typer.Option(None, "-o", "--output", help="Run directory to write when given logs."),
         force: bool = typer.Option(False, "--force", help="Replace an existing -o run directory."),
-        save: bool = typer.Option(
-            True, "--save/--no-save", help="Write the sim tables into the run directory."
-        ),
-        load: bool = typer.Option(
-            False, "--load", help="Re-render the run's saved simulation; do not re-run."
-        ),
+        save: bool = typer.Option(True, "--save/--no-save", help="Write the sim tables into the run directory."),
+        load: bool = typer.Option(False, "--load", help="Re-render the run's saved simulation; do not re-run."),
         json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or table on stderr."),
         tiers: TierOptions = ...,  # type: ignore[assignment]  # --- KV tiers, disaggregation ---
@@ -117,9 +112,8 @@ def register(app: typer.Typer) -> None:
             with extending(run_path) if writing else contextlib.nullcontext():  # the run's lock throughout
                 if show_progress(quiet):
                     with console.status("simulating...") as status:
-                        result = run_sim(
-                            run_path, cfg, progress=lambda n, i, k: status.update(f"policy {i + 1}/{k}: {n}...")
-                        )
+                        result = run_sim(run_path, cfg,
+                                         progress=lambda n, i, k: status.update(f"policy {i + 1}/{k}: {n}..."))
                 else:
                     result = run_sim(run_path, cfg)
                 where = result.save(run_path, name or "default") if writing else None
@@ -128,10 +122,8 @@ def register(app: typer.Typer) -> None:
                 shutil.rmtree(tmp, ignore_errors=True)
         _show(result, json_out, quiet, console)
         if not quiet and where is not None:
-            console.print(
-                f"wrote simulation {safe(name or 'default')!r} (sim_policies, sim_replicas, sim_timeline"
-                f"{', sim_decisions' if cfg.decision_log else ''}) to {safe(str(where))}"
-            )
+            console.print(f"wrote simulation {safe(name or 'default')!r} (sim_policies, sim_replicas, sim_timeline"
+                          f"{', sim_decisions' if cfg.decision_log else ''}) to {safe(str(where))}")
 
 
 def _show(result: Any, json_out: bool, quiet: bool, console: Any) -> None:

@@ -23,7 +23,7 @@ from prefixscan.cli.choices import (
     model_names,
     one_of,
 )
-from prefixscan.cli.groups import config_fields, flag, opt
+from prefixscan.cli.groups import config_fields, flag, opt, pairs
 from prefixscan.errors import UsageError
 
 
@@ -40,18 +40,16 @@ def parse_events(restart: list[str], add: list[str], remove: list[str]) -> tuple
     from prefixscan.sim.config import ReplicaEvent
 
     evs = []
-    for text in restart:
-        t, r = _split_pair(text, "--restart")
-        if r < 0:
-            raise UsageError(f"--restart needs a replica: TIME_S:REPLICA, got {text!r}")
-        evs.append(ReplicaEvent(t, "restart", r))
-    for text in add:
-        evs.append(ReplicaEvent(_split_pair(text, "--add-replica")[0], "add"))
-    for text in remove:
-        t, r = _split_pair(text, "--remove-replica")
-        if r < 0:
-            raise UsageError(f"--remove-replica needs a replica: TIME_S:REPLICA, got {text!r}")
-        evs.append(ReplicaEvent(t, "remove", r))
+    for action, option, texts in (("restart", "--restart", restart), ("add", "--add-replica", add),
+                                  ("remove", "--remove-replica", remove)):
+        for text in texts:
+            t, r = _split_pair(text, option)
+            if action == "add":
+                evs.append(ReplicaEvent(t, "add"))  # a replica number after the time is ignored
+            elif r < 0:
+                raise UsageError(f"{option} needs a replica: TIME_S:REPLICA, got {text!r}")
+            else:
+                evs.append(ReplicaEvent(t, action, r))
     return tuple(sorted(evs, key=lambda e: (e.time_s, e.action, e.replica)))
 
 
@@ -67,27 +65,27 @@ def parse_params(values: list[str]) -> tuple[tuple[str, str, str], ...]:
     return tuple(out)
 
 
-def parse_kv_blocks(text: str | None) -> tuple[int | None, bool]:
-    if text is None:
-        return None, False
+def _blocks(text: str, flag: str) -> int | None:
+    """A block count, or None for 'unbounded'."""
     if text.strip().lower() in ("unbounded", "inf", "infinite"):
-        return None, True
+        return None
     try:
-        return int(float(text)), False
+        return int(float(text))
     except ValueError:
-        raise UsageError(f"--kv-blocks expects a block count or 'unbounded', got {text!r}") from None
+        raise UsageError(f"{flag} expects a block count or 'unbounded', got {text!r}") from None
+
+
+def parse_kv_blocks(text: str | None) -> tuple[int | None, bool]:
+    """--kv-blocks: (blocks, unbounded)."""
+    blocks = None if text is None else _blocks(text, "--kv-blocks")
+    return blocks, text is not None and blocks is None
 
 
 def _tier_blocks(flag: str) -> Any:
+    """A tier's size option: 0 when absent (no tier), -1 when unbounded."""
     def convert(text: str | None) -> int:
-        if text is None:
-            return 0
-        if text.strip().lower() in ("unbounded", "inf", "infinite"):
-            return -1
-        try:
-            return int(float(text))
-        except ValueError:
-            raise UsageError(f"{flag} expects a block count or 'unbounded', got {text!r}") from None
+        blocks = 0 if text is None else _blocks(text, flag)
+        return -1 if blocks is None else blocks
 
     return convert
 
@@ -230,18 +228,6 @@ class TierOptions:
         return out
 
 
-def _fields(values: list[str]) -> tuple[tuple[str, str], ...] | None:
-    from prefixscan.cli.analyze import _parse_fields
-
-    return _parse_fields(values) or None
-
-
-def _lora_paths(values: list[str]) -> tuple[tuple[str, str], ...] | None:
-    from prefixscan.cli.analyze import _parse_lora_paths
-
-    return _parse_lora_paths(values) or None
-
-
 @dataclass(frozen=True)
 class LogOptions:
     """The analyze options for LOGS given to simulate (refused with a run directory); each sets the
@@ -250,7 +236,7 @@ class LogOptions:
     fmt: str | None = opt(None, "--format", metavar=one_of(RECORD_FORMATS), to="format",
                           help="Logs: record shape (default auto).")
     order: str | None = opt(None, "--order", metavar=one_of(ORDERS), help="Logs: time or input order.")
-    field: list[str] = opt([], "--field", metavar="NAME=PATH", to="fields", convert=_fields,
+    field: list[str] = opt([], "--field", metavar="NAME=PATH", to="fields", convert=lambda v: pairs(v) or None,
                            help="Logs: map a field (repeatable).")
     tokenizer: str | None = opt(None, "--tokenizer",
                                 help="Logs: tiktoken:<encoding>, hf:<local dir or hub id>, or none.")
@@ -260,7 +246,8 @@ class LogOptions:
                                   help="Logs: block (vLLM) or token (SGLang page size 1).")
     hash_algo: str | None = opt(None, "--hash", to="hash", help="Logs: block hash values (xxh3 or vllm:ALGO).")
     hash_seed: str | None = opt(None, "--hash-seed", help="Logs: PYTHONHASHSEED for --hash vllm:*.")
-    lora_path: list[str] = opt([], "--lora-path", to="lora_paths", convert=_lora_paths,
+    lora_path: list[str] = opt([], "--lora-path", to="lora_paths",
+                               convert=lambda v: pairs(v, "--lora-path", "NAME=PATH") or None,
                                help="Logs: NAME=PATH of a LoRA adapter.")
     strict: bool = opt(False, "--strict", convert=lambda on: True if on else None,
                        help="Logs: stop at the first malformed record.")

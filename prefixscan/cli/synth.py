@@ -12,6 +12,7 @@ import typer
 
 from prefixscan.cli.choices import SYNTH_FORMATS, one_of
 from prefixscan.cli.common import handle_errors, json_or_quiet, safe, stderr_console
+from prefixscan.report.fmt import say
 
 _FORMAT_HELP = "Output format: jsonl, jsonl.gz, parquet, or mooncake (hashed trace, 512-token blocks)."
 
@@ -88,13 +89,10 @@ def register(app: typer.Typer) -> None:
         console = stderr_console()
         mix = ", ".join(f"{k} {v}" for k, v in sorted(result.by_scenario.items()))
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(result.fields_by_kind.items())) or "none"
-        console.print(f"wrote {result.requests:,} requests ({result.conversations:,} conversations) to "
-                      f"{safe(result.path)} ({result.format}, {result.bytes:,} bytes) in {elapsed:.2f}s",
-                      highlight=False, soft_wrap=True)
-        console.print(f"  scenarios: {safe(mix)}", highlight=False, soft_wrap=True)
-        console.print(f"  tenants: {len(result.by_tenant)}; dynamic fields: {result.fields:,} ({safe(kinds)})",
-                      highlight=False, soft_wrap=True)
-        console.print(f"  ideal-cache block hit rate (estimated 512-token blocks): {result.block_hit_rate:.3f}",
-                      highlight=False, soft_wrap=True)
+        say(console, f"wrote {result.requests:,} requests ({result.conversations:,} conversations) to "
+                     f"{safe(result.path)} ({result.format}, {result.bytes:,} bytes) in {elapsed:.2f}s")
+        say(console, f"  scenarios: {safe(mix)}")
+        say(console, f"  tenants: {len(result.by_tenant)}; dynamic fields: {result.fields:,} ({safe(kinds)})")
+        say(console, f"  ideal-cache block hit rate (estimated 512-token blocks): {result.block_hit_rate:.3f}")
         if result.truth_path:
-            console.print(f"  ground truth: {safe(result.truth_path)}", highlight=False, soft_wrap=True)
+            say(console, f"  ground truth: {safe(result.truth_path)}")

@@ -55,7 +55,8 @@ class Baselines:
         return max(cands, key=lambda p: (p.hit_rate_token_weighted, p.policy), default=None)
 
 
-def _f(x: Any) -> float | None:
+def finite(x: Any) -> float | None:
+    """A number, or None when it is absent, NaN or infinite."""
     if x is None:
         return None
     x = float(x)
@@ -64,14 +65,14 @@ def _f(x: Any) -> float | None:
 
 def policy_hit(row: dict[str, Any]) -> PolicyHit | None:
     """A simulator summary row as a PolicyHit (None for a policy that served no prompt tokens)."""
-    h = _f(row.get("hit_rate_token_weighted"))
+    h = finite(row.get("hit_rate_token_weighted"))
     if h is None:
         return None
     reqs = row.get("requests") or 0
     warm = (row.get("warm_requests") or 0) + (row.get("partial_requests") or 0)
     share = warm / reqs if reqs and row.get("warm_requests") is not None else None
-    return PolicyHit(str(row["policy"]), h, share, _f(row.get("capture_of_ideal")), _f(row.get("ttft_p50_s")),
-                     _f(row.get("ttft_p95_s")), _f(row.get("imbalance_max_mean")), dict(row))
+    return PolicyHit(str(row["policy"]), h, share, finite(row.get("capture_of_ideal")), finite(row.get("ttft_p50_s")),
+                     finite(row.get("ttft_p95_s")), finite(row.get("imbalance_max_mean")), dict(row))
 
 
 def saved_mismatch(m: MeasuredWorkload, spec: ScenarioSpec) -> str | None:

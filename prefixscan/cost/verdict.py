@@ -71,16 +71,16 @@ def adoptable(policy: str) -> bool:
 def router_for_policy(policy: str | None) -> str:
     """The open-source router whose routing rule matches a simulated policy's name."""
     p = (policy or "").lower().replace("-", "_")
-    # cost_based is the seeds' overlap x w - load x v rule, which is Dynamo's cost shape.
-    if any(k in p for k in ("dynamo", "kv_router", "kv_aware", "overlap", "cost_based")):
-        return ROUTERS["dynamo"]
-    if any(k in p for k in ("llm_d", "llmd", "precise", "scorer", "gie", "epp")):
-        return ROUTERS["llm-d"]
-    if any(k in p for k in ("bounded", "chwbl", "consistent", "prefix_hash", "session_affinity")):
-        return ROUTERS["chwbl"]
-    if "preble" in p:
-        return ROUTERS["preble"]
-    return ROUTERS["sglang"]  # sglang_cache_aware, radix-style policies, or no simulation
+    return next((ROUTERS[router] for router, words in _ROUTER_WORDS if any(w in p for w in words)),
+                ROUTERS["sglang"])  # sglang_cache_aware, radix-style policies, or no simulation
+
+
+# Words in a policy's name that name its router, first match wins; cost_based is the seeds' overlap x w -
+# load x v rule, which is Dynamo's cost shape.
+_ROUTER_WORDS = (("dynamo", ("dynamo", "kv_router", "kv_aware", "overlap", "cost_based")),
+                 ("llm-d", ("llm_d", "llmd", "precise", "scorer", "gie", "epp")),
+                 ("chwbl", ("bounded", "chwbl", "consistent", "prefix_hash", "session_affinity")),
+                 ("preble", ("preble",)))
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from rich.markup import escape
 
 from prefixscan.report.escape import clean, safe
 from prefixscan.report.fmt import pct as _pct
-from prefixscan.report.fmt import print_tables
+from prefixscan.report.fmt import print_tables, say
 from prefixscan.report.fmt import tokens as _tok
+from prefixscan.report.model import CLASSES
 
 
 def headline(s: dict[str, Any]) -> str:
@@ -21,12 +22,10 @@ def headline(s: dict[str, Any]) -> str:
     tw = s["hit_rate"]["token_weighted"]
     if s["requests"]["accepted"] == 0:
         return "No request was accepted: nothing to measure (see the rejects table)."
-    if tw >= 0.5:
-        verdict = "repeats a lot: prefix-aware routing can matter"
-    elif tw >= 0.2:
-        verdict = "repeats moderately: worth a closer look at where reuse lives"
-    else:
-        verdict = "repeats little: a prefix-aware router would have little to capture"
+    verdict = next(v for floor, v in ((0.5, "repeats a lot: prefix-aware routing can matter"),
+                                      (0.2, "repeats moderately: worth a closer look at where reuse lives"),
+                                      (-1.0, "repeats little: a prefix-aware router would have little to capture"))
+                   if tw >= floor)
     return (f"With an ideal (unbounded) cache, {_pct(tw)} of prompt tokens are reusable "
             f"({_tok(s['tokens']['cached'])} of {_tok(s['tokens']['prompt'])} tokens): this traffic {verdict}.")
 
@@ -112,9 +111,7 @@ def render_summary(result: Any, console: Console) -> None:
                       f"{av['requests_short']:,} requests fell short of the prediction")
     if s.get("pilot"):  # the log carries latency: the pilot's outcome by warm / partial / cold
         render_pilot(s["pilot"], console)
-    line = miss_line(s.get("miss_attribution"))
-    if line:
-        console.print(line, highlight=False, soft_wrap=True)
+    say(console, miss_line(s.get("miss_attribution")))
     if "findings" in s:  # cache-breaker findings
         render_top(s, console)
     for note in s["notes"]:
@@ -187,13 +184,10 @@ def render_top(summary: dict[str, Any], console: Console, limit: int = 5) -> Non
     console.print(f"[bold]Cache breakers: {len(findings)} findings, {_tok(lost)} prompt tokens of reuse lost[/bold]"
                   " (top by tokens lost)", soft_wrap=True)
     for i, f in enumerate(findings[:limit], start=1):
-        console.print(f" {i}. {safe(f['kind'])}, tenant {safe(f.get('tenant') or '-')}, {where(f)}: "
-                      f"{f['requests_affected']:,} requests, {_tok(f['tokens_lost'])} tokens lost; "
-                      f"e.g. {safe(f.get('example') or '-')}. {safe(f.get('fix') or '')}", soft_wrap=True,
-                      highlight=False)
-    line = counterfactual_line(summary.get("counterfactual"))
-    if line:
-        console.print(line, soft_wrap=True, highlight=False)
+        say(console, f" {i}. {safe(f['kind'])}, tenant {safe(f.get('tenant') or '-')}, {where(f)}: "
+                     f"{f['requests_affected']:,} requests, {_tok(f['tokens_lost'])} tokens lost; "
+                     f"e.g. {safe(f.get('example') or '-')}. {safe(f.get('fix') or '')}")
+    say(console, counterfactual_line(summary.get("counterfactual")))
     if len(findings) > limit:
         console.print(f"{len(findings) - limit} more: prefixscan findings RUN_DIR", highlight=False)
 
@@ -207,7 +201,6 @@ def render_findings(findings: list[dict[str, Any]], counterfactual: dict[str, An
         lost = sum(f["tokens_lost"] for f in findings)
         console.print(f"[bold]{len(findings)} cache-breaker findings[/bold], ranked by prompt tokens of reuse lost "
                       f"({_tok(lost)} in total)", soft_wrap=True)
-    line: str | None
     for i, f in enumerate(findings, start=1):
         per = f.get("tokens_lost_per_request")
         if per is None and f.get("requests_affected"):
@@ -223,11 +216,8 @@ def render_findings(findings: list[dict[str, Any]], counterfactual: dict[str, An
         if f.get("detail"):
             lines.append(f"   detail: {safe(f['detail'])}")
         lines.append(f"   fix: {safe(f.get('fix') or '-')}")
-        for line in lines:
-            console.print(line, soft_wrap=True, highlight=False)
-    line = counterfactual_line(counterfactual)
-    if line:
-        console.print(line, soft_wrap=True, highlight=False)
+        say(console, *lines)
+    say(console, counterfactual_line(counterfactual))
 
 
 def secs(v: float | None) -> str:
@@ -237,10 +227,14 @@ def secs(v: float | None) -> str:
     return f"{v * 1000:,.0f} ms" if v < 10 else f"{v:,.1f} s"
 
 
+def _bare(r: dict[str, Any], m: str) -> str:
+    """`p50 / p95` of measure `m` (ttft, queue_wait, e2e) in a pilot row; '-' when no request has it."""
+    return f"{secs(r[f'{m}_p50_s'])} / {secs(r[f'{m}_p95_s'])}" if r[f"{m}_requests"] else "-"
+
+
 def _pair(r: dict[str, Any], m: str) -> str:
-    if not r[f"{m}_requests"]:
-        return "-"
-    return f"{secs(r[f'{m}_p50_s'])} / {secs(r[f'{m}_p95_s'])} (n={r[f'{m}_requests']:,})"
+    """`_bare` with the number of requests behind it."""
+    return f"{_bare(r, m)} (n={r[f'{m}_requests']:,})" if r[f"{m}_requests"] else "-"
 
 
 def render_pilot(p: dict[str, Any], console: Console, limit: int = 8) -> None:
@@ -268,10 +262,6 @@ def render_pilot(p: dict[str, Any], console: Console, limit: int = 8) -> None:
         render_prediction(p["prediction"], p["by_class"], p["all"], console)
 
 
-def _bare(r: dict[str, Any], m: str) -> str:
-    return f"{secs(r[f'{m}_p50_s'])} / {secs(r[f'{m}_p95_s'])}" if r[f"{m}_requests"] else "-"
-
-
 def _share(part: int, whole: int) -> str:
     return f"{part / whole:.0%}" if whole else "-"
 
@@ -296,7 +286,7 @@ def render_decisions(d: dict[str, Any], console: Console, limit: int = 8) -> Non
 
 
 def _classes(c: dict[str, int] | None) -> str:
-    return "-" if not c else " / ".join(f"{c[k]:,}" for k in ("warm", "partial", "cold"))
+    return "-" if not c else " / ".join(f"{c[k]:,}" for k in CLASSES)
 
 
 def render_prediction(p: dict[str, Any], by_class: dict[str, Any], every: dict[str, Any], console: Console) -> None:

@@ -41,25 +41,10 @@ def _rows(table: pa.Table, columns: tuple[str, ...] | None = None) -> list[dict[
     return table.select(names).to_pylist()
 
 
-def _num(x: Any) -> float | None:
-    if x is None:
-        return None
-    x = float(x)
-    return x if np.isfinite(x) else None
-
-
 def _traffic(run: Run) -> Traffic:
     counts = run.analysis.requests
-    want = [
-        "arrival_s",
-        "tenant",
-        "conversation_id",
-        "model",
-        "prompt_tokens",
-        "output_tokens",
-        "actual_cached_tokens",
-        "cached_tokens",
-    ]
+    want = ["arrival_s", "tenant", "conversation_id", "model", "prompt_tokens", "output_tokens", "actual_cached_tokens",
+            "cached_tokens"]
     path = run.checked_file("requests")
     have = set(read_schema_file(path, run.path).names)
     t = read_table_file(path, run.path, columns=[c for c in want if c in have])
@@ -113,6 +98,8 @@ def _traffic(run: Run) -> Traffic:
 
 
 def _summaries(data: ReportData, run: Run) -> None:
+    from prefixscan.cost.replay import finite
+
     rows = run.table("summaries").to_pylist()
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -124,15 +111,13 @@ def _summaries(data: ReportData, run: Run) -> None:
         ("block-weighted (hit blocks / all blocks)", "block_weighted"),
         ("mean of per-request hit fractions (AIPerf)", "request_mean"),
     )
-    data.hit_rates = [HitRate(label, _num(whole.get(k)), _num(steady.get(k))) for label, k in labels]
-    data.tenant_isolated = _num(run.analysis.tenant_isolated_hit_rate)
+    data.hit_rates = [HitRate(label, finite(whole.get(k)), finite(steady.get(k))) for label, k in labels]
+    data.tenant_isolated = finite(run.analysis.tenant_isolated_hit_rate)
     for dim in BREAKDOWNS:
         rs = by.get(dim, [])
         if dim == "turn_index":
-            rs = sorted(
-                rs,
-                key=lambda r: (not r["key"].isdigit(), int(r["key"]) if r["key"].isdigit() else 0, r["key"]),
-            )
+            rs = sorted(rs, key=lambda r: (not r["key"].isdigit(), int(r["key"]) if r["key"].isdigit() else 0,
+                                           r["key"]))
         else:
             rs = sorted(rs, key=lambda r: (-r["prompt_tokens"], r["key"]))
         if dim == "tenant" and len(rs) > TOP_TENANTS:
@@ -146,9 +131,7 @@ def _capacity(run: Run, ideal: float | None, kv: KvBasis, replica_kv: int | None
     t = run.table("capacity_curve")
     if t.num_rows == 0:
         return None
-    pts = []
-    for r in t.to_pylist():
-        pts.append({**r, "capacity_gib": r["capacity_tokens"] * kv.bytes_per_token / GIB})
+    pts = [{**r, "capacity_gib": r["capacity_tokens"] * kv.bytes_per_token / GIB} for r in t.to_pylist()]
 
     # analyze stores the exact capacities (from the every-capacity LRU curve) in the summary; runs written
     # before that get the first grid point that reaches the fraction.
@@ -167,16 +150,8 @@ def _capacity(run: Run, ideal: float | None, kv: KvBasis, replica_kv: int | None
 
 def _prefixes(run: Run) -> list[dict[str, Any]]:
     t = run.table("prefixes")
-    cols = (
-        "rank",
-        "prefix_tokens",
-        "hits",
-        "tokens_saved",
-        "tenants",
-        "cross_tenant_hits",
-        "median_reuse_gap_s",
-        "snippet",
-    )
+    cols = ("rank", "prefix_tokens", "hits", "tokens_saved", "tenants", "cross_tenant_hits", "median_reuse_gap_s",
+            "snippet")
     rows = _rows(t.slice(0, TOP_PREFIXES), cols)
     for r in rows:  # the table is already redacted; redacting again is idempotent and keeps the promise
         r["snippet"] = redact_snippet(r.get("snippet") or "", 80) or "(no text: hashed trace)"
@@ -190,10 +165,7 @@ def _findings(data: ReportData, run: Run) -> None:
     for r in rows:
         if r.get("example") is not None:
             r["example"] = redact_snippet(str(r["example"]), 80)
-    data.findings_total = {
-        "findings": len(rows),
-        "tokens_lost": int(sum(r.get("tokens_lost") or 0 for r in rows)),
-    }
+    data.findings_total = {"findings": len(rows), "tokens_lost": int(sum(r.get("tokens_lost") or 0 for r in rows))}
     data.findings = rows[:TOP_FINDINGS]
 
 
@@ -236,17 +208,8 @@ def _sim(data: ReportData, run: Run) -> None:
     sim = run.sim
     assert sim is not None  # the run has sim_policies
     data.policies_source = "the run's saved simulation" + (f" `{sim.name}`" if sim.own_name else "")
-    data.sim = {
-        "decode_replicas": sim.decode_replicas,
-        "replicas": sim.replicas,
-        "model": sim.model,
-        "gpu": sim.gpu,
-        "kv_blocks_per_replica": sim.kv_blocks_per_replica,
-        "block_size": sim.block_size,
-        "unbounded_kv": sim.unbounded_kv,
-        "prefill_model": sim.prefill_model,
-        "knowledge": sim.knowledge,
-    }
+    data.sim = {k: getattr(sim, k) for k in ("decode_replicas", "replicas", "model", "gpu", "kv_blocks_per_replica",
+                                             "block_size", "unbounded_kv", "prefill_model", "knowledge")}
     from prefixscan.cost.verdict import adoptable
 
     routers = [r for r in rows if adoptable(r["policy"]) and r.get("hit_rate_token_weighted") is not None]
@@ -260,23 +223,13 @@ def _sim(data: ReportData, run: Run) -> None:
             filters=[("policy", "=", data.best_policy)],
         )
         groups: dict[str, list[float]] = {}
-        for d, w, m in zip(
-            t.column("decision").to_pylist(),
-            t.column("queue_wait_s").to_pylist(),
-            t.column("measured").to_pylist(),
-            strict=True,
-        ):
-            if m:
-                groups.setdefault(d or "(none)", []).append(w)
+        for r in t.to_pylist():
+            if r["measured"]:
+                groups.setdefault(r["decision"] or "(none)", []).append(r["queue_wait_s"])
         data.queue_by_decision = [
-            {
-                "decision": d,
-                "requests": len(ws),
-                "queue_wait_mean_s": float(np.mean(ws)),
-                "queue_wait_p95_s": float(np.percentile(ws, 95)),
-            }
-            for d, ws in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-        ]
+            {"decision": d, "requests": len(ws), "queue_wait_mean_s": float(np.mean(ws)),
+             "queue_wait_p95_s": float(np.percentile(ws, 95))}
+            for d, ws in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
 def _kv(run: Run, est: dict[str, Any] | None) -> KvBasis:
@@ -380,9 +333,7 @@ def build(run_dir: str | os.PathLike[str] | Run, options: Any | None = None,
         version=str(m.get("version", "")),
         commands=commands,
         inputs=list(m.get("inputs", [])),
-        setup={
-            k: cfg.get(k) for k in ("tokenizer", "block_size", "hit_rule", "granularity", "isolate_tenants")
-        },
+        setup={k: cfg.get(k) for k in ("tokenizer", "block_size", "hit_rule", "granularity", "isolate_tenants")},
         kv=KvBasis("", "", "", 0.0, ""),
     )
     _estimate(data, run, options)
@@ -390,28 +341,23 @@ def build(run_dir: str | os.PathLike[str] | Run, options: Any | None = None,
     if "estimate.json" in data.estimate_source:
         data.commands.append(("estimate", data.estimate_source.split("`")[1]))
     rd = data.run_path
+    for table, section, again in (("requests", "traffic", ""), ("summaries", "reuse", ""),
+                                  ("capacity_curve", "capacity", " --force"), ("prefixes", "prefixes", " --force"),
+                                  ("findings", "findings", " --force")):  # analyze writes them all
+        if not run.has(table):
+            data.missing[section] = f"prefixscan analyze LOGS -o {rd}{again}"
     if run.has("requests"):
         data.traffic = _traffic(run)
-    else:
-        data.missing["traffic"] = f"prefixscan analyze LOGS -o {rd}"
     if run.has("summaries"):
         _summaries(data, run)
-    else:
-        data.missing["reuse"] = f"prefixscan analyze LOGS -o {rd}"
     if data.estimate_error:
         data.missing["estimate"] = f"prefixscan simulate {rd}"
-    replica_kv = (data.estimate or {}).get("kv_capacity_tokens_per_replica")
-    ideal = data.hit_rates[0].whole if data.hit_rates else None
-    data.capacity = _capacity(run, ideal, data.kv, replica_kv) if run.has("capacity_curve") else None
-    if not run.has("capacity_curve"):
-        data.missing["capacity"] = f"prefixscan analyze LOGS -o {rd} --force"
+    if run.has("capacity_curve"):
+        ideal = data.hit_rates[0].whole if data.hit_rates else None
+        data.capacity = _capacity(run, ideal, data.kv, (data.estimate or {}).get("kv_capacity_tokens_per_replica"))
     data.prefixes = _prefixes(run) if run.has("prefixes") else []
-    if not run.has("prefixes"):
-        data.missing["prefixes"] = f"prefixscan analyze LOGS -o {rd} --force"
     if run.has("findings"):
         _findings(data, run)
-    else:
-        data.missing["findings"] = f"prefixscan analyze LOGS -o {rd} --force"  # analyze writes findings
     own = _sim_results(data, run) or run.named
     if own and run.has("sim_policies"):
         _sim(data, run)

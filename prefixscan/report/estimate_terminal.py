@@ -19,6 +19,9 @@ _LABELS = {"no_reuse": "no reuse", "today": "today (engine)", "round_robin": "ro
 # Column headers say what the cells hold (docs/estimate.md, "Columns").
 COLUMNS = ("routing", "requests with a hit", "prompt tokens cached", "of ideal", "prefill tok/s", "GPUs",
            "$/month", "basis")
+# Each sensitivity row's assumption: its label and its value's format.
+_SENSITIVITY = {"capture_of_ideal": ("prefix-aware: share of ideal hits", "{:.0%}"), "mfu": ("MFU", "{:.0%}"),
+                "usd_per_gpu_hour": ("$/GPU-hour", "${:.2f}")}
 
 
 def _usd(x: float) -> str:
@@ -88,14 +91,10 @@ def render(result: EstimateResult, console: Console) -> None:
                        _usd(s.usd_per_month), "-" if s.ttft_p50_s is None else f"{s.ttft_p50_s:.2f} s",
                        "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f} s"] for s in r.policies])
 
-    fmt = {"capture_of_ideal": lambda v: f"{v:.0%}", "mfu": lambda v: f"{v:.0%}",
-           "usd_per_gpu_hour": lambda v: f"${v:.2f}"}
-    names = {"capture_of_ideal": "prefix-aware: share of ideal hits", "mfu": "MFU",
-             "usd_per_gpu_hour": "$/GPU-hour"}
     print_tables(console, "Sensitivity (one assumption moved at a time)",
                  ["assumption", "value", "prefix-aware GPUs", "saving/month"],
-                 [[names[row.parameter], fmt[row.parameter](row.value), gpus_text(row.gpus_prefix_aware),
-                   _usd(row.monthly_savings_usd)] for row in r.sensitivity])
+                 [[_SENSITIVITY[row.parameter][0], _SENSITIVITY[row.parameter][1].format(row.value),
+                   gpus_text(row.gpus_prefix_aware), _usd(row.monthly_savings_usd)] for row in r.sensitivity])
 
     v = r.verdict
     style = {True: "green", False: "red", None: "yellow"}[v.worth_it]

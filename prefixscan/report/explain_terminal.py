@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prefixscan.report.escape import safe
+from prefixscan.report.fmt import say
 
 
 def _e(v: Any) -> str:
@@ -65,14 +66,9 @@ def render_explanation(ex: dict[str, Any], console: Console) -> None:
     console.print(f"{ex['prompt_tokens']:,} prompt tokens in {ex['blocks']} blocks of {ex['block_size']}; ideal cache "
                   f"hits {ex['cached_tokens']:,} ({ex['hit_source']}, {ex['prefix_class']})", highlight=False)
     console.print(_runs_table(ex))
-    line: str | None
-    for line in _divergence_lines(ex["divergence"]):
-        console.print(line, highlight=False, soft_wrap=True)
+    say(console, *_divergence_lines(ex["divergence"]))
     for f in ex["findings"]:
         mark = " <- at the divergence" if f["at_divergence"] else ""
-        console.print(f"finding #{f['rank']} {f['kind']} (message {f['message_index']}, char {f['char_offset']}): "
-                      f"its fix gains {f['tokens_gained']:,} tokens here{mark}. {_e(f['fix'])}", highlight=False,
-                      soft_wrap=True)
-    line = _misses_line(ex.get("misses"))
-    if line:
-        console.print(line, highlight=False, soft_wrap=True)
+        say(console, f"finding #{f['rank']} {f['kind']} (message {f['message_index']}, char {f['char_offset']}): "
+                     f"its fix gains {f['tokens_gained']:,} tokens here{mark}. {_e(f['fix'])}")
+    say(console, _misses_line(ex.get("misses")))

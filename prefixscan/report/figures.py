@@ -30,13 +30,8 @@ RC: dict[RcKeyType, Any] = {
     "text.parse_math": False,  # a `$` in a tenant or model name is text, never mathtext
 }
 BLUE, ORANGE, GREEN, GREY, RED = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#d62728"
-SCENARIO_LABELS = {
-    "no_reuse": "no reuse",
-    "today": "today (engine-reported)",
-    "round_robin": "round robin",
-    "prefix_aware": "prefix-aware",
-    "ideal": "ideal cache",
-}
+SCENARIO_LABELS = {"no_reuse": "no reuse", "today": "today (engine-reported)", "round_robin": "round robin",
+                   "prefix_aware": "prefix-aware", "ideal": "ideal cache"}
 
 
 @dataclass(frozen=True)
@@ -73,21 +68,12 @@ def capacity(data: ReportData) -> Figure | None:
 
     x = [p["capacity_tokens"] for p in cap.points]
     fig, ax = plt.subplots(figsize=(8, 4.2))
-    ax.plot(
-        x, [p["lru_hit_rate"] for p in cap.points], color=BLUE, marker="o", ms=3, label="vLLM block pool (LRU)"
-    )
-    ax.plot(
-        x, [p["opt_hit_rate"] for p in cap.points], color=GREEN, marker="s", ms=3, label="optimal (Belady)"
-    )
+    ax.plot(x, [p["lru_hit_rate"] for p in cap.points], color=BLUE, marker="o", ms=3, label="vLLM block pool (LRU)")
+    ax.plot(x, [p["opt_hit_rate"] for p in cap.points], color=GREEN, marker="s", ms=3, label="optimal (Belady)")
     ax.plot(x, [p["ideal_hit_rate"] for p in cap.points], color=GREY, ls="--", label="ideal (unbounded)")
     if cap.replica_kv_tokens and x[0] <= cap.replica_kv_tokens <= x[-1]:
-        ax.axvline(
-            cap.replica_kv_tokens,
-            color=RED,
-            ls=":",
-            lw=1.2,
-            label=f"one replica's KV ({_tok_fmt(cap.replica_kv_tokens)} tokens)",
-        )
+        ax.axvline(cap.replica_kv_tokens, color=RED, ls=":", lw=1.2,
+                   label=f"one replica's KV ({_tok_fmt(cap.replica_kv_tokens)} tokens)")
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(_tok_fmt))
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
@@ -99,11 +85,8 @@ def capacity(data: ReportData) -> Figure | None:
     top.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
     top.set_xlabel(svg_text(f"KV memory (GiB, {data.kv.model} {data.kv.dtype})"))
     ax.legend(loc="lower right", fontsize=8)
-    return Figure(
-        "capacity",
-        "Capacity curve: token-weighted hit rate against cache size for LRU, optimal and ideal caches",
-        _svg(fig),
-    )
+    return Figure("capacity", "Capacity curve: token-weighted hit rate against cache size for LRU, optimal and ideal "
+                  "caches", _svg(fig))
 
 
 def _stacked(rows: list[dict[str, Any]], title: str) -> Any:
@@ -131,11 +114,8 @@ def reuse(data: ReportData, dimension: str, title: str) -> Figure | None:
     rows = data.breakdowns.get(dimension)
     if not rows:
         return None
-    return Figure(
-        f"reuse_{dimension}",
-        f"Prompt tokens cached and prefilled by {title}",
-        _svg(_stacked(rows, f"Ideal-cache reuse by {title}")),
-    )
+    return Figure(f"reuse_{dimension}", f"Prompt tokens cached and prefilled by {title}",
+                  _svg(_stacked(rows, f"Ideal-cache reuse by {title}")))
 
 
 def turns(data: ReportData) -> Figure | None:
@@ -190,9 +170,7 @@ def policies(data: ReportData) -> Figure | None:
     for ax in axes.flat:
         ax.grid(axis="y", visible=False)
     fig.tight_layout()
-    return Figure(
-        "policies", "Routing policies: hit rate, TTFT p50/p95, load imbalance and spill rate", _svg(fig)
-    )
+    return Figure("policies", "Routing policies: hit rate, TTFT p50/p95, load imbalance and spill rate", _svg(fig))
 
 
 def gpus(data: ReportData) -> Figure | None:
@@ -208,14 +186,8 @@ def gpus(data: ReportData) -> Figure | None:
     colors = [by_name.get(s["name"], GREY) for s in sc]
     ax.bar(labels, [s["gpus"] for s in sc], color=colors)
     for i, s in enumerate(sc):
-        ax.text(
-            i,
-            s["gpus"],
-            f"{s['gpus']:,.1f} GPUs\n${s['usd_per_month']:,.0f}/mo",
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
+        ax.text(i, s["gpus"], f"{s['gpus']:,.1f} GPUs\n${s['usd_per_month']:,.0f}/mo", ha="center", va="bottom",
+                fontsize=8)
     ax.set_ylabel(svg_text(f"prefill GPUs ({est.get('gpu', {}).get('name', '')})"))
     ax.set_ylim(top=max(s["gpus"] for s in sc) * 1.3 or 1)
     ax.grid(axis="x", visible=False)
@@ -229,12 +201,7 @@ def render_all(data: ReportData) -> dict[str, Figure]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figs: list[Figure | None] = []
     with plt.rc_context(RC):
-        figs.append(reuse(data, "tenant", "tenant"))
-        figs.append(reuse(data, "prefix_class", "prefix class"))
-        figs.append(turns(data))
-        figs.append(capacity(data))
-        figs.append(policies(data))
-        figs.append(gpus(data))
+        figs = [reuse(data, "tenant", "tenant"), reuse(data, "prefix_class", "prefix class"), turns(data),
+                capacity(data), policies(data), gpus(data)]
     return {f.name: f for f in figs if f is not None}

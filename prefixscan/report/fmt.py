@@ -32,6 +32,14 @@ def tokens(n: float | None) -> str:
     return f"{n:.0f}"
 
 
+def say(console: Any, *lines: str | None) -> None:
+    """Print each sentence on a line of its own, wrapped by the terminal (never cut), its numbers not
+    highlighted; a None (nothing to say) prints nothing."""
+    for line in lines:
+        if line:
+            console.print(line, soft_wrap=True, highlight=False)
+
+
 def _add_columns(t: Any, columns: list[str], rows: list[list[str]], text: set[str] | frozenset[str],
                  keys: int = 0, justify: dict[str, str] | None = None, fixed: bool = False) -> None:
     """The column rule of every terminal table: a number column never wraps and never shrinks below its

@@ -15,46 +15,15 @@ TOP_PREFIXES = 10
 TOP_TENANTS = 15
 TOP_FINDINGS = 15
 BREAKDOWNS = ("tenant", "prefix_class", "turn_index", "hit_source", "model", "category")
+CLASSES = ("warm", "partial", "cold")  # a request by how much of what an unbounded cache holds it found cached
 POLICY_COLUMNS = (
-    "policy",
-    "hit_rate_token_weighted",
-    "capture_of_ideal",
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "ttft_p99_s",
-    "queue_wait_p95_s",
-    "imbalance_max_mean",
-    "spill_rate",
-    "spill_rate_of_warm",
-    "prefill_tokens",
-    "cached_tokens",
-    "prompt_tokens",
-    "predicted_cached_tokens",
-    "evictions",
-    "evicted_age_mean_s",
-    "requests",
-    "warm_requests",
-    "partial_requests",
-    "cold_requests",
-    "ttft_warm_p50_s",
-    "ttft_warm_p95_s",
-    "ttft_partial_p50_s",
-    "ttft_partial_p95_s",
-    "ttft_cold_p50_s",
-    "ttft_cold_p95_s",
+    "policy", "hit_rate_token_weighted", "capture_of_ideal", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
+    "queue_wait_p95_s", "imbalance_max_mean", "spill_rate", "spill_rate_of_warm", "prefill_tokens", "cached_tokens",
+    "prompt_tokens", "predicted_cached_tokens", "evictions", "evicted_age_mean_s", "requests",
+    *(f"{k}_requests" for k in CLASSES), *(f"ttft_{k}_{p}_s" for k in CLASSES for p in ("p50", "p95")),
 )
-FINDING_COLUMNS = (
-    "kind",
-    "tenant",
-    "message_index",
-    "role",
-    "char_offset",
-    "token_offset",
-    "requests_affected",
-    "tokens_lost",
-    "example",
-    "fix",
-)
+FINDING_COLUMNS = ("kind", "tenant", "message_index", "role", "char_offset", "token_offset", "requests_affected",
+                   "tokens_lost", "example", "fix")
 
 # Seed 002, "Roll it out in this order".
 ROLLOUT = (
@@ -67,53 +36,28 @@ ROLLOUT = (
 )
 
 DEFINITIONS = (
-    (
-        "token-weighted hit rate",
-        "sum(cached tokens) / sum(prompt tokens): what vLLM's "
-        "`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total` counters show. The report's "
-        "headline definition.",
-    ),
+    ("token-weighted hit rate", "sum(cached tokens) / sum(prompt tokens): what vLLM's "
+     "`vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total` counters show. The report's headline "
+     "definition."),
     ("block-weighted hit rate", "hit blocks / all blocks."),
-    (
-        "mean of per-request hit fractions",
-        "the average over requests of each request's hit fraction (hit blocks / blocks; AIPerf's "
-        "headline): short prompts count as much as long ones.",
-    ),
-    (
-        "whole log vs steady state",
-        "steady state is the second half of the log (by request order), which removes the cold start.",
-    ),
+    ("mean of per-request hit fractions", "the average over requests of each request's hit fraction (hit blocks / "
+     "blocks; AIPerf's headline): short prompts count as much as long ones."),
+    ("whole log vs steady state", "steady state is the second half of the log (by request order), which removes the "
+     "cold start."),
     ("ideal cache", "one unbounded cache shared by every request: the upper bound for any router."),
-    (
-        "LRU / optimal curve",
-        "hit rate (token-weighted) of one cache of the given capacity under LRU "
-        "eviction (vLLM order) and under Belady's optimal eviction with bypass (docs/capacity.md).",
-    ),
-    (
-        "cluster hit rate",
-        "token-weighted over all replicas (sum cached / sum prompt), never a mean of per-replica rates.",
-    ),
-    (
-        "warm / partial / cold",
-        "warm: the replica held everything an unbounded cache would have (and that "
-        "is > 0); partial: some but less; cold: nothing cached.",
-    ),
+    ("LRU / optimal curve", "hit rate (token-weighted) of one cache of the given capacity under LRU eviction (vLLM "
+     "order) and under Belady's optimal eviction with bypass (docs/capacity.md)."),
+    ("cluster hit rate", "token-weighted over all replicas (sum cached / sum prompt), never a mean of per-replica "
+     "rates."),
+    ("warm / partial / cold", "warm: the replica held everything an unbounded cache would have (and that is > 0); "
+     "partial: some but less; cold: nothing cached."),
     ("imbalance", "max / mean of per-replica outstanding requests, averaged over the run."),
-    (
-        "spill rate",
-        "share of requests routed to a replica holding less of their prefix than the best replica did.",
-    ),
-    (
-        "requests with a hit (cost table)",
-        "share of requests with at least one prompt token cached: in a replay the simulator's warm + "
-        "partial requests, for the ideal cache the requests it hits, for today the requests whose "
-        "engine-reported cached tokens are above zero.",
-    ),
-    (
-        "prompt tokens cached / of ideal (cost table)",
-        "token-weighted hit rate H, and H over the ideal cache's rate: the h of the seeds' formula "
-        "prefill tokens/s = rps x (h x new + (1 - h) x context) that prices each scenario.",
-    ),
+    ("spill rate", "share of requests routed to a replica holding less of their prefix than the best replica did."),
+    ("requests with a hit (cost table)", "share of requests with at least one prompt token cached: in a replay the "
+     "simulator's warm + partial requests, for the ideal cache the requests it hits, for today the requests whose "
+     "engine-reported cached tokens are above zero."),
+    ("prompt tokens cached / of ideal (cost table)", "token-weighted hit rate H, and H over the ideal cache's rate: "
+     "the h of the seeds' formula prefill tokens/s = rps x (h x new + (1 - h) x context) that prices each scenario."),
 )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from prefixscan.report.escape import safe
 from prefixscan.report.fmt import metric as fmt
 from prefixscan.report.fmt import number_tables, print_comparison
+from prefixscan.report.model import CLASSES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,45 +22,24 @@ if TYPE_CHECKING:
 
 # (column title, metric key, "max"/"min" is better, formatter)
 COLUMNS: list[tuple[str, str, str, str]] = [
-    ("hit", "hit_rate_token_weighted", "max", "pct"),
-    ("of ideal", "capture_of_ideal", "max", "pct"),
-    ("TTFT p50", "ttft_p50_s", "min", "s"),
-    ("p95", "ttft_p95_s", "min", "s"),
-    ("p99", "ttft_p99_s", "min", "s"),
-    ("wait p95", "queue_wait_p95_s", "min", "s"),
-    ("load", "imbalance_max_mean", "min", "x"),
-    ("spill", "spill_rate", "min", "pct"),
-    ("prefill", "prefill_tokens", "min", "short"),
-    ("evicted", "evictions", "min", "short"),
-    ("pred ok", "predicted_exact_fraction", "max", "pct"),
+    ("hit", "hit_rate_token_weighted", "max", "pct"), ("of ideal", "capture_of_ideal", "max", "pct"),
+    ("TTFT p50", "ttft_p50_s", "min", "s"), ("p95", "ttft_p95_s", "min", "s"), ("p99", "ttft_p99_s", "min", "s"),
+    ("wait p95", "queue_wait_p95_s", "min", "s"), ("load", "imbalance_max_mean", "min", "x"),
+    ("spill", "spill_rate", "min", "pct"), ("prefill", "prefill_tokens", "min", "short"),
+    ("evicted", "evictions", "min", "short"), ("pred ok", "predicted_exact_fraction", "max", "pct"),
 ]
-
-SPLIT: list[tuple[str, str]] = [("warm", "warm"), ("partial", "partial"), ("cold", "cold")]
-
 TIER_COLUMNS = [
-    ("hit", "hit_rate_token_weighted", "pct"),
-    ("gpu", "hit_rate_gpu", "pct"),
-    ("host", "hit_rate_host", "pct"),
-    ("shared", "hit_rate_shared", "pct"),
-    ("recomputed", "recomputed_tokens", "short"),
-    ("load mean", "tier_load_s_mean", "s"),
-    ("load p95", "tier_load_s_p95", "s"),
-    ("host evict", "host_evictions", "short"),
-    ("store evict", "shared_evictions", "short"),
+    ("hit", "hit_rate_token_weighted", "pct"), ("gpu", "hit_rate_gpu", "pct"), ("host", "hit_rate_host", "pct"),
+    ("shared", "hit_rate_shared", "pct"), ("recomputed", "recomputed_tokens", "short"),
+    ("load mean", "tier_load_s_mean", "s"), ("load p95", "tier_load_s_p95", "s"),
+    ("host evict", "host_evictions", "short"), ("store evict", "shared_evictions", "short"),
 ]
-
 PD_COLUMNS = [
-    ("TTFT p50", "ttft_p50_s", "s"),
-    ("p95", "ttft_p95_s", "s"),
-    ("p99", "ttft_p99_s", "s"),
-    ("wait p95", "queue_wait_p95_s", "s"),
-    ("hit", "hit_rate_token_weighted", "pct"),
-    ("transfer p95", "kv_transfer_s_p95", "s"),
-    ("decode wait p95", "decode_queue_wait_p95_s", "s"),
-    ("decode q peak", "decode_queue_peak", "int"),
-    ("prefill util", "prefill_pool_utilization", "pct"),
-    ("decode KV util", "decode_kv_utilization", "pct"),
-    ("prefill GPUs needed", "prefill_gpus_needed", "int"),
+    ("TTFT p50", "ttft_p50_s", "s"), ("p95", "ttft_p95_s", "s"), ("p99", "ttft_p99_s", "s"),
+    ("wait p95", "queue_wait_p95_s", "s"), ("hit", "hit_rate_token_weighted", "pct"),
+    ("transfer p95", "kv_transfer_s_p95", "s"), ("decode wait p95", "decode_queue_wait_p95_s", "s"),
+    ("decode q peak", "decode_queue_peak", "int"), ("prefill util", "prefill_pool_utilization", "pct"),
+    ("decode KV util", "decode_kv_utilization", "pct"), ("prefill GPUs needed", "prefill_gpus_needed", "int"),
 ]
 
 
@@ -90,29 +70,16 @@ def render(result: SimResult, console: Console) -> None:
     if ideal is not None:
         console.print(f"Ideal-cache hit rate (token-weighted, one unbounded cache): {ideal:.1%}")
     best = best_values(result.policies)
-    rows = []
-    for name, s in result.policies.items():
-        cells = []
-        for _, key, _, kind in COLUMNS:
-            text = fmt(s.get(key), kind)
-            if name != "oracle" and key in best and s.get(key) == best[key]:
-                text = f"[bold green]{text}[/]"
-            cells.append(text)
-        rows.append([safe(name) + ("*" if name == "oracle" else ""), *cells])
+    rows = [[safe(name) + ("*" if name == "oracle" else ""),
+             *(f"[bold green]{fmt(s.get(key), kind)}[/]" if name != "oracle" and key in best and s.get(key) == best[key]
+               else fmt(s.get(key), kind) for _, key, _, kind in COLUMNS)] for name, s in result.policies.items()]
     print_comparison(console, "Routing policies (best value in bold green; *oracle = perfect-knowledge reference)",
                      ["policy"] + [title for title, *_ in COLUMNS], rows)
-    split = []
-    for name, s in result.policies.items():
-        row = [safe(name)]
-        for _, key in SPLIT:
-            row += [
-                fmt(s.get(f"{key}_requests"), "int"),
-                fmt(s.get(f"ttft_{key}_p50_s"), "s"),
-                fmt(s.get(f"ttft_{key}_p95_s"), "s"),
-            ]
-        split.append(row)
+    split = [[safe(name), *(fmt(v, kind) for k in CLASSES for v, kind in (
+        (s.get(f"{k}_requests"), "int"), (s.get(f"ttft_{k}_p50_s"), "s"), (s.get(f"ttft_{k}_p95_s"), "s")))]
+        for name, s in result.policies.items()]
     print_comparison(console, "TTFT by cache outcome (warm = all an unbounded cache would hit; cold = nothing)",
-                     ["policy"] + [f"{label} {m}" for label, _ in SPLIT for m in ("n", "p50", "p95")], split)
+                     ["policy"] + [f"{k} {m}" for k in CLASSES for m in ("n", "p50", "p95")], split)
     if any(s.get("isolation_cost_hit_rate") is not None for s in result.policies.values()):
         print_comparison(console, "What tenant isolation costs (shared minus isolated)",
                          ["policy", "hit rate lost", "extra prefill tok", "TTFT p95 change"],

@@ -10,28 +10,6 @@ from prefixscan.report.model import ReportData
 # | ("missing", text)
 Block = tuple
 
-# What each cost-table column holds (docs/report.md): per-request share, token-weighted, capture of ideal.
-COST_COLUMNS = (
-    "scenario",
-    "requests with a hit",
-    "prompt tokens cached",
-    "of ideal",
-    "prefill tok/s",
-    "prefill GPUs",
-    "$ / month",
-    "basis",
-)
-
-DIMENSION_TITLES = {
-    "tenant": "tenant",
-    "prefix_class": "prefix class",
-    "turn_index": "turn",
-    "hit_source": "hit source",
-    "model": "model",
-    "category": "category",
-}
-
-
 def pct(x: float | None, digits: int = 1) -> str:
     return "n/a" if x is None else f"{x:.{digits}%}"
 

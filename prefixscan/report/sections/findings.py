@@ -15,33 +15,13 @@ def findings(data: ReportData) -> list[Block]:
     if not data.findings:
         return out + [("p", "No cache breakers were found.")]
     tot = data.findings_total
-    out.append(
-        (
-            "p",
-            f"{tot['findings']} findings; fixing them all would recover up to "
-            f"**{tok(tot['tokens_lost'])}** prompt tokens of reuse (the gain).",
-        )
-    )
-    out.append(
-        (
-            "table",
-            ["kind", "tenant", "where", "requests", "tokens lost", "example (redacted)", "fix"],
-            [
-                [
-                    esc(f.get("kind")),
-                    esc(f.get("tenant") or "all"),
-                    f"message {esc(f.get('message_index'))} ({esc(f.get('role'))}), token {esc(f.get('token_offset'))}",
-                    num(f.get("requests_affected")),
-                    tok(f.get("tokens_lost")),
-                    esc(f.get("example") or ""),
-                    str(f.get("fix") or ""),
-                ]
-                for f in data.findings
-            ],
-        )
-    )
-    return out
-
+    return out + [("p", f"{tot['findings']} findings; fixing them all would recover up to "
+                        f"**{tok(tot['tokens_lost'])}** prompt tokens of reuse (the gain)."),
+                  ("table", ["kind", "tenant", "where", "requests", "tokens lost", "example (redacted)", "fix"],
+                   [[esc(f.get("kind")), esc(f.get("tenant") or "all"), f"message {esc(f.get('message_index'))} "
+                     f"({esc(f.get('role'))}), token {esc(f.get('token_offset'))}",
+                     num(f.get("requests_affected")), tok(f.get("tokens_lost")), esc(f.get("example") or ""),
+                     str(f.get("fix") or "")] for f in data.findings])]
 
 
 def misses(data: ReportData) -> list[Block]:

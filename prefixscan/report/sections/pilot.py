@@ -1,4 +1,4 @@
-"""The pilot's outcome (issue 31), from the run's `pilot` table (written by analyze when the log carries latency):
+"""The pilot's outcome, from the run's `pilot` table (written by analyze when the log carries latency):
 latency by warm, partial and cold request and input tokens by model and replica (prefixscan.pilot.latency); the
 same by routing decision (prefixscan.pilot.decisions); prediction next to outcome (prefixscan.pilot.prediction)."""
 
@@ -7,11 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from prefixscan.report.escape import data as esc
-from prefixscan.report.model import ReportData
+from prefixscan.report.model import CLASSES, ReportData
 from prefixscan.report.sections.blocks import Block, num, pct, tok
 
 LIMIT = 12  # model x replica rows and decision rows shown; the rest stay in the table
-CLASSES = ("warm", "partial", "cold")
 
 
 def ms(v: float | None) -> str:
