@@ -45,6 +45,18 @@ def test_one_command_line_imports_one_command_module() -> None:
     assert r.returncode == 0, r.stderr + r.stdout
 
 
+def test_an_encode_worker_imports_neither_polars_nor_numba() -> None:
+    """An encode worker imports its loop, the tokenizer and the detector's per-content memo
+    (`encode_workers.Prework`); the detect package's init must not pull in the findings finalisation
+    (polars, the counterfactual's numba kernels), which every worker would pay for at start-up."""
+    code = ("import sys\nimport prefixscan.pipeline.encode_workers, prefixscan.encode.tokenize.tiktoken_backend\n"
+            "import prefixscan.detect.content, prefixscan.detect.detector\n"
+            "bad = [m for m in ('polars', 'numba', 'duckdb', 'prefixscan.detect.run') if m in sys.modules]\n"
+            "print(bad)\nassert not bad")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr + r.stdout
+
+
 def test_command_named_skips_root_options() -> None:
     assert command_named(["analyze", "x.jsonl"]) == "analyze"
     assert command_named(["--config", "analyze", "simulate", "run"]) == "simulate"  # --config takes a value
