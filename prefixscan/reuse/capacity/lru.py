@@ -312,10 +312,15 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
 
     # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate;
     # and from L blocks on (`opt_ideal_capacity`) it provably loses no hit either.
-    small = np.maximum(cap_blk - 1, 0) < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct) if opt else None
+    small = opt_held(cap_blk) < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct) if opt else None
     return exact_table(cap_tok, cap_blk, evaluate, ideal, prep.total_prompt_tokens, small,
                        lambda held: opt_hits(prep, held)[0], occupied_blocks(prep.offsets, prompts, block_size) + 1,
                        block_size, target_guesses(keyed))
+
+
+def opt_held(cap_blk: np.ndarray) -> np.ndarray:
+    """The blocks OPT may hold at each pool size: one fewer than the pool (vLLM's null block holds nothing)."""
+    return np.maximum(cap_blk - 1, 0)
 
 
 def target_guesses(keyed: np.ndarray) -> list[int]:
@@ -337,7 +342,7 @@ def exact_table(cap_tok: np.ndarray, cap_blk: np.ndarray, evaluate: Callable[[Se
     if small is not None:
         opt_tok = np.full(len(cap_tok), ideal, dtype=np.int64)
         if small.any():
-            opt_tok[small] = opt_run(np.maximum(cap_blk - 1, 0)[small])
+            opt_tok[small] = opt_run(opt_held(cap_blk)[small])
     targets: dict[str, int | None] = dict.fromkeys(TARGET_NAMES)
     if ideal > 0:
         goals = [hit_target(f, ideal) for f in TARGET_FRACTIONS]

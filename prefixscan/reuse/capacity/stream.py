@@ -35,6 +35,7 @@ from prefixscan.reuse.capacity.lru import (
     _opt_chunk,
     exact_table,
     opt_heap_slots,
+    opt_held,
     opt_ideal_runs,
     target_guesses,
 )
@@ -218,7 +219,7 @@ class CapacityStream:
     def _finish(self, n: int, capacities_tokens: Sequence[int] | None, opt: bool) -> pa.Table:
         lengths = self._close_spills(n)
         cap_tok, cap_blk = resolve_capacities(capacities_tokens, n, self.block_size)
-        held = np.maximum(cap_blk - 1, 0)  # OPT holds cap - 1 blocks (as capacity_curve)
+        held = opt_held(cap_blk)
         if self._defer_lru:  # the LRU pass on a second thread, beside OPT's bound and next-use keys (all
             # three only read the ids spill; together they hold less than one OPT pass will)
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefixscan-lru") as side:
