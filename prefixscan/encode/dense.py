@@ -4,6 +4,11 @@ A compiled open-addressing hash table numbers distinct hashes in first-appearanc
 than Arrow's dictionary encoding and far faster than the sort inside `np.unique`). `DenseTable` keeps the
 table between calls, so a log analysed chunk by chunk gets exactly the ids of the whole log at once while
 memory grows only with the distinct blocks (12 bytes a slot, at most 1/MAX_LOAD slots a block).
+
+Growing rehashes every key, so a table that must take many new keys first estimates how many from a sample
+(the keys whose mixed hash falls in 1/SAMPLE of its range) and grows once to hold them (`_room`); growth in
+GROWTH steps stays as the fallback when the estimate falls short. Capacity never changes what a table
+holds or the ids it gives, only where keys sit.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ MAX_LOAD = 0.7  # linear probing with a well-mixed hash stays short up to ~70% f
 GROWTH = 1.3  # small steps: the table is the largest per-block structure of a long log, and while it
 # grows the old and the new table are both alive
 MIN_SLOTS = 1 << 16
+SAMPLE_BITS = 6  # the estimate of a chunk's new keys looks at 1 key in 2^SAMPLE_BITS
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -25,6 +31,71 @@ def _slot(h, cap):  # pragma: no cover - compiled
     z = z * np.uint64(0xFF51AFD7ED558CCD)
     z = z ^ (z >> np.uint64(33))
     return np.int64(((z >> np.uint64(32)) * np.uint64(cap)) >> np.uint64(32))
+
+
+@njit(cache=True, nogil=True)
+def _sample(flat, offsets, salts, valid, bits):  # pragma: no cover - compiled
+    """The keys (hash xor its row's salt, rows of `valid` only) whose mixed value has its low `bits` bits
+    zero: an unbiased 1-in-2^bits sample of the distinct keys, independent of the home slot (top bits)."""
+    mask = np.uint64((1 << bits) - 1)
+    out = np.empty(len(flat) // (1 << bits) * 2 + 64, dtype=np.uint64)
+    m = 0
+    for r in range(len(offsets) - 1):
+        if not valid[r]:
+            continue
+        s = salts[r]
+        for j in range(offsets[r], offsets[r + 1]):
+            h = flat[j] ^ s
+            z = h ^ (h >> np.uint64(33))
+            z = z * np.uint64(0xFF51AFD7ED558CCD)
+            z = z ^ (z >> np.uint64(33))
+            if z & mask == 0:
+                if m == len(out):
+                    bigger = np.empty(2 * m, dtype=np.uint64)
+                    bigger[:m] = out
+                    out = bigger
+                out[m] = h
+                m += 1
+    return out[:m]
+
+
+@njit(cache=True, nogil=True)
+def _absent(keys, vals, sample):  # pragma: no cover - compiled
+    """How many distinct keys of `sample` the table lacks (vals < 0 marks an empty slot; with no vals,
+    key 0 does, and a sampled 0 counts as held: a SeenSet keeps it aside)."""
+    cap = len(keys)
+    count = 0
+    for i in range(len(sample)):
+        h = sample[i]
+        if i > 0 and h == sample[i - 1]:
+            continue
+        if len(vals) == 0 and h == 0:
+            continue
+        pos = _slot(h, cap)
+        while True:
+            empty = vals[pos] < 0 if len(vals) > 0 else keys[pos] == 0
+            if empty:
+                count += 1
+                break
+            if keys[pos] == h:
+                break
+            pos += 1
+            if pos == cap:
+                pos = 0
+    return count
+
+
+def _room(keys: np.ndarray, vals: np.ndarray, held: int, flat: np.ndarray, offsets: np.ndarray,
+          salts: np.ndarray, valid: np.ndarray) -> int:
+    """Slots a table should have before taking `flat` (its current size when it has room): held keys plus
+    an upper estimate of the new ones (a sample's count, 3 standard deviations up), at most one per block."""
+    blocks = int(np.diff(offsets)[np.asarray(valid, dtype=np.bool_)].sum())
+    if held + blocks <= len(keys) * MAX_LOAD:
+        return len(keys)
+    sample = np.sort(_sample(flat, offsets, salts, valid, SAMPLE_BITS))
+    miss = int(_absent(keys, vals, sample))
+    new = min(blocks, int((miss + 3 * miss ** 0.5 + 3) * (1 << SAMPLE_BITS)))
+    return max(len(keys), int((held + new) / MAX_LOAD) + 1)
 
 
 @njit(cache=True, nogil=True)
@@ -93,8 +164,7 @@ class DenseTable:
     def nbytes(self) -> int:
         return self.keys.nbytes + self.vals.nbytes
 
-    def _grow(self) -> None:
-        cap = int(len(self.keys) * GROWTH) + 1
+    def _grow(self, cap: int) -> None:
         new_keys = np.zeros(cap, dtype=np.uint64)
         new_vals = np.full(cap, -1, dtype=np.int32)
         _rehash(self.keys, self.vals, new_keys, new_vals)
@@ -108,6 +178,10 @@ class DenseTable:
             offsets, salts = np.zeros(1, np.int64), np.zeros(0, np.uint64)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         salts = np.ascontiguousarray(salts, dtype=np.uint64)
+        rows, row_salts = (np.array([0, len(flat)]), np.zeros(1, np.uint64)) if len(salts) == 0 else (offsets, salts)
+        room = _room(self.keys, self.vals, self.n, flat, rows, row_salts, np.ones(len(rows) - 1, np.bool_))
+        if room > len(self.keys):
+            self._grow(room)
         at = 0
         while True:
             limit = int(len(self.keys) * MAX_LOAD)
@@ -116,7 +190,7 @@ class DenseTable:
                 if self.n >= 2**31 - 1:
                     raise OverflowError("more than 2^31 distinct blocks")
                 return out
-            self._grow()
+            self._grow(int(len(self.keys) * GROWTH) + 1)
 
 
 def dense_ids(flat: np.ndarray, offsets: np.ndarray | None = None,
@@ -221,6 +295,9 @@ class SeenSet:
         flat = np.ascontiguousarray(flat, dtype=np.uint64)
         salts = np.ascontiguousarray(salts, dtype=np.uint64)
         k = np.zeros(len(offsets) - 1, np.int32)
+        room = _room(self.keys, np.zeros(0, np.int32), self.n, flat, offsets, salts, valid)
+        if room > len(self.keys):
+            self._grow(room)
         at = 0
         while True:
             self.n, at = _seen_runs(self.keys, self.has_zero, self.n, int(len(self.keys) * MAX_LOAD), offsets, flat,

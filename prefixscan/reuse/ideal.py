@@ -11,9 +11,9 @@ The brute-force definition lives in `tests/oracles/ideal_ref.py`; property tests
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     import polars as pl
 
 NO_SCOPE = 0
+PARALLEL_BLOCKS = 1 << 16  # a chunk's three scopes run in threads from this many blocks (below, starting the
+# threads costs more than they save)
 
 
 @dataclass
@@ -119,6 +121,21 @@ def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarr
                              conversation_salts)[0]
 
 
+def _concurrently(*calls: Callable[[], Any] | None, parallel: bool) -> list[Any]:
+    """Each call's result (None for a None call). The scopes' passes touch disjoint state and their kernels
+    release the GIL, so with `parallel` they run in threads (the first in this one) and use idle cores."""
+    todo = [c for c in calls if c is not None]
+    if parallel and len(todo) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(todo) - 1) as pool:
+            futures = [pool.submit(c) for c in todo[1:]]
+            done = iter([todo[0](), *(f.result() for f in futures)])
+    else:
+        done = iter([c() for c in todo])
+    return [None if c is None else next(done) for c in calls]
+
+
 class _Scope:
     """One scope's state across chunks: the dense-id table and the last request touching each block."""
 
@@ -180,13 +197,19 @@ class IdealStream:
         ten = np.asarray(tenant_salts, dtype=np.uint64)
         if self.tenant is None and ten.any():  # before this chunk enters the whole-log scope
             self.tenant = SeenSet.of_table(self.all.table)
-        k_all, source, gid = self.all.runs(offsets, flat, None, everyone, self.n)
-        k_ten = k_all if self.tenant is None else self.tenant.runs(offsets, flat, ten, everyone)
         conv = np.asarray(conversation_salts, dtype=np.uint64)
         if self.conversation is None and conv.any():
             self.conversation = SeenSet()
-        k_conv = (np.zeros(n, dtype=np.int32) if self.conversation is None
-                  else self.conversation.runs(offsets, flat, conv, conv != NO_SCOPE))
+        tenant, conversation, base = self.tenant, self.conversation, self.n
+        (k_all, source, gid), k_ten, k_conv = _concurrently(
+            lambda: self.all.runs(offsets, flat, None, everyone, base),
+            None if tenant is None else lambda: tenant.runs(offsets, flat, ten, everyone),
+            None if conversation is None else lambda: conversation.runs(offsets, flat, conv, conv != NO_SCOPE),
+            parallel=len(flat) >= PARALLEL_BLOCKS)
+        if k_ten is None:  # no tenant so far: every request shares one scope, the whole log's
+            k_ten = k_all
+        if k_conv is None:
+            k_conv = np.zeros(n, dtype=np.int32)
         self.n += n
         return IdealResult(
             cached_blocks=k_all,
