@@ -156,3 +156,17 @@ def test_concurrently_keeps_order_and_raises_a_thread_error() -> None:
     assert ideal_mod._concurrently(None, lambda: 2, parallel=False) == [None, 2]
     with pytest.raises(OverflowError, match="from a thread"):
         ideal_mod._concurrently(lambda: 1, boom, parallel=True)
+
+
+def test_a_chunk_whose_keys_are_all_sampled_is_estimated_in_full() -> None:
+    """A crafted chunk of keys the sample all picks overflows the sample's buffer: it is taken again in
+    full, and the table grows once to hold them all."""
+    cand = np.arange(1, 2_000_000, dtype=np.uint64)
+    keys = cand[(_mixed(cand) & np.uint64((1 << dense.SAMPLE_BITS) - 1)) == 0][:5000]
+    assert len(keys) == 5000
+    table = DenseTable(slots=16)
+    grown: list[int] = []
+    grow = table._grow
+    table._grow = lambda cap: (grown.append(cap), grow(cap))  # type: ignore[method-assign]
+    assert np.array_equal(table.ids(keys), np.arange(len(keys)))
+    assert len(grown) == 1 and table.n <= len(table.keys) * MAX_LOAD

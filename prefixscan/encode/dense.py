@@ -13,32 +13,62 @@ holds or the ids it gives, only where keys sit.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-from numba import njit
+from llvmlite import ir  # type: ignore[import-untyped]
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 MAX_LOAD = 0.7  # linear probing with a well-mixed hash stays short up to ~70% full
 GROWTH = 1.3  # small steps: the table is the largest per-block structure of a long log, and while it
 # grows the old and the new table are both alive
 MIN_SLOTS = 1 << 16
 SAMPLE_BITS = 6  # the estimate of a chunk's new keys looks at 1 key in 2^SAMPLE_BITS
+AHEAD = 16  # keys ahead whose home slot is prefetched: a table far larger than the caches is probed at
+# random, and the loads of the next keys overlap instead of waiting one after another
+
+
+def _prefetch_typed(typingctx, arr, idx):  # pragma: no cover - compiled
+    """A hint to load arr[idx]'s cache line (llvm.prefetch, read, keep in all cache levels); no effect on
+    results. idx must be in bounds."""
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(arr, idx), codegen
+
+
+_prefetch: Any = intrinsic(_prefetch_typed)  # compiled code calls it as _prefetch(arr, idx)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mix(h):  # pragma: no cover - compiled
+    """The splitmix64 finaliser: spreads (possibly small, remapped) hashes over all 64 bits."""
+    z = h ^ (h >> np.uint64(33))
+    z = z * np.uint64(0xFF51AFD7ED558CCD)
+    return z ^ (z >> np.uint64(33))
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _slot(h, cap):  # pragma: no cover - compiled
-    """Home slot of a key: the splitmix64 finaliser spreads (possibly small, remapped) hashes, then the top
-    32 bits are scaled to [0, cap) (Lemire's multiply-shift), so the table need not be a power of two."""
-    z = h ^ (h >> np.uint64(33))
-    z = z * np.uint64(0xFF51AFD7ED558CCD)
-    z = z ^ (z >> np.uint64(33))
-    return np.int64(((z >> np.uint64(32)) * np.uint64(cap)) >> np.uint64(32))
+    """Home slot of a key: its mixed value's top 32 bits scaled to [0, cap) (Lemire's multiply-shift), so
+    the table need not be a power of two."""
+    return np.int64(((_mix(h) >> np.uint64(32)) * np.uint64(cap)) >> np.uint64(32))
 
 
 @njit(cache=True, nogil=True)
-def _sample(flat, offsets, salts, valid, bits):  # pragma: no cover - compiled
+def _sample(flat, offsets, salts, valid, bits, out):  # pragma: no cover - compiled
     """The keys (hash xor its row's salt, rows of `valid` only) whose mixed value has its low `bits` bits
-    zero: an unbiased 1-in-2^bits sample of the distinct keys, independent of the home slot (top bits)."""
+    zero: an unbiased 1-in-2^bits sample of the distinct keys, independent of the home slot (top bits).
+    Fills `out` and returns how many there are (counting on past its end: then call again, larger)."""
     mask = np.uint64((1 << bits) - 1)
-    out = np.empty(len(flat) // (1 << bits) * 2 + 64, dtype=np.uint64)
     m = 0
     for r in range(len(offsets) - 1):
         if not valid[r]:
@@ -46,17 +76,11 @@ def _sample(flat, offsets, salts, valid, bits):  # pragma: no cover - compiled
         s = salts[r]
         for j in range(offsets[r], offsets[r + 1]):
             h = flat[j] ^ s
-            z = h ^ (h >> np.uint64(33))
-            z = z * np.uint64(0xFF51AFD7ED558CCD)
-            z = z ^ (z >> np.uint64(33))
-            if z & mask == 0:
-                if m == len(out):
-                    bigger = np.empty(2 * m, dtype=np.uint64)
-                    bigger[:m] = out
-                    out = bigger
-                out[m] = h
+            if _mix(h) & mask == 0:
+                if m < len(out):
+                    out[m] = h
                 m += 1
-    return out[:m]
+    return m
 
 
 @njit(cache=True, nogil=True)
@@ -92,7 +116,12 @@ def _room(keys: np.ndarray, vals: np.ndarray, held: int, flat: np.ndarray, offse
     blocks = int(np.diff(offsets)[np.asarray(valid, dtype=np.bool_)].sum())
     if held + blocks <= len(keys) * MAX_LOAD:
         return len(keys)
-    sample = np.sort(_sample(flat, offsets, salts, valid, SAMPLE_BITS))
+    sample = np.empty((blocks >> SAMPLE_BITS) * 2 + 64, dtype=np.uint64)
+    m = int(_sample(flat, offsets, salts, valid, SAMPLE_BITS, sample))
+    if m > len(sample):  # an unlucky (or crafted) chunk: take the sample again, all of it
+        sample = np.empty(m, dtype=np.uint64)
+        _sample(flat, offsets, salts, valid, SAMPLE_BITS, sample)
+    sample = np.sort(sample[:m])
     miss = int(_absent(keys, vals, sample))
     new = min(blocks, int((miss + 3 * miss ** 0.5 + 3) * (1 << SAMPLE_BITS)))
     return max(len(keys), int((held + new) / MAX_LOAD) + 1)
@@ -109,7 +138,16 @@ def _insert(keys, vals, n, limit, flat, ids, start, offsets, salts):  # pragma: 
     row = 0
     if salted:
         row = np.searchsorted(offsets, start, side="right") - 1
+    ahead = row  # the row of flat[j + AHEAD]
     for j in range(start, len(flat)):
+        if j + AHEAD < len(flat):
+            g = flat[j + AHEAD]
+            if salted:
+                while offsets[ahead + 1] <= j + AHEAD:
+                    ahead += 1
+                g = g ^ salts[ahead]
+            _prefetch(keys, _slot(g, cap))
+            _prefetch(vals, _slot(g, cap))
         h = flat[j]
         if salted:
             while offsets[row + 1] <= j:
@@ -223,6 +261,7 @@ def _seen_runs(keys, has_zero, n, limit, offsets, flat, salts, valid, start, k):
     the set, then all its keys go in. Stops before a request that could take the set past `limit` keys and
     returns (keys held, that request) so the caller can grow it; key 0 lives in `has_zero`."""
     rows = len(offsets) - 1
+    cap, end, ahead = len(keys), offsets[rows], start  # ahead: the row of the key prefetched
     for r in range(start, rows):
         if not valid[r]:
             continue
@@ -232,6 +271,10 @@ def _seen_runs(keys, has_zero, n, limit, offsets, flat, salts, valid, start, k):
         s = salts[r]
         j = a
         while j < b:
+            if j + AHEAD < end:
+                while offsets[ahead + 1] <= j + AHEAD:
+                    ahead += 1
+                _prefetch(keys, _slot(flat[j + AHEAD] ^ salts[ahead], cap))
             h = flat[j] ^ s
             if h == 0:
                 if has_zero[0] == 0:
@@ -241,6 +284,10 @@ def _seen_runs(keys, has_zero, n, limit, offsets, flat, salts, valid, start, k):
             j += 1
         k[r] = j - a
         for q in range(j, b):  # keys before j were just found in the set (or are a held 0)
+            if q + AHEAD < end:
+                while offsets[ahead + 1] <= q + AHEAD:
+                    ahead += 1
+                _prefetch(keys, _slot(flat[q + AHEAD] ^ salts[ahead], cap))
             h = flat[q] ^ s
             if h == 0:
                 has_zero[0] = 1
