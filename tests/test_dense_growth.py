@@ -170,3 +170,24 @@ def test_a_chunk_whose_keys_are_all_sampled_is_estimated_in_full() -> None:
     table._grow = lambda cap: (grown.append(cap), grow(cap))  # type: ignore[method-assign]
     assert np.array_equal(table.ids(keys), np.arange(len(keys)))
     assert len(grown) == 1 and table.n <= len(table.keys) * MAX_LOAD
+
+
+def test_scopes_run_in_threads_only_on_a_large_chunk_with_cores_to_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads for a chunk of PARALLEL_BLOCKS blocks or more when the process may use two cores or more;
+    one thread otherwise (held to one core, threads would only take turns)."""
+    seen: list[bool] = []
+    run = ideal_mod._concurrently
+
+    def spy(*calls, parallel: bool) -> list:
+        seen.append(parallel)
+        return run(*calls, parallel=parallel)
+
+    monkeypatch.setattr(ideal_mod, "_concurrently", spy)
+    monkeypatch.setattr(ideal_mod, "PARALLEL_BLOCKS", 8)
+    off, ten = np.array([0, 4, 8], dtype=np.int64), scope_salts(["a", "b"])
+    for cores, blocks, want in ((2, 8, True), (1, 8, False), (2, 4, False)):
+        monkeypatch.setattr(ideal_mod, "_cores", lambda c=cores: c)
+        flat = np.arange(1, blocks + 1, dtype=np.uint64)
+        o = off if blocks == 8 else np.array([0, 2, 4], dtype=np.int64)
+        IdealStream().add(o, flat, np.array([64, 64]), B, "trace", ten, ten)
+        assert seen[-1] is want

@@ -114,11 +114,19 @@ def ideal_reuse(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.ndarr
 
     The log is one chunk of an `IdealStream`: hashes become dense ids (one hash-table pass), then one
     compiled pass per scope finds each request's leading run of already-seen blocks: the whole log, the
-    same tenant (hash xor tenant salt) and the same conversation (hash xor conversation salt). Work is
-    linear in blocks. A log in memory and a streamed one share this one mechanism.
+    same tenant (hash xor tenant salt) and the same conversation (hash xor conversation salt); on a large
+    chunk the three run in threads. Work is linear in blocks. A log in memory and a streamed one share this
+    one mechanism.
     """
     return IdealStream().add(offsets, hashes, prompt_tokens, block_size, rule, tenant_salts,
                              conversation_salts)[0]
+
+
+def _cores() -> int:
+    """Cores this process may run on (held to one, threads would only take turns)."""
+    from prefixscan.encode.encoder import available_cores
+
+    return available_cores()
 
 
 def _concurrently(*calls: Callable[[], Any] | None, parallel: bool) -> list[Any]:
@@ -205,7 +213,7 @@ class IdealStream:
             lambda: self.all.runs(offsets, flat, None, everyone, base),
             None if tenant is None else lambda: tenant.runs(offsets, flat, ten, everyone),
             None if conversation is None else lambda: conversation.runs(offsets, flat, conv, conv != NO_SCOPE),
-            parallel=len(flat) >= PARALLEL_BLOCKS)
+            parallel=len(flat) >= PARALLEL_BLOCKS and _cores() > 1)
         if k_ten is None:  # no tenant so far: every request shares one scope, the whole log's
             k_ten = k_all
         if k_conv is None:
