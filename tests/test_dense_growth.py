@@ -191,3 +191,28 @@ def test_scopes_run_in_threads_only_on_a_large_chunk_with_cores_to_use(monkeypat
         o = off if blocks == 8 else np.array([0, 2, 4], dtype=np.int64)
         IdealStream().add(o, flat, np.array([64, 64]), B, "trace", ten, ten)
         assert seen[-1] is want
+
+
+def test_tables_grow_one_after_another_before_the_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three tables grow in the calling thread, one at a time, before the scopes run in threads: at
+    most one table has its old and new arrays alive at once, as without threads."""
+    import threading
+
+    grown: list[tuple[str, bool]] = []
+    for cls in (DenseTable, SeenSet):
+        def spy(self, cap: int, grow=cls._grow, name=cls.__name__) -> None:  # type: ignore[no-untyped-def]
+            grown.append((name, threading.current_thread() is threading.main_thread()))
+            grow(self, cap)
+        monkeypatch.setattr(cls, "_grow", spy)
+    monkeypatch.setattr(ideal_mod, "PARALLEL_BLOCKS", 0)
+    monkeypatch.setattr(ideal_mod, "_cores", lambda: 2)
+    rng = np.random.default_rng(3)
+    stream = IdealStream()
+    for _ in range(3):
+        lengths = rng.integers(1, 400, 300)
+        off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        flat = rng.integers(1, 2**40, int(off[-1]), dtype=np.uint64)
+        salts = scope_salts([f"s{i}" for i in rng.integers(0, 5, 300)])
+        stream.add(off, flat, lengths * 16, 16, "vllm", salts, salts)
+    assert {name for name, _ in grown} == {"DenseTable", "SeenSet"}
+    assert all(main for _, main in grown)

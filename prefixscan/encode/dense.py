@@ -208,18 +208,29 @@ class DenseTable:
         _rehash(self.keys, self.vals, new_keys, new_vals)
         self.keys, self.vals = new_keys, new_vals
 
-    def ids(self, flat: np.ndarray, offsets: np.ndarray | None = None, salts: np.ndarray | None = None) -> np.ndarray:
-        """Dense ids of `flat` (of `hash ^ salt of its CSR row` with offsets and salts), adding new hashes."""
+    def reserve(self, flat: np.ndarray, offsets: np.ndarray | None = None, salts: np.ndarray | None = None) -> None:
+        """Grow once, if need be, to hold what `ids` of the same arguments may add (`_room`'s estimate)."""
         flat = np.ascontiguousarray(flat, dtype=np.uint64)
+        if salts is None or len(salts) == 0:
+            rows, row_salts = np.array([0, len(flat)], dtype=np.int64), np.zeros(1, np.uint64)
+        else:
+            rows, row_salts = np.ascontiguousarray(offsets, np.int64), np.ascontiguousarray(salts, np.uint64)
+        room = _room(self.keys, self.vals, self.n, flat, rows, row_salts, np.ones(len(rows) - 1, np.bool_))
+        if room > len(self.keys):
+            self._grow(room)
+
+    def ids(self, flat: np.ndarray, offsets: np.ndarray | None = None, salts: np.ndarray | None = None,
+            reserve: bool = True) -> np.ndarray:
+        """Dense ids of `flat` (of `hash ^ salt of its CSR row` with offsets and salts), adding new hashes
+        (`reserve=False`: the caller has called `reserve` already)."""
+        flat = np.ascontiguousarray(flat, dtype=np.uint64)
+        if reserve:
+            self.reserve(flat, offsets, salts)
         out = np.zeros(len(flat), dtype=np.int32)
         if salts is None:
             offsets, salts = np.zeros(1, np.int64), np.zeros(0, np.uint64)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         salts = np.ascontiguousarray(salts, dtype=np.uint64)
-        rows, row_salts = (np.array([0, len(flat)]), np.zeros(1, np.uint64)) if len(salts) == 0 else (offsets, salts)
-        room = _room(self.keys, self.vals, self.n, flat, rows, row_salts, np.ones(len(rows) - 1, np.bool_))
-        if room > len(self.keys):
-            self._grow(room)
         at = 0
         while True:
             limit = int(len(self.keys) * MAX_LOAD)
@@ -335,16 +346,24 @@ class SeenSet:
     def nbytes(self) -> int:
         return self.keys.nbytes
 
-    def runs(self, offsets: np.ndarray, flat: np.ndarray, salts: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    def reserve(self, offsets: np.ndarray, flat: np.ndarray, salts: np.ndarray, valid: np.ndarray) -> None:
+        """Grow once, if need be, to hold what `runs` of the same arguments may add (`_room`'s estimate)."""
+        room = _room(self.keys, np.zeros(0, np.int32), self.n, np.ascontiguousarray(flat, dtype=np.uint64),
+                     np.ascontiguousarray(offsets, dtype=np.int64), np.ascontiguousarray(salts, dtype=np.uint64),
+                     valid)
+        if room > len(self.keys):
+            self._grow(room)
+
+    def runs(self, offsets: np.ndarray, flat: np.ndarray, salts: np.ndarray, valid: np.ndarray,
+             reserve: bool = True) -> np.ndarray:
         """Each valid request's leading blocks already seen by an earlier valid request (0 for the others);
-        then its blocks join the set."""
+        then its blocks join the set (`reserve=False`: the caller has called `reserve` already)."""
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         flat = np.ascontiguousarray(flat, dtype=np.uint64)
         salts = np.ascontiguousarray(salts, dtype=np.uint64)
         k = np.zeros(len(offsets) - 1, np.int32)
-        room = _room(self.keys, np.zeros(0, np.int32), self.n, flat, offsets, salts, valid)
-        if room > len(self.keys):
-            self._grow(room)
+        if reserve:
+            self.reserve(offsets, flat, salts, valid)
         at = 0
         while True:
             self.n, at = _seen_runs(self.keys, self.has_zero, self.n, int(len(self.keys) * MAX_LOAD), offsets, flat,

@@ -152,9 +152,9 @@ class _Scope:
         self.last = np.full(1024, -1, np.int32)  # request index: a log has < 2^31 requests
 
     def runs(self, offsets: np.ndarray, flat: np.ndarray, salts: np.ndarray | None, valid: np.ndarray,
-             base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             base: int, reserve: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(leading blocks seen, source request, dense ids) of one chunk, continuing the log so far."""
-        ids = self.table.ids(flat, offsets, salts)
+        ids = self.table.ids(flat, offsets, salts, reserve=reserve)
         if self.table.n > len(self.last):  # grow geometrically, in place (no second copy alive)
             had = len(self.last)
             self.last.resize(max(self.table.n, int(had * 1.25)), refcheck=False)
@@ -177,6 +177,10 @@ class IdealStream:
     The tenant scope starts as the whole-log scope's blocks when the first tenant appears (until then every
     request had salt 0, so the two scopes held the same blocks); the conversation scope starts empty when
     the first conversation appears (requests without one never enter it).
+
+    Each table grows at most once a chunk, to a sampled estimate of what the chunk adds, and the three grow
+    one after another before the scopes run (in threads on a large chunk), so a grow's peak (old and new
+    arrays alive) is one table's, as when the scopes ran one after another.
     """
 
     def __init__(self) -> None:
@@ -208,11 +212,18 @@ class IdealStream:
         conv = np.asarray(conversation_salts, dtype=np.uint64)
         if self.conversation is None and conv.any():
             self.conversation = SeenSet()
-        tenant, conversation, base = self.tenant, self.conversation, self.n
+        tenant, conversation, base, in_conv = self.tenant, self.conversation, self.n, conv != NO_SCOPE
+        # The tables grow one after another (while one grows, its old and new arrays are both alive), then
+        # the scopes run, in threads on a large chunk.
+        self.all.table.reserve(flat)
+        if tenant is not None:
+            tenant.reserve(offsets, flat, ten, everyone)
+        if conversation is not None:
+            conversation.reserve(offsets, flat, conv, in_conv)
         (k_all, source, gid), k_ten, k_conv = _concurrently(
-            lambda: self.all.runs(offsets, flat, None, everyone, base),
-            None if tenant is None else lambda: tenant.runs(offsets, flat, ten, everyone),
-            None if conversation is None else lambda: conversation.runs(offsets, flat, conv, conv != NO_SCOPE),
+            lambda: self.all.runs(offsets, flat, None, everyone, base, reserve=False),
+            None if tenant is None else lambda: tenant.runs(offsets, flat, ten, everyone, reserve=False),
+            None if conversation is None else lambda: conversation.runs(offsets, flat, conv, in_conv, reserve=False),
             parallel=len(flat) >= PARALLEL_BLOCKS and _cores() > 1)
         if k_ten is None:  # no tenant so far: every request shares one scope, the whole log's
             k_ten = k_all
