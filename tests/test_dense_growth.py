@@ -216,3 +216,25 @@ def test_tables_grow_one_after_another_before_the_threads(monkeypatch: pytest.Mo
         stream.add(off, flat, lengths * 16, 16, "vllm", salts, salts)
     assert {name for name, _ in grown} == {"DenseTable", "SeenSet"}
     assert all(main for _, main in grown)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 60), max_size=200), st.lists(st.lists(st.integers(0, 80), max_size=8), max_size=10),
+       st.integers(16, 100))
+def test_a_set_made_of_a_table_holds_its_keys(first: list, rows: list, slots: int) -> None:
+    """SeenSet.of_table (the tenant scope starting as the whole log) then runs: as a Python set of the
+    table's keys would give, key 0 included, whatever the table's size."""
+    table = DenseTable(slots=slots)
+    table.ids(np.array(first, dtype=np.uint64))
+    seen = SeenSet.of_table(table)
+    assert seen.n == len(set(first) - {0}) <= len(seen.keys) * MAX_LOAD
+    ref = set(first)
+    off = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+    flat = np.array([h for r in rows for h in r], dtype=np.uint64)
+    got = seen.runs(off, flat, np.zeros(len(rows), np.uint64), np.ones(len(rows), np.bool_))
+    for i, r in enumerate(rows):
+        k = 0
+        while k < len(r) and r[k] in ref:
+            k += 1
+        ref.update(r)
+        assert got[i] == k

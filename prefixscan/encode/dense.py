@@ -335,11 +335,20 @@ class SeenSet:
 
     @classmethod
     def of_table(cls, table: DenseTable) -> SeenSet:
-        """The keys a DenseTable holds (a scope that starts as the whole log so far)."""
-        held = table.keys[table.vals >= 0]
+        """The keys a DenseTable holds (a scope that starts as the whole log so far).
+
+        Both tables place a key by `_slot` and linear probing, so the set is the table's keys where it has
+        them and 0 elsewhere (no rehash), unless it holds key 0, which a set keeps aside: then rehashed."""
+        used = table.vals >= 0
+        out = cls(16)
+        if not (table.keys[used] == 0).any():
+            out.keys = np.where(used, table.keys, np.uint64(0))
+            out.n = table.n
+            return out
+        held = table.keys[used]
         out = cls(int(len(held) / MAX_LOAD) + 16)
         out.n = int(_set_insert(out.keys, held))
-        out.has_zero[0] = int(bool((held == 0).any()))
+        out.has_zero[0] = 1
         return out
 
     @property
