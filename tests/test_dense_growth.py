@@ -238,3 +238,28 @@ def test_a_set_made_of_a_table_holds_its_keys(first: list, rows: list, slots: in
             k += 1
         ref.update(r)
         assert got[i] == k
+
+
+def test_many_small_chunks_grow_a_table_a_logarithmic_number_of_times() -> None:
+    """A log streamed in 300 chunks of 500 new keys each: the tables grow geometrically, not once a chunk
+    (each grow rehashes every key held, so once a chunk would be quadratic in the log)."""
+    table, seen = DenseTable(slots=16), SeenSet(slots=16)
+    grows = {"table": 0, "set": 0}
+    grow_t, grow_s = table._grow, seen._grow
+
+    def count_t(cap: int) -> None:
+        grows["table"] += 1
+        grow_t(cap)
+
+    def count_s(cap: int) -> None:
+        grows["set"] += 1
+        grow_s(cap)
+
+    table._grow, seen._grow = count_t, count_s  # type: ignore[method-assign]
+    off = np.array([0, 500], dtype=np.int64)
+    for c in range(300):
+        keys = np.arange(1 + 500 * c, 1 + 500 * (c + 1), dtype=np.uint64)
+        table.ids(keys)
+        seen.runs(off, keys, np.zeros(1, np.uint64), np.ones(1, np.bool_))
+    assert table.n == seen.n == 150000
+    assert grows["table"] <= 40 and grows["set"] <= 40, grows

@@ -112,7 +112,10 @@ def _absent(keys, vals, sample):  # pragma: no cover - compiled
 def _room(keys: np.ndarray, vals: np.ndarray, held: int, flat: np.ndarray, offsets: np.ndarray,
           salts: np.ndarray, valid: np.ndarray) -> int:
     """Slots a table should have before taking `flat` (its current size when it has room): held keys plus
-    an upper estimate of the new ones (a sample's count, 3 standard deviations up), at most one per block."""
+    an upper estimate of the new ones (a sample's count, 3 standard deviations up), at most one per block;
+    when it must grow, by GROWTH at least: a log streamed in many chunks, each adding a little, then pays
+    a logarithmic number of rehashes, not one a chunk (and the table stays within GROWTH times the estimate,
+    as growth in steps kept it)."""
     blocks = int(np.diff(offsets)[np.asarray(valid, dtype=np.bool_)].sum())
     if held + blocks <= len(keys) * MAX_LOAD:
         return len(keys)
@@ -124,7 +127,8 @@ def _room(keys: np.ndarray, vals: np.ndarray, held: int, flat: np.ndarray, offse
     sample = np.sort(sample[:m])
     miss = int(_absent(keys, vals, sample))
     new = min(blocks, int((miss + 3 * miss ** 0.5 + 3) * (1 << SAMPLE_BITS)))
-    return max(len(keys), int((held + new) / MAX_LOAD) + 1)
+    need = int((held + new) / MAX_LOAD) + 1
+    return len(keys) if need <= len(keys) else max(need, int(len(keys) * GROWTH) + 1)
 
 
 @njit(cache=True, nogil=True)
