@@ -5,10 +5,11 @@ than Arrow's dictionary encoding and far faster than the sort inside `np.unique`
 table between calls, so a log analysed chunk by chunk gets exactly the ids of the whole log at once while
 memory grows only with the distinct blocks (12 bytes a slot, at most 1/MAX_LOAD slots a block).
 
-Growing rehashes every key, so a table that must take many new keys first estimates how many from a sample
-(the keys whose mixed hash falls in 1/SAMPLE of its range) and grows once to hold them (`_room`); growth in
-GROWTH steps stays as the fallback when the estimate falls short. Capacity never changes what a table
-holds or the ids it gives, only where keys sit.
+Growing rehashes every key, so a table about to take a chunk first estimates the chunk's new keys from a
+sample (the keys whose mixed hash has its low SAMPLE_BITS bits zero) and grows once, by GROWTH at least, to
+hold them (`reserve`, `_room`); growth in GROWTH steps stays as the fallback when the estimate falls short.
+Capacity never changes what a table holds or the ids it gives, only where keys sit. The probe loops
+prefetch the home slot of the key AHEAD positions on, so the cache misses of consecutive keys overlap.
 """
 
 from __future__ import annotations

@@ -178,9 +178,9 @@ class IdealStream:
     request had salt 0, so the two scopes held the same blocks); the conversation scope starts empty when
     the first conversation appears (requests without one never enter it).
 
-    Each table grows at most once a chunk, to a sampled estimate of what the chunk adds, and the three grow
-    one after another before the scopes run (in threads on a large chunk), so a grow's peak (old and new
-    arrays alive) is one table's, as when the scopes ran one after another.
+    Each table grows once a chunk at most (unless a sampled estimate of what the chunk adds falls short),
+    and the three grow one after another before the scopes run (in threads on a large chunk), so a grow's
+    peak (old and new arrays alive) is one table's, as when the scopes ran one after another.
     """
 
     def __init__(self) -> None:
