@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from llvmlite import ir  # type: ignore[import-untyped]
+from llvmlite.binding import llvm_version_info  # type: ignore[import-untyped]
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -31,10 +32,16 @@ AHEAD = 16  # keys ahead whose home slot is prefetched: a table far larger than 
 # random, and the loads of the next keys overlap instead of waiting one after another
 
 
+# llvmlite's LLVM: from 15 on, pointers are opaque and the intrinsic is named llvm.prefetch.p0
+OPAQUE_POINTERS = llvm_version_info >= (15,)
+
+
 def _prefetch_typed(typingctx, arr, idx):  # pragma: no cover - compiled
     """A hint to load arr[idx]'s cache line (llvm.prefetch, read, keep in all cache levels); no effect on
     results. idx must be in bounds."""
     def codegen(context, builder, signature, args):
+        if not OPAQUE_POINTERS:  # an LLVM before 15 names the intrinsic for its pointer type: no hint there
+            return context.get_dummy_value()
         aryty = signature.args[0]
         ary = context.make_array(aryty)(context, builder, args[0])
         ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
