@@ -70,82 +70,31 @@ def new_state(num_blocks: int, n_distinct: int, longest: int) -> PoolState:
     return PoolState(*_empty_pool(int(num_blocks), int(n_distinct), int(longest)))
 
 
-@njit(cache=True, inline="always")
-def _unlink(qprev, qnext, st, s):  # pragma: no cover - compiled
-    p = qprev[s]
-    q = qnext[s]
-    if p >= 0:
-        qnext[p] = q
-    else:
-        st[HEAD] = q
-    if q >= 0:
-        qprev[q] = p
-    else:
-        st[TAIL] = p
-    qprev[s] = -1
-    qnext[s] = -1
-
-
-@njit(cache=True, inline="always")
-def _append(qprev, qnext, st, s):  # pragma: no cover - compiled
-    t = st[TAIL]
-    qprev[s] = t
-    qnext[s] = -1
-    if t >= 0:
-        qnext[t] = s
-    else:
-        st[HEAD] = s
-    st[TAIL] = s
-
-
-@njit(cache=True, inline="always")
-def _prepend(qprev, qnext, st, s):  # pragma: no cover - compiled
-    h = st[HEAD]
-    qprev[s] = -1
-    qnext[s] = h
-    if h >= 0:
-        qprev[h] = s
-    else:
-        st[TAIL] = s
-    st[HEAD] = s
-
-
 @njit(cache=True)
-def _drop(slot_id, cnext, first, last, s):  # pragma: no cover - compiled
-    """Slot s loses its id (lazy eviction when it is reused)."""
-    b = slot_id[s]
-    if b < 0:
-        return
-    slot_id[s] = -1
-    if first[b] == s:
-        first[b] = cnext[s]
-        if cnext[s] < 0:
+def _clear(slot_id, cnext, first, last):  # pragma: no cover - compiled
+    """Evict everything (before an oversized request; between requests every slot is free): no slot holds
+    an id, no id is cached."""
+    for s in range(1, len(slot_id)):
+        b = slot_id[s]
+        if b >= 0:
+            first[b] = -1
             last[b] = -1
-    else:
-        p = first[b]
-        while cnext[p] != s:
-            p = cnext[p]
-        cnext[p] = cnext[s]
-        if last[b] == s:
-            last[b] = p
-    cnext[s] = -1
-
-
-@njit(cache=True)
-def _clear(slot_id, qprev, qnext, cnext, sref, first, last, st):  # pragma: no cover - compiled
-    """Evict everything (before an oversized request): every slot is free and holds nothing."""
-    s = st[HEAD]
-    while s >= 0:
-        _drop(slot_id, cnext, first, last, s)
-        s = qnext[s]
+            slot_id[s] = -1
+        cnext[s] = -1
 
 
 @njit(cache=True, nogil=True)
 def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext, cnext, sref,  # pragma: no cover
                 first, last, st, table, out):
-    """Run one chunk of requests through the pool; per-request cached tokens into `out` (if not empty)."""
+    """Run one chunk of requests through the pool; per-request cached tokens into `out` (if not empty).
+
+    The queue and copy-list updates are written out here, with the queue's ends in locals: a compiled
+    helper taking these arrays costs an atomic reference count per array per call, which made the pass
+    several times slower (one call per block)."""
     n_slots = len(slot_id) - 1
     per_req = len(out) > 0
+    head = st[HEAD]
+    tail = st[TAIL]
     for r in range(len(offsets) - 1):
         a = offsets[r]
         nb = offsets[r + 1] - a
@@ -162,22 +111,49 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
             out[r] = hit
         if total > n_slots:  # oversized: keep only its first n_slots full blocks (oracle: pool_hits_ref)
             st[OVERSIZED] += 1
-            _clear(slot_id, qprev, qnext, cnext, sref, first, last, st)
+            _clear(slot_id, cnext, first, last)
             total = n_slots
             nb = min(nb, n_slots)
             k = 0
-        for j in range(k):  # touch the hits
-            s = first[ids[a + j]]
-            if sref[s] == 0:
-                _unlink(qprev, qnext, st, s)
-            sref[s] += 1
-            table[j] = s
-        for j in range(k, total):  # new blocks from the head of the free queue
-            s = st[HEAD]
-            _unlink(qprev, qnext, st, s)
-            _drop(slot_id, cnext, first, last, s)
-            sref[s] = 1
-            table[j] = s
+        for j in range(total):  # touch the hits (k first), then take new blocks from the queue's head
+            if j < k:
+                s = first[ids[a + j]]
+                sref[s] += 1
+                table[j] = s
+                if sref[s] > 1:  # already taken out of the queue by this request
+                    continue
+            else:
+                s = head
+                sref[s] = 1
+                table[j] = s
+            p = qprev[s]  # unlink s from the free queue
+            q = qnext[s]
+            if p >= 0:
+                qnext[p] = q
+            else:
+                head = q
+            if q >= 0:
+                qprev[q] = p
+            else:
+                tail = p
+            qprev[s] = -1
+            qnext[s] = -1
+            b = slot_id[s]
+            if j < k or b < 0:
+                continue
+            slot_id[s] = -1  # a reused slot loses its id (lazy eviction): unlink it from b's copies
+            if first[b] == s:
+                first[b] = cnext[s]
+                if cnext[s] < 0:
+                    last[b] = -1
+            else:
+                p = first[b]
+                while cnext[p] != s:
+                    p = cnext[p]
+                cnext[p] = cnext[s]
+                if last[b] == s:
+                    last[b] = p
+            cnext[s] = -1
         for j in range(k, nb):  # every new full block gets its id, duplicates included
             s = table[j]
             b = ids[a + j]
@@ -191,11 +167,26 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
         for j in range(total - 1, -1, -1):  # free in reverse order; a block without an id goes to the front
             s = table[j]
             sref[s] -= 1
-            if sref[s] == 0:
-                if slot_id[s] >= 0:
-                    _append(qprev, qnext, st, s)
+            if sref[s] > 0:
+                continue
+            if slot_id[s] >= 0:
+                qprev[s] = tail
+                qnext[s] = -1
+                if tail >= 0:
+                    qnext[tail] = s
                 else:
-                    _prepend(qprev, qnext, st, s)
+                    head = s
+                tail = s
+            else:
+                qprev[s] = -1
+                qnext[s] = head
+                if head >= 0:
+                    qprev[head] = s
+                else:
+                    tail = s
+                head = s
+    st[HEAD] = head
+    st[TAIL] = tail
 
 
 def check_csr(offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
