@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.encode.dense import dense_ids
+from prefixscan.reuse.capacity import stream
 from prefixscan.reuse.capacity.lru import capacity_curve
 from prefixscan.reuse.capacity.stream import CapacityStream
 
@@ -109,6 +110,19 @@ def test_renumbering_and_heap_compaction_keep_the_table(rule: str, tmp_path: Pat
     assert cs._lru_state[1] < len(ids)  # the clock was reset: the tree was renumbered
     assert_same(cs.finish(n, caps), want)
     assert_same(_stream_default(log, rule, tmp_path), capacity_curve(offsets, ids, prompts, 4, rule, ids=(ids, n)))
+
+
+def test_int64_keys_keep_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log whose next-use keys pass int32 spills and runs them as int64 (`lru.key_dtype`): the same table
+    (forced here: such a log is too large for a test)."""
+    log = long_log(600, seed=2)
+    offsets, ids, prompts, n = log
+    caps = [0, 4, 8, 20, 52, 100, 400]
+    want = capacity_curve(offsets, ids, prompts, 4, "vllm", caps, ids=(ids, n))
+    monkeypatch.setattr(stream, "key_dtype", lambda never: np.int64)
+    cs = CapacityStream(4, "vllm", str(tmp_path), chunk_blocks=97)
+    feed(cs, log, [100, 300])
+    assert_same(cs.finish(n, caps), want)
 
 
 def _stream_default(log: Log, rule: str, spill: Path) -> pa.Table:

@@ -83,53 +83,21 @@ def _next_keys(offsets, ids, upcoming, r0, width, out):  # pragma: no cover - co
             upcoming[ids[p]] = (r0 + r) * width + (p - a)
 
 
+def key_dtype(never: int) -> type[np.signedinteger]:
+    """The next-use keys' integer type: int32 when every key, `never` included, fits (half the memory the
+    OPT passes walk: their per-block keys and heap), else int64. The values, so the results, are the same."""
+    return np.int32 if never <= np.iinfo(np.int32).max else np.int64
+
+
 def next_keys(prep: Prepared, width: int) -> np.ndarray:
     """For each listed block, when it is next listed: request * width + position in that request, where
     `width` exceeds every request's length; n_requests * width = never. One integer orders next uses by
-    request, then by position, which is the eviction order of the optimal cache."""
-    out = np.empty(len(prep.ids), np.int64)
-    upcoming = np.full(prep.n_distinct, (len(prep.offsets) - 1) * width, np.int64)
+    request, then by position, which is the eviction order of the optimal cache. Typed by `key_dtype`."""
+    never = (len(prep.offsets) - 1) * width
+    out = np.empty(len(prep.ids), key_dtype(never))
+    upcoming = np.full(prep.n_distinct, never, out.dtype)
     _next_keys(prep.offsets, prep.ids, upcoming, 0, width, out)
     return out
-
-
-@njit(cache=True)
-def _sift_down(hk, hb, n, i):  # pragma: no cover - compiled
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            return
-        if c + 1 < n and hk[c + 1] > hk[c]:
-            c += 1
-        if hk[c] <= hk[i]:
-            return
-        hk[i], hk[c] = hk[c], hk[i]
-        hb[i], hb[c] = hb[c], hb[i]
-        i = c
-
-
-@njit(cache=True)
-def _sift_up(hk, hb, i, k, bid):  # pragma: no cover - compiled
-    """Place (k, bid) at the free slot i and move it up. Kept tiny so it inlines into the kernel."""
-    while i > 0:
-        par = (i - 1) // 2
-        if hk[par] >= k:
-            break
-        hk[i] = hk[par]
-        hb[i] = hb[par]
-        i = par
-    hk[i] = k
-    hb[i] = bid
-
-
-@njit(cache=True)
-def _heap_pop(hk, hb, hn):  # pragma: no cover - compiled
-    """Drop the top entry; returns the new size."""
-    hn -= 1
-    hk[0] = hk[hn]
-    hb[0] = hb[hn]
-    _sift_down(hk, hb, hn, 0)
-    return hn
 
 
 @njit(cache=True)
@@ -144,26 +112,24 @@ def _compact(hk, hb, hn, key):  # pragma: no cover - compiled
             hk[m] = hk[q]
             hb[m] = hb[q]
             m += 1
-    for q in range(m // 2 - 1, -1, -1):
-        _sift_down(hk, hb, m, q)
+    for q in range(m // 2 - 1, -1, -1):  # sift each inner entry down (the larger child moves up)
+        kq = hk[q]
+        bq = hb[q]
+        i = q
+        while True:
+            c = 2 * i + 1
+            if c >= m:
+                break
+            if c + 1 < m and hk[c + 1] > hk[c]:
+                c += 1
+            if hk[c] <= kq:
+                break
+            hk[i] = hk[c]
+            hb[i] = hb[c]
+            i = c
+        hk[i] = kq
+        hb[i] = bq
     return m
-
-
-@njit(cache=True)
-def _evict_later(hk, hb, hn, key, limit):  # pragma: no cover - compiled
-    """Evict the resident block with the largest key if that key is >= `limit` (next use strictly later
-    than the incoming block's). Returns (evicted, heap size). Blocks of the running request have no live
-    entry (they are pushed when it ends), so they are never victims."""
-    while hn > 0:
-        k0 = hk[0]
-        b0 = hb[0]
-        if key[b0] == k0 and k0 < limit:
-            return False, hn
-        hn = _heap_pop(hk, hb, hn)
-        if key[b0] == k0:
-            key[b0] = -1
-            return True, hn
-    return False, hn
 
 
 @njit(cache=True, nogil=True)
@@ -179,8 +145,8 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
     being victims; they are pushed when it ends. Blocks never used again are not pushed: they only count
     in `dead`, are always the first victims, and which of them goes changes nothing (none is listed
     again). Live keys are distinct (request and position), so the victim never depends on the heap's
-    layout. The per-block work is inline on purpose: a non-inlined call per block, with its array
-    arguments, cost more than the heap work (about 2x at large capacities).
+    layout. The per-block work (push, pop) is written out here on purpose: a compiled helper taking the
+    arrays costs an atomic reference count per array per call, more than the heap work itself.
     """
     hcap = len(hk)
     hn = st[0]
@@ -207,9 +173,36 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
                     break  # nothing resident is used strictly later than never
                 if dead > 0:
                     dead -= 1
-                else:
-                    ok, hn = _evict_later(hk, hb, hn, key, (nk[p] // width + 1) * width)
-                    if not ok:
+                else:  # evict the top if its next use is strictly later than the offered block's request
+                    limit = (nk[p] // width + 1) * width
+                    evicted = False
+                    while hn > 0:
+                        k0 = hk[0]
+                        b0 = hb[0]
+                        if key[b0] == k0 and k0 < limit:
+                            break
+                        hn -= 1  # pop: the last entry sifts down from the root
+                        kl = hk[hn]
+                        bl = hb[hn]
+                        i = 0
+                        while True:
+                            c = 2 * i + 1
+                            if c >= hn:
+                                break
+                            if c + 1 < hn and hk[c + 1] > hk[c]:
+                                c += 1
+                            if hk[c] <= kl:
+                                break
+                            hk[i] = hk[c]
+                            hb[i] = hb[c]
+                            i = c
+                        hk[i] = kl
+                        hb[i] = bl
+                        if key[b0] == k0:
+                            key[b0] = -1
+                            evicted = True
+                            break
+                    if not evicted:
                         break
                 size -= 1
             key[ids[p]] = nk[p]
@@ -222,7 +215,16 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
             elif k >= 0:
                 if hn == hcap:
                     hn = _compact(hk, hb, hn, key)
-                _sift_up(hk, hb, hn, k, ids[p])
+                i = hn  # sift up from the free slot
+                while i > 0:
+                    par = (i - 1) // 2
+                    if hk[par] >= k:
+                        break
+                    hk[i] = hk[par]
+                    hb[i] = hb[par]
+                    i = par
+                hk[i] = k
+                hb[i] = ids[p]
                 hn += 1
                 key[ids[p]] = -2 - k
         for p in range(a, b):
@@ -247,8 +249,8 @@ def _opt_one(offsets, ids, weights, nk, n_distinct, cap, width):  # pragma: no c
     n_req = len(offsets) - 1
     hcap = min(2 * cap + 64, offsets[n_req] + 64)  # opt_heap_slots(cap, total, 1.0)
     st = np.zeros(5, np.int64)
-    key = np.full(n_distinct, -1, np.int64)
-    _opt_chunk(offsets, ids, weights, nk, key, np.empty(hcap, np.int64), np.empty(hcap, np.int32), st, cap,
+    key = np.full(n_distinct, -1, nk.dtype)  # keys, their heap and nk share one type (`key_dtype`)
+    _opt_chunk(offsets, ids, weights, nk, key, np.empty(hcap, nk.dtype), np.empty(hcap, np.int32), st, cap,
                width, n_req * width)
     return st[3], st[4]
 

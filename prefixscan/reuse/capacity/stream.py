@@ -34,6 +34,7 @@ from prefixscan.reuse.capacity.lru import (
     _next_keys,
     _opt_chunk,
     exact_table,
+    key_dtype,
     opt_heap_slots,
     opt_held,
     opt_ideal_runs,
@@ -66,8 +67,8 @@ class _Opt(NamedTuple):
     """One capacity's optimal-cache state, carried from chunk to chunk."""
 
     cap: int
-    key: np.ndarray  # int64 per distinct block: next-use key while resident, -1 absent
-    hk: np.ndarray  # int64 heap keys
+    key: np.ndarray  # per distinct block (`lru.key_dtype`): next-use key while resident, -1 absent
+    hk: np.ndarray  # heap keys (the same type)
     hb: np.ndarray  # int32 heap block ids
     st: np.ndarray  # int64 [heap size, resident, dead, hit tokens, hit blocks]
 
@@ -296,7 +297,8 @@ class CapacityStream:
         pass, whose kernels run while the next chunk is read) before asking for the one after the next."""
         most = max((c.b1 - c.b0 for c in chunks), default=0)
         rows = max((c.r1 - c.r0 for c in chunks), default=0)
-        bufs = [(np.empty(most, np.int32), np.empty(most if keys else 0, np.int64), np.empty(rows, np.int64))
+        kd = key_dtype(key_width(lengths)[1]) if keys else np.int64
+        bufs = [(np.empty(most, np.int32), np.empty(most if keys else 0, kd), np.empty(rows, np.int64))
                 for _ in range(2 if keys else 1)]
         assert not keys or self._keys_path is not None
         with ExitStack() as files:
@@ -328,7 +330,8 @@ class CapacityStream:
             return np.zeros(len(caps), np.int64)
         width, never = key_width(lengths)
         chunks = self._plan(lengths)
-        return self._grouped(caps, n, self._opt_bytes,
+        size = np.dtype(key_dtype(never)).itemsize
+        return self._grouped(caps, n, lambda cap, n: self._opt_bytes(cap, n, size),
                              lambda pool, group: self._opt_pass(pool, group, n, chunks, lengths, width, never))
 
     def _grouped(self, sizes: np.ndarray, n: int, cost: Callable[[int, int], int],
@@ -355,26 +358,26 @@ class CapacityStream:
     def _spill_keys(self, chunks: list[Chunk], lengths: np.ndarray, n: int, width: int, never: int) -> None:
         """Next-use keys (`capacity.next_keys`) of every listed block into a spill, from a backward read of
         the ids spill: the scan must see the future first."""
-        fd, self._keys_path = tempfile.mkstemp(prefix="capacity-keys-", suffix=".i64",
+        fd, self._keys_path = tempfile.mkstemp(prefix="capacity-keys-", suffix=".bin",
                                                dir=os.path.dirname(self._ids_path))
         most = max(c.b1 - c.b0 for c in chunks)
         ids_buf = np.empty(most, np.int32)
-        keys_buf = np.empty(most, np.int64)
-        upcoming = np.full(n, never, np.int64)
+        keys_buf = np.empty(most, key_dtype(never))
+        upcoming = np.full(n, never, keys_buf.dtype)
         with open(self._ids_path, "rb", buffering=0) as fi, os.fdopen(fd, "wb", buffering=0) as fo:
-            fo.truncate(self._total_blocks * 8)
+            fo.truncate(self._total_blocks * keys_buf.itemsize)
             for c in reversed(chunks):
                 m = c.b1 - c.b0
                 ids = read_at(fi, c.b0, ids_buf[:m])
                 _next_keys(local_offsets(lengths, c), ids, upcoming, c.r0, width, keys_buf[:m])
-                fo.seek(c.b0 * 8)
+                fo.seek(c.b0 * keys_buf.itemsize)
                 write_all(fo, keys_buf[:m])
 
     def _groups(self, caps: list[int], n: int, cost: Callable[[int, int], int]) -> Iterator[list[int]]:
         """Capacities to run together, up to OPT_GROUP per read of the spills: the largest left, then the
-        smallest, largest, ... while their states fit the budget together (per capacity: 8 bytes per
-        distinct block plus a heap of 12 bytes per slot). Reading and weighing the spills once for more
-        capacities leaves the two cores to the kernels."""
+        smallest, largest, ... while their states fit the budget together (per capacity: a key per
+        distinct block plus a heap of a key and an id per slot, `_opt_bytes`). Reading and weighing the spills
+        once for more capacities leaves the two cores to the kernels."""
         caps = sorted(caps)
         while caps:
             group = [caps.pop()]
@@ -387,17 +390,17 @@ class CapacityStream:
                 used += cost(nxt, n)
             yield group
 
-    def _opt_bytes(self, cap: int, n: int) -> int:
-        return 8 * n + 12 * opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
+    def _opt_bytes(self, cap: int, n: int, key_size: int = 8) -> int:
+        return key_size * n + (key_size + 4) * opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
 
     def _opt_pass(self, pool: ThreadPoolExecutor, caps: list[int], n: int, chunks: list[Chunk],
                   lengths: np.ndarray, width: int, never: int) -> dict[int, int]:
         """Hit tokens per capacity of the group: one forward read of the spills, each chunk run for every
         capacity in the pool's threads (the kernel releases the GIL) while the next chunk is read."""
-        states = []
+        states, kd = [], key_dtype(never)
         for cap in caps:
             slots = opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
-            states.append(_Opt(cap, np.full(n, -1, np.int64), np.empty(slots, np.int64),
+            states.append(_Opt(cap, np.full(n, -1, kd), np.empty(slots, kd),
                                np.empty(slots, np.int32), np.zeros(5, np.int64)))
         feed = self._read(chunks, lengths, keys=True)
         cur = next(feed, None)
