@@ -20,17 +20,21 @@ Arrays of one pool of N blocks (slot 0 is the null block and is never used):
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from functools import partial
+from typing import NamedTuple, TypeVar
 
+import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from prefixscan.encode.dense import dense_ids
 from prefixscan.encode.hashing import is_trace_rule
 from prefixscan.reuse.hitrule import cap_blocks, cap_tokens
 
 HEAD, TAIL, HIT_TOK, HIT_BLK, DUPS, OVERSIZED = range(6)
+T = TypeVar("T")
 
 
 class PoolState(NamedTuple):
@@ -246,13 +250,45 @@ def _pool_one(offsets, ids, prompts, block_size, trace, n_distinct, n_blocks, lo
     return st[HIT_TOK], st[DUPS]
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _pool_many(offsets, ids, prompts, block_size, trace, n_distinct, caps, longest):  # pragma: no cover - compiled
-    tok = np.zeros(len(caps), np.int64)
-    dups = np.zeros(len(caps), np.int64)
-    for c in prange(len(caps)):
-        tok[c], dups[c] = _pool_one(offsets, ids, prompts, block_size, trace, n_distinct, caps[c], longest)
-    return tok, dups
+def kernel_threads() -> int:
+    """Threads the curve's kernels may use: numba's thread count (NUMBA_NUM_THREADS, the cores by default)."""
+    return max(1, int(getattr(numba.config, "NUMBA_NUM_THREADS", 1)))  # set when numba's config loads
+
+
+def run_each(tasks: Sequence[Callable[[], T]], threads: int | None = None) -> list[T]:
+    """Each task's result, in order: the tasks (compiled kernels that release the GIL) run on `threads`
+    threads (`kernel_threads()` by default), the calling thread one of them, each taking the next task as
+    it frees, so tasks of unequal cost (pool sizes, OPT capacities) leave no thread idle while any is left.
+    The helper threads are daemons, as the capacity thread is: an interrupt does not wait for them. The
+    first error is raised again here once every thread stopped."""
+    n = min(kernel_threads() if threads is None else threads, len(tasks))
+    out: list[T | None] = [None] * len(tasks)
+    errors: list[BaseException] = []
+    order = iter(range(len(tasks)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(order, None) if not errors else None
+            if i is None:
+                return
+            try:
+                out[i] = tasks[i]()
+            except BaseException as e:  # raised again in the caller's thread
+                with lock:
+                    errors.append(e)
+                return
+
+    helpers = [threading.Thread(target=work, name="prefixscan-kernel", daemon=True) for _ in range(n - 1)]
+    for t in helpers:
+        t.start()
+    work()
+    for t in helpers:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out  # type: ignore[return-value]  # every slot was filled
 
 
 def pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, prompt_tokens: np.ndarray, block_size: int,
@@ -265,10 +301,9 @@ def pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, prompt_tok
     ids = np.ascontiguousarray(ids, dtype=np.int32)
     longest = longest_request(offsets, prompts, block_size)
     args = (offsets, ids, prompts, int(block_size), rule == "trace", int(n_distinct))
-    if len(caps) == 1 or len(ids) * len(caps) < 1 << 22:  # starting the threads costs more than the work
-        res = [_pool_one(*args, int(c), longest) for c in caps]
-        return np.array([x[0] for x in res], np.int64), np.array([x[1] for x in res], np.int64)
-    return _pool_many(*args, caps, longest)
+    small = len(ids) * len(caps) < 1 << 22  # starting threads costs more than the work
+    res = run_each([partial(_pool_one, *args, int(c), longest) for c in caps], 1 if small else None)
+    return np.array([x[0] for x in res], np.int64), np.array([x[1] for x in res], np.int64)
 
 
 def smallest_pools(evaluate: Callable[[list[int]], Sequence[int] | np.ndarray], targets: Sequence[int],

@@ -28,11 +28,12 @@ most expensive grid points lie.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from functools import partial
+from typing import NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
-from numba import njit, prange
+from numba import njit
 
 from prefixscan.encode.dense import dense_ids
 from prefixscan.reuse.capacity.table import (  # the table and weights, shared with the streamed and sampled curves
@@ -42,8 +43,16 @@ from prefixscan.reuse.capacity.table import (  # the table and weights, shared w
     curve_table,
     resolve_capacities,
 )
-from prefixscan.reuse.pool import check_csr, hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
-from prefixscan.reuse.pool_fast import lru_pool_curves, merged
+from prefixscan.reuse.pool import (
+    check_csr,
+    hit_target,
+    occupied_blocks,
+    pool_curve,
+    run_each,
+    smallest_pools,
+    target_brackets,
+)
+from prefixscan.reuse.pool_fast import FastPool, lru_pool_curves, merged
 
 
 class Prepared(NamedTuple):
@@ -255,27 +264,24 @@ def _opt_one(offsets, ids, weights, nk, n_distinct, cap, width):  # pragma: no c
     return st[3], st[4]
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _opt_many(offsets, ids, weights, nk, n_distinct, caps, width):  # pragma: no cover - compiled
-    tok = np.zeros(len(caps), np.int64)
-    blk = np.zeros(len(caps), np.int64)
-    for c in prange(len(caps)):
-        tok[c], blk[c] = _opt_one(offsets, ids, weights, nk, n_distinct, caps[c], width)
-    return tok, blk
+def opt_tasks(prep: Prepared, capacities_blocks: Sequence[int] | np.ndarray) -> list[Callable[[], tuple[int, int]]]:
+    """One task per capacity in blocks, each giving (hit tokens, hit blocks) of the optimal cache (Belady
+    with bypass, prefix-closed), for `pool.run_each`: the next-use keys are computed once for all."""
+    caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
+    if len(caps) == 0 or len(prep.ids) == 0:
+        return [lambda: (0, 0) for _ in caps]
+    width = int(np.diff(prep.offsets).max()) + 1
+    args = (prep.offsets, prep.ids, prep.weights, next_keys(prep, width), prep.n_distinct)
+    return [partial(_opt_one, *args, int(c), width) for c in caps]
 
 
 def opt_hits(prep: Prepared, capacities_blocks: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(hit tokens, hit blocks) of the optimal cache (Belady with bypass, prefix-closed) at each capacity
     in blocks, capacities in parallel threads."""
     caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
-    if len(caps) == 0 or len(prep.ids) == 0:
-        return np.zeros(len(caps), np.int64), np.zeros(len(caps), np.int64)
-    width = int(np.diff(prep.offsets).max()) + 1
-    nk = next_keys(prep, width)
-    if len(prep.ids) * len(caps) < 1 << 16:  # small: starting the parallel threads costs more than the work
-        hits = [_opt_one(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, c, width) for c in caps]
-        return np.array([h[0] for h in hits], np.int64), np.array([h[1] for h in hits], np.int64)
-    return _opt_many(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, caps, width)
+    small = len(prep.ids) * len(caps) < 1 << 16  # starting the threads costs more than the work
+    hits = run_each(opt_tasks(prep, caps), 1 if small else None)
+    return np.array([h[0] for h in hits], np.int64), np.array([h[1] for h in hits], np.int64)
 
 
 # ---------------------------------------------------------------- the curve (its table: table.curve_table)
@@ -303,20 +309,30 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
+    # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate;
+    # and from L blocks on (`opt_ideal_capacity`) it provably loses no hit either.
+    small = opt_held(cap_blk) < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct) if opt else None
+    held = opt_held(cap_blk)[small] if small is not None else np.zeros(0, np.int64)
     # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the
-    # pool at every size where its histogram is exact (`pool_fast`); other sizes are simulated.
-    keyed, fast = lru_pool_curves(prep.offsets, prep.ids, prep.weights, prep.n_distinct, prompts, block_size, rule)
-    ideal = int(keyed[-1])
+    # pool at every size where its histogram is exact (`pool_fast`), in one run of threads with the OPT
+    # capacities (largest first: the costlier ones, so the cheap ones fill in at the end); other pool
+    # sizes are simulated after it.
+    order = np.argsort(-held, kind="stable")
+    tasks: list[Callable[[], object]] = [lambda: lru_pool_curves(prep.offsets, prep.ids, prep.weights,
+                                                                 prep.n_distinct, prompts, block_size, rule)]
+    tasks += opt_tasks(prep, held[order])
+    small_run = len(prep.ids) * len(tasks) < 1 << 16  # starting the threads costs more than the work
+    done = run_each(tasks, 1 if small_run else None)
+    keyed, fast = cast(tuple[np.ndarray, FastPool], done[0])
+    opt_tok = np.zeros(len(held), np.int64)
+    opt_tok[order] = [cast(tuple[int, int], h)[0] for h in done[1:]]
 
     def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
         return merged(fast, lambda rest: pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size,
                                                     rule, rest)[0], sizes)
 
-    # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate;
-    # and from L blocks on (`opt_ideal_capacity`) it provably loses no hit either.
-    small = opt_held(cap_blk) < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct) if opt else None
-    return exact_table(cap_tok, cap_blk, evaluate, ideal, prep.total_prompt_tokens, small,
-                       lambda held: opt_hits(prep, held)[0], occupied_blocks(prep.offsets, prompts, block_size) + 1,
+    return exact_table(cap_tok, cap_blk, evaluate, int(keyed[-1]), prep.total_prompt_tokens, small,
+                       lambda _: opt_tok, occupied_blocks(prep.offsets, prompts, block_size) + 1,
                        block_size, target_guesses(keyed))
 
 
