@@ -91,14 +91,11 @@ def _clear(slot_id, cnext, first, last):  # pragma: no cover - compiled
 def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext, cnext, sref,  # pragma: no cover
                 first, last, st, table, out):
     """Run one chunk of requests through the pool; per-request cached tokens into `out` (if not empty).
-
-    The queue and copy-list updates are written out here, with the queue's ends in locals: a compiled
-    helper taking these arrays costs an atomic reference count per array per call, which made the pass
-    several times slower (one call per block)."""
+    Queue and copy-list updates are written out, the queue's ends in locals: a compiled helper taking these
+    arrays costs an atomic reference count per array per call (one call per block: several times slower)."""
     n_slots = len(slot_id) - 1
     per_req = len(out) > 0
-    head = st[HEAD]
-    tail = st[TAIL]
+    head, tail = st[HEAD], st[TAIL]
     for r in range(len(offsets) - 1):
         a = offsets[r]
         nb = offsets[r + 1] - a
@@ -189,8 +186,7 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
                 else:
                     tail = s
                 head = s
-    st[HEAD] = head
-    st[TAIL] = tail
+    st[HEAD], st[TAIL] = head, tail
 
 
 def check_csr(offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray, block_size: int,

@@ -154,15 +154,10 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
     being victims; they are pushed when it ends. Blocks never used again are not pushed: they only count
     in `dead`, are always the first victims, and which of them goes changes nothing (none is listed
     again). Live keys are distinct (request and position), so the victim never depends on the heap's
-    layout. The per-block work (push, pop) is written out here on purpose: a compiled helper taking the
-    arrays costs an atomic reference count per array per call, more than the heap work itself.
-    """
+    layout. Push and pop are written out: a compiled helper taking the arrays costs an atomic reference
+    count per array per call, more than the heap work itself."""
     hcap = len(hk)
-    hn = st[0]
-    size = st[1]
-    dead = st[2]
-    tok = st[3]
-    blk = st[4]
+    hn, size, dead, tok, blk = st[0], st[1], st[2], st[3], st[4]
     for r in range(len(offsets) - 1):
         a = offsets[r]
         b = offsets[r + 1]
@@ -239,11 +234,7 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
         for p in range(a, b):
             if key[ids[p]] < -1:
                 key[ids[p]] = -2 - key[ids[p]]
-    st[0] = hn
-    st[1] = size
-    st[2] = dead
-    st[3] = tok
-    st[4] = blk
+    st[0], st[1], st[2], st[3], st[4] = hn, size, dead, tok, blk
 
 
 def opt_heap_slots(cap: int, total_blocks: int, slack: float = 1.0) -> int:
