@@ -448,6 +448,6 @@ def _start(pool: ThreadPoolExecutor, kernel: Callable[..., None], args: list[tup
     return [pool.submit(kernel, *a) for a in args]
 
 
-OPT_GROUP = 4  # capacities per pass over the spills (their kernels share two threads)
+OPT_GROUP = 8  # sizes per pass over the spills (their kernels share two threads; more balance them better)
 _THREADED_BLOCKS = 1 << 14  # smaller chunks run in the calling thread
 _HEAP_SLACK = 0.25  # heap slots = 1.25 x capacity + 64: compaction every cap/4 pushes at most
