@@ -121,16 +121,17 @@ def _compact(hk, hb, hn, key):  # pragma: no cover - compiled
             hk[m] = hk[q]
             hb[m] = hb[q]
             m += 1
-    for q in range(m // 2 - 1, -1, -1):  # sift each inner entry down (the larger child moves up)
+    for q in range((m - 2) // 4, -1, -1):  # sift each inner entry down (the largest child moves up)
         kq = hk[q]
         bq = hb[q]
         i = q
         while True:
-            c = 2 * i + 1
+            c = 4 * i + 1
             if c >= m:
                 break
-            if c + 1 < m and hk[c + 1] > hk[c]:
-                c += 1
+            for d in range(c + 1, min(c + 4, m)):
+                if hk[d] > hk[c]:
+                    c = d
             if hk[c] <= kq:
                 break
             hk[i] = hk[c]
@@ -147,7 +148,7 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
     resumable: key, the heap (hk, hb) and st = [heap size, resident, dead, hit tokens, hit blocks] carry
     the state to the next run. `never` is (all requests) x width.
 
-    key[b] = the block's next-use key (`next_keys`) while resident, -1 when absent. A lazy max-heap holds
+    key[b] = the block's next-use key (`next_keys`) while resident, -1 when absent. A lazy 4-ary max-heap holds
     (key, block) entries; stale ones (key[b] differs) are skipped when popped, and it is compacted when
     full (at most one live entry per resident block, so it never grows). While a request runs, its
     resident blocks have no live entry (their keys change at its start), which is what keeps them from
@@ -190,11 +191,12 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
                         bl = hb[hn]
                         i = 0
                         while True:
-                            c = 2 * i + 1
+                            c = 4 * i + 1
                             if c >= hn:
                                 break
-                            if c + 1 < hn and hk[c + 1] > hk[c]:
-                                c += 1
+                            for d in range(c + 1, min(c + 4, hn)):
+                                if hk[d] > hk[c]:
+                                    c = d
                             if hk[c] <= kl:
                                 break
                             hk[i] = hk[c]
@@ -221,7 +223,7 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
                     hn = _compact(hk, hb, hn, key)
                 i = hn  # sift up from the free slot
                 while i > 0:
-                    par = (i - 1) // 2
+                    par = (i - 1) // 4
                     if hk[par] >= k:
                         break
                     hk[i] = hk[par]
