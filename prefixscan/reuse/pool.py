@@ -290,16 +290,20 @@ def run_each(tasks: Sequence[Callable[[], T]], threads: int | None = None) -> li
 def pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, prompt_tokens: np.ndarray, block_size: int,
                rule: str, pool_blocks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """(hit tokens, duplicate copies made) with a pool of each size in `pool_blocks`, over dense ids."""
-    offsets, prompts = check_csr(offsets, ids, prompt_tokens, block_size, rule)
     caps = np.asarray(pool_blocks, dtype=np.int64).reshape(-1)
-    if len(caps) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    small = len(ids) * len(caps) < 1 << 22  # starting threads costs more than the work
+    res = run_each(pool_tasks(offsets, ids, n_distinct, prompt_tokens, block_size, rule, caps), 1 if small else None)
+    return np.array([x[0] for x in res], np.int64).reshape(-1), np.array([x[1] for x in res], np.int64).reshape(-1)
+
+
+def pool_tasks(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, prompt_tokens: np.ndarray, block_size: int,
+               rule: str, pool_blocks: Sequence[int] | np.ndarray) -> list[Callable[[], tuple[int, int]]]:
+    """One task per pool size, each giving `pool_curve`'s (hit tokens, duplicate copies), for `run_each`."""
+    offsets, prompts = check_csr(offsets, ids, prompt_tokens, block_size, rule)
     ids = np.ascontiguousarray(ids, dtype=np.int32)
     longest = longest_request(offsets, prompts, block_size)
     args = (offsets, ids, prompts, int(block_size), rule == "trace", int(n_distinct))
-    small = len(ids) * len(caps) < 1 << 22  # starting threads costs more than the work
-    res = run_each([partial(_pool_one, *args, int(c), longest) for c in caps], 1 if small else None)
-    return np.array([x[0] for x in res], np.int64), np.array([x[1] for x in res], np.int64)
+    return [partial(_pool_one, *args, int(c), longest) for c in np.asarray(pool_blocks, np.int64).reshape(-1)]
 
 
 def smallest_pools(evaluate: Callable[[list[int]], Sequence[int] | np.ndarray], targets: Sequence[int],

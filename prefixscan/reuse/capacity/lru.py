@@ -46,8 +46,10 @@ from prefixscan.reuse.capacity.table import (  # the table and weights, shared w
 from prefixscan.reuse.pool import (
     check_csr,
     hit_target,
+    longest_request,
     occupied_blocks,
     pool_curve,
+    pool_tasks,
     run_each,
     smallest_pools,
     target_brackets,
@@ -307,22 +309,32 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     small = opt_held(cap_blk) < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct) if opt else None
     held = opt_held(cap_blk)[small] if small is not None else np.zeros(0, np.int64)
     # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the
-    # pool at every size where its histogram is exact (`pool_fast`), in one run of threads with the OPT
-    # capacities (largest first: the costlier ones, so the cheap ones fill in at the end); other pool
-    # sizes are simulated after it.
+    # pool at every size where its histogram is exact (`pool_fast`), in one run of threads with the grid's
+    # pool sizes it cannot cover (below its `lo`: some request would not fit) and the OPT capacities
+    # (largest first: the costlier ones, so the cheap ones fill in at the end). Other sizes the grid or
+    # the target search asks for are simulated when asked.
+    below = np.unique(cap_blk[cap_blk <= longest_request(prep.offsets, prompts, block_size)])
     order = np.argsort(-held, kind="stable")
     tasks: list[Callable[[], object]] = [lambda: lru_pool_curves(prep.offsets, prep.ids, prep.weights,
                                                                  prep.n_distinct, prompts, block_size, rule)]
+    tasks += pool_tasks(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule, below)
     tasks += opt_tasks(prep, held[order])
     small_run = len(prep.ids) * len(tasks) < 1 << 16  # starting the threads costs more than the work
     done = run_each(tasks, 1 if small_run else None)
     keyed, fast = cast(tuple[np.ndarray, FastPool], done[0])
+    hits = [cast(tuple[int, int], h)[0] for h in done[1:]]
+    known = dict(zip(below.tolist(), hits[: len(below)], strict=True))
     opt_tok = np.zeros(len(held), np.int64)
-    opt_tok[order] = [cast(tuple[int, int], h)[0] for h in done[1:]]
+    opt_tok[order] = hits[len(below) :]
+
+    def simulate(sizes: Sequence[int]) -> list[int]:
+        todo = [s for s in sizes if s not in known]
+        known.update(zip(todo, pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule,
+                                          todo)[0].tolist(), strict=True))
+        return [known[s] for s in sizes]
 
     def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
-        return merged(fast, lambda rest: pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size,
-                                                    rule, rest)[0], sizes)
+        return merged(fast, simulate, sizes)
 
     return exact_table(cap_tok, cap_blk, evaluate, int(keyed[-1]), prep.total_prompt_tokens, small,
                        lambda _: opt_tok, occupied_blocks(prep.offsets, prompts, block_size) + 1,
