@@ -164,12 +164,13 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
     for r in range(len(offsets) - 1):
         a = offsets[r]
         b = offsets[r + 1]
-        for p in range(a, b):  # hits are decided before any admission
-            if key[ids[p]] < 0:
-                break
-            tok += weights[p]
+        m = a
+        while m < b and key[ids[m]] >= 0:  # hits are decided before any admission (and get their next use)
+            tok += weights[m]
             blk += 1
-        for p in range(a, b):  # resident blocks of the request get their new next use
+            key[ids[m]] = nk[m]
+            m += 1
+        for p in range(m, b):  # the other resident blocks of the request get their new next use
             if key[ids[p]] >= 0:
                 key[ids[p]] = nk[p]
         for p in range(a, b):  # admit in order until one is refused: each admitted block's parent is resident
