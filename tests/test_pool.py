@@ -15,7 +15,7 @@ from prefixscan.encode.dense import dense_ids
 from prefixscan.encode.hashing import hit_cap_tokens
 from prefixscan.reuse.capacity.lru import capacity_curve
 from prefixscan.reuse.capacity.table import capacity_targets
-from prefixscan.reuse.pool import longest_request, new_state, pool_curve, pool_hits, run_chunk
+from prefixscan.reuse.pool import longest_request, new_state, pool_curve, pool_hits, run_chunk, run_each
 from prefixscan.sim.kvcache import KVState
 from tests.oracles.capacity_ref import opt_hit_tokens_ref
 from tests.oracles.pool_ref import ReferencePool, pool_hits_ref
@@ -224,3 +224,33 @@ def test_compiled_pool_fed_in_chunks_equals_reference(seed: int, rule: str) -> N
             run_chunk(state, offsets[a : b + 1] - offsets[a], ids[offsets[a] : offsets[b]], prompts[a:b], block, rule,
                       out[a:b])
         assert out.tolist() == pool_hits_ref(offsets, hashes, prompts, block, size, rule).tolist()
+
+
+def test_run_each_keeps_order_balances_and_raises() -> None:
+    """`run_each` gives results in task order, every thread takes the next task as it frees (the first task
+    waits for the last one, which only another thread taking every task after it can run), its helpers are
+    daemons, and a task's error is raised again in the caller once every thread stopped."""
+    import threading
+
+    last_ran = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def task(i: int) -> int:
+        threads.append(threading.current_thread())
+        if i == 0:
+            assert last_ran.wait(30), "the other thread did not take the remaining tasks"
+        if i == 7:
+            last_ran.set()
+        return i * i
+
+    tasks = [lambda i=i: task(i) for i in range(8)]
+    assert run_each(tasks, 2) == [i * i for i in range(8)]
+    helpers = {t for t in threads if t is not threading.current_thread()}
+    assert len(helpers) == 1 and all(t.daemon for t in helpers)
+    assert run_each(tasks[1:], 1) == [i * i for i in range(1, 8)]
+
+    def boom() -> int:
+        raise ValueError("kernel failed")
+
+    with pytest.raises(ValueError, match="kernel failed"):
+        run_each([boom, *tasks[1:]], 2)
