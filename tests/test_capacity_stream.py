@@ -198,6 +198,23 @@ def test_deferred_lru_renumbers_and_keeps_the_table(rule: str, tmp_path: Path) -
     assert_same(cs.finish(n), want)
 
 
+@pytest.mark.parametrize("budget", [0, 640 << 20])
+def test_opt_beside_the_deferred_lru_keeps_the_table(budget: int, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OPT passes run beside the deferred LRU pass when both states fit the budget, after it otherwise:
+    the same table either way."""
+    log = long_log(800, seed=5)
+    offsets, ids, prompts, n = log
+    want = capacity_curve(offsets, ids, prompts, 4, "vllm", ids=(ids, n))
+    fits: list[bool] = []
+    check = CapacityStream._opt_fits_beside_lru
+    monkeypatch.setattr(CapacityStream, "_opt_fits_beside_lru", lambda *a: fits.append(check(*a)) or fits[-1])
+    cs = CapacityStream(4, "vllm", str(tmp_path), chunk_blocks=97, defer_lru=True, opt_budget_bytes=budget)
+    feed(cs, log, [100, 500])
+    assert_same(cs.finish(n), want)
+    assert fits == [budget > 0]
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=20, unique=True),
        st.integers(min_value=0, max_value=400_000))

@@ -221,11 +221,15 @@ class CapacityStream:
         lengths = self._close_spills(n)
         cap_tok, cap_blk = resolve_capacities(capacities_tokens, n, self.block_size)
         held = opt_held(cap_blk)
+        opt_tok: np.ndarray | None = None  # OPT's hits, when they were computed beside the LRU pass
         if self._defer_lru:  # the LRU pass on a second thread, beside OPT's bound and next-use keys (all
-            # three only read the ids spill; together they hold less than one OPT pass will)
+            # three only read the ids spill; together they hold less than one OPT pass will), and beside
+            # the OPT passes too when both states fit the budget together
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefixscan-lru") as side:
                 lru = side.submit(self._deferred_lru, lengths)
                 small = self._opt_prepare(n, lengths, held) if opt else None
+                if small is not None and small.any() and self._opt_fits_beside_lru(held[small], n, lengths):
+                    opt_tok = self._opt_hits(held[small], n, lengths)
                 lru.result()
         else:
             small = self._opt_prepare(n, lengths, held) if opt else None
@@ -245,9 +249,11 @@ class CapacityStream:
         def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
             return merged(fast, lambda rest: self._pool_hits(np.asarray(rest, np.int64), n, lengths), sizes)
 
-        return exact_table(cap_tok, cap_blk, evaluate, ideal, self._total_prompt_tokens, small,
-                           lambda caps: self._opt_hits(caps, n, lengths), self._occupied + 1, self.block_size,
-                           guesses)
+        def opt_run(caps: np.ndarray) -> np.ndarray:  # caps: held[small], which opt_tok was computed at
+            return opt_tok if opt_tok is not None else self._opt_hits(caps, n, lengths)
+
+        return exact_table(cap_tok, cap_blk, evaluate, ideal, self._total_prompt_tokens, small, opt_run,
+                           self._occupied + 1, self.block_size, guesses)
 
     def _sampled(self, n: int, capacities_tokens: Sequence[int] | None, rate: float) -> pa.Table:
         """The sampled curve (`sampled.sampled_table`) instead of the exact passes and OPT: three
@@ -389,6 +395,14 @@ class CapacityStream:
                 group.append(caps.pop(0) if len(group) % 2 else caps.pop())
                 used += cost(nxt, n)
             yield group
+
+    def _opt_fits_beside_lru(self, caps: np.ndarray, n: int, lengths: np.ndarray) -> bool:
+        """Whether the deferred LRU pass's state (at most 32 bytes per distinct block: tree, last use, two
+        histograms, with `_reserve`'s headroom) and the costliest group of OPT capacities fit
+        `opt_budget_bytes` together."""
+        size = np.dtype(key_dtype(key_width(lengths)[1])).itemsize
+        group = sorted(int(c) for c in caps)[-OPT_GROUP:]
+        return 32 * n + sum(self._opt_bytes(c, n, size) for c in group) <= self._opt_budget
 
     def _opt_bytes(self, cap: int, n: int, key_size: int = 8) -> int:
         return key_size * n + (key_size + 4) * opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
