@@ -8,8 +8,9 @@ slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinc
   (marks are renumbered when the clock reaches its end, `pool_fast._renumber`), and appends the chunk's
   block ids to a spill file. Per request it keeps only the length and the prompt tokens (12 bytes).
 - `finish` computes the next-use keys of Belady's rule (1966) by reading the ids spill backwards into a
-  second spill, then runs the optimal cache with bypass forward, chunk by chunk, two capacities at a
-  time (each with its per-block keys and a bounded heap), reading both spills into reused buffers.
+  second spill, then runs the optimal cache with bypass forward, chunk by chunk, up to `OPT_GROUP`
+  capacities per read within a memory budget (each with its per-block keys and a bounded heap), reading
+  both spills into reused buffers.
 
 Spills are read with `readinto`, not memory-mapped (`spill.py`: the chunk check, the run plan, the
 reads and writes): mapped file pages would count in the RSS. The kernels
