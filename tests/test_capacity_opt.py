@@ -13,7 +13,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from prefixscan.reuse.capacity.lru import capacity_curve, opt_hits, prepare
+from prefixscan.reuse.capacity import lru
+from prefixscan.reuse.capacity.lru import capacity_curve, key_dtype, next_keys, opt_hits, prepare
 from tests.oracles.capacity_ref import ideal_hit_tokens_ref, lru_hit_tokens_ref, opt_hit_tokens_ref
 from tests.oracles.lru_stack import lru_curves
 
@@ -192,3 +193,25 @@ def test_capacity_curve_uses_bypass_opt() -> None:
     table = capacity_curve(offsets, hashes, np.array([2, 1, 2, 1]), 1, "trace", [3, 4])
     assert table["opt_hit_tokens"].to_pylist() == [2, 3]
     assert table["lru_hit_tokens"].to_pylist() == [1, 3]
+
+
+def test_key_type_is_int32_exactly_when_every_key_fits() -> None:
+    assert key_dtype(2**31 - 1) is np.int32
+    assert key_dtype(2**31) is np.int64
+
+
+@settings(max_examples=100, deadline=None)
+@given(arbitrary_traces())
+def test_opt_kernel_with_int64_keys_equals_reference(trace: Trace) -> None:
+    # Small traces get int32 keys; a trace whose keys pass int32 (requests x longest request > 2^31) takes
+    # the int64 kernel, held to the same reference here by forcing the type.
+    offsets, hashes, prompts, bs, rule = trace
+    prep = prepare(offsets, hashes, prompts, bs, rule)
+    caps = list(range(prep.n_distinct + 2))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lru, "key_dtype", lambda never: np.int64)
+        width = int(np.diff(offsets).max(initial=0)) + 1
+        assert len(prep.ids) == 0 or next_keys(prep, width).dtype == np.int64
+        tok, blk = opt_hits(prep, caps)
+    for c in caps:
+        assert (tok[c], blk[c]) == opt_hit_tokens_ref(offsets, hashes, prompts, bs, rule, c)

@@ -1,7 +1,7 @@
 """The capacity curve of a log held in memory is computed in a background thread beside the aggregates and
 findings (`pipeline.run._Curve`): the same bytes as the sequential order, the same errors, a clean abort;
 a streamed log keeps the sequential order. Also the two things the overlap relies on: every compiled
-kernel the curve calls from Python releases the GIL, and no parallel kernel exists outside the curve's."""
+kernel the curve calls from Python releases the GIL, and no numba parallel kernel exists."""
 
 from __future__ import annotations
 
@@ -237,15 +237,15 @@ def test_every_kernel_the_curve_calls_releases_the_gil() -> None:
     for name in CURVE_MODULES:
         entries |= _called_from_python(importlib.import_module(f"prefixscan.reuse.{name}"))
     names = {n for n, _ in entries}
-    assert {"_lru_pool_chunk", "_opt_one", "_opt_many", "_pool_one", "_pool_many", "_block_weights"} <= names
+    assert {"_lru_pool_chunk", "_opt_one", "_pool_one", "_block_weights"} <= names
     held = sorted(n for n, d in entries if not d.targetoptions.get("nogil"))
     assert held == [], f"compiled functions called from Python that hold the GIL: {held}"
 
 
-def test_no_parallel_kernel_outside_the_curve() -> None:
-    """The capacity thread launches numba's parallel kernels while the aggregates and findings run; they
-    must launch none (one launch at a time for the threading layer). A new parallel kernel elsewhere
-    needs that looked at again (docs/pipeline.md)."""
+def test_no_parallel_kernel() -> None:
+    """The capacity thread runs its kernels on plain threads (`pool.run_each`) while the aggregates and
+    findings run, and the package has no numba parallel kernel: none launches numba's threading layer
+    beside them. A new parallel kernel needs that looked at again (docs/pipeline.md)."""
     parallel = set()
     for info in pkgutil.walk_packages(prefixscan.__path__, "prefixscan."):
         if info.name.startswith(("prefixscan.encode.ray", "prefixscan.__main__")):
@@ -258,4 +258,4 @@ def test_no_parallel_kernel_outside_the_curve() -> None:
             if isinstance(obj, CPUDispatcher) and obj.targetoptions.get("parallel") and \
                     obj.py_func.__module__ == info.name:
                 parallel.add(f"{info.name}.{n}")
-    assert parallel == {"prefixscan.reuse.capacity.lru._opt_many", "prefixscan.reuse.pool._pool_many"}
+    assert parallel == set()

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscan.encode.dense import dense_ids
+from prefixscan.reuse.capacity import stream
 from prefixscan.reuse.capacity.lru import capacity_curve
 from prefixscan.reuse.capacity.stream import CapacityStream
 
@@ -111,6 +112,19 @@ def test_renumbering_and_heap_compaction_keep_the_table(rule: str, tmp_path: Pat
     assert_same(_stream_default(log, rule, tmp_path), capacity_curve(offsets, ids, prompts, 4, rule, ids=(ids, n)))
 
 
+def test_int64_keys_keep_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log whose next-use keys pass int32 spills and runs them as int64 (`lru.key_dtype`): the same table
+    (forced here: such a log is too large for a test)."""
+    log = long_log(600, seed=2)
+    offsets, ids, prompts, n = log
+    caps = [0, 4, 8, 20, 52, 100, 400]
+    want = capacity_curve(offsets, ids, prompts, 4, "vllm", caps, ids=(ids, n))
+    monkeypatch.setattr(stream, "key_dtype", lambda never: np.int64)
+    cs = CapacityStream(4, "vllm", str(tmp_path), chunk_blocks=97)
+    feed(cs, log, [100, 300])
+    assert_same(cs.finish(n, caps), want)
+
+
 def _stream_default(log: Log, rule: str, spill: Path) -> pa.Table:
     with CapacityStream(4, rule, str(spill), tree_floor=1, chunk_blocks=500) as cs:
         feed(cs, log, list(range(0, len(log[2]), 37)))
@@ -182,6 +196,23 @@ def test_deferred_lru_renumbers_and_keeps_the_table(rule: str, tmp_path: Path) -
     feed(cs, log, [1, 1, 2, 200, 201, 900])
     assert cs._lru_state[1] == 0  # nothing ran during add()
     assert_same(cs.finish(n), want)
+
+
+@pytest.mark.parametrize("budget", [0, 640 << 20])
+def test_opt_beside_the_deferred_lru_keeps_the_table(budget: int, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OPT passes run beside the deferred LRU pass when both states fit the budget, after it otherwise:
+    the same table either way."""
+    log = long_log(800, seed=5)
+    offsets, ids, prompts, n = log
+    want = capacity_curve(offsets, ids, prompts, 4, "vllm", ids=(ids, n))
+    fits: list[bool] = []
+    check = CapacityStream._opt_fits_beside_lru
+    monkeypatch.setattr(CapacityStream, "_opt_fits_beside_lru", lambda *a: fits.append(check(*a)) or fits[-1])
+    cs = CapacityStream(4, "vllm", str(tmp_path), chunk_blocks=97, defer_lru=True, opt_budget_bytes=budget)
+    feed(cs, log, [100, 500])
+    assert_same(cs.finish(n), want)
+    assert fits == [budget > 0]
 
 
 @settings(max_examples=80, deadline=None)

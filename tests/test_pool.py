@@ -11,14 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prefixscan.encode.dense import dense_ids
 from prefixscan.encode.hashing import hit_cap_tokens
 from prefixscan.reuse.capacity.lru import capacity_curve
 from prefixscan.reuse.capacity.table import capacity_targets
-from prefixscan.reuse.pool import pool_curve, pool_hits
+from prefixscan.reuse.pool import longest_request, new_state, pool_curve, pool_hits, run_chunk, run_each
 from prefixscan.sim.kvcache import KVState
 from tests.oracles.capacity_ref import opt_hit_tokens_ref
 from tests.oracles.pool_ref import ReferencePool, pool_hits_ref
 from tests.test_capacity import csr, traces
+from tests.test_pool_fast import scrambled
 
 CASES = json.loads((Path(__file__).parent / "data" / "vllm_pool_cases.json").read_text())["cases"]
 ONE_AT_A_TIME = [c for c in CASES if c["kind"].startswith("one_at_a_time")]
@@ -200,3 +202,55 @@ def test_one_replica_simulation_equals_the_reference_pool(trace: tuple, n_blocks
     for engine in ("reference", "fast"):
         res = simulate(table, cfg, block_size=bs, hit_rule=rule, engine=engine)
         assert res.tables["sim_decisions"].sort_by("seq")["actual_cached_tokens"].to_pylist() == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["vllm", "trace"]))
+def test_compiled_pool_fed_in_chunks_equals_reference(seed: int, rule: str) -> None:
+    """The kernel keeps the free queue's ends in locals and writes them back when a chunk ends: a pool fed
+    chunk by chunk (as the streamed curve feeds it) gives the reference's hits request by request, with ids
+    repeated inside requests (duplicate copies), oversized requests (the pool is cleared) and partial blocks."""
+    rng = np.random.default_rng(seed)
+    block = int(rng.choice([1, 2, 4]))
+    rows, prompts = scrambled(rng, int(rng.integers(1, 40)), block)
+    offsets, hashes = csr(rows)
+    ids, n = dense_ids(hashes)
+    longest = longest_request(offsets, prompts, block)
+    for size in range(0, longest + 4):
+        state = new_state(size, n, longest)
+        out = np.zeros(len(prompts), np.int64)
+        cuts = sorted({0, len(prompts), *rng.integers(0, len(prompts) + 1, 3).tolist()})
+        for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+            run_chunk(state, offsets[a : b + 1] - offsets[a], ids[offsets[a] : offsets[b]], prompts[a:b], block, rule,
+                      out[a:b])
+        assert out.tolist() == pool_hits_ref(offsets, hashes, prompts, block, size, rule).tolist()
+
+
+def test_run_each_keeps_order_balances_and_raises() -> None:
+    """`run_each` gives results in task order, every thread takes the next task as it frees (the first task
+    waits for the last one, which only another thread taking every task after it can run), its helpers are
+    daemons, and a task's error is raised again in the caller once every thread stopped."""
+    import threading
+
+    last_ran = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def task(i: int) -> int:
+        threads.append(threading.current_thread())
+        if i == 0:
+            assert last_ran.wait(30), "the other thread did not take the remaining tasks"
+        if i == 7:
+            last_ran.set()
+        return i * i
+
+    tasks = [lambda i=i: task(i) for i in range(8)]
+    assert run_each(tasks, 2) == [i * i for i in range(8)]
+    helpers = {t for t in threads if t is not threading.current_thread()}
+    assert len(helpers) == 1 and all(t.daemon for t in helpers)
+    assert run_each(tasks[1:], 1) == [i * i for i in range(1, 8)]
+
+    def boom() -> int:
+        raise ValueError("kernel failed")
+
+    with pytest.raises(ValueError, match="kernel failed"):
+        run_each([boom, *tasks[1:]], 2)

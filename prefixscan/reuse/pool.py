@@ -20,17 +20,21 @@ Arrays of one pool of N blocks (slot 0 is the null block and is never used):
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from functools import partial
+from typing import NamedTuple, TypeVar
 
+import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from prefixscan.encode.dense import dense_ids
 from prefixscan.encode.hashing import is_trace_rule
 from prefixscan.reuse.hitrule import cap_blocks, cap_tokens
 
 HEAD, TAIL, HIT_TOK, HIT_BLK, DUPS, OVERSIZED = range(6)
+T = TypeVar("T")
 
 
 class PoolState(NamedTuple):
@@ -70,82 +74,28 @@ def new_state(num_blocks: int, n_distinct: int, longest: int) -> PoolState:
     return PoolState(*_empty_pool(int(num_blocks), int(n_distinct), int(longest)))
 
 
-@njit(cache=True, inline="always")
-def _unlink(qprev, qnext, st, s):  # pragma: no cover - compiled
-    p = qprev[s]
-    q = qnext[s]
-    if p >= 0:
-        qnext[p] = q
-    else:
-        st[HEAD] = q
-    if q >= 0:
-        qprev[q] = p
-    else:
-        st[TAIL] = p
-    qprev[s] = -1
-    qnext[s] = -1
-
-
-@njit(cache=True, inline="always")
-def _append(qprev, qnext, st, s):  # pragma: no cover - compiled
-    t = st[TAIL]
-    qprev[s] = t
-    qnext[s] = -1
-    if t >= 0:
-        qnext[t] = s
-    else:
-        st[HEAD] = s
-    st[TAIL] = s
-
-
-@njit(cache=True, inline="always")
-def _prepend(qprev, qnext, st, s):  # pragma: no cover - compiled
-    h = st[HEAD]
-    qprev[s] = -1
-    qnext[s] = h
-    if h >= 0:
-        qprev[h] = s
-    else:
-        st[TAIL] = s
-    st[HEAD] = s
-
-
 @njit(cache=True)
-def _drop(slot_id, cnext, first, last, s):  # pragma: no cover - compiled
-    """Slot s loses its id (lazy eviction when it is reused)."""
-    b = slot_id[s]
-    if b < 0:
-        return
-    slot_id[s] = -1
-    if first[b] == s:
-        first[b] = cnext[s]
-        if cnext[s] < 0:
+def _clear(slot_id, cnext, first, last):  # pragma: no cover - compiled
+    """Evict everything (before an oversized request; between requests every slot is free): no slot holds
+    an id, no id is cached."""
+    for s in range(1, len(slot_id)):
+        b = slot_id[s]
+        if b >= 0:
+            first[b] = -1
             last[b] = -1
-    else:
-        p = first[b]
-        while cnext[p] != s:
-            p = cnext[p]
-        cnext[p] = cnext[s]
-        if last[b] == s:
-            last[b] = p
-    cnext[s] = -1
-
-
-@njit(cache=True)
-def _clear(slot_id, qprev, qnext, cnext, sref, first, last, st):  # pragma: no cover - compiled
-    """Evict everything (before an oversized request): every slot is free and holds nothing."""
-    s = st[HEAD]
-    while s >= 0:
-        _drop(slot_id, cnext, first, last, s)
-        s = qnext[s]
+            slot_id[s] = -1
+        cnext[s] = -1
 
 
 @njit(cache=True, nogil=True)
 def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext, cnext, sref,  # pragma: no cover
                 first, last, st, table, out):
-    """Run one chunk of requests through the pool; per-request cached tokens into `out` (if not empty)."""
+    """Run one chunk of requests through the pool; per-request cached tokens into `out` (if not empty).
+    Queue and copy-list updates are written out, the queue's ends in locals: a compiled helper taking these
+    arrays costs an atomic reference count per array per call (one call per block: several times slower)."""
     n_slots = len(slot_id) - 1
     per_req = len(out) > 0
+    head, tail = st[HEAD], st[TAIL]
     for r in range(len(offsets) - 1):
         a = offsets[r]
         nb = offsets[r + 1] - a
@@ -162,22 +112,49 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
             out[r] = hit
         if total > n_slots:  # oversized: keep only its first n_slots full blocks (oracle: pool_hits_ref)
             st[OVERSIZED] += 1
-            _clear(slot_id, qprev, qnext, cnext, sref, first, last, st)
+            _clear(slot_id, cnext, first, last)
             total = n_slots
             nb = min(nb, n_slots)
             k = 0
-        for j in range(k):  # touch the hits
-            s = first[ids[a + j]]
-            if sref[s] == 0:
-                _unlink(qprev, qnext, st, s)
-            sref[s] += 1
-            table[j] = s
-        for j in range(k, total):  # new blocks from the head of the free queue
-            s = st[HEAD]
-            _unlink(qprev, qnext, st, s)
-            _drop(slot_id, cnext, first, last, s)
-            sref[s] = 1
-            table[j] = s
+        for j in range(total):  # touch the hits (k first), then take new blocks from the queue's head
+            if j < k:
+                s = first[ids[a + j]]
+                sref[s] += 1
+                table[j] = s
+                if sref[s] > 1:  # already taken out of the queue by this request
+                    continue
+            else:
+                s = head
+                sref[s] = 1
+                table[j] = s
+            p = qprev[s]  # unlink s from the free queue
+            q = qnext[s]
+            if p >= 0:
+                qnext[p] = q
+            else:
+                head = q
+            if q >= 0:
+                qprev[q] = p
+            else:
+                tail = p
+            qprev[s] = -1
+            qnext[s] = -1
+            b = slot_id[s]
+            if j < k or b < 0:
+                continue
+            slot_id[s] = -1  # a reused slot loses its id (lazy eviction): unlink it from b's copies
+            if first[b] == s:
+                first[b] = cnext[s]
+                if cnext[s] < 0:
+                    last[b] = -1
+            else:
+                p = first[b]
+                while cnext[p] != s:
+                    p = cnext[p]
+                cnext[p] = cnext[s]
+                if last[b] == s:
+                    last[b] = p
+            cnext[s] = -1
         for j in range(k, nb):  # every new full block gets its id, duplicates included
             s = table[j]
             b = ids[a + j]
@@ -191,11 +168,25 @@ def _pool_chunk(offsets, ids, prompts, block_size, trace, slot_id, qprev, qnext,
         for j in range(total - 1, -1, -1):  # free in reverse order; a block without an id goes to the front
             s = table[j]
             sref[s] -= 1
-            if sref[s] == 0:
-                if slot_id[s] >= 0:
-                    _append(qprev, qnext, st, s)
+            if sref[s] > 0:
+                continue
+            if slot_id[s] >= 0:
+                qprev[s] = tail
+                qnext[s] = -1
+                if tail >= 0:
+                    qnext[tail] = s
                 else:
-                    _prepend(qprev, qnext, st, s)
+                    head = s
+                tail = s
+            else:
+                qprev[s] = -1
+                qnext[s] = head
+                if head >= 0:
+                    qprev[head] = s
+                else:
+                    tail = s
+                head = s
+    st[HEAD], st[TAIL] = head, tail
 
 
 def check_csr(offsets: np.ndarray, ids: np.ndarray, prompt_tokens: np.ndarray, block_size: int,
@@ -255,29 +246,64 @@ def _pool_one(offsets, ids, prompts, block_size, trace, n_distinct, n_blocks, lo
     return st[HIT_TOK], st[DUPS]
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _pool_many(offsets, ids, prompts, block_size, trace, n_distinct, caps, longest):  # pragma: no cover - compiled
-    tok = np.zeros(len(caps), np.int64)
-    dups = np.zeros(len(caps), np.int64)
-    for c in prange(len(caps)):
-        tok[c], dups[c] = _pool_one(offsets, ids, prompts, block_size, trace, n_distinct, caps[c], longest)
-    return tok, dups
+def kernel_threads() -> int:
+    """Threads the curve's kernels may use: numba's thread count (NUMBA_NUM_THREADS, the cores by default)."""
+    return max(1, int(getattr(numba.config, "NUMBA_NUM_THREADS", 1)))  # set when numba's config loads
+
+
+def run_each(tasks: Sequence[Callable[[], T]], threads: int | None = None) -> list[T]:
+    """Each task's result, in order: the tasks (compiled kernels that release the GIL) run on `threads`
+    threads (`kernel_threads()` by default), the calling thread one of them, each taking the next task as
+    it frees, so tasks of unequal cost (pool sizes, OPT capacities) leave no thread idle while any is left.
+    The helper threads are daemons, as the capacity thread is: an interrupt does not wait for them. The
+    first error is raised again here once every thread stopped."""
+    n = min(kernel_threads() if threads is None else threads, len(tasks))
+    out: list[T | None] = [None] * len(tasks)
+    errors: list[BaseException] = []
+    order = iter(range(len(tasks)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(order, None) if not errors else None
+            if i is None:
+                return
+            try:
+                out[i] = tasks[i]()
+            except BaseException as e:  # raised again in the caller's thread
+                with lock:
+                    errors.append(e)
+                return
+
+    helpers = [threading.Thread(target=work, name="prefixscan-kernel", daemon=True) for _ in range(n - 1)]
+    for t in helpers:
+        t.start()
+    work()
+    for t in helpers:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out  # type: ignore[return-value]  # every slot was filled
 
 
 def pool_curve(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, prompt_tokens: np.ndarray, block_size: int,
                rule: str, pool_blocks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """(hit tokens, duplicate copies made) with a pool of each size in `pool_blocks`, over dense ids."""
-    offsets, prompts = check_csr(offsets, ids, prompt_tokens, block_size, rule)
     caps = np.asarray(pool_blocks, dtype=np.int64).reshape(-1)
-    if len(caps) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    small = len(ids) * len(caps) < 1 << 22  # starting threads costs more than the work
+    res = run_each(pool_tasks(offsets, ids, n_distinct, prompt_tokens, block_size, rule, caps), 1 if small else None)
+    return np.array([x[0] for x in res], np.int64).reshape(-1), np.array([x[1] for x in res], np.int64).reshape(-1)
+
+
+def pool_tasks(offsets: np.ndarray, ids: np.ndarray, n_distinct: int, prompt_tokens: np.ndarray, block_size: int,
+               rule: str, pool_blocks: Sequence[int] | np.ndarray) -> list[Callable[[], tuple[int, int]]]:
+    """One task per pool size, each giving `pool_curve`'s (hit tokens, duplicate copies), for `run_each`."""
+    offsets, prompts = check_csr(offsets, ids, prompt_tokens, block_size, rule)
     ids = np.ascontiguousarray(ids, dtype=np.int32)
     longest = longest_request(offsets, prompts, block_size)
     args = (offsets, ids, prompts, int(block_size), rule == "trace", int(n_distinct))
-    if len(caps) == 1 or len(ids) * len(caps) < 1 << 22:  # starting the threads costs more than the work
-        res = [_pool_one(*args, int(c), longest) for c in caps]
-        return np.array([x[0] for x in res], np.int64), np.array([x[1] for x in res], np.int64)
-    return _pool_many(*args, caps, longest)
+    return [partial(_pool_one, *args, int(c), longest) for c in np.asarray(pool_blocks, np.int64).reshape(-1)]
 
 
 def smallest_pools(evaluate: Callable[[list[int]], Sequence[int] | np.ndarray], targets: Sequence[int],

@@ -28,11 +28,12 @@ most expensive grid points lie.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from functools import partial
+from typing import NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
-from numba import njit, prange
+from numba import njit
 
 from prefixscan.encode.dense import dense_ids
 from prefixscan.reuse.capacity.table import (  # the table and weights, shared with the streamed and sampled curves
@@ -42,8 +43,18 @@ from prefixscan.reuse.capacity.table import (  # the table and weights, shared w
     curve_table,
     resolve_capacities,
 )
-from prefixscan.reuse.pool import check_csr, hit_target, occupied_blocks, pool_curve, smallest_pools, target_brackets
-from prefixscan.reuse.pool_fast import lru_pool_curves, merged
+from prefixscan.reuse.pool import (
+    check_csr,
+    hit_target,
+    longest_request,
+    occupied_blocks,
+    pool_curve,
+    pool_tasks,
+    run_each,
+    smallest_pools,
+    target_brackets,
+)
+from prefixscan.reuse.pool_fast import FastPool, lru_pool_curves, merged
 
 
 class Prepared(NamedTuple):
@@ -83,53 +94,21 @@ def _next_keys(offsets, ids, upcoming, r0, width, out):  # pragma: no cover - co
             upcoming[ids[p]] = (r0 + r) * width + (p - a)
 
 
+def key_dtype(never: int) -> type[np.signedinteger]:
+    """The next-use keys' integer type: int32 when every key, `never` included, fits (half the memory the
+    OPT passes walk: their per-block keys and heap), else int64. The values, so the results, are the same."""
+    return np.int32 if never <= np.iinfo(np.int32).max else np.int64
+
+
 def next_keys(prep: Prepared, width: int) -> np.ndarray:
     """For each listed block, when it is next listed: request * width + position in that request, where
     `width` exceeds every request's length; n_requests * width = never. One integer orders next uses by
-    request, then by position, which is the eviction order of the optimal cache."""
-    out = np.empty(len(prep.ids), np.int64)
-    upcoming = np.full(prep.n_distinct, (len(prep.offsets) - 1) * width, np.int64)
+    request, then by position, which is the eviction order of the optimal cache. Typed by `key_dtype`."""
+    never = (len(prep.offsets) - 1) * width
+    out = np.empty(len(prep.ids), key_dtype(never))
+    upcoming = np.full(prep.n_distinct, never, out.dtype)
     _next_keys(prep.offsets, prep.ids, upcoming, 0, width, out)
     return out
-
-
-@njit(cache=True)
-def _sift_down(hk, hb, n, i):  # pragma: no cover - compiled
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            return
-        if c + 1 < n and hk[c + 1] > hk[c]:
-            c += 1
-        if hk[c] <= hk[i]:
-            return
-        hk[i], hk[c] = hk[c], hk[i]
-        hb[i], hb[c] = hb[c], hb[i]
-        i = c
-
-
-@njit(cache=True)
-def _sift_up(hk, hb, i, k, bid):  # pragma: no cover - compiled
-    """Place (k, bid) at the free slot i and move it up. Kept tiny so it inlines into the kernel."""
-    while i > 0:
-        par = (i - 1) // 2
-        if hk[par] >= k:
-            break
-        hk[i] = hk[par]
-        hb[i] = hb[par]
-        i = par
-    hk[i] = k
-    hb[i] = bid
-
-
-@njit(cache=True)
-def _heap_pop(hk, hb, hn):  # pragma: no cover - compiled
-    """Drop the top entry; returns the new size."""
-    hn -= 1
-    hk[0] = hk[hn]
-    hb[0] = hb[hn]
-    _sift_down(hk, hb, hn, 0)
-    return hn
 
 
 @njit(cache=True)
@@ -144,26 +123,25 @@ def _compact(hk, hb, hn, key):  # pragma: no cover - compiled
             hk[m] = hk[q]
             hb[m] = hb[q]
             m += 1
-    for q in range(m // 2 - 1, -1, -1):
-        _sift_down(hk, hb, m, q)
+    for q in range((m - 2) // 4, -1, -1):  # sift each inner entry down (the largest child moves up)
+        kq = hk[q]
+        bq = hb[q]
+        i = q
+        while True:
+            c = 4 * i + 1
+            if c >= m:
+                break
+            for d in range(c + 1, min(c + 4, m)):
+                if hk[d] > hk[c]:
+                    c = d
+            if hk[c] <= kq:
+                break
+            hk[i] = hk[c]
+            hb[i] = hb[c]
+            i = c
+        hk[i] = kq
+        hb[i] = bq
     return m
-
-
-@njit(cache=True)
-def _evict_later(hk, hb, hn, key, limit):  # pragma: no cover - compiled
-    """Evict the resident block with the largest key if that key is >= `limit` (next use strictly later
-    than the incoming block's). Returns (evicted, heap size). Blocks of the running request have no live
-    entry (they are pushed when it ends), so they are never victims."""
-    while hn > 0:
-        k0 = hk[0]
-        b0 = hb[0]
-        if key[b0] == k0 and k0 < limit:
-            return False, hn
-        hn = _heap_pop(hk, hb, hn)
-        if key[b0] == k0:
-            key[b0] = -1
-            return True, hn
-    return False, hn
 
 
 @njit(cache=True, nogil=True)
@@ -172,31 +150,27 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
     resumable: key, the heap (hk, hb) and st = [heap size, resident, dead, hit tokens, hit blocks] carry
     the state to the next run. `never` is (all requests) x width.
 
-    key[b] = the block's next-use key (`next_keys`) while resident, -1 when absent. A lazy max-heap holds
+    key[b] = the block's next-use key (`next_keys`) while resident, -1 when absent. A lazy 4-ary max-heap holds
     (key, block) entries; stale ones (key[b] differs) are skipped when popped, and it is compacted when
     full (at most one live entry per resident block, so it never grows). While a request runs, its
     resident blocks have no live entry (their keys change at its start), which is what keeps them from
     being victims; they are pushed when it ends. Blocks never used again are not pushed: they only count
     in `dead`, are always the first victims, and which of them goes changes nothing (none is listed
     again). Live keys are distinct (request and position), so the victim never depends on the heap's
-    layout. The per-block work is inline on purpose: a non-inlined call per block, with its array
-    arguments, cost more than the heap work (about 2x at large capacities).
-    """
+    layout. Push and pop are written out: a compiled helper taking the arrays costs an atomic reference
+    count per array per call, more than the heap work itself."""
     hcap = len(hk)
-    hn = st[0]
-    size = st[1]
-    dead = st[2]
-    tok = st[3]
-    blk = st[4]
+    hn, size, dead, tok, blk = st[0], st[1], st[2], st[3], st[4]
     for r in range(len(offsets) - 1):
         a = offsets[r]
         b = offsets[r + 1]
-        for p in range(a, b):  # hits are decided before any admission
-            if key[ids[p]] < 0:
-                break
-            tok += weights[p]
+        m = a
+        while m < b and key[ids[m]] >= 0:  # hits are decided before any admission (and get their next use)
+            tok += weights[m]
             blk += 1
-        for p in range(a, b):  # resident blocks of the request get their new next use
+            key[ids[m]] = nk[m]
+            m += 1
+        for p in range(m, b):  # the other resident blocks of the request get their new next use
             if key[ids[p]] >= 0:
                 key[ids[p]] = nk[p]
         for p in range(a, b):  # admit in order until one is refused: each admitted block's parent is resident
@@ -207,9 +181,37 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
                     break  # nothing resident is used strictly later than never
                 if dead > 0:
                     dead -= 1
-                else:
-                    ok, hn = _evict_later(hk, hb, hn, key, (nk[p] // width + 1) * width)
-                    if not ok:
+                else:  # evict the top if its next use is strictly later than the offered block's request
+                    limit = (nk[p] // width + 1) * width
+                    evicted = False
+                    while hn > 0:
+                        k0 = hk[0]
+                        b0 = hb[0]
+                        if key[b0] == k0 and k0 < limit:
+                            break
+                        hn -= 1  # pop: the last entry sifts down from the root
+                        kl = hk[hn]
+                        bl = hb[hn]
+                        i = 0
+                        while True:
+                            c = 4 * i + 1
+                            if c >= hn:
+                                break
+                            for d in range(c + 1, min(c + 4, hn)):
+                                if hk[d] > hk[c]:
+                                    c = d
+                            if hk[c] <= kl:
+                                break
+                            hk[i] = hk[c]
+                            hb[i] = hb[c]
+                            i = c
+                        hk[i] = kl
+                        hb[i] = bl
+                        if key[b0] == k0:
+                            key[b0] = -1
+                            evicted = True
+                            break
+                    if not evicted:
                         break
                 size -= 1
             key[ids[p]] = nk[p]
@@ -222,17 +224,22 @@ def _opt_chunk(offsets, ids, weights, nk, key, hk, hb, st, cap, width, never):  
             elif k >= 0:
                 if hn == hcap:
                     hn = _compact(hk, hb, hn, key)
-                _sift_up(hk, hb, hn, k, ids[p])
+                i = hn  # sift up from the free slot
+                while i > 0:
+                    par = (i - 1) // 4
+                    if hk[par] >= k:
+                        break
+                    hk[i] = hk[par]
+                    hb[i] = hb[par]
+                    i = par
+                hk[i] = k
+                hb[i] = ids[p]
                 hn += 1
                 key[ids[p]] = -2 - k
         for p in range(a, b):
             if key[ids[p]] < -1:
                 key[ids[p]] = -2 - key[ids[p]]
-    st[0] = hn
-    st[1] = size
-    st[2] = dead
-    st[3] = tok
-    st[4] = blk
+    st[0], st[1], st[2], st[3], st[4] = hn, size, dead, tok, blk
 
 
 def opt_heap_slots(cap: int, total_blocks: int, slack: float = 1.0) -> int:
@@ -247,33 +254,30 @@ def _opt_one(offsets, ids, weights, nk, n_distinct, cap, width):  # pragma: no c
     n_req = len(offsets) - 1
     hcap = min(2 * cap + 64, offsets[n_req] + 64)  # opt_heap_slots(cap, total, 1.0)
     st = np.zeros(5, np.int64)
-    key = np.full(n_distinct, -1, np.int64)
-    _opt_chunk(offsets, ids, weights, nk, key, np.empty(hcap, np.int64), np.empty(hcap, np.int32), st, cap,
+    key = np.full(n_distinct, -1, nk.dtype)  # keys, their heap and nk share one type (`key_dtype`)
+    _opt_chunk(offsets, ids, weights, nk, key, np.empty(hcap, nk.dtype), np.empty(hcap, np.int32), st, cap,
                width, n_req * width)
     return st[3], st[4]
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _opt_many(offsets, ids, weights, nk, n_distinct, caps, width):  # pragma: no cover - compiled
-    tok = np.zeros(len(caps), np.int64)
-    blk = np.zeros(len(caps), np.int64)
-    for c in prange(len(caps)):
-        tok[c], blk[c] = _opt_one(offsets, ids, weights, nk, n_distinct, caps[c], width)
-    return tok, blk
+def opt_tasks(prep: Prepared, capacities_blocks: Sequence[int] | np.ndarray) -> list[Callable[[], tuple[int, int]]]:
+    """One task per capacity in blocks, each giving (hit tokens, hit blocks) of the optimal cache (Belady
+    with bypass, prefix-closed), for `pool.run_each`: the next-use keys are computed once for all."""
+    caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
+    if len(caps) == 0 or len(prep.ids) == 0:
+        return [lambda: (0, 0) for _ in caps]
+    width = int(np.diff(prep.offsets).max()) + 1
+    args = (prep.offsets, prep.ids, prep.weights, next_keys(prep, width), prep.n_distinct)
+    return [partial(_opt_one, *args, int(c), width) for c in caps]
 
 
 def opt_hits(prep: Prepared, capacities_blocks: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(hit tokens, hit blocks) of the optimal cache (Belady with bypass, prefix-closed) at each capacity
     in blocks, capacities in parallel threads."""
     caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
-    if len(caps) == 0 or len(prep.ids) == 0:
-        return np.zeros(len(caps), np.int64), np.zeros(len(caps), np.int64)
-    width = int(np.diff(prep.offsets).max()) + 1
-    nk = next_keys(prep, width)
-    if len(prep.ids) * len(caps) < 1 << 16:  # small: starting the parallel threads costs more than the work
-        hits = [_opt_one(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, c, width) for c in caps]
-        return np.array([h[0] for h in hits], np.int64), np.array([h[1] for h in hits], np.int64)
-    return _opt_many(prep.offsets, prep.ids, prep.weights, nk, prep.n_distinct, caps, width)
+    small = len(prep.ids) * len(caps) < 1 << 16  # starting the threads costs more than the work
+    hits = run_each(opt_tasks(prep, caps), 1 if small else None)
+    return np.array([h[0] for h in hits], np.int64), np.array([h[1] for h in hits], np.int64)
 
 
 # ---------------------------------------------------------------- the curve (its table: table.curve_table)
@@ -301,20 +305,40 @@ def capacity_curve(offsets: np.ndarray, hashes: np.ndarray, prompt_tokens: np.nd
     prep = prepare(offsets, hashes, prompt_tokens, block_size, rule, ids)
     prompts = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     cap_tok, cap_blk = resolve_capacities(capacities_tokens, prep.n_distinct, block_size)
-    # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the
-    # pool at every size where its histogram is exact (`pool_fast`); other sizes are simulated.
-    keyed, fast = lru_pool_curves(prep.offsets, prep.ids, prep.weights, prep.n_distinct, prompts, block_size, rule)
-    ideal = int(keyed[-1])
-
-    def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
-        return merged(fast, lambda rest: pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size,
-                                                    rule, rest)[0], sizes)
-
     # A cache that holds the whole working set never evicts: OPT = ideal there, no need to simulate;
     # and from L blocks on (`opt_ideal_capacity`) it provably loses no hit either.
     small = opt_held(cap_blk) < opt_ideal_capacity(prep.offsets, prep.ids, prep.n_distinct) if opt else None
-    return exact_table(cap_tok, cap_blk, evaluate, ideal, prep.total_prompt_tokens, small,
-                       lambda held: opt_hits(prep, held)[0], occupied_blocks(prep.offsets, prompts, block_size) + 1,
+    held = opt_held(cap_blk)[small] if small is not None else np.zeros(0, np.int64)
+    # The keyed LRU over listed blocks (the ideal, and guesses for the targets) and, in the same pass, the
+    # pool at every size where its histogram is exact (`pool_fast`), in one run of threads with the grid's
+    # pool sizes it cannot cover (below its `lo`: some request would not fit) and the OPT capacities
+    # (largest first: the costlier ones, so the cheap ones fill in at the end). Other sizes the grid or
+    # the target search asks for are simulated when asked.
+    below = np.unique(cap_blk[cap_blk <= longest_request(prep.offsets, prompts, block_size)])
+    order = np.argsort(-held, kind="stable")
+    tasks: list[Callable[[], object]] = [lambda: lru_pool_curves(prep.offsets, prep.ids, prep.weights,
+                                                                 prep.n_distinct, prompts, block_size, rule)]
+    tasks += pool_tasks(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule, below)
+    tasks += opt_tasks(prep, held[order])
+    small_run = len(prep.ids) * len(tasks) < 1 << 16  # starting the threads costs more than the work
+    done = run_each(tasks, 1 if small_run else None)
+    keyed, fast = cast(tuple[np.ndarray, FastPool], done[0])
+    hits = [cast(tuple[int, int], h)[0] for h in done[1:]]
+    known = dict(zip(below.tolist(), hits[: len(below)], strict=True))
+    opt_tok = np.zeros(len(held), np.int64)
+    opt_tok[order] = hits[len(below) :]
+
+    def simulate(sizes: Sequence[int]) -> list[int]:
+        todo = [s for s in sizes if s not in known]
+        known.update(zip(todo, pool_curve(prep.offsets, prep.ids, prep.n_distinct, prompts, block_size, rule,
+                                          todo)[0].tolist(), strict=True))
+        return [known[s] for s in sizes]
+
+    def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
+        return merged(fast, simulate, sizes)
+
+    return exact_table(cap_tok, cap_blk, evaluate, int(keyed[-1]), prep.total_prompt_tokens, small,
+                       lambda _: opt_tok, occupied_blocks(prep.offsets, prompts, block_size) + 1,
                        block_size, target_guesses(keyed))
 
 

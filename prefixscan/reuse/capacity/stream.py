@@ -8,8 +8,9 @@ slot per access): about 7.4 GiB on a 10M-request trace. Here memory is O(distinc
   (marks are renumbered when the clock reaches its end, `pool_fast._renumber`), and appends the chunk's
   block ids to a spill file. Per request it keeps only the length and the prompt tokens (12 bytes).
 - `finish` computes the next-use keys of Belady's rule (1966) by reading the ids spill backwards into a
-  second spill, then runs the optimal cache with bypass forward, chunk by chunk, two capacities at a
-  time (each with its per-block keys and a bounded heap), reading both spills into reused buffers.
+  second spill, then runs the optimal cache with bypass forward, chunk by chunk, up to `OPT_GROUP`
+  capacities per read within a memory budget (each with its per-block keys and a bounded heap), reading
+  both spills into reused buffers.
 
 Spills are read with `readinto`, not memory-mapped (`spill.py`: the chunk check, the run plan, the
 reads and writes): mapped file pages would count in the RSS. The kernels
@@ -34,6 +35,7 @@ from prefixscan.reuse.capacity.lru import (
     _next_keys,
     _opt_chunk,
     exact_table,
+    key_dtype,
     opt_heap_slots,
     opt_held,
     opt_ideal_runs,
@@ -66,8 +68,8 @@ class _Opt(NamedTuple):
     """One capacity's optimal-cache state, carried from chunk to chunk."""
 
     cap: int
-    key: np.ndarray  # int64 per distinct block: next-use key while resident, -1 absent
-    hk: np.ndarray  # int64 heap keys
+    key: np.ndarray  # per distinct block (`lru.key_dtype`): next-use key while resident, -1 absent
+    hk: np.ndarray  # heap keys (the same type)
     hb: np.ndarray  # int32 heap block ids
     st: np.ndarray  # int64 [heap size, resident, dead, hit tokens, hit blocks]
 
@@ -220,11 +222,15 @@ class CapacityStream:
         lengths = self._close_spills(n)
         cap_tok, cap_blk = resolve_capacities(capacities_tokens, n, self.block_size)
         held = opt_held(cap_blk)
+        opt_tok: np.ndarray | None = None  # OPT's hits, when they were computed beside the LRU pass
         if self._defer_lru:  # the LRU pass on a second thread, beside OPT's bound and next-use keys (all
-            # three only read the ids spill; together they hold less than one OPT pass will)
+            # three only read the ids spill; together they hold less than one OPT pass will), and beside
+            # the OPT passes too when both states fit the budget together
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefixscan-lru") as side:
                 lru = side.submit(self._deferred_lru, lengths)
                 small = self._opt_prepare(n, lengths, held) if opt else None
+                if small is not None and small.any() and self._opt_fits_beside_lru(held[small], n, lengths):
+                    opt_tok = self._opt_hits(held[small], n, lengths)
                 lru.result()
         else:
             small = self._opt_prepare(n, lengths, held) if opt else None
@@ -244,9 +250,11 @@ class CapacityStream:
         def evaluate(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
             return merged(fast, lambda rest: self._pool_hits(np.asarray(rest, np.int64), n, lengths), sizes)
 
-        return exact_table(cap_tok, cap_blk, evaluate, ideal, self._total_prompt_tokens, small,
-                           lambda caps: self._opt_hits(caps, n, lengths), self._occupied + 1, self.block_size,
-                           guesses)
+        def opt_run(caps: np.ndarray) -> np.ndarray:  # caps: held[small], which opt_tok was computed at
+            return opt_tok if opt_tok is not None else self._opt_hits(caps, n, lengths)
+
+        return exact_table(cap_tok, cap_blk, evaluate, ideal, self._total_prompt_tokens, small, opt_run,
+                           self._occupied + 1, self.block_size, guesses)
 
     def _sampled(self, n: int, capacities_tokens: Sequence[int] | None, rate: float) -> pa.Table:
         """The sampled curve (`sampled.sampled_table`) instead of the exact passes and OPT: three
@@ -296,7 +304,8 @@ class CapacityStream:
         pass, whose kernels run while the next chunk is read) before asking for the one after the next."""
         most = max((c.b1 - c.b0 for c in chunks), default=0)
         rows = max((c.r1 - c.r0 for c in chunks), default=0)
-        bufs = [(np.empty(most, np.int32), np.empty(most if keys else 0, np.int64), np.empty(rows, np.int64))
+        kd = key_dtype(key_width(lengths)[1]) if keys else np.int64
+        bufs = [(np.empty(most, np.int32), np.empty(most if keys else 0, kd), np.empty(rows, np.int64))
                 for _ in range(2 if keys else 1)]
         assert not keys or self._keys_path is not None
         with ExitStack() as files:
@@ -328,7 +337,8 @@ class CapacityStream:
             return np.zeros(len(caps), np.int64)
         width, never = key_width(lengths)
         chunks = self._plan(lengths)
-        return self._grouped(caps, n, self._opt_bytes,
+        size = np.dtype(key_dtype(never)).itemsize
+        return self._grouped(caps, n, lambda cap, n: self._opt_bytes(cap, n, size),
                              lambda pool, group: self._opt_pass(pool, group, n, chunks, lengths, width, never))
 
     def _grouped(self, sizes: np.ndarray, n: int, cost: Callable[[int, int], int],
@@ -355,26 +365,26 @@ class CapacityStream:
     def _spill_keys(self, chunks: list[Chunk], lengths: np.ndarray, n: int, width: int, never: int) -> None:
         """Next-use keys (`capacity.next_keys`) of every listed block into a spill, from a backward read of
         the ids spill: the scan must see the future first."""
-        fd, self._keys_path = tempfile.mkstemp(prefix="capacity-keys-", suffix=".i64",
+        fd, self._keys_path = tempfile.mkstemp(prefix="capacity-keys-", suffix=".bin",
                                                dir=os.path.dirname(self._ids_path))
         most = max(c.b1 - c.b0 for c in chunks)
         ids_buf = np.empty(most, np.int32)
-        keys_buf = np.empty(most, np.int64)
-        upcoming = np.full(n, never, np.int64)
+        keys_buf = np.empty(most, key_dtype(never))
+        upcoming = np.full(n, never, keys_buf.dtype)
         with open(self._ids_path, "rb", buffering=0) as fi, os.fdopen(fd, "wb", buffering=0) as fo:
-            fo.truncate(self._total_blocks * 8)
+            fo.truncate(self._total_blocks * keys_buf.itemsize)
             for c in reversed(chunks):
                 m = c.b1 - c.b0
                 ids = read_at(fi, c.b0, ids_buf[:m])
                 _next_keys(local_offsets(lengths, c), ids, upcoming, c.r0, width, keys_buf[:m])
-                fo.seek(c.b0 * 8)
+                fo.seek(c.b0 * keys_buf.itemsize)
                 write_all(fo, keys_buf[:m])
 
     def _groups(self, caps: list[int], n: int, cost: Callable[[int, int], int]) -> Iterator[list[int]]:
         """Capacities to run together, up to OPT_GROUP per read of the spills: the largest left, then the
-        smallest, largest, ... while their states fit the budget together (per capacity: 8 bytes per
-        distinct block plus a heap of 12 bytes per slot). Reading and weighing the spills once for more
-        capacities leaves the two cores to the kernels."""
+        smallest, largest, ... while their states fit the budget together (per capacity: a key per
+        distinct block plus a heap of a key and an id per slot, `_opt_bytes`). Reading and weighing the spills
+        once for more capacities leaves the two cores to the kernels."""
         caps = sorted(caps)
         while caps:
             group = [caps.pop()]
@@ -387,17 +397,25 @@ class CapacityStream:
                 used += cost(nxt, n)
             yield group
 
-    def _opt_bytes(self, cap: int, n: int) -> int:
-        return 8 * n + 12 * opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
+    def _opt_fits_beside_lru(self, caps: np.ndarray, n: int, lengths: np.ndarray) -> bool:
+        """Whether the deferred LRU pass's state (at most 32 bytes per distinct block: tree, last use, two
+        histograms, with `_reserve`'s headroom) and the costliest group of OPT capacities fit
+        `opt_budget_bytes` together."""
+        size = np.dtype(key_dtype(key_width(lengths)[1])).itemsize
+        group = sorted(int(c) for c in caps)[-OPT_GROUP:]
+        return 32 * n + sum(self._opt_bytes(c, n, size) for c in group) <= self._opt_budget
+
+    def _opt_bytes(self, cap: int, n: int, key_size: int = 8) -> int:
+        return key_size * n + (key_size + 4) * opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
 
     def _opt_pass(self, pool: ThreadPoolExecutor, caps: list[int], n: int, chunks: list[Chunk],
                   lengths: np.ndarray, width: int, never: int) -> dict[int, int]:
         """Hit tokens per capacity of the group: one forward read of the spills, each chunk run for every
         capacity in the pool's threads (the kernel releases the GIL) while the next chunk is read."""
-        states = []
+        states, kd = [], key_dtype(never)
         for cap in caps:
             slots = opt_heap_slots(cap, self._total_blocks, _HEAP_SLACK)
-            states.append(_Opt(cap, np.full(n, -1, np.int64), np.empty(slots, np.int64),
+            states.append(_Opt(cap, np.full(n, -1, kd), np.empty(slots, kd),
                                np.empty(slots, np.int32), np.zeros(5, np.int64)))
         feed = self._read(chunks, lengths, keys=True)
         cur = next(feed, None)
@@ -445,6 +463,6 @@ def _start(pool: ThreadPoolExecutor, kernel: Callable[..., None], args: list[tup
     return [pool.submit(kernel, *a) for a in args]
 
 
-OPT_GROUP = 4  # capacities per pass over the spills (their kernels share two threads)
+OPT_GROUP = 8  # sizes per pass over the spills (their kernels share two threads; more balance them better)
 _THREADED_BLOCKS = 1 << 14  # smaller chunks run in the calling thread
 _HEAP_SLACK = 0.25  # heap slots = 1.25 x capacity + 64: compaction every cap/4 pushes at most
