@@ -23,12 +23,13 @@ from tests.test_stream import _assert_same, _chat_log, tiny_chunks  # noqa: F401
 THREAD = "prefixscan-reuse"
 
 
-def _late_log(path: Path) -> Path:
+def _late_log(path: Path, late: bool = True) -> Path:
     """In time order but for its last records, which go back before the first: the chunk they come in
     goes back further than one chunk."""
     recs = [chat(i, f"c{i % 4}", 1 + i // 4, tenant=("acme", "globex")[i % 2], ts=float(10 + i), user=f"u{i % 3}")
-            for i in range(16)]
-    recs += [chat(16, "c0", 5, ts=0.0, user="u0"), chat(17, "c9", 1, tenant="globex", ts=1.0)]
+            for i in range(16 if late else 18)]
+    if late:
+        recs += [chat(16, "c0", 5, ts=0.0, user="u0"), chat(17, "c9", 1, tenant="globex", ts=1.0)]
     return write_jsonl(path, recs)
 
 
@@ -40,7 +41,12 @@ class _Spy:
         self.threads: set[str] = set()
         self.joined: list[int] = []
         self.reads = 0
-        feed, join, batches = RequestStream.feed, feed_mod.join_batches, EncodeStage.batches
+        self.drained: list[tuple[str, bool]] = []  # (thread, rows were held back)
+        feed, join, batches, drain = RequestStream.feed, feed_mod.join_batches, EncodeStage.batches, RequestStream.drain
+
+        def spy_drain(stream: RequestStream) -> None:
+            self.drained.append((threading.current_thread().name, stream.pending is not None))
+            drain(stream)
 
         def spy_feed(stream: RequestStream, batch: Batch) -> None:
             self.feeds[id(stream)] = self.feeds.get(id(stream), 0) + 1
@@ -56,6 +62,7 @@ class _Spy:
             return batches(stage, reader)  # type: ignore[arg-type]
 
         monkeypatch.setattr(RequestStream, "feed", spy_feed)
+        monkeypatch.setattr(RequestStream, "drain", spy_drain)
         monkeypatch.setattr(feed_mod, "join_batches", spy_join)
         monkeypatch.setattr(EncodeStage, "batches", spy_batches)
 
@@ -83,7 +90,18 @@ def test_one_chunk_log_in_order_is_reused_as_it_comes(tmp_path: Path, monkeypatc
     _assert_same(whole, spec)
     assert len(spy.feeds) == 1 and list(spy.feeds.values())[0] > 2  # one stream, fed chunk by chunk
     assert spy.threads == {THREAD} and spy.joined == [] and spy.reads == 1
+    assert [t for t, _ in spy.drained] == [THREAD, "MainThread"]  # after the last Batch, then at close
     assert not any("time order" in n for n in spec.summary["notes"])
+
+
+@pytest.mark.usefixtures("tiny_chunks")
+def test_the_last_batch_is_not_held_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows of the last Batch (here two of 18 requests in Batches of four) are processed in the thread as
+    soon as it is in (while the encode stage stops its workers), not after the ingest: close finds nothing
+    held back."""
+    whole, spec, spy = _one_chunk_runs(tmp_path, _late_log(tmp_path / "in_order.jsonl", late=False), monkeypatch)
+    _assert_same(whole, spec)
+    assert spy.drained == [(THREAD, True), ("MainThread", False)]
 
 
 @pytest.mark.usefixtures("tiny_chunks")

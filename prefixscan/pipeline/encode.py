@@ -5,7 +5,7 @@ Text records are rendered, tokenised and hashed here or, on large inputs, by wor
 behind the reading. Hashed-trace records become arrays (`trace_columns.py`). Each accepted chat record is
 seen once here by the findings detector and the conversation inference. A Batch is cut every
 STREAM_TEXT_ROWS text requests or compiled trace chunk (or, with `one_chunk`, once at the end; with
-`text_chunks` too, text still every STREAM_TEXT_ROWS requests, for the reuse stage to take as they come).
+`text_chunks` too, text still every ONE_CHUNK_TEXT_ROWS requests, for the reuse stage to take as they come).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class Batch:
     offsets: np.ndarray | None = None
     flat: np.ndarray | None = None
     tokens: list[np.ndarray] | None = None
+    last: bool = False  # the encode stage's last Batch: the reuse stage need hold nothing back after it
 
 
 @dataclass
@@ -119,7 +120,7 @@ def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None 
     """Read and encode every input, handing each Batch to `sink` (dropped without one). `encoder`: encodes
     text records in this process instead of a RecordEncoder and worker processes (the Ray engine's, which
     looks up what the cluster encoded). `text_chunks` (with `one_chunk`): text still comes in Batches of
-    STREAM_TEXT_ROWS as they complete (traces once at the end)."""
+    ONE_CHUNK_TEXT_ROWS as they complete (traces once at the end)."""
     sources = sources if sources is not None else expand(list(cfg.inputs))
     stage = EncodeStage(cfg, sources, one_chunk, encoder, text_chunks)
     reader = Reader(cfg, sources, pc.POOL_BATCH if stage.n_workers else pc.BATCH, progress)
@@ -268,20 +269,24 @@ class EncodeStage:
 
     def _emit(self, final: bool = False, chunk_done: bool = False) -> Iterator[Batch]:
         """What is collected as Batches: a trace every compiled chunk (or STREAM_TRACE_ROWS requests),
-        text every STREAM_TEXT_ROWS requests, and whatever is left at the end (`one_chunk`: only what is
-        left at the end, but for text with `text_chunks`)."""
+        text every STREAM_TEXT_ROWS requests, and whatever is left at the end, marked `last` (`one_chunk`: only
+        what is left at the end, but text every ONE_CHUNK_TEXT_ROWS requests with `text_chunks`)."""
         if self.one_chunk and not (final or self.text_chunks):
             return
+        out = []
         traces_now = final or (not self.one_chunk and (chunk_done or self.trace.n >= pc.STREAM_TRACE_ROWS))
         if self.trace.n and traces_now:
             frame, off, flat = self.trace.finish()
             self.trace = TraceColumns()
-            yield Batch(*self.block_rule(), cols={}, hashes=[], snippets=[], frame=frame, offsets=off, flat=flat)
-        if self.hashes and (final or len(self.hashes) >= pc.STREAM_TEXT_ROWS):
-            out = Batch(*self.block_rule(), cols=self.cols, hashes=self.hashes, snippets=self.snippets,
-                        tokens=self.tokens)
+            out.append(Batch(*self.block_rule(), cols={}, hashes=[], snippets=[], frame=frame, offsets=off, flat=flat))
+        rows = pc.ONE_CHUNK_TEXT_ROWS if self.one_chunk else pc.STREAM_TEXT_ROWS
+        if self.hashes and (final or len(self.hashes) >= rows):
+            out.append(Batch(*self.block_rule(), cols=self.cols, hashes=self.hashes, snippets=self.snippets,
+                             tokens=self.tokens))
             self._new_columns()
-            yield out
+        if final and out:
+            out[-1].last = True
+        yield from out
 
     def result(self, reader: Reader) -> Ingested:
         # Rejects in input order: an encoding failure is found after later lines' parse errors.

@@ -8,7 +8,7 @@ that thread has ended. What the thread raised is raised in the run's thread at t
 `end`, as the stream itself would have raised it there.
 
 A log taken as one chunk is reused as it arrives too: the encode stage hands over its text in Batches of
-STREAM_TEXT_ROWS (`ingest(text_chunks=True)`) and a one-chunk stream (its capacity input held in memory)
+ONE_CHUNK_TEXT_ROWS (`ingest(text_chunks=True)`) and a one-chunk stream (its capacity input held in memory)
 takes them like a streamed log's. If a Batch goes back in time further than one chunk (`OutOfOrder`),
 that speculative stream is dropped and `end` feeds the Batches, kept meanwhile (the one-chunk path holds
 the whole log in memory anyway), to a fresh stream as one Batch: the bytes of the one-chunk path either
@@ -111,6 +111,8 @@ class _Thread:
             try:
                 with writing(self.work):
                     self.stream.feed(batch)
+                    if batch.last:  # while the encode stage stops its workers
+                        self.stream.drain()
             except OutOfOrder as exc:
                 if self.speculative:
                     self.disorder = exc
