@@ -41,8 +41,16 @@ class _Spy:
         self.threads: set[str] = set()
         self.joined: list[int] = []
         self.reads = 0
+        self.alive: list[RequestStream] = []
         self.drained: list[tuple[str, bool]] = []  # (thread, rows were held back)
         feed, join, batches, drain = RequestStream.feed, feed_mod.join_batches, EncodeStage.batches, RequestStream.drain
+
+        self.discards: list[tuple[str, bool]] = []  # (thread, with the requests table)
+        discard = feed_mod.discard
+
+        def spy_discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
+            self.discards.append((threading.current_thread().name, tmp is not None))
+            discard(stream, tmp, spill)
 
         def spy_drain(stream: RequestStream) -> None:
             self.drained.append((threading.current_thread().name, stream.pending is not None))
@@ -50,6 +58,7 @@ class _Spy:
 
         def spy_feed(stream: RequestStream, batch: Batch) -> None:
             self.feeds[id(stream)] = self.feeds.get(id(stream), 0) + 1
+            self.alive.append(stream)  # no id is used again
             self.threads.add(threading.current_thread().name)
             feed(stream, batch)
 
@@ -63,6 +72,7 @@ class _Spy:
 
         monkeypatch.setattr(RequestStream, "feed", spy_feed)
         monkeypatch.setattr(RequestStream, "drain", spy_drain)
+        monkeypatch.setattr(feed_mod, "discard", spy_discard)
         monkeypatch.setattr(feed_mod, "join_batches", spy_join)
         monkeypatch.setattr(EncodeStage, "batches", spy_batches)
 
@@ -118,6 +128,8 @@ def test_one_chunk_log_going_back_in_time_falls_back_without_reading_again(
     assert spy.reads == 1 and len(spy.joined) == 1 and spy.joined[0] > 1
     fed = sorted(spy.feeds.values())
     assert len(fed) == 2 and fed[0] == 1 and fed[1] > 1  # the fresh stream took one Batch
+    # the speculative stream went, with its table, in the reuse thread as soon as it met OutOfOrder
+    assert spy.discards == [(THREAD, True), ("MainThread", False)]
     assert spec.summary["notes"] == whole.summary["notes"]
     assert not any("time order" in n for n in spec.summary["notes"])
 

@@ -10,7 +10,7 @@ that thread has ended. What the thread raised is raised in the run's thread at t
 A log taken as one chunk is reused as it arrives too: the encode stage hands over its text in Batches of
 ONE_CHUNK_TEXT_ROWS (`ingest(text_chunks=True)`) and a one-chunk stream (its capacity input held in memory)
 takes them like a streamed log's. If a Batch goes back in time further than one chunk (`OutOfOrder`),
-that speculative stream is dropped and `end` feeds the Batches, kept meanwhile (the one-chunk path holds
+that speculative stream is dropped at once and `end` feeds the Batches, kept meanwhile (the one-chunk path holds
 the whole log in memory anyway), to a fresh stream as one Batch: the bytes of the one-chunk path either
 way, without reading or encoding anything again.
 """
@@ -22,9 +22,11 @@ import queue
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
 from prefixscan.pipeline.encode import Batch
 from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
@@ -48,30 +50,49 @@ class Feeding:
                             and cfg.reuse == "scan")
         self.tmp, self.spill, self.stream = _new_stream(cfg, work, one_chunk)
         self.kept: list[Batch] | None = [] if self.text_chunks else None  # for the fallback to one Batch
-        self._thread = _Thread(self.stream, work, self.text_chunks) if background and (
-            self.text_chunks or not one_chunk) else None
+        self.disorder: OutOfOrder | None = None  # the speculative stream went back in time (and was dropped)
+        self._thread = _Thread(self._feed) if background and (self.text_chunks or not one_chunk) else None
 
     def feed(self, batch: Batch) -> None:
         """The encode stage's sink (run's thread)."""
         if self.kept is not None:  # the reuse stage rebinds the Batch's lists and may rewrite its columns dict
             self.kept.append(replace(batch, cols=dict(batch.cols)))
         if self._thread is None:
-            with writing(self.work):
-                self.stream.feed(batch)
-        else:
+            self._feed(batch)
+        elif self.disorder is None:
             self._thread.put(batch)
 
+    def _feed(self, batch: Batch) -> None:
+        """One Batch into the stream (in the reuse thread when there is one)."""
+        with writing(self.work):
+            if self.disorder is not None:
+                return
+            try:
+                self.stream.feed(batch)
+            except OutOfOrder as exc:
+                if not self.text_chunks:
+                    raise
+                self.disorder = exc
+                self._drop()
+                return
+            if batch.last and self._thread is not None:  # while the encode stage stops its workers
+                self.stream.drain()
+
+    def _drop(self) -> None:
+        """The speculative stream and its files go at once (their memory with them); a fresh one-chunk stream
+        takes the kept Batches at the end."""
+        discard(self.stream, self.tmp, self.spill)
+        self.stream.ideal.release()
+        self.tmp, self.spill, self.stream = _new_stream(self.cfg, self.work, True)
+        memory.trim()
+
     def end(self) -> RequestStream:
-        """Once the ingest is done: every Batch fed (what the thread raised, raised), and a speculative stream
-        that went back in time replaced by a fresh one fed the whole log as one Batch."""
+        """Once the ingest is done: every Batch fed (what the thread raised, raised), and after a speculative
+        stream went back in time, the whole log as one Batch to the fresh stream."""
         kept, self.kept = self.kept, None
-        if self._thread is None:
-            return self.stream
-        self._thread.finish()
-        if self._thread.disorder is not None and kept:
-            old = (self.stream, self.tmp, self.spill)
-            self.tmp, self.spill, self.stream = _new_stream(self.cfg, self.work, True)
-            discard(*old)
+        if self._thread is not None:
+            self._thread.finish()
+        if self.disorder is not None and kept:
             with writing(self.work):
                 self.stream.feed(join_batches(kept))
         return self.stream
@@ -92,13 +113,12 @@ class Feeding:
 
 
 class _Thread:
-    """One thread feeding `stream` the Batches put on a bounded queue, in order."""
+    """One thread calling `feed` on the Batches put on a bounded queue, in order; the first error stops it."""
 
-    def __init__(self, stream: RequestStream, work: Path, speculative: bool) -> None:
-        self.stream, self.work, self.speculative = stream, work, speculative
+    def __init__(self, feed: Callable[[Batch], None]) -> None:
+        self.feed = feed
         self.queue: queue.Queue[Batch | None] = queue.Queue(maxsize=QUEUE_DEPTH)
         self.error: BaseException | None = None
-        self.disorder: OutOfOrder | None = None  # a speculative stream went back in time: it takes no more
         self.drop = False
         self.thread: threading.Thread | None = threading.Thread(target=self._run, name="prefixscan-reuse",
                                                                 daemon=True)
@@ -106,26 +126,17 @@ class _Thread:
 
     def _run(self) -> None:
         while (batch := self.queue.get()) is not None:
-            if self.error is not None or self.disorder is not None or self.drop:
+            if self.error is not None or self.drop:
                 continue  # taken off the queue so the run's thread never blocks on it
             try:
-                with writing(self.work):
-                    self.stream.feed(batch)
-                    if batch.last:  # while the encode stage stops its workers
-                        self.stream.drain()
-            except OutOfOrder as exc:
-                if self.speculative:
-                    self.disorder = exc
-                else:
-                    self.error = exc
+                self.feed(batch)
             except BaseException as exc:  # raised again, as it is, in the run's thread
                 self.error = exc
 
     def put(self, batch: Batch) -> None:
         if self.error is not None:
             raise self.error
-        if self.disorder is None:
-            self.queue.put(batch)  # waits while the queue is full: memory stays bounded
+        self.queue.put(batch)  # waits while the queue is full: memory stays bounded
 
     def finish(self) -> None:
         """Wait for every Batch put; raise what the thread raised."""
