@@ -93,8 +93,10 @@ class Feeding:
         if self._thread is not None:
             self._thread.finish()
         if self.disorder is not None and kept:
+            whole = join_batches(kept)
+            kept.clear()  # the joined lists alone hold the records: the stream lets them go once framed
             with writing(self.work):
-                self.stream.feed(join_batches(kept))
+                self.stream.feed(whole)
         return self.stream
 
     def abort(self, exc: BaseException) -> BaseException:
