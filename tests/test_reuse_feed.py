@@ -150,12 +150,14 @@ def test_joined_batches_are_the_one_chunk_batch(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("tiny_chunks")
-@pytest.mark.parametrize("opts", [{"granularity": "token"}, {"reuse": "sql"}])
-def test_token_granularity_and_sql_keep_one_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  opts: dict) -> None:
+@pytest.mark.parametrize("opts", [{"granularity": "token"}, {"reuse": "sql"}, {"trace": True}])
+def test_token_granularity_sql_and_traces_keep_one_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         opts: dict) -> None:
+    """The one-Batch path as before, fed in the run's thread: token granularity, --reuse sql, and a trace
+    taken as one chunk."""
+    log = ROOT / "sample_logs" / "mooncake_small.jsonl" if opts.pop("trace", False) else _chat_log(tmp_path / "c.jsonl")
     spy = _Spy(monkeypatch)
-    run_analysis(AnalyzeConfig(inputs=(str(_chat_log(tmp_path / "c.jsonl")),), output=str(tmp_path / "r"),
-                               streaming=False, **opts))
+    run_analysis(AnalyzeConfig(inputs=(str(log),), output=str(tmp_path / "r"), streaming=False, **opts))
     assert list(spy.feeds.values()) == [1] and spy.threads == {"MainThread"}
 
 

@@ -10,9 +10,10 @@ that thread has ended. What the thread raised is raised in the run's thread at t
 A log taken as one chunk is reused as it arrives too: the encode stage hands over its text in Batches of
 ONE_CHUNK_TEXT_ROWS (`ingest(text_chunks=True)`) and a one-chunk stream (its capacity input held in memory)
 takes them like a streamed log's. If a Batch goes back in time further than one chunk (`OutOfOrder`),
-that speculative stream is dropped at once and `end` feeds the Batches, kept meanwhile (the one-chunk path holds
-the whole log in memory anyway), to a fresh stream as one Batch: the bytes of the one-chunk path either
-way, without reading or encoding anything again.
+that speculative stream is dropped at once and `end` feeds the Batches, kept meanwhile (the one-chunk
+path holds the whole log in memory anyway), to a fresh stream as one Batch: the bytes of the one-chunk
+path either way, without reading or encoding anything again. A one-chunk trace still comes as one Batch,
+fed in the run's thread (an interrupt then stops it at once, as before).
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ class Feeding:
         """The encode stage's sink (run's thread)."""
         if self.kept is not None:  # the reuse stage rebinds the Batch's lists and may rewrite its columns dict
             self.kept.append(replace(batch, cols=dict(batch.cols)))
-        if self._thread is None:
-            self._feed(batch)
+        if self._thread is None or (self.text_chunks and batch.frame is not None):
+            self._feed(batch)  # a one-chunk trace is one Batch (never mixed with text): no thread to wait for
         elif self.disorder is None:
             self._thread.put(batch)
 
