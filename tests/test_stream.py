@@ -27,6 +27,7 @@ from tests.conftest import MOONCAKE, ROOT, chat, write_jsonl
 def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Many chunks on small inputs: every chunk boundary case is exercised."""
     monkeypatch.setattr(ingest_mod, "STREAM_TEXT_ROWS", 3)
+    monkeypatch.setattr(ingest_mod, "ONE_CHUNK_TEXT_ROWS", 3)
     monkeypatch.setattr(ingest_mod, "BATCH", 2)
     monkeypatch.setattr(ingest_mod, "STREAM_TRACE_ROWS", 40)
     monkeypatch.setattr(fast_mod, "CHUNK_BYTES", 2500)

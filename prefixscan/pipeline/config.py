@@ -23,6 +23,9 @@ from prefixscan.read.sources import Source
 BATCH = 512  # records per encode call in this process
 POOL_BATCH = 256  # with encode workers: finer jobs keep both sides busy and fewer records in flight
 STREAM_TEXT_ROWS = 4096  # text requests per Batch (each carries hundreds of blocks)
+# ... of a log taken as one chunk, reused as it comes (pipeline/reuse_feed.py): smaller, as the last two
+# Batches' reuse is what is left when the encoding ends (a Batch's rows are held back until the next comes)
+ONE_CHUNK_TEXT_ROWS = 1024
 STREAM_TRACE_ROWS = 65536  # hashed-trace requests per Batch on the ordinary path (the compiled one: a chunk)
 FAST_MOONCAKE = True  # the compiled Mooncake reader; tests switch it off to compare with the ordinary path
 TRACE_BLOCK = {"mooncake": 512, "bailian": 16}

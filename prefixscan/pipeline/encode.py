@@ -4,7 +4,8 @@ Text records are rendered, tokenised and hashed here or, on large inputs, by wor
 (`encode_pool.py`) while the read stage goes on; their results are taken in submission order, DEPTH jobs
 behind the reading. Hashed-trace records become arrays (`trace_columns.py`). Each accepted chat record is
 seen once here by the findings detector and the conversation inference. A Batch is cut every
-STREAM_TEXT_ROWS text requests or compiled trace chunk (or, with `one_chunk`, once at the end).
+STREAM_TEXT_ROWS text requests or compiled trace chunk (or, with `one_chunk`, once at the end; with
+`text_chunks` too, text still every ONE_CHUNK_TEXT_ROWS requests, for the reuse stage to take as they come).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Batch:
     offsets: np.ndarray | None = None
     flat: np.ndarray | None = None
     tokens: list[np.ndarray] | None = None
+    last: bool = False  # the encode stage's last Batch: the reuse stage need hold nothing back after it
 
 
 @dataclass
@@ -114,12 +116,13 @@ def _snippet(r: Record) -> str:
 
 def ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | None = None,
            sink: Callable[[Batch], None] | None = None, sources: list[Source] | None = None,
-           one_chunk: bool = False, encoder: RecordEncoder | None = None) -> Ingested:
+           one_chunk: bool = False, encoder: RecordEncoder | None = None, text_chunks: bool = False) -> Ingested:
     """Read and encode every input, handing each Batch to `sink` (dropped without one). `encoder`: encodes
     text records in this process instead of a RecordEncoder and worker processes (the Ray engine's, which
-    looks up what the cluster encoded)."""
+    looks up what the cluster encoded). `text_chunks` (with `one_chunk`): text still comes in Batches of
+    ONE_CHUNK_TEXT_ROWS as they complete (traces once at the end)."""
     sources = sources if sources is not None else expand(list(cfg.inputs))
-    stage = EncodeStage(cfg, sources, one_chunk, encoder)
+    stage = EncodeStage(cfg, sources, one_chunk, encoder, text_chunks)
     reader = Reader(cfg, sources, pc.POOL_BATCH if stage.n_workers else pc.BATCH, progress)
     for batch in stage.batches(reader):
         if sink is not None:
@@ -131,8 +134,8 @@ class EncodeStage:
     """Consumes the read stage's events, yields Batches; `result` once they are all out."""
 
     def __init__(self, cfg: AnalyzeConfig, sources: list[Source], one_chunk: bool = False,
-                 encoder: RecordEncoder | None = None) -> None:
-        self.cfg, self.sources, self.one_chunk = cfg, sources, one_chunk
+                 encoder: RecordEncoder | None = None, text_chunks: bool = False) -> None:
+        self.cfg, self.sources, self.one_chunk, self.text_chunks = cfg, sources, one_chunk, text_chunks
         self.keep_tokens = cfg.granularity == "token"
         # A given encoder (the Ray engine's) encodes in this process: no workers are started.
         self.n_workers = auto_workers(cfg, sum(s.size for s in sources)) if encoder is None else 0
@@ -266,18 +269,24 @@ class EncodeStage:
 
     def _emit(self, final: bool = False, chunk_done: bool = False) -> Iterator[Batch]:
         """What is collected as Batches: a trace every compiled chunk (or STREAM_TRACE_ROWS requests),
-        text every STREAM_TEXT_ROWS requests, and whatever is left at the end."""
-        if self.one_chunk and not final:
+        text every STREAM_TEXT_ROWS requests, and whatever is left at the end, marked `last` (`one_chunk`: only
+        what is left at the end, but text every ONE_CHUNK_TEXT_ROWS requests with `text_chunks`)."""
+        if self.one_chunk and not (final or self.text_chunks):
             return
-        if self.trace.n and (final or chunk_done or self.trace.n >= pc.STREAM_TRACE_ROWS):
+        out = []
+        traces_now = final or (not self.one_chunk and (chunk_done or self.trace.n >= pc.STREAM_TRACE_ROWS))
+        if self.trace.n and traces_now:
             frame, off, flat = self.trace.finish()
             self.trace = TraceColumns()
-            yield Batch(*self.block_rule(), cols={}, hashes=[], snippets=[], frame=frame, offsets=off, flat=flat)
-        if self.hashes and (final or len(self.hashes) >= pc.STREAM_TEXT_ROWS):
-            out = Batch(*self.block_rule(), cols=self.cols, hashes=self.hashes, snippets=self.snippets,
-                        tokens=self.tokens)
+            out.append(Batch(*self.block_rule(), cols={}, hashes=[], snippets=[], frame=frame, offsets=off, flat=flat))
+        rows = pc.ONE_CHUNK_TEXT_ROWS if self.one_chunk else pc.STREAM_TEXT_ROWS
+        if self.hashes and (final or len(self.hashes) >= rows):
+            out.append(Batch(*self.block_rule(), cols=self.cols, hashes=self.hashes, snippets=self.snippets,
+                             tokens=self.tokens))
             self._new_columns()
-            yield out
+        if final and out:
+            out[-1].last = True
+        yield from out
 
     def result(self, reader: Reader) -> Ingested:
         # Rejects in input order: an encoding failure is found after later lines' parse errors.

@@ -9,7 +9,8 @@ few bytes per request, not with total tokens. A log taken as one chunk goes thro
 
 Analysis order is time, then input order. Chunks arrive in input order; a chunk is held back until the
 next arrives, so disorder within one chunk's reach is sorted out. A request older than one already written
-raises `OutOfOrder`, and `run` then analyses the log again as one chunk.
+raises `OutOfOrder`, and `run` then analyses the log again as one chunk (a one-chunk log fed as it came:
+`reuse_feed` feeds the Batches it kept to a fresh stream as one).
 """
 
 from __future__ import annotations
@@ -180,12 +181,16 @@ class RequestStream:
         self.written_max_ts = float(inp["timestamp_s"][-1])
         memory.trim()  # a chunk's parsing and frames leave free heap behind: hand it back before the next
 
-    def close(self, wait: bool = True) -> None:
-        """Process the held-back rows and finish the requests table (in the background with `wait=False`:
-        then `self.out.wait()` before reading it)."""
+    def drain(self) -> None:
+        """Process the held-back rows: no Batch comes any more."""
         if self.pending is not None:
             self._process(*self.pending)
             self.pending = None
+
+    def close(self, wait: bool = True) -> None:
+        """Process the held-back rows and finish the requests table (in the background with `wait=False`:
+        then `self.out.wait()` before reading it)."""
+        self.drain()
         self.out.close(wait=wait)
 
 

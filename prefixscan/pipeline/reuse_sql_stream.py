@@ -89,9 +89,7 @@ class SqlRequestStream(RequestStream):
 
     def close(self, wait: bool = True) -> None:
         """Spill the held-back rows, run the SQL once (step 2), then write every table from it (step 3)."""
-        if self.pending is not None:
-            self._process(*self.pending)
-            self.pending = None
+        self.drain()
         if self.chunks:
             self._sql()
             self._replay()

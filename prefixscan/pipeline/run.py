@@ -8,7 +8,6 @@ directory, writes the run directory. Reporters render the result; nothing here p
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -29,9 +28,10 @@ from prefixscan.memory import peak_rss_mib
 from prefixscan.pipeline import aggregate, detect
 from prefixscan.pipeline import pilot as pilot_stage
 from prefixscan.pipeline.config import streams, validate
-from prefixscan.pipeline.encode import Batch, Ingested, ingest
+from prefixscan.pipeline.encode import Ingested, ingest
 from prefixscan.pipeline.encode_workers import discard_early
 from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
+from prefixscan.pipeline.reuse_feed import Feeding
 from prefixscan.pipeline.summary import build_summary
 from prefixscan.pipeline.write import OnDisk, write_run, writing
 from prefixscan.privacy import resolve_tenant_key
@@ -243,7 +243,7 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, work: Pat
         notes.append(f"The log is not in time order ({exc}); it was analysed in memory instead of streamed, "
                      "so memory grew with the whole log. Sort it by time to analyse it in bounded memory.")
         clock = _Clock()
-        reused = _reuse(cfg, sources, work, progress, clock, one_chunk=True)
+        reused = _reuse(cfg, sources, work, progress, clock, one_chunk=True, speculate=False)
     try:
         return _finish(cfg, reused, clock, notes, run_path, log)
     except BaseException:
@@ -255,27 +255,22 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, work: Pat
 
 
 def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Progress | None, clock: _Clock,
-           one_chunk: bool) -> Reused:
+           one_chunk: bool, speculate: bool = True) -> Reused:
     """Read, encode, reuse and write requests in one pass over the chunks, then the capacity curve and the
-    aggregates. `one_chunk`: the whole log as one chunk (held in memory, any order)."""
+    aggregates. `one_chunk`: the whole log as one chunk (held in memory, any order); `speculate`: its text
+    reused chunk by chunk as it comes, unless it goes back in time (reuse_feed.py)."""
     memory.fixed_mmap_threshold()
-    fd, tmp = tempfile.mkstemp(dir=work, prefix=".requests.", suffix=".tmp")
-    os.close(fd)
-    spill = tempfile.mkdtemp(dir=work, prefix=".spill.")
-    stream = _stream_class(cfg)(cfg, Path(tmp), spill, one_chunk=one_chunk)
+    feeding = Feeding(cfg, work, one_chunk, background=cfg.engine != "ray" and (speculate or not one_chunk))
     curve = _Curve()  # not started yet
-
-    def feed(batch: Batch) -> None:
-        with writing(work):
-            stream.feed(batch)
-
     try:
         if cfg.engine == "ray":  # encoded on a Ray cluster, then this one-chunk path (pipeline/ray.py)
             from prefixscan.pipeline.ray import ray_ingest
 
-            ing = ray_ingest(cfg, progress, sources, work, sink=feed)
+            ing = ray_ingest(cfg, progress, sources, work, sink=feeding.feed)
         else:
-            ing = ingest(cfg, progress, sink=feed, sources=sources, one_chunk=one_chunk)
+            ing = ingest(cfg, progress, sink=feeding.feed, sources=sources, one_chunk=one_chunk,
+                         text_chunks=feeding.text_chunks)
+        stream = feeding.end()
         with writing(work):
             stream.close(wait=False)  # the table's last groups are written while the capacity curve runs
         n_distinct = stream.ideal.n_distinct
@@ -286,17 +281,18 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
         curve = _capacity(cfg, stream, n_distinct, ing, work, clock)
         with writing(work):
             stream.out.wait()
-        agg, side, summaries, prefixes = aggregate.aggregates(cfg, stream, Path(tmp))
+        agg, side, summaries, prefixes = aggregate.aggregates(cfg, stream, Path(feeding.tmp))
         memory.trim()
         clock.done("aggregate")
     except BaseException as exc:
-        _discard(stream, tmp, spill)
-        err = curve.settle(exc)
+        err = feeding.abort(exc)  # the reuse thread ended first: then its files can go
+        feeding.discard(table=True)
+        err = curve.settle(err)
         if err is not exc:
             raise err from None
         raise
-    _discard(stream, None, spill)
-    return Reused(ing, agg, side, summaries, prefixes, curve, Path(tmp), stream.seq, stream.reuse_info)
+    feeding.discard(table=False)
+    return Reused(ing, agg, side, summaries, prefixes, curve, Path(feeding.tmp), stream.seq, stream.reuse_info)
 
 
 def _capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, ing: Ingested, work: Path,
@@ -316,26 +312,6 @@ def _capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, ing: I
     memory.trim()
     clock.done("capacity")
     return _Curve(curve)
-
-
-def _stream_class(cfg: AnalyzeConfig) -> type[RequestStream]:
-    """The reuse stage: the compiled scan, or (--reuse sql) the reuse SQL run once over the whole log."""
-    if cfg.reuse == "sql":
-        from prefixscan.pipeline.reuse_sql_stream import SqlRequestStream
-
-        return SqlRequestStream
-    return RequestStream
-
-
-def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
-    if stream.capacity is not None:
-        stream.capacity.close()
-    for kept in (stream.source, stream.deepest, stream.blocks):
-        kept.f.close()
-    shutil.rmtree(spill, ignore_errors=True)
-    if tmp is not None and os.path.exists(tmp):
-        stream.out.abandon()
-        os.remove(tmp)
 
 
 def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_path: Path | None,
