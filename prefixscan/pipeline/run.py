@@ -16,29 +16,31 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from prefixscan import memory
+from prefixscan import memory, startup
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError
 from prefixscan.memory import peak_rss_mib
-from prefixscan.pipeline import aggregate, detect
+from prefixscan.pipeline import early
 from prefixscan.pipeline import pilot as pilot_stage
 from prefixscan.pipeline.config import streams, validate
 from prefixscan.pipeline.encode import Batch, Ingested, ingest
-from prefixscan.pipeline.encode_workers import discard_early
-from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
-from prefixscan.pipeline.summary import build_summary
-from prefixscan.pipeline.write import OnDisk, write_run, writing
+from prefixscan.pipeline.encode_workers import discard_early, early_started
+from prefixscan.pipeline.write import OnDisk, Tables, write_run, writing
 from prefixscan.privacy import resolve_tenant_key
-from prefixscan.read.decisions import DecisionLog
 from prefixscan.read.sources import Source, check_output, expand
 from prefixscan.run import rundir
 from prefixscan.schema import REJECTS_SCHEMA
+
+if TYPE_CHECKING:  # the stages after the encode stage (polars, numba) are imported where first used
+    import polars as pl
+
+    from prefixscan.pipeline import aggregate
+    from prefixscan.pipeline.reuse import RequestStream
+    from prefixscan.read.decisions import DecisionLog
 
 Progress = Callable[[int, int, int], None]
 # The capacity curve of a log held in memory runs in a background thread beside the aggregates and
@@ -65,28 +67,6 @@ class AnalysisResult:
 def analyze(*inputs: str, output: str | None = None, **options: Any) -> AnalysisResult:
     """Python API: `prefixscan.analyze("logs/*.jsonl", output="run", tokenizer="hf:/models/llama")`."""
     return run_analysis(AnalyzeConfig(inputs=tuple(inputs), output=output, **options))
-
-
-class Tables(dict[str, Any]):
-    """The result's tables by name; the requests and misses tables are read from their Parquet files on
-    first access (they are the size of the log). The pipeline itself uses `dict.items(tables)`, which
-    leaves them on disk."""
-
-    def __getitem__(self, name: str) -> pa.Table:
-        t = super().__getitem__(name)
-        if isinstance(t, OnDisk):
-            t = pq.read_table(t.path)
-            self[name] = t
-        return t
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self[name] if name in self else default
-
-    def values(self) -> list[pa.Table]:  # type: ignore[override]
-        return [self[name] for name in self]
-
-    def items(self) -> list[tuple[str, pa.Table]]:  # type: ignore[override]
-        return [(name, self[name]) for name in self]
 
 
 @dataclass
@@ -185,6 +165,7 @@ def run_analysis(cfg: AnalyzeConfig, progress: Progress | None = None) -> Analys
         with memory.fewer_collections():  # the run's caches and columns hold no cycles
             return _run(cfg, progress)
     finally:
+        startup.imported()  # a failed run leaves no import thread behind
         discard_early()  # encode workers started early for this run that its pool did not take
 
 
@@ -199,6 +180,8 @@ def _run(cfg: AnalyzeConfig, progress: Progress | None) -> AnalysisResult:
     log = pilot_stage.decisions(cfg)  # before the long work: a missing file, or a bad row under --strict, fails now
     # Built beside the target and swapped in on success (fails here, before the long work, if it cannot)
     new = rundir.NewRun(cfg.output, cfg.force) if cfg.output else None
+    if early_started():  # its workers are starting: import the later stages while the first records go out
+        startup.in_background(early.import_later)
     try:
         result = _in_workdir(cfg, sources, chunked, new.path if new is not None else None, progress, log)
     except EnvError as exc:
@@ -239,7 +222,7 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, work: Pat
     clock, notes = _Clock(), []
     try:
         reused = _reuse(cfg, sources, work, progress, clock, one_chunk=not chunked)
-    except OutOfOrder as exc:
+    except early.out_of_order() as exc:
         notes.append(f"The log is not in time order ({exc}); it was analysed in memory instead of streamed, "
                      "so memory grew with the whole log. Sort it by time to analyse it in bounded memory.")
         clock = _Clock()
@@ -262,10 +245,15 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
     fd, tmp = tempfile.mkstemp(dir=work, prefix=".requests.", suffix=".tmp")
     os.close(fd)
     spill = tempfile.mkdtemp(dir=work, prefix=".spill.")
-    stream = _stream_class(cfg)(cfg, Path(tmp), spill, one_chunk=one_chunk)
+    built: list[RequestStream] = []  # at the first Batch: the reading starts before the reuse stage is imported
     curve = _Curve()  # not started yet
 
+    def stream_now() -> RequestStream:
+        built[:] = built or [_stream_class(cfg)(cfg, Path(tmp), spill, one_chunk=one_chunk)]
+        return built[0]
+
     def feed(batch: Batch) -> None:
+        stream = stream_now()  # outside `writing`: the reuse stage's imports are not the run's writes
         with writing(work):
             stream.feed(batch)
 
@@ -276,6 +264,7 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
             ing = ray_ingest(cfg, progress, sources, work, sink=feed)
         else:
             ing = ingest(cfg, progress, sink=feed, sources=sources, one_chunk=one_chunk)
+        stream = stream_now()
         with writing(work):
             stream.close(wait=False)  # the table's last groups are written while the capacity curve runs
         n_distinct = stream.ideal.n_distinct
@@ -286,11 +275,13 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
         curve = _capacity(cfg, stream, n_distinct, ing, work, clock)
         with writing(work):
             stream.out.wait()
+        from prefixscan.pipeline import aggregate
+
         agg, side, summaries, prefixes = aggregate.aggregates(cfg, stream, Path(tmp))
         memory.trim()
         clock.done("aggregate")
     except BaseException as exc:
-        _discard(stream, tmp, spill)
+        _discard(built[0] if built else None, tmp, spill)
         err = curve.settle(exc)
         if err is not exc:
             raise err from None
@@ -309,6 +300,8 @@ def _capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, ing: I
     streaming promises (issue 6's 2 GiB target on a 10M-request trace). So it runs alone, first. A log
     held in memory already holds its whole capacity input; the overlap adds the kernels' working arrays
     to the aggregates' columns (measured in docs/pipeline.md)."""
+    from prefixscan.pipeline import aggregate
+
     job = aggregate.capacity_job(cfg, stream, n_distinct) if OVERLAP_CAPACITY else None
     if job is not None:
         return _Curve.start(job, work)
@@ -320,21 +313,26 @@ def _capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, ing: I
 
 def _stream_class(cfg: AnalyzeConfig) -> type[RequestStream]:
     """The reuse stage: the compiled scan, or (--reuse sql) the reuse SQL run once over the whole log."""
+    startup.imported()  # the first of the later stages this thread imports: the background imports end first
     if cfg.reuse == "sql":
         from prefixscan.pipeline.reuse_sql_stream import SqlRequestStream
 
         return SqlRequestStream
+    from prefixscan.pipeline.reuse import RequestStream
+
     return RequestStream
 
 
-def _discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
-    if stream.capacity is not None:
-        stream.capacity.close()
-    for kept in (stream.source, stream.deepest, stream.blocks):
-        kept.f.close()
+def _discard(stream: RequestStream | None, tmp: str | None, spill: str) -> None:
+    if stream is not None:
+        if stream.capacity is not None:
+            stream.capacity.close()
+        for kept in (stream.source, stream.deepest, stream.blocks):
+            kept.f.close()
     shutil.rmtree(spill, ignore_errors=True)
     if tmp is not None and os.path.exists(tmp):
-        stream.out.abandon()
+        if stream is not None:  # a stream writes its table, none was built before the first Batch
+            stream.out.abandon()
         os.remove(tmp)
 
 
@@ -342,7 +340,9 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
             log: DecisionLog | None = None) -> AnalysisResult:
     """Findings and miss attribution (while the capacity curve may still be computed), then the summary
     and the run directory of the reused log."""
-    timings, ing = clock.timings, r.ing
+    from prefixscan.pipeline.summary import build_summary
+
+    timings, ing = clock.timings, startup.hold(r).ing  # the console command never frees the run's memos
     try:
         fres, attribution = _detect(cfg, r, timings)
     except BaseException as exc:
@@ -376,6 +376,8 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
 
 def _detect(cfg: AnalyzeConfig, r: Reused, timings: dict[str, float]) -> tuple[Any, Any]:
     """(findings, miss attribution) of the requests table."""
+    from prefixscan.pipeline import detect
+
     # Findings (issue 3): finalise the detector the encode stage fed; counterfactual re-analysis.
     fres = detect.findings(cfg, r.ing, r.agg, r.requests_path)
     timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest
