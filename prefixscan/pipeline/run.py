@@ -165,8 +165,8 @@ def run_analysis(cfg: AnalyzeConfig, progress: Progress | None = None) -> Analys
         with memory.fewer_collections():  # the run's caches and columns hold no cycles
             return _run(cfg, progress)
     finally:
-        startup.imported()  # a failed run leaves no import thread behind
         discard_early()  # encode workers started early for this run that its pool did not take
+        startup.imported()  # a failed run leaves no import thread behind
 
 
 def _run(cfg: AnalyzeConfig, progress: Progress | None) -> AnalysisResult:
