@@ -7,30 +7,23 @@
   functions (`to_pandas`, `from_pandas`) import it when called. Only the CLI does this: in a library
   caller's process, its own `pa.array(series)` would no longer be recognised as pandas.
 
-- `in_background`: a run with encode workers imports what it needs after its encode stage (polars, numba,
-  the reuse, aggregate and findings stages) in a thread, while the main thread reads and hands records to
-  the workers; the thread mostly runs while the main thread waits for them. `imported()` waits for it:
-  call it before this thread imports or uses those modules (two threads importing one package at once
-  can each hold a module the other needs).
 - `hold`: the console command ends with `os._exit` (cli/app.py); what a finished run held (memos, columns:
   millions of objects) is kept referenced instead of being freed one by one as the run's frames return.
   Only `keep_until_exit` (the console command) turns it on: a library caller's objects are freed as usual.
 
-numba's registries are not thread-safe ("generator already executing" when one thread reaches a kernel
-while another builds numba's typing and target contexts): the background job may build them (the run's
-does) only because no other thread calls a compiled function until `imported()` has returned.
+numba's typing and target contexts (built at the first compiled call) are not built in a thread at start-up:
+numba's registries are not thread-safe ("generator already executing" when the main thread reaches a kernel).
+Importing the later stages in a thread while the main thread reads was measured too: the thread took
+most of the GIL from the busy main thread and the run was no faster (docs/bench.md, "Start-up").
 """
 
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
 
-_loading: threading.Thread | None = None
 _held: list[object] | None = None
 
 
@@ -59,31 +52,6 @@ class _Hidden:
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
         if fullname.partition(".")[0] == self.name:
             raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
-
-
-def in_background(job: Callable[[], object]) -> None:
-    """Run `job` (imports) in a daemon thread; one at a time (a second call while one runs does nothing).
-    What fails there is left for the main thread's own import to raise where the module is used."""
-    global _loading
-    if _loading is not None:
-        return
-
-    def run() -> None:
-        try:
-            job()
-        except Exception:  # raised again by the main thread's own import, if it needs the module
-            pass
-
-    _loading = threading.Thread(target=run, name="prefixscan-imports", daemon=True)
-    _loading.start()
-
-
-def imported() -> None:
-    """Wait for `in_background`'s thread to end (at once when none runs)."""
-    global _loading
-    thread, _loading = _loading, None
-    if thread is not None:
-        thread.join()
 
 
 def keep_until_exit() -> None:

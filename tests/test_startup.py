@@ -122,35 +122,23 @@ encode_pool.EncodePool.submit = recorded
 
 
 def test_analyze_hands_out_its_first_records_before_importing_the_later_stages(tmp_path: Path) -> None:
-    """With encode workers, analyze reads its first records and sends them to the workers before this process
-    imports polars, numba or the reuse, aggregate and findings stages (pipeline/early.py): the workers, which
-    start at once, need not wait for those imports. The background thread that imports them meanwhile is
-    switched off here, so that what is loaded at the first batch is what the main thread itself imported."""
-    code = ("import sys\nfrom prefixscan import startup\nstartup.in_background = lambda job: None\n" + FIRST_SUBMIT
-            + "from prefixscan.cli.app import main\n"
-            f"sys.argv = ['prefixscan', 'analyze', {str(ROOT / 'sample_logs' / 'chat.jsonl')!r}, '-o', "
-            f"{str(tmp_path / 'run')!r}, '-q', '--workers', '1']\n"
+    """With encode workers, analyze reads its first records and sends them to the workers before it imports
+    polars, numba or the reuse, aggregate and findings stages (run._reuse builds the reuse stage at the first
+    Batch): the workers, which start at once, need not wait for those imports. The tables are those of a run
+    encoded in this process alone (`--workers 0`)."""
+    log = str(ROOT / "sample_logs" / "chat.jsonl")
+    code = ("import sys\n" + FIRST_SUBMIT + "from prefixscan.cli.app import main\n"
+            f"sys.argv = ['prefixscan', 'analyze', {log!r}, '-o', {str(tmp_path / 'run')!r}, '-q', '--workers', '1']\n"
             "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
             "print(first)\nassert first == [[]], first\nassert 'numba' in sys.modules  # imported later, when needed")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr + r.stdout
-    assert (tmp_path / "run" / "manifest.json").exists()
-
-
-def test_background_imports_end_with_the_run_and_change_no_byte(tmp_path: Path) -> None:
-    """With encode workers the later stages are imported in a background thread (and numba's contexts built
-    there); the run joins it before the reuse stage, leaves no thread behind, and writes the bytes of a run
-    encoded in this process alone (`--workers 0`, no background imports)."""
-    log = str(ROOT / "sample_logs" / "chat.jsonl")
-    after = ("import threading\nassert 'prefixscan-imports' not in [t.name for t in threading.enumerate()]\n"
-             "from prefixscan import startup\nassert startup._loading is None")
-    for name, workers in (("bg", "1"), ("alone", "0")):
-        r = _cli_in_subprocess(["analyze", log, "-o", str(tmp_path / name), "-q", "--workers", workers], after)
-        assert r.returncode == 0, r.stderr + r.stdout
-    tables = sorted(p.name for p in (tmp_path / "bg").glob("*.parquet"))
+    r = _cli_in_subprocess(["analyze", log, "-o", str(tmp_path / "alone"), "-q", "--workers", "0"], "")
+    assert r.returncode == 0, r.stderr + r.stdout
+    tables = sorted(p.name for p in (tmp_path / "run").glob("*.parquet"))
     assert "requests.parquet" in tables and tables == sorted(p.name for p in (tmp_path / "alone").glob("*.parquet"))
     for name in tables:
-        assert (tmp_path / "bg" / name).read_bytes() == (tmp_path / "alone" / name).read_bytes(), name
+        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "alone" / name).read_bytes(), name
 
 
 def test_hold_keeps_objects_only_for_the_console_command() -> None:

@@ -9,14 +9,13 @@ never uses the workers); anything else leaves the pool to start its workers when
 run's pool takes these workers only if it asks for the same options and count (`encode_workers.claim`), so
 a wrong guess costs time on the other core, never a different result.
 
-While they start and take the first records, the run imports what it needs only after its encode stage
-(`import_later`, in a background thread: `startup.in_background`): the main process reads and hands out
-records at once instead of after those imports, and the thread runs mostly while it waits for the workers.
+The run itself reads and hands out its first records before it imports the stages that come after the
+encode stage (polars, numba: `run._reuse` builds the reuse stage at the first Batch); `out_of_order` lets
+it catch that stage's OutOfOrder without importing it first.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
@@ -46,23 +45,6 @@ def start_encode_workers(cfg: AnalyzeConfig) -> bool:
 
     start_early(cfg, cfg.granularity == "token", workers)
     return True
-
-
-# What a run imports after its encode stage: polars, numba and the stages that use them.
-LATER = ("polars", "prefixscan.pipeline.reuse", "prefixscan.reuse.capacity.whole", "prefixscan.reuse.capacity.stream",
-         "prefixscan.pipeline.aggregate", "prefixscan.pipeline.detect", "prefixscan.detect.run",
-         "prefixscan.detect.attribution", "prefixscan.pipeline.summary", "prefixscan.pilot.latency")
-
-
-def import_later() -> None:
-    """LATER, then numba's typing and target contexts (what the first compiled call would build). The run's
-    thread calls no compiled function before `startup.imported()`, so nothing uses numba meanwhile."""
-    for name in LATER:
-        importlib.import_module(name)
-    from numba.core.registry import cpu_target
-
-    cpu_target.typing_context.refresh()
-    cpu_target.target_context.refresh()
 
 
 def out_of_order() -> type[Exception] | tuple[()]:

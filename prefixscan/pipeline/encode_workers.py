@@ -95,11 +95,6 @@ def start_early(cfg: AnalyzeConfig, keep_tokens: bool, workers: int) -> None:
     _EARLY = _spawn(cfg, keep_tokens, workers)
 
 
-def early_started() -> bool:
-    """Whether `start_early` started workers that no pool has claimed yet."""
-    return _EARLY is not None
-
-
 def discard_early() -> None:
     """Stop workers `start_early` started that no pool claimed (a run that failed or encoded nothing)."""
     global _EARLY

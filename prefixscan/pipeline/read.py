@@ -205,9 +205,6 @@ class Reader:
 
     def _fast_mooncake(self, src: Source) -> Iterator[Event]:
         """A Mooncake JSONL file through the compiled reader; odd lines take the ordinary path."""
-        from prefixscan import startup
-
-        startup.imported()  # a text file before it may have started the background imports (numba's registries)
         from prefixscan.read.mooncake import iter_chunks  # compiled kernels: loaded only for a trace
 
         if self.batch:  # earlier files' records first: input order is analysis order for equal times

@@ -28,7 +28,7 @@ from prefixscan.pipeline import early
 from prefixscan.pipeline import pilot as pilot_stage
 from prefixscan.pipeline.config import streams, validate
 from prefixscan.pipeline.encode import Batch, Ingested, ingest
-from prefixscan.pipeline.encode_workers import discard_early, early_started
+from prefixscan.pipeline.encode_workers import discard_early
 from prefixscan.pipeline.write import OnDisk, Tables, write_run, writing
 from prefixscan.privacy import resolve_tenant_key
 from prefixscan.read.sources import Source, check_output, expand
@@ -166,7 +166,6 @@ def run_analysis(cfg: AnalyzeConfig, progress: Progress | None = None) -> Analys
             return _run(cfg, progress)
     finally:
         discard_early()  # encode workers started early for this run that its pool did not take
-        startup.imported()  # a failed run leaves no import thread behind
 
 
 def _run(cfg: AnalyzeConfig, progress: Progress | None) -> AnalysisResult:
@@ -180,8 +179,6 @@ def _run(cfg: AnalyzeConfig, progress: Progress | None) -> AnalysisResult:
     log = pilot_stage.decisions(cfg)  # before the long work: a missing file, or a bad row under --strict, fails now
     # Built beside the target and swapped in on success (fails here, before the long work, if it cannot)
     new = rundir.NewRun(cfg.output, cfg.force) if cfg.output else None
-    if early_started():  # its workers are starting: import the later stages while the first records go out
-        startup.in_background(early.import_later)
     try:
         result = _in_workdir(cfg, sources, chunked, new.path if new is not None else None, progress, log)
     except EnvError as exc:
@@ -313,7 +310,6 @@ def _capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, ing: I
 
 def _stream_class(cfg: AnalyzeConfig) -> type[RequestStream]:
     """The reuse stage: the compiled scan, or (--reuse sql) the reuse SQL run once over the whole log."""
-    startup.imported()  # the first of the later stages this thread imports: the background imports end first
     if cfg.reuse == "sql":
         from prefixscan.pipeline.reuse_sql_stream import SqlRequestStream
 
