@@ -7,13 +7,24 @@
   functions (`to_pandas`, `from_pandas`) import it when called. Only the CLI does this: in a library
   caller's process, its own `pa.array(series)` would no longer be recognised as pandas.
 
+- `hold`: the console command ends with `os._exit` (cli/app.py); what a finished run held (memos, columns:
+  millions of objects) is kept referenced instead of being freed one by one as the run's frames return.
+  Only `keep_until_exit` (the console command) turns it on: a library caller's objects are freed as usual.
+
 numba's typing and target contexts (built at the first compiled call) are not built in a thread at start-up:
 numba's registries are not thread-safe ("generator already executing" when the main thread reaches a kernel).
+Importing the later stages in a thread while the main thread reads was measured too: the thread took
+most of the GIL from the busy main thread and the run was no faster (docs/bench.md, "Start-up").
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_held: list[object] | None = None
 
 
 def skip_pandas_probe() -> None:
@@ -41,3 +52,19 @@ class _Hidden:
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
         if fullname.partition(".")[0] == self.name:
             raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+
+
+def keep_until_exit() -> None:
+    """From now on, `hold` keeps what it is given referenced until the process ends (the console command,
+    which ends with `os._exit`)."""
+    global _held
+    if _held is None:
+        _held = []
+
+
+def hold(obj: T) -> T:
+    """`obj`, kept referenced to the end of the process when `keep_until_exit` was called; otherwise nothing
+    is kept."""
+    if _held is not None:
+        _held.append(obj)
+    return obj

@@ -294,12 +294,12 @@ def test_an_interrupted_run_exits_130_and_leaves_nothing(long_log: Path, tmp_pat
 
 
 def test_an_unexpected_error_is_one_line_naming_a_bug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import prefixscan.pipeline.run as analysis_mod
+    import prefixscan.pipeline.summary as summary_mod  # the run imports its summary stage where it is used
 
     def broken(*_a: object, **_k: object) -> None:
         raise TypeError("something unforeseen")
 
-    monkeypatch.setattr(analysis_mod, "build_summary", broken)
+    monkeypatch.setattr(summary_mod, "build_summary", broken)
     err = _one_line_error(["analyze", SAMPLE, "-o", str(tmp_path / "run"), "-q"], 1)
     assert "internal error: TypeError: something unforeseen" in err and "bug" in err
     assert list(tmp_path.iterdir()) == []

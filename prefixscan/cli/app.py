@@ -134,18 +134,24 @@ def console() -> None:
 
     Freeing a large run's objects one by one (tokenizer memos, caches, frames, modules) takes a noticeable
     share of the run. By then every file the command writes is closed and renamed into place, and its worker
-    processes and threads have ended; the shortcut is taken only when no other thread or child process is
-    left, after stdout and stderr are flushed, with the command's exit code. `python -m prefixscan`
-    (profilers, coverage) exits normally."""
+    processes and threads have ended. Threads are joined as the interpreter's exit would join them first
+    (`_join_threads`: idle thread pools, such as the tokenizer's, are told to stop); the shortcut is then
+    taken only when no other thread or child process is left, after stdout and stderr are flushed, with the
+    command's exit code. What the run held is not even freed when its frames return (`startup.hold`): the
+    process ends with it. `python -m prefixscan` (profilers, coverage) exits normally."""
     import logging
     import os
     import threading
 
+    from prefixscan import startup
+
+    startup.keep_until_exit()
     code: Any = 0
     try:
         main()
     except SystemExit as exc:
         code = exc.code
+    _join_threads()
     if threading.active_count() > 1 or ("multiprocessing" in sys.modules and _children()):
         sys.exit(code)  # something still runs beside the command: the interpreter's own exit joins it
     if code is not None and not isinstance(code, int):  # what SystemExit does with a message
@@ -158,6 +164,16 @@ def console() -> None:
         except (OSError, ValueError):  # a closed pipe (`| head`): nothing more can be written anyway
             pass
     os._exit(code or 0)
+
+
+def _join_threads() -> None:
+    """What the interpreter's exit does first (`threading._shutdown`, as Python calls it): run threading's
+    exit hooks (thread pools stop their idle workers) and join every non-daemon thread."""
+    import threading
+
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def _children() -> bool:

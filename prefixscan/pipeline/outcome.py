@@ -30,9 +30,9 @@ def analyze(cfg: AnalyzeConfig, metrics: Sequence[str] = (), kv_events: str | No
     NothingAcceptedError when no record was accepted; the error's `result` is the run (its rejects)."""
     check_evidence(cfg.output, metrics, kv_events)
     from prefixscan.pipeline.run import run_analysis
-    from prefixscan.pipeline.summary import check_accepted
 
     result = run_analysis(cfg, progress)
+    from prefixscan.pipeline.summary import check_accepted  # after the run: its encode stage comes first
     if metrics or kv_events:
         from prefixscan.evidence.attach import attach_evidence
 

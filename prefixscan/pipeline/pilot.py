@@ -5,14 +5,13 @@ a decision log was given (docs/pilot.md)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from prefixscan.config import AnalyzeConfig
-from prefixscan.read.decisions import DecisionLog, read_decisions, sources
 from prefixscan.read.sources import check_output
-from prefixscan.schema import REJECTS_SCHEMA
+
+if TYPE_CHECKING:  # `decisions` runs before the encode stage: without --decisions it imports nothing heavy
+    from prefixscan.read.decisions import DecisionLog
 
 
 def decisions(cfg: AnalyzeConfig) -> DecisionLog | None:
@@ -20,6 +19,8 @@ def decisions(cfg: AnalyzeConfig) -> DecisionLog | None:
     per request."""
     if not cfg.decisions:
         return None
+    from prefixscan.read.decisions import read_decisions, sources
+
     if cfg.output:
         check_output(cfg.output, (cfg.decisions,), sources(cfg.decisions))
     return read_decisions(cfg.decisions, cfg.strict)
@@ -29,6 +30,10 @@ def add(requests_path: str | Path, block: int, log: DecisionLog | None, tables: 
         summary: dict[str, Any], notes: list[str]) -> None:
     """The pilot table and summary section: when the log carries latency, or a decision log is given (its
     rejects join the run's rejects table, its notes the summary's)."""
+    import pyarrow as pa
+
+    from prefixscan.schema import REJECTS_SCHEMA
+
     if log is not None:
         from prefixscan.pilot.decisions import measure as measure_decisions
 
@@ -51,6 +56,8 @@ def _prediction(requests_path: str | Path, block: int, tables: dict[str, Any], s
                 notes: list[str]) -> None:
     """Prefixscan's prediction next to the engine's outcome (prefixscan.pilot.prediction), from the misses
     table the attribution just wrote: its rows join the pilot table, its section the pilot summary."""
+    import pyarrow as pa
+
     from prefixscan.pilot.prediction import measure as measure_prediction
 
     misses = tables.get("misses")

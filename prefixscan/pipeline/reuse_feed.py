@@ -26,12 +26,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
 from prefixscan.pipeline.encode import Batch
-from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
 from prefixscan.pipeline.write import writing
+
+if TYPE_CHECKING:  # imported with the stream, at the first Batch: the reading starts without polars and numba
+    from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
 
 QUEUE_DEPTH = 1  # Batches waiting for the thread (one more is being fed, one more being built)
 # A one-chunk log's text reused as it comes (tests switch this off to compare with the one-Batch order).
@@ -49,10 +52,20 @@ class Feeding:
         self.cfg, self.work = cfg, work
         self.text_chunks = (SPECULATE and one_chunk and background and cfg.granularity == "block"
                             and cfg.reuse == "scan")
-        self.tmp, self.spill, self.stream = _new_stream(cfg, work, one_chunk)
+        self.one_chunk = one_chunk
+        self.tmp, self.spill = _new_files(work)
+        self._stream: RequestStream | None = None  # built at the first Batch (`stream`)
         self.kept: list[Batch] | None = [] if self.text_chunks else None  # for the fallback to one Batch
         self.disorder: OutOfOrder | None = None  # the speculative stream went back in time (and was dropped)
         self._thread = _Thread(self._feed) if background and (self.text_chunks or not one_chunk) else None
+
+    @property
+    def stream(self) -> RequestStream:
+        """The stream, built when first needed: the encode stage reads and hands out its first records
+        before the reuse stage (polars, numba) is imported."""
+        if self._stream is None:
+            self._stream = stream_class(self.cfg)(self.cfg, Path(self.tmp), self.spill, one_chunk=self.one_chunk)
+        return self._stream
 
     def feed(self, batch: Batch) -> None:
         """The encode stage's sink (run's thread)."""
@@ -65,6 +78,8 @@ class Feeding:
 
     def _feed(self, batch: Batch) -> None:
         """One Batch into the stream (in the reuse thread when there is one)."""
+        from prefixscan.pipeline.reuse import OutOfOrder
+
         with writing(self.work):
             if self.disorder is not None:
                 return
@@ -84,7 +99,8 @@ class Feeding:
         takes the kept Batches at the end."""
         discard(self.stream, self.tmp, self.spill)
         self.stream.ideal.release()
-        self.tmp, self.spill, self.stream = _new_stream(self.cfg, self.work, True)
+        self.tmp, self.spill = _new_files(self.work)
+        self._stream = None  # the fresh one is a one-chunk stream too
         memory.trim()
 
     def end(self) -> RequestStream:
@@ -112,7 +128,7 @@ class Feeding:
 
     def discard(self, table: bool) -> None:
         """Close and remove the stream's working files (`table`: the requests table too)."""
-        discard(self.stream, self.tmp if table else None, self.spill)
+        discard(self._stream, self.tmp if table else None, self.spill)
 
 
 class _Thread:
@@ -184,24 +200,28 @@ def stream_class(cfg: AnalyzeConfig) -> type[RequestStream]:
         from prefixscan.pipeline.reuse_sql_stream import SqlRequestStream
 
         return SqlRequestStream
+    from prefixscan.pipeline.reuse import RequestStream
+
     return RequestStream
 
 
-def _new_stream(cfg: AnalyzeConfig, work: Path, one_chunk: bool) -> tuple[str, str, RequestStream]:
-    """A stream writing its requests table to a new temporary file in `work`, spilling to a new directory."""
+def _new_files(work: Path) -> tuple[str, str]:
+    """A new temporary file in `work` for a stream's requests table, and a new directory for its spills."""
     fd, tmp = tempfile.mkstemp(dir=work, prefix=".requests.", suffix=".tmp")
     os.close(fd)
-    spill = tempfile.mkdtemp(dir=work, prefix=".spill.")
-    return tmp, spill, stream_class(cfg)(cfg, Path(tmp), spill, one_chunk=one_chunk)
+    return tmp, tempfile.mkdtemp(dir=work, prefix=".spill.")
 
 
-def discard(stream: RequestStream, tmp: str | None, spill: str) -> None:
-    """Close the stream's files and remove its spills (and, given `tmp`, its requests table)."""
-    if stream.capacity is not None:
-        stream.capacity.close()
-    for kept in (stream.source, stream.deepest, stream.blocks):
-        kept.f.close()
+def discard(stream: RequestStream | None, tmp: str | None, spill: str) -> None:
+    """Close the stream's files and remove its spills (and, given `tmp`, its requests table); `stream` is
+    None when no Batch came (none was built)."""
+    if stream is not None:
+        if stream.capacity is not None:
+            stream.capacity.close()
+        for kept in (stream.source, stream.deepest, stream.blocks):
+            kept.f.close()
     shutil.rmtree(spill, ignore_errors=True)
     if tmp is not None and os.path.exists(tmp):
-        stream.out.abandon()
+        if stream is not None:
+            stream.out.abandon()
         os.remove(tmp)

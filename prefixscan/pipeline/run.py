@@ -15,30 +15,32 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from prefixscan import memory
+from prefixscan import memory, startup
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError
 from prefixscan.memory import peak_rss_mib
-from prefixscan.pipeline import aggregate, detect
+from prefixscan.pipeline import early
 from prefixscan.pipeline import pilot as pilot_stage
 from prefixscan.pipeline.config import streams, validate
 from prefixscan.pipeline.encode import Ingested, ingest
 from prefixscan.pipeline.encode_workers import discard_early
-from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
 from prefixscan.pipeline.reuse_feed import Feeding
-from prefixscan.pipeline.summary import build_summary
-from prefixscan.pipeline.write import OnDisk, write_run, writing
+from prefixscan.pipeline.write import OnDisk, Tables, write_run, writing
 from prefixscan.privacy import resolve_tenant_key
-from prefixscan.read.decisions import DecisionLog
 from prefixscan.read.sources import Source, check_output, expand
 from prefixscan.run import rundir
 from prefixscan.schema import REJECTS_SCHEMA
+
+if TYPE_CHECKING:  # the stages after the encode stage (polars, numba) are imported where first used
+    import polars as pl
+
+    from prefixscan.pipeline import aggregate
+    from prefixscan.pipeline.reuse import RequestStream
+    from prefixscan.read.decisions import DecisionLog
 
 Progress = Callable[[int, int, int], None]
 # The capacity curve of a log held in memory runs in a background thread beside the aggregates and
@@ -65,28 +67,6 @@ class AnalysisResult:
 def analyze(*inputs: str, output: str | None = None, **options: Any) -> AnalysisResult:
     """Python API: `prefixscan.analyze("logs/*.jsonl", output="run", tokenizer="hf:/models/llama")`."""
     return run_analysis(AnalyzeConfig(inputs=tuple(inputs), output=output, **options))
-
-
-class Tables(dict[str, Any]):
-    """The result's tables by name; the requests and misses tables are read from their Parquet files on
-    first access (they are the size of the log). The pipeline itself uses `dict.items(tables)`, which
-    leaves them on disk."""
-
-    def __getitem__(self, name: str) -> pa.Table:
-        t = super().__getitem__(name)
-        if isinstance(t, OnDisk):
-            t = pq.read_table(t.path)
-            self[name] = t
-        return t
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self[name] if name in self else default
-
-    def values(self) -> list[pa.Table]:  # type: ignore[override]
-        return [self[name] for name in self]
-
-    def items(self) -> list[tuple[str, pa.Table]]:  # type: ignore[override]
-        return [(name, self[name]) for name in self]
 
 
 @dataclass
@@ -239,7 +219,7 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, work: Pat
     clock, notes = _Clock(), []
     try:
         reused = _reuse(cfg, sources, work, progress, clock, one_chunk=not chunked)
-    except OutOfOrder as exc:
+    except early.out_of_order() as exc:
         notes.append(f"The log is not in time order ({exc}); it was analysed in memory instead of streamed, "
                      "so memory grew with the whole log. Sort it by time to analyse it in bounded memory.")
         clock = _Clock()
@@ -281,6 +261,8 @@ def _reuse(cfg: AnalyzeConfig, sources: list[Source], work: Path, progress: Prog
         curve = _capacity(cfg, stream, n_distinct, ing, work, clock)
         with writing(work):
             stream.out.wait()
+        from prefixscan.pipeline import aggregate
+
         agg, side, summaries, prefixes = aggregate.aggregates(cfg, stream, Path(feeding.tmp))
         memory.trim()
         clock.done("aggregate")
@@ -305,6 +287,8 @@ def _capacity(cfg: AnalyzeConfig, stream: RequestStream, n_distinct: int, ing: I
     streaming promises (issue 6's 2 GiB target on a 10M-request trace). So it runs alone, first. A log
     held in memory already holds its whole capacity input; the overlap adds the kernels' working arrays
     to the aggregates' columns (measured in docs/pipeline.md)."""
+    from prefixscan.pipeline import aggregate
+
     job = aggregate.capacity_job(cfg, stream, n_distinct) if OVERLAP_CAPACITY else None
     if job is not None:
         return _Curve.start(job, work)
@@ -318,7 +302,9 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
             log: DecisionLog | None = None) -> AnalysisResult:
     """Findings and miss attribution (while the capacity curve may still be computed), then the summary
     and the run directory of the reused log."""
-    timings, ing = clock.timings, r.ing
+    from prefixscan.pipeline.summary import build_summary
+
+    timings, ing = clock.timings, startup.hold(r).ing  # the console command never frees the run's memos
     try:
         fres, attribution = _detect(cfg, r, timings)
     except BaseException as exc:
@@ -352,6 +338,8 @@ def _finish(cfg: AnalyzeConfig, r: Reused, clock: _Clock, notes: list[str], run_
 
 def _detect(cfg: AnalyzeConfig, r: Reused, timings: dict[str, float]) -> tuple[Any, Any]:
     """(findings, miss attribution) of the requests table."""
+    from prefixscan.pipeline import detect
+
     # Findings (issue 3): finalise the detector the encode stage fed; counterfactual re-analysis.
     fres = detect.findings(cfg, r.ing, r.agg, r.requests_path)
     timings["findings_s"] = fres.seconds if fres is not None else 0.0  # the detector's own time, fed in ingest

@@ -155,6 +155,28 @@ class OnDisk:
         self.path, self.num_rows = path, rows
 
 
+class Tables(dict[str, Any]):
+    """The result's tables by name; the requests and misses tables are read from their Parquet files on
+    first access (they are the size of the log). The pipeline itself uses `dict.items(tables)`, which
+    leaves them on disk."""
+
+    def __getitem__(self, name: str) -> pa.Table:
+        t = super().__getitem__(name)
+        if isinstance(t, OnDisk):
+            t = pq.read_table(t.path)
+            self[name] = t
+        return t
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def values(self) -> list[pa.Table]:  # type: ignore[override]
+        return [self[name] for name in self]
+
+    def items(self) -> list[tuple[str, pa.Table]]:  # type: ignore[override]
+        return [(name, self[name]) for name in self]
+
+
 def write_run(run_path: Path, cfg: AnalyzeConfig, ing: Ingested, tables: dict[str, Any],
               summary: dict[str, Any]) -> None:
     """The tables (a requests table already on disk is moved in), then the manifest, then the modes."""

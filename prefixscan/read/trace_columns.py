@@ -9,12 +9,14 @@ the first time one of them carries a value, and stays None (all null) otherwise.
 from __future__ import annotations
 
 from itertools import groupby
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import polars as pl
 
 from prefixscan.read.record import STRING_FIELDS, Record
+
+if TYPE_CHECKING:  # polars is imported where a frame is built: a text log's encode stage never needs it
+    import polars as pl
 
 STRING_COLS = ("request_id", *STRING_FIELDS)
 INT_COLS = ("turn_index", "output_tokens", "actual_cached_tokens")  # nullable: -1 stands for null
@@ -23,6 +25,8 @@ NUM_DTYPES = {"file": np.int32, "line": np.int64, "ts": np.float64, "prompt": np
 
 
 def _nulls(name: str, dtype: Any, n: int) -> pl.Series:
+    import polars as pl
+
     return pl.Series(name, [], dtype=dtype).extend_constant(None, n)
 
 
@@ -100,6 +104,8 @@ class TraceColumns:
 
     def finish(self) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
         """(per-request frame with the ingest columns, CSR offsets, namespaced block hashes)."""
+        import polars as pl
+
         n = self.n
 
         def cat(name: str) -> np.ndarray:
