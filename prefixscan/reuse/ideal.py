@@ -22,6 +22,7 @@ from numba import njit
 from prefixscan.affixes import common_prefix_length
 from prefixscan.encode.dense import DenseTable, SeenSet
 from prefixscan.reuse.hitrule import hit_tokens_array
+from prefixscan.reuse.pool import run_each
 
 if TYPE_CHECKING:
     import polars as pl
@@ -131,16 +132,9 @@ def _cores() -> int:
 
 def _concurrently(*calls: Callable[[], Any] | None, parallel: bool) -> list[Any]:
     """Each call's result (None for a None call). The scopes' passes touch disjoint state and their kernels
-    release the GIL, so with `parallel` they run in threads (the first in this one) and use idle cores."""
+    release the GIL, so with `parallel` they run in threads (`pool.run_each`) and use idle cores."""
     todo = [c for c in calls if c is not None]
-    if parallel and len(todo) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(len(todo) - 1) as pool:
-            futures = [pool.submit(c) for c in todo[1:]]
-            done = iter([todo[0](), *(f.result() for f in futures)])
-    else:
-        done = iter([c() for c in todo])
+    done = iter(run_each(todo, None if parallel else 1))
     return [None if c is None else next(done) for c in calls]
 
 
