@@ -23,7 +23,8 @@ from prefixscan.encode.hashing import BytesLRU
 from prefixscan.pipeline.encode_wire import Shipper, Unpacker
 from prefixscan.read.record import Record
 
-DEPTH = 2  # batches in flight per direction and worker: bounds memory, keeps both processes busy
+DEPTH = 6  # batches in flight per direction and worker: bounds memory; deep enough that a burst of long
+# prompts on one side does not leave the other waiting (2 left both sides waiting in turn on real text)
 
 
 @contextmanager
