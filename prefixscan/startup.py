@@ -68,3 +68,10 @@ def hold(obj: T) -> T:
     if _held is not None:
         _held.append(obj)
     return obj
+
+
+def let_go() -> None:
+    """Free what `hold` kept: a command that runs a second analysis (`fix`) frees the first one's memos
+    before it, so its peak memory is one run's, as without `hold`."""
+    if _held:
+        _held.clear()

@@ -143,14 +143,16 @@ def test_analyze_hands_out_its_first_records_before_importing_the_later_stages(t
 
 def test_hold_keeps_objects_only_for_the_console_command() -> None:
     """`startup.hold` is a no-op for library callers (their objects are freed as usual); after
-    `keep_until_exit` (the console command only) what it is given stays referenced."""
+    `keep_until_exit` (the console command only) what it is given stays referenced until `let_go` (the next run)."""
     code = ("import gc, weakref\nfrom prefixscan import startup\n"
             "class Big:\n    pass\n"
             "a = Big(); ra = weakref.ref(a); assert startup.hold(a) is a; del a; gc.collect()\n"
             "assert ra() is None, 'a library caller keeps nothing'\n"
             "startup.keep_until_exit()\n"
             "b = Big(); rb = weakref.ref(b); startup.hold(b); del b; gc.collect()\n"
-            "assert rb() is not None")
+            "assert rb() is not None\n"
+            "startup.let_go(); gc.collect()\n"
+            "assert rb() is None, 'a second run lets the first one go'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr + r.stdout
 

@@ -161,6 +161,7 @@ class _Curve:
 
 def run_analysis(cfg: AnalyzeConfig, progress: Progress | None = None) -> AnalysisResult:
     """Run the whole analysis for a config; write the run directory when `cfg.output` is set."""
+    startup.let_go()  # an earlier run's held objects (the console command holds them until it exits)
     try:
         with memory.fewer_collections():  # the run's caches and columns hold no cycles
             return _run(cfg, progress)
