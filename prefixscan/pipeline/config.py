@@ -107,6 +107,11 @@ def text_log(cfg: AnalyzeConfig, path: str) -> bool:
     return False
 
 
+class OutOfOrder(Exception):
+    """The log goes back in time further than one chunk: it cannot be analysed as a stream (the reuse stage
+    raises it; the run then takes the log as one chunk)."""
+
+
 def streams(cfg: AnalyzeConfig, sources: list[Source]) -> bool:
     """Whether `analyze` streams the log in chunks (bounded memory) or takes it as one chunk.
 

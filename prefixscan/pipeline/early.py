@@ -8,16 +8,11 @@ them. Only a cheap guess is made: plain local files, the first line's shape a te
 never uses the workers); anything else leaves the pool to start its workers when needed, as before. The
 run's pool takes these workers only if it asks for the same options and count (`encode_workers.claim`), so
 a wrong guess costs time on the other core, never a different result.
-
-The run itself reads and hands out its first records before it imports the stages that come after the
-encode stage (polars, numba: `run._reuse` builds the reuse stage at the first Batch); `out_of_order` lets
-it catch that stage's OutOfOrder without importing it first.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 from prefixscan.config import AnalyzeConfig
 
@@ -45,9 +40,3 @@ def start_encode_workers(cfg: AnalyzeConfig) -> bool:
 
     start_early(cfg, cfg.granularity == "token", workers)
     return True
-
-
-def out_of_order() -> type[Exception] | tuple[()]:
-    """The reuse stage's OutOfOrder to catch, or nothing while that stage is not imported (nothing can have
-    raised it then): the run's encode stage goes first without importing it."""
-    return getattr(sys.modules.get("prefixscan.pipeline.reuse"), "OutOfOrder", ())

@@ -127,8 +127,7 @@ def ray_ingest(cfg: AnalyzeConfig, progress: Callable[[int, int, int], None] | N
     """Encode on the cluster, then the driver's ingest with the cluster's encodings, each Batch handed to
     `sink`: streamed in chunks with `--stream` (the driver holds one chunk and the reuse state), else as one
     chunk. The encodings go inside `work` (the run being built, or a scratch folder) and are removed here."""
-    from prefixscan.pipeline.config import streams
-    from prefixscan.pipeline.reuse import OutOfOrder
+    from prefixscan.pipeline.config import OutOfOrder, streams
 
     retry = _RETRY.pop(str(work), None)
     tmp = retry or tempfile.mkdtemp(prefix=".ray-work-", dir=str(work))

@@ -28,6 +28,7 @@ from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
 from prefixscan.encode.hashing import counted_hit_blocks
 from prefixscan.errors import UsageError
+from prefixscan.pipeline.config import OutOfOrder
 from prefixscan.pipeline.encode import Batch
 from prefixscan.pipeline.frame import input_frame, requests_arrow
 from prefixscan.pipeline.write import RowGroups
@@ -37,10 +38,6 @@ from prefixscan.reuse.ideal import IdealResult, IdealStream, TokenPrefixIndex, s
 
 if TYPE_CHECKING:
     from prefixscan.reuse.sql import SqlIdealCursor
-
-
-class OutOfOrder(Exception):
-    """The log goes back in time further than one chunk: it cannot be analysed as a stream."""
 
 
 class _RequestIds:

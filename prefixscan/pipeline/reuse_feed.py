@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING
 
 from prefixscan import memory
 from prefixscan.config import AnalyzeConfig
+from prefixscan.pipeline.config import OutOfOrder
 from prefixscan.pipeline.encode import Batch
 from prefixscan.pipeline.write import writing
 
 if TYPE_CHECKING:  # imported with the stream, at the first Batch: the reading starts without polars and numba
-    from prefixscan.pipeline.reuse import OutOfOrder, RequestStream
+    from prefixscan.pipeline.reuse import RequestStream
 
 QUEUE_DEPTH = 1  # Batches waiting for the thread (one more is being fed, one more being built)
 # A one-chunk log's text reused as it comes (tests switch this off to compare with the one-Batch order).
@@ -78,8 +79,6 @@ class Feeding:
 
     def _feed(self, batch: Batch) -> None:
         """One Batch into the stream (in the reuse thread when there is one)."""
-        from prefixscan.pipeline.reuse import OutOfOrder
-
         with writing(self.work):
             if self.disorder is not None:
                 return

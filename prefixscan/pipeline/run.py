@@ -23,9 +23,8 @@ from prefixscan import memory, startup
 from prefixscan.config import AnalyzeConfig
 from prefixscan.errors import EnvError
 from prefixscan.memory import peak_rss_mib
-from prefixscan.pipeline import early
 from prefixscan.pipeline import pilot as pilot_stage
-from prefixscan.pipeline.config import streams, validate
+from prefixscan.pipeline.config import OutOfOrder, streams, validate
 from prefixscan.pipeline.encode import Ingested, ingest
 from prefixscan.pipeline.encode_workers import discard_early
 from prefixscan.pipeline.reuse_feed import Feeding
@@ -220,7 +219,7 @@ def _analyse(cfg: AnalyzeConfig, sources: list[Source], chunked: bool, work: Pat
     clock, notes = _Clock(), []
     try:
         reused = _reuse(cfg, sources, work, progress, clock, one_chunk=not chunked)
-    except early.out_of_order() as exc:
+    except OutOfOrder as exc:
         notes.append(f"The log is not in time order ({exc}); it was analysed in memory instead of streamed, "
                      "so memory grew with the whole log. Sort it by time to analyse it in bounded memory.")
         clock = _Clock()
