@@ -158,8 +158,9 @@ def _insert(keys, vals, n, limit, flat, ids, start, offsets, salts):  # pragma: 
                 while offsets[ahead + 1] <= j + AHEAD:
                     ahead += 1
                 g = g ^ salts[ahead]
-            _prefetch(keys, _slot(g, cap))
-            _prefetch(vals, _slot(g, cap))
+            pos = _slot(g, cap)
+            _prefetch(keys, pos)
+            _prefetch(vals, pos)
         h = flat[j]
         if salted:
             while offsets[row + 1] <= j:
@@ -352,12 +353,12 @@ class SeenSet:
         Both tables place a key by `_slot` and linear probing, so the set is the table's keys where it has
         them and 0 elsewhere (no rehash), unless it holds key 0, which a set keeps aside: then rehashed."""
         used = table.vals >= 0
-        out = cls(16)
-        if not (table.keys[used] == 0).any():
+        held = table.keys[used]
+        if not (held == 0).any():
+            out = cls(16)
             out.keys = np.where(used, table.keys, np.uint64(0))
             out.n = table.n
             return out
-        held = table.keys[used]
         out = cls(int(len(held) / MAX_LOAD) + 16)
         out.n = int(_set_insert(out.keys, held))
         out.has_zero[0] = 1
