@@ -87,15 +87,16 @@ static int two_newlines(PyObject *text) {
     return i == -2 ? -1 : i >= 0;
 }
 
-/* One text piece cut by nothing (SegmentEncoder._plan_text's single-part case). Returns 1 when it
- * poisons the prompt, 0 otherwise, -1 on error. */
+/* One text piece cut by nothing (SegmentEncoder._plan_text's single-part case). Returns 1, having added
+ * nothing, when the text spells a special token (known from `poison`, or new and `spells` says so; then
+ * added to `poison`): the caller plans it in Python (`_plan_spelled`). Else 0 (-1 on error). */
 static int plan_single(PyObject *piece, PyObject *text, PyObject *units, PyObject *keys, PyObject *memo_d,
                        PyObject *pending, PyObject *poison, PyObject *spells, PyObject *h128) {
     PyObject *k = text_key(h128, text);
     if (k == NULL) return -1;
-    if (append_new(units, unit(piece, Py_False, text)) < 0 || PyList_Append(keys, k) < 0) goto fail;
     int r = PySet_Contains(poison, k);
     if (r != 0) { Py_DECREF(k); return r; }
+    if (append_new(units, unit(piece, Py_False, text)) < 0 || PyList_Append(keys, k) < 0) goto fail;
     r = PyDict_Contains(memo_d, k);
     if (r == 0) r = PyDict_Contains(pending, k);
     if (r < 0) goto fail;
@@ -108,8 +109,10 @@ static int plan_single(PyObject *piece, PyObject *text, PyObject *units, PyObjec
             Py_DECREF(s);
             if (bad < 0) goto fail;
         }
-        if (bad) {
+        if (bad) { /* undo the unit: the Python path plans the text again, as its slices */
             if (PySet_Add(poison, k) < 0) goto fail;
+            Py_ssize_t n = PyList_GET_SIZE(units);
+            if (PyList_SetSlice(units, n - 1, n, NULL) < 0 || PyList_SetSlice(keys, n - 1, n, NULL) < 0) goto fail;
             Py_DECREF(k);
             return 1;
         }
@@ -177,8 +180,10 @@ done:
  * SegmentEncoder.plan's loop over pieces[start:]: appends to p.units, p.keys, p.piece_end, p.text_end and
  * p.char_end. A piece the rule may cut (multi_chars >= 0, that long, two newlines) is replayed from the piece
  * cache (`pieces_d`) when held there; when not, it goes to the Python method `plan_text(text, p)`, as does a
- * first piece with its own encoder to `plan_first(text, p)`; those count their units themselves, the units
- * counted here are the others. */
+ * text that spells a special token, and a first piece with its own encoder to `plan_first(text, p)`; those
+ * count their units themselves (the units counted here are the others), and `plan_text` returns how many of
+ * the units it added are special tokens (not text units in p.text_end). `poisoned` is always False (the
+ * result keeps its shape): `_plan_spelled` sets p.poisoned itself when a text cannot be split. */
 static PyObject *plan_pieces(PyObject *self, PyObject *const *a, Py_ssize_t na) {
     if (na != 16) { PyErr_SetString(PyExc_TypeError, "plan_pieces takes 16 arguments"); return NULL; }
     PyObject *p = a[0], *pieces = a[1], *special_keys = a[5], *special_key = a[6], *plan_first = a[7];
@@ -196,7 +201,6 @@ static PyObject *plan_pieces(PyObject *self, PyObject *const *a, Py_ssize_t na) 
     PyObject *char_end = PyObject_GetAttrString(p, "char_end");
     PyObject *out = NULL;
     Py_ssize_t seen = 0;
-    int poisoned = 0;
     if (!units || !keys || !piece_end || !text_end || !char_end) goto done;
     if (!PyList_Check(units) || !PyList_Check(keys)) { PyErr_SetString(PyExc_TypeError, "units, keys"); goto done; }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(pieces);
@@ -229,21 +233,25 @@ static PyObject *plan_pieces(PyObject *self, PyObject *const *a, Py_ssize_t na) 
                 multi = two_newlines(text);
                 if (multi < 0) goto done;
             }
+            int python = 0; /* plan_text plans it */
             if (multi) {
                 Py_ssize_t r = replay(text, units, keys, pieces_d, memo_d, pending, h128);
                 if (r < 0) goto done;
-                if (r > 0) {
-                    seen += r;
-                } else {
-                    PyObject *res = call2(plan_text, text, p);
-                    if (res == NULL) goto done;
-                    Py_DECREF(res);
-                }
+                seen += r;
+                python = r == 0;
             } else {
                 int r = plan_single(piece, text, units, keys, memo_d, pending, poison, spells, h128);
                 if (r < 0) goto done;
-                poisoned |= r;
-                seen += 1;
+                seen += !r;
+                python = r;
+            }
+            if (python) {
+                PyObject *res = call2(plan_text, text, p);
+                if (res == NULL) goto done;
+                Py_ssize_t nspecial = PyLong_AsSsize_t(res);
+                Py_DECREF(res);
+                if (nspecial == -1 && PyErr_Occurred()) goto done;
+                before += nspecial; /* special-token units are not text units */
             }
         }
         Py_ssize_t after = PyList_GET_SIZE(units);
@@ -252,7 +260,7 @@ static PyObject *plan_pieces(PyObject *self, PyObject *const *a, Py_ssize_t na) 
         if (append_ssize(piece_end, after) < 0 || append_ssize(text_end, texts) < 0 || append_ssize(char_end, chars) < 0)
             goto done;
     }
-    out = Py_BuildValue("(nO)", seen, poisoned ? Py_True : Py_False);
+    out = Py_BuildValue("(nO)", seen, Py_False);
 done:
     Py_XDECREF(units); Py_XDECREF(keys); Py_XDECREF(piece_end); Py_XDECREF(text_end); Py_XDECREF(char_end);
     return out;

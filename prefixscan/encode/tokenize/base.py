@@ -12,7 +12,7 @@ import xxhash
 
 from prefixscan.encode import core as encode_core
 from prefixscan.encode.hashing import BytesLRU
-from prefixscan.encode.tokenize.cuts import CutRule
+from prefixscan.encode.tokenize.cuts import CutRule, SpecialSplit
 from prefixscan.read.content import content_text
 from prefixscan.read.record import Record, RecordError
 
@@ -178,7 +178,7 @@ class Planned:
     units: list[tuple[bool, str] | None]
     keys: list[bytes]
     piece_end: list[int]  # for each input piece, the index after its last unit
-    poisoned: bool = False  # some text spells a special token: tokenise this prompt directly
+    poisoned: bool = False  # text spells special tokens that cannot be split exactly: tokenise it directly
     text_end: list[int] = field(default_factory=list)
     char_end: list[int] = field(default_factory=list)
     base: Last | None = None
@@ -192,7 +192,7 @@ class SegmentEncoder:
 
     def __init__(self, encode_many: Callable[[list[str]], Sequence[Ids]], special_ids: dict[str, int],
                  stats: TokenizerStats, rule: CutRule,
-                 spells_special: Callable[[str], bool] | None = None,
+                 special_split: SpecialSplit | None = None,
                  piece_bytes: int | None = None,
                  encode_first: Callable[[list[str]], Sequence[Ids]] | None = None) -> None:
         self.encode_many = encode_many
@@ -201,8 +201,11 @@ class SegmentEncoder:
         # a first text piece is tokenised whole by `encode_first`, memoised under its own key.
         self.encode_first = encode_first
         self.pending_first: dict[bytes, str] = {}
-        self.spells_special = spells_special
-        self.poison: set[bytes] = set()
+        # A backend whose tokeniser reads special-token strings inside text as special tokens (tiktoken with
+        # every special allowed): such text is planned as its slices and special tokens (`_plan_spelled`).
+        self.split = special_split
+        self.spells_special = special_split.spells if special_split is not None else None
+        self.poison: set[bytes] = set()  # keys of texts (pieces and parts) known to spell a special token
         self.special = {t: np.array([i], dtype=np.uint32) for t, i in special_ids.items()}
         self.memo = SegmentMemo()
         self.stats = stats
@@ -252,7 +255,7 @@ class SegmentEncoder:
             elif j == 0 and self.encode_first is not None:
                 self._plan_first(text, p)
             else:
-                self._plan_text(text, p)
+                before += self._plan_text(text, p)  # its special-token units are not text units
             p.piece_end.append(len(p.units))
             texts += 0 if special else len(p.units) - before
             chars += len(text)
@@ -289,12 +292,16 @@ class SegmentEncoder:
         p.units.append((False, text))
         p.keys.append(k)
         self.stats.segments_seen += 1
+        # No backend has both a first-piece encoder and text that spells special tokens (Hugging Face
+        # splits its rendered text at added tokens before planning): the prompt goes direct if one does.
         if self.spells_special is not None and self.spells_special(text):
             p.poisoned = True
         elif k not in self.memo:
             self.pending_first[k] = text
 
-    def _plan_text(self, text: str, p: Planned) -> None:
+    def _plan_text(self, text: str, p: Planned) -> int:
+        """Plan a text piece: cut by the rule, through the piece cache, new units queued. Returns how many of
+        the units it added are special tokens: text that spells them is planned as tiktoken cuts it."""
         units, keys = p.units, p.keys
         rule = self.rule  # texts the rule would not cut skip the piece cache
         multi = rule.split is not None and len(text) >= 2 * rule.min_unit and text.count("\n") >= 2
@@ -310,29 +317,55 @@ class SegmentEncoder:
                     k = keys[j]
                     if k not in self.memo and k not in self.pending:
                         self.pending[k] = units[j][1]  # type: ignore[index]  # just replayed: not None
-                return
+                return 0
+            if pk in self.poison:
+                return self._plan_spelled(text, p)
         parts = self.rule.parts(text) if multi else [text]
         start = len(units)
-        clean = True
+        new: list[tuple[bytes, str]] = []
         for part in parts:
             k = self.memo.key(part)
+            spelled = k in self.poison
+            if not spelled and k not in self.memo and k not in self.pending:
+                # Only new text is checked: a special token's string inside it is read as that token.
+                spelled = self.spells_special is not None and self.spells_special(part)
+                if spelled:
+                    self.poison.add(k)
+                new.append((k, part))
+            if spelled:  # the whole piece is planned again from its slices
+                del units[start:], keys[start:]
+                if multi:
+                    self.poison.add(pk)  # its resends go to the slices at once
+                return self._plan_spelled(text, p)
             units.append((False, part))
             keys.append(k)
-            self.stats.segments_seen += 1
-            if k in self.poison:
-                p.poisoned = True
-                clean = False
-            elif k not in self.memo and k not in self.pending:
-                # Only new text is checked: text that spells a special token would tokenise
-                # differently inside the whole prompt.
-                if self.spells_special is not None and self.spells_special(part):
-                    self.poison.add(k)
-                    p.poisoned = True
-                    clean = False
-                else:
-                    self.pending[k] = part
-        if multi and clean:
+        self.stats.segments_seen += len(parts)
+        for k, part in new:
+            self.pending[k] = part
+        if multi:
             self._remember(pk, parts, keys[start:])
+        return 0
+
+    def _plan_spelled(self, text: str, p: Planned) -> int:
+        """A text that spells special tokens, as tiktoken encodes it (`cuts.SpecialSplit`): its slices
+        planned as any text, the special tokens as units between them; the count of those. Exact by
+        construction, so those requests share the memo (and later turns resume) like any other."""
+        split = self.split.split(text) if self.split is not None else None
+        if split is None:  # special strings that overlap: the request is tokenised directly
+            p.poisoned = True
+            p.units.append((False, text))
+            p.keys.append(self.memo.key(text))
+            self.stats.segments_seen += 1
+            return 0
+        n = 0
+        for special, part in split:
+            if special:
+                p.units.append((True, part))
+                p.keys.append(self.special_keys.get(part) or self._special_key(part))
+                n += 1
+            else:
+                self._plan_text(part, p)  # spells none (the split leaves no match): no special units
+        return n
 
     def _remember(self, pk: bytes, parts: list[str], keys: list[bytes]) -> None:
         starts = np.cumsum([0, *map(len, parts[:-1])], dtype=np.uint32).tobytes()

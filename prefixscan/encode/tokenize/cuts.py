@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,3 +213,46 @@ def rule_for_hf(spec: dict[str, Any]) -> CutRule:
     desc = "+".join(map(str, types)) or "none"
     return no_cuts(f"no cut rule proven for pre-tokeniser {desc} with this normaliser: the memo works on "
                    "whole segments between special tokens")
+
+
+# -- tiktoken's own cuts: at special tokens -------------------------------------------------------------
+class SpecialSplit:
+    """Where tiktoken cuts a text whose special tokens are all allowed, so that text which spells special
+    tokens (users paste "<|endoftext|>") is planned as ordinary slices and special-token units, exactly.
+
+    tiktoken's `CoreBPE::encode` (src/lib.rs, 0.14) looks for the next special token with a regex that is
+    the alternation of the escaped special strings, from where the last one ended; the text before it is
+    split by the ordinary pattern on its own (the pattern never sees past the slice) and BPE-encoded, the
+    special token's id follows, and the search goes on after it. So the encoding of the whole is the
+    ordinary encoding of each slice, with the special ids between: the memo's own units. Matches are
+    leftmost and do not overlap; at one position at most one special string can match unless one is a
+    prefix of another, and then tiktoken takes the alternative listed first, in its hash map's order, which
+    cannot be known from here: such a set is `ambiguous`, and its spelled texts keep the direct path.
+    """
+
+    def __init__(self, specials: Iterable[str]) -> None:
+        self.specials = sorted(set(specials), key=lambda s: (-len(s), s))
+        # An empty special string would match everywhere: taken as ambiguous too.
+        self.ambiguous = "" in self.specials or any(
+            a != b and b.startswith(a) for a in self.specials for b in self.specials)
+        self._rx = re.compile("|".join(map(re.escape, self.specials))) if self.specials else None
+
+    def spells(self, text: str) -> bool:
+        """Whether `text` holds a special token's string (every slice `split` returns holds none)."""
+        return self._rx is not None and self._rx.search(text) is not None
+
+    def split(self, text: str) -> list[tuple[bool, str]] | None:
+        """The text as tiktoken encodes it: non-empty ordinary slices (False) and special tokens (True), in
+        order; None when the set is ambiguous (the caller tokenises the prompt directly)."""
+        if self.ambiguous or self._rx is None:
+            return None
+        out: list[tuple[bool, str]] = []
+        at = 0
+        for m in self._rx.finditer(text):
+            if m.start() > at:
+                out.append((False, text[at:m.start()]))
+            out.append((True, m.group()))
+            at = m.end()
+        if at < len(text):
+            out.append((False, text[at:]))
+        return out

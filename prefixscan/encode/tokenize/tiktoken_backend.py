@@ -17,7 +17,7 @@ from prefixscan.encode.tokenize.base import (
     assemble_batch,
     conversation_key,
 )
-from prefixscan.encode.tokenize.cuts import rule_for_pattern
+from prefixscan.encode.tokenize.cuts import SpecialSplit, rule_for_pattern
 from prefixscan.errors import TokenizerError
 from prefixscan.read.record import Record, RecordError
 
@@ -82,9 +82,11 @@ class TiktokenTokenizer(Tokenizer):
         self.threads = threads or os.cpu_count() or 1
         self._pool: ThreadPoolExecutor | None = None
         # tiktoken encodes the text between two special tokens on its own (a slice), so segments are exact
-        # by construction; cuts inside a segment follow the rule proven for this encoding's regex.
-        self.seg = SegmentEncoder(self._encode_texts, SPECIAL_IDS, self.stats, rule_for_pattern(pat_str),
-                                  spells_special=self._spells_special)
+        # by construction, also where message text spells a special token (`SpecialSplit`: every special
+        # of the encoding, and the ChatML ones); cuts inside a segment follow the rule proven for this
+        # encoding's regex.
+        self.seg = SegmentEncoder(self._encode_texts, self.enc._special_tokens, self.stats,
+                                  rule_for_pattern(pat_str), special_split=SpecialSplit(self.enc.special_tokens_set))
         self._core = self.enc._core_bpe  # for `_ordinary`
         self.checked = 0
         self.direct = False
@@ -111,9 +113,6 @@ class TiktokenTokenizer(Tokenizer):
             out[i::self.threads] = res
         return out
 
-    def _spells_special(self, text: str) -> bool:
-        return "<|" in text and any(c in text for c in self.enc.special_tokens_set)
-
     def encode_batch(self, records: list[Record]) -> list[Encoded | RecordError]:
         """Render every chat record, tokenise only text units not seen before (one threaded call), assemble."""
         plans: list[tuple[Rendered, Planned] | None] = []
@@ -132,7 +131,8 @@ class TiktokenTokenizer(Tokenizer):
             return Encoded(self._encode_plain(r), None)
         rr, p = item
         if p.poisoned:
-            self.stats.fallback_reason = "control-token strings inside message text (those requests direct)"
+            self.stats.fallback_reason = ("special-token strings inside message text, with special tokens of "
+                                          "this encoding that start alike (those requests direct)")
             return Encoded(self.encode_direct(r), None)
         toks, lens = self.seg.assemble(p)
         if self.checked < SELF_CHECK_FIRST:
