@@ -318,32 +318,34 @@ class SegmentEncoder:
                     if k not in self.memo and k not in self.pending:
                         self.pending[k] = units[j][1]  # type: ignore[index]  # just replayed: not None
                 return 0
-            if pk in self.poison:
+            # Checked whole, before the rule cuts it: a special token's string is then never cut apart.
+            if pk in self.poison or (self.spells_special is not None and self.spells_special(text)):
+                self.poison.add(pk)
                 return self._plan_spelled(text, p)
-        parts = self.rule.parts(text) if multi else [text]
+        else:  # one unit (`_core.c` plan_single, compiled)
+            k = self.memo.key(text)
+            if k in self.poison:
+                return self._plan_spelled(text, p)
+            if k not in self.memo and k not in self.pending:
+                # Only new text is checked (what the memo holds was clean when it came).
+                if self.spells_special is not None and self.spells_special(text):
+                    self.poison.add(k)
+                    return self._plan_spelled(text, p)
+                self.pending[k] = text
+            units.append((False, text))
+            keys.append(k)
+            self.stats.segments_seen += 1
+            return 0
+        parts = self.rule.parts(text)
         start = len(units)
-        new: list[tuple[bytes, str]] = []
         for part in parts:
             k = self.memo.key(part)
-            spelled = k in self.poison
-            if not spelled and k not in self.memo and k not in self.pending:
-                # Only new text is checked: a special token's string inside it is read as that token.
-                spelled = self.spells_special is not None and self.spells_special(part)
-                if spelled:
-                    self.poison.add(k)
-                new.append((k, part))
-            if spelled:  # the whole piece is planned again from its slices
-                del units[start:], keys[start:]
-                if multi:
-                    self.poison.add(pk)  # its resends go to the slices at once
-                return self._plan_spelled(text, p)
             units.append((False, part))
             keys.append(k)
+            if k not in self.memo and k not in self.pending:
+                self.pending[k] = part
         self.stats.segments_seen += len(parts)
-        for k, part in new:
-            self.pending[k] = part
-        if multi:
-            self._remember(pk, parts, keys[start:])
+        self._remember(pk, parts, keys[start:])
         return 0
 
     def _plan_spelled(self, text: str, p: Planned) -> int:

@@ -224,18 +224,33 @@ class SpecialSplit:
     the alternation of the escaped special strings, from where the last one ended; the text before it is
     split by the ordinary pattern on its own (the pattern never sees past the slice) and BPE-encoded, the
     special token's id follows, and the search goes on after it. So the encoding of the whole is the
-    ordinary encoding of each slice, with the special ids between: the memo's own units. Matches are
-    leftmost and do not overlap; at one position at most one special string can match unless one is a
-    prefix of another, and then tiktoken takes the alternative listed first, in its hash map's order, which
-    cannot be known from here: such a set is `ambiguous`, and its spelled texts keep the direct path.
+    ordinary encoding of each slice, with the special ids between: the memo's own units.
+
+    That holds piece by piece only when no two occurrences of special strings can overlap: then the
+    leftmost search finds every occurrence, the rendered control tokens are exactly what it finds at the
+    piece boundaries, and no match spans two pieces. Where one special string is a prefix of another,
+    tiktoken takes the alternative its hash map lists first, which cannot be known from here. Every
+    encoding tiktoken ships has `<|name|>` strings, which never overlap; a set that can is `overlapping`,
+    and its prompts are tokenised directly (`TiktokenTokenizer`).
     """
 
     def __init__(self, specials: Iterable[str]) -> None:
         self.specials = sorted(set(specials), key=lambda s: (-len(s), s))
-        # An empty special string would match everywhere: taken as ambiguous too.
-        self.ambiguous = "" in self.specials or any(
-            a != b and b.startswith(a) for a in self.specials for b in self.specials)
         self._rx = re.compile("|".join(map(re.escape, self.specials))) if self.specials else None
+        self.overlapping = self._overlapping()
+
+    def _overlapping(self) -> bool:
+        """Whether an occurrence of one special string can begin inside one of another (or of itself,
+        later than its start), or some special is empty (it would match everywhere)."""
+        if "" in self.specials:
+            return True
+        rx = self._rx
+        assert rx is not None  # not empty: a non-empty string
+        starts = {s[:i] for s in self.specials for i in range(1, len(s))}  # proper prefixes
+        # One ends inside another (contained, from position 1 on), or a tail of one begins another (the
+        # whole of it, at the same start: one a prefix of the other).
+        return any(rx.search(a, 1) is not None or any(a[d:] in starts for d in range(len(a)))
+                   for a in self.specials)
 
     def spells(self, text: str) -> bool:
         """Whether `text` holds a special token's string (every slice `split` returns holds none)."""
@@ -243,8 +258,8 @@ class SpecialSplit:
 
     def split(self, text: str) -> list[tuple[bool, str]] | None:
         """The text as tiktoken encodes it: non-empty ordinary slices (False) and special tokens (True), in
-        order; None when the set is ambiguous (the caller tokenises the prompt directly)."""
-        if self.ambiguous or self._rx is None:
+        order; None for an overlapping set (the caller tokenises the prompt directly)."""
+        if self.overlapping or self._rx is None:
             return None
         out: list[tuple[bool, str]] = []
         at = 0
@@ -256,3 +271,4 @@ class SpecialSplit:
         if at < len(text):
             out.append((False, text[at:]))
         return out
+

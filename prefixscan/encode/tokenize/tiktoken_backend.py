@@ -85,11 +85,15 @@ class TiktokenTokenizer(Tokenizer):
         # by construction, also where message text spells a special token (`SpecialSplit`: every special
         # of the encoding, and the ChatML ones); cuts inside a segment follow the rule proven for this
         # encoding's regex.
+        split = SpecialSplit(self.enc.special_tokens_set)
         self.seg = SegmentEncoder(self._encode_texts, self.enc._special_tokens, self.stats,
-                                  rule_for_pattern(pat_str), special_split=SpecialSplit(self.enc.special_tokens_set))
+                                  rule_for_pattern(pat_str), special_split=split)
         self._core = self.enc._core_bpe  # for `_ordinary`
         self.checked = 0
-        self.direct = False
+        self.direct = split.overlapping
+        if self.direct:
+            self.stats.fallback_reason = ("special-token strings of this encoding can overlap one another: every "
+                                          "request is tokenised directly")
 
     def _ordinary(self, text: str) -> np.ndarray:
         """`encode_ordinary(text)` as a uint32 array, straight from tiktoken's token buffer: no list of Python
@@ -126,13 +130,12 @@ class TiktokenTokenizer(Tokenizer):
 
     def _encode_one(self, r: Record, item: tuple[Any, Any] | None) -> Encoded:
         if item is None:
-            if r.kind == "chat":  # after a failed self-check
+            if r.kind == "chat":  # overlapping special strings, or after a failed self-check
                 return Encoded(self.encode_direct(r), None)
             return Encoded(self._encode_plain(r), None)
         rr, p = item
-        if p.poisoned:
-            self.stats.fallback_reason = ("special-token strings inside message text, with special tokens of "
-                                          "this encoding that start alike (those requests direct)")
+        if p.poisoned:  # only from a compiled core built before spelled text was split (`_plan_spelled`)
+            self.stats.fallback_reason = "control-token strings inside message text (those requests direct)"
             return Encoded(self.encode_direct(r), None)
         toks, lens = self.seg.assemble(p)
         if self.checked < SELF_CHECK_FIRST:
