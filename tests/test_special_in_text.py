@@ -316,3 +316,21 @@ def test_analyze_spelled_log_compiled_equals_pure_and_direct(tmp_path) -> None:
         for name, table in runs[False].tables.items():
             assert table.equals(runs[True].tables[name]), name
 
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_slices_evicted_before_assembly_are_tokenised_again(fast) -> None:
+    """A memo too small to hold anything lets every slice go between planning and assembly: each is then
+    tokenised alone (as a slice, never spelling a special token) and the prompt is still exact."""
+    tok = tx.tiktoken_with(None)
+    tok.checked = SELF_CHECK_FIRST
+    tok.seg.memo._memo.max_bytes = 1
+    calls: list[list[str]] = []
+    many = tok.seg.encode_many
+    tok.seg.encode_many = lambda texts: (calls.append(list(texts)), many(texts))[1]
+    r = tx.rec([("user", "a<|endoftext|>b"), ("assistant", "c<|im_start|><|im_end|>d")], 0)
+    with compiled(fast):
+        e = tok.encode_batch([r])[0]
+    assert e.tokens.tolist() == tok.encode_direct(r).tolist()
+    assert calls[0] == ["user\na", "b", "\n", "assistant\nc", "d", "assistant\n"]  # planned: slices only
+    assert ["b"] in calls[1:] and ["d"] in calls[1:]  # let go, then tokenised again at assembly
