@@ -96,11 +96,10 @@ static int plan_single(PyObject *piece, PyObject *text, PyObject *units, PyObjec
     if (k == NULL) return -1;
     int r = PySet_Contains(poison, k);
     if (r != 0) { Py_DECREF(k); return r; }
-    if (append_new(units, unit(piece, Py_False, text)) < 0 || PyList_Append(keys, k) < 0) goto fail;
     r = PyDict_Contains(memo_d, k);
     if (r == 0) r = PyDict_Contains(pending, k);
     if (r < 0) goto fail;
-    if (r == 0) {
+    if (r == 0) { /* new text: checked, then queued */
         int bad = 0;
         if (spells != Py_None) {
             PyObject *s = call1(spells, text);
@@ -109,15 +108,14 @@ static int plan_single(PyObject *piece, PyObject *text, PyObject *units, PyObjec
             Py_DECREF(s);
             if (bad < 0) goto fail;
         }
-        if (bad) { /* undo the unit: the Python path plans the text again, as its slices */
-            if (PySet_Add(poison, k) < 0) goto fail;
-            Py_ssize_t n = PyList_GET_SIZE(units);
-            if (PyList_SetSlice(units, n - 1, n, NULL) < 0 || PyList_SetSlice(keys, n - 1, n, NULL) < 0) goto fail;
+        if (bad) {
+            r = PySet_Add(poison, k);
             Py_DECREF(k);
-            return 1;
+            return r < 0 ? -1 : 1;
         }
         if (PyDict_SetItem(pending, k, text) < 0) goto fail;
     }
+    if (append_new(units, unit(piece, Py_False, text)) < 0 || PyList_Append(keys, k) < 0) goto fail;
     Py_DECREF(k);
     return 0;
 fail:
