@@ -292,8 +292,8 @@ class SegmentEncoder:
         p.units.append((False, text))
         p.keys.append(k)
         self.stats.segments_seen += 1
-        # No backend has both a first-piece encoder and text that spells special tokens (Hugging Face
-        # splits its rendered text at added tokens before planning): the prompt goes direct if one does.
+        # No backend has both a first-piece encoder and a special split (Hugging Face splits its rendered
+        # text at its added tokens before planning): were there one, the plan would be marked poisoned.
         if self.spells_special is not None and self.spells_special(text):
             p.poisoned = True
         elif k not in self.memo:

@@ -271,4 +271,3 @@ class SpecialSplit:
         if at < len(text):
             out.append((False, text[at:]))
         return out
-
