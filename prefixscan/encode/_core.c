@@ -419,23 +419,18 @@ fail:
     return NULL;
 }
 
-/* find_resume(blob, n, lru_d, ends, block_size, h128int) -> (j, key, value) or None
- * ChainCache.segments' search for the longest remembered chain prefix: for j from n - 1 down, the key
- * h128int(blob[:24 + 16 j]) (16-byte piece keys after an 8-byte root), looked up in the LRU (a use), and
- * taken when its stored block count equals ends[j] // block_size. */
-static PyObject *find_resume(PyObject *self, PyObject *const *a, Py_ssize_t na) {
-    if (na != 6) { PyErr_SetString(PyExc_TypeError, "find_resume takes 6 arguments"); return NULL; }
-    PyObject *blob = a[0], *od = a[2], *ends = a[3], *h = a[5];
-    Py_ssize_t n = PyLong_AsSsize_t(a[1]), bs = PyLong_AsSsize_t(a[4]);
-    if (PyErr_Occurred()) return NULL;
-    if (!PyBytes_Check(blob) || !PyList_Check(ends) || PyList_GET_SIZE(ends) < n || bs <= 0 ||
-        PyBytes_GET_SIZE(blob) < 8 + 16 * n) {
-        PyErr_SetString(PyExc_ValueError, "find_resume: blob, ends or block_size");
-        return NULL;
-    }
-    char *data = PyBytes_AS_STRING(blob);
+/* chain_keys(piece_keys, piece_lens, root, checkpoints, lru_d, block_size, h128int)
+ *   -> ((j, key, value) or None, [(key, blocks) per checkpoint in range]) or None
+ * ChainCache.segments' prefix keys in one pass, for the usual case of 16-byte piece keys and a list of
+ * lens (None otherwise: the caller takes the reference path). Key j is h128int over the root (8 bytes,
+ * little-endian) and piece_keys[:j + 1] joined (`_PrefixKeys`); ends are the running sums of piece_lens.
+ * The search is `ChainCache._keys`' (the longest remembered prefix whose stored block count equals
+ * ends[j] // block_size, each probe an LRU use); then each checkpoint j with 0 <= j < n gets its key and
+ * ends[j] // block_size, for `_remember`. */
+static PyObject *probe(PyObject *od, PyObject *h, const char *data, const Py_ssize_t *ends, Py_ssize_t n,
+                       Py_ssize_t bs) {
     for (Py_ssize_t j = n - 1; j >= 0; j--) {
-        PyObject *mv = PyMemoryView_FromMemory(data, 24 + 16 * j, PyBUF_READ);
+        PyObject *mv = PyMemoryView_FromMemory((char *)data, 24 + 16 * j, PyBUF_READ);
         if (mv == NULL) return NULL;
         PyObject *key = call1(h, mv);
         Py_DECREF(mv);
@@ -447,21 +442,66 @@ static PyObject *find_resume(PyObject *self, PyObject *const *a, Py_ssize_t na) 
             continue;
         }
         if (PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) == 2) {
-            Py_ssize_t end = PyLong_AsSsize_t(PyList_GET_ITEM(ends, j));
-            if (end == -1 && PyErr_Occurred()) { Py_DECREF(key); Py_DECREF(hit); return NULL; }
-            PyObject *want = PyLong_FromSsize_t(end / bs);
+            PyObject *want = PyLong_FromSsize_t(ends[j] / bs);
             int eq = want ? PyObject_RichCompareBool(PyTuple_GET_ITEM(hit, 1), want, Py_EQ) : -1;
             Py_XDECREF(want);
             if (eq < 0) { Py_DECREF(key); Py_DECREF(hit); return NULL; }
-            if (eq) {
-                PyObject *out = Py_BuildValue("(nNN)", j, key, hit);
-                return out;
-            }
+            if (eq) return Py_BuildValue("(nNN)", j, key, hit);
         }
         Py_DECREF(key);
         Py_DECREF(hit);
     }
     Py_RETURN_NONE;
+}
+
+static PyObject *chain_keys(PyObject *self, PyObject *const *a, Py_ssize_t na) {
+    if (na != 7) { PyErr_SetString(PyExc_TypeError, "chain_keys takes 7 arguments"); return NULL; }
+    PyObject *keys = a[0], *lens = a[1], *cps = a[3], *od = a[4], *h = a[6];
+    uint64_t root = PyLong_AsUnsignedLongLong(a[2]);
+    Py_ssize_t bs = PyLong_AsSsize_t(a[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (bs <= 0) { PyErr_SetString(PyExc_ValueError, "block_size must be positive"); return NULL; }
+    if (!PyList_Check(keys) || !PyList_Check(lens) || !PyList_Check(cps) ||
+        PyList_GET_SIZE(lens) != PyList_GET_SIZE(keys))
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *k = PyList_GET_ITEM(keys, j);
+        if (!PyBytes_Check(k) || PyBytes_GET_SIZE(k) != 16) Py_RETURN_NONE;
+    }
+    char *data = PyMem_Malloc(8 + 16 * n + 1);
+    Py_ssize_t *ends = PyMem_Malloc(sizeof(Py_ssize_t) * (n + 1));
+    PyObject *found = NULL, *out = NULL, *marks = NULL;
+    if (data == NULL || ends == NULL) { PyErr_NoMemory(); goto done; }
+    put_le64((unsigned char *)data, root);
+    Py_ssize_t sum = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        memcpy(data + 8 + 16 * j, PyBytes_AS_STRING(PyList_GET_ITEM(keys, j)), 16);
+        Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(lens, j));
+        if (v == -1 && PyErr_Occurred()) goto done;
+        ends[j] = sum += v;
+    }
+    found = probe(od, h, data, ends, n, bs);
+    if (found == NULL) goto done;
+    marks = PyList_New(0);
+    if (marks == NULL) goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cps); i++) {
+        Py_ssize_t j = PyLong_AsSsize_t(PyList_GET_ITEM(cps, i));
+        if (j == -1 && PyErr_Occurred()) goto done;
+        if (j < 0 || j >= n) continue;
+        PyObject *mv = PyMemoryView_FromMemory(data, 24 + 16 * j, PyBUF_READ);
+        PyObject *key = mv ? call1(h, mv) : NULL;
+        Py_XDECREF(mv);
+        if (key == NULL) goto done;
+        if (append_new(marks, Py_BuildValue("(Nn)", key, ends[j] / bs)) < 0) goto done;
+    }
+    out = PyTuple_Pack(2, found, marks);
+done:
+    Py_XDECREF(found);
+    Py_XDECREF(marks);
+    PyMem_Free(data);
+    PyMem_Free(ends);
+    return out;
 }
 
 /* The body of a message whose role is a str, content a str or None, and which has no truthy tool_calls
@@ -558,7 +598,7 @@ static PyMethodDef methods[] = {
     {"common_prefix", (PyCFunction)(void (*)(void))common_prefix, METH_FASTCALL, "Equal leading items."},
     {"assemble", (PyCFunction)(void (*)(void))assemble, METH_FASTCALL, "SegmentEncoder.assemble's loop."},
     {"block_chain", (PyCFunction)(void (*)(void))block_chain, METH_FASTCALL, "Chained block hashes."},
-    {"find_resume", (PyCFunction)(void (*)(void))find_resume, METH_FASTCALL, "ChainCache's resume look-up."},
+    {"chain_keys", (PyCFunction)(void (*)(void))chain_keys, METH_FASTCALL, "ChainCache's prefix keys."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -571,7 +611,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     PyObject *m = PyModule_Create(&module);
     /* The calling convention's version: encode_core.py takes a build only when it matches (a stale build
      * left by an older install then means the pure path, not wrong arguments). */
-    if (m != NULL && PyModule_AddIntConstant(m, "API", 1) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }
