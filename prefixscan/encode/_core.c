@@ -301,22 +301,22 @@ static PyObject *assemble(PyObject *self, PyObject *const *a, Py_ssize_t na) {
     }
     Py_ssize_t n = PyList_GET_SIZE(units), m = n > u ? n - u : 0;
     Py_buffer *views = PyMem_Calloc(m + 1, sizeof(Py_buffer));
-    PyObject *lens = PyList_New(0), *out = NULL, *ba = NULL;
+    PyObject *lens = NULL, *out = NULL, *ba = NULL;
     Py_ssize_t got = 0, total = 0, head = 0;
-    if (views == NULL || lens == NULL) { PyErr_NoMemory(); goto done; }
+    if (views == NULL) { PyErr_NoMemory(); goto done; }
     if (u > 0) {
         if (!PyList_Check(base_lens) || PyList_GET_SIZE(base_lens) < u) {
             PyErr_SetString(PyExc_ValueError, "base_lens");
             goto done;
         }
         for (Py_ssize_t i = 0; i < u; i++) {
-            PyObject *l = PyList_GET_ITEM(base_lens, i);
-            Py_ssize_t v = PyLong_AsSsize_t(l);
+            Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(base_lens, i));
             if (v == -1 && PyErr_Occurred()) goto done;
             head += v;
-            if (PyList_Append(lens, l) < 0) goto done;
         }
     }
+    lens = u > 0 ? PyList_GetSlice(base_lens, 0, u) : PyList_New(0); /* the base's lens: one copy */
+    if (lens == NULL) goto done;
     for (Py_ssize_t j = u; j < n; j++) {
         PyObject *un = PyList_GET_ITEM(units, j);
         if (!PyTuple_Check(un) || PyTuple_GET_SIZE(un) != 2) {

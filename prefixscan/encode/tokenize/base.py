@@ -154,7 +154,7 @@ def conversation_key(r: Record) -> str:
     return "p\0" + (r.prompt or "")[:1024]
 
 
-@dataclass
+@dataclass(slots=True)
 class Last:
     """A conversation's last assembled prompt: its pieces and, per piece, where its units end."""
 
