@@ -258,22 +258,6 @@ done:
     return out;
 }
 
-/* common_prefix(a, b) -> how many leading items of the sequences a and b are equal (==). */
-static PyObject *common_prefix(PyObject *self, PyObject *const *a, Py_ssize_t na) {
-    if (na != 2) { PyErr_SetString(PyExc_TypeError, "common_prefix takes 2 arguments"); return NULL; }
-    PyObject *x = PySequence_Fast(a[0], "a sequence"), *y = PySequence_Fast(a[1], "a sequence");
-    if (!x || !y) { Py_XDECREF(x); Py_XDECREF(y); return NULL; }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(x), m = PySequence_Fast_GET_SIZE(y), i = 0;
-    if (m < n) n = m;
-    for (; i < n; i++) {
-        int eq = PyObject_RichCompareBool(PySequence_Fast_GET_ITEM(x, i), PySequence_Fast_GET_ITEM(y, i), Py_EQ);
-        if (eq < 0) { i = -1; break; }
-        if (!eq) break;
-    }
-    Py_DECREF(x); Py_DECREF(y);
-    return i < 0 ? NULL : PyLong_FromSsize_t(i);
-}
-
 /* A buffer of 4-byte items, C-contiguous. */
 static int get_u32(PyObject *o, Py_buffer *v) {
     if (PyObject_GetBuffer(o, v, PyBUF_SIMPLE) < 0) return -1; /* contiguous; no shape or format wanted */
@@ -504,6 +488,63 @@ done:
     return out;
 }
 
+/* piece_digests(pieces, old, special_keys, special_key, h128) -> (i, bytes)
+ * SegmentEncoder._piece_digests: the 16-byte digests of the (special, text) pieces in order, a special
+ * piece's its special key (special_keys[text], else special_key(text)), a text piece's h128(its utf-8,
+ * seed 1); with `old` (bytes), only while they equal old's, so i is how many leading pieces are the same. */
+static PyObject *piece_digests(PyObject *self, PyObject *const *a, Py_ssize_t na) {
+    if (na != 5) { PyErr_SetString(PyExc_TypeError, "piece_digests takes 5 arguments"); return NULL; }
+    PyObject *pieces = a[0], *old = a[1], *specials = a[2], *special_key = a[3], *h = a[4];
+    if (!PyList_Check(pieces) || (old != Py_None && !PyBytes_Check(old)) || !PyDict_Check(specials)) {
+        PyErr_SetString(PyExc_TypeError, "piece_digests: a list of pieces, bytes or None, a dict");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(pieces), i = 0;
+    if (old != Py_None && PyBytes_GET_SIZE(old) / 16 < n) n = PyBytes_GET_SIZE(old) / 16;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 16 * n), *seed = PyLong_FromLong(1), *res = NULL;
+    if (out == NULL || seed == NULL) goto done;
+    for (; i < n; i++) {
+        PyObject *piece = PyList_GET_ITEM(pieces, i);
+        if (!PyTuple_Check(piece) || PyTuple_GET_SIZE(piece) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(piece, 1))) {
+            PyErr_SetString(PyExc_TypeError, "a piece is a (special, text) tuple");
+            goto done;
+        }
+        PyObject *text = PyTuple_GET_ITEM(piece, 1), *d;
+        int sp = PyObject_IsTrue(PyTuple_GET_ITEM(piece, 0));
+        if (sp < 0) goto done;
+        if (sp) {
+            d = PyDict_GetItemWithError(specials, text);
+            if (d != NULL) Py_INCREF(d);
+            else if (!PyErr_Occurred()) d = call1(special_key, text);
+        } else if (PyUnicode_IS_ASCII(text)) {
+            PyObject *mv = PyMemoryView_FromMemory((char *)PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), PyBUF_READ);
+            d = mv ? call2(h, mv, seed) : NULL;
+            Py_XDECREF(mv);
+        } else {
+            PyObject *b = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+            d = b ? call2(h, b, seed) : NULL;
+            Py_XDECREF(b);
+        }
+        if (d == NULL) goto done;
+        if (!PyBytes_Check(d) || PyBytes_GET_SIZE(d) != 16) {
+            Py_DECREF(d);
+            PyErr_SetString(PyExc_TypeError, "a digest is 16 bytes");
+            goto done;
+        }
+        char *dst = PyBytes_AS_STRING(out) + 16 * i;
+        int same = old == Py_None || memcmp(PyBytes_AS_STRING(old) + 16 * i, PyBytes_AS_STRING(d), 16) == 0;
+        memcpy(dst, PyBytes_AS_STRING(d), 16);
+        Py_DECREF(d);
+        if (!same) break;
+    }
+    if (i < n && _PyBytes_Resize(&out, 16 * i) < 0) goto done;
+    res = Py_BuildValue("(nO)", i, out);
+done:
+    Py_XDECREF(out);
+    Py_XDECREF(seed);
+    return res;
+}
+
 /* The body of a message whose role is a str, content a str or None, and which has no truthy tool_calls
  * or name (render._message_body's common case): f"{role}\n{content}"; NULL without an error otherwise. */
 static PyObject *simple_body(PyObject *m, PyObject *nl) {
@@ -595,10 +636,10 @@ fail:
 static PyMethodDef methods[] = {
     {"render_pieces", (PyCFunction)(void (*)(void))render_pieces, METH_FASTCALL, "render_chatml's layout."},
     {"plan_pieces", (PyCFunction)(void (*)(void))plan_pieces, METH_FASTCALL, "SegmentEncoder.plan's loop."},
-    {"common_prefix", (PyCFunction)(void (*)(void))common_prefix, METH_FASTCALL, "Equal leading items."},
     {"assemble", (PyCFunction)(void (*)(void))assemble, METH_FASTCALL, "SegmentEncoder.assemble's loop."},
     {"block_chain", (PyCFunction)(void (*)(void))block_chain, METH_FASTCALL, "Chained block hashes."},
     {"chain_keys", (PyCFunction)(void (*)(void))chain_keys, METH_FASTCALL, "ChainCache's prefix keys."},
+    {"piece_digests", (PyCFunction)(void (*)(void))piece_digests, METH_FASTCALL, "Pieces' digests."},
     {NULL, NULL, 0, NULL},
 };
 
