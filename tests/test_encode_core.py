@@ -13,6 +13,7 @@ from __future__ import annotations
 import filecmp
 import subprocess
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -205,3 +206,29 @@ def test_pure_path_without_the_extension(how) -> None:
     with compiled(True):
         want = block_hashes(np.arange(40, dtype=np.uint32), 16, 7).tolist()
     assert out.stdout.rstrip().endswith(str(want))
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 300), max_size=12), st.lists(st.integers(0, 300), max_size=12), st.integers(0, 12))
+def test_assemble_takes_the_base_then_the_new_units(base_sizes, new_sizes, u) -> None:
+    """The compiled assemble: the base's first u units' tokens and lens (copied: the base stays as it was),
+    then each new unit's memo entry, in order."""
+    u = min(u, len(base_sizes))
+    rng = np.random.default_rng(len(base_sizes) * 31 + len(new_sizes))
+    base = [rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for n in base_sizes]
+    new = [rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for n in new_sizes]
+    keys = [bytes([i]) * 16 for i in range(len(new))]
+    memo_d = OrderedDict((k, (a, a.nbytes)) for k, a in zip(keys, new, strict=True))
+    base_tokens = np.concatenate([*base, np.zeros(0, dtype=np.uint32)])
+    base_lens = [len(a) for a in base]
+    fast = encode_core._compiled
+    assert fast is not None
+    blob, lens = fast.assemble([None] * u + [(False, "t")] * len(new), [b"b" * 16] * u + keys, u, memo_d, {},
+                               lambda j, done: None, base_tokens if u else None, base_lens if u else None)
+    want = np.concatenate([*base[:u], *new, np.zeros(0, dtype=np.uint32)])
+    assert np.frombuffer(blob, dtype=np.uint32).tolist() == want.tolist()
+    assert lens == base_lens[:u] + [len(a) for a in new]
+    lens.append(-1)
+    assert base_lens == [len(a) for a in base]  # a copy, not the base's list
+    with pytest.raises(ValueError):
+        fast.assemble([None] * 2, [b"b" * 16] * 2, 2, memo_d, {}, lambda j, done: None, base_tokens, [1])

@@ -264,22 +264,6 @@ done:
     return out;
 }
 
-/* common_prefix(a, b) -> how many leading items of the sequences a and b are equal (==). */
-static PyObject *common_prefix(PyObject *self, PyObject *const *a, Py_ssize_t na) {
-    if (na != 2) { PyErr_SetString(PyExc_TypeError, "common_prefix takes 2 arguments"); return NULL; }
-    PyObject *x = PySequence_Fast(a[0], "a sequence"), *y = PySequence_Fast(a[1], "a sequence");
-    if (!x || !y) { Py_XDECREF(x); Py_XDECREF(y); return NULL; }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(x), m = PySequence_Fast_GET_SIZE(y), i = 0;
-    if (m < n) n = m;
-    for (; i < n; i++) {
-        int eq = PyObject_RichCompareBool(PySequence_Fast_GET_ITEM(x, i), PySequence_Fast_GET_ITEM(y, i), Py_EQ);
-        if (eq < 0) { i = -1; break; }
-        if (!eq) break;
-    }
-    Py_DECREF(x); Py_DECREF(y);
-    return i < 0 ? NULL : PyLong_FromSsize_t(i);
-}
-
 /* A buffer of 4-byte items, C-contiguous. */
 static int get_u32(PyObject *o, Py_buffer *v) {
     if (PyObject_GetBuffer(o, v, PyBUF_SIMPLE) < 0) return -1; /* contiguous; no shape or format wanted */
@@ -307,22 +291,22 @@ static PyObject *assemble(PyObject *self, PyObject *const *a, Py_ssize_t na) {
     }
     Py_ssize_t n = PyList_GET_SIZE(units), m = n > u ? n - u : 0;
     Py_buffer *views = PyMem_Calloc(m + 1, sizeof(Py_buffer));
-    PyObject *lens = PyList_New(0), *out = NULL, *ba = NULL;
+    PyObject *lens = NULL, *out = NULL, *ba = NULL;
     Py_ssize_t got = 0, total = 0, head = 0;
-    if (views == NULL || lens == NULL) { PyErr_NoMemory(); goto done; }
+    if (views == NULL) { PyErr_NoMemory(); goto done; }
     if (u > 0) {
         if (!PyList_Check(base_lens) || PyList_GET_SIZE(base_lens) < u) {
             PyErr_SetString(PyExc_ValueError, "base_lens");
             goto done;
         }
         for (Py_ssize_t i = 0; i < u; i++) {
-            PyObject *l = PyList_GET_ITEM(base_lens, i);
-            Py_ssize_t v = PyLong_AsSsize_t(l);
+            Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(base_lens, i));
             if (v == -1 && PyErr_Occurred()) goto done;
             head += v;
-            if (PyList_Append(lens, l) < 0) goto done;
         }
     }
+    lens = u > 0 ? PyList_GetSlice(base_lens, 0, u) : PyList_New(0); /* the base's lens: one copy */
+    if (lens == NULL) goto done;
     for (Py_ssize_t j = u; j < n; j++) {
         PyObject *un = PyList_GET_ITEM(units, j);
         if (!PyTuple_Check(un) || PyTuple_GET_SIZE(un) != 2) {
@@ -425,23 +409,18 @@ fail:
     return NULL;
 }
 
-/* find_resume(blob, n, lru_d, ends, block_size, h128int) -> (j, key, value) or None
- * ChainCache.segments' search for the longest remembered chain prefix: for j from n - 1 down, the key
- * h128int(blob[:24 + 16 j]) (16-byte piece keys after an 8-byte root), looked up in the LRU (a use), and
- * taken when its stored block count equals ends[j] // block_size. */
-static PyObject *find_resume(PyObject *self, PyObject *const *a, Py_ssize_t na) {
-    if (na != 6) { PyErr_SetString(PyExc_TypeError, "find_resume takes 6 arguments"); return NULL; }
-    PyObject *blob = a[0], *od = a[2], *ends = a[3], *h = a[5];
-    Py_ssize_t n = PyLong_AsSsize_t(a[1]), bs = PyLong_AsSsize_t(a[4]);
-    if (PyErr_Occurred()) return NULL;
-    if (!PyBytes_Check(blob) || !PyList_Check(ends) || PyList_GET_SIZE(ends) < n || bs <= 0 ||
-        PyBytes_GET_SIZE(blob) < 8 + 16 * n) {
-        PyErr_SetString(PyExc_ValueError, "find_resume: blob, ends or block_size");
-        return NULL;
-    }
-    char *data = PyBytes_AS_STRING(blob);
+/* chain_keys(piece_keys, piece_lens, root, checkpoints, lru_d, block_size, h128int)
+ *   -> ((j, key, value) or None, [(key, blocks) per checkpoint in range]) or None
+ * ChainCache.segments' prefix keys in one pass, for the usual case of 16-byte piece keys and a list of
+ * lens (None otherwise: the caller takes the reference path). Key j is h128int over the root (8 bytes,
+ * little-endian) and piece_keys[:j + 1] joined (`_PrefixKeys`); ends are the running sums of piece_lens.
+ * The search is `ChainCache._keys`' (the longest remembered prefix whose stored block count equals
+ * ends[j] // block_size, each probe an LRU use); then each checkpoint j with 0 <= j < n gets its key and
+ * ends[j] // block_size, for `_remember`. */
+static PyObject *probe(PyObject *od, PyObject *h, const char *data, const Py_ssize_t *ends, Py_ssize_t n,
+                       Py_ssize_t bs) {
     for (Py_ssize_t j = n - 1; j >= 0; j--) {
-        PyObject *mv = PyMemoryView_FromMemory(data, 24 + 16 * j, PyBUF_READ);
+        PyObject *mv = PyMemoryView_FromMemory((char *)data, 24 + 16 * j, PyBUF_READ);
         if (mv == NULL) return NULL;
         PyObject *key = call1(h, mv);
         Py_DECREF(mv);
@@ -453,21 +432,123 @@ static PyObject *find_resume(PyObject *self, PyObject *const *a, Py_ssize_t na) 
             continue;
         }
         if (PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) == 2) {
-            Py_ssize_t end = PyLong_AsSsize_t(PyList_GET_ITEM(ends, j));
-            if (end == -1 && PyErr_Occurred()) { Py_DECREF(key); Py_DECREF(hit); return NULL; }
-            PyObject *want = PyLong_FromSsize_t(end / bs);
+            PyObject *want = PyLong_FromSsize_t(ends[j] / bs);
             int eq = want ? PyObject_RichCompareBool(PyTuple_GET_ITEM(hit, 1), want, Py_EQ) : -1;
             Py_XDECREF(want);
             if (eq < 0) { Py_DECREF(key); Py_DECREF(hit); return NULL; }
-            if (eq) {
-                PyObject *out = Py_BuildValue("(nNN)", j, key, hit);
-                return out;
-            }
+            if (eq) return Py_BuildValue("(nNN)", j, key, hit);
         }
         Py_DECREF(key);
         Py_DECREF(hit);
     }
     Py_RETURN_NONE;
+}
+
+static PyObject *chain_keys(PyObject *self, PyObject *const *a, Py_ssize_t na) {
+    if (na != 7) { PyErr_SetString(PyExc_TypeError, "chain_keys takes 7 arguments"); return NULL; }
+    PyObject *keys = a[0], *lens = a[1], *cps = a[3], *od = a[4], *h = a[6];
+    uint64_t root = PyLong_AsUnsignedLongLong(a[2]);
+    Py_ssize_t bs = PyLong_AsSsize_t(a[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (bs <= 0) { PyErr_SetString(PyExc_ValueError, "block_size must be positive"); return NULL; }
+    if (!PyList_Check(keys) || !PyList_Check(lens) || !PyList_Check(cps) ||
+        PyList_GET_SIZE(lens) != PyList_GET_SIZE(keys))
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *k = PyList_GET_ITEM(keys, j);
+        if (!PyBytes_Check(k) || PyBytes_GET_SIZE(k) != 16) Py_RETURN_NONE;
+    }
+    char *data = PyMem_Malloc(8 + 16 * n + 1);
+    Py_ssize_t *ends = PyMem_Malloc(sizeof(Py_ssize_t) * (n + 1));
+    PyObject *found = NULL, *out = NULL, *marks = NULL;
+    if (data == NULL || ends == NULL) { PyErr_NoMemory(); goto done; }
+    put_le64((unsigned char *)data, root);
+    Py_ssize_t sum = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        memcpy(data + 8 + 16 * j, PyBytes_AS_STRING(PyList_GET_ITEM(keys, j)), 16);
+        Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(lens, j));
+        if (v == -1 && PyErr_Occurred()) goto done;
+        ends[j] = sum += v;
+    }
+    found = probe(od, h, data, ends, n, bs);
+    if (found == NULL) goto done;
+    marks = PyList_New(0);
+    if (marks == NULL) goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cps); i++) {
+        Py_ssize_t j = PyLong_AsSsize_t(PyList_GET_ITEM(cps, i));
+        if (j == -1 && PyErr_Occurred()) goto done;
+        if (j < 0 || j >= n) continue;
+        PyObject *mv = PyMemoryView_FromMemory(data, 24 + 16 * j, PyBUF_READ);
+        PyObject *key = mv ? call1(h, mv) : NULL;
+        Py_XDECREF(mv);
+        if (key == NULL) goto done;
+        if (append_new(marks, Py_BuildValue("(Nn)", key, ends[j] / bs)) < 0) goto done;
+    }
+    out = PyTuple_Pack(2, found, marks);
+done:
+    Py_XDECREF(found);
+    Py_XDECREF(marks);
+    PyMem_Free(data);
+    PyMem_Free(ends);
+    return out;
+}
+
+/* piece_digests(pieces, old, special_keys, special_key, h128) -> (i, bytes)
+ * SegmentEncoder._piece_digests: the 16-byte digests of the (special, text) pieces in order, a special
+ * piece's its special key (special_keys[text], else special_key(text)), a text piece's h128(its utf-8,
+ * seed 1); with `old` (bytes), only while they equal old's, so i is how many leading pieces are the same. */
+static PyObject *piece_digests(PyObject *self, PyObject *const *a, Py_ssize_t na) {
+    if (na != 5) { PyErr_SetString(PyExc_TypeError, "piece_digests takes 5 arguments"); return NULL; }
+    PyObject *pieces = a[0], *old = a[1], *specials = a[2], *special_key = a[3], *h = a[4];
+    if (!PyList_Check(pieces) || (old != Py_None && !PyBytes_Check(old)) || !PyDict_Check(specials)) {
+        PyErr_SetString(PyExc_TypeError, "piece_digests: a list of pieces, bytes or None, a dict");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(pieces), i = 0;
+    if (old != Py_None && PyBytes_GET_SIZE(old) / 16 < n) n = PyBytes_GET_SIZE(old) / 16;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 16 * n), *seed = PyLong_FromLong(1), *res = NULL;
+    if (out == NULL || seed == NULL) goto done;
+    for (; i < n; i++) {
+        PyObject *piece = PyList_GET_ITEM(pieces, i);
+        if (!PyTuple_Check(piece) || PyTuple_GET_SIZE(piece) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(piece, 1))) {
+            PyErr_SetString(PyExc_TypeError, "a piece is a (special, text) tuple");
+            goto done;
+        }
+        PyObject *text = PyTuple_GET_ITEM(piece, 1), *d;
+        int sp = PyObject_IsTrue(PyTuple_GET_ITEM(piece, 0));
+        if (sp < 0) goto done;
+        if (sp) {
+            d = PyDict_GetItemWithError(specials, text);
+            if (d != NULL) Py_INCREF(d);
+            else if (!PyErr_Occurred()) d = call1(special_key, text);
+        } else if (PyUnicode_IS_ASCII(text)) {
+            PyObject *mv = PyMemoryView_FromMemory((char *)PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), PyBUF_READ);
+            d = mv ? call2(h, mv, seed) : NULL;
+            Py_XDECREF(mv);
+        } else {
+            PyObject *b = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+            d = b ? call2(h, b, seed) : NULL;
+            Py_XDECREF(b);
+        }
+        if (d == NULL) goto done;
+        if (!PyBytes_Check(d) || PyBytes_GET_SIZE(d) != 16) {
+            Py_DECREF(d);
+            PyErr_SetString(PyExc_TypeError, "a digest is 16 bytes");
+            goto done;
+        }
+        char *dst = PyBytes_AS_STRING(out) + 16 * i;
+        int same = old == Py_None || memcmp(PyBytes_AS_STRING(old) + 16 * i, PyBytes_AS_STRING(d), 16) == 0;
+        memcpy(dst, PyBytes_AS_STRING(d), 16);
+        Py_DECREF(d);
+        if (!same) break;
+    }
+    if (i < n && _PyBytes_Resize(&out, 16 * i) < 0) goto done;
+    res = Py_BuildValue("(nO)", i, out);
+done:
+    Py_XDECREF(out);
+    Py_XDECREF(seed);
+    return res;
 }
 
 /* The body of a message whose role is a str, content a str or None, and which has no truthy tool_calls
@@ -561,10 +642,10 @@ fail:
 static PyMethodDef methods[] = {
     {"render_pieces", (PyCFunction)(void (*)(void))render_pieces, METH_FASTCALL, "render_chatml's layout."},
     {"plan_pieces", (PyCFunction)(void (*)(void))plan_pieces, METH_FASTCALL, "SegmentEncoder.plan's loop."},
-    {"common_prefix", (PyCFunction)(void (*)(void))common_prefix, METH_FASTCALL, "Equal leading items."},
     {"assemble", (PyCFunction)(void (*)(void))assemble, METH_FASTCALL, "SegmentEncoder.assemble's loop."},
     {"block_chain", (PyCFunction)(void (*)(void))block_chain, METH_FASTCALL, "Chained block hashes."},
-    {"find_resume", (PyCFunction)(void (*)(void))find_resume, METH_FASTCALL, "ChainCache's resume look-up."},
+    {"chain_keys", (PyCFunction)(void (*)(void))chain_keys, METH_FASTCALL, "ChainCache's prefix keys."},
+    {"piece_digests", (PyCFunction)(void (*)(void))piece_digests, METH_FASTCALL, "Pieces' digests."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -577,7 +658,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     PyObject *m = PyModule_Create(&module);
     /* The calling convention's version: encode_core.py takes a build only when it matches (a stale build
      * left by an older install then means the pure path, not wrong arguments). */
-    if (m != NULL && PyModule_AddIntConstant(m, "API", 1) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

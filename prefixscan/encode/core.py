@@ -18,7 +18,7 @@ try:  # by name: a compiled leaf that imports nothing of the package (the static
     _compiled: ModuleType | None = importlib.import_module("prefixscan.encode._core")
 except ImportError:  # not built (no compiler at install, or a source tree never built): pure Python
     _compiled = None
-API = 1  # the calling convention this Python expects (`API` in _core.c)
+API = 2  # the calling convention this Python expects (`API` in _core.c)
 if _compiled is not None and getattr(_compiled, "API", None) != API:  # a stale build: rebuild to use it
     _compiled = None
 

@@ -9,7 +9,7 @@ cache hits are prefix-closed (docs/engines.md, 'Block hashing'). prefixscan uses
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from itertools import accumulate
 from typing import Any
 
@@ -207,22 +207,14 @@ class ChainCache:
         """`hashes` as consecutive parts: views of remembered prefixes (shared, read-only) and the
         freshly hashed rest. Holding these instead of one array keeps a conversation's history once.
         `keys` are the request's vLLM extra keys (`vllm_hash.RequestKeys`) when `hasher` is set."""
-        roll = _PrefixKeys(root, piece_keys)
-        ends = list(accumulate(piece_lens))
-        prefix: tuple[np.ndarray, ...]
-        start, prefix, used = 0, (), None
         fast = encode_core.core()
-        if fast is not None and roll.blob is not None:  # the same search, its loop compiled
-            found = fast.find_resume(roll.blob, len(piece_keys), self._d._d, ends, block_size,
-                                     xxhash.xxh3_128_intdigest)
-            if found is not None:
-                _, used, (prefix, start) = found
-        else:
-            for j in range(len(piece_keys) - 1, -1, -1):
-                hit = self._d.get(key := roll(j))
-                if hit is not None and hit[1] == ends[j] // block_size:
-                    prefix, start, used = hit[0], hit[1], key
-                    break
+        got = None
+        if fast is not None:  # the same keys and search, in one compiled pass (None: keys not all 16 bytes)
+            got = fast.chain_keys(piece_keys, piece_lens, root, checkpoints, self._d._d, block_size,
+                                  xxhash.xxh3_128_intdigest)
+        found, marks = self._keys(root, piece_keys, piece_lens, checkpoints, block_size) if got is None else got
+        prefix: tuple[np.ndarray, ...]
+        prefix, start, used = ((), 0, None) if found is None else (*found[2], found[1])
         parent = int(prefix[-1][-1]) if start else root
         if self.hasher is None:
             new = block_hashes(tokens[start * block_size:], block_size, parent)
@@ -234,19 +226,30 @@ class ChainCache:
         segs = [*prefix, new] if len(new) or not start else list(prefix)
         self.blocks_hashed += len(new)
         self.blocks_reused += start
-        self._remember(segs, roll, ends, block_size, checkpoints, used)
+        self._remember(segs, marks, used)
         return segs
 
-    def _remember(self, segs: list[np.ndarray], roll: Callable[[int], int], ends: list[int], block_size: int,
-                  checkpoints: list[int], used: int | None) -> None:
-        """Keep this request's checkpoints; drop the one it resumed from unless it is one of them (a
-        conversation's previous turn is superseded by this turn's longer history)."""
+    def _keys(self, root: int, piece_keys: list[bytes], piece_lens: list[int], checkpoints: list[int],
+              block_size: int) -> tuple[tuple[int, int, Any] | None, list[tuple[int, int]]]:
+        """Where to resume and what to remember: the longest remembered prefix (j, its key, its (parts,
+        blocks)) whose block count still matches, each look-up a use; and (key, blocks) of each checkpoint.
+        The reference the compiled `chain_keys` equals."""
+        roll = _PrefixKeys(root, piece_keys)
+        ends = list(accumulate(piece_lens))
+        found = None
+        for j in range(len(piece_keys) - 1, -1, -1):
+            hit = self._d.get(key := roll(j))
+            if hit is not None and hit[1] == ends[j] // block_size:
+                found = (j, key, hit)
+                break
+        return found, [(roll(j), ends[j] // block_size) for j in checkpoints if 0 <= j < len(ends)]
+
+    def _remember(self, segs: list[np.ndarray], marks: list[tuple[int, int]], used: int | None) -> None:
+        """Keep this request's checkpoints (key, blocks); drop the one it resumed from unless it is one of
+        them (a conversation's previous turn is superseded by this turn's longer history)."""
         keys = set()
-        for j in checkpoints:
-            if not 0 <= j < len(ends):
-                continue
-            keys.add(key := roll(j))
-            n = ends[j] // block_size
+        for key, n in marks:
+            keys.add(key)
             known = self._d.get(key)
             if known is None or known[1] != n:
                 self._d.put(key, (_cut(segs, n), n), n * 8 + 200)
@@ -258,14 +261,13 @@ class _PrefixKeys:
     """j -> a 128-bit key of (root, piece_keys[:j + 1]): xxh3-128 over the root and the keys joined
     (each prefixed by its length unless all are 16 bytes, so the join stays unambiguous). A request
     needs only a few of these (the remembered one it resumes from, its checkpoints), not one per piece.
-    `blob` is the join when every key is 16 bytes (key j then covers its first 24 + 16 j bytes), else None."""
+    With 16-byte keys, key j covers the join's first 24 + 16 j bytes (as the compiled `chain_keys`)."""
 
     def __init__(self, root: int, piece_keys: list[bytes]) -> None:
         head = root.to_bytes(8, "little")
-        self.blob: bytes | None = None
         self.offs: list[int] | None = None
         if set(map(len, piece_keys)) <= {16}:  # every key 16 bytes (the tokenizers' keys): cuts at 16-byte steps
-            self.blob = data = head + b"".join(piece_keys)
+            data = head + b"".join(piece_keys)
         else:
             data = head + b"".join(len(k).to_bytes(4, "little") + k for k in piece_keys)
             self.offs = list(accumulate((4 + len(k) for k in piece_keys), initial=8))

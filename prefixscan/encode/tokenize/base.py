@@ -33,11 +33,11 @@ PIECE_CACHE_BYTES = 16 << 20
 MEMO_BYTES = 64 << 20
 MEMO_ENTRY = 320  # bytes a memo entry costs besides its token ids (array header, key, LRU links; measured)
 KEY = 16  # bytes of a memo key (xxh3-128)
-# Bound of the conversation cache (each conversation's last prompt: its pieces, keys and token ids). A turn
+# Bound of the conversation cache (each conversation's last prompt: its pieces' digests, keys and token ids). A turn
 # resends its conversation's history, so what it shares with the previous turn is taken from there instead
 # of planned and assembled again; only speed depends on this bound (tests run with a tiny bound).
 LAST_BYTES = 32 << 20
-LAST_UNIT = 64  # bytes per unit a remembered prompt costs besides its text and token ids (key, length)
+LAST_UNIT = 64  # bytes per unit a remembered prompt costs besides its token ids and digests (key, length)
 
 
 @dataclass
@@ -154,11 +154,12 @@ def conversation_key(r: Record) -> str:
     return "p\0" + (r.prompt or "")[:1024]
 
 
-@dataclass
+@dataclass(slots=True)
 class Last:
-    """A conversation's last assembled prompt: its pieces and, per piece, where its units end."""
+    """A conversation's last assembled prompt: its pieces' digests (`SegmentEncoder._piece_digests`, 16 bytes
+    each; not their text, so a bounded cache holds more conversations) and, per piece, where its units end."""
 
-    pieces: list[tuple[bool, str]]
+    digests: bytes
     keys: list[bytes]
     piece_end: list[int]
     text_end: list[int]  # text units up to the end of each piece
@@ -185,6 +186,7 @@ class Planned:
     base_units: int = 0
     pieces: list[tuple[bool, str]] | None = None
     conv: Hashable | None = None
+    digests: bytes = b""  # of the leading pieces compared with `base`'s (`_resume`)
 
 
 class SegmentEncoder:
@@ -268,12 +270,7 @@ class SegmentEncoder:
         last = self.last.get(p.conv)
         if last is None:
             return 0
-        old, n, i = last.pieces, min(len(pieces), len(last.pieces)), 0
-        fast = encode_core.core()
-        if fast is not None:
-            i = fast.common_prefix(pieces, old)
-        while i < n and pieces[i] == old[i]:
-            i += 1
+        i, p.digests = self._piece_digests(pieces, last.digests)
         if i == 0:
             return 0
         u = last.piece_end[i - 1]
@@ -286,6 +283,33 @@ class SegmentEncoder:
         self.stats.segments_seen += p.text_end[-1]
         self.stats.units_resumed += p.text_end[-1]
         return i
+
+    def _piece_digests(self, pieces: list[tuple[bool, str]], old: bytes | None) -> tuple[int, bytes]:
+        """16-byte digests of `pieces` in order, with `old` only while they equal old's (then how many
+        leading pieces are the same). A special piece's is its special key, a text piece's xxh3-128 of its
+        text with seed 1 (so no text's digest is built like a special key)."""
+        fast = encode_core.core()
+        if fast is not None:  # the same loop compiled
+            return cast("tuple[int, bytes]", fast.piece_digests(
+                pieces, old, self.special_keys, self._special_key, xxhash.xxh3_128_digest))
+        n = len(pieces) if old is None else min(len(pieces), len(old) // KEY)
+        out = []
+        for i, (special, text) in enumerate(pieces[:n]):
+            d = (self.special_keys.get(text) or self._special_key(text) if special
+                 else xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"), 1))
+            out.append(d)
+            if old is not None and d != old[KEY * i:KEY * (i + 1)]:
+                return i, b"".join(out[:i])
+        return n, b"".join(out)
+
+    def _remember_last(self, p: Planned, toks: np.ndarray, lens: list[int]) -> None:
+        """Keep an assembled prompt as its conversation's last (digests of the pieces `_resume` did not
+        compare added)."""
+        assert p.pieces is not None and p.conv is not None  # plan() always records them
+        k = len(p.digests) // KEY
+        digests = p.digests + self._piece_digests(p.pieces[k:], None)[1] if k < len(p.pieces) else p.digests
+        size = toks.nbytes + len(digests) + LAST_UNIT * len(lens)
+        self.last.put(p.conv, Last(digests, p.keys, p.piece_end, p.text_end, p.char_end, toks, lens), size)
 
     def _plan_first(self, text: str, p: Planned) -> None:
         k = xxhash.xxh3_128_digest(b"\x00first\x00" + text.encode("utf-8", "surrogatepass"))
@@ -410,9 +434,7 @@ class SegmentEncoder:
             arrs.insert(0, p.base.tokens[:sum(lens[:u])])
         toks = np.concatenate(arrs) if arrs else np.zeros(0, dtype=np.uint32)
         if p.conv is not None:
-            assert p.pieces is not None  # plan() always records them
-            size = toks.nbytes + (p.char_end[-1] if p.char_end else 0) + LAST_UNIT * len(lens)
-            self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, p.char_end, toks, lens), size)
+            self._remember_last(p, toks, lens)
         return toks, lens
 
     def _assemble_compiled(self, fast: Any, p: Planned) -> tuple[np.ndarray, list[int]]:
@@ -431,9 +453,7 @@ class SegmentEncoder:
                                    base.lens if base is not None and u else None)
         toks = np.frombuffer(blob, dtype=np.uint32) if blob else np.zeros(0, dtype=np.uint32)
         if p.conv is not None:
-            assert p.pieces is not None  # plan() always records them
-            size = toks.nbytes + (p.char_end[-1] if p.char_end else 0) + LAST_UNIT * len(lens)
-            self.last.put(p.conv, Last(p.pieces, p.keys, p.piece_end, p.text_end, p.char_end, toks, lens), size)
+            self._remember_last(p, toks, lens)
         return toks, lens
 
 
