@@ -19,7 +19,7 @@ import orjson
 import xxhash
 
 from prefixscan.detect import normalisation as nz
-from prefixscan.detect.list_order import find_lists, order_signature, signature
+from prefixscan.detect.list_order import TextList, find_lists, order_signature, signature
 from prefixscan.detect.pattern_free import Alignment, Family
 from prefixscan.detect.pieces import Piece, PieceMemo, text_key
 from prefixscan.detect.rewrite import _tool_hash
@@ -29,6 +29,7 @@ from prefixscan.read.record import Record
 ROLE_SEED = {"system": 1, "developer": 1, "user": 2, "tools": 3}
 CONTENT_BYTES = 16 << 20  # bound of the memo of request contents
 CHECK_BYTES = 8 << 20  # bound of the memo of RAG-order checks by document head
+LIST_BYTES = 8 << 20  # bound of the memo of an early message's serialized lists by its piece key
 
 
 @lru_cache(maxsize=4096)
@@ -73,6 +74,7 @@ class ContentMemo:
         self.pieces = PieceMemo(memo_bytes)
         self.lru = BytesLRU(CONTENT_BYTES)
         self._heads = BytesLRU(CHECK_BYTES)
+        self._lists = BytesLRU(LIST_BYTES)
 
     def of(self, rec: Record, salt: int) -> tuple[dict[int, str], Content]:
         """The texts of a record's early messages (`nz.early_messages`, inlined: this runs per request)
@@ -138,8 +140,17 @@ class ContentMemo:
             if got:
                 checks.append(got)
         lists = [(k[1], tl, *signature(tl, k[1], salt)) for k in keys if k[0] == "u"
-                 for tl in find_lists(texts[k[1]], chunks=k[2] == ROLE_SEED["system"])]
+                 for tl in self._lists_of(k, texts[k[1]])]
         return Content(key, pieces, checks, lists)
+
+    def _lists_of(self, k: tuple, text: str) -> tuple[TextList, ...]:
+        """`find_lists` of an early message, memoised by its piece key (which names its text and role):
+        a tenant's system prompt comes back in every new conversation's content."""
+        hit = self._lists.get(k)
+        if hit is None:
+            hit = tuple(find_lists(text, chunks=k[2] == ROLE_SEED["system"]))
+            self._lists.put(k, hit, 200 + sum(300 + 150 * len(tl.hashes) for tl in hit))
+        return hit
 
     def _rag(self, text: str, mi: int, salt: int) -> tuple:
         """The RAG-order check of a first user message, memoised by its head as well (documents recur
@@ -150,17 +161,18 @@ class ContentMemo:
         k = ("h", mi, salt, text_key(head))
         hit = self._heads.get(k)
         if hit is None:
-            got = _paragraph_hashes(head)
+            got = _paragraph_hashes(head, text)
             hit = () if got is None else ("rag_order", mi, got[0], got[1], *order_signature(got[0], salt ^ (mi + 7)))
             self._heads.put(k, hit, 300 + 100 * (len(hit[2]) if hit else 0))
         return hit
 
 
-def _paragraph_hashes(text: str) -> tuple[tuple[int, ...], list[int]] | None:
-    """Hashes and starts of the paragraphs before the last one (the question), when there are enough."""
-    paras = nz.paragraphs(text)
+def _paragraph_hashes(head: str, text: str) -> tuple[tuple[int, ...], list[int]] | None:
+    """Hashes and starts of the paragraphs of `head` (`_rag_head` of `text`), when there are enough. Its
+    lines are the leading lines of `text`, which the text's units read too."""
+    paras = nz.paragraphs(head)
     if len(paras) >= 3 and paras[-1][1] >= 256:
-        return tuple(nz.paragraph_hash(text[s:e]) for s, e in paras), [s for s, _ in paras]
+        return tuple(nz.paragraph_hashes(nz.leading_lines(text)[0], paras)), [s for s, _ in paras]
     return None
 
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from bisect import bisect_left
+from collections.abc import Iterable
+from itertools import accumulate, compress, repeat
+from operator import add, contains, mul, ne, not_, or_
 from typing import Any, NamedTuple
 
 import orjson
@@ -26,6 +30,7 @@ DRIFT_KINDS = ("line_endings", "unicode", "whitespace", "json_key_order", "json_
 _WS_RUN = re.compile(r"[ \t\u00a0]{2,}|\t")
 _BLANKS = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
 _PARA = re.compile(r"\n[ \t\r]*\n")
+_XXH64 = xxhash.xxh3_64_intdigest
 
 
 def text_hash(s: str, seed: int = 0) -> int:
@@ -132,32 +137,141 @@ def early_messages(messages: list[dict[str, Any]]) -> list[int]:
     return out
 
 
-def message_units(mi: int, text: str, seed: int) -> list[Unit]:
-    """Units of one message's leading text; blank lines fold into the next unit's raw hash."""
-    units: list[Unit] = []
-    pos = 0
+def text_hashes(texts: Iterable[str], seed: int = 0) -> list[int]:
+    """`text_hash` of each string, in C-level passes (no Python step per string)."""
+    return list(map(_XXH64, map(str.encode, texts, repeat("utf-8"), repeat("surrogatepass")), repeat(seed)))
+
+
+class Lines(NamedTuple):
+    """A text's lines and `normal_line` of most of them, computed at C speed (`lines_of`).
+
+    `normal_line` of a line that is not blank, does not open with `{` or `[` and is NFC takes one rule:
+    normal form = the stripped line (carriage returns removed) with its blank runs made one space; WS when
+    that differs from the line without carriage returns, CR when it held one. `norms` and `flags` hold that
+    rule's values for every line; they are wrong for the `odd` lines, which callers read one by one."""
+
+    lines: list[str]  # the text split at newlines
+    starts: list[int]  # the offset of each line, then one more: starts[k + 1] is where line k's successor starts
+    stripped: list[str]  # each line stripped (carriage returns removed): empty for a blank line
+    norms: list[str]
+    flags: list[int]
+    odd: list[int]  # indexes of the lines the rule does not cover: blank, opening `{` or `[`, not NFC
+
+
+def lines_of(region: str) -> Lines:
+    """`Lines` of `region`. Whole-region passes equal per-line ones: no blank run, composition or
+    reordering crosses a newline, and a blank run never crosses a line's stripped edges."""
+    lines = region.split("\n")
+    lengths = list(map(len, lines))
+    starts = list(accumulate(map(add, lengths, repeat(1)), initial=0))
+    cr = "\r" in region
+    whole = region.replace("\r", "") if cr else region
+    plain = whole.split("\n") if cr else lines
+    stripped = list(map(str.strip, plain))
+    norms = stripped
+    runs = [c for c in ("  ", "\t", "\u00a0") if c in whole]  # what a blank run (`_WS_RUN`) holds
+    if runs:
+        mask = list(map(contains, stripped, repeat(runs[0])))
+        for c in runs[1:]:
+            mask = list(map(or_, mask, map(contains, stripped, repeat(c))))
+        norms = stripped.copy()
+        for i in compress(range(len(lines)), mask):
+            norms[i] = _WS_RUN.sub(" ", stripped[i])
+    flags = list(map(mul, map(ne, norms, plain), repeat(WS)))
+    if cr:
+        flags = list(map(or_, flags, map(mul, map(contains, lines, repeat("\r")), repeat(CR))))
+    odd = list(compress(range(len(lines)), map(not_, stripped)))
+    if "{" in whole or "[" in whole:
+        odd = list(compress(range(len(lines)), map(or_, map(not_, stripped),
+                                                   map(str.startswith, stripped, repeat(("{", "["))))))
+    if not whole.isascii() and not unicodedata.is_normalized("NFC", whole):
+        odd = sorted({*odd, *(i for i, t in enumerate(plain)
+                              if not t.isascii() and not unicodedata.is_normalized("NFC", t))})
+    return Lines(lines, starts, stripped, norms, flags, odd)
+
+
+_last_leading: list[Any] = [None, None]  # the last text `leading_lines` read, and its Lines
+
+
+def leading_lines(text: str) -> tuple[Lines, int]:
+    """(`Lines` of the lines that start in the first MAX_CHARS characters of `text`, MAX_CHARS or the
+    text's length). The last text's are kept: its units and its RAG check read the same first user message."""
     n = min(len(text), MAX_CHARS)
-    pending_blank = ""
-    while pos < n:
-        nl = text.find("\n", pos)
-        end = len(text) if nl < 0 else nl + 1
-        line = text[pos:end - 1] if nl >= 0 else text[pos:end]
-        if not line.strip():
-            pending_blank += text[pos:end]
-            pos = end
-            continue
-        block = _json_block(text, pos, end, line, n)
-        if block is not None:  # a pretty-printed JSON value spanning lines: one unit, compared as JSON
-            end, line = block
-        norm, flags, nosort = normal_line(line) if block is None else _normal_json(line)
-        if pending_blank and (pending_blank.count("\n") != 1 or pending_blank.strip("\n")):
-            flags |= WS
-        nh = text_hash(norm, seed)
-        rh = nh if norm == line and not pending_blank else text_hash(pending_blank + line, seed)
-        units.append(Unit(mi, pos, end, nh, rh, flags, nosort, len(line)))
-        pending_blank = ""
-        pos = end
-    return units
+    if _last_leading[0] is text:
+        return _last_leading[1], n
+    cut = text.find("\n", n - 1) if n else 0  # the end of the last line that starts before n
+    tab = lines_of(text if cut < 0 else text[:cut])
+    if cut < 0:
+        tab.starts[-1] -= 1  # the last line ends the text: no newline
+    _last_leading[:] = text, tab
+    return tab, n
+
+
+def _blank_ws(pending: str) -> bool:
+    """Whether the blank lines before a unit make it whitespace drift: more than one, or not empty."""
+    return pending.count("\n") != 1 or bool(pending.strip("\n"))
+
+
+def _unit(mi: int, pos: int, end: int, line: str, block: bool, pending: str, seed: int) -> Unit:
+    """The unit of one line (or JSON block) at `pos`, after the blank lines `pending`."""
+    norm, flags, nosort = _normal_json(line) if block else normal_line(line)
+    if pending and _blank_ws(pending):
+        flags |= WS
+    nh = text_hash(norm, seed)
+    rh = nh if norm == line and not pending else text_hash(pending + line, seed)
+    return Unit(mi, pos, end, nh, rh, flags, nosort, len(line))
+
+
+def message_units(mi: int, text: str, seed: int) -> list[Unit]:
+    """Units of one message's leading text (the lines that start in its first MAX_CHARS characters);
+    blank lines fold into the next unit's raw hash.
+
+    The lines of `normal_line`'s common rule are made units in bulk (`Lines`): their raw hash is their
+    normal form's unless a flag says they differ. Only the odd lines (blank, JSON, not NFC) and the line
+    after blank lines are looked at one by one."""
+    if not text:
+        return []
+    tab, n = leading_lines(text)
+    lines, starts, flags = tab.lines, tab.starts, tab.flags.copy()
+    nh = text_hashes(tab.norms, seed)
+    rh = nh.copy()
+    for i in compress(range(len(lines)), flags):
+        rh[i] = text_hash(lines[i], seed)
+    ends, lengths = starts[1:], list(map(len, lines))
+    nosort: list[int] | None = None
+    keep: list[bool] | None = None
+    if tab.odd:  # blank lines fold into the next line's raw hash; JSON and non-NFC lines are read one by one
+        nosort, keep = [0] * len(lines), [True] * len(lines)
+        pending, last_blank, skip = "", -2, 0
+        for i in tab.odd:
+            if pending and i != last_blank + 1:  # the blank lines end at a line of the common rule
+                j = last_blank + 1
+                rh[j] = text_hash(pending + lines[j], seed)
+                if pending != "\n" and _blank_ws(pending):
+                    flags[j] |= WS
+                pending = ""
+            if i < skip:
+                continue  # inside a JSON block
+            line = lines[i]
+            if not tab.stripped[i]:
+                keep[i], pending, last_blank = False, pending + line + "\n", i
+                continue
+            end = ends[i]
+            block = _json_block(text, starts[i], end, line, n)
+            if block is not None:  # a pretty-printed JSON value spanning lines: one unit, compared as JSON
+                end, line = block
+                skip = bisect_left(starts, end, i + 1)
+                keep[i + 1:skip] = [False] * (skip - i - 1)
+            _, _, ends[i], nh[i], rh[i], flags[i], nosort[i], lengths[i] = _unit(
+                mi, starts[i], end, line, block is not None, pending, seed)
+            pending = ""
+        if pending and last_blank + 1 < len(lines):
+            j = last_blank + 1
+            rh[j] = text_hash(pending + lines[j], seed)
+            if _blank_ws(pending):
+                flags[j] |= WS
+    cols = zip(repeat(mi), starts, ends, nh, rh, flags, repeat(0) if nosort is None else nosort, lengths)
+    return list(map(tuple.__new__, repeat(Unit), cols if keep is None else compress(cols, keep)))  # type: ignore
 
 
 def tool_units(tools: list[Any], seed: int) -> list[Unit]:
@@ -248,7 +362,25 @@ def paragraphs(text: str) -> list[tuple[int, int]]:
 
 
 def paragraph_hash(text: str, seed: int = 0) -> int:
-    return text_hash(" ".join(normal_line(ln)[0] for ln in text.split("\n") if ln.strip()), seed)
+    """The hash of a paragraph's non-blank lines in normal form, joined by spaces."""
+    return paragraph_hashes(lines_of(text), [(0, len(text))], seed)[0]
+
+
+def paragraph_hashes(tab: Lines, paras: list[tuple[int, int]], seed: int = 0) -> list[int]:
+    """`paragraph_hash` of each (start, end) paragraph of the text `tab` holds the lines of; each starts and
+    ends where lines do (as `paragraphs` gives them), within those lines."""
+    keep = list(map(bool, tab.stripped))
+    norms = tab.norms
+    if tab.odd:
+        norms = norms.copy()
+        for i in tab.odd:
+            if keep[i]:
+                norms[i] = normal_line(tab.lines[i])[0]
+    joined = []
+    for s, e in paras:
+        a, b = bisect_left(tab.starts, s), bisect_left(tab.starts, e)
+        joined.append(" ".join(compress(norms[a:b], keep[a:b])))
+    return text_hashes(joined, seed)
 
 
 def message_text(m: dict[str, Any]) -> str:
