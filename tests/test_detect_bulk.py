@@ -15,6 +15,7 @@ from prefixscan.detect import content as content_mod
 from prefixscan.detect import list_order as lo
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.content import ContentMemo, tenant_salt
+from prefixscan.detect.pieces import text_key
 from prefixscan.read.record import Record
 from tests.oracles import detect_ref as ref
 
@@ -134,3 +135,32 @@ def test_lists_are_memoised_by_piece_and_equal_find_lists() -> None:
     finally:
         content_mod.find_lists = real
     assert calls.count(True) == 1 and calls.count(False) == 5
+
+
+LIST_FRAGMENTS = ["\n", "\n", "\n", "\n\n", "\r\n", " ", "\t", "  \n", " \t\r\n", "- ", "* ", "\u2022 ", "1. ", "2) ",
+                  "[3] ", "#4: ", "#5 ", "Document 6: ", "doc 7 - ", "SOURCE #8) ", "chunk 9", "passage 10: ",
+                  "result 11. ", "1234. ", "---", "----", "***", "===", "___", "-- -", "Documents:", "## Head",
+                  "item text", "x", "\u2003", "\x0c", "\u00a0", "[1, 2]", '[{"a": 1}, {"a": 2}, {"a": 3}]', ":", "."]
+
+
+@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(LIST_FRAGMENTS), max_size=80).map("".join))
+def test_list_finders_equal_the_per_item_code(text: str) -> None:
+    assert lo._numbered(text) == ref.numbered(text)
+    assert lo._separated(text) == ref.separated(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=40), st.integers(0, 2**64 - 1))
+def test_order_signature_packs_as_numpy_did(hs: list[int], seed: int) -> None:
+    assert lo.order_signature(tuple(hs), seed) == ref.order_signature(tuple(hs), seed)
+
+
+def test_text_keys_found_by_comparison_are_the_texts_own() -> None:
+    """Texts of one length and ends but another middle get their own key; an equal text (a new object)
+    gets the key of the first."""
+    memo = ContentMemo(1 << 20)
+    a = "head " * 20 + "middle A" + " tail" * 20
+    b = "head " * 20 + "middle B" + " tail" * 20
+    for t in (a, b, fresh(a), fresh(b), "", "x", fresh(a)):
+        assert memo._text_key(t) == text_key(t)

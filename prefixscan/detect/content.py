@@ -12,6 +12,7 @@ bytes and holds only values a recomputation would give again, so only speed depe
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from typing import Any
 
@@ -19,7 +20,7 @@ import orjson
 import xxhash
 
 from prefixscan.detect import normalisation as nz
-from prefixscan.detect.list_order import TextList, find_lists, order_signature, signature
+from prefixscan.detect.list_order import find_lists, order_signature, signature
 from prefixscan.detect.pattern_free import Alignment, Family
 from prefixscan.detect.pieces import Piece, PieceMemo, text_key
 from prefixscan.detect.rewrite import _tool_hash
@@ -30,6 +31,7 @@ ROLE_SEED = {"system": 1, "developer": 1, "user": 2, "tools": 3}
 CONTENT_BYTES = 16 << 20  # bound of the memo of request contents
 CHECK_BYTES = 8 << 20  # bound of the memo of RAG-order checks by document head
 LIST_BYTES = 8 << 20  # bound of the memo of an early message's serialized lists by its piece key
+TEXT_BYTES = 16 << 20  # bound of the texts held to find their `text_key` by comparison
 
 
 @lru_cache(maxsize=4096)
@@ -75,6 +77,7 @@ class ContentMemo:
         self.lru = BytesLRU(CONTENT_BYTES)
         self._heads = BytesLRU(CHECK_BYTES)
         self._lists = BytesLRU(LIST_BYTES)
+        self._texts = BytesLRU(TEXT_BYTES)
 
     def of(self, rec: Record, salt: int) -> tuple[dict[int, str], Content]:
         """The texts of a record's early messages (`nz.early_messages`, inlined: this runs per request)
@@ -93,7 +96,7 @@ class ContentMemo:
             if not tools_done and role == "user":
                 keys.append(tkey)  # type: ignore[arg-type]
                 tools_done = True
-            keys.append(("u", mi, ROLE_SEED[role], text_key(t)))
+            keys.append(("u", mi, ROLE_SEED[role], self._text_key(t)))
             if role == "user":
                 break
         if not tools_done:
@@ -104,6 +107,18 @@ class ContentMemo:
             hit = self._content(key, keys, rec, msgs, texts, salt)
             self.lru.put(key, hit, hit.size())
         return texts, hit
+
+    def _text_key(self, text: str) -> int:
+        """`text_key(text)`, found by comparing `text` with the last text of its length and ends when there
+        is one: a tenant's system prompt and a conversation's first message come back in every request,
+        and comparing two strings is cheaper than encoding and hashing one."""
+        k = (len(text), text[:64], text[-64:])
+        hit = self._texts.get(k)
+        if hit is not None and hit[0] == text:
+            return hit[1]
+        key = text_key(text)
+        self._texts.put(k, (text, key), 200 + sys.getsizeof(text))
+        return key
 
     def adopt(self, content: Content, pieces: list[Piece]) -> None:
         """Take a content and its pieces that another process computed (an encode worker, which derives
@@ -139,17 +154,18 @@ class ContentMemo:
             got = self._rag(texts[keys[-1][1]], keys[-1][1], salt)
             if got:
                 checks.append(got)
-        lists = [(k[1], tl, *signature(tl, k[1], salt)) for k in keys if k[0] == "u"
-                 for tl in self._lists_of(k, texts[k[1]])]
+        lists = [item for k in keys if k[0] == "u" for item in self._lists_of(k, texts[k[1]], salt)]
         return Content(key, pieces, checks, lists)
 
-    def _lists_of(self, k: tuple, text: str) -> tuple[TextList, ...]:
-        """`find_lists` of an early message, memoised by its piece key (which names its text and role):
+    def _lists_of(self, k: tuple, text: str, salt: int) -> tuple[tuple, ...]:
+        """(message index, TextList, multiset hash, sequence hash) of each serialized list of an early message
+        (`find_lists`, `signature`), memoised by its piece key (which names its text and role) and tenant:
         a tenant's system prompt comes back in every new conversation's content."""
-        hit = self._lists.get(k)
+        hit = self._lists.get((salt, k))
         if hit is None:
-            hit = tuple(find_lists(text, chunks=k[2] == ROLE_SEED["system"]))
-            self._lists.put(k, hit, 200 + sum(300 + 150 * len(tl.hashes) for tl in hit))
+            hit = tuple((k[1], tl, *signature(tl, k[1], salt))
+                        for tl in find_lists(text, chunks=k[2] == ROLE_SEED["system"]))
+            self._lists.put((salt, k), hit, 200 + sum(300 + 150 * len(tl.hashes) for _, tl, _, _ in hit))
         return hit
 
     def _rag(self, text: str, mi: int, salt: int) -> tuple:

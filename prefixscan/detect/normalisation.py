@@ -156,6 +156,7 @@ class Lines(NamedTuple):
     norms: list[str]
     flags: list[int]
     odd: list[int]  # indexes of the lines the rule does not cover: blank, opening `{` or `[`, not NFC
+    lengths: list[int]
 
 
 def lines_of(region: str) -> Lines:
@@ -187,7 +188,7 @@ def lines_of(region: str) -> Lines:
     if not whole.isascii() and not unicodedata.is_normalized("NFC", whole):
         odd = sorted({*odd, *(i for i, t in enumerate(plain)
                               if not t.isascii() and not unicodedata.is_normalized("NFC", t))})
-    return Lines(lines, starts, stripped, norms, flags, odd)
+    return Lines(lines, starts, stripped, norms, flags, odd, lengths)
 
 
 _last_leading: list[Any] = [None, None]  # the last text `leading_lines` read, and its Lines
@@ -234,29 +235,29 @@ def message_units(mi: int, text: str, seed: int) -> list[Unit]:
     tab, n = leading_lines(text)
     lines, starts, flags = tab.lines, tab.starts, tab.flags.copy()
     nh = text_hashes(tab.norms, seed)
-    rh = nh.copy()
-    for i in compress(range(len(lines)), flags):
-        rh[i] = text_hash(lines[i], seed)
-    ends, lengths = starts[1:], list(map(len, lines))
+    rh = nh.copy()  # a line's raw text is its normal form unless a flag says otherwise
+    for i, h in zip(compress(range(len(lines)), flags), text_hashes(compress(lines, flags), seed), strict=True):
+        rh[i] = h
+    ends, lengths = starts[1:], tab.lengths.copy()
     nosort: list[int] | None = None
     keep: list[bool] | None = None
     if tab.odd:  # blank lines fold into the next line's raw hash; JSON and non-NFC lines are read one by one
         nosort, keep = [0] * len(lines), [True] * len(lines)
         pending, last_blank, skip = "", -2, 0
+        stripped = tab.stripped
         for i in tab.odd:
             if pending and i != last_blank + 1:  # the blank lines end at a line of the common rule
                 j = last_blank + 1
-                rh[j] = text_hash(pending + lines[j], seed)
+                rh[j] = _XXH64((pending + lines[j]).encode("utf-8", "surrogatepass"), seed)  # text_hash
                 if pending != "\n" and _blank_ws(pending):
                     flags[j] |= WS
                 pending = ""
             if i < skip:
                 continue  # inside a JSON block
-            line = lines[i]
-            if not tab.stripped[i]:
-                keep[i], pending, last_blank = False, pending + line + "\n", i
+            if not stripped[i]:
+                keep[i], pending, last_blank = False, pending + lines[i] + "\n", i
                 continue
-            end = ends[i]
+            line, end = lines[i], ends[i]
             block = _json_block(text, starts[i], end, line, n)
             if block is not None:  # a pretty-printed JSON value spanning lines: one unit, compared as JSON
                 end, line = block

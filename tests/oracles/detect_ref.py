@@ -83,3 +83,16 @@ def numbered(text: str) -> list[list[tuple[int, int]]]:
                 out.append(run)
             run = []
     return out
+
+
+def order_signature(hs: tuple[int, ...], seed: int) -> tuple[int, int]:
+    """(multiset hash, sequence hash) of items, as numpy packed them."""
+    import numpy as np
+    import xxhash
+
+    ms = xxhash.xxh3_64_intdigest(np.asarray(sorted(hs), dtype=np.uint64).tobytes(), seed=seed)
+    return ms, xxhash.xxh3_64_intdigest(np.asarray(hs, dtype=np.uint64).tobytes())
+
+
+def piece_columns(units: list[nz.Unit]) -> tuple[list[int], list[int], list[int]]:
+    return [u.norm for u in units], [u.raw for u in units], [u.length for u in units]
