@@ -15,7 +15,6 @@ from prefixscan.detect import content as content_mod
 from prefixscan.detect import list_order as lo
 from prefixscan.detect import normalisation as nz
 from prefixscan.detect.content import ContentMemo, tenant_salt
-from prefixscan.detect.pieces import text_key
 from prefixscan.read.record import Record
 from tests.oracles import detect_ref as ref
 
@@ -154,13 +153,3 @@ def test_list_finders_equal_the_per_item_code(text: str) -> None:
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=40), st.integers(0, 2**64 - 1))
 def test_order_signature_packs_as_numpy_did(hs: list[int], seed: int) -> None:
     assert lo.order_signature(tuple(hs), seed) == ref.order_signature(tuple(hs), seed)
-
-
-def test_text_keys_found_by_comparison_are_the_texts_own() -> None:
-    """Texts of one length and ends but another middle get their own key; an equal text (a new object)
-    gets the key of the first."""
-    memo = ContentMemo(1 << 20)
-    a = "head " * 20 + "middle A" + " tail" * 20
-    b = "head " * 20 + "middle B" + " tail" * 20
-    for t in (a, b, fresh(a), fresh(b), "", "x", fresh(a)):
-        assert memo._text_key(t) == text_key(t)

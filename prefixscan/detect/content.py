@@ -12,7 +12,6 @@ bytes and holds only values a recomputation would give again, so only speed depe
 
 from __future__ import annotations
 
-import sys
 from functools import lru_cache
 from typing import Any
 
@@ -31,7 +30,6 @@ ROLE_SEED = {"system": 1, "developer": 1, "user": 2, "tools": 3}
 CONTENT_BYTES = 16 << 20  # bound of the memo of request contents
 CHECK_BYTES = 8 << 20  # bound of the memo of RAG-order checks by document head
 LIST_BYTES = 8 << 20  # bound of the memo of an early message's serialized lists by its piece key
-TEXT_BYTES = 16 << 20  # bound of the texts held to find their `text_key` by comparison
 
 
 @lru_cache(maxsize=4096)
@@ -77,7 +75,6 @@ class ContentMemo:
         self.lru = BytesLRU(CONTENT_BYTES)
         self._heads = BytesLRU(CHECK_BYTES)
         self._lists = BytesLRU(LIST_BYTES)
-        self._texts = BytesLRU(TEXT_BYTES)
 
     def of(self, rec: Record, salt: int) -> tuple[dict[int, str], Content]:
         """The texts of a record's early messages (`nz.early_messages`, inlined: this runs per request)
@@ -96,7 +93,7 @@ class ContentMemo:
             if not tools_done and role == "user":
                 keys.append(tkey)  # type: ignore[arg-type]
                 tools_done = True
-            keys.append(("u", mi, ROLE_SEED[role], self._text_key(t)))
+            keys.append(("u", mi, ROLE_SEED[role], text_key(t)))
             if role == "user":
                 break
         if not tools_done:
@@ -107,18 +104,6 @@ class ContentMemo:
             hit = self._content(key, keys, rec, msgs, texts, salt)
             self.lru.put(key, hit, hit.size())
         return texts, hit
-
-    def _text_key(self, text: str) -> int:
-        """`text_key(text)`, found by comparing `text` with the last text of its length and ends when there
-        is one: a tenant's system prompt and a conversation's first message come back in every request,
-        and comparing two strings is cheaper than encoding and hashing one."""
-        k = (len(text), text[:64], text[-64:])
-        hit = self._texts.get(k)
-        if hit is not None and hit[0] == text:
-            return hit[1]
-        key = text_key(text)
-        self._texts.put(k, (text, key), 200 + sys.getsizeof(text))
-        return key
 
     def adopt(self, content: Content, pieces: list[Piece]) -> None:
         """Take a content and its pieces that another process computed (an encode worker, which derives

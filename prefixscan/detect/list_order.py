@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 from array import array
-from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -40,7 +39,6 @@ _ENUM = re.compile(r"\n[ \t]*(?:[-*\u2022]|\d{1,3}[.)]|\[\d{1,3}\]|#\d{1,3}[.:]?
                    r"|(?:document|doc|source|chunk|passage|result)[ \t]*#?\d{1,3}[ \t]*[:.)-]?)[ \t]+(?=\S)", re.I)
 _HEAD_END = re.compile(r"\n(?:[ \t\r]*|[^\n]*:[ \t\r]*|#{1,6} [^\n]*)(?=\n)")  # a blank or heading line
 _BLANK = re.compile(r"\n[ \t\r]*\n")
-_BLANK_AT = re.compile(r"\n(?=[ \t\r]*\n)")  # where a `_BLANK` match starts
 _SEPARATOR_RUNS = ("---", "***", "===", "___")
 _DECODER = json.JSONDecoder()
 
@@ -145,25 +143,20 @@ def _separated(text: str) -> list[tuple[int, int]]:
 def _numbered(text: str) -> list[list[tuple[int, int]]]:
     """Numbered or bulleted lists (`1. `, `[2] `, `Document 3: `, `- `, `* `): the items' texts without their
     markers, each up to the next marker, the last one up to the paragraph's end. Markers stay in place when
-    items move.
-
-    An item starts at a non-blank character, so it is never empty; its end is the first blank line
-    (`_BLANK`) within it, found among the text's blank-line starts by bisection, else the next marker."""
-    starts = [(m.start(), m.end() - 1) for m in _ENUM.finditer("\n" + text)]  # (line start, item start)
-    if len(starts) < MIN_ITEMS:  # every item has its own marker
-        return []
-    blanks = [m.start() for m in _BLANK_AT.finditer(text)]  # every start of a `_BLANK` match, overlapping ones too
+    items move."""
     out: list[list[tuple[int, int]]] = []
     run: list[tuple[int, int]] = []
-    last = len(starts) - 1
+    starts = [(m.start(), m.end() - 1) for m in _ENUM.finditer("\n" + text)]  # (line start, item start)
+    if len(starts) < MIN_ITEMS:  # every item has its own marker
+        return out
     for k, (_, item) in enumerate(starts):
-        limit = starts[k + 1][0] if k < last else len(text)
-        b = bisect_left(blanks, item)
-        # the first blank line at or after the item, when it ends by `limit` (a later one ends later)
-        blank = b < len(blanks) and text.find("\n", blanks[b] + 1) < limit
-        end = blanks[b] if blank else limit
-        run.append((item, item + len(text[item:end].rstrip())))
-        if blank or k == last:  # a blank line ends the list
+        nxt = starts[k + 1][0] if k + 1 < len(starts) else None
+        blank = _BLANK.search(text, item, nxt if nxt is not None else len(text))
+        end = blank.start() if blank else (nxt if nxt is not None else len(text))
+        core = _core(text, item, end)
+        if core is not None:
+            run.append(core)
+        if blank is not None or nxt is None:  # a blank line ends the list
             if len(run) >= MIN_ITEMS:
                 out.append(run)
             run = []
