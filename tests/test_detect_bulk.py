@@ -153,3 +153,36 @@ def test_list_finders_equal_the_per_item_code(text: str) -> None:
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=40), st.integers(0, 2**64 - 1))
 def test_order_signature_packs_as_numpy_did(hs: list[int], seed: int) -> None:
     assert lo.order_signature(tuple(hs), seed) == ref.order_signature(tuple(hs), seed)
+
+
+JSON_LINES = ["{", "[", "  {", "  [", "\t{", "\u2003{", '{"a": 1,', "[1,", "}", "]", "},", "],", "}, ,", "} ,", "  }",
+              "  ]", "\t}", "\u2003}", "}\r", "\r}", "  },,", "}x", '"a": 1', '  "b": [1, 2]', "1,", "2", "",
+              " ", "{}", "[]", '{"k": "v"}', "} // end"]
+
+
+def _line_starts(text: str) -> list[int]:
+    return [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(JSON_LINES), max_size=40).map("\n".join), st.integers(0, 400))
+def test_json_blocks_equal_the_line_by_line_search(text: str, cut: int) -> None:
+    n = min(len(text), cut if cut < 400 else len(text))
+    for pos in _line_starts(text):
+        nl = text.find("\n", pos)
+        end = len(text) if nl < 0 else nl + 1
+        line = text[pos:end].rstrip("\n")
+        assert nz._json_block(text, pos, end, line, n) == ref.json_block(text, pos, end, line, n)
+
+
+def test_json_blocks_at_their_line_and_size_bounds() -> None:
+    """A block closing on its 399th, 400th or 401st line, or just within or past MAX_JSON_CHARS."""
+    for lines in (nz.MAX_JSON_LINES - 1, nz.MAX_JSON_LINES, nz.MAX_JSON_LINES + 1):
+        text = "{\n" + "".join(f'  "k{i}": {i},\n' for i in range(lines - 1)) + '  "z": 0\n}\ntail'
+        for n in (len(text), len(text) - 6, 30):
+            assert nz._json_block(text, 0, 2, "{", n) == ref.json_block(text, 0, 2, "{", n)
+    for size in range(nz.MAX_JSON_CHARS - 12, nz.MAX_JSON_CHARS + 12):
+        text = '[\n "' + "a" * (size - 5) + '"\n]\n'
+        text2 = '[\n "' + "a" * (size - 5) + '"\n ]\n]\n'
+        for t in (text, text2):
+            assert nz._json_block(t, 0, 2, "[", len(t)) == ref.json_block(t, 0, 2, "[", len(t))

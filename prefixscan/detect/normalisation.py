@@ -82,34 +82,42 @@ def normal_line(line: str) -> tuple[str, int, int]:
 
 
 MAX_JSON_LINES = 400
+_CLOSE_LINE = re.compile(r"\n([^\S\n]*)([}\]]),*[^\S\n]*(?=\n|\Z)")  # a line of a closing bracket alone
 MAX_JSON_CHARS = 16_000
 
 
 def _json_block(text: str, pos: int, end: int, line: str, n: int) -> tuple[int, str] | None:
     """(end, text) of a multi-line JSON object or array starting at this line, when the line opens one
     (`{` or `[` alone or with its first member) and a later line at the same indentation closes it; the
-    block must parse. None otherwise (a one-line JSON value is a line like any other)."""
+    block must parse. None otherwise (a one-line JSON value is a line like any other).
+
+    The closing line is the first of the next MAX_JSON_LINES lines that starts before `n` and within
+    MAX_JSON_CHARS of `pos` and holds the closing bracket alone (commas and blanks aside) at the opening
+    line's indentation; the candidates are found by one regex scan."""
     t = line.strip()
     if not t or t[0] not in "{[" or (t[-1] in "}]" and len(t) > 1):
         return None
+    limit = min(n, pos + MAX_JSON_CHARS + 1)  # a line read must start before this
+    if end >= limit:
+        return None
     indent = len(line) - len(line.lstrip())
     close = "}" if t[0] == "{" else "]"
-    cur = end
-    for _ in range(MAX_JSON_LINES):
-        if cur >= n or cur - pos > MAX_JSON_CHARS:
+    stop = text.find("\n", limit - 1)  # the end of the last line that may be read
+    k, at = 0, end  # lines from `end` to `at`
+    for m in _CLOSE_LINE.finditer(text, end - 1, len(text) if stop < 0 else stop):
+        cur = m.start() + 1
+        k, at = k + text.count("\n", at, cur), cur
+        if cur >= limit or k >= MAX_JSON_LINES:
             return None
-        nl = text.find("\n", cur)
-        nxt = len(text) if nl < 0 else nl + 1
-        ln = text[cur:nxt].rstrip("\n").rstrip("\r")
-        s = ln.strip()
-        if s[:1] == close and len(ln) - len(ln.lstrip()) == indent and s.rstrip(",") == close:
-            body = text[pos:cur] + ln
+        if m.group(2) == close and len(m.group(1)) == indent:
+            nl = text.find("\n", cur)
+            nxt = len(text) if nl < 0 else nl + 1
+            body = text[pos:cur] + text[cur:nxt].rstrip("\n").rstrip("\r")
             try:
                 orjson.loads(body.strip())
             except orjson.JSONDecodeError:
                 return None
             return nxt, body
-        cur = nxt
     return None
 
 

@@ -22,7 +22,7 @@ def message_units(mi: int, text: str, seed: int) -> list[nz.Unit]:
             pending_blank += text[pos:end]
             pos = end
             continue
-        block = nz._json_block(text, pos, end, line, n)
+        block = json_block(text, pos, end, line, n)
         if block is not None:
             end, line = block
         norm, flags, nosort = nz.normal_line(line) if block is None else nz._normal_json(line)
@@ -96,3 +96,31 @@ def order_signature(hs: tuple[int, ...], seed: int) -> tuple[int, int]:
 
 def piece_columns(units: list[nz.Unit]) -> tuple[list[int], list[int], list[int]]:
     return [u.norm for u in units], [u.raw for u in units], [u.length for u in units]
+
+
+def json_block(text: str, pos: int, end: int, line: str, n: int) -> tuple[int, str] | None:
+    """The closing line of a multi-line JSON value, looked for line by line."""
+    import orjson
+
+    t = line.strip()
+    if not t or t[0] not in "{[" or (t[-1] in "}]" and len(t) > 1):
+        return None
+    indent = len(line) - len(line.lstrip())
+    close = "}" if t[0] == "{" else "]"
+    cur = end
+    for _ in range(nz.MAX_JSON_LINES):
+        if cur >= n or cur - pos > nz.MAX_JSON_CHARS:
+            return None
+        nl = text.find("\n", cur)
+        nxt = len(text) if nl < 0 else nl + 1
+        ln = text[cur:nxt].rstrip("\n").rstrip("\r")
+        s = ln.strip()
+        if s[:1] == close and len(ln) - len(ln.lstrip()) == indent and s.rstrip(",") == close:
+            body = text[pos:cur] + ln
+            try:
+                orjson.loads(body.strip())
+            except orjson.JSONDecodeError:
+                return None
+            return nxt, body
+        cur = nxt
+    return None
