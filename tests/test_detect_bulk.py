@@ -45,7 +45,10 @@ def fresh(text: str) -> str:
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(texts(), st.integers(0, 5), st.sampled_from([0, 1, 2, 3, 2**63 - 1]))
 def test_message_units_equal_the_per_line_code(text: str, mi: int, seed: int) -> None:
-    assert typed(nz.message_units(mi, fresh(text), seed)) == typed(ref.message_units(mi, text, seed))
+    want = ref.message_units(mi, text, seed)
+    assert typed(nz.message_units(mi, fresh(text), seed)) == typed(want)
+    units, norm, raw, length = nz.message_columns(mi, fresh(text), seed)
+    assert (typed(units), norm, raw, length) == (typed(want), *ref.piece_columns(want))
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -233,13 +233,18 @@ def _unit(mi: int, pos: int, end: int, line: str, block: bool, pending: str, see
 
 def message_units(mi: int, text: str, seed: int) -> list[Unit]:
     """Units of one message's leading text (the lines that start in its first MAX_CHARS characters);
-    blank lines fold into the next unit's raw hash.
+    blank lines fold into the next unit's raw hash."""
+    return message_columns(mi, text, seed)[0]
+
+
+def message_columns(mi: int, text: str, seed: int) -> tuple[list[Unit], list[int], list[int], list[int]]:
+    """`message_units`, and their norm, raw and length columns (what a piece holds).
 
     The lines of `normal_line`'s common rule are made units in bulk (`Lines`): their raw hash is their
     normal form's unless a flag says they differ. Only the odd lines (blank, JSON, not NFC) and the line
     after blank lines are looked at one by one."""
     if not text:
-        return []
+        return [], [], [], []
     tab, n = leading_lines(text)
     lines, starts, flags = tab.lines, tab.starts, tab.flags.copy()
     nh = text_hashes(tab.norms, seed)
@@ -280,7 +285,10 @@ def message_units(mi: int, text: str, seed: int) -> list[Unit]:
             if _blank_ws(pending):
                 flags[j] |= WS
     cols = zip(repeat(mi), starts, ends, nh, rh, flags, repeat(0) if nosort is None else nosort, lengths)
-    return list(map(tuple.__new__, repeat(Unit), cols if keep is None else compress(cols, keep)))  # type: ignore
+    if keep is None:
+        return list(map(tuple.__new__, repeat(Unit), cols)), nh, rh, lengths  # type: ignore[call-overload]
+    return (list(map(tuple.__new__, repeat(Unit), compress(cols, keep))),  # type: ignore[call-overload]
+            list(compress(nh, keep)), list(compress(rh, keep)), list(compress(lengths, keep)))
 
 
 def tool_units(tools: list[Any], seed: int) -> list[Unit]:

@@ -102,8 +102,8 @@ class PieceMemo:
         key = key or ("u", mi, seed, text_key(text))
         hit = self.lru.get(key)
         if hit is None:
-            hit = Piece.of(key, nz.message_units(mi, text, seed), "\r" in text,
-                           not text.isascii() and not unicodedata.is_normalized("NFC", text))
+            hit = Piece(key, *nz.message_columns(mi, text, seed), "\r" in text,
+                        not text.isascii() and not unicodedata.is_normalized("NFC", text))
             self.lru.put(key, hit, hit.size())
         return hit
 
