@@ -286,8 +286,8 @@ def message_columns(mi: int, text: str, seed: int) -> tuple[list[Unit], list[int
                 flags[j] |= WS
     cols = zip(repeat(mi), starts, ends, nh, rh, flags, repeat(0) if nosort is None else nosort, lengths)
     if keep is None:
-        return list(map(tuple.__new__, repeat(Unit), cols)), nh, rh, lengths  # type: ignore[call-overload]
-    return (list(map(tuple.__new__, repeat(Unit), compress(cols, keep))),  # type: ignore[call-overload]
+        return list(map(tuple.__new__, repeat(Unit), cols)), nh, rh, lengths
+    return (list(map(tuple.__new__, repeat(Unit), compress(cols, keep))),
             list(compress(nh, keep)), list(compress(rh, keep)), list(compress(lengths, keep)))
 
 
