@@ -199,20 +199,22 @@ def lines_of(region: str) -> Lines:
     return Lines(lines, starts, stripped, norms, flags, odd, lengths)
 
 
-_last_leading: list[Any] = [None, None]  # the last text `leading_lines` read, and its Lines
+_last_leading: list[tuple[str, Lines]] = []  # the last text `leading_lines` read, and its Lines (one pair: read
+# and replaced whole, so a thread never pairs one text with another's lines)
 
 
 def leading_lines(text: str) -> tuple[Lines, int]:
     """(`Lines` of the lines that start in the first MAX_CHARS characters of `text`, MAX_CHARS or the
     text's length). The last text's are kept: its units and its RAG check read the same first user message."""
     n = min(len(text), MAX_CHARS)
-    if _last_leading[0] is text:
-        return _last_leading[1], n
+    last = _last_leading[:1]
+    if last and last[0][0] is text:
+        return last[0][1], n
     cut = text.find("\n", n - 1) if n else 0  # the end of the last line that starts before n
     tab = lines_of(text if cut < 0 else text[:cut])
     if cut < 0:
         tab.starts[-1] -= 1  # the last line ends the text: no newline
-    _last_leading[:] = text, tab
+    _last_leading[:] = [(text, tab)]
     return tab, n
 
 
