@@ -189,3 +189,16 @@ def test_json_blocks_at_their_line_and_size_bounds() -> None:
         text2 = '[\n "' + "a" * (size - 5) + '"\n ]\n]\n'
         for t in (text, text2):
             assert nz._json_block(t, 0, 2, "[", len(t)) == ref.json_block(t, 0, 2, "[", len(t))
+
+
+@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["\n", "\n", "\n", " ", "\t", "\r", "\x0c", "\u2003", "a", "b c", "{", "e\u0301"]),
+                max_size=40).map("".join))
+def test_paragraphs_by_lines_equal_the_regex(body: str) -> None:
+    """A text whose every line ends with a newline (as a RAG head does): its paragraphs found from its lines
+    equal those `_PARA` finds, and so do their hashes."""
+    text = body + "\n"
+    tab = nz.lines_of(text[:-1])
+    paras = nz.line_paragraphs(tab, len(tab.lines))
+    assert [(tab.starts[a], tab.starts[b]) for a, b in paras] == nz.paragraphs(text)
+    assert nz.line_paragraph_hashes(tab, paras) == [ref.paragraph_hash(text[s:e]) for s, e in nz.paragraphs(text)]

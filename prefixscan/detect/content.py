@@ -12,6 +12,7 @@ bytes and holds only values a recomputation would give again, so only speed depe
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from functools import lru_cache
 from typing import Any
 
@@ -171,9 +172,10 @@ class ContentMemo:
 def _paragraph_hashes(head: str, text: str) -> tuple[tuple[int, ...], list[int]] | None:
     """Hashes and starts of the paragraphs of `head` (`_rag_head` of `text`), when there are enough. Its
     lines are the leading lines of `text`, which the text's units read too."""
-    paras = nz.paragraphs(head)
-    if len(paras) >= 3 and paras[-1][1] >= 256:
-        return tuple(nz.paragraph_hashes(nz.leading_lines(text)[0], paras)), [s for s, _ in paras]
+    tab = nz.leading_lines(text)[0]
+    paras = nz.line_paragraphs(tab, bisect_left(tab.starts, len(head)))  # `nz.paragraphs(head)`, by lines
+    if len(paras) >= 3 and tab.starts[paras[-1][1]] >= 256:
+        return tuple(nz.line_paragraph_hashes(tab, paras)), [tab.starts[a] for a, _ in paras]
     return None
 
 

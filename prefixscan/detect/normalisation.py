@@ -388,6 +388,12 @@ def paragraph_hash(text: str, seed: int = 0) -> int:
 def paragraph_hashes(tab: Lines, paras: list[tuple[int, int]], seed: int = 0) -> list[int]:
     """`paragraph_hash` of each (start, end) paragraph of the text `tab` holds the lines of; each starts and
     ends where lines do (as `paragraphs` gives them), within those lines."""
+    return line_paragraph_hashes(tab, [(bisect_left(tab.starts, s), bisect_left(tab.starts, e)) for s, e in paras],
+                                 seed)
+
+
+def line_paragraph_hashes(tab: Lines, paras: list[tuple[int, int]], seed: int = 0) -> list[int]:
+    """`paragraph_hash` of each paragraph made of the lines [a, b) of `tab`."""
     keep = list(map(bool, tab.stripped))
     norms = tab.norms
     if tab.odd:
@@ -395,11 +401,24 @@ def paragraph_hashes(tab: Lines, paras: list[tuple[int, int]], seed: int = 0) ->
         for i in tab.odd:
             if keep[i]:
                 norms[i] = normal_line(tab.lines[i])[0]
-    joined = []
-    for s, e in paras:
-        a, b = bisect_left(tab.starts, s), bisect_left(tab.starts, e)
-        joined.append(" ".join(compress(norms[a:b], keep[a:b])))
-    return text_hashes(joined, seed)
+    return text_hashes([" ".join(compress(norms[a:b], keep[a:b])) for a, b in paras], seed)
+
+
+def line_paragraphs(tab: Lines, k: int) -> list[tuple[int, int]]:
+    """`paragraphs` of the text made of the first `k` lines of `tab`, each with its newline, as line ranges
+    [a, b). A separator (`_PARA`) is the newline before a line of spaces, tabs and carriage returns only,
+    and that line with its newline; separators do not overlap, so the next one is two lines on at least."""
+    out = []
+    a = 0
+    for j in tab.odd:  # the blank lines are odd ones
+        if j >= k:
+            break
+        if j > a and not tab.lines[j].strip(" \t\r"):
+            out.append((a, j + 1))
+            a = j + 1
+    if a < k:
+        out.append((a, k))
+    return out
 
 
 def message_text(m: dict[str, Any]) -> str:
