@@ -143,20 +143,21 @@ def _separated(text: str) -> list[tuple[int, int]]:
 def _numbered(text: str) -> list[list[tuple[int, int]]]:
     """Numbered or bulleted lists (`1. `, `[2] `, `Document 3: `, `- `, `* `): the items' texts without their
     markers, each up to the next marker, the last one up to the paragraph's end. Markers stay in place when
-    items move."""
+    items move. An item's text starts at a non-blank character (`_ENUM`), so it is never empty."""
     out: list[list[tuple[int, int]]] = []
     run: list[tuple[int, int]] = []
-    starts = [(m.start(), m.end() - 1) for m in _ENUM.finditer("\n" + text)]  # (line start, item start)
-    if len(starts) < MIN_ITEMS:  # every item has its own marker
+    found = list(_ENUM.finditer("\n" + text))  # positions in "\n" + text are one more than in text
+    if len(found) < MIN_ITEMS:  # every item has its own marker
         return out
-    for k, (_, item) in enumerate(starts):
-        nxt = starts[k + 1][0] if k + 1 < len(starts) else None
-        blank = _BLANK.search(text, item, nxt if nxt is not None else len(text))
-        end = blank.start() if blank else (nxt if nxt is not None else len(text))
-        core = _core(text, item, end)
-        if core is not None:
-            run.append(core)
-        if blank is not None or nxt is None:  # a blank line ends the list
+    search, last = _BLANK.search, len(found) - 1
+    limits = [m.start() for m in found[1:]]  # the next marker's line start in text
+    limits.append(len(text))
+    for k, (m, limit) in enumerate(zip(found, limits, strict=True)):
+        item = m.end() - 1
+        blank = search(text, item, limit)
+        end = blank.start() if blank else limit
+        run.append((item, item + len(text[item:end].rstrip())))
+        if blank is not None or k == last:  # a blank line ends the list
             if len(run) >= MIN_ITEMS:
                 out.append(run)
             run = []
