@@ -12,6 +12,7 @@ bytes and holds only values a recomputation would give again, so only speed depe
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from functools import lru_cache
 from typing import Any
 
@@ -29,6 +30,7 @@ from prefixscan.read.record import Record
 ROLE_SEED = {"system": 1, "developer": 1, "user": 2, "tools": 3}
 CONTENT_BYTES = 16 << 20  # bound of the memo of request contents
 CHECK_BYTES = 8 << 20  # bound of the memo of RAG-order checks by document head
+LIST_BYTES = 8 << 20  # bound of the memo of an early message's serialized lists by its piece key
 
 
 @lru_cache(maxsize=4096)
@@ -73,6 +75,7 @@ class ContentMemo:
         self.pieces = PieceMemo(memo_bytes)
         self.lru = BytesLRU(CONTENT_BYTES)
         self._heads = BytesLRU(CHECK_BYTES)
+        self._lists = BytesLRU(LIST_BYTES)
 
     def of(self, rec: Record, salt: int) -> tuple[dict[int, str], Content]:
         """The texts of a record's early messages (`nz.early_messages`, inlined: this runs per request)
@@ -137,9 +140,19 @@ class ContentMemo:
             got = self._rag(texts[keys[-1][1]], keys[-1][1], salt)
             if got:
                 checks.append(got)
-        lists = [(k[1], tl, *signature(tl, k[1], salt)) for k in keys if k[0] == "u"
-                 for tl in find_lists(texts[k[1]], chunks=k[2] == ROLE_SEED["system"])]
+        lists = [item for k in keys if k[0] == "u" for item in self._lists_of(k, texts[k[1]], salt)]
         return Content(key, pieces, checks, lists)
+
+    def _lists_of(self, k: tuple, text: str, salt: int) -> tuple[tuple, ...]:
+        """(message index, TextList, multiset hash, sequence hash) of each serialized list of an early message
+        (`find_lists`, `signature`), memoised by its piece key (which names its text and role) and tenant:
+        a tenant's system prompt comes back in every new conversation's content."""
+        hit = self._lists.get((salt, k))
+        if hit is None:
+            hit = tuple((k[1], tl, *signature(tl, k[1], salt))
+                        for tl in find_lists(text, chunks=k[2] == ROLE_SEED["system"]))
+            self._lists.put((salt, k), hit, 200 + sum(300 + 150 * len(tl.hashes) for _, tl, _, _ in hit))
+        return hit
 
     def _rag(self, text: str, mi: int, salt: int) -> tuple:
         """The RAG-order check of a first user message, memoised by its head as well (documents recur
@@ -150,17 +163,19 @@ class ContentMemo:
         k = ("h", mi, salt, text_key(head))
         hit = self._heads.get(k)
         if hit is None:
-            got = _paragraph_hashes(head)
+            got = _paragraph_hashes(head, text)
             hit = () if got is None else ("rag_order", mi, got[0], got[1], *order_signature(got[0], salt ^ (mi + 7)))
             self._heads.put(k, hit, 300 + 100 * (len(hit[2]) if hit else 0))
         return hit
 
 
-def _paragraph_hashes(text: str) -> tuple[tuple[int, ...], list[int]] | None:
-    """Hashes and starts of the paragraphs before the last one (the question), when there are enough."""
-    paras = nz.paragraphs(text)
-    if len(paras) >= 3 and paras[-1][1] >= 256:
-        return tuple(nz.paragraph_hash(text[s:e]) for s, e in paras), [s for s, _ in paras]
+def _paragraph_hashes(head: str, text: str) -> tuple[tuple[int, ...], list[int]] | None:
+    """Hashes and starts of the paragraphs of `head` (`_rag_head` of `text`), when there are enough. Its
+    lines are the leading lines of `text`, which the text's units read too."""
+    tab = nz.leading_lines(text)[0]
+    paras = nz.line_paragraphs(tab, bisect_left(tab.starts, len(head)))  # `nz.paragraphs(head)`, by lines
+    if len(paras) >= 3 and tab.starts[paras[-1][1]] >= 256:
+        return tuple(nz.line_paragraph_hashes(tab, paras)), [tab.starts[a] for a, _ in paras]
     return None
 
 

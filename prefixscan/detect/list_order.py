@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
 import xxhash
 
 from prefixscan.detect.normalisation import MAX_CHARS, text_hash
@@ -39,6 +39,7 @@ _ENUM = re.compile(r"\n[ \t]*(?:[-*\u2022]|\d{1,3}[.)]|\[\d{1,3}\]|#\d{1,3}[.:]?
                    r"|(?:document|doc|source|chunk|passage|result)[ \t]*#?\d{1,3}[ \t]*[:.)-]?)[ \t]+(?=\S)", re.I)
 _HEAD_END = re.compile(r"\n(?:[ \t\r]*|[^\n]*:[ \t\r]*|#{1,6} [^\n]*)(?=\n)")  # a blank or heading line
 _BLANK = re.compile(r"\n[ \t\r]*\n")
+_SEPARATOR_RUNS = ("---", "***", "===", "___")
 _DECODER = json.JSONDecoder()
 
 
@@ -121,6 +122,8 @@ def _separated(text: str) -> list[tuple[int, int]]:
     """Items of a list of chunks between separator lines (`---`, `***`, `===`): the chunks between two
     separators, the text before the first (after a blank line or a heading such as `Documents:`) and
     the paragraph after the last."""
+    if not any(c in text for c in _SEPARATOR_RUNS):  # a separator line holds one of these
+        return []
     padded = "\n" + text  # positions in `padded` are one more than in `text`
     seps = [(m.start(), m.end() - 1) for m in _SEPARATOR.finditer(padded)]  # (line start, line end) in text
     if len(seps) < 2:
@@ -140,18 +143,21 @@ def _separated(text: str) -> list[tuple[int, int]]:
 def _numbered(text: str) -> list[list[tuple[int, int]]]:
     """Numbered or bulleted lists (`1. `, `[2] `, `Document 3: `, `- `, `* `): the items' texts without their
     markers, each up to the next marker, the last one up to the paragraph's end. Markers stay in place when
-    items move."""
+    items move. An item's text starts at a non-blank character (`_ENUM`), so it is never empty."""
     out: list[list[tuple[int, int]]] = []
     run: list[tuple[int, int]] = []
-    starts = [(m.start(), m.end() - 1) for m in _ENUM.finditer("\n" + text)]  # (line start, item start)
-    for k, (_, item) in enumerate(starts):
-        nxt = starts[k + 1][0] if k + 1 < len(starts) else None
-        blank = _BLANK.search(text, item, nxt if nxt is not None else len(text))
-        end = blank.start() if blank else (nxt if nxt is not None else len(text))
-        core = _core(text, item, end)
-        if core is not None:
-            run.append(core)
-        if blank is not None or nxt is None:  # a blank line ends the list
+    found = list(_ENUM.finditer("\n" + text))  # positions in "\n" + text are one more than in text
+    if len(found) < MIN_ITEMS:  # every item has its own marker
+        return out
+    search, last = _BLANK.search, len(found) - 1
+    limits = [m.start() for m in found[1:]]  # the next marker's line start in text
+    limits.append(len(text))
+    for k, (m, limit) in enumerate(zip(found, limits, strict=True)):
+        item = m.end() - 1
+        blank = search(text, item, limit)
+        end = blank.start() if blank else limit
+        run.append((item, item + len(text[item:end].rstrip())))
+        if blank is not None or k == last:  # a blank line ends the list
             if len(run) >= MIN_ITEMS:
                 out.append(run)
             run = []
@@ -188,8 +194,8 @@ def signature(tl: TextList, mi: int, salt: int) -> tuple[int, int]:
 
 def order_signature(hs: tuple[int, ...], seed: int) -> tuple[int, int]:
     """(multiset hash, sequence hash) of items: the same items in another order share the first only."""
-    ms = xxhash.xxh3_64_intdigest(np.asarray(sorted(hs), dtype=np.uint64).tobytes(), seed=seed)
-    return ms, xxhash.xxh3_64_intdigest(np.asarray(hs, dtype=np.uint64).tobytes())
+    ms = xxhash.xxh3_64_intdigest(array("Q", sorted(hs)).tobytes(), seed=seed)  # native uint64s, as numpy's
+    return ms, xxhash.xxh3_64_intdigest(array("Q", hs).tobytes())
 
 
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int:

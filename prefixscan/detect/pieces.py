@@ -12,6 +12,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -20,6 +21,7 @@ import xxhash
 from prefixscan.detect import normalisation as nz
 from prefixscan.encode.hashing import BytesLRU
 
+_NORM, _RAW, _LENGTH = (itemgetter(nz.Unit._fields.index(f)) for f in ("norm", "raw", "length"))
 UNIT_BYTES = 320  # memory of one unit held in a piece: its tuple and ints, a pointer in each column, a vote
 PIECE_OVERHEAD = 400  # bytes a memo entry is charged beyond its units (the Piece, its key, the text hash)
 
@@ -78,7 +80,7 @@ class Piece:
 
     @classmethod
     def of(cls, key: tuple, units: list[nz.Unit], cr: bool = False, nonnfc: bool = False) -> Piece:
-        return cls(key, units, [u.norm for u in units], [u.raw for u in units], [u.length for u in units], cr, nonnfc)
+        return cls(key, units, list(map(_NORM, units)), list(map(_RAW, units)), list(map(_LENGTH, units)), cr, nonnfc)
 
     def size(self) -> int:
         """Bytes charged to the memo."""
@@ -100,8 +102,8 @@ class PieceMemo:
         key = key or ("u", mi, seed, text_key(text))
         hit = self.lru.get(key)
         if hit is None:
-            hit = Piece.of(key, nz.message_units(mi, text, seed), "\r" in text,
-                           not text.isascii() and not unicodedata.is_normalized("NFC", text))
+            hit = Piece(key, *nz.message_columns(mi, text, seed), "\r" in text,
+                        not text.isascii() and not unicodedata.is_normalized("NFC", text))
             self.lru.put(key, hit, hit.size())
         return hit
 
