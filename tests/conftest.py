@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,16 @@ def chat_log(tmp_path: Path) -> Path:
             recs.append(chat(i, f"c{c}", turn, tenant="acme" if c < 3 else "globex"))
             i += 1
     return write_jsonl(tmp_path / "chat.jsonl", recs)
+
+
+@contextmanager
+def compiled(on: bool) -> Iterator[None]:
+    """The compiled encode core on or off (its pure-Python reference) for the block: tests run both."""
+    from prefixscan.encode import core as encode_core
+
+    was = encode_core.ENABLED
+    encode_core.ENABLED = on
+    try:
+        yield
+    finally:
+        encode_core.ENABLED = was

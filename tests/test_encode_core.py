@@ -14,8 +14,7 @@ import filecmp
 import subprocess
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,21 +31,11 @@ from prefixscan.encode.tokenize.base import SELF_CHECK_FIRST
 from prefixscan.pipeline.run import run_analysis
 from tests import test_encode_adversarial as adv
 from tests import test_tokenize_exact as tx
-from tests.conftest import ROOT
+from tests.conftest import ROOT, compiled
 
 pytestmark = pytest.mark.skipif(encode_core._compiled is None,
                                 reason="compiled core not built (pip install -e . builds it)")
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-
-
-@contextmanager
-def compiled(on: bool) -> Iterator[None]:
-    was = encode_core.ENABLED
-    encode_core.ENABLED = on
-    try:
-        yield
-    finally:
-        encode_core.ENABLED = was
 
 
 def outcome(f: Callable[[], Any]) -> Any:

@@ -9,7 +9,6 @@ the cache's keys in LRU order must be the same, and the hashes equal hashing eac
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 from prefixscan.encode import core as encode_core
 from prefixscan.encode.hashing import ChainCache, block_hashes
 from prefixscan.encode.vllm_hash import RequestKeys, VllmHasher
+from tests.conftest import compiled
 
 pytestmark = pytest.mark.skipif(encode_core._compiled is None,
                                 reason="compiled core not built (pip install -e . builds it)")
@@ -27,16 +27,6 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(H
 
 STEP = st.tuples(st.sampled_from(["continue", "continue", "continue", "edit", "truncate", "new"]),
                  st.integers(0, 3), st.integers(0, 9), st.lists(st.integers(0, 40), min_size=1, max_size=4))
-
-
-@contextmanager
-def compiled(on: bool) -> Iterator[None]:
-    was = encode_core.ENABLED
-    encode_core.ENABLED = on
-    try:
-        yield
-    finally:
-        encode_core.ENABLED = was
 
 
 def _prompts(steps: list[Any], seed: int, key_len: int) -> Iterator[tuple[np.ndarray, int, list, list, list]]:

@@ -7,9 +7,6 @@ its token ids, so the same byte budget holds more conversations and more turns r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,22 +17,13 @@ from prefixscan.encode.encoder import Hashed, RecordEncoder
 from prefixscan.encode.tokenize import load_tokenizer
 from prefixscan.encode.tokenize.base import KEY, LAST_UNIT, SELF_CHECK_FIRST
 from prefixscan.read.record import Record
+from tests.conftest import compiled
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 TEXT = st.one_of(st.sampled_from(["", "a", "<|im_start|>", "\x00special\x00<|im_start|>", "é\n\n", "\ud800x"]),
                  st.text(max_size=12))
 SPECIAL = st.sampled_from(["<|im_start|>", "<|im_end|>", "<|endoftext|>"])  # special pieces are control tokens
 PIECES = st.lists(st.one_of(st.tuples(st.just(True), SPECIAL), st.tuples(st.just(False), TEXT)), max_size=8)
-
-
-@contextmanager
-def compiled(on: bool) -> Iterator[None]:
-    was = encode_core.ENABLED
-    encode_core.ENABLED = on
-    try:
-        yield
-    finally:
-        encode_core.ENABLED = was
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -29,7 +27,7 @@ from prefixscan.encode.tokenize.cuts import CL100K_PATS, SpecialSplit
 from prefixscan.read.record import Record
 from tests import test_encode_adversarial as adv
 from tests import test_tokenize_exact as tx
-from tests.conftest import write_jsonl
+from tests.conftest import compiled, write_jsonl
 
 PATHS = [False, True] if encode_core._compiled is not None else [False]
 SPELLED = ["<|endoftext|>", IM_START, IM_END, "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
@@ -39,16 +37,6 @@ ATOMS = SPELLED + ["word", " the", "é", "e\u0301", "日本語", "😀", "مرح
                    "a\n\nb", "\t", "\r\n"]
 text = st.lists(st.sampled_from(ATOMS), max_size=30).map("".join)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-
-
-@contextmanager
-def compiled(on: bool) -> Iterator[None]:
-    was = encode_core.ENABLED
-    encode_core.ENABLED = on
-    try:
-        yield
-    finally:
-        encode_core.ENABLED = was
 
 
 def _cl100k():
