@@ -224,8 +224,10 @@ class SegmentEncoder:
 
     def _special_key(self, text: str) -> bytes:
         """A special token's key: 16 bytes like every text unit's (the chain cache joins keys), never equal
-        to the key of text that spells it."""
-        k = self.special_keys[text] = xxhash.xxh3_128_digest(b"\x00special\x00" + text.encode("utf-8"))
+        to the key of text that spells it; computed once (`special_keys`, which the compiled core reads)."""
+        k = self.special_keys.get(text)
+        if k is None:
+            k = self.special_keys[text] = xxhash.xxh3_128_digest(b"\x00special\x00" + text.encode("utf-8"))
         return k
 
     def plan(self, pieces: list[tuple[bool, str]], conv: Hashable | None = None) -> Planned:
@@ -253,7 +255,7 @@ class SegmentEncoder:
             before = len(p.units)
             if special:
                 p.units.append((True, text))
-                p.keys.append(self.special_keys.get(text) or self._special_key(text))
+                p.keys.append(self._special_key(text))
             elif j == 0 and self.encode_first is not None:
                 self._plan_first(text, p)
             else:
@@ -295,7 +297,7 @@ class SegmentEncoder:
         n = len(pieces) if old is None else min(len(pieces), len(old) // KEY)
         out = []
         for i, (special, text) in enumerate(pieces[:n]):
-            d = (self.special_keys.get(text) or self._special_key(text) if special
+            d = (self._special_key(text) if special
                  else xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"), 1))
             out.append(d)
             if old is not None and d != old[KEY * i:KEY * (i + 1)]:
@@ -387,7 +389,7 @@ class SegmentEncoder:
         for special, part in split:
             if special:
                 p.units.append((True, part))
-                p.keys.append(self.special_keys.get(part) or self._special_key(part))
+                p.keys.append(self._special_key(part))
                 n += 1
             else:
                 self._plan_text(part, p)  # spells none (the split leaves no match): no special units
